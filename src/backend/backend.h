@@ -1,0 +1,177 @@
+// backend.h — the op table every compute backend fills, and the data it works on.
+//
+// A backend is a table of function pointers (NULL = unsupported), as in ggml. The CPU backend has
+// two tables: the scalar oracle (cpu/ops-ref.c, fp64 accumulation, obviously correct, slow) and the
+// fast path (cpu/ops-cpu.c, threads + vectorisable loops + OpenBLAS). tests/test-ops.c walks every
+// op of the fast table against the oracle on random inputs at odd sizes.
+//
+// Dimension letters, fixed here for the whole code base:
+//   T tokens in a batch   D model dim    H query heads   Hkv key/value heads   Dh head dim
+//   F ffn hidden dim      V vocab        L layers        P tokens per KV page
+// Shapes are outermost-first (PyTorch order); a weight is W (out, in) and y = x @ W^T.
+// All activations are f32 on the CPU backend. Pointers given to ops belong to the backend's
+// memory (host memory for the CPU, device memory for CUDA).
+#ifndef LI_BACKEND_H
+#define LI_BACKEND_H
+
+#include "../core/core.h"
+#include "../format/hparams.h"
+
+// ---- weights --------------------------------------------------------------------------------
+
+// A 2-D weight W (n_rows = out, n_cols = in), row-major, held in a compute dtype:
+// LI_DTYPE_F32 or LI_DTYPE_BF16 (CPU), BF16 (CUDA). 1-D weights (norms) have n_rows = 1.
+typedef struct {
+    li_dtype dtype;
+    int64_t n_rows, n_cols;
+    void *data;
+} li_weight;
+
+// ---- RoPE -----------------------------------------------------------------------------------
+
+#define LI_ROPE_MAX_PAIRS 256
+
+// Per-pair inverse frequencies after scaling, and the position-independent magnitude (YaRN's
+// attention factor, 1 otherwise) that multiplies cos and sin. Built once per model on the host.
+// Rotation of pair (a, b) at position p:  a' = m(a cos(p w) - b sin(p w)),  b' = m(a sin + b cos).
+typedef struct {
+    li_rope_layout layout;
+    int n_dims;                        // rotated dims; pairs = n_dims / 2
+    float inv_freq[LI_ROPE_MAX_PAIRS];  // w_i, as HF computes it (fp32)
+    float mscale;                      // m
+} li_rope_table;
+
+// Fills `t` exactly as HF transformers' rope init functions do. Returns LI_ERR_INVALID_ARG for
+// impossible values (n_dims odd or > 2*LI_ROPE_MAX_PAIRS, theta <= 0, factor <= 0, …).
+li_status li_rope_table_init(li_rope_table *t, const li_rope_config *cfg);
+
+// ---- paged KV storage -----------------------------------------------------------------------
+
+// The physical KV pool as kernels see it. One page holds P tokens of every layer, K and V:
+//   data: (n_pages, L, 2, Hkv, P, Dh) f32, index 0 of the "2" axis is K, 1 is V.
+// K is stored already rotated (at the position it was written with); V as is.
+typedef struct {
+    int n_layer, n_head_kv, head_dim, page_size;
+    int64_t n_pages;
+    float *data;
+} li_kv_storage;
+
+static inline size_t li_kv_offset(const li_kv_storage *kv, int64_t page, int il, int is_v, int h,
+                                  int slot) {
+    return ((((size_t)page * kv->n_layer + il) * 2 + is_v) * kv->n_head_kv + h) *
+               (size_t)kv->page_size * kv->head_dim +
+           (size_t)slot * kv->head_dim;
+}
+
+// A sequence's page table is an array of 64-bit words, one per page, in logical order:
+//   bits  0..25  physical page id      (< 2^26 pages)
+//   bits 26..34  valid tokens in page  (1..P, P <= 256)
+//   bits 35..63  Δ: RoPE offset to apply to this page's K at attention time (< 2^29)
+// Keys are numbered logically across the table (page 0's valid tokens first, then page 1's, …).
+#define LI_PAGE_ID_BITS 26
+#define LI_PAGE_COUNT_BITS 9
+#define LI_PAGE_DELTA_BITS 29
+#define LI_PAGE_MAX_ID ((1ll << LI_PAGE_ID_BITS) - 1)
+#define LI_PAGE_MAX_SIZE 256
+#define LI_PAGE_MAX_DELTA ((1ll << LI_PAGE_DELTA_BITS) - 1)
+
+static inline uint64_t li_page_word(int64_t page, int count, int64_t delta) {
+    return (uint64_t)page | ((uint64_t)count << LI_PAGE_ID_BITS) |
+           ((uint64_t)delta << (LI_PAGE_ID_BITS + LI_PAGE_COUNT_BITS));
+}
+static inline int64_t li_page_id(uint64_t w) { return (int64_t)(w & LI_PAGE_MAX_ID); }
+static inline int li_page_count(uint64_t w) {
+    return (int)((w >> LI_PAGE_ID_BITS) & ((1u << LI_PAGE_COUNT_BITS) - 1));
+}
+static inline int64_t li_page_delta(uint64_t w) {
+    return (int64_t)(w >> (LI_PAGE_ID_BITS + LI_PAGE_COUNT_BITS));
+}
+
+// One sequence's keys for attention: its page table (n_pages words).
+typedef struct {
+    const uint64_t *pages;
+    int n_pages;
+} li_kv_seq;
+
+// ---- sampling -------------------------------------------------------------------------------
+
+// Filters applied in HF transformers' order: temperature, top-k, top-p, min-p (each on the
+// distribution left by the previous ones, renormalised), then one draw by inverse CDF over the
+// survivors sorted by probability (descending; ties by lower token id) with the uniform `u`.
+// temperature <= 0 means greedy: argmax, lowest id on ties; `u` unused.
+typedef struct {
+    float temperature;
+    int top_k;    // <= 0: off
+    float top_p;  // >= 1: off
+    float min_p;  // <= 0: off
+} li_sampler_config;
+
+// ---- the op table ---------------------------------------------------------------------------
+
+typedef struct li_backend li_backend;
+
+typedef struct {
+    const char *name;
+
+    // out (T, D) = W[tokens[t]] with W (V, D); tokens are checked by the caller.
+    void (*embed)(li_backend *be, float *out, const li_weight *W, const int32_t *tokens, int T);
+
+    // out (T, D) = x / sqrt(mean(x^2) + eps) * w, w (D). out may alias x.
+    void (*rmsnorm)(li_backend *be, float *out, const float *x, const float *w, int T, int D,
+                    float eps);
+
+    // y (T, N) = x (T, K) @ W^T, W (N, K). y never aliases x.
+    void (*matmul)(li_backend *be, float *y, const float *x, const li_weight *W, int T);
+
+    // x (n) += y (n): residual add.
+    void (*add)(li_backend *be, float *x, const float *y, int64_t n);
+
+    // In place: x (T, nh, Dh) rotated at positions pos (T). Only the first table->n_dims of each
+    // head are rotated; the rest pass through.
+    void (*rope)(li_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
+                 const li_rope_table *table);
+
+    // Writes k, v (T, Hkv, Dh) into layer il at physical slots slot (T) = page * P + offset.
+    void (*kv_store)(li_backend *be, const li_kv_storage *kv, int il, const float *k,
+                     const float *v, const int64_t *slot, int T);
+
+    // Attention of T query rows over one sequence's paged keys, layer il.
+    //   q (T, H, Dh) already rotated at the rows' positions; out (T, H, Dh).
+    //   Query row t sees logical keys [0, n_visible[t]) of `seq` (causal prefill: n_past + t + 1).
+    //   GQA: query head h reads kv head h / (H / Hkv).
+    //   Each page's K is rotated by its Δ (li_page_delta) before the dot product, with `rope`
+    //   (Δ = 0 pages are used as stored; rope may be NULL when every Δ is 0).
+    //   scores = q·k * scale, softmax over visible keys, out = Σ p v.
+    void (*attention)(li_backend *be, float *out, const float *q, int T, int H,
+                      const li_kv_storage *kv, int il, const li_kv_seq *seq,
+                      const int32_t *n_visible, float scale, const li_rope_table *rope);
+
+    // out (n) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). out may alias gate.
+    void (*swiglu)(li_backend *be, float *out, const float *gate, const float *up, int64_t n);
+
+    // In place softmax over each of `rows` rows of length n (max-subtracted).
+    void (*softmax)(li_backend *be, float *x, int rows, int n);
+
+    // Picks a token from logits (V) as li_sampler_config describes, using the uniform u in [0,1).
+    int32_t (*sample)(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
+                      double u);
+} li_backend_ops;
+
+struct li_backend {
+    const li_backend_ops *ops;
+    li_threadpool *tp;  // CPU: workers for the fast ops (NULL in the oracle)
+    int n_threads;
+    void *impl;         // backend-private state (scratch buffers, cuBLASLt handles, …)
+};
+
+// The CPU tables (src/backend/cpu/).
+extern const li_backend_ops li_cpu_ref_ops;   // scalar oracle, fp64 accumulation
+extern const li_backend_ops li_cpu_fast_ops;  // threads, vectorised loops, OpenBLAS
+
+// Creates a CPU backend using the fast table with n_threads workers (0: all cores).
+li_status li_backend_cpu_init(li_backend **out, int n_threads);
+// Same, but every op is the oracle (for tests and debugging: LI_BACKEND=ref).
+li_status li_backend_cpu_ref_init(li_backend **out);
+void li_backend_free(li_backend *be);
+
+#endif

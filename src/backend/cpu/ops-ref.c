@@ -1,0 +1,286 @@
+// ops-ref.c — the scalar oracle: every op of the backend table as plain loops with fp64
+// accumulation, written to be obviously correct and to mirror the reference (HF transformers) line
+// by line. It is slow on purpose and is not where any optimisation belongs; the fast path
+// (ops-cpu.c) and the CUDA backend are checked against it by tests/test-ops.c.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+
+// W[r, c] as f32 for the compute dtypes a CPU weight may hold.
+static double weight_at(const li_weight *W, int64_t r, int64_t c) {
+    size_t i = (size_t)r * (size_t)W->n_cols + (size_t)c;
+    switch (W->dtype) {
+    case LI_DTYPE_F32: return ((const float *)W->data)[i];
+    case LI_DTYPE_BF16: return li_bf16_to_f32(((const uint16_t *)W->data)[i]);
+    default: LI_ASSERT(!"weight dtype must be f32 or bf16 on the CPU backend"); return 0;
+    }
+}
+
+// out (T, D) = W[tokens[t]], W (V, D)
+static void ref_embed(li_backend *be, float *out, const li_weight *W, const int32_t *tokens,
+                      int T) {
+    int64_t D = W->n_cols;
+    for (int t = 0; t < T; t++) {
+        LI_ASSERT(tokens[t] >= 0 && tokens[t] < W->n_rows);
+        for (int64_t d = 0; d < D; d++) out[t * D + d] = (float)weight_at(W, tokens[t], d);
+    }
+}
+
+// HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * w
+static void ref_rmsnorm(li_backend *be, float *out, const float *x, const float *w, int T, int D,
+                        float eps) {
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * D;
+        double ss = 0;
+        for (int d = 0; d < D; d++) ss += (double)xr[d] * xr[d];
+        double r = 1.0 / sqrt(ss / D + eps);
+        for (int d = 0; d < D; d++) out[(size_t)t * D + d] = (float)(xr[d] * r * w[d]);
+    }
+}
+
+// y (T, N) = x (T, K) @ W^T, W (N, K)
+static void ref_matmul(li_backend *be, float *y, const float *x, const li_weight *W, int T) {
+    int64_t N = W->n_rows, K = W->n_cols;
+    for (int t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++) s += (double)x[t * K + k] * weight_at(W, n, k);
+            y[t * N + n] = (float)s;
+        }
+}
+
+static void ref_add(li_backend *be, float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((double)x[i] + y[i]);
+}
+
+// Index of the two elements of pair i within one head, for both layouts.
+static void pair_index(li_rope_layout layout, int n_dims, int i, int *ia, int *ib) {
+    if (layout == LI_ROPE_NEOX) {  // HF rotate_half: x1 = x[:half], x2 = x[half:]
+        *ia = i;
+        *ib = i + n_dims / 2;
+    } else {  // interleaved (GPT-J / ggml "normal"): (x[2i], x[2i+1])
+        *ia = 2 * i;
+        *ib = 2 * i + 1;
+    }
+}
+
+// Rotates one head vector v (n_dims used) by angle ang_i = pos * w_i, magnitude m, in fp64.
+static void rotate_head(float *v, const li_rope_table *tab, double pos, double m) {
+    for (int i = 0; i < tab->n_dims / 2; i++) {
+        int ia, ib;
+        pair_index(tab->layout, tab->n_dims, i, &ia, &ib);
+        double ang = pos * (double)tab->inv_freq[i];
+        double c = cos(ang) * m, s = sin(ang) * m;
+        double a = v[ia], b = v[ib];
+        // HF: q*cos + rotate_half(q)*sin, rotate_half(q) = (-q2, q1)
+        v[ia] = (float)(a * c - b * s);
+        v[ib] = (float)(b * c + a * s);
+    }
+}
+
+// x (T, nh, Dh) in place, rotated at pos (T), first n_dims of each head
+static void ref_rope(li_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
+                     const li_rope_table *table) {
+    LI_ASSERT(table->n_dims <= Dh);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++)
+            rotate_head(x + ((size_t)t * nh + h) * Dh, table, (double)pos[t], table->mscale);
+}
+
+// k, v (T, Hkv, Dh) -> layer il at slot[t] = page * P + offset
+static void ref_kv_store(li_backend *be, const li_kv_storage *kv, int il, const float *k,
+                         const float *v, const int64_t *slot, int T) {
+    int Hkv = kv->n_head_kv, Dh = kv->head_dim, P = kv->page_size;
+    for (int t = 0; t < T; t++) {
+        int64_t page = slot[t] / P;
+        int off = (int)(slot[t] % P);
+        LI_ASSERT(slot[t] >= 0 && page < kv->n_pages);
+        for (int h = 0; h < Hkv; h++)
+            for (int d = 0; d < Dh; d++) {
+                size_t src = ((size_t)t * Hkv + h) * Dh + d;
+                kv->data[li_kv_offset(kv, page, il, 0, h, off) + d] = k[src];
+                kv->data[li_kv_offset(kv, page, il, 1, h, off) + d] = v[src];
+            }
+    }
+}
+
+// Paged attention, one query row and one query head at a time. Every visible key is copied,
+// rotated by its page's Δ (pure rotation: magnitude 1, the mscale is already inside the stored K),
+// dotted with q in fp64; softmax and the weighted sum of V in fp64.
+static void ref_attention(li_backend *be, float *out, const float *q, int T, int H,
+                          const li_kv_storage *kv, int il, const li_kv_seq *seq,
+                          const int32_t *n_visible, float scale, const li_rope_table *rope) {
+    int Hkv = kv->n_head_kv, Dh = kv->head_dim;
+    LI_ASSERT(H % Hkv == 0);
+    int group = H / Hkv;
+    int n_keys = 0;
+    for (int p = 0; p < seq->n_pages; p++) n_keys += li_page_count(seq->pages[p]);
+    double *score = malloc(((size_t)n_keys + 1) * sizeof *score);
+    float *krot = malloc((size_t)Dh * sizeof *krot);
+    LI_ASSERT(score && krot);  // test-only oracle: an allocation failure here is not recoverable
+    for (int t = 0; t < T; t++) {
+        LI_ASSERT(n_visible[t] >= 1 && n_visible[t] <= n_keys);
+        for (int h = 0; h < H; h++) {
+            int hk = h / group;  // GQA: query head h reads kv head h / (H / Hkv)
+            const float *qr = q + ((size_t)t * H + h) * Dh;
+            // scores over logical keys 0..n_visible-1, walking the page table
+            int j = 0;
+            double mx = -INFINITY;
+            for (int p = 0; p < seq->n_pages && j < n_visible[t]; p++) {
+                uint64_t w = seq->pages[p];
+                int64_t id = li_page_id(w), delta = li_page_delta(w);
+                int cnt = li_page_count(w);
+                LI_ASSERT(id < kv->n_pages && cnt >= 1 && cnt <= kv->page_size);
+                for (int s = 0; s < cnt && j < n_visible[t]; s++, j++) {
+                    memcpy(krot, kv->data + li_kv_offset(kv, id, il, 0, hk, s), Dh * sizeof(float));
+                    if (delta != 0) {
+                        LI_ASSERT(rope != NULL);
+                        rotate_head(krot, rope, (double)delta, 1.0);  // R_Δ, no mscale
+                    }
+                    double d = 0;
+                    for (int e = 0; e < Dh; e++) d += (double)qr[e] * krot[e];
+                    score[j] = d * scale;
+                    if (score[j] > mx) mx = score[j];
+                }
+            }
+            double z = 0;
+            for (int i = 0; i < j; i++) {
+                score[i] = exp(score[i] - mx);
+                z += score[i];
+            }
+            float *o = out + ((size_t)t * H + h) * Dh;
+            for (int e = 0; e < Dh; e++) {
+                double acc = 0;
+                int i = 0;
+                for (int p = 0; p < seq->n_pages && i < j; p++) {
+                    uint64_t w = seq->pages[p];
+                    int cnt = li_page_count(w);
+                    for (int s = 0; s < cnt && i < j; s++, i++)
+                        acc += score[i] * kv->data[li_kv_offset(kv, li_page_id(w), il, 1, hk, s) + e];
+                }
+                o[e] = (float)(acc / z);
+            }
+        }
+    }
+    free(krot);
+    free(score);
+}
+
+// HF: silu(gate) * up
+static void ref_swiglu(li_backend *be, float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double g = gate[i];
+        out[i] = (float)(g / (1.0 + exp(-g)) * up[i]);
+    }
+}
+
+static void ref_softmax(li_backend *be, float *x, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * n;
+        double mx = -INFINITY, z = 0;
+        for (int i = 0; i < n; i++)
+            if (xr[i] > mx) mx = xr[i];
+        for (int i = 0; i < n; i++) z += exp(xr[i] - mx);
+        for (int i = 0; i < n; i++) xr[i] = (float)(exp(xr[i] - mx) / z);
+    }
+}
+
+// ---- sampling --------------------------------------------------------------------------------
+//
+// The arithmetic both CPU tables share (ops-cpu.c repeats it on its survivors so that the same u
+// picks the same token):
+//   p_i  = exp(((double)l_i - l_max) / temperature)           unnormalised, p_max = 1
+//   order: p descending, ties by lower id
+//   top-k: the first k of that order (exactly k; HF keeps every token tied with the k-th logit,
+//          which only differs on exact ties and would break "top_k = 1 is greedy")
+//   top-p: Z = Σ p over survivors in id order; keep the shortest prefix whose running sum (in
+//          sorted order) reaches top_p * Z, i.e. token i stays while the sum before it < top_p * Z
+//          (HF: drop where the ascending cumsum <= 1 - top_p; the same set in exact arithmetic)
+//   min-p: keep p >= min_p * p_first (HF: probs < min_p * max(probs) removed)
+//   draw:  Z = Σ p over survivors in id order, target = u * Z, the first survivor in sorted order
+//          whose running sum exceeds target; if rounding leaves none, the last survivor with p > 0.
+
+typedef struct {
+    double p;
+    int32_t id;
+} ref_cand;
+
+static int cand_cmp(const void *a, const void *b) {
+    const ref_cand *x = a, *y = b;
+    if (x->p != y->p) return x->p > y->p ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+// Σ p over the survivors c[0..n) in token-id order (pid: V scratch doubles).
+static double survivor_sum(const ref_cand *c, int n, int V, double *pid) {
+    for (int i = 0; i < V; i++) pid[i] = 0;
+    for (int i = 0; i < n; i++) pid[c[i].id] = c[i].p;
+    double z = 0;
+    for (int i = 0; i < V; i++)
+        if (pid[i] != 0) z += pid[i];
+    return z;
+}
+
+static int32_t ref_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
+                          double u) {
+    LI_ASSERT(V >= 1);
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
+
+    double lmax = logits[best], temp = cfg->temperature;
+    ref_cand *c = malloc((size_t)V * sizeof *c);
+    double *pid = malloc((size_t)V * sizeof *pid);
+    LI_ASSERT(c && pid);  // test-only oracle
+    for (int i = 0; i < V; i++) {
+        c[i].p = exp(((double)logits[i] - lmax) / temp);  // HF: softmax(logits / temperature)
+        c[i].id = i;
+    }
+    qsort(c, (size_t)V, sizeof *c, cand_cmp);
+    int n = V;  // survivors: c[0..n)
+    if (cfg->top_k > 0 && cfg->top_k < n) n = cfg->top_k;
+    if (cfg->top_p < 1) {
+        double lim = (double)cfg->top_p * survivor_sum(c, n, V, pid), cum = 0;
+        int m = 0;
+        while (m < n && cum < lim) cum += c[m++].p;
+        n = m > 0 ? m : 1;
+    }
+    if (cfg->min_p > 0) {
+        double thr = (double)cfg->min_p * c[0].p;
+        int m = 1;
+        while (m < n && c[m].p >= thr) m++;
+        n = m;
+    }
+    // inverse CDF over the survivors in sorted order
+    double target = u * survivor_sum(c, n, V, pid), cum = 0;
+    int32_t tok = -1, last_pos = c[0].id;
+    for (int i = 0; i < n; i++) {
+        if (c[i].p > 0) last_pos = c[i].id;
+        cum += c[i].p;
+        if (cum > target) {
+            tok = c[i].id;
+            break;
+        }
+    }
+    if (tok < 0) tok = last_pos;
+    free(pid);
+    free(c);
+    return tok;
+}
+
+const li_backend_ops li_cpu_ref_ops = {
+    .name = "cpu-ref",
+    .embed = ref_embed,
+    .rmsnorm = ref_rmsnorm,
+    .matmul = ref_matmul,
+    .add = ref_add,
+    .rope = ref_rope,
+    .kv_store = ref_kv_store,
+    .attention = ref_attention,
+    .swiglu = ref_swiglu,
+    .softmax = ref_softmax,
+    .sample = ref_sample,
+};

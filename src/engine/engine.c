@@ -1,0 +1,224 @@
+// engine.c — the public model handle: loading (HF dir, GGUF, synth:NAME[:SEED]), info,
+// tokenizer access and chat rendering. Generation is in engine-ar.c.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../format/hparams.h"
+#include "engine.h"
+
+#define DEFAULT_N_BATCH 256
+#define DEFAULT_N_CTX_CAP 4096  // default context when the model's trained one is larger
+
+li_model_params li_model_default_params(void) {
+    li_model_params p = {0};
+    p.page_size = 16;
+    p.max_seqs = 1;
+    return p;
+}
+
+// "synth:NAME[:SEED]" → name, seed. Returns false when `path` is not a synth spec.
+static bool parse_synth(const char *path, char *name, size_t name_size, uint64_t *seed,
+                        li_status *rc) {
+    *rc = LI_OK;
+    if (strncmp(path, "synth:", 6) != 0) return false;
+    const char *spec = path + 6, *colon = strchr(spec, ':');
+    size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+    *seed = 0;
+    if (n == 0 || n >= name_size) {
+        *rc = li_error_set(LI_ERR_INVALID_ARG, "'%s': expected synth:NAME[:SEED]", path);
+        return true;
+    }
+    memcpy(name, spec, n);
+    name[n] = 0;
+    if (colon) {
+        char *end;
+        unsigned long long v = strtoull(colon + 1, &end, 10);
+        if (!colon[1] || *end) {
+            *rc = li_error_set(LI_ERR_INVALID_ARG, "'%s': seed '%s' is not a number", path, colon + 1);
+            return true;
+        }
+        *seed = v;
+    }
+    return true;
+}
+
+static li_status load_tokenizer(li_model *m, const char *path, bool is_synth,
+                                const li_model_params *p) {
+    const li_hparams *hp = &m->llama.hp;
+    if (p->tokenizer_path) {
+        char cfg[4096];
+        const char *slash = strrchr(p->tokenizer_path, '/');
+        int dir_len = slash ? (int)(slash - p->tokenizer_path) : 1;
+        snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", dir_len,
+                 slash ? p->tokenizer_path : ".");
+        return li_tokenizer_load_json(&m->tok, p->tokenizer_path,
+                                      li_path_exists(cfg) ? cfg : NULL);
+    }
+    if (is_synth) return li_tokenizer_init_bytes(&m->tok, hp->n_vocab, LI_CHAT_LLAMA3);
+    if (m->llama.store.gguf) return li_tokenizer_load_gguf(&m->tok, m->llama.store.gguf);
+    char tj[4096], tc[4096];
+    LI_TRY(li_path_join(tj, sizeof tj, path, "tokenizer.json"));
+    LI_TRY(li_path_join(tc, sizeof tc, path, "tokenizer_config.json"));
+    if (li_path_exists(tj))
+        return li_tokenizer_load_json(&m->tok, tj, li_path_exists(tc) ? tc : NULL);
+    LI_WARN("%s has no tokenizer.json: using the built-in byte-level tokenizer", path);
+    return li_tokenizer_init_bytes(&m->tok, hp->n_vocab, LI_CHAT_LLAMA3);
+}
+
+li_status li_model_load(li_model **out, const li_model_params *p) {
+    *out = NULL;
+    if (!p || !p->path) return li_error_set(LI_ERR_INVALID_ARG, "no model path given");
+    li_model *m = calloc(1, sizeof *m);
+    if (!m) return li_error_set(LI_ERR_OOM, "out of memory");
+    li_status rc;
+    char synth_name[64];
+    uint64_t seed;
+    bool is_synth = parse_synth(p->path, synth_name, sizeof synth_name, &seed, &rc);
+    if (rc != LI_OK) goto fail;
+    m->metadata_only = p->metadata_only;
+
+    if ((rc = li_backend_cpu_init(&m->be, p->n_threads)) != LI_OK) goto fail;
+    if (is_synth) {
+        if (!li_llama_synth_known(synth_name)) {
+            rc = li_error_set(LI_ERR_INVALID_ARG,
+                              "unknown synthetic model '%s' (known: tiny-llama, smollm2-135m, "
+                              "llama-3.1-8b)",
+                              synth_name);
+            goto fail;
+        }
+        rc = li_llama_synth(&m->llama, synth_name, seed, m->be, p->metadata_only);
+    } else {
+        rc = li_llama_load(&m->llama, p->path, m->be, p->metadata_only);
+    }
+    if (rc != LI_OK) goto fail;
+    const li_hparams *hp = &m->llama.hp;
+
+    if ((rc = load_tokenizer(m, p->path, is_synth, p)) != LI_OK) goto fail;
+    if (li_tokenizer_n_vocab(m->tok) > hp->n_vocab) {
+        rc = li_error_set(LI_ERR_FORMAT, "%s: tokenizer has %d tokens but the model only %d",
+                          p->path, li_tokenizer_n_vocab(m->tok), hp->n_vocab);
+        goto fail;
+    }
+    if (p->chat_template) {
+        li_chat_format f;
+        if ((rc = li_chat_format_parse(p->chat_template, &f)) != LI_OK) goto fail;
+        if ((rc = li_tokenizer_set_chat_format(m->tok, f)) != LI_OK) goto fail;
+    }
+    if (!is_synth && li_path_is_dir(p->path)) {
+        char gc[4096];
+        if ((rc = li_path_join(gc, sizeof gc, p->path, "generation_config.json")) != LI_OK) goto fail;
+        if (li_path_exists(gc) && (rc = li_hf_generation_config_load(&m->gen_cfg, gc)) != LI_OK)
+            goto fail;
+    }
+    if (p->metadata_only) {
+        *out = m;
+        return LI_OK;
+    }
+
+    // Context, pool and scratch: everything allocated here, nothing while generating.
+    m->n_ctx = p->n_ctx > 0 ? p->n_ctx
+                            : (hp->n_ctx_train > DEFAULT_N_CTX_CAP || hp->n_ctx_train <= 0
+                                   ? DEFAULT_N_CTX_CAP
+                                   : hp->n_ctx_train);
+    int page_size = p->page_size > 0 ? p->page_size : 16;
+    int max_seqs = p->max_seqs > 0 ? p->max_seqs : 1;
+    int64_t pages = (int64_t)max_seqs * ((m->n_ctx + page_size - 1) / page_size);
+    if ((rc = li_kv_pool_init(&m->kv, hp, page_size, pages)) != LI_OK) goto fail;
+    m->n_batch = DEFAULT_N_BATCH < m->n_ctx ? DEFAULT_N_BATCH : m->n_ctx;
+    if ((rc = li_llama_scratch_init(&m->scratch, hp, m->n_batch)) != LI_OK) goto fail;
+    m->logits = li_alloc((size_t)m->n_batch * hp->n_vocab * sizeof(float), "logits");
+    if (!m->logits) {
+        rc = LI_ERR_OOM;
+        goto fail;
+    }
+    *out = m;
+    return LI_OK;
+fail:
+    li_error_wrap(rc, "loading %s: ", p->path);
+    li_model_free(m);
+    return rc;
+}
+
+void li_model_free(li_model *m) {
+    if (!m) return;
+    li_free(m->logits);
+    li_llama_scratch_free(&m->scratch);
+    li_kv_pool_free(&m->kv);
+    li_tokenizer_free(m->tok);
+    li_llama_free(&m->llama);
+    li_backend_free(m->be);
+    free(m);
+}
+
+static const char *scaling_name(li_rope_scaling s) {
+    switch (s) {
+    case LI_ROPE_SCALING_NONE: return "none";
+    case LI_ROPE_SCALING_LINEAR: return "linear";
+    case LI_ROPE_SCALING_LLAMA3: return "llama3";
+    case LI_ROPE_SCALING_YARN: return "yarn";
+    }
+    return "?";
+}
+
+void li_model_get_info(const li_model *m, li_model_info *o) {
+    const li_hparams *hp = &m->llama.hp;
+    memset(o, 0, sizeof *o);
+    snprintf(o->arch, sizeof o->arch, "%s", hp->arch);
+    snprintf(o->name, sizeof o->name, "%s", hp->name);
+    snprintf(o->weight_dtype, sizeof o->weight_dtype, "%s", m->llama.store.source_dtype);
+    snprintf(o->compute_dtype, sizeof o->compute_dtype, "%s",
+             m->llama.w.layers && m->llama.w.layers[0].wq.dtype == LI_DTYPE_BF16 ? "bf16" : "f32");
+    o->n_layer = hp->n_layer;
+    o->n_embd = hp->n_embd;
+    o->n_ff = hp->n_ff;
+    o->n_head = hp->n_head;
+    o->n_head_kv = hp->n_head_kv;
+    o->head_dim = hp->head_dim;
+    o->n_vocab = hp->n_vocab;
+    o->n_ctx_train = hp->n_ctx_train;
+    o->rope_theta = hp->rope.theta;
+    o->rms_eps = hp->rms_eps;
+    snprintf(o->rope_scaling, sizeof o->rope_scaling, "%s", scaling_name(hp->rope.scaling));
+    o->tied_embeddings = hp->tied_embeddings;
+    o->n_params = li_llama_n_params(hp);
+}
+
+li_status li_tokenize(const li_model *m, const char *text, size_t len, bool add_bos,
+                      bool parse_special, int32_t **out_ids, int *out_n) {
+    return li_tokenizer_encode(m->tok, text, len, add_bos, parse_special, out_ids, out_n);
+}
+
+void li_free_tokens(int32_t *ids) { free(ids); }
+
+li_status li_token_to_piece(const li_model *m, int32_t id, char *buf, size_t buf_size,
+                            size_t *out_len) {
+    li_buf b = {0};
+    li_status rc = li_tokenizer_decode_token(m->tok, id, &b);
+    if (rc == LI_OK) {
+        *out_len = b.len;
+        if (buf_size) {
+            size_t n = b.len < buf_size ? b.len : buf_size;
+            memcpy(buf, b.data, n);
+        }
+    }
+    li_buf_free(&b);
+    return rc;
+}
+
+int32_t li_token_eos(const li_model *m) { return li_tokenizer_eos(m->tok); }
+
+li_status li_chat_render(const li_model *m, const char *system, const char *user, char **out) {
+    li_chat_message msgs[2];
+    int n = 0;
+    if (system) msgs[n++] = (li_chat_message){"system", system};
+    msgs[n++] = (li_chat_message){"user", user};
+    li_buf b = {0};
+    li_status rc = li_chat_render_messages(m->tok, msgs, n, true, &b);
+    if (rc != LI_OK) {
+        li_buf_free(&b);
+        return rc;
+    }
+    *out = b.data;
+    return LI_OK;
+}

@@ -1,0 +1,32 @@
+// engine.h — internal view of li_model (the public handle): backend, model, tokenizer, KV pool,
+// scratch, and the sampler. The public functions live in engine.c (loading, tokens, chat) and
+// engine-ar.c (autoregressive generation).
+#ifndef LI_ENGINE_H
+#define LI_ENGINE_H
+
+#include "../kv/kv-pool.h"
+#include "../model/llama.h"
+#include "../tokenizer/tokenizer.h"
+
+struct li_model {
+    li_backend *be;
+    li_llama llama;
+    li_tokenizer *tok;
+    li_kv_pool kv;
+    li_llama_scratch scratch;
+    li_generation_config gen_cfg;  // defaults from generation_config.json (HF dirs)
+    int n_ctx;    // max tokens per sequence
+    int n_batch;  // max tokens per forward call (prefill chunk)
+    float *logits;  // (n_batch, V) output of the last forward
+    bool metadata_only;
+};
+
+// Sampler: the engine's PRNG and the backend's sample op.
+typedef struct {
+    li_sampler_config cfg;
+    li_rng rng;
+} li_sampler;
+void li_sampler_init(li_sampler *s, const li_sampling_params *p);
+int32_t li_sampler_sample(li_sampler *s, li_backend *be, const float *logits, int V);
+
+#endif

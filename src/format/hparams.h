@@ -1,0 +1,75 @@
+// hparams.h — model hyper-parameters as the file formats describe them (HF config.json or GGUF
+// metadata), independent of any backend. Parsing only: the model layer decides what to do.
+#ifndef LI_HPARAMS_H
+#define LI_HPARAMS_H
+
+#include "../core/core.h"
+
+typedef enum {
+    LI_ROPE_NEOX,  // HF layout: pair (i, i + n_dims/2)        (rotate_half)
+    LI_ROPE_GPTJ,  // interleaved: pair (2i, 2i + 1)           (GGUF llama, ggml "normal" mode)
+} li_rope_layout;
+
+typedef enum {
+    LI_ROPE_SCALING_NONE,
+    LI_ROPE_SCALING_LINEAR,
+    LI_ROPE_SCALING_LLAMA3,
+    LI_ROPE_SCALING_YARN,
+} li_rope_scaling;
+
+// What config.json / GGUF metadata say. Fields a scaling type does not use are ignored.
+typedef struct {
+    li_rope_layout layout;
+    li_rope_scaling scaling;
+    float theta;                 // rope_theta (base)
+    int n_dims;                  // rotated dims per head (= Dh for all models we support)
+    float factor;                // linear / llama3 / yarn
+    float low_freq_factor;       // llama3
+    float high_freq_factor;      // llama3
+    int original_max_pos;        // llama3, yarn (original_max_position_embeddings)
+    int max_pos;                 // max_position_embeddings (yarn needs it in some versions)
+    float beta_fast, beta_slow;  // yarn (defaults 32, 1)
+    float attention_factor;      // yarn mscale; 0 = derived from factor as HF does
+    float mscale, mscale_all_dim;  // yarn (DeepSeek-style), 0 = unset
+} li_rope_config;
+
+#define LI_MAX_EOS 8
+
+typedef struct {
+    char arch[32];         // "llama" or "llada" (config.json model_type / general.architecture)
+    char name[128];        // human-readable model name when the file has one
+    int n_layer;           // L
+    int n_embd;            // D
+    int n_ff;              // F
+    int n_head;            // H
+    int n_head_kv;         // Hkv (= H when absent)
+    int head_dim;          // Dh (= D / H when absent)
+    int n_vocab;           // V
+    int n_ctx_train;       // max_position_embeddings
+    float rms_eps;
+    li_rope_config rope;
+    bool tied_embeddings;  // tie_word_embeddings (llama default: false; GGUF: no output.weight)
+    bool attention_bias, mlp_bias;  // must be false for now: loaders reject true
+    int32_t bos_id;        // -1 if unknown
+    int32_t eos_ids[LI_MAX_EOS];
+    int n_eos;
+    char torch_dtype[16];  // "bfloat16", "float32", … ("" if absent)
+} li_hparams;
+
+// Parses an HF config.json (llama family). Missing optional fields get HF's defaults; a missing
+// required field, a wrong JSON type or an impossible value (negative sizes, H % Hkv != 0, …) is
+// LI_ERR_FORMAT naming the file and the field.
+li_status li_hf_config_load(li_hparams *hp, const char *path);
+
+// Defaults for sampling from generation_config.json (all optional).
+typedef struct {
+    bool has_temperature, has_top_p, has_top_k;
+    float temperature, top_p;
+    int top_k;
+    int32_t bos_id;  // -1 if absent
+    int32_t eos_ids[LI_MAX_EOS];
+    int n_eos;
+} li_generation_config;
+li_status li_hf_generation_config_load(li_generation_config *gc, const char *path);
+
+#endif

@@ -1,0 +1,114 @@
+// arch-llama.c — the Llama-family forward pass (Llama 2/3/3.1/3.2, SmolLM2), read top to bottom.
+//
+// Mirrors HF transformers' LlamaForCausalLM:
+//   x = embed(tokens)
+//   per layer: x += o_proj(attn(rope(q_proj(n(x))), rope(k_proj(n(x))), v_proj(n(x))))
+//              x += down(silu(gate(n(x))) * up(n(x)))
+//   logits = lm_head(norm(x))
+// Tokens of several sequences share one batch: the matmuls run over all T rows at once, the
+// attention per sequence over its own pages. Not here: loading (model-load.c), page allocation
+// (src/kv/), sampling (src/engine/). Tested against HF reference files by tests/test-model-ref.c.
+#include <math.h>
+#include <string.h>
+
+#include "llama.h"
+
+li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int max_tokens) {
+    memset(s, 0, sizeof *s);
+    s->max_tokens = max_tokens;
+    size_t T = (size_t)max_tokens, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
+    struct {
+        float **p;
+        size_t n;
+        const char *what;
+    } bufs[] = {
+        {&s->x, T * D, "residual stream"}, {&s->xn, T * D, "normalised activations"},
+        {&s->q, T * HDh, "queries"},       {&s->k, T * KDh, "keys"},
+        {&s->v, T * KDh, "values"},        {&s->att, T * HDh, "attention output"},
+        {&s->gate, T * F, "ffn gate"},     {&s->up, T * F, "ffn up"},
+        {&s->tmp, T * D, "projection output"},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        *bufs[i].p = li_alloc(bufs[i].n * sizeof(float), bufs[i].what);
+        if (!*bufs[i].p) {
+            li_llama_scratch_free(s);
+            return LI_ERR_OOM;
+        }
+    }
+    return LI_OK;
+}
+
+void li_llama_scratch_free(li_llama_scratch *s) {
+    li_free(s->x);
+    li_free(s->xn);
+    li_free(s->q);
+    li_free(s->k);
+    li_free(s->v);
+    li_free(s->att);
+    li_free(s->gate);
+    li_free(s->up);
+    li_free(s->tmp);
+    memset(s, 0, sizeof *s);
+}
+
+li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
+                           const li_batch *b, float *logits) {
+    const li_hparams *hp = &m->hp;
+    const li_backend_ops *op = m->be->ops;
+    li_backend *be = m->be;
+    const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff, Dh = hp->head_dim;
+    const int H = hp->n_head, Hkv = hp->n_head_kv;
+    if (T <= 0 || T > s->max_tokens)
+        return li_error_set(LI_ERR_INVALID_ARG, "batch of %d tokens (the scratch holds %d)", T,
+                            s->max_tokens);
+    for (int t = 0; t < T; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
+            return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
+                                b->tokens[t], hp->n_vocab);
+    const float scale = 1.0f / sqrtf((float)Dh);
+
+    // x (T, D) = embedding rows
+    op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const li_llama_layer *l = &m->w.layers[il];
+
+        // ---- attention block ----
+        op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, T, D, hp->rms_eps);
+        op->matmul(be, s->q, s->xn, &l->wq, T);  // (T, H*Dh)
+        op->matmul(be, s->k, s->xn, &l->wk, T);  // (T, Hkv*Dh)
+        op->matmul(be, s->v, s->xn, &l->wv, T);  // (T, Hkv*Dh)
+        // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        op->rope(be, s->q, b->pos, T, H, Dh, &m->rope);
+        op->rope(be, s->k, b->pos, T, Hkv, Dh, &m->rope);
+        op->kv_store(be, kv, il, s->k, s->v, b->slot, T);
+        for (int si = 0; si < b->n_seqs; si++) {
+            const li_batch_seq *sq = &b->seqs[si];
+            op->attention(be, s->att + (size_t)sq->t0 * H * Dh, s->q + (size_t)sq->t0 * H * Dh,
+                          sq->n, H, kv, il, &sq->kv, b->n_visible + sq->t0, scale, &m->rope);
+        }
+        op->matmul(be, s->tmp, s->att, &l->wo, T);  // (T, D)
+        op->add(be, s->x, s->tmp, (int64_t)T * D);
+
+        // ---- feed-forward block: down(silu(gate(x)) * up(x)) ----
+        op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, T, D, hp->rms_eps);
+        op->matmul(be, s->gate, s->xn, &l->w_gate, T);  // (T, F)
+        op->matmul(be, s->up, s->xn, &l->w_up, T);      // (T, F)
+        op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
+        op->matmul(be, s->tmp, s->gate, &l->w_down, T);  // (T, D)
+        op->add(be, s->x, s->tmp, (int64_t)T * D);
+    }
+
+    // ---- head: only the rows that need logits ----
+    for (int i = 0; i < b->n_logits; i++) {
+        int r = b->logit_rows[i];
+        LI_ASSERT(r >= 0 && r < T);
+        memcpy(s->xn + (size_t)i * D, s->x + (size_t)r * D, (size_t)D * sizeof(float));
+    }
+    if (b->n_logits > 0) {
+        op->rmsnorm(be, s->xn, s->xn, m->w.out_norm.data, b->n_logits, D, hp->rms_eps);
+        op->matmul(be, logits, s->xn, &m->w.output, b->n_logits);  // (n_logits, V)
+    }
+    return LI_OK;
+}

@@ -1,0 +1,104 @@
+// llama.h — the Llama-family model: hyper-parameters, weights, run state and the batched forward.
+//
+// One forward call processes a batch of T tokens that may belong to several sequences. Each
+// token carries its RoPE position and the physical KV slot its K/V go to; each sequence carries
+// its page table (li_kv_seq, already including the slots of its new tokens) and, per token, how
+// many of its keys it may see. The model layer knows nothing about how pages are allocated or
+// shared (that is src/kv/); it reads and writes the pool through the backend ops.
+// Tested by tests/test-model-ref.c (HF transformers reference files) and tests/test-model.c.
+#ifndef LI_LLAMA_H
+#define LI_LLAMA_H
+
+#include "../backend/backend.h"
+#include "../format/gguf.h"
+#include "../format/hparams.h"
+#include "../format/safetensors.h"
+
+typedef struct {
+    li_weight attn_norm;  // (1, D)
+    li_weight wq;         // (H*Dh, D)
+    li_weight wk;         // (Hkv*Dh, D)
+    li_weight wv;         // (Hkv*Dh, D)
+    li_weight wo;         // (D, H*Dh)
+    li_weight ffn_norm;   // (1, D)
+    li_weight w_gate;     // (F, D)
+    li_weight w_up;       // (F, D)
+    li_weight w_down;     // (D, F)
+} li_llama_layer;
+
+typedef struct {
+    li_weight tok_embd;  // (V, D)
+    li_weight out_norm;  // (1, D)
+    li_weight output;    // (V, D); aliases tok_embd when tied
+    li_llama_layer *layers;  // (L)
+} li_llama_weights;
+
+// Where the weights came from and what owns their memory.
+typedef struct {
+    li_gguf *gguf;          // open while weights point into it (f32 tensors are not copied)
+    li_safetensors *st;     // same for safetensors
+    void **owned;           // buffers we allocated (dequantised / converted / synthetic)
+    int n_owned, cap_owned;
+    char source_dtype[16];  // dominant dtype of the file's weights, for `info`
+} li_weight_store;
+
+// Scratch for one forward of up to max_tokens tokens (allocated once at init).
+typedef struct {
+    int max_tokens;
+    float *x;       // (T, D) residual stream
+    float *xn;      // (T, D) normalised
+    float *q;       // (T, H*Dh)
+    float *k;       // (T, Hkv*Dh)
+    float *v;       // (T, Hkv*Dh)
+    float *att;     // (T, H*Dh)
+    float *gate;    // (T, F)
+    float *up;      // (T, F)
+    float *tmp;     // (T, D)
+} li_llama_scratch;
+
+typedef struct {
+    li_hparams hp;
+    li_rope_table rope;
+    li_llama_weights w;
+    li_weight_store store;
+    li_backend *be;  // borrowed: valid for the model's lifetime
+    bool has_weights;  // false when loaded for metadata only
+} li_llama;
+
+// One sequence's part of a batch: tokens [t0, t0 + n) of the batch.
+typedef struct {
+    int t0, n;
+    li_kv_seq kv;  // its page table (includes the pages the new tokens are written into)
+} li_batch_seq;
+
+typedef struct {
+    int n_tokens;              // T
+    const int32_t *tokens;     // (T)
+    const int32_t *pos;        // (T) RoPE positions
+    const int64_t *slot;       // (T) physical KV slots: page * P + offset
+    const int32_t *n_visible;  // (T) keys of its sequence each token sees (causal: own index + 1)
+    int n_seqs;
+    const li_batch_seq *seqs;  // (n_seqs)
+    int n_logits;              // rows that need logits
+    const int32_t *logit_rows; // (n_logits) batch indices
+} li_batch;
+
+// Loaders. `path`: an HF directory, a .gguf file. The model is bound to `be`.
+li_status li_llama_load(li_llama *m, const char *path, li_backend *be, bool metadata_only);
+// Random weights of a named real configuration ("tiny-llama", "smollm2-135m",
+// "llama-3.1-8b"); seed fixes them.
+li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backend *be,
+                         bool metadata_only);
+bool li_llama_synth_known(const char *name);
+void li_llama_free(li_llama *m);
+int64_t li_llama_n_params(const li_hparams *hp);
+
+li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int max_tokens);
+void li_llama_scratch_free(li_llama_scratch *s);
+
+// Runs the batch through the model: writes every token's K/V into the pool and fills
+// logits (n_logits, V) for the requested rows.
+li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
+                           const li_batch *batch, float *logits);
+
+#endif

@@ -1,0 +1,374 @@
+// model-load.c — fills li_llama from a GGUF file, an HF safetensors directory, or a synthetic
+// configuration with random weights.
+//
+// Weight handling (DESIGN.md §2, §5): f32 tensors are used in place in the mapping; quantised
+// GGUF tensors (Q8_0/Q4_0/Q4_1) and f16 are dequantised to f32 at load; bf16 matrices stay bf16
+// (mapped) for models too big to hold in f32 and are widened to f32 otherwise. Every tensor's
+// shape is checked against the hyper-parameters before use.
+// Not here: the forward (arch-llama.c), the tokenizer (src/tokenizer/).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../format/gguf-hparams.h"
+#include "llama.h"
+
+// Models whose f32 weights would exceed this keep bf16 matrices as bf16.
+#define F32_WEIGHT_LIMIT_BYTES (6ull << 30)
+
+static li_status store_own(li_weight_store *st, void *p) {
+    if (st->n_owned == st->cap_owned) {
+        int cap = st->cap_owned ? 2 * st->cap_owned : 64;
+        void **q = realloc(st->owned, (size_t)cap * sizeof *q);
+        if (!q) {
+            li_free(p);
+            return li_error_set(LI_ERR_OOM, "out of memory");
+        }
+        st->owned = q;
+        st->cap_owned = cap;
+    }
+    st->owned[st->n_owned++] = p;
+    return LI_OK;
+}
+
+int64_t li_llama_n_params(const li_hparams *hp) {
+    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t per_layer = 2 * D + D * qo * 2 + D * kv * 2 + 3 * D * F;
+    return V * D + D + (int64_t)hp->n_layer * per_layer + (hp->tied_embeddings ? 0 : V * D);
+}
+
+static li_status check_hparams(const li_hparams *hp, const char *src) {
+    if (strcmp(hp->arch, "llama") != 0)
+        return li_error_set(LI_ERR_UNSUPPORTED,
+                            "%s: architecture '%s' is not supported here (supported: llama)", src,
+                            hp->arch);
+    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 ||
+        hp->n_head_kv <= 0 || hp->head_dim <= 0 || hp->n_vocab <= 0)
+        return li_error_set(LI_ERR_FORMAT, "%s: model sizes must be positive", src);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return li_error_set(LI_ERR_FORMAT, "%s: %d query heads not a multiple of %d kv heads", src,
+                            hp->n_head, hp->n_head_kv);
+    if (hp->rope.n_dims <= 0 || hp->rope.n_dims > hp->head_dim)
+        return li_error_set(LI_ERR_FORMAT, "%s: rotary dims %d outside (0, head_dim %d]", src,
+                            hp->rope.n_dims, hp->head_dim);
+    if (hp->attention_bias || hp->mlp_bias)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: attention/mlp biases are not supported", src);
+    return LI_OK;
+}
+
+static li_status init_common(li_llama *m, li_backend *be) {
+    m->be = be;
+    m->w.layers = calloc((size_t)m->hp.n_layer, sizeof *m->w.layers);
+    if (!m->w.layers) return li_error_set(LI_ERR_OOM, "out of memory");
+    return LI_OK;
+}
+
+// Checks the hyper-parameters, allocates the layer table and builds the RoPE table.
+static li_status prepare(li_llama *m, li_backend *be, const char *src) {
+    LI_TRY(check_hparams(&m->hp, src));
+    LI_TRY(init_common(m, be));
+    li_status rc = li_rope_table_init(&m->rope, &m->hp.rope);
+    if (rc != LI_OK) return li_error_wrap(rc, "%s: ", src);
+    return LI_OK;
+}
+
+// ---- GGUF -------------------------------------------------------------------------------------
+
+// Binds W to tensor `name` of shape (rows, cols) (rows = 1 for vectors). GGUF lists shapes
+// innermost first: ne[0] = cols, ne[1] = rows.
+static li_status gguf_weight(li_llama *m, li_weight *W, const char *name, int64_t rows,
+                             int64_t cols, bool metadata_only) {
+    li_gguf *g = m->store.gguf;
+    const li_gguf_tensor *t = li_gguf_find_tensor(g, name);
+    if (!t) return li_error_set(LI_ERR_FORMAT, "%s: tensor '%s' is missing", li_gguf_path(g), name);
+    int64_t t_rows = t->n_dims >= 2 ? t->ne[1] : 1;
+    bool shape_ok = t->ne[0] == cols && t_rows == rows;
+    for (int i = 2; i < t->n_dims; i++) shape_ok = shape_ok && t->ne[i] == 1;
+    if (!shape_ok)
+        return li_error_set(LI_ERR_FORMAT,
+                            "%s: tensor '%s' has shape [%lld, %lld] (GGUF order), expected "
+                            "[%lld, %lld]",
+                            li_gguf_path(g), name, (long long)t->ne[0], (long long)t_rows,
+                            (long long)cols, (long long)rows);
+    W->n_rows = rows;
+    W->n_cols = cols;
+    W->dtype = LI_DTYPE_F32;
+    if (metadata_only) return LI_OK;
+    if (t->dtype == LI_DTYPE_F32 && ((uintptr_t)t->data & 3) == 0) {
+        W->data = (void *)t->data;
+        return LI_OK;
+    }
+    float *buf = li_alloc((size_t)(rows * cols) * sizeof(float), name);
+    if (!buf) return LI_ERR_OOM;
+    li_status rc = li_gguf_tensor_to_f32(g, t, buf);
+    if (rc != LI_OK) {
+        li_free(buf);
+        return rc;
+    }
+    W->data = buf;
+    return store_own(&m->store, buf);
+}
+
+static li_status load_gguf(li_llama *m, const char *path, li_backend *be, bool metadata_only) {
+    LI_TRY(li_gguf_open(&m->store.gguf, path));
+    li_gguf *g = m->store.gguf;
+    LI_TRY(li_gguf_hparams(g, &m->hp));
+    LI_TRY(prepare(m, be, path));
+    const li_gguf_tensor *probe = li_gguf_find_tensor(g, "blk.0.attn_q.weight");
+    snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
+             probe ? li_dtype_name(probe->dtype) : "?");
+
+    const li_hparams *hp = &m->hp;
+    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    LI_TRY(gguf_weight(m, &m->w.tok_embd, "token_embd.weight", V, D, metadata_only));
+    LI_TRY(gguf_weight(m, &m->w.out_norm, "output_norm.weight", 1, D, metadata_only));
+    if (hp->tied_embeddings)
+        m->w.output = m->w.tok_embd;
+    else
+        LI_TRY(gguf_weight(m, &m->w.output, "output.weight", V, D, metadata_only));
+    char name[96];
+    for (int il = 0; il < hp->n_layer; il++) {
+        li_llama_layer *l = &m->w.layers[il];
+        struct {
+            li_weight *w;
+            const char *suffix;
+            int64_t rows, cols;
+        } ts[] = {
+            {&l->attn_norm, "attn_norm", 1, D}, {&l->wq, "attn_q", qo, D},
+            {&l->wk, "attn_k", kv, D},          {&l->wv, "attn_v", kv, D},
+            {&l->wo, "attn_output", D, qo},     {&l->ffn_norm, "ffn_norm", 1, D},
+            {&l->w_gate, "ffn_gate", F, D},     {&l->w_up, "ffn_up", F, D},
+            {&l->w_down, "ffn_down", D, F},
+        };
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", il, ts[i].suffix);
+            LI_TRY(gguf_weight(m, ts[i].w, name, ts[i].rows, ts[i].cols, metadata_only));
+        }
+        li_progress("loading", il + 1, hp->n_layer);
+    }
+    return LI_OK;
+}
+
+// ---- HF safetensors directory ------------------------------------------------------------------
+
+static li_status st_weight(li_llama *m, li_weight *W, const char *name, int64_t rows,
+                           int64_t cols, bool keep_bf16, bool metadata_only) {
+    const li_st_tensor *t = li_safetensors_find(m->store.st, name);
+    if (!t) return li_error_set(LI_ERR_FORMAT, "safetensors: tensor '%s' is missing", name);
+    bool is_vec = rows == 1;
+    bool shape_ok = is_vec ? (t->n_dims == 1 && t->shape[0] == cols)
+                           : (t->n_dims == 2 && t->shape[0] == rows && t->shape[1] == cols);
+    if (!shape_ok)
+        return li_error_set(LI_ERR_FORMAT, "%s: tensor '%s' has %d dims [%lld, …], expected [%lld, %lld]",
+                            t->file, name, t->n_dims, (long long)t->shape[0], (long long)rows,
+                            (long long)cols);
+    if (t->dtype == LI_DTYPE_COUNT)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (need F32/F16/BF16)",
+                            t->file, name, t->dtype_str);
+    W->n_rows = rows;
+    W->n_cols = cols;
+    W->dtype = LI_DTYPE_F32;
+    if (metadata_only) return LI_OK;
+    if (t->dtype == LI_DTYPE_F32 && ((uintptr_t)t->data & 3) == 0) {
+        W->data = (void *)t->data;
+        return LI_OK;
+    }
+    if (t->dtype == LI_DTYPE_BF16 && keep_bf16 && !is_vec && ((uintptr_t)t->data & 1) == 0) {
+        W->dtype = LI_DTYPE_BF16;
+        W->data = (void *)t->data;
+        return LI_OK;
+    }
+    float *buf = li_alloc((size_t)(rows * cols) * sizeof(float), name);
+    if (!buf) return LI_ERR_OOM;
+    li_status rc = li_st_tensor_to_f32(t, buf);
+    if (rc != LI_OK) {
+        li_free(buf);
+        return rc;
+    }
+    W->data = buf;
+    return store_own(&m->store, buf);
+}
+
+static li_status load_hf(li_llama *m, const char *dir, li_backend *be, bool metadata_only) {
+    char path[4096];
+    LI_TRY(li_path_join(path, sizeof path, dir, "config.json"));
+    LI_TRY(li_hf_config_load(&m->hp, path));
+    LI_TRY(prepare(m, be, path));
+    LI_TRY(li_safetensors_open(&m->store.st, dir));
+    const li_hparams *hp = &m->hp;
+    const li_st_tensor *probe = li_safetensors_find(m->store.st, "model.layers.0.self_attn.q_proj.weight");
+    snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
+             probe ? probe->dtype_str : "?");
+    bool keep_bf16 = (uint64_t)li_llama_n_params(hp) * 4 > F32_WEIGHT_LIMIT_BYTES;
+
+    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    LI_TRY(st_weight(m, &m->w.tok_embd, "model.embed_tokens.weight", V, D, keep_bf16, metadata_only));
+    LI_TRY(st_weight(m, &m->w.out_norm, "model.norm.weight", 1, D, keep_bf16, metadata_only));
+    if (hp->tied_embeddings)
+        m->w.output = m->w.tok_embd;
+    else
+        LI_TRY(st_weight(m, &m->w.output, "lm_head.weight", V, D, keep_bf16, metadata_only));
+    char name[128];
+    for (int il = 0; il < hp->n_layer; il++) {
+        li_llama_layer *l = &m->w.layers[il];
+        struct {
+            li_weight *w;
+            const char *suffix;
+            int64_t rows, cols;
+        } ts[] = {
+            {&l->attn_norm, "input_layernorm", 1, D},
+            {&l->wq, "self_attn.q_proj", qo, D},
+            {&l->wk, "self_attn.k_proj", kv, D},
+            {&l->wv, "self_attn.v_proj", kv, D},
+            {&l->wo, "self_attn.o_proj", D, qo},
+            {&l->ffn_norm, "post_attention_layernorm", 1, D},
+            {&l->w_gate, "mlp.gate_proj", F, D},
+            {&l->w_up, "mlp.up_proj", F, D},
+            {&l->w_down, "mlp.down_proj", D, F},
+        };
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", il, ts[i].suffix);
+            LI_TRY(st_weight(m, ts[i].w, name, ts[i].rows, ts[i].cols, keep_bf16, metadata_only));
+        }
+        li_progress("loading", il + 1, hp->n_layer);
+    }
+    return LI_OK;
+}
+
+// ---- synthetic configurations --------------------------------------------------------------
+
+typedef struct {
+    const char *name;
+    li_hparams hp;
+} synth_config;
+
+static const synth_config synth_configs[] = {
+    // A few layers, byte-level vocabulary: fast enough for every CPU test.
+    {"tiny-llama",
+     {.arch = "llama", .name = "tiny-llama", .n_layer = 2, .n_embd = 64, .n_ff = 176, .n_head = 4,
+      .n_head_kv = 2, .head_dim = 16, .n_vocab = 384, .n_ctx_train = 4096, .rms_eps = 1e-5f,
+      .rope = {.layout = LI_ROPE_NEOX, .theta = 10000.0f, .n_dims = 16},
+      .tied_embeddings = false, .bos_id = -1}},
+    // SmolLM2-135M shapes (GQA 9/3, tied).
+    {"smollm2-135m",
+     {.arch = "llama", .name = "smollm2-135m", .n_layer = 30, .n_embd = 576, .n_ff = 1536,
+      .n_head = 9, .n_head_kv = 3, .head_dim = 64, .n_vocab = 49152, .n_ctx_train = 8192,
+      .rms_eps = 1e-5f, .rope = {.layout = LI_ROPE_NEOX, .theta = 100000.0f, .n_dims = 64},
+      .tied_embeddings = true, .bos_id = -1}},
+    // Meta-Llama-3.1-8B(-Instruct) config.json.
+    {"llama-3.1-8b",
+     {.arch = "llama", .name = "llama-3.1-8b", .n_layer = 32, .n_embd = 4096, .n_ff = 14336,
+      .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_vocab = 128256, .n_ctx_train = 131072,
+      .rms_eps = 1e-5f,
+      .rope = {.layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f,
+               .n_dims = 128, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+               .original_max_pos = 8192, .max_pos = 131072},
+      .tied_embeddings = false, .bos_id = -1}},
+};
+
+bool li_llama_synth_known(const char *name) {
+    for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)
+        if (strcmp(synth_configs[i].name, name) == 0) return true;
+    return false;
+}
+
+// Uniform in [-a, a) with a = std * sqrt(3): the variance of N(0, std^2), generated fast.
+static void fill_random(float *p, int64_t n, float std, float mean, li_rng *rng) {
+    float a = std * 1.7320508f;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = mean + a * (float)(2.0 * li_rng_uniform(rng) - 1.0);
+}
+
+static li_status synth_weight(li_llama *m, li_weight *W, int64_t rows, int64_t cols, float std,
+                              float mean, li_rng *rng, bool metadata_only) {
+    W->n_rows = rows;
+    W->n_cols = cols;
+    W->dtype = LI_DTYPE_F32;
+    if (metadata_only) return LI_OK;
+    float *buf = li_alloc((size_t)(rows * cols) * sizeof(float), "synthetic weights");
+    if (!buf) return LI_ERR_OOM;
+    fill_random(buf, rows * cols, std, mean, rng);
+    W->data = buf;
+    return store_own(&m->store, buf);
+}
+
+li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backend *be,
+                         bool metadata_only) {
+    memset(m, 0, sizeof *m);
+    const synth_config *c = NULL;
+    for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)
+        if (strcmp(synth_configs[i].name, name) == 0) c = &synth_configs[i];
+    if (!c) return li_error_set(LI_ERR_INVALID_ARG, "unknown synthetic llama model '%s'", name);
+    m->hp = c->hp;
+    snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "random");
+    li_status rc = prepare(m, be, name);
+    if (rc != LI_OK) goto fail;
+
+    li_rng rng;
+    li_rng_seed(&rng, seed);
+    const li_hparams *hp = &m->hp;
+    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    // Projections get std 1/sqrt(in) so activations stay O(1) through the layers; norms are near
+    // 1 but not exactly, so a test notices a missing norm weight.
+    float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
+#define SYNTH(W, r, c_, std, mean)                                                                \
+    if ((rc = synth_weight(m, W, r, c_, std, mean, &rng, metadata_only)) != LI_OK) goto fail
+    SYNTH(&m->w.tok_embd, V, D, 1.0f, 0.0f);
+    SYNTH(&m->w.out_norm, 1, D, 0.1f, 1.0f);
+    if (hp->tied_embeddings) {
+        m->w.output = m->w.tok_embd;
+    } else {
+        SYNTH(&m->w.output, V, D, sD, 0.0f);
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        li_llama_layer *l = &m->w.layers[il];
+        SYNTH(&l->attn_norm, 1, D, 0.1f, 1.0f);
+        SYNTH(&l->wq, qo, D, sD, 0.0f);
+        SYNTH(&l->wk, kv, D, sD, 0.0f);
+        SYNTH(&l->wv, kv, D, sD, 0.0f);
+        SYNTH(&l->wo, D, qo, sQ, 0.0f);
+        SYNTH(&l->ffn_norm, 1, D, 0.1f, 1.0f);
+        SYNTH(&l->w_gate, F, D, sD, 0.0f);
+        SYNTH(&l->w_up, F, D, sD, 0.0f);
+        SYNTH(&l->w_down, D, F, sF, 0.0f);
+        li_progress("generating weights", il + 1, hp->n_layer);
+    }
+#undef SYNTH
+    m->has_weights = !metadata_only;
+    return LI_OK;
+fail:
+    li_llama_free(m);
+    return rc;
+}
+
+li_status li_llama_load(li_llama *m, const char *path, li_backend *be, bool metadata_only) {
+    memset(m, 0, sizeof *m);
+    li_status rc;
+    if (li_path_is_dir(path))
+        rc = load_hf(m, path, be, metadata_only);
+    else if (li_path_exists(path))
+        rc = load_gguf(m, path, be, metadata_only);
+    else
+        return li_error_set(LI_ERR_IO, "%s: no such file or directory", path);
+    if (rc != LI_OK) {
+        li_llama_free(m);
+        return rc;
+    }
+    m->has_weights = !metadata_only;
+    return LI_OK;
+}
+
+void li_llama_free(li_llama *m) {
+    if (!m) return;
+    for (int i = 0; i < m->store.n_owned; i++) li_free(m->store.owned[i]);
+    free(m->store.owned);
+    li_gguf_close(m->store.gguf);
+    li_safetensors_close(m->store.st);
+    free(m->w.layers);
+    memset(m, 0, sizeof *m);
+}

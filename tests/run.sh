@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tests/run.sh — runs every C test program in $BUILD/tests and every tests/test_*.py (pytest, in
+# the project venv), counts PASS/FAIL lines, and ends with one line "N passed, N failed".
+# A test program that exits non-zero without printing a FAIL line (a crash) counts as one failure.
+set -u
+BUILD=${BUILD:-build/release}
+pass=0; fail=0; failed_names=()
+for t in "$BUILD"/tests/test-*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  echo "== $name"
+  out=$("$t" 2>"$BUILD/tests/$name.stderr"); rc=$?
+  echo "$out" | grep -E "^(PASS|FAIL|SKIP):" || true
+  p=$(echo "$out" | grep -c "^PASS:"); f=$(echo "$out" | grep -c "^FAIL:")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL: $name exited with status $rc"; fi
+  if [ "$f" -ne 0 ]; then failed_names+=("$name"); sed 's/^/  | /' "$BUILD/tests/$name.stderr" | tail -40; fi
+  pass=$((pass + p)); fail=$((fail + f))
+done
+if ls tests/test_*.py >/dev/null 2>&1; then
+  echo "== pytest"
+  out=$(BIN=${BIN:-./lazyinfer} .venv/bin/python -m pytest -q -p no:cacheprovider tests/ 2>&1); rc=$?
+  echo "$out" | tail -30
+  line=$(echo "$out" | grep -E "[0-9]+ (passed|failed)" | tail -1)
+  p=$(echo "$line" | grep -oE "[0-9]+ passed" | grep -oE "[0-9]+" || echo 0)
+  f=$(echo "$line" | grep -oE "[0-9]+ failed" | grep -oE "[0-9]+" || echo 0)
+  e=$(echo "$line" | grep -oE "[0-9]+ error" | grep -oE "[0-9]+" || echo 0)
+  p=${p:-0}; f=$(( ${f:-0} + ${e:-0} ))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ] && [ "$f" -eq 0 ]; then f=1; failed_names+=("pytest"); fi
+  pass=$((pass + p)); fail=$((fail + f))
+fi
+[ ${#failed_names[@]} -gt 0 ] && echo "failed: ${failed_names[*]}"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,448 @@
+// test-model-ref.c — the Llama-family forward pass checked against HF transformers.
+//
+// For every tests/data/ref/*.json (written once by tests/ref/gen_llama_ref.py, see
+// tests/ref/README.md) this loads the case's model through the public API only and compares:
+//   - the last-position logits with the raw float32 file next to the JSON (max relative error
+//     max|a-b| / max|b| and NMSE),
+//   - the top-20 (id, logit) of every prompt position,
+//   - the 64 greedy tokens of li_generate (temperature 0, no EOS stop),
+//   - for cases with a text prompt, li_tokenize(prompt) against HF's prompt ids.
+// It is not a unit test of any one op (tests/test-ops.c does that) and needs no Python or torch:
+// the reference files are committed. Cases whose model lives under the git-ignored models/
+// folder are skipped when the file is absent; a missing committed checkpoint is a failure.
+//
+// Environment: LI_REF_DIR overrides the case folder (default tests/data/ref, relative to the
+// repository root, where tests/run.sh runs the tests); LI_REF_ROOT the folder model paths are
+// relative to (default "."); LI_REF_ONLY=substring runs only matching cases.
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lazyinfer.h"
+#include "test.h"
+
+// Tolerances. Both sides compute in fp32 from the same weights: for GGUF cases transformers
+// dequantises Q4_1/Q8_0 to fp32 exactly as lazyinfer does (the values are multiples of the block
+// scale, representable in fp32), and the tiny checkpoints are stored in fp32. What differs is only
+// the order of fp32 summations (GEMM blocking, softmax, RMSNorm reductions), whose error grows
+// like sqrt(K)·2^-24 per dot product and compounds over layers. gen_llama_ref.py measured the
+// fp32 result of HF against the same model run in float64 and stored it per case
+// ("fp32_vs_fp64_max_rel"): 2e-6 .. 2e-5 for SmolLM2-135M (30 layers), smaller for the tiny models.
+// Two independent fp32 implementations are each that far from the exact result, so 1e-4
+// (≥ 5× the worst measured) leaves room for a different summation order without letting
+// through a real bug: a wrong RoPE pair layout, a missing scaling factor or a wrong norm epsilon
+// changes logits by 1e-2 .. 1 relative.
+#define REL_TOL 1e-4   // max|a-b| / max|b| over a logit row
+#define NMSE_TOL 1e-8  // (REL_TOL)^2: a uniform error at REL_TOL of the largest logit
+#define TOPK 20
+#define MAX_GREEDY 256
+
+typedef struct {
+    char name[256];      // file name without ".json"
+    char model[1024];    // model path, relative to LI_REF_ROOT
+    char *prompt;        // NULL when the case is given as token ids only
+    int32_t *prompt_ids;
+    int n_prompt;
+    int32_t *top_ids;    // (n_prompt, TOPK)
+    float *top_logits;   // (n_prompt, TOPK), descending per position
+    int32_t greedy[MAX_GREEDY];
+    float greedy_margin[MAX_GREEDY];  // ref top-1 minus top-2 logit per step (+inf if absent)
+    int n_greedy;
+    float *last_logits;  // (V,) of position n_prompt-1
+    int n_vocab;
+} ref_case;
+
+static void case_free(ref_case *c) {
+    free(c->prompt);
+    free(c->prompt_ids);
+    free(c->top_ids);
+    free(c->top_logits);
+    free(c->last_logits);
+    memset(c, 0, sizeof(*c));
+}
+
+// Reads a whole file of float32 little-endian values. Returns the count, or -1 with a message.
+static long read_f32_file(const char *path, float **out, char *err, size_t err_size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_size, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    long n = -1;
+    unsigned char *raw = NULL;
+    if (fseek(f, 0, SEEK_END) != 0) goto done;
+    long bytes = ftell(f);
+    if (bytes < 0 || bytes % 4 != 0 || fseek(f, 0, SEEK_SET) != 0) {
+        snprintf(err, err_size, "%s: size %ld is not a whole number of float32", path, bytes);
+        goto done;
+    }
+    raw = malloc(bytes ? (size_t)bytes : 1);
+    float *v = malloc(bytes ? (size_t)bytes : 1);
+    if (!raw || !v || fread(raw, 1, (size_t)bytes, f) != (size_t)bytes) {
+        snprintf(err, err_size, "%s: short read", path);
+        free(v);
+        goto done;
+    }
+    // Little-endian on disk whatever the host is.
+    for (long i = 0; i < bytes / 4; i++) {
+        uint32_t u = (uint32_t)raw[4 * i] | (uint32_t)raw[4 * i + 1] << 8 |
+                     (uint32_t)raw[4 * i + 2] << 16 | (uint32_t)raw[4 * i + 3] << 24;
+        memcpy(&v[i], &u, 4);
+    }
+    *out = v;
+    n = bytes / 4;
+done:
+    free(raw);
+    fclose(f);
+    return n;
+}
+
+static int json_int_array(const json_t *a, int32_t *dst, int max_n) {
+    if (!json_is_array(a) || (int)json_array_size(a) > max_n) return -1;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        if (!json_is_integer(e)) return -1;
+        json_int_t v = json_integer_value(e);
+        if (v < 0 || v > INT32_MAX) return -1;
+        dst[i] = (int32_t)v;
+    }
+    return (int)json_array_size(a);
+}
+
+// Parses <dir>/<name>.json and its logits file. Returns 0, or -1 with a message in err.
+static int case_load(ref_case *c, const char *dir, const char *name, char *err, size_t err_size) {
+    memset(c, 0, sizeof(*c));
+    snprintf(c->name, sizeof(c->name), "%.*s", (int)(strlen(name) - 5), name);
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        snprintf(err, err_size, "%s:%d: %s", path, jerr.line, jerr.text);
+        return -1;
+    }
+    int rc = -1;
+    const char *field = NULL;
+    json_t *model = json_object_get(root, "model"), *prompt = json_object_get(root, "prompt");
+    json_t *ids = json_object_get(root, "prompt_ids"), *top = json_object_get(root, "top20");
+    json_t *greedy = json_object_get(root, "greedy"), *lf = json_object_get(root, "logits_file");
+    json_t *margins = json_object_get(root, "greedy_margins");
+    if (!json_is_string(model)) { field = "model"; goto bad; }
+    snprintf(c->model, sizeof(c->model), "%s", json_string_value(model));
+    if (json_is_string(prompt)) {
+        c->prompt = strdup(json_string_value(prompt));
+    } else if (prompt && !json_is_null(prompt)) {
+        field = "prompt";
+        goto bad;
+    }
+    if (!json_is_array(ids) || json_array_size(ids) == 0) { field = "prompt_ids"; goto bad; }
+    c->n_prompt = (int)json_array_size(ids);
+    c->prompt_ids = malloc(sizeof(int32_t) * c->n_prompt);
+    if (!c->prompt_ids) { field = "prompt_ids (out of memory)"; goto bad; }
+    if (json_int_array(ids, c->prompt_ids, c->n_prompt) != c->n_prompt) { field = "prompt_ids"; goto bad; }
+    c->n_greedy = json_int_array(greedy, c->greedy, MAX_GREEDY);
+    if (c->n_greedy <= 0) { field = "greedy"; goto bad; }
+    for (int i = 0; i < c->n_greedy; i++) c->greedy_margin[i] = INFINITY;
+    if (margins) {
+        if (!json_is_array(margins) || (int)json_array_size(margins) != c->n_greedy) {
+            field = "greedy_margins";
+            goto bad;
+        }
+        for (int i = 0; i < c->n_greedy; i++) {
+            json_t *e = json_array_get(margins, i);
+            if (!json_is_number(e)) { field = "greedy_margins"; goto bad; }
+            c->greedy_margin[i] = (float)json_number_value(e);
+        }
+    }
+    // top20: [[[id, logit], ...TOPK] per prompt position]
+    if (!json_is_array(top) || (int)json_array_size(top) != c->n_prompt) { field = "top20"; goto bad; }
+    c->top_ids = malloc(sizeof(int32_t) * c->n_prompt * TOPK);
+    c->top_logits = malloc(sizeof(float) * c->n_prompt * TOPK);
+    if (!c->top_ids || !c->top_logits) { field = "top20 (out of memory)"; goto bad; }
+    for (int p = 0; p < c->n_prompt; p++) {
+        json_t *row = json_array_get(top, p);
+        if (!json_is_array(row) || json_array_size(row) != TOPK) { field = "top20 row"; goto bad; }
+        for (int k = 0; k < TOPK; k++) {
+            json_t *pair = json_array_get(row, k);
+            json_t *id = json_array_get(pair, 0), *lg = json_array_get(pair, 1);
+            if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_integer(id) ||
+                !json_is_number(lg) || json_integer_value(id) < 0) {
+                field = "top20 entry";
+                goto bad;
+            }
+            c->top_ids[p * TOPK + k] = (int32_t)json_integer_value(id);
+            c->top_logits[p * TOPK + k] = (float)json_number_value(lg);
+        }
+    }
+    if (!json_is_string(lf) || strchr(json_string_value(lf), '/')) { field = "logits_file"; goto bad; }
+    snprintf(path, sizeof(path), "%s/%s", dir, json_string_value(lf));
+    long n = read_f32_file(path, &c->last_logits, err, err_size);
+    if (n < 0) goto done;
+    if (n < TOPK) {
+        snprintf(err, err_size, "%s: %ld logits, fewer than %d", path, n, TOPK);
+        goto done;
+    }
+    c->n_vocab = (int)n;
+    for (int p = 0; p < c->n_prompt; p++)
+        for (int k = 0; k < TOPK; k++)
+            if (c->top_ids[p * TOPK + k] >= c->n_vocab) { field = "top20 id >= n_vocab"; goto bad; }
+    for (int i = 0; i < c->n_greedy; i++)
+        if (c->greedy[i] >= c->n_vocab) { field = "greedy id >= n_vocab"; goto bad; }
+    rc = 0;
+    goto done;
+bad:
+    snprintf(err, err_size, "%s/%s.json: field \"%s\" missing or malformed", dir, c->name, field);
+done:
+    json_decref(root);
+    if (rc != 0) case_free(c);
+    return rc;
+}
+
+// max|a-b| / max|b| over n values.
+static double max_rel_err(const float *a, const float *ref, long n) {
+    double num = 0, den = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
+        if (fabs(ref[i]) > den) den = fabs(ref[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+// Indices of the k largest values of row (n,), descending, ties broken by the lower index.
+// O(n·k) insertion: n ≤ 49152, k = 20, once per position.
+static void top_k(const float *row, int n, int k, int32_t *out) {
+    for (int j = 0; j < k; j++) out[j] = -1;
+    for (int i = 0; i < n; i++) {
+        int j = k;
+        while (j > 0 && (out[j - 1] < 0 || row[i] > row[out[j - 1]])) j--;
+        if (j >= k) continue;
+        memmove(&out[j + 1], &out[j], sizeof(int32_t) * (k - 1 - j));
+        out[j] = i;
+    }
+}
+
+// Compares one position's logits (V,) with the reference top-20. tol is absolute.
+// Every reference entry's logit must be within tol; our ranking must match the reference
+// ranking except where two candidates are within 2·tol of each other (an fp32 near-tie, whose
+// order neither side can claim). Returns the number of violations, printing the first few.
+static int check_top20(const ref_case *c, int p, const float *row, double tol) {
+    const int32_t *rid = &c->top_ids[p * TOPK];
+    const float *rlg = &c->top_logits[p * TOPK];
+    int32_t ours[TOPK];
+    top_k(row, c->n_vocab, TOPK, ours);
+    int bad = 0;
+    for (int k = 0; k < TOPK; k++) {
+        double d = fabs((double)row[rid[k]] - rlg[k]);
+        if (!(d <= tol)) {
+            if (bad++ < 3)
+                fprintf(stderr, "    %s pos %d rank %d: id %d logit %.6f, ref %.6f (|d| %.3g > %.3g)\n",
+                        c->name, p, k, rid[k], row[rid[k]], rlg[k], d, tol);
+        }
+        if (ours[k] != rid[k] && !(fabs((double)row[ours[k]] - row[rid[k]]) <= 2 * tol)) {
+            if (bad++ < 3)
+                fprintf(stderr, "    %s pos %d rank %d: id %d (%.6f), ref id %d (%.6f here)\n",
+                        c->name, p, k, ours[k], row[ours[k]], rid[k], row[rid[k]]);
+        }
+    }
+    return bad;
+}
+
+typedef struct {
+    int32_t toks[MAX_GREEDY];
+    int n;
+} collected;
+
+static bool collect_token(void *user, int32_t token) {
+    collected *col = user;
+    if (col->n < MAX_GREEDY) col->toks[col->n] = token;
+    col->n++;
+    return true;
+}
+
+static bool file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void run_case(ref_case *c, const char *root) {
+    char tname[512], model_path[2048];
+    snprintf(model_path, sizeof(model_path), "%s/%s", root, c->model);
+    if (!file_exists(model_path)) {
+        snprintf(tname, sizeof(tname), "ref %s", c->name);
+        // Committed checkpoints must be there; models/ is git-ignored and fetched by setup.
+        if (strncmp(c->model, "models/", 7) == 0) {
+            TEST_SKIP(tname, "%s absent (run make setup to fetch it)", model_path);
+        } else {
+            TEST_BEGIN(tname);
+            CHECK(0, "%s: committed checkpoint missing", model_path);
+            TEST_END();
+        }
+        return;
+    }
+
+    li_model_params mp = li_model_default_params();
+    mp.path = model_path;
+    mp.n_ctx = c->n_prompt + c->n_greedy;  // both the eval and prompt + generated tokens fit
+    mp.max_seqs = 1;
+    li_model *m = NULL;
+    snprintf(tname, sizeof(tname), "ref %s: load", c->name);
+    TEST_BEGIN(tname);
+    li_status st = li_model_load(&m, &mp);
+    CHECK(st == LI_OK, "li_model_load(%s): %s: %s", model_path, li_status_str(st), li_last_error());
+    if (st == LI_OK) {
+        li_model_info info;
+        li_model_get_info(m, &info);
+        CHECK(info.n_vocab == c->n_vocab, "n_vocab %d, reference logits have %d", info.n_vocab,
+              c->n_vocab);
+        if (info.n_vocab != c->n_vocab) st = LI_ERR_FORMAT;
+    }
+    TEST_END();
+    if (st != LI_OK) {
+        li_model_free(m);
+        return;
+    }
+
+    if (c->prompt) {
+        snprintf(tname, sizeof(tname), "ref %s: tokenize", c->name);
+        TEST_BEGIN(tname);
+        int32_t *ids = NULL;
+        int n = 0;
+        // add_bos=true means "as the model wants", which is what HF's add_special_tokens=True did.
+        st = li_tokenize(m, c->prompt, strlen(c->prompt), true, true, &ids, &n);
+        CHECK(st == LI_OK, "li_tokenize: %s: %s", li_status_str(st), li_last_error());
+        if (st == LI_OK) {
+            CHECK(n == c->n_prompt, "%d ids, HF has %d", n, c->n_prompt);
+            int first = -1;
+            for (int i = 0; i < n && i < c->n_prompt; i++)
+                if (ids[i] != c->prompt_ids[i]) {
+                    first = i;
+                    break;
+                }
+            CHECK(first < 0, "first difference at %d: %d vs HF %d", first,
+                  first >= 0 ? ids[first] : 0, first >= 0 ? c->prompt_ids[first] : 0);
+        }
+        li_free_tokens(ids);
+        TEST_END();
+    }
+
+    // Logits of every prompt position.
+    snprintf(tname, sizeof(tname), "ref %s: logits T=%d V=%d", c->name, c->n_prompt, c->n_vocab);
+    TEST_BEGIN(tname);
+    float *logits = malloc(sizeof(float) * (size_t)c->n_prompt * c->n_vocab);
+    st = logits ? li_eval_logits(m, c->prompt_ids, c->n_prompt, logits) : LI_ERR_OOM;
+    CHECK(st == LI_OK, "li_eval_logits: %s: %s", li_status_str(st), li_last_error());
+    if (st == LI_OK) {
+        const float *last = &logits[(size_t)(c->n_prompt - 1) * c->n_vocab];
+        double rel = max_rel_err(last, c->last_logits, c->n_vocab);
+        double nmse = test_nmse(last, c->last_logits, c->n_vocab);
+        printf("  %s: last-position max rel err %.3g, nmse %.3g\n", c->name, rel, nmse);
+        CHECK(!test_has_nan(logits, (long)c->n_prompt * c->n_vocab), "NaN in logits");
+        CHECK(rel <= REL_TOL, "last-position max|a-b|/max|b| = %.3g > %.1g", rel, REL_TOL);
+        CHECK(nmse <= NMSE_TOL, "last-position nmse = %.3g > %.1g", nmse, NMSE_TOL);
+        int bad_pos = 0;
+        for (int p = 0; p < c->n_prompt; p++) {
+            // Scale of the row: the largest |logit| the reference recorded for this position
+            // (the full row at the last position, the top-20 elsewhere).
+            double scale = 0;
+            if (p == c->n_prompt - 1) {
+                for (int i = 0; i < c->n_vocab; i++)
+                    if (fabs(c->last_logits[i]) > scale) scale = fabs(c->last_logits[i]);
+            } else {
+                for (int k = 0; k < TOPK; k++)
+                    if (fabs(c->top_logits[p * TOPK + k]) > scale)
+                        scale = fabs(c->top_logits[p * TOPK + k]);
+            }
+            if (scale < 1) scale = 1;
+            if (check_top20(c, p, &logits[(size_t)p * c->n_vocab], REL_TOL * scale)) bad_pos++;
+        }
+        CHECK(bad_pos == 0, "top-20 differs at %d of %d positions", bad_pos, c->n_prompt);
+    }
+    free(logits);
+    TEST_END();
+
+    // Greedy generation.
+    snprintf(tname, sizeof(tname), "ref %s: greedy %d", c->name, c->n_greedy);
+    TEST_BEGIN(tname);
+    li_generate_params gp = li_generate_default_params();
+    gp.n_predict = c->n_greedy;
+    gp.sampling.temperature = 0;
+    gp.stop_at_eos = false;
+    gp.on_token = collect_token;
+    collected col = {.n = 0};
+    gp.user = &col;
+    li_generate_stats gs;
+    st = li_generate(m, c->prompt_ids, c->n_prompt, &gp, &gs);
+    CHECK(st == LI_OK, "li_generate: %s: %s", li_status_str(st), li_last_error());
+    if (st == LI_OK) {
+        CHECK(col.n == c->n_greedy, "%d tokens generated, expected %d", col.n, c->n_greedy);
+        int first = -1;
+        for (int i = 0; i < col.n && i < c->n_greedy; i++)
+            if (col.toks[i] != c->greedy[i]) {
+                first = i;
+                break;
+            }
+        // A divergence is only excusable right where HF itself had an fp32 near-tie between its
+        // top two candidates (margin within the logit tolerance); after that the texts differ
+        // legitimately. gen_llama_ref.py picks prompts without such ties, so this is rare.
+        double scale = 1;  // logit scale of this model: max|logit| of the last prompt position
+        for (int i = 0; i < c->n_vocab; i++)
+            if (fabs(c->last_logits[i]) > scale) scale = fabs(c->last_logits[i]);
+        double tie_tol = 2 * REL_TOL * scale;
+        if (first >= 0 && c->greedy_margin[first] <= tie_tol) {
+            printf("  %s: greedy diverges at step %d where HF's top-2 margin is %.3g (near-tie)\n",
+                   c->name, first, c->greedy_margin[first]);
+        } else {
+            CHECK(first < 0, "first difference at step %d: %d vs HF %d (HF margin %.3g)", first,
+                  first >= 0 ? col.toks[first] : 0, first >= 0 ? c->greedy[first] : 0,
+                  first >= 0 ? c->greedy_margin[first] : 0.0);
+        }
+    }
+    TEST_END();
+    li_model_free(m);
+}
+
+static int json_name_filter(const struct dirent *e) {
+    size_t n = strlen(e->d_name);
+    return n > 5 && strcmp(e->d_name + n - 5, ".json") == 0;
+}
+
+int main(void) {
+    const char *dir = getenv("LI_REF_DIR") ? getenv("LI_REF_DIR") : "tests/data/ref";
+    const char *root = getenv("LI_REF_ROOT") ? getenv("LI_REF_ROOT") : ".";
+    const char *only = getenv("LI_REF_ONLY");
+
+    struct dirent **names = NULL;
+    int n = scandir(dir, &names, json_name_filter, alphasort);
+    TEST_BEGIN("ref cases present");
+    CHECK(n > 0, "no *.json cases in %s (%s); run from the repository root", dir,
+          n < 0 ? strerror(errno) : "empty");
+    TEST_END();
+    for (int i = 0; i < n; i++) {
+        if (only && !strstr(names[i]->d_name, only)) {
+            free(names[i]);
+            continue;
+        }
+        ref_case c;
+        char err[2048];
+        char tname[512];
+        snprintf(tname, sizeof(tname), "ref %s: read", names[i]->d_name);
+        if (case_load(&c, dir, names[i]->d_name, err, sizeof(err)) != 0) {
+            TEST_BEGIN(tname);
+            CHECK(0, "%s", err);
+            TEST_END();
+        } else {
+            run_case(&c, root);
+            case_free(&c);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return test_summary();
+}

@@ -1,0 +1,460 @@
+// lazyinfer.c — the command-line tool: `lazyinfer <subcommand> [options]`.
+//
+//   generate   prompt → completion on stdout, speeds on stderr
+//   tokenize   text → token ids
+//   info       architecture, shapes, dtype, parameter count
+//   bench      benchmarks (bench generate: pp512 / tg128, mean ± std)
+//
+// Every subcommand has --help; an unknown flag is an error naming it. Only this file (and the
+// tests) call exit(). Long work shows progress on stderr when it is a terminal.
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/engine/engine.h"
+#include "lazyinfer.h"
+
+#define DEFAULT_MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+// ---- option parsing ----------------------------------------------------------------------------
+
+typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64 } opt_kind;
+
+typedef struct {
+    const char *long_name;  // "--temp"
+    const char *short_name; // "-n" or NULL
+    opt_kind kind;
+    void *dst;
+    const char *help;
+} opt;
+
+static void print_usage(const char *usage, const opt *opts, int n_opts) {
+    printf("%s\n\noptions:\n", usage);
+    for (int i = 0; i < n_opts; i++) {
+        char names[64];
+        snprintf(names, sizeof names, "%s%s%s", opts[i].short_name ? opts[i].short_name : "",
+                 opts[i].short_name ? ", " : "", opts[i].long_name);
+        printf("  %-22s %s\n", names, opts[i].help);
+    }
+    printf("  %-22s %s\n", "-h, --help", "show this help");
+}
+
+static bool parse_value(const opt *o, const char *v) {
+    char *end;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_STR: *(const char **)o->dst = v; return true;
+    case OPT_INT: {
+        long x = strtol(v, &end, 10);
+        if (*v == 0 || *end || errno || x < INT_MIN || x > INT_MAX) return false;
+        *(int *)o->dst = (int)x;
+        return true;
+    }
+    case OPT_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*v == 0 || *end || errno || *v == '-') return false;
+        *(uint64_t *)o->dst = x;
+        return true;
+    }
+    case OPT_FLOAT: {
+        float x = strtof(v, &end);
+        if (*v == 0 || *end || errno || !isfinite(x)) return false;
+        *(float *)o->dst = x;
+        return true;
+    }
+    case OPT_FLAG: break;
+    }
+    return false;
+}
+
+// Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
+// on, 1 after --help (printed), 2 on a usage error (printed).
+static int parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
+                      const char **pos, int max_pos, int *n_pos) {
+    *n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            print_usage(usage, opts, n_opts);
+            return 1;
+        }
+        if (a[0] == '-' && a[1] != 0) {
+            const opt *o = NULL;
+            for (int k = 0; k < n_opts && !o; k++)
+                if (!strcmp(a, opts[k].long_name) ||
+                    (opts[k].short_name && !strcmp(a, opts[k].short_name)))
+                    o = &opts[k];
+            if (!o) {
+                fprintf(stderr, "lazyinfer %s: unknown option '%s' (see --help)\n", argv[0], a);
+                return 2;
+            }
+            if (o->kind == OPT_FLAG) {
+                *(bool *)o->dst = true;
+                continue;
+            }
+            if (i + 1 >= argc) {
+                fprintf(stderr, "lazyinfer %s: option '%s' needs a value\n", argv[0], a);
+                return 2;
+            }
+            if (!parse_value(o, argv[++i])) {
+                fprintf(stderr, "lazyinfer %s: bad value '%s' for option '%s'\n", argv[0], argv[i], a);
+                return 2;
+            }
+            continue;
+        }
+        if (*n_pos >= max_pos) {
+            fprintf(stderr, "lazyinfer %s: unexpected argument '%s' (see --help)\n", argv[0], a);
+            return 2;
+        }
+        pos[(*n_pos)++] = a;
+    }
+    return 0;
+}
+
+// The model setup fetched: models/ next to the binary, else under the working directory.
+static const char *default_model(void) {
+    static char path[PATH_MAX + sizeof DEFAULT_MODEL_REL + 1];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/%s", exe, DEFAULT_MODEL_REL);
+            if (access(path, R_OK) == 0) return path;
+        }
+    }
+    return DEFAULT_MODEL_REL;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "lazyinfer: %s: %s\n", what, li_last_error());
+    return 1;
+}
+
+// ---- generate ----------------------------------------------------------------------------------
+
+typedef struct {
+    li_model *m;
+    bool ok;
+} print_ctx;
+
+static bool print_token(void *user, int32_t tok) {
+    print_ctx *pc = user;
+    char buf[256];
+    size_t len;
+    if (li_token_to_piece(pc->m, tok, buf, sizeof buf, &len) != LI_OK) {
+        pc->ok = false;
+        return false;
+    }
+    if (len > sizeof buf) len = sizeof buf;
+    fwrite(buf, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+typedef struct {
+    const char *model, *prompt, *system, *tokenizer, *chat_template;
+    int n_predict, n_threads, n_ctx;
+    li_sampling_params sp;
+    bool chat, ignore_eos;
+} gen_args;
+
+// Tokenises the prompt: raw (with BOS when the model wants it) or through the chat format.
+static li_status prompt_tokens(li_model *m, const gen_args *a, int32_t **ids, int *n) {
+    if (!a->chat) return li_tokenize(m, a->prompt, strlen(a->prompt), true, false, ids, n);
+    char *text;
+    LI_TRY(li_chat_render(m, a->system, a->prompt, &text));
+    li_status rc = li_tokenize(m, text, strlen(text), false, true, ids, n);
+    free(text);
+    return rc;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    gen_args a = {.n_predict = 128, .sp = li_sampling_default_params()};
+    const opt opts[] = {
+        {"--model", "-m", OPT_STR, &a.model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
+        {"--prompt", "-p", OPT_STR, &a.prompt, "prompt text (required)"},
+        {"--n-predict", "-n", OPT_INT, &a.n_predict, "tokens to generate (default 128)"},
+        {"--temp", NULL, OPT_FLOAT, &a.sp.temperature, "temperature, 0 = greedy (default 0.8)"},
+        {"--top-k", NULL, OPT_INT, &a.sp.top_k, "top-k, 0 = off (default 40)"},
+        {"--top-p", NULL, OPT_FLOAT, &a.sp.top_p, "top-p, 1 = off (default 0.95)"},
+        {"--min-p", NULL, OPT_FLOAT, &a.sp.min_p, "min-p, 0 = off (default 0.05)"},
+        {"--seed", NULL, OPT_U64, &a.sp.seed, "sampling seed (default 0)"},
+        {"--chat", NULL, OPT_FLAG, &a.chat, "format the prompt as a user message with the model's chat format"},
+        {"--system", NULL, OPT_STR, &a.system, "system message for --chat"},
+        {"--chat-template", NULL, OPT_STR, &a.chat_template, "chat format override: llama3, chatml, llada"},
+        {"--tokenizer", NULL, OPT_STR, &a.tokenizer, "tokenizer.json to use instead of the model's"},
+        {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
+        {"--ctx-size", "-c", OPT_INT, &a.n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = parse_args(argc, argv, "usage: lazyinfer generate -m MODEL -p PROMPT [options]", opts,
+                       sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    if (!a.prompt) {
+        fprintf(stderr, "lazyinfer generate: -p PROMPT is required (see --help)\n");
+        return 2;
+    }
+    if (a.n_predict < 0 || a.n_threads < 0 || a.n_ctx < 0 || a.sp.top_k < 0) {
+        fprintf(stderr, "lazyinfer generate: -n, -t, -c and --top-k must not be negative\n");
+        return 2;
+    }
+    li_model_params mp = li_model_default_params();
+    mp.path = a.model ? a.model : default_model();
+    mp.tokenizer_path = a.tokenizer;
+    mp.chat_template = a.chat_template;
+    mp.n_threads = a.n_threads;
+    mp.n_ctx = a.n_ctx;
+    li_model *m;
+    if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+    int32_t *ids = NULL;
+    int n = 0;
+    if (prompt_tokens(m, &a, &ids, &n) != LI_OK) {
+        li_model_free(m);
+        return fail("cannot tokenize the prompt");
+    }
+    print_ctx pc = {m, true};
+    li_generate_params gp = li_generate_default_params();
+    gp.n_predict = a.n_predict;
+    gp.sampling = a.sp;
+    gp.stop_at_eos = !a.ignore_eos;
+    gp.on_token = print_token;
+    gp.user = &pc;
+    li_generate_stats st = {0};
+    li_status rc = a.n_predict > 0 ? li_generate(m, ids, n, &gp, &st) : LI_OK;
+    printf("\n");
+    li_free_tokens(ids);
+    if (rc != LI_OK || !pc.ok) {
+        li_model_free(m);
+        return fail("generation failed");
+    }
+    fprintf(stderr, "prompt: %d tokens in %.1f ms (%.1f tokens/s)\n", st.n_prompt, st.prompt_ms,
+            st.prompt_ms > 0 ? 1e3 * st.n_prompt / st.prompt_ms : 0.0);
+    fprintf(stderr, "generation: %d tokens in %.1f ms (%.1f tokens/s)\n", st.n_generated,
+            st.generate_ms, st.generate_ms > 0 ? 1e3 * st.n_generated / st.generate_ms : 0.0);
+    li_model_free(m);
+    return 0;
+}
+
+// ---- tokenize ----------------------------------------------------------------------------------
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL;
+    bool add_bos = false, no_special = false;
+    const opt opts[] = {
+        {"--model", "-m", OPT_STR, &model, "model (as for generate) or a tokenizer.json file"},
+        {"--add-bos", NULL, OPT_FLAG, &add_bos, "prepend BOS when the tokenizer wants one"},
+        {"--no-special", NULL, OPT_FLAG, &no_special, "treat special-token text as plain text"},
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = parse_args(argc, argv, "usage: lazyinfer tokenize -m MODEL_OR_TOKENIZER_JSON TEXT", opts,
+                       sizeof opts / sizeof opts[0], pos, 1, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    if (n_pos != 1) {
+        fprintf(stderr, "lazyinfer tokenize: expected one TEXT argument (see --help)\n");
+        return 2;
+    }
+    if (!model) model = default_model();
+    int32_t *ids = NULL;
+    int n = 0;
+    li_status rc;
+    li_tokenizer *tok = NULL;
+    li_model *m = NULL;
+    if (ends_with(model, ".json")) {
+        char cfg[PATH_MAX];
+        const char *slash = strrchr(model, '/');
+        snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", slash ? (int)(slash - model) : 1,
+                 slash ? model : ".");
+        rc = li_tokenizer_load_json(&tok, model, li_path_exists(cfg) ? cfg : NULL);
+        if (rc != LI_OK) return fail("cannot load the tokenizer");
+        rc = li_tokenizer_encode(tok, pos[0], strlen(pos[0]), add_bos, !no_special, &ids, &n);
+    } else {
+        li_model_params mp = li_model_default_params();
+        mp.path = model;
+        mp.metadata_only = true;
+        if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+        rc = li_tokenize(m, pos[0], strlen(pos[0]), add_bos, !no_special, &ids, &n);
+    }
+    if (rc == LI_OK) {
+        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    li_tokenizer_free(tok);
+    li_model_free(m);
+    return rc == LI_OK ? 0 : fail("cannot tokenize");
+}
+
+// ---- info --------------------------------------------------------------------------------------
+
+static int cmd_info(int argc, char **argv) {
+    const char *model = NULL;
+    const opt opts[] = {
+        {"--model", "-m", OPT_STR, &model, "HF directory, .gguf file or synth:NAME[:SEED]"},
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = parse_args(argc, argv, "usage: lazyinfer info -m MODEL", opts, 1, pos, 0, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    li_model_params mp = li_model_default_params();
+    mp.path = model ? model : default_model();
+    mp.metadata_only = true;
+    li_model *m;
+    if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+    li_model_info in;
+    li_model_get_info(m, &in);
+    printf("model:          %s\n", mp.path);
+    printf("name:           %s\n", in.name);
+    printf("architecture:   %s\n", in.arch);
+    printf("layers:         %d\n", in.n_layer);
+    printf("embedding:      %d\n", in.n_embd);
+    printf("ffn:            %d\n", in.n_ff);
+    printf("heads:          %d (kv %d, GQA %d:1), head dim %d\n", in.n_head, in.n_head_kv,
+           in.n_head / in.n_head_kv, in.head_dim);
+    printf("vocab:          %d\n", in.n_vocab);
+    printf("context:        %d (trained)\n", in.n_ctx_train);
+    printf("rope:           theta %g, scaling %s\n", in.rope_theta, in.rope_scaling);
+    printf("rms eps:        %g\n", in.rms_eps);
+    printf("tied embedding: %s\n", in.tied_embeddings ? "yes" : "no");
+    printf("weights dtype:  %s (computed in %s)\n", in.weight_dtype, in.compute_dtype);
+    printf("parameters:     %lld (%.1f M)\n", (long long)in.n_params, in.n_params / 1e6);
+    li_model_free(m);
+    return 0;
+}
+
+// ---- bench -------------------------------------------------------------------------------------
+
+static void mean_std(const double *x, int n, double *mean, double *std) {
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) ss += (x[i] - *mean) * (x[i] - *mean);
+    *std = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}
+
+// pp: prompt processing of n_pp random tokens; tg: n_tg greedy tokens after a 1-token prompt,
+// both as llama-bench defines them (tokens/s, mean ± std over reps runs after one warm-up).
+static int cmd_bench_generate(int argc, char **argv) {
+    const char *model = NULL;
+    int n_pp = 512, n_tg = 128, reps = 3, n_threads = 0;
+    const opt opts[] = {
+        {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
+        {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
+        {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
+        {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
+        {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = parse_args(argc, argv, "usage: lazyinfer bench generate [-m MODEL] [-p N] [-n N] [-r N] [-t N]",
+                       opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    if (n_pp < 1 || n_tg < 1 || reps < 1 || reps > 1000 || n_threads < 0) {
+        fprintf(stderr, "lazyinfer bench generate: -p, -n and -r must be >= 1\n");
+        return 2;
+    }
+    li_model_params mp = li_model_default_params();
+    mp.path = model ? model : default_model();
+    mp.n_threads = n_threads;
+    mp.n_ctx = n_pp > n_tg + 1 ? n_pp : n_tg + 1;
+    li_model *m;
+    if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+    li_model_info in;
+    li_model_get_info(m, &in);
+    int32_t *toks = malloc((size_t)n_pp * sizeof *toks);
+    double *pp = malloc((size_t)reps * sizeof *pp), *tg = malloc((size_t)reps * sizeof *tg);
+    li_rng rng;
+    li_rng_seed(&rng, 1234);
+    for (int i = 0; i < n_pp; i++) toks[i] = (int32_t)(li_rng_u64(&rng) % (uint64_t)in.n_vocab);
+    li_generate_params gp = li_generate_default_params();
+    gp.sampling.temperature = 0;
+    gp.stop_at_eos = false;
+    int status = 0;
+    for (int rep = -1; rep < reps; rep++) {  // rep -1: warm-up
+        li_generate_stats st;
+        gp.n_predict = 1;
+        if (li_generate(m, toks, n_pp, &gp, &st) != LI_OK) { status = fail("pp run"); break; }
+        double pp_tps = 1e3 * n_pp / st.prompt_ms;
+        gp.n_predict = n_tg;
+        if (li_generate(m, toks, 1, &gp, &st) != LI_OK) { status = fail("tg run"); break; }
+        // tg: n_tg sampled tokens need n_tg - 1 decode steps after the prompt.
+        double tg_tps = 1e3 * (st.n_generated - 1) / st.generate_ms;
+        if (rep >= 0) {
+            pp[rep] = pp_tps;
+            tg[rep] = tg_tps;
+        }
+        li_progress("bench", rep + 2, reps + 1);
+    }
+    if (!status) {
+        double pm, ps, tm, ts;
+        mean_std(pp, reps, &pm, &ps);
+        mean_std(tg, reps, &tm, &ts);
+        int th = m->be->n_threads;
+        printf("| model | params | weights | threads | test | t/s |\n|---|---|---|---|---|---|\n");
+        printf("| %s | %.1f M | %s→%s | %d | pp%d | %.2f ± %.2f |\n", in.name, in.n_params / 1e6,
+               in.weight_dtype, in.compute_dtype, th, n_pp, pm, ps);
+        printf("| %s | %.1f M | %s→%s | %d | tg%d | %.2f ± %.2f |\n", in.name, in.n_params / 1e6,
+               in.weight_dtype, in.compute_dtype, th, n_tg, tm, ts);
+    }
+    free(toks);
+    free(pp);
+    free(tg);
+    li_model_free(m);
+    return status;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        printf("usage: lazyinfer bench generate [options]\n\n"
+               "  generate   prompt processing (pp512) and generation (tg128) tokens/s\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "generate")) return cmd_bench_generate(argc - 1, argv + 1);
+    fprintf(stderr, "lazyinfer bench: unknown benchmark '%s' (see --help)\n", argv[1]);
+    return 2;
+}
+
+// ---- main --------------------------------------------------------------------------------------
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: lazyinfer <command> [options]   (lazyinfer <command> --help for details)\n\n"
+               "commands:\n"
+               "  generate   generate a completion for a prompt\n"
+               "  tokenize   print the token ids of a text\n"
+               "  info       print a model's architecture, shapes, dtype and parameter count\n"
+               "  bench      run a benchmark (bench generate)\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (getenv("LAZYINFER_VERBOSE")) li_log_set_level(LI_LOG_DEBUG);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "lazyinfer: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
