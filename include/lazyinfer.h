@@ -38,6 +38,8 @@ typedef struct {
     const char *path;            // HF directory, .gguf file, or "synth:NAME[:SEED]"
     const char *tokenizer_path;  // optional tokenizer.json overriding the model's (NULL: none)
     const char *chat_template;   // optional override: "llama3", "chatml", "llada" (NULL: detect)
+    const char *backend;         // "cpu" (default) or "cpu-ref" (the scalar fp64 oracle: slow,
+                                 // for tests and debugging)
     int n_threads;               // CPU worker threads (0: all cores)
     int n_ctx;                   // max tokens per sequence (0: the model's trained context)
     int page_size;               // KV page size in tokens (0: 16)

@@ -231,6 +231,7 @@ static int cmd_generate(int argc, char **argv) {
     li_generate_stats st = {0};
     li_status rc = a.n_predict > 0 ? li_generate(m, ids, n, &gp, &st) : LI_OK;
     printf("\n");
+    fflush(stdout);
     li_free_tokens(ids);
     if (rc != LI_OK || !pc.ok) {
         li_model_free(m);

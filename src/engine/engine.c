@@ -35,7 +35,7 @@ static bool parse_synth(const char *path, char *name, size_t name_size, uint64_t
         char *end;
         unsigned long long v = strtoull(colon + 1, &end, 10);
         if (!colon[1] || *end) {
-            *rc = li_error_set(LI_ERR_INVALID_ARG, "'%s': seed '%s' is not a number", path, colon + 1);
+            *rc = li_error_set(LI_ERR_INVALID_ARG, "%s: seed '%s' is not a number", path, colon + 1);
             return true;
         }
         *seed = v;
@@ -78,7 +78,15 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     if (rc != LI_OK) goto fail;
     m->metadata_only = p->metadata_only;
 
-    if ((rc = li_backend_cpu_init(&m->be, p->n_threads)) != LI_OK) goto fail;
+    if (!p->backend || !strcmp(p->backend, "cpu")) {
+        rc = li_backend_cpu_init(&m->be, p->n_threads);
+    } else if (!strcmp(p->backend, "cpu-ref")) {
+        rc = li_backend_cpu_ref_init(&m->be);
+    } else {
+        rc = li_error_set(LI_ERR_INVALID_ARG, "unknown backend '%s' (known: cpu, cpu-ref)",
+                          p->backend);
+    }
+    if (rc != LI_OK) goto fail;
     if (is_synth) {
         if (!li_llama_synth_known(synth_name)) {
             rc = li_error_set(LI_ERR_INVALID_ARG,
@@ -135,7 +143,6 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     *out = m;
     return LI_OK;
 fail:
-    li_error_wrap(rc, "loading %s: ", p->path);
     li_model_free(m);
     return rc;
 }

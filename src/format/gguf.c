@@ -436,6 +436,9 @@ static li_status parse(li_gguf *g) {
     // Data section: the end of the tensor infos rounded up to the alignment.
     uint64_t pad = (g->alignment - r.pos % g->alignment) % g->alignment;
     g->data_offset = r.pos + pad;
+    // As llama.cpp requires: tensors lie in info order, each at the end of the previous one
+    // rounded up to the alignment. So a lying type or shape shows up as a misplaced successor.
+    uint64_t expect = 0;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         li_gguf_tensor *t = &g->tensors[i];
         uint64_t begin, end;
@@ -443,6 +446,17 @@ static li_status parse(li_gguf *g) {
             st = li_error_set(LI_ERR_FORMAT, "%s: tensor '%s' data offset %" PRIu64
                               " is not a multiple of the alignment %" PRIu64,
                               g->name, t->name, offsets[i], g->alignment);
+            goto free_offsets;
+        }
+        if (offsets[i] != expect) {
+            if (i == 0)
+                st = li_error_set(LI_ERR_FORMAT, "%s: first tensor '%s' has data offset %" PRIu64
+                                  " (must be 0)", g->name, t->name, offsets[i]);
+            else
+                st = li_error_set(LI_ERR_FORMAT, "%s: tensor '%s' has data offset %" PRIu64
+                                  " but tensor '%s' before it ends at %" PRIu64 " (padded to "
+                                  "the alignment): a wrong type, shape or offset", g->name,
+                                  t->name, offsets[i], g->tensors[i - 1].name, expect);
             goto free_offsets;
         }
         if (li_add_overflows(g->data_offset, offsets[i], &begin) ||
@@ -453,6 +467,9 @@ static li_status parse(li_gguf *g) {
             goto free_offsets;
         }
         t->data = g->data + begin;
+        // end ≤ size, so the padded running offset cannot overflow
+        expect = offsets[i] + t->n_bytes;
+        expect += (g->alignment - expect % g->alignment) % g->alignment;
     }
 free_offsets:
     li_free(offsets);
@@ -760,9 +777,16 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
     hp->n_head_kv = hp->n_head;
     LI_TRY(get_int(g, arch_key(k, sizeof k, arch, "attention.head_count_kv"), false,
                    &hp->n_head_kv));
-    hp->head_dim = hp->n_head > 0 ? hp->n_embd / hp->n_head : 0;
+    hp->head_dim = -1;
     LI_TRY(get_int(g, arch_key(k, sizeof k, arch, "attention.key_length"), false,
                    &hp->head_dim));
+    if (hp->head_dim < 0) {
+        if (hp->n_head <= 0 || hp->n_embd % hp->n_head != 0)
+            return li_error_set(LI_ERR_FORMAT, "%s: llama.embedding_length = %d is not a multiple "
+                                "of llama.attention.head_count = %d (and there is no "
+                                "llama.attention.key_length)", g->name, hp->n_embd, hp->n_head);
+        hp->head_dim = hp->n_embd / hp->n_head;
+    }
     LI_TRY(get_int(g, arch_key(k, sizeof k, arch, "context_length"), true, &hp->n_ctx_train));
     if (!li_gguf_has(g, arch_key(k, sizeof k, arch, "attention.layer_norm_rms_epsilon")))
         return li_error_set(LI_ERR_FORMAT, "%s: missing required metadata key '%s'", g->name, k);
@@ -837,5 +861,5 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
     LI_TRY(add_eos(g, hp, "tokenizer.ggml.eos_token_id"));
     LI_TRY(add_eos(g, hp, "tokenizer.ggml.eot_token_id"));
     LI_TRY(add_eos(g, hp, "tokenizer.ggml.eom_token_id"));
-    return li_hparams_validate(hp, g->name);
+    return li_hparams_validate(hp, g->name, true);
 }

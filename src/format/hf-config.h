@@ -11,8 +11,9 @@ li_status li_hf_config_parse(li_hparams *hp, const char *json, size_t len, const
 li_status li_hf_generation_config_parse(li_generation_config *gc, const char *json, size_t len,
                                         const char *name);
 
-// LI_ERR_FORMAT naming `name` and the field when a value is impossible: sizes ≤ 0 or absurd
-// (> 2^20), H % Hkv != 0, odd head_dim, rope dims > head_dim, eps/theta/factors not positive.
-li_status li_hparams_validate(const li_hparams *hp, const char *name);
+// LI_ERR_FORMAT naming `name` and the field (as config.json or, with from_gguf, as GGUF metadata
+// calls it) when a value is impossible: sizes ≤ 0 or absurd (> 2^20), H % Hkv != 0, odd or huge
+// head_dim, rope dims > head_dim, eps/theta/factors not positive, token ids outside the vocab.
+li_status li_hparams_validate(const li_hparams *hp, const char *name, bool from_gguf);
 
 #endif

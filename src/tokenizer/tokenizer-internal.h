@@ -67,6 +67,7 @@ struct li_tokenizer {
     int32_t *added;              // ids of added tokens, sorted by first byte then longest first
     int n_added;
     int32_t added_first[257];    // added[added_first[c] .. added_first[c+1]) start with byte c
+    pcre2_code *word_re;         // Unicode \w, compiled when some added token is single_word
 
     pre_step pre[LI_TOK_MAX_PRE];
     int n_pre;
@@ -113,6 +114,11 @@ extern const char *const LI_RE_LLAMA3;
 extern const char *const LI_RE_GPT2;
 // Finishes loading: byte-fallback table, eog list, chat format detection.
 li_status li_tok_finish(li_tokenizer *t, const char *what);
+
+// ---- vocab-json.c ----
+// Parses tokenizer.json given as a buffer (fuzz target, tests; `name` for messages).
+li_status li_tokenizer_load_json_buffer(li_tokenizer **out, const char *data, size_t len,
+                                        const char *name);
 
 // ---- chat.c ----
 // Extracts the default system message / date from the template and detects the format

@@ -16,6 +16,8 @@
 // with LI_ERR_INVALID_ARG naming the byte offset instead of guessing a repair. The built-in byte
 // tokenizer accepts any bytes.
 // Thread-safety: a loaded tokenizer is read-only; encode/decode may run on many threads at once.
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,15 +30,16 @@ const char *const LI_RE_LLAMA3 =
 const char *const LI_RE_GPT2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+// Rust regex \w (Unicode): HF decides single_word with "\w$" / "^\w" around the match.
+static const char *const WORD_RE = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
+
 // ---- GPT-2 byte ↔ unicode map -------------------------------------------------------------
 // Printable bytes 33..126, 161..172, 174..255 map to themselves; the other 68 bytes map to
 // U+0100.. in byte order (OpenAI bytes_to_unicode).
 static uint16_t byte_to_cp[256];
 static int16_t cp_to_byte[256 + 68];
 
-static void byte_map_init(void) {
-    static int done;  // idempotent and deterministic: a race writes the same values
-    if (done) return;
+static void byte_map_build(void) {
     int n = 0;
     for (int b = 0; b < 256; b++) {
         bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
@@ -44,7 +47,11 @@ static void byte_map_init(void) {
     }
     for (int i = 0; i < 256 + 68; i++) cp_to_byte[i] = -1;
     for (int b = 0; b < 256; b++) cp_to_byte[byte_to_cp[b]] = (int16_t)b;
-    done = 1;
+}
+
+static void byte_map_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, byte_map_build);
 }
 
 static int put_utf8(char *o, uint32_t cp) {
@@ -231,6 +238,15 @@ li_status li_tok_build_index(li_tokenizer *t, const char *what) {
     qsort(keys, (size_t)t->n_added, sizeof *keys, cmp_added);
     for (int i = 0; i < t->n_added; i++) t->added[i] = keys[i].id;
     free(keys);
+    bool single_word = false;
+    for (int i = 0; i < t->n_added; i++) single_word |= (t->tok_attr[t->added[i]] & TOK_SINGLE_WORD) != 0;
+    if (single_word && !t->word_re) {
+        int err;
+        PCRE2_SIZE eoff;
+        t->word_re = pcre2_compile((PCRE2_SPTR)WORD_RE, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP, &err, &eoff, NULL);
+        if (!t->word_re) return li_error_set(LI_ERR_OOM, "%s: cannot compile the word regex", what);
+    }
     int j = 0;
     for (int c = 0; c <= 256; c++) {
         while (j < t->n_added && (uint8_t)TOK_TEXT(t, t->added[j])[0] < c) j++;
@@ -305,7 +321,8 @@ li_status li_tok_add_split(li_tokenizer *t, const char *pattern, size_t len, boo
                             LI_TOK_MAX_PRE);
     int err;
     PCRE2_SIZE eoff;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2_LITERAL admits only a few options: UCP (about \w, \d, \s) is meaningless there.
+    uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opt, &err, &eoff, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
@@ -428,6 +445,7 @@ fail:
 
 void li_tokenizer_free(li_tokenizer *t) {
     if (!t) return;
+    if (t->word_re) pcre2_code_free(t->word_re);
     for (int i = 0; i < t->n_pre; i++)
         if (t->pre[i].re) pcre2_code_free(t->pre[i].re);
     free(t->tok_off);
@@ -530,6 +548,7 @@ typedef struct {
     cand *heap;
     size_t cap_syms, cap_heap, n_heap;
     pcre2_match_data *md;
+    pcre2_match_data *md_word;  // for single_word checks
     struct { size_t s, e; bool m; } *spl;  // one piece's split list (gaps and matches)
     size_t cap_spl;
 } enc_ctx;
@@ -688,10 +707,13 @@ static li_status split_piece(const pre_step *st, enc_ctx *c, const char *text, c
     const char *subj = piece_ptr(text, c, p);
     size_t n = 0, prev = 0, off = 0;
     while (off < p->len) {
-        int rc = st->jit ? pcre2_jit_match(st->re, (PCRE2_SPTR)subj, p->len, off,
-                                           PCRE2_NO_UTF_CHECK, c->md, NULL)
-                         : pcre2_match(st->re, (PCRE2_SPTR)subj, p->len, off, PCRE2_NO_UTF_CHECK,
-                                       c->md, NULL);
+        int rc = PCRE2_ERROR_JIT_STACKLIMIT;
+        if (st->jit)
+            rc = pcre2_jit_match(st->re, (PCRE2_SPTR)subj, p->len, off, PCRE2_NO_UTF_CHECK, c->md,
+                                 NULL);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // no JIT, or its 32 KB stack ran out: interpreter
+            rc = pcre2_match(st->re, (PCRE2_SPTR)subj, p->len, off, PCRE2_NO_UTF_CHECK, c->md,
+                             NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
@@ -800,37 +822,81 @@ static li_status encode_segment(const li_tokenizer *t, enc_ctx *c, const char *t
     return LI_OK;
 }
 
-static bool is_ws(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-static bool is_word_byte(uint8_t c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           c == '_' || c >= 0x80;
+// Rust char::is_whitespace (Unicode White_Space), used by HF for lstrip/rstrip.
+static bool is_white_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
 }
 
-// Leftmost-longest added token starting at or after `from`; returns its id or -1, with the
-// matched span [*ms, *me) (widened by lstrip/rstrip).
-static int32_t find_added(const li_tokenizer *t, const char *s, size_t from, size_t len,
-                          bool parse_special, size_t *ms, size_t *me) {
-    for (size_t p = from; p < len; p++) {
-        uint8_t c = (uint8_t)s[p];
-        for (int j = t->added_first[c]; j < t->added_first[c + 1]; j++) {
-            int32_t id = t->added[j];
-            uint8_t at = t->tok_attr[id];
-            uint32_t tl = t->tok_len[id];
-            if ((at & TOK_SPECIAL) && !parse_special) continue;
-            if (tl > len - p || memcmp(s + p, TOK_TEXT(t, id), tl) != 0) continue;
-            if ((at & TOK_SINGLE_WORD) &&
-                ((p > 0 && is_word_byte((uint8_t)s[p - 1])) ||
-                 (p + tl < len && is_word_byte((uint8_t)s[p + tl]))))
-                continue;
-            size_t a = p, b = p + tl;
-            if (at & TOK_LSTRIP)
-                while (a > from && is_ws((uint8_t)s[a - 1])) a--;
-            if (at & TOK_RSTRIP)
-                while (b < len && is_ws((uint8_t)s[b])) b++;
-            *ms = a;
-            *me = b;
-            return id;
+// Bytes of the whitespace character starting at s[i] (0 if none).
+static size_t ws_at(const char *s, size_t i, size_t n) {
+    uint32_t cp;
+    int l = i < n ? utf8_char((const uint8_t *)s + i, n - i, &cp) : 0;
+    return l && is_white_space(cp) ? (size_t)l : 0;
+}
+
+// Bytes of the whitespace character ending just before s[i], not reaching before `from`.
+static size_t ws_before(const char *s, size_t from, size_t i) {
+    size_t j = i;
+    while (j > from && i - j < 4) {
+        j--;
+        if (((uint8_t)s[j] & 0xC0) != 0x80) break;
+    }
+    return j < i && ws_at(s, j, i) == i - j ? i - j : 0;
+}
+
+
+static bool word_char_at(const li_tokenizer *t, enc_ctx *c, const char *s, size_t len, size_t i) {
+    int rc = pcre2_match(t->word_re, (PCRE2_SPTR)s, len, i, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK,
+                         c->md_word, NULL);
+    return rc >= 0;
+}
+
+// The next added token at or after `from`, as HF's AddedVocabulary::find_matches: the
+// leftmost-longest match over all added tokens; a match that may not be used here (special
+// without parse_special, single_word inside a word) is skipped as a whole and the search goes on
+// after it. lstrip/rstrip widen the span over Unicode whitespace, not before `from` (the end of
+// the previous match). Returns the id or -1, with the span in [*ms, *me).
+static int32_t find_added(const li_tokenizer *t, enc_ctx *c, const char *s, size_t from,
+                          size_t len, bool parse_special, size_t *ms, size_t *me) {
+    size_t p = from;
+    while (p < len) {
+        int32_t id = -1;
+        size_t q = p;
+        for (; q < len && id < 0; q++) {
+            uint8_t ch = (uint8_t)s[q];
+            for (int j = t->added_first[ch]; j < t->added_first[ch + 1]; j++) {
+                int32_t cand = t->added[j];
+                uint32_t tl = t->tok_len[cand];
+                if (tl <= len - q && memcmp(s + q, TOK_TEXT(t, cand), tl) == 0) {
+                    id = cand;
+                    break;
+                }
+            }
         }
+        if (id < 0) return -1;
+        size_t a = q - 1, b = a + t->tok_len[id];
+        uint8_t at = t->tok_attr[id];
+        bool skip = (at & TOK_SPECIAL) && !parse_special;
+        if (!skip && (at & TOK_SINGLE_WORD)) {
+            size_t j = a;
+            while (j > 0 && ((uint8_t)s[--j] & 0xC0) == 0x80) {}
+            skip = (a > 0 && word_char_at(t, c, s, len, j)) ||
+                   (b < len && word_char_at(t, c, s, len, b));
+        }
+        if (skip) {
+            p = b;
+            continue;
+        }
+        size_t w;
+        if (at & TOK_LSTRIP)
+            while ((w = ws_before(s, from, a)) > 0) a -= w;
+        if (at & TOK_RSTRIP)
+            while ((w = ws_at(s, b, len)) > 0) b += w;
+        *ms = a;
+        *me = b;
+        return id;
     }
     return -1;
 }
@@ -855,11 +921,15 @@ li_status li_tokenizer_encode(const li_tokenizer *t, const char *text, size_t le
         c.md = pcre2_match_data_create(4, NULL);
         if (!c.md) { st = li_error_set(LI_ERR_OOM, "tokenize: out of memory"); goto done; }
     }
+    if (t->word_re) {
+        c.md_word = pcre2_match_data_create(1, NULL);
+        if (!c.md_word) { st = li_error_set(LI_ERR_OOM, "tokenize: out of memory"); goto done; }
+    }
     if (add_bos && li_tokenizer_add_bos(t) && (st = idvec_push(&out, t->bos)) != LI_OK) goto done;
     size_t pos = 0;
     while (pos <= len) {
         size_t ms = len, me = len;
-        int32_t id = t->n_added ? find_added(t, text, pos, len, parse_special, &ms, &me) : -1;
+        int32_t id = t->n_added ? find_added(t, &c, text, pos, len, parse_special, &ms, &me) : -1;
         if ((st = encode_segment(t, &c, text, pos, ms - pos, &out)) != LI_OK) goto done;
         if (id < 0) break;
         if ((st = idvec_push(&out, id)) != LI_OK) goto done;
@@ -878,6 +948,7 @@ done:
     free(c.heap);
     free(c.spl);
     if (c.md) pcre2_match_data_free(c.md);
+    if (c.md_word) pcre2_match_data_free(c.md_word);
     return st;
 }
 
@@ -892,7 +963,7 @@ li_status li_tokenizer_decode_token(const li_tokenizer *t, int32_t id, li_buf *b
     size_t n = t->tok_len[id];
     if (t->raw_bytes || t->dec == DEC_RAW) return li_buf_append(b, s, n);
     if (t->dec == DEC_SENTENCEPIECE) {
-        if (id == t->byte_tok[0] || (n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>')) {
+        if (n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>') {
             int hi = s[3], lo = s[4], v = 0;
             bool ok = true;
             for (int k = 0; k < 2; k++) {

@@ -20,7 +20,7 @@ typedef struct {
     li_cpu_scratch delta_tab;  // attention: cos/sin of Δ·w_i per distinct page Δ, + page index
     li_cpu_scratch wtile;      // matmul: bf16 rows converted to f32 for sgemm
     li_cpu_scratch samp_p;     // sample: (V) double unnormalised probabilities
-    li_cpu_scratch samp_idx;   // sample: (V) int32 candidate ids
+    li_cpu_scratch samp_idx;   // sample: (V) candidates (p, id)
 } li_cpu_impl;
 
 // Returns a buffer of at least n bytes (contents not kept on growth) or NULL (error cleared:

@@ -1,0 +1,61 @@
+// backend-cpu.c — creation and destruction of CPU backends: the fast table with its thread pool
+// and scratch (li_backend_cpu_init) or the scalar oracle (li_backend_cpu_ref_init).
+//
+// Not here: the ops themselves (ops-cpu.c, ops-ref.c). Tested by tests/test-ops.c, which creates
+// both and compares them.
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "cpu-internal.h"
+
+li_status li_backend_cpu_init(li_backend **out, int n_threads) {
+    *out = NULL;
+    if (n_threads < 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "cpu backend: thread count must be >= 0, got %d",
+                            n_threads);
+    li_backend *be = li_alloc(sizeof *be, "cpu backend");
+    if (!be) return LI_ERR_OOM;
+    be->impl = li_alloc(sizeof(li_cpu_impl), "cpu backend state");
+    if (!be->impl) {
+        li_free(be);
+        return LI_ERR_OOM;
+    }
+    li_status st = li_threadpool_init(&be->tp, n_threads);  // 0: one thread per online CPU
+    if (st != LI_OK) {
+        li_free(be->impl);
+        li_free(be);
+        return li_error_wrap(st, "cpu backend: ");
+    }
+    be->n_threads = li_threadpool_size(be->tp);
+    be->ops = &li_cpu_fast_ops;
+    // sgemm runs between our parallel_for calls (our workers sleep meanwhile): same core count.
+    openblas_set_num_threads(be->n_threads);
+    *out = be;
+    return LI_OK;
+}
+
+li_status li_backend_cpu_ref_init(li_backend **out) {
+    *out = NULL;
+    li_backend *be = li_alloc(sizeof *be, "cpu reference backend");
+    if (!be) return LI_ERR_OOM;
+    be->ops = &li_cpu_ref_ops;
+    be->tp = NULL;
+    be->n_threads = 1;
+    be->impl = NULL;
+    *out = be;
+    return LI_OK;
+}
+
+void li_backend_free(li_backend *be) {
+    if (!be) return;
+    li_cpu_impl *im = be->impl;
+    if (im) {
+        li_cpu_scratch_free(&im->delta_tab);
+        li_cpu_scratch_free(&im->wtile);
+        li_cpu_scratch_free(&im->samp_p);
+        li_cpu_scratch_free(&im->samp_idx);
+        li_free(im);
+    }
+    li_threadpool_free(be->tp);
+    li_free(be);
+}

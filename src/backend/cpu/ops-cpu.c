@@ -1,0 +1,762 @@
+// ops-cpu.c — the fast CPU op table: fp32 compute on the backend's thread pool (li_parallel_for),
+// AVX+FMA dot/axpy kernels chosen at run time (__builtin_cpu_supports; plain C otherwise, and no
+// -march=native anywhere, so one binary runs on any x86-64), loops the compiler vectorises
+// (target_clones), and OpenBLAS sgemm for batched matmuls.
+//
+// Not here: anything numerically different from the oracle beyond fp32 rounding. Every op must
+// agree with ops-ref.c within the NMSE tolerances of tests/test-ops.c (exactly for embed,
+// kv_store and sample), which is how this file is tested; the test also prints the speed-ups.
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu-internal.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+// Element-wise loops: one clone per ISA level, vectorised with the dynamic cost model (GCC 12's
+// -O2 "very cheap" model refuses any loop that needs a scalar epilogue).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define LI_VEC __attribute__((target_clones("fma", "default"), optimize("vect-cost-model=dynamic")))
+#else
+#define LI_VEC
+#endif
+
+// ---- scratch -------------------------------------------------------------------------------
+
+void *li_cpu_scratch_get(li_cpu_scratch *s, size_t n) {
+    if (n <= s->cap) return s->p;
+    size_t cap = s->cap ? s->cap : 4096;
+    while (cap < n) cap *= 2;
+    void *p = li_alloc(cap, "cpu backend scratch");
+    if (!p) {
+        li_error_clear();
+        return NULL;
+    }
+    li_free(s->p);
+    s->p = p;
+    s->cap = cap;
+    return p;
+}
+
+void li_cpu_scratch_free(li_cpu_scratch *s) {
+    li_free(s->p);
+    s->p = NULL;
+    s->cap = 0;
+}
+
+static li_cpu_impl *impl_of(li_backend *be) { return be ? (li_cpu_impl *)be->impl : NULL; }
+
+// ---- hot kernels: dot products -------------------------------------------------------------
+
+#if defined(__x86_64__)
+#define HAVE_X86 1
+static inline int has_avx_fma(void) {
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma");
+}
+
+__attribute__((target("avx,fma"))) static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// 4 independent accumulators of 8 lanes hide the FMA latency (4 cycles, 2 ports).
+__attribute__((target("avx,fma"))) static float dot_f32_fma(const float *a, const float *b,
+                                                            int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+// 8 bf16 -> 8 f32 with AVX1 only: bf16 is the top half of an f32, so interleave zeros below it
+// (SSE2 unpack) and join the two halves.
+__attribute__((target("avx,fma"))) static inline __m256 load_bf16x8(const uint16_t *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p), z = _mm_setzero_si128();
+    __m128 lo = _mm_castsi128_ps(_mm_unpacklo_epi16(z, v));
+    __m128 hi = _mm_castsi128_ps(_mm_unpackhi_epi16(z, v));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
+__attribute__((target("avx,fma"))) static float dot_bf16_fma(const float *a, const uint16_t *b,
+                                                             int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_bf16x8(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_bf16x8(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), load_bf16x8(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), load_bf16x8(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_bf16x8(b + i), s0);
+    float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += a[i] * li_bf16_to_f32(b[i]);
+    return s;
+}
+#else
+#define HAVE_X86 0
+#endif
+
+// Portable versions: 8 accumulators so that the compiler can keep them in registers.
+static float dot_f32_c(const float *a, const float *b, int64_t n) {
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
+    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+static float dot_bf16_c(const float *a, const uint16_t *b, int64_t n) {
+    float r = 0;
+    for (int64_t i = 0; i < n; i++) r += a[i] * li_bf16_to_f32(b[i]);
+    return r;
+}
+
+static inline float dot_f32(const float *a, const float *b, int64_t n) {
+#if HAVE_X86
+    if (has_avx_fma()) return dot_f32_fma(a, b, n);
+#endif
+    return dot_f32_c(a, b, n);
+}
+
+static inline float dot_bf16(const float *a, const uint16_t *b, int64_t n) {
+#if HAVE_X86
+    if (has_avx_fma()) return dot_bf16_fma(a, b, n);
+#endif
+    return dot_bf16_c(a, b, n);
+}
+
+// y (n) += a * x (n)
+LI_VEC static void axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+LI_VEC static void scale_inplace(float *restrict y, float a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+// ---- embed ----------------------------------------------------------------------------------
+
+static void cpu_embed(li_backend *be, float *out, const li_weight *W, const int32_t *tokens,
+                      int T) {
+    int64_t D = W->n_cols;
+    for (int t = 0; t < T; t++) {
+        LI_ASSERT(tokens[t] >= 0 && tokens[t] < W->n_rows);
+        size_t row = (size_t)tokens[t] * (size_t)D;
+        if (W->dtype == LI_DTYPE_F32) {
+            memcpy(out + (size_t)t * D, (const float *)W->data + row, (size_t)D * sizeof(float));
+        } else {
+            LI_ASSERT(W->dtype == LI_DTYPE_BF16);
+            const uint16_t *src = (const uint16_t *)W->data + row;
+            for (int64_t d = 0; d < D; d++) out[(size_t)t * D + d] = li_bf16_to_f32(src[d]);
+        }
+    }
+}
+
+// ---- rmsnorm --------------------------------------------------------------------------------
+
+typedef struct {
+    float *out;
+    const float *x, *w;
+    int D;
+    float eps;
+} rmsnorm_ctx;
+
+LI_VEC static void mul_scaled(float *out, const float *x, const float *w, float r, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = x[i] * r * w[i];
+}
+
+static void rmsnorm_rows(void *p, int64_t b, int64_t e, int tid) {
+    rmsnorm_ctx *c = p;
+    for (int64_t t = b; t < e; t++) {
+        const float *x = c->x + t * c->D;
+        float ss = dot_f32(x, x, c->D);
+        float r = 1.0f / sqrtf(ss / (float)c->D + c->eps);  // HF: x * rsqrt(mean(x^2) + eps) * w
+        mul_scaled(c->out + t * c->D, x, c->w, r, c->D);
+    }
+}
+
+// Threads only pay off above ~64K elements (a wake-up of the pool costs a few µs).
+#define PAR_MIN_ELEMS 65536
+
+static void cpu_rmsnorm(li_backend *be, float *out, const float *x, const float *w, int T, int D,
+                        float eps) {
+    rmsnorm_ctx c = {out, x, w, D, eps};
+    if ((int64_t)T * D >= PAR_MIN_ELEMS && T > 1)
+        li_parallel_for(be->tp, T, rmsnorm_rows, &c);
+    else
+        rmsnorm_rows(&c, 0, T, 0);
+}
+
+// ---- matmul ---------------------------------------------------------------------------------
+//
+// Decode (T = 1) is a matrix-vector product and memory-bound: it moves N*K*4 bytes of f32 weights
+// (N*K*2 for bf16) once and does 2*N*K FLOPs, 0.5 FLOP/byte (f32). Rows are split across the
+// threads; each row is one AVX+FMA dot product. The ceiling is memory bandwidth. Measured here
+// (2 cores, AMD EPYC, best of 30): the SmolLM2 head 49152x576 f32 (113 MB, from DRAM) in 3.2 ms =
+// 36 GB/s, i.e. at the DRAM bandwidth two cores can draw; 1536x576 f32 (3.5 MB, cache-resident
+// when repeated) in 0.05 ms = 68 GB/s.
+//
+// For T > 1 the same kernel is run for each row of x while the weight row is hot in L1 (W read
+// once); OpenBLAS sgemm wins once T is large enough for its register blocking. Crossover measured
+// with OpenBLAS 0.3.21 (pthread) on 1536x576, 576x1536 and 49152x576 f32, T = 1..64: the row
+// kernel is 2-5x faster than sgemm up to T = 6 (OpenBLAS is slow for skinny products), still
+// ahead at T = 8-12, and sgemm is 1.6-4x faster from T = 16 on. Hence:
+#define MM_BLAS_MIN_T 16
+// bf16 weights go to sgemm in tiles of this many rows converted to f32 (64 KB-1 MB scratch).
+#define MM_TILE_ROWS 256
+
+typedef struct {
+    float *y;
+    const float *x;
+    const li_weight *W;
+    int T;
+} matmul_ctx;
+
+static void matmul_rows(void *p, int64_t b, int64_t e, int tid) {
+    matmul_ctx *c = p;
+    int64_t N = c->W->n_rows, K = c->W->n_cols;
+    for (int64_t n = b; n < e; n++) {
+        if (c->W->dtype == LI_DTYPE_F32) {
+            const float *w = (const float *)c->W->data + n * K;
+            for (int t = 0; t < c->T; t++) c->y[t * N + n] = dot_f32(c->x + t * K, w, K);
+        } else {
+            const uint16_t *w = (const uint16_t *)c->W->data + n * K;
+            for (int t = 0; t < c->T; t++) c->y[t * N + n] = dot_bf16(c->x + t * K, w, K);
+        }
+    }
+}
+
+typedef struct {
+    float *dst;
+    const uint16_t *src;
+} cvt_ctx;
+
+LI_VEC static void bf16_to_f32_run(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
+}
+
+static void cvt_range(void *p, int64_t b, int64_t e, int tid) {
+    cvt_ctx *c = p;
+    bf16_to_f32_run(c->dst + b, c->src + b, e - b);
+}
+
+static void cpu_matmul(li_backend *be, float *y, const float *x, const li_weight *W, int T) {
+    LI_ASSERT(W->dtype == LI_DTYPE_F32 || W->dtype == LI_DTYPE_BF16);
+    int64_t N = W->n_rows, K = W->n_cols;
+    matmul_ctx c = {y, x, W, T};
+    if (T < MM_BLAS_MIN_T) {
+        li_parallel_for(be->tp, N, matmul_rows, &c);
+        return;
+    }
+    if (W->dtype == LI_DTYPE_F32) {
+        // y (T, N) = x (T, K) · W (N, K)^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)N, (int)K, 1.0f, x, (int)K,
+                    (const float *)W->data, (int)K, 0.0f, y, (int)N);
+        return;
+    }
+    // bf16: convert MM_TILE_ROWS rows at a time and multiply the tile into y[:, n0:n0+rows].
+    float *tile = li_cpu_scratch_get(&impl_of(be)->wtile, (size_t)MM_TILE_ROWS * K * sizeof(float));
+    if (!tile) {  // no scratch: the row kernel needs none
+        li_parallel_for(be->tp, N, matmul_rows, &c);
+        return;
+    }
+    const uint16_t *wd = W->data;
+    for (int64_t n0 = 0; n0 < N; n0 += MM_TILE_ROWS) {
+        int64_t rows = N - n0 < MM_TILE_ROWS ? N - n0 : MM_TILE_ROWS;
+        cvt_ctx cc = {tile, wd + n0 * K};
+        li_parallel_for(be->tp, rows * K, cvt_range, &cc);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)rows, (int)K, 1.0f, x, (int)K,
+                    tile, (int)K, 0.0f, y + n0, (int)N);
+    }
+}
+
+// ---- add, swiglu, softmax -------------------------------------------------------------------
+
+typedef struct {
+    float *x;
+    const float *y;
+} add_ctx;
+
+LI_VEC static void add_run(float *restrict x, const float *restrict y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void add_range(void *p, int64_t b, int64_t e, int tid) {
+    add_ctx *c = p;
+    add_run(c->x + b, c->y + b, e - b);
+}
+
+static void cpu_add(li_backend *be, float *x, const float *y, int64_t n) {
+    add_ctx c = {x, y};
+    if (n >= PAR_MIN_ELEMS)
+        li_parallel_for(be->tp, n, add_range, &c);
+    else
+        add_range(&c, 0, n, 0);
+}
+
+typedef struct {
+    float *out;
+    const float *gate, *up;
+} swiglu_ctx;
+
+static void swiglu_range(void *p, int64_t b, int64_t e, int tid) {
+    swiglu_ctx *c = p;
+    for (int64_t i = b; i < e; i++) {
+        float g = c->gate[i];
+        c->out[i] = g / (1.0f + expf(-g)) * c->up[i];  // HF: silu(gate) * up
+    }
+}
+
+static void cpu_swiglu(li_backend *be, float *out, const float *gate, const float *up, int64_t n) {
+    swiglu_ctx c = {out, gate, up};
+    if (n >= PAR_MIN_ELEMS / 4)  // expf makes this ~4x heavier per element than add
+        li_parallel_for(be->tp, n, swiglu_range, &c);
+    else
+        swiglu_range(&c, 0, n, 0);
+}
+
+typedef struct {
+    float *x;
+    int n;
+} softmax_ctx;
+
+static void softmax_rows(void *p, int64_t b, int64_t e, int tid) {
+    softmax_ctx *c = p;
+    for (int64_t r = b; r < e; r++) {
+        float *x = c->x + r * c->n;
+        float mx = -INFINITY;
+        for (int i = 0; i < c->n; i++) mx = x[i] > mx ? x[i] : mx;
+        double z = 0;  // fp64 sum: rows can be as long as the vocabulary
+        for (int i = 0; i < c->n; i++) {
+            x[i] = expf(x[i] - mx);
+            z += x[i];
+        }
+        scale_inplace(x, (float)(1.0 / z), c->n);
+    }
+}
+
+static void cpu_softmax(li_backend *be, float *x, int rows, int n) {
+    softmax_ctx c = {x, n};
+    if ((int64_t)rows * n >= PAR_MIN_ELEMS / 4 && rows > 1)
+        li_parallel_for(be->tp, rows, softmax_rows, &c);
+    else
+        softmax_rows(&c, 0, rows, 0);
+}
+
+// ---- rope -----------------------------------------------------------------------------------
+
+typedef struct {
+    float *x;
+    const int32_t *pos;
+    int nh, Dh;
+    const li_rope_table *tab;
+} rope_ctx;
+
+// Rotates pairs of head vector v with cos c[i], sin s[i] (magnitude already folded in).
+static inline void rotate_pairs(float *v, const float *c, const float *s, int n_dims,
+                                li_rope_layout layout) {
+    int half = n_dims / 2;
+    if (layout == LI_ROPE_NEOX) {
+        // HF: q*cos + rotate_half(q)*sin
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * c[i] - b * s[i];
+            v[i + half] = b * c[i] + a * s[i];
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            float a = v[2 * i], b = v[2 * i + 1];
+            v[2 * i] = a * c[i] - b * s[i];
+            v[2 * i + 1] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+// cos/sin of pos * w_i in fp64 (pos up to 2^29: fp32 angles would lose the phase), times m.
+static void rope_cos_sin(float *c, float *s, double pos, const li_rope_table *tab, double m) {
+    for (int i = 0; i < tab->n_dims / 2; i++) {
+        double ang = pos * (double)tab->inv_freq[i];
+        c[i] = (float)(cos(ang) * m);
+        s[i] = (float)(sin(ang) * m);
+    }
+}
+
+static void rope_rows(void *p, int64_t b, int64_t e, int tid) {
+    rope_ctx *c = p;
+    float cs[LI_ROPE_MAX_PAIRS], sn[LI_ROPE_MAX_PAIRS];
+    for (int64_t t = b; t < e; t++) {
+        rope_cos_sin(cs, sn, (double)c->pos[t], c->tab, c->tab->mscale);
+        for (int h = 0; h < c->nh; h++)
+            rotate_pairs(c->x + (t * c->nh + h) * c->Dh, cs, sn, c->tab->n_dims, c->tab->layout);
+    }
+}
+
+static void cpu_rope(li_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
+                     const li_rope_table *table) {
+    LI_ASSERT(table->n_dims <= Dh && table->n_dims % 2 == 0);
+    rope_ctx c = {x, pos, nh, Dh, table};
+    if (T > 1 && (int64_t)T * nh * Dh >= PAR_MIN_ELEMS / 4)
+        li_parallel_for(be->tp, T, rope_rows, &c);
+    else
+        rope_rows(&c, 0, T, 0);
+}
+
+// ---- kv_store -------------------------------------------------------------------------------
+
+static void cpu_kv_store(li_backend *be, const li_kv_storage *kv, int il, const float *k,
+                         const float *v, const int64_t *slot, int T) {
+    int Hkv = kv->n_head_kv, Dh = kv->head_dim, P = kv->page_size;
+    size_t row = (size_t)Dh * sizeof(float);
+    for (int t = 0; t < T; t++) {
+        LI_ASSERT(slot[t] >= 0 && slot[t] / P < kv->n_pages);
+        int64_t page = slot[t] / P;
+        int off = (int)(slot[t] % P);
+        for (int h = 0; h < Hkv; h++) {
+            size_t src = ((size_t)t * Hkv + h) * Dh;
+            memcpy(kv->data + li_kv_offset(kv, page, il, 0, h, off), k + src, row);
+            memcpy(kv->data + li_kv_offset(kv, page, il, 1, h, off), v + src, row);
+        }
+    }
+}
+
+// ---- attention ------------------------------------------------------------------------------
+//
+// One work item = (query row t, kv head): the G = H/Hkv query heads that share that kv head run
+// together (in chunks of ATT_GMAX), so each K and V row is loaded once per group; items are
+// split over the threads. Per page: scores of the visible keys for all heads of the chunk, one
+// max/rescale per page (online softmax over pages, as flash attention does per tile), then
+// out += p * V.
+//
+// Deferred RoPE: instead of rotating every K row of a page by its Δ, the query is rotated by -Δ
+// (q·R_Δ k = (R_-Δ q)·k, rotations are orthogonal), for every T: a work item holds one query row,
+// so this costs G*Dh per page where Δ changes instead of P*Dh per page. cos/sin of Δ·w_i are
+// computed once per call per distinct Δ (fp64 angle, then fp32) into scratch shared by all items;
+// without scratch each item computes them itself.
+#define ATT_GMAX 8
+#define ATT_DH_MAX 512
+
+typedef struct {
+    float *out;
+    const float *q;
+    int T, H;
+    const li_kv_storage *kv;
+    int il;
+    const li_kv_seq *seq;
+    const int32_t *n_visible;
+    float scale;
+    const li_rope_table *rope;
+    const int32_t *page_tab;  // (n_pages) index of the page's cos/sin row, -1 for Δ = 0; or NULL
+    const float *cs_tab;      // (n_distinct, 2, n_pairs) cos then sin
+} att_ctx;
+
+// qr = R_{-Δ} q for one head: a' = a c + b s, b' = b c - a s.
+static void rotate_back(float *qr, const float *q, const float *c, const float *s, int Dh,
+                        const li_rope_table *tab) {
+    memcpy(qr, q, (size_t)Dh * sizeof(float));
+    int half = tab->n_dims / 2;
+    for (int i = 0; i < half; i++) {
+        int ia = tab->layout == LI_ROPE_NEOX ? i : 2 * i;
+        int ib = tab->layout == LI_ROPE_NEOX ? i + half : 2 * i + 1;
+        float a = q[ia], b = q[ib];
+        qr[ia] = a * c[i] + b * s[i];
+        qr[ib] = b * c[i] - a * s[i];
+    }
+}
+
+static void attention_items(void *p, int64_t b, int64_t e, int tid) {
+    att_ctx *c = p;
+    const li_kv_storage *kv = c->kv;
+    int Hkv = kv->n_head_kv, Dh = kv->head_dim, G = c->H / Hkv;
+    int half = c->rope ? c->rope->n_dims / 2 : 0;
+    float qr[ATT_GMAX][ATT_DH_MAX], acc[ATT_GMAX][ATT_DH_MAX];
+    float sc[ATT_GMAX][LI_PAGE_MAX_SIZE];
+    float m[ATT_GMAX], l[ATT_GMAX];
+    float cs_own[2 * LI_ROPE_MAX_PAIRS];
+    for (int64_t item = b; item < e; item++) {
+        int t = (int)(item / Hkv), hk = (int)(item % Hkv);
+        int nv = c->n_visible[t];
+        LI_ASSERT(nv >= 1);
+        for (int g0 = 0; g0 < G; g0 += ATT_GMAX) {
+            int gn = G - g0 < ATT_GMAX ? G - g0 : ATT_GMAX;
+            const float *q0 = c->q + ((size_t)t * c->H + (size_t)hk * G + g0) * Dh;
+            for (int g = 0; g < gn; g++) {
+                memcpy(qr[g], q0 + (size_t)g * Dh, (size_t)Dh * sizeof(float));
+                memset(acc[g], 0, (size_t)Dh * sizeof(float));
+                m[g] = -INFINITY;
+                l[g] = 0;
+            }
+            int64_t cur_delta = 0;
+            int j = 0;
+            for (int pg = 0; pg < c->seq->n_pages && j < nv; pg++) {
+                uint64_t w = c->seq->pages[pg];
+                int64_t id = li_page_id(w), delta = li_page_delta(w);
+                int cnt = li_page_count(w);
+                LI_ASSERT(id < kv->n_pages && cnt >= 1 && cnt <= kv->page_size);
+                int n_use = cnt < nv - j ? cnt : nv - j;
+                if (delta != cur_delta) {
+                    const float *cs;
+                    if (delta == 0) {
+                        for (int g = 0; g < gn; g++)
+                            memcpy(qr[g], q0 + (size_t)g * Dh, (size_t)Dh * sizeof(float));
+                    } else {
+                        if (c->page_tab) {
+                            cs = c->cs_tab + (size_t)c->page_tab[pg] * 2 * half;
+                        } else {
+                            rope_cos_sin(cs_own, cs_own + half, (double)delta, c->rope, 1.0);
+                            cs = cs_own;
+                        }
+                        for (int g = 0; g < gn; g++)
+                            rotate_back(qr[g], q0 + (size_t)g * Dh, cs, cs + half, Dh, c->rope);
+                    }
+                    cur_delta = delta;
+                }
+                const float *kb = kv->data + li_kv_offset(kv, id, c->il, 0, hk, 0);
+                const float *vb = kv->data + li_kv_offset(kv, id, c->il, 1, hk, 0);
+                for (int g = 0; g < gn; g++) {
+                    float bm = -INFINITY;
+                    for (int s = 0; s < n_use; s++) {
+                        sc[g][s] = dot_f32(qr[g], kb + (size_t)s * Dh, Dh) * c->scale;
+                        bm = sc[g][s] > bm ? sc[g][s] : bm;
+                    }
+                    float mn = bm > m[g] ? bm : m[g];
+                    if (mn > m[g] && l[g] > 0) {
+                        float corr = expf(m[g] - mn);
+                        l[g] *= corr;
+                        scale_inplace(acc[g], corr, Dh);
+                    }
+                    m[g] = mn;
+                    for (int s = 0; s < n_use; s++) {
+                        float pe = expf(sc[g][s] - mn);
+                        l[g] += pe;
+                        axpy(acc[g], pe, vb + (size_t)s * Dh, Dh);
+                    }
+                }
+                j += n_use;
+            }
+            float *o0 = c->out + ((size_t)t * c->H + (size_t)hk * G + g0) * Dh;
+            for (int g = 0; g < gn; g++) {
+                float inv = 1.0f / l[g];
+                for (int d = 0; d < Dh; d++) o0[(size_t)g * Dh + d] = acc[g][d] * inv;
+            }
+        }
+    }
+}
+
+static void cpu_attention(li_backend *be, float *out, const float *q, int T, int H,
+                          const li_kv_storage *kv, int il, const li_kv_seq *seq,
+                          const int32_t *n_visible, float scale, const li_rope_table *rope) {
+    int Hkv = kv->n_head_kv;
+    LI_ASSERT(H % Hkv == 0 && kv->head_dim <= ATT_DH_MAX && kv->page_size <= LI_PAGE_MAX_SIZE);
+    att_ctx c = {out, q, T, H, kv, il, seq, n_visible, scale, rope, NULL, NULL};
+    // Pass 1 (this thread): which pages need a rotation, cos/sin per distinct consecutive Δ.
+    int n_rot = 0;
+    for (int p = 0; p < seq->n_pages; p++) {
+        int64_t d = li_page_delta(seq->pages[p]);
+        if (d != 0 && (p == 0 || d != li_page_delta(seq->pages[p - 1]))) n_rot++;
+    }
+    if (n_rot > 0) {
+        LI_ASSERT(rope != NULL && rope->n_dims <= kv->head_dim);
+        int half = rope->n_dims / 2;
+        size_t tab_bytes = (size_t)seq->n_pages * sizeof(int32_t);
+        tab_bytes = (tab_bytes + 63) & ~(size_t)63;
+        char *buf = li_cpu_scratch_get(&impl_of(be)->delta_tab,
+                                       tab_bytes + (size_t)n_rot * 2 * half * sizeof(float));
+        if (buf) {
+            int32_t *pt = (int32_t *)buf;
+            float *cs = (float *)(buf + tab_bytes);
+            int k = -1;
+            for (int p = 0; p < seq->n_pages; p++) {
+                int64_t d = li_page_delta(seq->pages[p]);
+                if (d == 0) {
+                    pt[p] = -1;
+                    continue;
+                }
+                if (p == 0 || d != li_page_delta(seq->pages[p - 1])) {
+                    k++;
+                    rope_cos_sin(cs + (size_t)k * 2 * half, cs + (size_t)k * 2 * half + half,
+                                 (double)d, rope, 1.0);  // pure rotation: no mscale
+                }
+                pt[p] = k;
+            }
+            c.page_tab = pt;
+            c.cs_tab = cs;
+        }
+    }
+    li_parallel_for(be->tp, (int64_t)T * Hkv, attention_items, &c);
+}
+
+// ---- sample ---------------------------------------------------------------------------------
+//
+// Same arithmetic as ops-ref.c (see the comment above ref_sample there), but instead of sorting
+// all V candidates it keeps the first `have` of the order (p desc, id asc) sorted, found by
+// quickselect, and doubles `have` whenever a walk needs more. Typical distributions need 64.
+
+typedef struct {
+    double p;
+    int32_t id;
+} cand;
+
+static inline int before(cand a, cand b) {  // a precedes b in the order (p desc, id asc)
+    return a.p > b.p || (a.p == b.p && a.id < b.id);
+}
+
+static int cand_cmp(const void *x, const void *y) {
+    cand a = *(const cand *)x, b = *(const cand *)y;
+    return before(a, b) ? -1 : (a.id == b.id ? 0 : 1);
+}
+
+typedef struct {
+    const double *p;  // (V) unnormalised probabilities, id order
+    cand *c;          // (V) a permutation of the candidates; c[0..have) sorted
+    int V, have;
+} cand_set;
+
+// Moves the first (in order) target - lo candidates of c[lo..hi) to c[lo..target), unordered.
+static void select_top(cand *c, int lo, int hi, int target) {
+    while (hi - lo > 1 && lo < target && target < hi) {
+        int mid = lo + (hi - lo) / 2;
+        cand a = c[lo], b = c[mid], z = c[hi - 1], pv;  // median of three
+        if (before(a, b))
+            pv = before(b, z) ? b : (before(a, z) ? z : a);
+        else
+            pv = before(a, z) ? a : (before(b, z) ? z : b);
+        // partition: [lo, i) precede pv, [i, hi) do not (pv is among them: keys are unique)
+        int i = lo, k = hi - 1;
+        while (i <= k) {
+            if (before(c[i], pv)) {
+                i++;
+            } else {
+                cand tmp = c[i];
+                c[i] = c[k];
+                c[k] = tmp;
+                k--;
+            }
+        }
+        if (i >= target) {
+            hi = i;
+        } else {
+            for (int r = i; r < hi; r++)  // put pv, the first of the rest, at i
+                if (c[r].id == pv.id) {
+                    c[r] = c[i];
+                    c[i] = pv;
+                    break;
+                }
+            lo = i + 1;
+        }
+    }
+}
+
+// Makes c[0..m) the first m candidates in order (m clipped to V).
+static void cands_ensure(cand_set *cs, int m) {
+    if (m > cs->V) m = cs->V;
+    if (m <= cs->have) return;
+    select_top(cs->c, cs->have, cs->V, m);
+    qsort(cs->c + cs->have, (size_t)(m - cs->have), sizeof(cand), cand_cmp);
+    cs->have = m;
+}
+
+// Σ p over the survivors (the first n in order) in id order — as survivor_sum in ops-ref.c.
+static double survivors_sum(cand_set *cs, int n) {
+    double z = 0;
+    if (n >= cs->V) {
+        for (int i = 0; i < cs->V; i++)
+            if (cs->p[i] != 0) z += cs->p[i];
+        return z;
+    }
+    cands_ensure(cs, n);
+    cand last = cs->c[n - 1];
+    for (int i = 0; i < cs->V; i++) {
+        cand x = {cs->p[i], i};
+        if (cs->p[i] != 0 && (i == last.id || before(x, last))) z += cs->p[i];
+    }
+    return z;
+}
+
+static int32_t cpu_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
+                          double u) {
+    LI_ASSERT(V >= 1);
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
+
+    li_cpu_impl *im = impl_of(be);
+    double *p = im ? li_cpu_scratch_get(&im->samp_p, (size_t)V * sizeof(double)) : NULL;
+    cand *c = im ? li_cpu_scratch_get(&im->samp_idx, (size_t)V * sizeof(cand)) : NULL;
+    if (!p || !c) return li_cpu_ref_ops.sample(be, logits, V, cfg, u);
+
+    double lmax = logits[best], temp = cfg->temperature;
+    for (int i = 0; i < V; i++) {
+        p[i] = exp(((double)logits[i] - lmax) / temp);  // HF: softmax(logits / temperature)
+        c[i].p = p[i];
+        c[i].id = i;
+    }
+    cand_set cs = {p, c, V, 0};
+    int n = V;  // survivors: the first n in order
+    if (cfg->top_k > 0 && cfg->top_k < n) n = cfg->top_k;
+    cands_ensure(&cs, n < 64 ? n : 64);
+    if (cfg->top_p < 1) {
+        double lim = (double)cfg->top_p * survivors_sum(&cs, n), cum = 0;
+        int m = 0;
+        while (m < n && cum < lim) {
+            if (m == cs.have) cands_ensure(&cs, 2 * cs.have);
+            cum += c[m++].p;
+        }
+        n = m > 0 ? m : 1;
+    }
+    if (cfg->min_p > 0) {
+        double thr = (double)cfg->min_p * c[0].p;
+        int m = 1;
+        while (m < n) {
+            if (m == cs.have) cands_ensure(&cs, 2 * cs.have);
+            if (!(c[m].p >= thr)) break;
+            m++;
+        }
+        n = m;
+    }
+    double target = u * survivors_sum(&cs, n), cum = 0;
+    int32_t tok = -1, last_pos = c[0].id;
+    for (int i = 0; i < n; i++) {
+        if (i == cs.have) cands_ensure(&cs, 2 * cs.have);
+        if (c[i].p > 0) last_pos = c[i].id;
+        cum += c[i].p;
+        if (cum > target) {
+            tok = c[i].id;
+            break;
+        }
+    }
+    return tok >= 0 ? tok : last_pos;
+}
+
+const li_backend_ops li_cpu_fast_ops = {
+    .name = "cpu",
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .add = cpu_add,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .softmax = cpu_softmax,
+    .sample = cpu_sample,
+};

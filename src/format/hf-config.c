@@ -1,0 +1,482 @@
+// hf-config.c — HF config.json (llama, llada) and generation_config.json into li_hparams /
+// li_generation_config, with jansson; plus li_hparams_validate, the sanity check shared with the
+// GGUF reader.
+//
+// Field names, defaults and checks:
+//   llama: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size
+//          (required); num_key_value_heads (= heads), head_dim (= hidden / heads),
+//          max_position_embeddings (2048), rms_norm_eps (1e-6), rope_theta (10000),
+//          tie_word_embeddings (false), attention_bias, mlp_bias (false): LlamaConfig's defaults.
+//   llada: d_model, mlp_hidden_size, n_layers, n_heads, embedding_size or vocab_size (required);
+//          n_kv_heads (= n_heads), max_sequence_length (1024), rms_norm_eps or layer_norm_eps
+//          (1e-5), rope_theta (10000), weight_tying (false), include_bias, include_qkv_bias.
+//   rope_scaling: null or {"rope_type" | "type": default | linear | llama3 | yarn, ...}; newer
+//          transformers' "rope_parameters" (same keys plus rope_theta) is read when present.
+// A JSON null counts as absent. A wrong JSON type or an impossible value is LI_ERR_FORMAT naming
+// the file and the field; an unknown model_type or rope type is LI_ERR_UNSUPPORTED naming it.
+// Not here: deciding whether the model layer can run what the config describes (biases, …).
+// Tested by tests/test-formats.c, fuzzed by tests/fuzz/fuzz-hf-config.c.
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hf-config.h"
+
+#define MAX_CONFIG_BYTES (16u << 20)
+
+// Limits far above any real model and low enough that products of them cannot overflow the
+// int64 arithmetic the model layer does with them.
+#define LIM_SIZE (1 << 20)     // D, F, V, Dh
+#define LIM_LAYERS 4096
+#define LIM_HEADS 4096
+#define LIM_CTX (1 << 24)
+
+static const char *json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+// The value of `key` in `obj`, NULL when absent or null. `key` may carry the path of `obj` for
+// messages ("rope_scaling.factor"): only the part after the last '.' is looked up.
+static json_t *field(json_t *obj, const char *key) {
+    const char *dot = strrchr(key, '.');
+    json_t *v = json_object_get(obj, dot ? dot + 1 : key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static li_status missing(const char *file, const char *key) {
+    return li_error_set(LI_ERR_FORMAT, "%s: missing required field '%s'", file, key);
+}
+
+static li_status wrong(const char *file, const char *key, const char *want, const json_t *v) {
+    return li_error_set(LI_ERR_FORMAT, "%s: field '%s' must be %s, not %s", file, key, want,
+                        json_type_name(v));
+}
+
+// Integer field in [lo, hi]. Absent: an error when `req`, else *out is left as it is.
+static li_status get_int(const char *file, json_t *obj, const char *key, bool req, int64_t lo,
+                         int64_t hi, int *out) {
+    json_t *v = field(obj, key);
+    if (!v) return req ? missing(file, key) : LI_OK;
+    if (!json_is_integer(v)) return wrong(file, key, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return li_error_set(LI_ERR_FORMAT, "%s: field '%s' = %lld is out of range [%lld, %lld]",
+                            file, key, (long long)x, (long long)lo, (long long)hi);
+    *out = (int)x;
+    return LI_OK;
+}
+
+// Number field (integer or real) that fits a finite float. Sets *present when given.
+static li_status get_float(const char *file, json_t *obj, const char *key, bool req, float *out,
+                           bool *present) {
+    json_t *v = field(obj, key);
+    if (present) *present = v != NULL;
+    if (!v) return req ? missing(file, key) : LI_OK;
+    if (!json_is_number(v)) return wrong(file, key, "a number", v);
+    double d = json_number_value(v);
+    if (!isfinite(d) || fabs(d) > 3.0e38)
+        return li_error_set(LI_ERR_FORMAT, "%s: field '%s' = %g does not fit a float", file, key,
+                            d);
+    *out = (float)d;
+    return LI_OK;
+}
+
+static li_status get_bool(const char *file, json_t *obj, const char *key, bool *out) {
+    json_t *v = field(obj, key);
+    if (!v) return LI_OK;
+    if (!json_is_boolean(v)) return wrong(file, key, "true or false", v);
+    *out = json_is_true(v);
+    return LI_OK;
+}
+
+// String field copied into dst[cap]; too long is an error when `strict`, else truncated.
+static li_status get_str(const char *file, json_t *obj, const char *key, char *dst, size_t cap,
+                         bool strict) {
+    json_t *v = field(obj, key);
+    if (!v) return LI_OK;
+    if (!json_is_string(v)) return wrong(file, key, "a string", v);
+    size_t n = json_string_length(v);
+    if (n >= cap) {
+        if (strict)
+            return li_error_set(LI_ERR_FORMAT, "%s: field '%s' is too long (%zu bytes, at most "
+                                "%zu)", file, key, n, cap - 1);
+        n = cap - 1;
+    }
+    memcpy(dst, json_string_value(v), n);
+    dst[n] = 0;
+    return LI_OK;
+}
+
+static li_status token_id(const char *file, const char *key, json_t *v, int32_t *out) {
+    if (!json_is_integer(v)) return wrong(file, key, "an integer or a list of integers", v);
+    json_int_t x = json_integer_value(v);
+    if (x < 0 || x > INT32_MAX)
+        return li_error_set(LI_ERR_FORMAT, "%s: field '%s' holds token id %lld (out of range)",
+                            file, key, (long long)x);
+    *out = (int32_t)x;
+    return LI_OK;
+}
+
+// eos_token_id: one id or a list of up to LI_MAX_EOS ids. Absent: *n = 0.
+static li_status get_ids(const char *file, json_t *obj, const char *key, int32_t *ids, int *n) {
+    json_t *v = field(obj, key);
+    *n = 0;
+    if (!v) return LI_OK;
+    if (!json_is_array(v)) {
+        LI_TRY(token_id(file, key, v, &ids[0]));
+        *n = 1;
+        return LI_OK;
+    }
+    if (json_array_size(v) > LI_MAX_EOS)
+        return li_error_set(LI_ERR_FORMAT, "%s: field '%s' lists %zu token ids (at most %d)", file,
+                            key, json_array_size(v), LI_MAX_EOS);
+    for (size_t i = 0; i < json_array_size(v); i++)
+        LI_TRY(token_id(file, key, json_array_get(v, i), &ids[(*n)++]));
+    return LI_OK;
+}
+
+static li_status get_bos(const char *file, json_t *obj, int32_t *bos) {
+    json_t *v = field(obj, "bos_token_id");
+    *bos = -1;
+    return v ? token_id(file, "bos_token_id", v, bos) : LI_OK;
+}
+
+static li_status load_json(const char *json, size_t len, const char *file, json_t **root) {
+    json_error_t err;
+    *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &err);
+    if (!*root)
+        return li_error_set(LI_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", file,
+                            err.line, err.column, err.text);
+    if (!json_is_object(*root)) {
+        json_decref(*root);
+        *root = NULL;
+        return li_error_set(LI_ERR_FORMAT, "%s: the top level must be a JSON object", file);
+    }
+    return LI_OK;
+}
+
+// rope_scaling / rope_parameters object (`key` names it in messages).
+static li_status parse_rope_scaling(const char *file, const char *key, json_t *rs,
+                                    li_hparams *hp) {
+    li_rope_config *r = &hp->rope;
+    char f[96];
+    if (!json_is_object(rs)) return wrong(file, key, "an object or null", rs);
+#define F(name) (snprintf(f, sizeof f, "%s.%s", key, name), f)
+    json_t *t = field(rs, F("rope_type"));
+    if (!t) t = field(rs, F("type"));
+    if (!t) return missing(file, F("rope_type"));
+    if (!json_is_string(t)) return wrong(file, f, "a string", t);
+    const char *type = json_string_value(t);
+    if (strcmp(type, "default") == 0) {
+        r->scaling = LI_ROPE_SCALING_NONE;
+    } else if (strcmp(type, "linear") == 0) {
+        r->scaling = LI_ROPE_SCALING_LINEAR;
+        LI_TRY(get_float(file, rs, F("factor"), true, &r->factor, NULL));
+    } else if (strcmp(type, "llama3") == 0) {
+        r->scaling = LI_ROPE_SCALING_LLAMA3;
+        LI_TRY(get_float(file, rs, F("factor"), true, &r->factor, NULL));
+        LI_TRY(get_float(file, rs, F("low_freq_factor"), true, &r->low_freq_factor, NULL));
+        LI_TRY(get_float(file, rs, F("high_freq_factor"), true, &r->high_freq_factor, NULL));
+        LI_TRY(get_int(file, rs, F("original_max_position_embeddings"), true, 1, LIM_CTX,
+                       &r->original_max_pos));
+    } else if (strcmp(type, "yarn") == 0) {
+        r->scaling = LI_ROPE_SCALING_YARN;
+        LI_TRY(get_float(file, rs, F("factor"), true, &r->factor, NULL));
+        LI_TRY(get_float(file, rs, F("beta_fast"), false, &r->beta_fast, NULL));
+        LI_TRY(get_float(file, rs, F("beta_slow"), false, &r->beta_slow, NULL));
+        LI_TRY(get_float(file, rs, F("attention_factor"), false, &r->attention_factor, NULL));
+        LI_TRY(get_float(file, rs, F("mscale"), false, &r->mscale, NULL));
+        LI_TRY(get_float(file, rs, F("mscale_all_dim"), false, &r->mscale_all_dim, NULL));
+        r->original_max_pos = r->max_pos;
+        LI_TRY(get_int(file, rs, F("original_max_position_embeddings"), false, 1, LIM_CTX,
+                       &r->original_max_pos));
+    } else {
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: %s type '%.64s' is not supported (default, "
+                            "linear, llama3, yarn)", file, key, type);
+    }
+#undef F
+    return LI_OK;
+}
+
+// Names of the fields that differ between the llama and llada configs.
+typedef struct {
+    const char *embd, *ff, *layers, *heads, *heads_kv, *ctx, *tied;
+    int default_ctx;
+    float default_eps;
+} field_names;
+
+static const field_names llama_names = {"hidden_size", "intermediate_size", "num_hidden_layers",
+                                        "num_attention_heads", "num_key_value_heads",
+                                        "max_position_embeddings", "tie_word_embeddings",
+                                        2048, 1e-6f};
+static const field_names llada_names = {"d_model", "mlp_hidden_size", "n_layers", "n_heads",
+                                        "n_kv_heads", "max_sequence_length", "weight_tying",
+                                        1024, 1e-5f};
+
+// model_type, or the architecture named by architectures[0] when model_type is absent.
+static li_status model_type(const char *file, json_t *root, char *arch, size_t cap) {
+    json_t *mt = field(root, "model_type");
+    if (mt) {
+        if (!json_is_string(mt)) return wrong(file, "model_type", "a string", mt);
+        const char *s = json_string_value(mt);
+        if (strcmp(s, "llama") != 0 && strcmp(s, "llada") != 0)
+            return li_error_set(LI_ERR_UNSUPPORTED, "%s: model_type '%.64s' is not supported "
+                                "(llama, llada)", file, s);
+        snprintf(arch, cap, "%s", s);
+        return LI_OK;
+    }
+    json_t *a = field(root, "architectures");
+    json_t *a0 = json_is_array(a) ? json_array_get(a, 0) : NULL;
+    if (a0 && json_is_string(a0)) {
+        const char *s = json_string_value(a0);
+        if (strcmp(s, "LlamaForCausalLM") == 0) {
+            snprintf(arch, cap, "llama");
+            return LI_OK;
+        }
+        if (strcmp(s, "LLaDAModelLM") == 0) {
+            snprintf(arch, cap, "llada");
+            return LI_OK;
+        }
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported "
+                            "(LlamaForCausalLM, LLaDAModelLM)", file, s);
+    }
+    return missing(file, "model_type");
+}
+
+li_status li_hf_config_parse(li_hparams *hp, const char *json, size_t len, const char *name) {
+    LI_ASSERT(hp && (json || len == 0));
+    const char *file = name ? name : "config.json";
+    json_t *root = NULL;
+    li_status st;
+    memset(hp, 0, sizeof *hp);
+    hp->bos_id = -1;
+    LI_TRY(load_json(json, len, file, &root));
+
+    st = model_type(file, root, hp->arch, sizeof hp->arch);
+    if (st != LI_OK) goto out;
+    bool llada = strcmp(hp->arch, "llada") == 0;
+    const field_names *fn = llada ? &llada_names : &llama_names;
+
+    if ((st = get_str(file, root, "_name_or_path", hp->name, sizeof hp->name, false))) goto out;
+    if ((st = get_int(file, root, fn->embd, true, 1, LIM_SIZE, &hp->n_embd))) goto out;
+    if ((st = get_int(file, root, fn->ff, true, 1, LIM_SIZE, &hp->n_ff))) goto out;
+    if ((st = get_int(file, root, fn->layers, true, 1, LIM_LAYERS, &hp->n_layer))) goto out;
+    if ((st = get_int(file, root, fn->heads, true, 1, LIM_HEADS, &hp->n_head))) goto out;
+    hp->n_head_kv = hp->n_head;
+    if ((st = get_int(file, root, fn->heads_kv, false, 1, LIM_HEADS, &hp->n_head_kv))) goto out;
+    if (hp->n_embd % hp->n_head != 0 && !field(root, "head_dim")) {
+        st = li_error_set(LI_ERR_FORMAT, "%s: %s = %d is not a multiple of %s = %d (and there "
+                          "is no head_dim)", file, fn->embd, hp->n_embd, fn->heads, hp->n_head);
+        goto out;
+    }
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if (!llada && (st = get_int(file, root, "head_dim", false, 1, LIM_SIZE, &hp->head_dim)))
+        goto out;
+    if (llada && field(root, "embedding_size")) {
+        // OLMo/LLaDA: the embedding may be padded beyond vocab_size; its rows are what we load.
+        if ((st = get_int(file, root, "embedding_size", true, 1, LIM_SIZE, &hp->n_vocab)))
+            goto out;
+    } else if ((st = get_int(file, root, "vocab_size", true, 1, LIM_SIZE, &hp->n_vocab))) {
+        goto out;
+    }
+    hp->n_ctx_train = fn->default_ctx;
+    if ((st = get_int(file, root, fn->ctx, false, 1, LIM_CTX, &hp->n_ctx_train))) goto out;
+    hp->rms_eps = fn->default_eps;
+    bool has_eps = false;
+    if ((st = get_float(file, root, "rms_norm_eps", false, &hp->rms_eps, &has_eps))) goto out;
+    if (llada && !has_eps &&
+        (st = get_float(file, root, "layer_norm_eps", false, &hp->rms_eps, NULL)))
+        goto out;
+    if ((st = get_bool(file, root, fn->tied, &hp->tied_embeddings))) goto out;
+    if (llada) {
+        bool b = false, qkv = false, alibi = false, rope = true;
+        char norm[16] = "rms";
+        if ((st = get_bool(file, root, "include_bias", &b))) goto out;
+        if ((st = get_bool(file, root, "include_qkv_bias", &qkv))) goto out;
+        if ((st = get_bool(file, root, "alibi", &alibi))) goto out;
+        if ((st = get_bool(file, root, "rope", &rope))) goto out;
+        if ((st = get_str(file, root, "layer_norm_type", norm, sizeof norm, false))) goto out;
+        hp->attention_bias = b || qkv;
+        hp->mlp_bias = b;
+        if (alibi || !rope || strcmp(norm, "rms") != 0) {
+            st = li_error_set(LI_ERR_UNSUPPORTED, "%s: only LLaDA with RoPE and RMSNorm is "
+                              "supported (alibi %d, rope %d, layer_norm_type '%s')", file, alibi,
+                              rope, norm);
+            goto out;
+        }
+    } else {
+        if ((st = get_bool(file, root, "attention_bias", &hp->attention_bias))) goto out;
+        if ((st = get_bool(file, root, "mlp_bias", &hp->mlp_bias))) goto out;
+    }
+    if ((st = get_bos(file, root, &hp->bos_id))) goto out;
+    if ((st = get_ids(file, root, "eos_token_id", hp->eos_ids, &hp->n_eos))) goto out;
+    if ((st = get_str(file, root, "torch_dtype", hp->torch_dtype, sizeof hp->torch_dtype, true)))
+        goto out;
+    if (!hp->torch_dtype[0] &&  // transformers >= 4.56 writes "dtype"
+        (st = get_str(file, root, "dtype", hp->torch_dtype, sizeof hp->torch_dtype, true)))
+        goto out;
+
+    li_rope_config *r = &hp->rope;
+    r->layout = LI_ROPE_NEOX;  // HF checkpoints rotate halves (rotate_half)
+    r->scaling = LI_ROPE_SCALING_NONE;
+    r->theta = 10000.0f;
+    r->n_dims = hp->head_dim;
+    r->max_pos = hp->n_ctx_train;
+    r->beta_fast = 32.0f;
+    r->beta_slow = 1.0f;
+    if ((st = get_float(file, root, "rope_theta", false, &r->theta, NULL))) goto out;
+    json_t *rp = field(root, "rope_parameters");
+    if (rp && json_is_object(rp) &&
+        (st = get_float(file, rp, "rope_theta", false, &r->theta, NULL)))
+        goto out;
+    json_t *rs = field(root, "rope_scaling");
+    if (rs) {
+        st = parse_rope_scaling(file, "rope_scaling", rs, hp);
+    } else if (rp) {
+        st = parse_rope_scaling(file, "rope_parameters", rp, hp);
+    }
+    if (st != LI_OK) goto out;
+    st = li_hparams_validate(hp, file, false);
+out:
+    json_decref(root);
+    return st;
+}
+
+li_status li_hf_config_load(li_hparams *hp, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    LI_TRY(li_file_read_all(path, &text, &len, MAX_CONFIG_BYTES));
+    li_status st = li_hf_config_parse(hp, text, len, path);
+    li_free(text);
+    return st;
+}
+
+li_status li_hf_generation_config_parse(li_generation_config *gc, const char *json, size_t len,
+                                        const char *name) {
+    LI_ASSERT(gc && (json || len == 0));
+    const char *file = name ? name : "generation_config.json";
+    json_t *root = NULL;
+    li_status st;
+    memset(gc, 0, sizeof *gc);
+    gc->bos_id = -1;
+    LI_TRY(load_json(json, len, file, &root));
+    if ((st = get_float(file, root, "temperature", false, &gc->temperature, &gc->has_temperature)))
+        goto out;
+    if ((st = get_float(file, root, "top_p", false, &gc->top_p, &gc->has_top_p))) goto out;
+    gc->has_top_k = field(root, "top_k") != NULL;
+    if ((st = get_int(file, root, "top_k", false, 0, INT32_MAX, &gc->top_k))) goto out;
+    if ((st = get_bos(file, root, &gc->bos_id))) goto out;
+    if ((st = get_ids(file, root, "eos_token_id", gc->eos_ids, &gc->n_eos))) goto out;
+    if (gc->has_temperature && gc->temperature < 0) {
+        st = li_error_set(LI_ERR_FORMAT, "%s: field 'temperature' = %g is negative", file,
+                          gc->temperature);
+    } else if (gc->has_top_p && !(gc->top_p >= 0 && gc->top_p <= 1)) {
+        st = li_error_set(LI_ERR_FORMAT, "%s: field 'top_p' = %g is outside [0, 1]", file,
+                          gc->top_p);
+    }
+out:
+    json_decref(root);
+    return st;
+}
+
+li_status li_hf_generation_config_load(li_generation_config *gc, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    LI_TRY(li_file_read_all(path, &text, &len, MAX_CONFIG_BYTES));
+    li_status st = li_hf_generation_config_parse(gc, text, len, path);
+    li_free(text);
+    return st;
+}
+
+// ---- validation -----------------------------------------------------------------------------
+
+// What each li_hparams field is called in the file it came from, for messages.
+typedef struct {
+    const char *layers, *embd, *ff, *vocab, *heads, *heads_kv, *head_dim, *ctx, *eps, *theta,
+        *rope_dims, *scaling, *orig_ctx;
+} hp_names;
+
+static const hp_names names_llama = {
+    "num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+    "rms_norm_eps", "rope_theta", "head_dim", "rope_scaling",
+    "rope_scaling.original_max_position_embeddings"};
+static const hp_names names_llada = {
+    "n_layers", "d_model", "mlp_hidden_size", "vocab_size", "n_heads", "n_kv_heads",
+    "d_model / n_heads", "max_sequence_length", "rms_norm_eps", "rope_theta", "d_model / n_heads",
+    "rope_scaling", "rope_scaling.original_max_position_embeddings"};
+static const hp_names names_gguf = {
+    "llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+    "llama.vocab_size", "llama.attention.head_count", "llama.attention.head_count_kv",
+    "llama.attention.key_length", "llama.context_length",
+    "llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base",
+    "llama.rope.dimension_count", "llama.rope.scaling",
+    "llama.rope.scaling.original_context_length"};
+
+static li_status bad_int(const char *name, const char *field, int v, const char *why) {
+    return li_error_set(LI_ERR_FORMAT, "%s: %s = %d %s", name, field, v, why);
+}
+
+li_status li_hparams_validate(const li_hparams *hp, const char *name, bool from_gguf) {
+    const li_rope_config *r = &hp->rope;
+    const hp_names *f = from_gguf ? &names_gguf
+                        : strcmp(hp->arch, "llada") == 0 ? &names_llada : &names_llama;
+    if (hp->n_layer < 1 || hp->n_layer > LIM_LAYERS)
+        return bad_int(name, f->layers, hp->n_layer, "is out of range [1, 4096]");
+    if (hp->n_embd < 1 || hp->n_embd > LIM_SIZE)
+        return bad_int(name, f->embd, hp->n_embd, "is out of range [1, 2^20]");
+    if (hp->n_ff < 1 || hp->n_ff > LIM_SIZE)
+        return bad_int(name, f->ff, hp->n_ff, "is out of range [1, 2^20]");
+    if (hp->n_vocab < 1 || hp->n_vocab > LIM_SIZE)
+        return bad_int(name, f->vocab, hp->n_vocab, "is out of range [1, 2^20]");
+    if (hp->n_head < 1 || hp->n_head > LIM_HEADS)
+        return bad_int(name, f->heads, hp->n_head, "is out of range [1, 4096]");
+    if (hp->n_head_kv < 1 || hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
+        return li_error_set(LI_ERR_FORMAT, "%s: %s = %d does not divide %s = %d", name,
+                            f->heads_kv, hp->n_head_kv, f->heads, hp->n_head);
+    if (hp->head_dim < 2 || hp->head_dim > 1024 || hp->head_dim % 2 != 0)
+        return bad_int(name, f->head_dim, hp->head_dim, "must be even and in [2, 1024]");
+    if (hp->n_ctx_train < 1 || hp->n_ctx_train > LIM_CTX)
+        return bad_int(name, f->ctx, hp->n_ctx_train, "is out of range [1, 2^24]");
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
+        return li_error_set(LI_ERR_FORMAT, "%s: %s = %g is not in (0, 1)", name, f->eps,
+                            hp->rms_eps);
+    if (!(r->theta > 0 && isfinite(r->theta)))
+        return li_error_set(LI_ERR_FORMAT, "%s: %s = %g is not positive", name, f->theta,
+                            r->theta);
+    if (r->n_dims < 2 || r->n_dims > hp->head_dim || r->n_dims % 2 != 0)
+        return bad_int(name, f->rope_dims, r->n_dims, "must be even and at most the head dim");
+    if (r->scaling != LI_ROPE_SCALING_NONE && !(r->factor > 0))
+        return li_error_set(LI_ERR_FORMAT, "%s: %s factor %g is not positive", name, f->scaling,
+                            r->factor);
+    if (r->scaling == LI_ROPE_SCALING_LLAMA3 &&
+        !(r->low_freq_factor > 0 && r->high_freq_factor > r->low_freq_factor))
+        return li_error_set(LI_ERR_FORMAT, "%s: %s (llama3) needs 0 < low_freq_factor (%g) < "
+                            "high_freq_factor (%g)", name, f->scaling, r->low_freq_factor,
+                            r->high_freq_factor);
+    if ((r->scaling == LI_ROPE_SCALING_LLAMA3 || r->scaling == LI_ROPE_SCALING_YARN) &&
+        (r->original_max_pos < 1 || r->original_max_pos > LIM_CTX))
+        return bad_int(name, f->orig_ctx, r->original_max_pos, "is out of range [1, 2^24]");
+    if (r->scaling == LI_ROPE_SCALING_YARN &&
+        !(r->beta_fast > 0 && r->beta_slow > 0 && r->attention_factor >= 0))
+        return li_error_set(LI_ERR_FORMAT, "%s: %s (yarn) needs positive beta_fast (%g) and "
+                            "beta_slow (%g) and attention_factor >= 0 (%g)", name, f->scaling,
+                            r->beta_fast, r->beta_slow, r->attention_factor);
+    const char *bos = from_gguf ? "tokenizer.ggml.bos_token_id" : "bos_token_id";
+    const char *eos = from_gguf ? "tokenizer.ggml.eos_token_id" : "eos_token_id";
+    if (hp->bos_id >= hp->n_vocab)
+        return bad_int(name, bos, hp->bos_id, "is not below the vocabulary size");
+    for (int i = 0; i < hp->n_eos; i++)
+        if (hp->eos_ids[i] < 0 || hp->eos_ids[i] >= hp->n_vocab)
+            return bad_int(name, eos, hp->eos_ids[i], "is not below the vocabulary size");
+    return LI_OK;
+}
