@@ -106,6 +106,9 @@ class Model:
         llama_cpp.llama_model_free(self.model)
 
     def clear(self):
+        # Synchronize first: llama.cpp books queued tokens into its perf counters only at
+        # the next synchronize, so an unsynced decode would leak into the next measurement.
+        llama_cpp.llama_synchronize(self.ctx)
         llama_cpp.llama_memory_clear(self.mem, False)
 
     def decode(self, arr, n):
@@ -239,6 +242,8 @@ def main():
     print(f"# python {platform.python_version()}, llama-cpp-python {ver}, llama.cpp "
           f"{LLAMA_CPP_COMMIT.get(ver, '(commit unknown: see the llama-cpp-python CHANGELOG)')}")
     print(f"# llama_print_system_info: {sysinfo}")
+    print(f"# load average before (1/5/15 min): {' '.join('%.2f' % x for x in os.getloadavg())}"
+          " (other processes on these cores slow every number down)")
     print(f"# command: {' '.join([os.path.relpath(sys.executable, ROOT)] + [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}")
     print(f"# settings: n_threads = n_threads_batch = {args.threads}, n_batch = n_ubatch = "
           f"{args.n_prompt}, flash_attn off, KV f16, 1 warm-up + {args.reps} reps, seed {args.seed}",
@@ -269,6 +274,7 @@ def main():
                   f"(llama.cpp's own timer: {mc:.2f} ± {sc:.2f})", flush=True)
         m.close()
     llama_cpp.llama_backend_free()
+    print(f"# load average after (1/5/15 min): {' '.join('%.2f' % x for x in os.getloadavg())}")
 
     ref = greedy[models[0]]
     same = all(v == ref for v in greedy.values())

@@ -124,6 +124,11 @@ static int json_int_array(const json_t *a, int32_t *dst, int max_n) {
 }
 
 // Parses <dir>/<name>.json and its logits file. Returns 0, or -1 with a message in err.
+#define BAD(what)                                                                                  \
+    do {                                                                                           \
+        field = (what);                                                                            \
+        goto bad;                                                                                  \
+    } while (0)
 static int case_load(ref_case *c, const char *dir, const char *name, char *err, size_t err_size) {
     memset(c, 0, sizeof(*c));
     snprintf(c->name, sizeof(c->name), "%.*s", (int)(strlen(name) - 5), name);
@@ -141,66 +146,62 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
     json_t *ids = json_object_get(root, "prompt_ids"), *top = json_object_get(root, "top20");
     json_t *greedy = json_object_get(root, "greedy"), *lf = json_object_get(root, "logits_file");
     json_t *margins = json_object_get(root, "greedy_margins");
-    if (!json_is_string(model)) { field = "model"; goto bad; }
+    if (!json_is_string(model)) BAD("model");
     snprintf(c->model, sizeof(c->model), "%s", json_string_value(model));
     if (json_is_string(prompt)) {
         c->prompt = strdup(json_string_value(prompt));
     } else if (prompt && !json_is_null(prompt)) {
-        field = "prompt";
-        goto bad;
+        BAD("prompt");
     }
     json_t *chat = json_object_get(root, "chat");
     if (chat) {
         json_t *sys = json_object_get(chat, "system"), *user = json_object_get(chat, "user");
         if (!json_is_object(chat) || !json_is_string(user) || !c->prompt ||
             (sys && !json_is_null(sys) && !json_is_string(sys))) {
-            field = "chat";
-            goto bad;
+            BAD("chat");
         }
         c->has_chat = true;
         c->chat_user = strdup(json_string_value(user));
         if (json_is_string(sys)) c->chat_system = strdup(json_string_value(sys));
     }
-    if (!json_is_array(ids) || json_array_size(ids) == 0) { field = "prompt_ids"; goto bad; }
+    if (!json_is_array(ids) || json_array_size(ids) == 0) BAD("prompt_ids");
     c->n_prompt = (int)json_array_size(ids);
     c->prompt_ids = malloc(sizeof(int32_t) * c->n_prompt);
-    if (!c->prompt_ids) { field = "prompt_ids (out of memory)"; goto bad; }
-    if (json_int_array(ids, c->prompt_ids, c->n_prompt) != c->n_prompt) { field = "prompt_ids"; goto bad; }
+    if (!c->prompt_ids) BAD("prompt_ids (out of memory)");
+    if (json_int_array(ids, c->prompt_ids, c->n_prompt) != c->n_prompt) BAD("prompt_ids");
     c->n_greedy = json_int_array(greedy, c->greedy, MAX_GREEDY);
-    if (c->n_greedy <= 0) { field = "greedy"; goto bad; }
+    if (c->n_greedy <= 0) BAD("greedy");
     for (int i = 0; i < c->n_greedy; i++) c->greedy_margin[i] = INFINITY;
     if (margins) {
         if (!json_is_array(margins) || (int)json_array_size(margins) != c->n_greedy) {
-            field = "greedy_margins";
-            goto bad;
+            BAD("greedy_margins");
         }
         for (int i = 0; i < c->n_greedy; i++) {
             json_t *e = json_array_get(margins, i);
-            if (!json_is_number(e)) { field = "greedy_margins"; goto bad; }
+            if (!json_is_number(e)) BAD("greedy_margins");
             c->greedy_margin[i] = (float)json_number_value(e);
         }
     }
     // top20: [[[id, logit], ...TOPK] per prompt position]
-    if (!json_is_array(top) || (int)json_array_size(top) != c->n_prompt) { field = "top20"; goto bad; }
+    if (!json_is_array(top) || (int)json_array_size(top) != c->n_prompt) BAD("top20");
     c->top_ids = malloc(sizeof(int32_t) * c->n_prompt * TOPK);
     c->top_logits = malloc(sizeof(float) * c->n_prompt * TOPK);
-    if (!c->top_ids || !c->top_logits) { field = "top20 (out of memory)"; goto bad; }
+    if (!c->top_ids || !c->top_logits) BAD("top20 (out of memory)");
     for (int p = 0; p < c->n_prompt; p++) {
         json_t *row = json_array_get(top, p);
-        if (!json_is_array(row) || json_array_size(row) != TOPK) { field = "top20 row"; goto bad; }
+        if (!json_is_array(row) || json_array_size(row) != TOPK) BAD("top20 row");
         for (int k = 0; k < TOPK; k++) {
             json_t *pair = json_array_get(row, k);
             json_t *id = json_array_get(pair, 0), *lg = json_array_get(pair, 1);
             if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_integer(id) ||
                 !json_is_number(lg) || json_integer_value(id) < 0) {
-                field = "top20 entry";
-                goto bad;
+                BAD("top20 entry");
             }
             c->top_ids[p * TOPK + k] = (int32_t)json_integer_value(id);
             c->top_logits[p * TOPK + k] = (float)json_number_value(lg);
         }
     }
-    if (!json_is_string(lf) || strchr(json_string_value(lf), '/')) { field = "logits_file"; goto bad; }
+    if (!json_is_string(lf) || strchr(json_string_value(lf), '/')) BAD("logits_file");
     snprintf(path, sizeof(path), "%s/%s", dir, json_string_value(lf));
     long n = read_f32_file(path, &c->last_logits, err, err_size);
     if (n < 0) goto done;
@@ -211,9 +212,9 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
     c->n_vocab = (int)n;
     for (int p = 0; p < c->n_prompt; p++)
         for (int k = 0; k < TOPK; k++)
-            if (c->top_ids[p * TOPK + k] >= c->n_vocab) { field = "top20 (an id >= n_vocab)"; goto bad; }
+            if (c->top_ids[p * TOPK + k] >= c->n_vocab) BAD("top20 (an id >= n_vocab)");
     for (int i = 0; i < c->n_greedy; i++)
-        if (c->greedy[i] >= c->n_vocab) { field = "greedy (an id >= n_vocab)"; goto bad; }
+        if (c->greedy[i] >= c->n_vocab) BAD("greedy (an id >= n_vocab)");
     rc = 0;
     goto done;
 bad:
@@ -223,6 +224,7 @@ done:
     if (rc != 0) case_free(c);
     return rc;
 }
+#undef BAD
 
 // max|a-b| / max|b| over n values.
 static double max_rel_err(const float *a, const float *ref, long n) {
@@ -262,7 +264,8 @@ static int check_top20(const ref_case *c, int p, const float *row, double tol) {
         double d = fabs((double)row[rid[k]] - rlg[k]);
         if (!(d <= tol)) {
             if (bad++ < 3)
-                fprintf(stderr, "    %s pos %d rank %d: id %d logit %.6f, ref %.6f (|d| %.3g > %.3g)\n",
+                fprintf(stderr,
+                        "    %s pos %d rank %d: id %d logit %.6f, ref %.6f (|d| %.3g > %.3g)\n",
                         c->name, p, k, rid[k], row[rid[k]], rlg[k], d, tol);
         }
         if (ours[k] != rid[k] && !(fabs((double)row[ours[k]] - row[rid[k]]) <= 2 * tol)) {

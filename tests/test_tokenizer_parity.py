@@ -127,6 +127,7 @@ SAMPLES = [
     "<|im_start|>system\nYou are helpful<|im_end|>\n<|im_start|>user\nhi<|im_end|>",
     "text<|endoftext|>more<|im_end|>", "<|reserved_special_token_5|> x", "<|not_a_token|>",
     "<|eot_id", "eot_id|>", "<<|eot_id|>>", "", " ", "  ", "\n", "a", "\t\n \r",
+    "nul\x00byte\x00", "x\U0001E030\U0001E031y a\U00011F04b \U0001FAE8 1\U0001E4F02",  # Unicode 15
 ]
 
 WORDS = ["the", "The", "THE", "of", "and", "tokenizer", "Tokenizer", "BPE", "merges", "über",
@@ -195,13 +196,18 @@ def hf_llama3():
 
 
 @pytest.fixture(scope="session")
-def hf_smol(tmp_path_factory):
+def smol_reader():
     if not os.path.exists(SMOL_GGUF):
         pytest.skip("default model not downloaded (make setup)")
     import gguf
+    return gguf.GGUFReader(SMOL_GGUF)
+
+
+@pytest.fixture(scope="session")
+def hf_smol(tmp_path_factory, smol_reader):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    r = gguf.GGUFReader(SMOL_GGUF)
+    r = smol_reader
 
     def strs(key):
         f = r.fields[key]
@@ -223,23 +229,34 @@ def hf_smol(tmp_path_factory):
     return tk, path
 
 
-def hf_encode(tk, s, special=True, bos=False):
-    tk.encode_special_tokens = not special
-    try:
-        return tk.encode(s, add_special_tokens=bos).ids
-    finally:
-        tk.encode_special_tokens = False
+def hf_encode_all(tk, records):
+    """HF ids for every (bytes, add_bos, parse_special) record, batched per flag combination."""
+    out = [None] * len(records)
+    for bos in (False, True):
+        for sp in (False, True):
+            idx = [i for i, r in enumerate(records) if r[1] == bos and r[2] == sp]
+            if not idx:
+                continue
+            tk.encode_special_tokens = not sp
+            try:
+                encs = tk.encode_batch([records[i][0].decode() for i in idx],
+                                       add_special_tokens=bos)
+            finally:
+                tk.encode_special_tokens = False
+            for i, e in zip(idx, encs):
+                out[i] = e.ids
+    return out
 
 
 def check_parity(tk, results, records, label):
     bad = []
-    for (b, bos, sp), (ids, dec) in zip(records, results):
+    wants = hf_encode_all(tk, records)
+    want_decs = tk.decode_batch(wants, skip_special_tokens=False)
+    for (b, bos, sp), (ids, dec), want, want_dec in zip(records, results, wants, want_decs):
         s = b.decode()
-        want = hf_encode(tk, s, special=sp, bos=bos)
         if ids != want:
             bad.append("ids differ for %r:\n  lazyinfer %s\n  HF        %s" % (s[:200], ids[:60], want[:60]))
             continue
-        want_dec = tk.decode(want, skip_special_tokens=False)
         if dec.decode(errors="replace") != want_dec:
             bad.append("decode differs from HF for %r: %r vs %r" % (s[:100], dec[:100], want_dec[:100]))
         if not bos and dec != b:
@@ -311,11 +328,37 @@ def test_added_token_flags_parity(driver, hf_smol, tmp_path):
     recs = [(s.encode(), False, True) for s in strs] + [(s.encode(), False, False) for s in strs]
     res, _ = run_batch(driver, ["json", p, "-"], recs)
     bad = []
-    for (b, _, sp), (ids, dec) in zip(recs, res):
-        want = hf_encode(tk, b.decode(), special=sp)
+    for (b, _, sp), (ids, dec), want in zip(recs, res, hf_encode_all(tk, recs)):
         if ids != want:
             bad.append("%r special=%s: lazyinfer %s, HF %s" % (b.decode(), sp, ids, want))
     assert not bad, "%d of %d differ (seed %d):\n%s" % (len(bad), len(recs), SEED, "\n".join(bad[:10]))
+
+
+@pytest.mark.parametrize("behavior", ["removed", "merged_with_previous", "merged_with_next",
+                                      "contiguous", "isolated"])
+def test_pre_tokenizer_variants_parity(driver, hf_smol, tmp_path, behavior):
+    """Split behaviours, String patterns, Digits(individual_digits=False) and ByteLevel with
+    add_prefix_space, on SmolLM2's vocabulary (paths the two real tokenizers do not take)."""
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    _, path = hf_smol
+    tk = Tokenizer.from_file(path)
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\s*[,;]\s*"), behavior=behavior),
+        pre_tokenizers.Split("--", behavior="isolated"),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
+    p = str(tmp_path / "tokenizer.json")
+    tk.save(p)
+    strs = [s for s in STRINGS[::4]] + ["a, b;c ,, d;;e", "x--y---z", "12,345;678 90", ", lead",
+                                        "trail ;", "--", ",", "a1b22c333"]
+    recs = [(s.encode(), False, True) for s in strs]
+    res, _ = run_batch(driver, ["json", p, "-"], recs)
+    bad = []
+    for (b, _, _), (ids, dec), want in zip(recs, res, hf_encode_all(tk, recs)):
+        if ids != want:
+            bad.append("%r: lazyinfer %s, HF %s" % (b.decode()[:80], ids[:30], want[:30]))
+    assert not bad, "%s: %d of %d differ (seed %d):\n%s" % (
+        behavior, len(bad), len(recs), SEED, "\n".join(bad[:10]))
 
 
 def test_invalid_utf8_rejected(driver):
@@ -380,10 +423,8 @@ def test_chat_llama31_matches_jinja(driver, tmp_path):
         assert "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" in text
 
 
-def test_chat_smollm2_matches_jinja(driver, hf_smol):
-    import gguf
-    r = gguf.GGUFReader(SMOL_GGUF)
-    f = r.fields["tokenizer.chat_template"]
+def test_chat_smollm2_matches_jinja(driver, smol_reader):
+    f = smol_reader.fields["tokenizer.chat_template"]
     tmpl = bytes(f.parts[f.data[0]]).decode()
     got = run_chat(driver, ["gguf", SMOL_GGUF], CONVS)
     for (msgs, gen), (st, text) in zip(CONVS, got):

@@ -29,7 +29,6 @@ typedef struct {
 
 // ---- RoPE -----------------------------------------------------------------------------------
 
-#define LI_ROPE_MAX_PAIRS 256
 
 // Per-pair inverse frequencies after scaling, and the position-independent magnitude (YaRN's
 // attention factor, 1 otherwise) that multiplies cos and sin. Built once per model on the host.

@@ -29,8 +29,7 @@ static double yarn_correction_dim(double n_rot, int dim, double base, double max
     return (dim * log(max_pos / (n_rot * 2 * M_PI))) / (2 * log(base));
 }
 
-li_status li_rope_table_init(li_rope_table *t, const li_rope_config *cfg) {
-    memset(t, 0, sizeof *t);
+static li_status scaled_table(li_rope_table *t, const li_rope_config *cfg) {
     int dim = cfg->n_dims;
     if (dim <= 0 || dim % 2 != 0 || dim > 2 * LI_ROPE_MAX_PAIRS)
         return li_error_set(LI_ERR_INVALID_ARG,
@@ -109,9 +108,13 @@ li_status li_rope_table_init(li_rope_table *t, const li_rope_config *cfg) {
         }
         double beta_fast = cfg->beta_fast != 0 ? cfg->beta_fast : 32;  // HF: get("beta_fast") or 32
         double beta_slow = cfg->beta_slow != 0 ? cfg->beta_slow : 1;
-        // HF find_correction_range with truncate=True (the default; li_rope_config has no field)
-        double low = floor(yarn_correction_dim(beta_fast, dim, base, omax));
-        double high = ceil(yarn_correction_dim(beta_slow, dim, base, omax));
+        // HF find_correction_range: floor/ceil unless the config says truncate: false
+        double low = yarn_correction_dim(beta_fast, dim, base, omax);
+        double high = yarn_correction_dim(beta_slow, dim, base, omax);
+        if (!cfg->yarn_no_truncate) {
+            low = floor(low);
+            high = ceil(high);
+        }
         if (low < 0) low = 0;
         if (high > dim - 1) high = dim - 1;
         if (low == high) high += 0.001;  // HF: prevent singularity
@@ -133,4 +136,19 @@ li_status li_rope_table_init(li_rope_table *t, const li_rope_config *cfg) {
     }
     }
     return li_error_set(LI_ERR_INVALID_ARG, "rope: unknown scaling type %d", (int)cfg->scaling);
+}
+
+li_status li_rope_table_init(li_rope_table *t, const li_rope_config *cfg) {
+    memset(t, 0, sizeof *t);
+    LI_TRY(scaled_table(t, cfg));
+    if (cfg->has_freq_factors) {
+        // llama.cpp: theta = theta_base / freq_factor, for each pair
+        for (int i = 0; i < t->n_dims / 2; i++) {
+            if (!(cfg->freq_factors[i] > 0))
+                return li_error_set(LI_ERR_INVALID_ARG, "rope: frequency factor %d is %g (must be > 0)",
+                                    i, (double)cfg->freq_factors[i]);
+            t->inv_freq[i] /= cfg->freq_factors[i];
+        }
+    }
+    return LI_OK;
 }

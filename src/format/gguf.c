@@ -19,6 +19,7 @@
 #include "gguf.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -845,12 +846,21 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
         LI_TRY(get_float_opt(g, arch_key(k, sizeof k, arch, "rope.scaling.attn_factor"),
                              &rope->attention_factor));
     }
-    // Llama 3.1 GGUFs carry llama3 scaling as a tensor of per-pair frequency factors, which
-    // li_rope_config cannot express; refuse rather than run with the wrong frequencies.
-    if (li_gguf_find_tensor(g, "rope_freqs.weight"))
-        return li_error_set(LI_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight' (llama3 rope "
-                            "scaling stored as frequency factors) is not supported; use the HF "
-                            "safetensors model instead", g->name);
+    // Llama 3.1 GGUFs carry llama3 scaling as a tensor of per-pair frequency divisors.
+    const li_gguf_tensor *ff = li_gguf_find_tensor(g, "rope_freqs.weight");
+    if (ff) {
+        int pairs = hp->rope.n_dims / 2;
+        if (ff->dtype != LI_DTYPE_F32 || ff->n_dims != 1 || ff->ne[0] != pairs ||
+            pairs > LI_ROPE_MAX_PAIRS)
+            return li_error_set(LI_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' must be f32 of %d "
+                                "elements (rope dims / 2)", g->name, pairs);
+        LI_TRY(li_gguf_tensor_to_f32(g, ff, hp->rope.freq_factors));
+        for (int i = 0; i < pairs; i++)
+            if (!(hp->rope.freq_factors[i] > 0) || !isfinite(hp->rope.freq_factors[i]))
+                return li_error_set(LI_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a "
+                                    "positive number", g->name, i, hp->rope.freq_factors[i]);
+        hp->rope.has_freq_factors = true;
+    }
 
     hp->tied_embeddings = li_gguf_find_tensor(g, "output.weight") == NULL;
     hp->attention_bias = li_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;

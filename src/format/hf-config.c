@@ -196,6 +196,9 @@ static li_status parse_rope_scaling(const char *file, const char *key, json_t *r
         LI_TRY(get_float(file, rs, F("attention_factor"), false, &r->attention_factor, NULL));
         LI_TRY(get_float(file, rs, F("mscale"), false, &r->mscale, NULL));
         LI_TRY(get_float(file, rs, F("mscale_all_dim"), false, &r->mscale_all_dim, NULL));
+        bool truncate = true;
+        LI_TRY(get_bool(file, rs, F("truncate"), &truncate));
+        r->yarn_no_truncate = !truncate;
         r->original_max_pos = r->max_pos;
         LI_TRY(get_int(file, rs, F("original_max_position_embeddings"), false, 1, LIM_CTX,
                        &r->original_max_pos));

@@ -5,6 +5,8 @@
 
 #include "../core/core.h"
 
+#define LI_ROPE_MAX_PAIRS 256
+
 typedef enum {
     LI_ROPE_NEOX,  // HF layout: pair (i, i + n_dims/2)        (rotate_half)
     LI_ROPE_GPTJ,  // interleaved: pair (2i, 2i + 1)           (GGUF llama, ggml "normal" mode)
@@ -31,6 +33,11 @@ typedef struct {
     float beta_fast, beta_slow;  // yarn (defaults 32, 1)
     float attention_factor;      // yarn mscale; 0 = derived from factor as HF does
     float mscale, mscale_all_dim;  // yarn (DeepSeek-style), 0 = unset
+    bool yarn_no_truncate;       // yarn "truncate": false (HF default true: floor/ceil the range)
+    // Per-pair divisors of the inverse frequencies (GGUF `rope_freqs.weight`, how llama.cpp's
+    // converter stores Llama-3.1 scaling): w_i = w_i / freq_factors[i], applied after scaling.
+    bool has_freq_factors;
+    float freq_factors[LI_ROPE_MAX_PAIRS];
 } li_rope_config;
 
 #define LI_MAX_EOS 8

@@ -6,12 +6,15 @@
 // (chat.c). Behaviour follows HF `tokenizers` (checked by tests/test_tokenizer_parity.py on
 // >2,000 strings per vocabulary; golden ids in tests/test-tokenizer.c):
 //   - added tokens are matched leftmost-longest in the raw text; special ones only when
-//     parse_special is set, non-special ones always (HF matches both; llama.cpp likewise);
+//     parse_special is set (HF's encode_special_tokens = !parse_special), non-special ones
+//     always; lstrip/rstrip/single_word as HF's AddedVocabulary::find_matches;
 //   - each pre-tokenizer step splits every current piece (PCRE2 with UTF + UCP, the subject is
 //     the piece, as HF's find_iter on the piece); split behaviours mirror HF's fold logic;
 //   - BPE merges the lowest rank first, ties to the leftmost pair (HF word.rs merge_all), with a
 //     binary heap over a linked list of symbols: O(n log n) per piece, so a 1 MB run of one
 //     character does not go quadratic.
+// Unicode tables are PCRE2's (10.42: Unicode 14); characters assigned later may be classed
+// differently from HF's regex engine (none seen in the parity strings, which include some).
 // Invalid UTF-8 input: HF cannot be given it (Rust strings are valid UTF-8), so encode rejects it
 // with LI_ERR_INVALID_ARG naming the byte offset instead of guessing a repair. The built-in byte
 // tokenizer accepts any bytes.

@@ -50,9 +50,17 @@ void li_cpu_scratch_free(li_cpu_scratch *s) {
 
 static li_cpu_impl *impl_of(li_backend *be) { return be ? (li_cpu_impl *)be->impl : NULL; }
 
+static inline float bf16_f32(uint16_t h) {  // bf16 is the top half of an f32
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 // ---- hot kernels: dot products -------------------------------------------------------------
 
-#if defined(__x86_64__)
+// -DLI_CPU_NO_SIMD builds the portable kernels only (to test them on an AVX machine).
+#if defined(__x86_64__) && !defined(LI_CPU_NO_SIMD)
 #define HAVE_X86 1
 static inline int has_avx_fma(void) {
     return __builtin_cpu_supports("avx") && __builtin_cpu_supports("fma");
@@ -103,7 +111,7 @@ __attribute__((target("avx,fma"))) static float dot_bf16_fma(const float *a, con
     }
     for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_bf16x8(b + i), s0);
     float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += a[i] * li_bf16_to_f32(b[i]);
+    for (; i < n; i++) s += a[i] * bf16_f32(b[i]);
     return s;
 }
 #else
@@ -122,8 +130,12 @@ static float dot_f32_c(const float *a, const float *b, int64_t n) {
 }
 
 static float dot_bf16_c(const float *a, const uint16_t *b, int64_t n) {
-    float r = 0;
-    for (int64_t i = 0; i < n; i++) r += a[i] * li_bf16_to_f32(b[i]);
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[i + k] * bf16_f32(b[i + k]);
+    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; i++) r += a[i] * bf16_f32(b[i]);
     return r;
 }
 
@@ -139,6 +151,14 @@ static inline float dot_bf16(const float *a, const uint16_t *b, int64_t n) {
     if (has_avx_fma()) return dot_bf16_fma(a, b, n);
 #endif
     return dot_bf16_c(a, b, n);
+}
+
+// dst (n) = src (n) widened from bf16 (exact)
+LI_VEC static void bf16_to_f32_run(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
 }
 
 // y (n) += a * x (n)
@@ -162,8 +182,7 @@ static void cpu_embed(li_backend *be, float *out, const li_weight *W, const int3
             memcpy(out + (size_t)t * D, (const float *)W->data + row, (size_t)D * sizeof(float));
         } else {
             LI_ASSERT(W->dtype == LI_DTYPE_BF16);
-            const uint16_t *src = (const uint16_t *)W->data + row;
-            for (int64_t d = 0; d < D; d++) out[(size_t)t * D + d] = li_bf16_to_f32(src[d]);
+            bf16_to_f32_run(out + (size_t)t * D, (const uint16_t *)W->data + row, D);
         }
     }
 }
@@ -247,13 +266,6 @@ typedef struct {
     const uint16_t *src;
 } cvt_ctx;
 
-LI_VEC static void bf16_to_f32_run(float *dst, const uint16_t *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
-}
-
 static void cvt_range(void *p, int64_t b, int64_t e, int tid) {
     cvt_ctx *c = p;
     bf16_to_f32_run(c->dst + b, c->src + b, e - b);
@@ -274,7 +286,8 @@ static void cpu_matmul(li_backend *be, float *y, const float *x, const li_weight
         return;
     }
     // bf16: convert MM_TILE_ROWS rows at a time and multiply the tile into y[:, n0:n0+rows].
-    float *tile = li_cpu_scratch_get(&impl_of(be)->wtile, (size_t)MM_TILE_ROWS * K * sizeof(float));
+    li_cpu_impl *im = impl_of(be);
+    float *tile = im ? li_cpu_scratch_get(&im->wtile, (size_t)MM_TILE_ROWS * K * sizeof(float)) : NULL;
     if (!tile) {  // no scratch: the row kernel needs none
         li_parallel_for(be->tp, N, matmul_rows, &c);
         return;
@@ -578,8 +591,10 @@ static void cpu_attention(li_backend *be, float *out, const float *q, int T, int
         int half = rope->n_dims / 2;
         size_t tab_bytes = (size_t)seq->n_pages * sizeof(int32_t);
         tab_bytes = (tab_bytes + 63) & ~(size_t)63;
-        char *buf = li_cpu_scratch_get(&impl_of(be)->delta_tab,
-                                       tab_bytes + (size_t)n_rot * 2 * half * sizeof(float));
+        li_cpu_impl *im = impl_of(be);
+        char *buf = im ? li_cpu_scratch_get(&im->delta_tab,
+                                            tab_bytes + (size_t)n_rot * 2 * half * sizeof(float))
+                       : NULL;
         if (buf) {
             int32_t *pt = (int32_t *)buf;
             float *cs = (float *)(buf + tab_bytes);

@@ -1,7 +1,8 @@
 // ops-ref.c — the scalar oracle: every op of the backend table as plain loops with fp64
 // accumulation, written to be obviously correct and to mirror the reference (HF transformers) line
 // by line. It is slow on purpose and is not where any optimisation belongs; the fast path
-// (ops-cpu.c) and the CUDA backend are checked against it by tests/test-ops.c.
+// (ops-cpu.c) and the CUDA backend are checked against it by tests/test-ops.c, which also checks
+// the oracle's own properties (deferred-RoPE identity, RoPE group law, sampling distribution).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
