@@ -151,7 +151,7 @@ class Model:
         return t, perf.t_eval_ms / 1e3
 
     def greedy(self, prompt, n_new):
-        """Greedy continuation of prompt: returns (token ids, text)."""
+        """Greedy continuation of prompt: returns (token ids, text, logits after the prompt)."""
         raw = prompt.encode()
         buf = (llama_cpp.llama_token * (len(raw) + 8))()
         n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), buf, len(buf), True, False)
@@ -159,18 +159,20 @@ class Model:
             raise SystemExit("bench_llamacpp: tokenize failed")
         self.clear()
         self.decode(buf, n)
-        out, text = [], b""
+        out, text, first = [], b"", None
         piece = ctypes.create_string_buffer(256)
         for _ in range(n_new):
             logits = llama_cpp.llama_get_logits_ith(self.ctx, -1)
             row = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
+            if first is None:
+                first = row.copy()
             tok = int(np.argmax(row))
             out.append(tok)
             k = llama_cpp.llama_token_to_piece(self.vocab, tok, piece, len(piece), 0, False)
             text += piece.raw[:max(k, 0)]
             self.one[0] = tok
             self.decode(self.one, 1)
-        return out, text.decode("utf-8", "replace")
+        return out, text.decode("utf-8", "replace"), first
 
 
 def weights_dtype(path):
@@ -201,6 +203,13 @@ def cpu_line():
     want = ["avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni"]
     have = " ".join(f if f in flags else f"no-{f}" for f in want)
     return f"{model}, {os.cpu_count()} logical CPUs, flags: {have}"
+
+
+def kernel_isa(sysinfo):
+    """The x86 SIMD levels ggml-cpu was compiled for, from llama_print_system_info()."""
+    want = ["AVX", "AVX2", "FMA", "F16C", "AVX512", "AVX_VNNI", "AVX512_VNNI", "AVX512_BF16"]
+    on = [w for w in want if f" {w} = 1 " in f" {sysinfo} "]
+    return "+".join(on) if on else "no AVX"
 
 
 def mean_std(xs):
@@ -242,6 +251,8 @@ def main():
     print(f"# python {platform.python_version()}, llama-cpp-python {ver}, llama.cpp "
           f"{LLAMA_CPP_COMMIT.get(ver, '(commit unknown: see the llama-cpp-python CHANGELOG)')}")
     print(f"# llama_print_system_info: {sysinfo}")
+    print(f"# libllama: {os.environ.get('LLAMA_CPP_LIB_PATH') or 'the one built with llama-cpp-python'}; "
+          f"ggml-cpu kernels compiled for: {kernel_isa(sysinfo)}")
     print(f"# load average before (1/5/15 min): {' '.join('%.2f' % x for x in os.getloadavg())}"
           " (other processes on these cores slow every number down)")
     print(f"# command: {' '.join([os.path.relpath(sys.executable, ROOT)] + [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}")
@@ -253,8 +264,8 @@ def main():
     rows, greedy = [], {}
     for path in models:
         m = Model(path, args.threads, n_batch=max(args.n_prompt, 1))
-        ids, text = m.greedy(args.prompt, args.greedy_tokens)
-        greedy[path] = ids
+        ids, text, first = m.greedy(args.prompt, args.greedy_tokens)
+        greedy[path] = (ids, first)
         print(f"# greedy {os.path.basename(path)}: {args.prompt!r} -> {text!r} {ids}", flush=True)
         pp_tok = [m.bos] + [int(x) for x in rng.integers(0, m.n_vocab, args.n_prompt - 1)]
         tg_tok = [int(x) for x in rng.integers(0, m.n_vocab, args.n_gen)]
@@ -267,6 +278,8 @@ def main():
                 w, c = fn(toks)
                 wall.append(n / w)
                 native.append(n / c)
+            print(f"#   {os.path.basename(path)} {name} per rep (t/s): "
+                  + " ".join(f"{x:.1f}" for x in wall), flush=True)
             mw, sw = mean_std(wall)
             mc, sc = mean_std(native)
             rows.append((os.path.basename(path), dtype, args.threads, name, mw, sw, mc, sc))
@@ -276,14 +289,25 @@ def main():
     llama_cpp.llama_backend_free()
     print(f"# load average after (1/5/15 min): {' '.join('%.2f' % x for x in os.getloadavg())}")
 
-    ref = greedy[models[0]]
-    same = all(v == ref for v in greedy.values())
+    ref_ids, ref_logits = greedy[models[0]]
+    same = True
+    for path in models[1:]:
+        ids, logits = greedy[path]
+        agree = next((i for i, (a, b) in enumerate(zip(ref_ids, ids)) if a != b), len(ids))
+        same = same and ids == ref_ids
+        d = float(np.max(np.abs(logits - ref_logits)))
+        cos = float(np.dot(logits, ref_logits) / (np.linalg.norm(logits) * np.linalg.norm(ref_logits)))
+        print(f"# greedy {os.path.basename(path)} vs {os.path.basename(models[0])}: first "
+              f"{agree} of {len(ids)} tokens agree; logits after the prompt: max |diff| "
+              f"{d:.4f}, cosine {cos:.6f}")
     print(f"# greedy outputs identical across models: {'yes' if same else 'NO'}")
 
     print()
     print("| model file | weights dtype | threads | test | t/s (mean ± std) | t/s by llama.cpp's timer | engine |")
     print("|---|---|---:|---|---:|---:|---|")
-    eng = f"llama.cpp {LLAMA_CPP_COMMIT.get(ver, '?')} (llama-cpp-python {ver})"
+    lib = os.environ.get("LLAMA_CPP_LIB_PATH")
+    eng = (f"llama.cpp {LLAMA_CPP_COMMIT.get(ver, '?')} (llama-cpp-python {ver}"
+           + (f", lib {lib}" if lib else "") + f"), ggml-cpu {kernel_isa(sysinfo)}")
     for f, d, t, name, mw, sw, mc, sc in rows:
         print(f"| {f} | {d} | {t} | {name} | {mw:.2f} ± {sw:.2f} | {mc:.2f} ± {sc:.2f} | {eng} |")
     if args.strict and not same:
