@@ -331,7 +331,8 @@ static int cmd_info(int argc, char **argv) {
     printf("rope:           theta %g, scaling %s\n", in.rope_theta, in.rope_scaling);
     printf("rms eps:        %g\n", in.rms_eps);
     printf("tied embedding: %s\n", in.tied_embeddings ? "yes" : "no");
-    printf("weights dtype:  %s (computed in %s)\n", in.weight_dtype, in.compute_dtype);
+    printf("weights dtype:  %s in the source, %s in memory (activations f32)\n", in.weight_dtype,
+           in.compute_dtype);
     printf("parameters:     %lld (%.1f M)\n", (long long)in.n_params, in.n_params / 1e6);
     li_model_free(m);
     return 0;

@@ -174,6 +174,7 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
     snprintf(o->arch, sizeof o->arch, "%s", hp->arch);
     snprintf(o->name, sizeof o->name, "%s", hp->name);
     snprintf(o->weight_dtype, sizeof o->weight_dtype, "%s", m->llama.store.source_dtype);
+    // activations are f32; matrices are f32 or, for models too big for that, bf16
     snprintf(o->compute_dtype, sizeof o->compute_dtype, "%s",
              m->llama.w.layers && m->llama.w.layers[0].wq.dtype == LI_DTYPE_BF16 ? "bf16" : "f32");
     o->n_layer = hp->n_layer;

@@ -92,6 +92,8 @@ li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backen
 bool li_llama_synth_known(const char *name);
 void li_llama_free(li_llama *m);
 int64_t li_llama_n_params(const li_hparams *hp);
+// True when the model is too big to hold in f32 on the CPU: bf16 matrices then stay bf16.
+bool li_llama_keeps_bf16(const li_hparams *hp);
 
 li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int max_tokens);
 void li_llama_scratch_free(li_llama_scratch *s);

@@ -39,6 +39,10 @@ int64_t li_llama_n_params(const li_hparams *hp) {
     return V * D + D + (int64_t)hp->n_layer * per_layer + (hp->tied_embeddings ? 0 : V * D);
 }
 
+bool li_llama_keeps_bf16(const li_hparams *hp) {
+    return (uint64_t)li_llama_n_params(hp) * 4 > F32_WEIGHT_LIMIT_BYTES;
+}
+
 static li_status check_hparams(const li_hparams *hp, const char *src) {
     if (strcmp(hp->arch, "llama") != 0)
         return li_error_set(LI_ERR_UNSUPPORTED,
@@ -168,17 +172,13 @@ static li_status st_weight(li_llama *m, li_weight *W, const char *name, int64_t 
     if (t->dtype == LI_DTYPE_COUNT)
         return li_error_set(LI_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (need F32/F16/BF16)",
                             t->file, name, t->dtype_str);
+    bool as_bf16 = t->dtype == LI_DTYPE_BF16 && keep_bf16 && !is_vec && ((uintptr_t)t->data & 1) == 0;
     W->n_rows = rows;
     W->n_cols = cols;
-    W->dtype = LI_DTYPE_F32;
+    W->dtype = as_bf16 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
     if (metadata_only) return LI_OK;
-    if (t->dtype == LI_DTYPE_F32 && ((uintptr_t)t->data & 3) == 0) {
-        W->data = (void *)t->data;
-        return LI_OK;
-    }
-    if (t->dtype == LI_DTYPE_BF16 && keep_bf16 && !is_vec && ((uintptr_t)t->data & 1) == 0) {
-        W->dtype = LI_DTYPE_BF16;
-        W->data = (void *)t->data;
+    if (as_bf16 || (t->dtype == LI_DTYPE_F32 && ((uintptr_t)t->data & 3) == 0)) {
+        W->data = (void *)t->data;  // used in place in the mapping
         return LI_OK;
     }
     float *buf = li_alloc((size_t)(rows * cols) * sizeof(float), name);
@@ -202,7 +202,7 @@ static li_status load_hf(li_llama *m, const char *dir, li_backend *be, bool meta
     const li_st_tensor *probe = li_safetensors_find(m->store.st, "model.layers.0.self_attn.q_proj.weight");
     snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
              probe ? probe->dtype_str : "?");
-    bool keep_bf16 = (uint64_t)li_llama_n_params(hp) * 4 > F32_WEIGHT_LIMIT_BYTES;
+    bool keep_bf16 = li_llama_keeps_bf16(hp);
 
     int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
     int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -283,15 +283,28 @@ static void fill_random(float *p, int64_t n, float std, float mean, li_rng *rng)
         p[i] = mean + a * (float)(2.0 * li_rng_uniform(rng) - 1.0);
 }
 
+// Matrices of models too big for f32 are held in bf16 (rounded from the same random values);
+// vectors (norms) stay f32.
 static li_status synth_weight(li_llama *m, li_weight *W, int64_t rows, int64_t cols, float std,
                               float mean, li_rng *rng, bool metadata_only) {
     W->n_rows = rows;
     W->n_cols = cols;
-    W->dtype = LI_DTYPE_F32;
+    W->dtype = rows > 1 && li_llama_keeps_bf16(&m->hp) ? LI_DTYPE_BF16 : LI_DTYPE_F32;
     if (metadata_only) return LI_OK;
-    float *buf = li_alloc((size_t)(rows * cols) * sizeof(float), "synthetic weights");
+    int64_t n = rows * cols;
+    void *buf = li_alloc((size_t)n * (W->dtype == LI_DTYPE_BF16 ? 2 : 4), "synthetic weights");
     if (!buf) return LI_ERR_OOM;
-    fill_random(buf, rows * cols, std, mean, rng);
+    if (W->dtype == LI_DTYPE_F32) {
+        fill_random(buf, n, std, mean, rng);
+    } else {
+        uint16_t *h = buf;
+        float tmp[1024];
+        for (int64_t i = 0; i < n; i += 1024) {
+            int k = n - i < 1024 ? (int)(n - i) : 1024;
+            fill_random(tmp, k, std, mean, rng);
+            for (int j = 0; j < k; j++) h[i + j] = li_f32_to_bf16(tmp[j]);
+        }
+    }
     W->data = buf;
     return store_own(&m->store, buf);
 }

@@ -119,6 +119,11 @@ li_status li_tok_finish(li_tokenizer *t, const char *what);
 // Parses tokenizer.json given as a buffer (fuzz target, tests; `name` for messages).
 li_status li_tokenizer_load_json_buffer(li_tokenizer **out, const char *data, size_t len,
                                         const char *name);
+// The same with an optional tokenizer_config.json buffer (cfg_data NULL: none), as
+// li_tokenizer_load_json does with two files (fuzz target fuzz-tokenizer-config, tests).
+li_status li_tokenizer_load_json_buffers(li_tokenizer **out, const char *data, size_t len,
+                                         const char *name, const char *cfg_data, size_t cfg_len,
+                                         const char *cfg_name);
 
 // ---- chat.c ----
 // Extracts the default system message / date from the template and detects the format

@@ -351,6 +351,34 @@ li_status li_tokenizer_load_json_buffer(li_tokenizer **out, const char *data, si
     return st;
 }
 
+li_status li_tokenizer_load_json_buffers(li_tokenizer **out, const char *data, size_t len,
+                                         const char *name, const char *cfg_data, size_t cfg_len,
+                                         const char *cfg_name) {
+    *out = NULL;
+    json_error_t err;
+    json_t *root = json_loadb(data, len, 0, &err);
+    if (!root)
+        return li_error_set(LI_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", name,
+                            err.line, err.column, err.text);
+    json_t *cfg = NULL;
+    li_status st = LI_OK;
+    if (cfg_data) {  // same flags as a tokenizer_config.json file (see parse_file)
+        cfg = json_loadb(cfg_data, cfg_len, JSON_DECODE_INT_AS_REAL, &err);
+        if (!cfg)
+            st = li_error_set(LI_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s",
+                              cfg_name, err.line, err.column, err.text);
+        else if (!json_is_object(cfg))
+            st = li_error_set(LI_ERR_FORMAT, "%s: top level is not a JSON object", cfg_name);
+    }
+    jctx j = {name, NULL};
+    if (st == LI_OK) st = load_json(&j, root, cfg);
+    json_decref(root);
+    json_decref(cfg);
+    if (st != LI_OK) li_tokenizer_free(j.t);
+    else *out = j.t;
+    return st;
+}
+
 li_status li_tokenizer_load_json(li_tokenizer **out, const char *tokenizer_json_path,
                                  const char *tokenizer_config_path) {
     *out = NULL;
