@@ -16,126 +16,9 @@
 #include <unistd.h>
 
 #include "../src/engine/engine.h"
+#include "cli.h"
 #include "lazyinfer.h"
 
-#define DEFAULT_MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-// ---- option parsing ----------------------------------------------------------------------------
-
-typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64 } opt_kind;
-
-typedef struct {
-    const char *long_name;  // "--temp"
-    const char *short_name; // "-n" or NULL
-    opt_kind kind;
-    void *dst;
-    const char *help;
-} opt;
-
-static void print_usage(const char *usage, const opt *opts, int n_opts) {
-    printf("%s\n\noptions:\n", usage);
-    for (int i = 0; i < n_opts; i++) {
-        char names[64];
-        snprintf(names, sizeof names, "%s%s%s", opts[i].short_name ? opts[i].short_name : "",
-                 opts[i].short_name ? ", " : "", opts[i].long_name);
-        printf("  %-22s %s\n", names, opts[i].help);
-    }
-    printf("  %-22s %s\n", "-h, --help", "show this help");
-}
-
-static bool parse_value(const opt *o, const char *v) {
-    char *end;
-    errno = 0;
-    switch (o->kind) {
-    case OPT_STR: *(const char **)o->dst = v; return true;
-    case OPT_INT: {
-        long x = strtol(v, &end, 10);
-        if (*v == 0 || *end || errno || x < INT_MIN || x > INT_MAX) return false;
-        *(int *)o->dst = (int)x;
-        return true;
-    }
-    case OPT_U64: {
-        unsigned long long x = strtoull(v, &end, 10);
-        if (*v == 0 || *end || errno || *v == '-') return false;
-        *(uint64_t *)o->dst = x;
-        return true;
-    }
-    case OPT_FLOAT: {
-        float x = strtof(v, &end);
-        if (*v == 0 || *end || errno || !isfinite(x)) return false;
-        *(float *)o->dst = x;
-        return true;
-    }
-    case OPT_FLAG: break;
-    }
-    return false;
-}
-
-// Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
-// on, 1 after --help (printed), 2 on a usage error (printed).
-static int parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
-                      const char **pos, int max_pos, int *n_pos) {
-    *n_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            print_usage(usage, opts, n_opts);
-            return 1;
-        }
-        if (a[0] == '-' && a[1] != 0) {
-            const opt *o = NULL;
-            for (int k = 0; k < n_opts && !o; k++)
-                if (!strcmp(a, opts[k].long_name) ||
-                    (opts[k].short_name && !strcmp(a, opts[k].short_name)))
-                    o = &opts[k];
-            if (!o) {
-                fprintf(stderr, "lazyinfer %s: unknown option '%s' (see --help)\n", argv[0], a);
-                return 2;
-            }
-            if (o->kind == OPT_FLAG) {
-                *(bool *)o->dst = true;
-                continue;
-            }
-            if (i + 1 >= argc) {
-                fprintf(stderr, "lazyinfer %s: option '%s' needs a value\n", argv[0], a);
-                return 2;
-            }
-            if (!parse_value(o, argv[++i])) {
-                fprintf(stderr, "lazyinfer %s: bad value '%s' for option '%s'\n", argv[0], argv[i], a);
-                return 2;
-            }
-            continue;
-        }
-        if (*n_pos >= max_pos) {
-            fprintf(stderr, "lazyinfer %s: unexpected argument '%s' (see --help)\n", argv[0], a);
-            return 2;
-        }
-        pos[(*n_pos)++] = a;
-    }
-    return 0;
-}
-
-// The model setup fetched: models/ next to the binary, else under the working directory.
-static const char *default_model(void) {
-    static char path[PATH_MAX + sizeof DEFAULT_MODEL_REL + 1];
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            snprintf(path, sizeof path, "%s/%s", exe, DEFAULT_MODEL_REL);
-            if (access(path, R_OK) == 0) return path;
-        }
-    }
-    return DEFAULT_MODEL_REL;
-}
-
-static int fail(const char *what) {
-    fprintf(stderr, "lazyinfer: %s: %s\n", what, li_last_error());
-    return 1;
-}
 
 // ---- generate ----------------------------------------------------------------------------------
 
@@ -196,7 +79,7 @@ static int cmd_generate(int argc, char **argv) {
     };
     const char *pos[1];
     int n_pos;
-    int r = parse_args(argc, argv, "usage: lazyinfer generate -m MODEL -p PROMPT [options]", opts,
+    int r = cli_parse_args(argc, argv, "usage: lazyinfer generate -m MODEL -p PROMPT [options]", opts,
                        sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     if (!a.prompt) {
@@ -208,18 +91,18 @@ static int cmd_generate(int argc, char **argv) {
         return 2;
     }
     li_model_params mp = li_model_default_params();
-    mp.path = a.model ? a.model : default_model();
+    mp.path = a.model ? a.model : cli_default_model();
     mp.tokenizer_path = a.tokenizer;
     mp.chat_template = a.chat_template;
     mp.n_threads = a.n_threads;
     mp.n_ctx = a.n_ctx;
     li_model *m;
-    if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+    if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     int32_t *ids = NULL;
     int n = 0;
     if (prompt_tokens(m, &a, &ids, &n) != LI_OK) {
         li_model_free(m);
-        return fail("cannot tokenize the prompt");
+        return cli_fail("cannot tokenize the prompt");
     }
     print_ctx pc = {m, true};
     li_generate_params gp = li_generate_default_params();
@@ -235,7 +118,7 @@ static int cmd_generate(int argc, char **argv) {
     li_free_tokens(ids);
     if (rc != LI_OK || !pc.ok) {
         li_model_free(m);
-        return fail("generation failed");
+        return cli_fail("generation failed");
     }
     fprintf(stderr, "prompt: %d tokens in %.1f ms (%.1f tokens/s)\n", st.n_prompt, st.prompt_ms,
             st.prompt_ms > 0 ? 1e3 * st.n_prompt / st.prompt_ms : 0.0);
@@ -262,14 +145,14 @@ static int cmd_tokenize(int argc, char **argv) {
     };
     const char *pos[1];
     int n_pos;
-    int r = parse_args(argc, argv, "usage: lazyinfer tokenize -m MODEL_OR_TOKENIZER_JSON TEXT", opts,
+    int r = cli_parse_args(argc, argv, "usage: lazyinfer tokenize -m MODEL_OR_TOKENIZER_JSON TEXT", opts,
                        sizeof opts / sizeof opts[0], pos, 1, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     if (n_pos != 1) {
         fprintf(stderr, "lazyinfer tokenize: expected one TEXT argument (see --help)\n");
         return 2;
     }
-    if (!model) model = default_model();
+    if (!model) model = cli_default_model();
     int32_t *ids = NULL;
     int n = 0;
     li_status rc;
@@ -281,13 +164,13 @@ static int cmd_tokenize(int argc, char **argv) {
         snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", slash ? (int)(slash - model) : 1,
                  slash ? model : ".");
         rc = li_tokenizer_load_json(&tok, model, li_path_exists(cfg) ? cfg : NULL);
-        if (rc != LI_OK) return fail("cannot load the tokenizer");
+        if (rc != LI_OK) return cli_fail("cannot load the tokenizer");
         rc = li_tokenizer_encode(tok, pos[0], strlen(pos[0]), add_bos, !no_special, &ids, &n);
     } else {
         li_model_params mp = li_model_default_params();
         mp.path = model;
         mp.metadata_only = true;
-        if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+        if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
         rc = li_tokenize(m, pos[0], strlen(pos[0]), add_bos, !no_special, &ids, &n);
     }
     if (rc == LI_OK) {
@@ -297,7 +180,7 @@ static int cmd_tokenize(int argc, char **argv) {
     free(ids);
     li_tokenizer_free(tok);
     li_model_free(m);
-    return rc == LI_OK ? 0 : fail("cannot tokenize");
+    return rc == LI_OK ? 0 : cli_fail("cannot tokenize");
 }
 
 // ---- info --------------------------------------------------------------------------------------
@@ -309,13 +192,13 @@ static int cmd_info(int argc, char **argv) {
     };
     const char *pos[1];
     int n_pos;
-    int r = parse_args(argc, argv, "usage: lazyinfer info -m MODEL", opts, 1, pos, 0, &n_pos);
+    int r = cli_parse_args(argc, argv, "usage: lazyinfer info -m MODEL", opts, 1, pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     li_model_params mp = li_model_default_params();
-    mp.path = model ? model : default_model();
+    mp.path = model ? model : cli_default_model();
     mp.metadata_only = true;
     li_model *m;
-    if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+    if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info in;
     li_model_get_info(m, &in);
     printf("model:          %s\n", mp.path);
@@ -362,7 +245,7 @@ static int cmd_bench_generate(int argc, char **argv) {
     };
     const char *pos[1];
     int n_pos;
-    int r = parse_args(argc, argv, "usage: lazyinfer bench generate [-m MODEL] [-p N] [-n N] [-r N] [-t N]",
+    int r = cli_parse_args(argc, argv, "usage: lazyinfer bench generate [-m MODEL] [-p N] [-n N] [-r N] [-t N]",
                        opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     if (n_pp < 1 || n_tg < 1 || reps < 1 || reps > 1000 || n_threads < 0) {
@@ -370,11 +253,11 @@ static int cmd_bench_generate(int argc, char **argv) {
         return 2;
     }
     li_model_params mp = li_model_default_params();
-    mp.path = model ? model : default_model();
+    mp.path = model ? model : cli_default_model();
     mp.n_threads = n_threads;
     mp.n_ctx = n_pp > n_tg + 1 ? n_pp : n_tg + 1;
     li_model *m;
-    if (li_model_load(&m, &mp) != LI_OK) return fail("cannot load the model");
+    if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info in;
     li_model_get_info(m, &in);
     int32_t *toks = malloc((size_t)n_pp * sizeof *toks);
@@ -389,10 +272,10 @@ static int cmd_bench_generate(int argc, char **argv) {
     for (int rep = -1; rep < reps; rep++) {  // rep -1: warm-up
         li_generate_stats st;
         gp.n_predict = 1;
-        if (li_generate(m, toks, n_pp, &gp, &st) != LI_OK) { status = fail("pp run"); break; }
+        if (li_generate(m, toks, n_pp, &gp, &st) != LI_OK) { status = cli_fail("pp run"); break; }
         double pp_tps = 1e3 * n_pp / st.prompt_ms;
         gp.n_predict = n_tg;
-        if (li_generate(m, toks, 1, &gp, &st) != LI_OK) { status = fail("tg run"); break; }
+        if (li_generate(m, toks, 1, &gp, &st) != LI_OK) { status = cli_fail("tg run"); break; }
         // tg: n_tg sampled tokens need n_tg - 1 decode steps after the prompt.
         double tg_tps = 1e3 * (st.n_generated - 1) / st.generate_ms;
         if (rep >= 0) {

@@ -1,0 +1,117 @@
+// cli.c — what every lazyinfer subcommand shares: option parsing, the default model path and
+// error printing (see cli.h).
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+void cli_print_usage(const char *usage, const opt *opts, int n_opts) {
+    printf("%s\n\noptions:\n", usage);
+    for (int i = 0; i < n_opts; i++) {
+        char names[64];
+        snprintf(names, sizeof names, "%s%s%s", opts[i].short_name ? opts[i].short_name : "",
+                 opts[i].short_name ? ", " : "", opts[i].long_name);
+        printf("  %-22s %s\n", names, opts[i].help);
+    }
+    printf("  %-22s %s\n", "-h, --help", "show this help");
+}
+
+static bool parse_value(const opt *o, const char *v) {
+    char *end;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_STR: *(const char **)o->dst = v; return true;
+    case OPT_INT: {
+        long x = strtol(v, &end, 10);
+        if (*v == 0 || *end || errno || x < INT_MIN || x > INT_MAX) return false;
+        *(int *)o->dst = (int)x;
+        return true;
+    }
+    case OPT_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*v == 0 || *end || errno || *v == '-') return false;
+        *(uint64_t *)o->dst = x;
+        return true;
+    }
+    case OPT_FLOAT: {
+        float x = strtof(v, &end);
+        if (*v == 0 || *end || errno || !isfinite(x)) return false;
+        *(float *)o->dst = x;
+        return true;
+    }
+    case OPT_FLAG: break;
+    }
+    return false;
+}
+
+// Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
+// on, 1 after --help (printed), 2 on a usage error (printed).
+int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
+                      const char **pos, int max_pos, int *n_pos) {
+    *n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            cli_print_usage(usage, opts, n_opts);
+            return 1;
+        }
+        if (a[0] == '-' && a[1] != 0) {
+            const opt *o = NULL;
+            for (int k = 0; k < n_opts && !o; k++)
+                if (!strcmp(a, opts[k].long_name) ||
+                    (opts[k].short_name && !strcmp(a, opts[k].short_name)))
+                    o = &opts[k];
+            if (!o) {
+                fprintf(stderr, "lazyinfer %s: unknown option '%s' (see --help)\n", argv[0], a);
+                return 2;
+            }
+            if (o->kind == OPT_FLAG) {
+                *(bool *)o->dst = true;
+                continue;
+            }
+            if (i + 1 >= argc) {
+                fprintf(stderr, "lazyinfer %s: option '%s' needs a value\n", argv[0], a);
+                return 2;
+            }
+            if (!parse_value(o, argv[++i])) {
+                fprintf(stderr, "lazyinfer %s: bad value '%s' for option '%s'\n", argv[0], argv[i], a);
+                return 2;
+            }
+            continue;
+        }
+        if (*n_pos >= max_pos) {
+            fprintf(stderr, "lazyinfer %s: unexpected argument '%s' (see --help)\n", argv[0], a);
+            return 2;
+        }
+        pos[(*n_pos)++] = a;
+    }
+    return 0;
+}
+
+// The model setup fetched: models/ next to the binary, else under the working directory.
+const char *cli_default_model(void) {
+    static char path[PATH_MAX + sizeof DEFAULT_MODEL_REL + 1];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/%s", exe, DEFAULT_MODEL_REL);
+            if (access(path, R_OK) == 0) return path;
+        }
+    }
+    return DEFAULT_MODEL_REL;
+}
+
+int cli_fail(const char *what) {
+    fprintf(stderr, "lazyinfer: %s: %s\n", what, li_last_error());
+    return 1;
+}
+

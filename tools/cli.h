@@ -1,0 +1,30 @@
+// cli.h — shared helpers of the lazyinfer subcommands (tools/cmd-*.c, tools/lazyinfer.c).
+#ifndef LI_CLI_H
+#define LI_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DEFAULT_MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64 } opt_kind;
+
+typedef struct {
+    const char *long_name;  // "--temp"
+    const char *short_name; // "-n" or NULL
+    opt_kind kind;
+    void *dst;
+    const char *help;
+} opt;
+
+void cli_print_usage(const char *usage, const opt *opts, int n_opts);
+// Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
+// on, 1 after --help (printed), 2 on a usage error (printed, naming the flag).
+int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
+                   const char **pos, int max_pos, int *n_pos);
+// The model setup fetched: models/ next to the binary, else under the working directory.
+const char *cli_default_model(void);
+// Prints "lazyinfer: <what>: <last error>" and returns 1.
+int cli_fail(const char *what);
+
+#endif
