@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "lazyinfer.h"
 
 void cli_print_usage(const char *usage, const opt *opts, int n_opts) {
     printf("%s\n\noptions:\n", usage);
