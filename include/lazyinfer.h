@@ -122,6 +122,120 @@ li_status li_generate(li_model *m, const int32_t *prompt, int n_prompt,
 // `logits` (n_tokens × n_vocab floats, caller-allocated). For tests and reference checks.
 li_status li_eval_logits(li_model *m, const int32_t *tokens, int n_tokens, float *logits);
 
+// ---- diffusion decoding (LLaDA SAR, Fast-dLLM, DPad, LaCache) -------------------------------
+//
+// Semi-autoregressive (SAR) decoding of a diffusion LM (models whose arch is "llada"): the
+// canvas [prompt | MASK × gen_length] is denoised block by block, a few tokens committed per
+// forward pass. The exact semantics (schedule, remasking, Gumbel-max, CFG, ties, RNG draw order,
+// Fast-dLLM threshold/factor, DPad) are the contract in docs/DLLM.md, which a Python reference
+// (tests/ref/gen_llada_ref.py) implements independently.
+
+// LaCache components (exact caches: committed tokens equal the all-off run's).
+enum {
+    LI_DLLM_LACACHE_EMBED = 1,  // EmbedCache: canvas embeddings once per block
+    LI_DLLM_LACACHE_ROPE = 2,   // RoPECache: layer-0 norm → Q,K,V → RoPE of non-block rows once
+    LI_DLLM_LACACHE_FA = 4,     // FACache: layer-0 online-softmax state of non-block tiles once
+    LI_DLLM_LACACHE_TRUNC = 8,  // final norm + LM head on the block's rows only
+    LI_DLLM_LACACHE_ALL = 15,
+};
+
+typedef enum {
+    LI_DLLM_REMASK_LOW_CONFIDENCE,  // confidence = softmax probability of the predicted token
+    LI_DLLM_REMASK_RANDOM,          // confidence = one uniform draw per block row
+} li_dllm_remasking;
+
+// What the trace callback sees after each denoising step of one request.
+typedef struct {
+    int request;         // index of the request in the batch (0 for li_dllm_generate)
+    int block;           // block index, 0-based
+    int step_in_block;   // 0-based step within the block
+    int step;            // steps taken so far by this request, this one included (1-based)
+    int nfe;             // forward passes so far (a CFG step counts 2)
+    int n_committed;     // tokens committed by this step
+    const int32_t *gen;  // (gen_length) generated part of the canvas; mask_id where still masked
+    int gen_length;
+    int32_t mask_id;
+} li_dllm_step;
+typedef void (*li_dllm_trace_cb)(void *user, const li_dllm_step *s);
+
+typedef struct {
+    int gen_length;    // tokens to generate (multiple of block_length)
+    int block_length;  // B
+    int steps;         // total denoising steps (multiple of gen_length / block_length)
+    li_dllm_remasking remasking;
+    double temperature;  // 0: argmax; > 0: Gumbel-max in float64
+    double cfg;          // classifier-free guidance scale, 0: off
+    // Parallel decoding (Fast-dLLM), at most one of the three; with any of them the per-block
+    // schedule is replaced by "repeat steps until the block has no mask" (`steps` is then only
+    // validated).
+    double threshold;     // τ in (0, 1]: commit the best + every candidate with confidence >= τ
+    double factor;        // f > 0: largest prefix with c_i >= 1 - f/(i+1)
+    int commit_per_step;  // K > 0: commit exactly min(K, masks left) per step (benchmarks with
+                          // random weights, whose flat confidences defeat τ and f)
+    // DPad: suffix masks after the block kept with probability scale·N(x_d; 0, 1),
+    // x = linspace(0, k_sigma, window), dropped beyond the window; redrawn once per block.
+    bool dpad;
+    int dpad_window;      // 256
+    double dpad_k_sigma;  // 4
+    double dpad_scale;    // 2
+    bool early_stop;              // stop after a finished block that contains EOS (rest → EOS)
+    bool logits_eos_inf;          // logits[EOS] = -inf before x0
+    bool confidence_eos_eot_inf;  // logits[EOT] = -inf after x0, before the confidence softmax
+    unsigned lacache;  // LI_DLLM_LACACHE_* bits (0: all off)
+    bool fp8;          // FP8 FFN for layers >= 1 (approximate: changes the logits)
+    int fa_tile;       // FACache tile in tokens (0: the model's default, 64)
+    uint64_t seed;     // per-request RNG seed (li_rng: xoshiro256** seeded by splitmix64)
+    li_dllm_trace_cb on_step;  // optional, called after every step
+    void *user;
+} li_dllm_params;
+li_dllm_params li_dllm_default_params(void);  // gen 128, block 32, steps 128, all else off
+
+// Checks the parameters on their own (sizes, divisibility, ranges, exclusive options). Returns
+// LI_ERR_INVALID_ARG with a message naming the parameter.
+li_status li_dllm_check_params(const li_dllm_params *p);
+
+typedef struct {
+    int n_prompt, gen_length;
+    int steps;             // denoising steps taken
+    int nfe;               // forward passes (a CFG step counts 2)
+    bool early_stopped;
+    // Two token counts, two tokens/s figures (both over latency_ms):
+    int n_tokens_fastdllm;  // Fast-dLLM: generated tokens that are not EOS (EOS padding excluded)
+    int n_tokens_dinfer;    // dInfer: every generated position (gen_length; prompt excluded)
+    double tps_fastdllm, tps_dinfer;
+    double latency_ms;     // wall time of the denoising loop (allocation excluded)
+    double ms_per_step;    // latency_ms / steps
+    // Work done, summed over the forwards (li_llada_step_info). In a batch these are filled in
+    // the batch total only (the forwards serve all requests at once).
+    int64_t embed_rows, qkv_rows, fa_tiles, fa_tiles_skipped, head_rows, fp8_gemm_rows;
+    int64_t canvas_rows;   // rows given to the model (after DPad drops), summed over forwards
+    double flops;
+} li_dllm_stats;
+
+// Decodes one request. out: (gen_length) caller-allocated, receives the generated part of the
+// final canvas. stats may be NULL. The model must be a diffusion model (arch "llada").
+li_status li_dllm_generate(li_model *m, const int32_t *prompt, int n_prompt,
+                           const li_dllm_params *params, int32_t *out, li_dllm_stats *stats);
+
+typedef struct {
+    const int32_t *prompt;  // (n_prompt) token ids
+    int n_prompt;
+    li_dllm_params params;  // per request; lacache, fp8 and fa_tile must be equal in a batch
+    int32_t *out;           // (params.gen_length) caller-allocated
+    li_dllm_stats stats;    // filled (work counters only in *total)
+} li_dllm_request;
+
+// Decodes n requests together: each step runs one forward over the canvases of every request
+// still decoding (prompts, lengths and options may differ). Each request commits exactly the
+// tokens it would alone. total (may be NULL): wall time, NFE, steps and the work of the batch.
+li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_dllm_stats *total);
+
+// The model's mask, EOS and EOT token ids (-1 where the tokenizer has none).
+li_status li_dllm_special_tokens(const li_model *m, int32_t *mask, int32_t *eos, int32_t *eot);
+// Text of a generated part: tokens up to the first EOS or EOT, special tokens and masks left out.
+// *out is malloc'ed (free()).
+li_status li_dllm_detokenize(const li_model *m, const int32_t *gen, int n, char **out);
+
 #ifdef __cplusplus
 }
 #endif

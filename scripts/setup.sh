@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 say() { [ "${LI_SETUP_QUIET:-0}" = 1 ] || echo "setup: $*" >&2; }
 
 # ---- 1. Debian packages ----------------------------------------------------------------------
-PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libopenblas-dev clang python3
+PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libopenblas-dev libssl-dev clang python3
       python3-venv ca-certificates)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -111,6 +111,25 @@ uint16_t li_f32_to_f16(float f);   // round-to-nearest-even
 // Converts n elements of `src` (of type t) to f32. n must be a multiple of the block size.
 void li_dequantize_row(li_dtype t, const void *src, float *dst, int64_t n);
 
+// ---- fp8 e4m3 (src/core/fp8.c; the LLaDA FP8 FFN, DESIGN.md §4) ------------------------------
+//
+// OCP FP8 E4M3 "fn" (torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; finite
+// max 448; subnormals m * 2^-9; no infinities; S.1111.111 is NaN. Tested by tests/test-fp8.c
+// against golden values from PyTorch (tests/data/fp8/).
+#define LI_E4M3_MAX 448.0f
+// Group size of the block-scaled FP8 GEMM: activations per 1 x 128, weights per 128 x 128.
+#define LI_FP8_GROUP 128
+// Scale floor (DeepGEMM's per_token_cast_to_fp8 / per_block_cast_to_fp8 clamp amax to 1e-4):
+// an all-zero group gets scale 1e-4 / 448 and codes 0.
+#define LI_FP8_AMAX_MIN 1e-4f
+
+// Round-to-nearest-even to e4m3; |f| > 448 and ±inf saturate to ±448; NaN -> 0x7F | sign.
+// Matches torch's .to(torch.float8_e4m3fn) for every |f| <= 464 (beyond that torch gives NaN).
+uint8_t li_f32_to_e4m3(float f);
+float li_e4m3_to_f32(uint8_t b);  // exact
+// The fp32 scale of a group with absolute maximum amax: max(amax, LI_FP8_AMAX_MIN) / 448.
+float li_fp8_scale(float amax);
+
 // ---- threads --------------------------------------------------------------------------------
 
 // A fixed pool of worker threads. li_parallel_for splits [0, n) into contiguous chunks, one per

@@ -53,6 +53,9 @@ static li_status run_tokens(li_model *m, li_kv_seq_pages *seq, const int32_t *to
 static li_status check_usable(const li_model *m, int n_prompt) {
     if (m->metadata_only)
         return li_error_set(LI_ERR_INVALID_ARG, "model was loaded for metadata only");
+    if (m->llada)
+        return li_error_set(LI_ERR_INVALID_ARG, "%s is a diffusion model: use li_dllm_generate "
+                            "(lazyinfer dllm)", li_model_hparams(m)->name);
     if (n_prompt < 1) return li_error_set(LI_ERR_INVALID_ARG, "empty prompt");
     if (n_prompt > m->n_ctx)
         return li_error_set(LI_ERR_LIMIT, "prompt of %d tokens exceeds the context of %d tokens",

@@ -43,9 +43,27 @@ static bool parse_synth(const char *path, char *name, size_t name_size, uint64_t
     return true;
 }
 
+const li_hparams *li_model_hparams(const li_model *m) {
+    return m->llada ? li_llada_hparams(m->llada) : &m->llama.hp;
+}
+
+// An HF directory whose config.json says model_type "llada".
+static bool is_llada_dir(const char *path) {
+    char cfg[4096];
+    li_hparams hp;
+    if (!li_path_is_dir(path) || li_path_join(cfg, sizeof cfg, path, "config.json") != LI_OK)
+        return false;
+    if (li_hf_config_load(&hp, cfg) != LI_OK) {
+        li_error_clear();  // li_llama_load reports the problem with the right context
+        return false;
+    }
+    return strcmp(hp.arch, "llada") == 0;
+}
+
 static li_status load_tokenizer(li_model *m, const char *path, bool is_synth,
                                 const li_model_params *p) {
-    const li_hparams *hp = &m->llama.hp;
+    const li_hparams *hp = li_model_hparams(m);
+    li_chat_format family = m->llada ? LI_CHAT_LLADA : LI_CHAT_LLAMA3;
     if (p->tokenizer_path) {
         char cfg[4096];
         const char *slash = strrchr(p->tokenizer_path, '/');
@@ -55,7 +73,7 @@ static li_status load_tokenizer(li_model *m, const char *path, bool is_synth,
         return li_tokenizer_load_json(&m->tok, p->tokenizer_path,
                                       li_path_exists(cfg) ? cfg : NULL);
     }
-    if (is_synth) return li_tokenizer_init_bytes(&m->tok, hp->n_vocab, LI_CHAT_LLAMA3);
+    if (is_synth) return li_tokenizer_init_bytes(&m->tok, hp->n_vocab, family);
     if (m->llama.store.gguf) return li_tokenizer_load_gguf(&m->tok, m->llama.store.gguf);
     char tj[4096], tc[4096];
     LI_TRY(li_path_join(tj, sizeof tj, path, "tokenizer.json"));
@@ -63,7 +81,7 @@ static li_status load_tokenizer(li_model *m, const char *path, bool is_synth,
     if (li_path_exists(tj))
         return li_tokenizer_load_json(&m->tok, tj, li_path_exists(tc) ? tc : NULL);
     LI_WARN("%s has no tokenizer.json: using the built-in byte-level tokenizer", path);
-    return li_tokenizer_init_bytes(&m->tok, hp->n_vocab, LI_CHAT_LLAMA3);
+    return li_tokenizer_init_bytes(&m->tok, hp->n_vocab, family);
 }
 
 li_status li_model_load(li_model **out, const li_model_params *p) {
@@ -88,19 +106,23 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     }
     if (rc != LI_OK) goto fail;
     if (is_synth) {
-        if (!li_llama_synth_known(synth_name)) {
+        if (li_llama_synth_known(synth_name)) {
+            rc = li_llama_synth(&m->llama, synth_name, seed, m->be, p->metadata_only);
+        } else if (li_llada_synth_known(synth_name)) {
+            rc = li_llada_synth(&m->llada, synth_name, seed, m->be, p->metadata_only);
+        } else {
             rc = li_error_set(LI_ERR_INVALID_ARG,
                               "unknown synthetic model '%s' (known: tiny-llama, smollm2-135m, "
-                              "llama-3.1-8b)",
+                              "llama-3.1-8b, tiny-llada, llada-8b)",
                               synth_name);
-            goto fail;
         }
-        rc = li_llama_synth(&m->llama, synth_name, seed, m->be, p->metadata_only);
+    } else if (is_llada_dir(p->path)) {
+        rc = li_llada_load(&m->llada, p->path, m->be, p->metadata_only);
     } else {
         rc = li_llama_load(&m->llama, p->path, m->be, p->metadata_only);
     }
     if (rc != LI_OK) goto fail;
-    const li_hparams *hp = &m->llama.hp;
+    const li_hparams *hp = li_model_hparams(m);
 
     if ((rc = load_tokenizer(m, p->path, is_synth, p)) != LI_OK) goto fail;
     if (li_tokenizer_n_vocab(m->tok) > hp->n_vocab) {
@@ -119,7 +141,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         if (li_path_exists(gc) && (rc = li_hf_generation_config_load(&m->gen_cfg, gc)) != LI_OK)
             goto fail;
     }
-    if (p->metadata_only) {
+    if (p->metadata_only || m->llada) {  // diffusion models allocate per request (engine-dllm.c)
         *out = m;
         return LI_OK;
     }
@@ -154,6 +176,7 @@ void li_model_free(li_model *m) {
     li_kv_pool_free(&m->kv);
     li_tokenizer_free(m->tok);
     li_llama_free(&m->llama);
+    li_llada_free(m->llada);
     li_backend_free(m->be);
     free(m);
 }
@@ -169,14 +192,15 @@ static const char *scaling_name(li_rope_scaling s) {
 }
 
 void li_model_get_info(const li_model *m, li_model_info *o) {
-    const li_hparams *hp = &m->llama.hp;
+    const li_hparams *hp = li_model_hparams(m);
     memset(o, 0, sizeof *o);
     snprintf(o->arch, sizeof o->arch, "%s", hp->arch);
     snprintf(o->name, sizeof o->name, "%s", hp->name);
-    snprintf(o->weight_dtype, sizeof o->weight_dtype, "%s", m->llama.store.source_dtype);
+    snprintf(o->weight_dtype, sizeof o->weight_dtype, "%s",
+             m->llada ? li_llada_source_dtype(m->llada) : m->llama.store.source_dtype);
     // activations are f32; matrices are f32 or, for models too big for that, bf16
     snprintf(o->compute_dtype, sizeof o->compute_dtype, "%s",
-             m->llama.w.layers && m->llama.w.layers[0].wq.dtype == LI_DTYPE_BF16 ? "bf16" : "f32");
+             li_llama_keeps_bf16(hp) ? "bf16" : "f32");
     o->n_layer = hp->n_layer;
     o->n_embd = hp->n_embd;
     o->n_ff = hp->n_ff;
@@ -189,7 +213,7 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
     o->rms_eps = hp->rms_eps;
     snprintf(o->rope_scaling, sizeof o->rope_scaling, "%s", scaling_name(hp->rope.scaling));
     o->tied_embeddings = hp->tied_embeddings;
-    o->n_params = li_llama_n_params(hp);
+    o->n_params = m->llada ? li_llada_n_params(m->llada) : li_llama_n_params(hp);
 }
 
 li_status li_tokenize(const li_model *m, const char *text, size_t len, bool add_bos,

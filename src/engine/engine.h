@@ -5,12 +5,15 @@
 #define LI_ENGINE_H
 
 #include "../kv/kv-pool.h"
+#include "../model/llada.h"
 #include "../model/llama.h"
 #include "../tokenizer/tokenizer.h"
 
+// Exactly one of `llama` (has_weights or metadata) and `llada` describes the model.
 struct li_model {
     li_backend *be;
-    li_llama llama;
+    li_llama llama;  // autoregressive models (arch "llama"); unused when llada is set
+    li_llada *llada; // diffusion models (arch "llada"): decoded by engine-dllm.c
     li_tokenizer *tok;
     li_kv_pool kv;
     li_llama_scratch scratch;
@@ -28,5 +31,8 @@ typedef struct {
 } li_sampler;
 void li_sampler_init(li_sampler *s, const li_sampling_params *p);
 int32_t li_sampler_sample(li_sampler *s, li_backend *be, const float *logits, int V);
+
+// The hyper-parameters of whichever architecture is loaded.
+const li_hparams *li_model_hparams(const li_model *m);
 
 #endif

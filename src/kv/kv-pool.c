@@ -41,6 +41,26 @@ li_status li_kv_pool_init(li_kv_pool *pool, const li_hparams *hp, int page_size,
     return LI_OK;
 }
 
+li_status li_kv_pool_init_virtual(li_kv_pool *pool, int page_size, int64_t n_pages) {
+    memset(pool, 0, sizeof *pool);
+    if (page_size < 1 || page_size > LI_PAGE_MAX_SIZE)
+        return li_error_set(LI_ERR_LIMIT, "page size %d outside [1, %d]", page_size, LI_PAGE_MAX_SIZE);
+    if (n_pages < 1 || n_pages > LI_PAGE_MAX_ID + 1)
+        return li_error_set(LI_ERR_LIMIT, "pool of %lld pages outside [1, %lld]",
+                            (long long)n_pages, (long long)LI_PAGE_MAX_ID + 1);
+    pool->storage.page_size = page_size;
+    pool->storage.n_pages = n_pages;
+    pool->refcount = calloc((size_t)n_pages, sizeof *pool->refcount);
+    pool->free_pages = malloc((size_t)n_pages * sizeof *pool->free_pages);
+    if (!pool->refcount || !pool->free_pages) {
+        li_kv_pool_free(pool);
+        return li_error_set(LI_ERR_OOM, "out of memory for a pool of %lld pages", (long long)n_pages);
+    }
+    for (int64_t i = 0; i < n_pages; i++) pool->free_pages[i] = n_pages - 1 - i;
+    pool->n_free = n_pages;
+    return LI_OK;
+}
+
 void li_kv_pool_free(li_kv_pool *pool) {
     li_free(pool->storage.data);
     free(pool->refcount);

@@ -23,6 +23,9 @@ size_t li_kv_page_bytes(const li_hparams *hp, int page_size);
 // Allocates n_pages pages (page_size tokens each). LI_ERR_LIMIT if n_pages exceeds the page-id
 // field of the page-table word or page_size exceeds LI_PAGE_MAX_SIZE.
 li_status li_kv_pool_init(li_kv_pool *pool, const li_hparams *hp, int page_size, int64_t n_pages);
+// A pool that counts pages but holds no KV memory (storage.data == NULL): the trace simulator
+// runs the real caches over it.
+li_status li_kv_pool_init_virtual(li_kv_pool *pool, int page_size, int64_t n_pages);
 void li_kv_pool_free(li_kv_pool *pool);
 int64_t li_kv_pool_n_free(const li_kv_pool *pool);
 int64_t li_kv_pool_n_pages(const li_kv_pool *pool);

@@ -13,11 +13,12 @@
 
 #include "../format/gguf-hparams.h"
 #include "llama.h"
+#include "weights-internal.h"
 
 // Models whose f32 weights would exceed this keep bf16 matrices as bf16.
 #define F32_WEIGHT_LIMIT_BYTES (6ull << 30)
 
-static li_status store_own(li_weight_store *st, void *p) {
+li_status li_store_own(li_weight_store *st, void *p) {
     if (st->n_owned == st->cap_owned) {
         int cap = st->cap_owned ? 2 * st->cap_owned : 64;
         void **q = realloc(st->owned, (size_t)cap * sizeof *q);
@@ -112,7 +113,7 @@ static li_status gguf_weight(li_llama *m, li_weight *W, const char *name, int64_
         return rc;
     }
     W->data = buf;
-    return store_own(&m->store, buf);
+    return li_store_own(&m->store, buf);
 }
 
 static li_status load_gguf(li_llama *m, const char *path, li_backend *be, bool metadata_only) {
@@ -158,9 +159,9 @@ static li_status load_gguf(li_llama *m, const char *path, li_backend *be, bool m
 
 // ---- HF safetensors directory ------------------------------------------------------------------
 
-static li_status st_weight(li_llama *m, li_weight *W, const char *name, int64_t rows,
-                           int64_t cols, bool keep_bf16, bool metadata_only) {
-    const li_st_tensor *t = li_safetensors_find(m->store.st, name);
+li_status li_st_weight(li_weight_store *store, li_weight *W, const char *name, int64_t rows,
+                       int64_t cols, bool keep_bf16, bool metadata_only) {
+    const li_st_tensor *t = li_safetensors_find(store->st, name);
     if (!t) return li_error_set(LI_ERR_FORMAT, "safetensors: tensor '%s' is missing", name);
     bool is_vec = rows == 1;
     bool shape_ok = is_vec ? (t->n_dims == 1 && t->shape[0] == cols)
@@ -189,7 +190,7 @@ static li_status st_weight(li_llama *m, li_weight *W, const char *name, int64_t 
         return rc;
     }
     W->data = buf;
-    return store_own(&m->store, buf);
+    return li_store_own(store, buf);
 }
 
 static li_status load_hf(li_llama *m, const char *dir, li_backend *be, bool metadata_only) {
@@ -206,12 +207,12 @@ static li_status load_hf(li_llama *m, const char *dir, li_backend *be, bool meta
 
     int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
     int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
-    LI_TRY(st_weight(m, &m->w.tok_embd, "model.embed_tokens.weight", V, D, keep_bf16, metadata_only));
-    LI_TRY(st_weight(m, &m->w.out_norm, "model.norm.weight", 1, D, keep_bf16, metadata_only));
+    LI_TRY(li_st_weight(&m->store, &m->w.tok_embd, "model.embed_tokens.weight", V, D, keep_bf16, metadata_only));
+    LI_TRY(li_st_weight(&m->store, &m->w.out_norm, "model.norm.weight", 1, D, keep_bf16, metadata_only));
     if (hp->tied_embeddings)
         m->w.output = m->w.tok_embd;
     else
-        LI_TRY(st_weight(m, &m->w.output, "lm_head.weight", V, D, keep_bf16, metadata_only));
+        LI_TRY(li_st_weight(&m->store, &m->w.output, "lm_head.weight", V, D, keep_bf16, metadata_only));
     char name[128];
     for (int il = 0; il < hp->n_layer; il++) {
         li_llama_layer *l = &m->w.layers[il];
@@ -232,7 +233,7 @@ static li_status load_hf(li_llama *m, const char *dir, li_backend *be, bool meta
         };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             snprintf(name, sizeof name, "model.layers.%d.%s.weight", il, ts[i].suffix);
-            LI_TRY(st_weight(m, ts[i].w, name, ts[i].rows, ts[i].cols, keep_bf16, metadata_only));
+            LI_TRY(li_st_weight(&m->store, ts[i].w, name, ts[i].rows, ts[i].cols, keep_bf16, metadata_only));
         }
         li_progress("loading", il + 1, hp->n_layer);
     }
@@ -277,7 +278,7 @@ bool li_llama_synth_known(const char *name) {
 }
 
 // Uniform in [-a, a) with a = std * sqrt(3): the variance of N(0, std^2), generated fast.
-static void fill_random(float *p, int64_t n, float std, float mean, li_rng *rng) {
+void li_fill_random(float *p, int64_t n, float std, float mean, li_rng *rng) {
     float a = std * 1.7320508f;
     for (int64_t i = 0; i < n; i++)
         p[i] = mean + a * (float)(2.0 * li_rng_uniform(rng) - 1.0);
@@ -285,28 +286,28 @@ static void fill_random(float *p, int64_t n, float std, float mean, li_rng *rng)
 
 // Matrices of models too big for f32 are held in bf16 (rounded from the same random values);
 // vectors (norms) stay f32.
-static li_status synth_weight(li_llama *m, li_weight *W, int64_t rows, int64_t cols, float std,
-                              float mean, li_rng *rng, bool metadata_only) {
+li_status li_synth_weight(li_weight_store *store, li_weight *W, int64_t rows, int64_t cols,
+                          float std, float mean, li_rng *rng, bool keep_bf16, bool metadata_only) {
     W->n_rows = rows;
     W->n_cols = cols;
-    W->dtype = rows > 1 && li_llama_keeps_bf16(&m->hp) ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+    W->dtype = rows > 1 && keep_bf16 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
     if (metadata_only) return LI_OK;
     int64_t n = rows * cols;
     void *buf = li_alloc((size_t)n * (W->dtype == LI_DTYPE_BF16 ? 2 : 4), "synthetic weights");
     if (!buf) return LI_ERR_OOM;
     if (W->dtype == LI_DTYPE_F32) {
-        fill_random(buf, n, std, mean, rng);
+        li_fill_random(buf, n, std, mean, rng);
     } else {
         uint16_t *h = buf;
         float tmp[1024];
         for (int64_t i = 0; i < n; i += 1024) {
             int k = n - i < 1024 ? (int)(n - i) : 1024;
-            fill_random(tmp, k, std, mean, rng);
+            li_fill_random(tmp, k, std, mean, rng);
             for (int j = 0; j < k; j++) h[i + j] = li_f32_to_bf16(tmp[j]);
         }
     }
     W->data = buf;
-    return store_own(&m->store, buf);
+    return li_store_own(store, buf);
 }
 
 li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backend *be,
@@ -330,7 +331,9 @@ li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backen
     // 1 but not exactly, so a test notices a missing norm weight.
     float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
 #define SYNTH(W, r, c_, std, mean)                                                                \
-    if ((rc = synth_weight(m, W, r, c_, std, mean, &rng, metadata_only)) != LI_OK) goto fail
+    if ((rc = li_synth_weight(&m->store, W, r, c_, std, mean, &rng, li_llama_keeps_bf16(hp),         \
+                               metadata_only)) != LI_OK)                                          \
+    goto fail
     SYNTH(&m->w.tok_embd, V, D, 1.0f, 0.0f);
     SYNTH(&m->w.out_norm, 1, D, 0.1f, 1.0f);
     if (hp->tied_embeddings) {
@@ -376,12 +379,17 @@ li_status li_llama_load(li_llama *m, const char *path, li_backend *be, bool meta
     return LI_OK;
 }
 
+void li_weight_store_free(li_weight_store *st) {
+    for (int i = 0; i < st->n_owned; i++) li_free(st->owned[i]);
+    free(st->owned);
+    li_gguf_close(st->gguf);
+    li_safetensors_close(st->st);
+    memset(st, 0, sizeof *st);
+}
+
 void li_llama_free(li_llama *m) {
     if (!m) return;
-    for (int i = 0; i < m->store.n_owned; i++) li_free(m->store.owned[i]);
-    free(m->store.owned);
-    li_gguf_close(m->store.gguf);
-    li_safetensors_close(m->store.st);
+    li_weight_store_free(&m->store);
     free(m->w.layers);
     memset(m, 0, sizeof *m);
 }

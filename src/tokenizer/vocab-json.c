@@ -11,7 +11,7 @@
 // Not understood (clear LI_ERR_UNSUPPORTED naming the field): other models (WordPiece, Unigram),
 // other normalizers/pre-tokenizers/decoders. Every type mismatch or bad id is LI_ERR_FORMAT
 // naming the file and the field. Tested by tests/test-tokenizer.c (malformed files), the parity
-// test and tests/fuzz/fuzz-tokenizer.c.
+// test, tests/fuzz/fuzz-tokenizer.c and tests/fuzz/fuzz-tokenizer-config.c (the config part).
 #include <jansson.h>
 #include <string.h>
 

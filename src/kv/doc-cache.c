@@ -1,0 +1,327 @@
+// doc-cache.c — document KV cache (see doc-cache.h): a hash table of copies keyed by content,
+// a recency list for eviction, page accounting against the pool and the document budget.
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "doc-cache.h"
+
+struct li_doc_cache {
+    li_kv_pool *pool;         // borrowed
+    const li_evict_policy *policy;
+    int64_t max_pages;        // pages documents may hold
+    int64_t pages_held;
+    li_doc_copy **buckets;    // (n_buckets) hash chains
+    size_t n_buckets;         // power of two
+    int64_t n_copies;
+    li_doc_copy *use_head, *use_tail;  // recency list
+    uint64_t clock;
+    li_doc_cache_stats stats; // counters; resident_* filled in get_stats
+};
+
+// ---- keys -------------------------------------------------------------------------------------
+
+static void sha256_parts(li_doc_key *key, const void *const *parts, const size_t *sizes, int n) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned int len = 0;
+    // SHA-256 through OpenSSL cannot fail on valid input; a NULL context means out of memory,
+    // which we treat like any other allocation failure of a programmer-visible invariant.
+    LI_ASSERT(ctx);
+    LI_ASSERT(EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1);
+    for (int i = 0; i < n; i++) LI_ASSERT(EVP_DigestUpdate(ctx, parts[i], sizes[i]) == 1);
+    LI_ASSERT(EVP_DigestFinal_ex(ctx, key->b, &len) == 1 && len == 32);
+    EVP_MD_CTX_free(ctx);
+}
+
+void li_doc_key_compute(li_doc_key *key, const char *model_id, const char *tokenizer_id,
+                        const int32_t *tokens, int n_tokens) {
+    // Lengths are hashed too, so ("ab", "c") and ("a", "bc") differ. Token ids little-endian.
+    uint64_t lens[3] = {strlen(model_id), strlen(tokenizer_id), (uint64_t)n_tokens};
+    const void *parts[] = {lens, model_id, tokenizer_id, tokens};
+    size_t sizes[] = {sizeof lens, lens[0], lens[1], (size_t)n_tokens * sizeof(int32_t)};
+    sha256_parts(key, parts, sizes, 4);
+}
+
+void li_doc_key_chain(li_doc_key *key, const li_doc_key *parent, const int32_t *tokens, int n) {
+    const void *parts[] = {parent->b, tokens};
+    size_t sizes[] = {32, (size_t)n * sizeof(int32_t)};
+    sha256_parts(key, parts, sizes, 2);
+}
+
+void li_doc_key_hex(const li_doc_key *key, char out[65]) {
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = hex[key->b[i] >> 4];
+        out[2 * i + 1] = hex[key->b[i] & 15];
+    }
+    out[64] = 0;
+}
+
+static size_t key_hash(const li_doc_key *k) {
+    uint64_t h;
+    memcpy(&h, k->b, sizeof h);  // a SHA-256 prefix is already uniform
+    return (size_t)h;
+}
+
+// ---- recency list and table ---------------------------------------------------------------------
+
+static void use_unlink(li_doc_cache *c, li_doc_copy *d) {
+    if (d->use_prev) d->use_prev->use_next = d->use_next; else c->use_head = d->use_next;
+    if (d->use_next) d->use_next->use_prev = d->use_prev; else c->use_tail = d->use_prev;
+    d->use_prev = d->use_next = NULL;
+}
+
+static void use_append(li_doc_cache *c, li_doc_copy *d) {
+    d->use_prev = c->use_tail;
+    d->use_next = NULL;
+    if (c->use_tail) c->use_tail->use_next = d; else c->use_head = d;
+    c->use_tail = d;
+}
+
+static li_status table_grow(li_doc_cache *c) {
+    size_t n = c->n_buckets ? 2 * c->n_buckets : 64;
+    li_doc_copy **b = calloc(n, sizeof *b);
+    if (!b) return li_error_set(LI_ERR_OOM, "out of memory growing the document cache");
+    for (size_t i = 0; i < c->n_buckets; i++) {
+        li_doc_copy *d = c->buckets[i];
+        while (d) {
+            li_doc_copy *next = d->bucket_next;
+            size_t j = key_hash(&d->key) & (n - 1);
+            d->bucket_next = b[j];
+            b[j] = d;
+            d = next;
+        }
+    }
+    free(c->buckets);
+    c->buckets = b;
+    c->n_buckets = n;
+    return LI_OK;
+}
+
+static li_doc_copy **bucket_of(li_doc_cache *c, const li_doc_key *k) {
+    return &c->buckets[key_hash(k) & (c->n_buckets - 1)];
+}
+
+static void remove_copy(li_doc_cache *c, li_doc_copy *d) {
+    LI_ASSERT(d->pins == 0);
+    li_doc_copy **pp = bucket_of(c, &d->key);
+    while (*pp != d) pp = &(*pp)->bucket_next;
+    *pp = d->bucket_next;
+    use_unlink(c, d);
+    for (int i = 0; i < d->n_pages; i++) li_kv_page_unref(c->pool, d->pages[i]);
+    c->pages_held -= d->n_pages;
+    c->n_copies--;
+    free(d->pages);
+    free(d->deltas_seen);
+    free(d);
+}
+
+// ---- policies --------------------------------------------------------------------------------
+
+static li_doc_copy *pick_lru(li_doc_cache *c) {
+    for (li_doc_copy *d = li_doc_cache_first(c); d; d = li_doc_cache_next(c, d))
+        if (d->pins == 0 && d->ready) return d;
+    return NULL;
+}
+
+static li_doc_copy *pick_largest(li_doc_cache *c) {
+    li_doc_copy *best = NULL;
+    for (li_doc_copy *d = li_doc_cache_first(c); d; d = li_doc_cache_next(c, d))
+        if (d->pins == 0 && d->ready && (!best || d->n_pages > best->n_pages)) best = d;
+    return best;
+}
+
+const li_evict_policy li_evict_lru = {"lru", pick_lru};
+const li_evict_policy li_evict_largest = {"largest", pick_largest};
+
+li_doc_copy *li_doc_cache_first(li_doc_cache *c) { return c->use_head; }
+li_doc_copy *li_doc_cache_next(li_doc_cache *c, li_doc_copy *d) {
+    (void)c;
+    return d->use_next;
+}
+
+// ---- public ------------------------------------------------------------------------------------
+
+li_status li_doc_cache_init(li_doc_cache **out, li_kv_pool *pool, const li_evict_policy *policy,
+                            int64_t max_pages) {
+    *out = NULL;
+    li_doc_cache *c = calloc(1, sizeof *c);
+    if (!c) return li_error_set(LI_ERR_OOM, "out of memory");
+    c->pool = pool;
+    c->policy = policy ? policy : &li_evict_lru;
+    c->max_pages = max_pages > 0 ? max_pages : li_kv_pool_n_pages(pool);
+    if (table_grow(c) != LI_OK) {
+        free(c);
+        return LI_ERR_OOM;
+    }
+    *out = c;
+    return LI_OK;
+}
+
+void li_doc_cache_free(li_doc_cache *c) {
+    if (!c) return;
+    while (c->use_head) {
+        LI_ASSERT(c->use_head->pins == 0);
+        remove_copy(c, c->use_head);
+    }
+    free(c->buckets);
+    free(c);
+}
+
+// Evicts until `pages` more pages fit both the pool and the document budget (`for_docs`).
+static li_status evict_for(li_doc_cache *c, int64_t pages, bool for_docs) {
+    while (li_kv_pool_n_free(c->pool) < pages || (for_docs && c->pages_held + pages > c->max_pages)) {
+        li_doc_copy *v = c->policy->pick_victim(c);
+        if (!v) {
+            if (for_docs && pages > c->max_pages)
+                return li_error_set(LI_ERR_KV_FULL, "a document of %lld pages exceeds the "
+                                    "document cache budget of %lld pages", (long long)pages,
+                                    (long long)c->max_pages);
+            return li_error_set(LI_ERR_KV_FULL,
+                                "KV cache full: %lld pages needed, %lld free, and every cached "
+                                "document is in use",
+                                (long long)pages, (long long)li_kv_pool_n_free(c->pool));
+        }
+        LI_ASSERT(v->pins == 0 && v->ready);
+        c->stats.evictions++;
+        remove_copy(c, v);
+    }
+    return LI_OK;
+}
+
+static void note_delta(li_doc_copy *d, int64_t delta) {
+    for (int i = 0; i < d->n_deltas_seen; i++)
+        if (d->deltas_seen[i] == delta) return;
+    if (d->n_deltas_seen >= LI_DOC_MAX_DELTAS_TRACKED) return;
+    int64_t *p = realloc(d->deltas_seen, (size_t)(d->n_deltas_seen + 1) * sizeof *p);
+    if (!p) return;  // statistics only: losing one Δ is harmless
+    d->deltas_seen = p;
+    d->deltas_seen[d->n_deltas_seen++] = delta;
+}
+
+static void pin(li_doc_cache *c, li_doc_copy *d, int64_t delta) {
+    d->pins++;
+    d->last_use = ++c->clock;
+    use_unlink(c, d);
+    use_append(c, d);
+    note_delta(d, delta);
+}
+
+li_status li_doc_cache_acquire(li_doc_cache *c, const li_doc_key *key, int n_tokens,
+                               bool position_agnostic, int64_t delta, li_doc_copy **out,
+                               li_doc_copy **source, li_doc_lookup_result *result) {
+    *out = NULL;
+    if (source) *source = NULL;
+    if (n_tokens <= 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "empty document (%d tokens)", n_tokens);
+    if (delta < 0 || delta > LI_PAGE_MAX_DELTA)
+        return li_error_set(LI_ERR_LIMIT, "document offset %lld outside [0, %lld]",
+                            (long long)delta, (long long)LI_PAGE_MAX_DELTA);
+    c->stats.lookups++;
+    li_doc_copy *usable = NULL, *other = NULL;
+    for (li_doc_copy *d = *bucket_of(c, key); d; d = d->bucket_next) {
+        if (memcmp(d->key.b, key->b, 32) != 0) continue;
+        if (position_agnostic || d->delta == delta) {
+            if (!usable || (d->ready && !usable->ready)) usable = d;
+        } else if (d->ready && !other) {
+            other = d;
+        }
+    }
+    if (usable) {
+        pin(c, usable, delta);
+        c->stats.hits++;
+        c->stats.hit_tokens += n_tokens;
+        *out = usable;
+        *result = LI_DOC_HIT;
+        return LI_OK;
+    }
+    // A new copy. Pin the source first so eviction cannot take it.
+    if (other && source) pin(c, other, delta);
+    int P = c->pool->storage.page_size;
+    int n_pages = (n_tokens + P - 1) / P;
+    li_status rc = evict_for(c, n_pages, true);
+    li_doc_copy *d = NULL;
+    if (rc == LI_OK && (size_t)(c->n_copies + 1) > c->n_buckets * 3 / 4) rc = table_grow(c);
+    if (rc == LI_OK) {
+        d = calloc(1, sizeof *d);
+        if (d) d->pages = malloc((size_t)n_pages * sizeof *d->pages);
+        if (!d || !d->pages) rc = li_error_set(LI_ERR_OOM, "out of memory for a document entry");
+    }
+    if (rc != LI_OK) {
+        if (d) free(d->pages);
+        free(d);
+        if (other && source) other->pins--;
+        return rc;
+    }
+    for (int i = 0; i < n_pages; i++) {
+        li_status arc = li_kv_page_alloc(c->pool, &d->pages[i]);
+        LI_ASSERT(arc == LI_OK);  // evict_for made room
+    }
+    d->key = *key;
+    d->n_tokens = n_tokens;
+    d->delta = position_agnostic ? 0 : delta;
+    d->n_pages = n_pages;
+    c->pages_held += n_pages;
+    c->n_copies++;
+    li_doc_copy **b = bucket_of(c, key);
+    d->bucket_next = *b;
+    *b = d;
+    use_append(c, d);
+    pin(c, d, delta);
+    if (other && source) {
+        *source = other;
+        c->stats.hits++;
+        c->stats.hit_tokens += n_tokens;
+        c->stats.copies_made++;
+        *result = LI_DOC_HIT_OTHER_DELTA;
+    } else {
+        c->stats.misses++;
+        c->stats.miss_tokens += n_tokens;
+        *result = LI_DOC_MISS;
+    }
+    *out = d;
+    return LI_OK;
+}
+
+void li_doc_cache_mark_ready(li_doc_cache *c, li_doc_copy *d) {
+    (void)c;
+    d->ready = true;
+}
+
+void li_doc_cache_release(li_doc_cache *c, li_doc_copy *d) {
+    LI_ASSERT(d->pins > 0);
+    d->pins--;
+    if (d->pins == 0 && !d->ready) remove_copy(c, d);
+}
+
+li_status li_doc_cache_make_room(li_doc_cache *c, int64_t n_pages) {
+    return evict_for(c, n_pages, false);
+}
+
+void li_doc_cache_get_stats(const li_doc_cache *c, li_doc_cache_stats *out) {
+    *out = c->stats;
+    out->resident_copies = c->n_copies;
+    out->resident_pages = c->pages_held;
+    size_t page_bytes = c->pool->page_bytes;
+    out->resident_bytes = (int64_t)(c->pages_held * (int64_t)page_bytes);
+    // distinct documents: copies whose key no earlier copy in its bucket chain has
+    int64_t docs = 0, baseline_pages = 0;
+    for (size_t i = 0; i < c->n_buckets; i++)
+        for (li_doc_copy *d = c->buckets[i]; d; d = d->bucket_next) {
+            bool first = true;
+            for (li_doc_copy *e = c->buckets[i]; e != d; e = e->bucket_next)
+                if (!memcmp(e->key.b, d->key.b, 32)) first = false;
+            docs += first;
+            baseline_pages += (int64_t)d->n_pages * (d->n_deltas_seen ? d->n_deltas_seen : 1);
+        }
+    out->resident_docs = docs;
+    out->copy_baseline_bytes = baseline_pages * (int64_t)page_bytes;
+}
+
+int li_doc_cache_n_copies(const li_doc_cache *c, const li_doc_key *key) {
+    int n = 0;
+    for (li_doc_copy *d = c->buckets[key_hash(key) & (c->n_buckets - 1)]; d; d = d->bucket_next)
+        n += !memcmp(d->key.b, key->b, 32);
+    return n;
+}

@@ -1,0 +1,23 @@
+// weights-internal.h — weight-store helpers shared by the model loaders (model-load.c for Llama,
+// llada-load.c for LLaDA): owned buffers, safetensors tensors bound to li_weight with shape and
+// dtype checks, synthetic random matrices. Internal to src/model/.
+#ifndef LI_WEIGHTS_INTERNAL_H
+#define LI_WEIGHTS_INTERNAL_H
+
+#include "llama.h"
+
+// Records a buffer the store owns (freed by li_weight_store_free); frees p on failure.
+li_status li_store_own(li_weight_store *st, void *p);
+// Binds W to safetensors tensor `name` of shape (rows, cols) (rows = 1: a vector of cols).
+// f32 is used in place, bf16 matrices stay bf16 when keep_bf16, anything else becomes f32.
+li_status li_st_weight(li_weight_store *store, li_weight *W, const char *name, int64_t rows,
+                       int64_t cols, bool keep_bf16, bool metadata_only);
+// Uniform in [-a, a) with a = std * sqrt(3) (the variance of N(0, std^2)), plus mean.
+void li_fill_random(float *p, int64_t n, float std, float mean, li_rng *rng);
+// A random (rows, cols) weight; matrices are bf16 (rounded from the same values) when keep_bf16.
+li_status li_synth_weight(li_weight_store *store, li_weight *W, int64_t rows, int64_t cols,
+                          float std, float mean, li_rng *rng, bool keep_bf16, bool metadata_only);
+// Frees owned buffers and closes the files; leaves the store zeroed.
+void li_weight_store_free(li_weight_store *st);
+
+#endif
