@@ -683,21 +683,29 @@ static void test_attention(void) {
     int n_case = 0;
     for (size_t pi = 0; pi < 3; pi++)
         for (size_t ri = 0; ri < 6; ri++)
-            for (int mode = 0; mode < 3; mode++) {  // 0: decode, 1: prefill, 2: prefill no Δ
+            for (int mode = 0; mode < 4; mode++) {  // 0: decode, 1: prefill, 2: prefill no Δ,
+                                                    // 3: prefill with a first visible key
                 int P = Ps[pi], G = ratios[ri], Hkv = randint(1, 3), H = G * Hkv;
                 int Dh = (n_case++ % 2) ? 64 : 18;
                 int T = mode == 0 ? 1 : (int[]){3, 17}[ri % 2];
+                const char *mode_name = (const char *[]){"decode", "prefill", "prefill Δ=0",
+                                                         "prefill kv_first"}[mode];
                 int min_keys = randint(T + 1, P == 1 ? 90 : 300);
                 paged_seq s;
                 make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2);
                 int il = 1;
                 li_rope_table tab = table_for(ri % 2 ? 6 : 3, ri % 3 ? LI_ROPE_NEOX : LI_ROPE_GPTJ, Dh);
                 TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d",
-                                mode == 0 ? "decode" : mode == 1 ? "prefill" : "prefill Δ=0", P, H,
-                                Hkv, Dh, T, s.n_keys, s.n_pages));
-                int32_t nv[17];
+                                mode_name, P, H, Hkv, Dh, T, s.n_keys, s.n_pages));
+                int32_t nv[17], first[17];
                 int n_past = s.n_keys - T;  // > 0
-                for (int t = 0; t < T; t++) nv[t] = n_past + t + 1;
+                // mode 3: a block starting at a random key (often mid-page) sees only its own keys
+                int f0 = mode == 3 ? randint(0, n_past) : 0;
+                for (int t = 0; t < T; t++) {
+                    nv[t] = n_past + t + 1;
+                    first[t] = f0;
+                }
+                const int32_t *kf = mode == 3 ? first : NULL;
                 long qn = (long)T * H * Dh;
                 gbuf gq, g1, g2;
                 float *q = gnew(&gq, qn), *o1 = gnew(&g1, qn), *o2 = gnew(&g2, qn);
@@ -705,8 +713,8 @@ static void test_attention(void) {
                 float scale = 1.0f / sqrtf((float)Dh);
                 li_kv_seq seq = {s.pages, s.n_pages};
                 const li_rope_table *rp = mode == 2 ? NULL : &tab;
-                be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, il, &seq, nv, scale, rp);
-                be_fast->ops->attention(be_fast, o2, q, T, H, &s.kv, il, &seq, nv, scale, rp);
+                be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
+                be_fast->ops->attention(be_fast, o2, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
                 double e = test_nmse(o2, o1, qn);
                 CHECK(e <= TOL_REDUCE, "nmse %g; seed %llu", e, g_seed);
                 CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
@@ -786,14 +794,14 @@ static void test_attention_deferred_rope(void) {
         be_ref->ops->rope(be_ref, q, qpos, T, H, Dh, &tab);
         li_kv_seq sa = {pa, n_pages}, sb = {pb, n_pages};
         float scale = 1.0f / sqrtf((float)Dh);
-        be_ref->ops->attention(be_ref, o1, q, T, H, &kva, 0, &sa, nv, scale, &tab);
-        be_ref->ops->attention(be_ref, o2, q, T, H, &kvb, 0, &sb, nv, scale, NULL);
-        be_fast->ops->attention(be_fast, o3, q, T, H, &kva, 0, &sa, nv, scale, &tab);
+        be_ref->ops->attention(be_ref, o1, q, T, H, &kva, 0, &sa, NULL, nv, scale, &tab);
+        be_ref->ops->attention(be_ref, o2, q, T, H, &kvb, 0, &sb, NULL, nv, scale, NULL);
+        be_fast->ops->attention(be_fast, o3, q, T, H, &kva, 0, &sa, NULL, nv, scale, &tab);
         double e = test_nmse(o1, o2, qn), e3 = test_nmse(o3, o2, qn);
         CHECK(e <= TOL_IDENTITY, "oracle: nmse %g; seed %llu", e, g_seed);
         CHECK(e3 <= TOL_REDUCE, "fast path: nmse %g; seed %llu", e3, g_seed);
         // the identity is not trivially true: without the Δ rotation the result differs
-        be_ref->ops->attention(be_ref, o1, q, T, H, &kva, 0, &sb, nv, scale, NULL);
+        be_ref->ops->attention(be_ref, o1, q, T, H, &kva, 0, &sb, NULL, nv, scale, NULL);
         double off = test_nmse(o1, o2, qn);
         CHECK(off > 1e-4, "attention insensitive to Δ (nmse %g); seed %llu", off, g_seed);
         CHECK(gok(&ga) && gok(&gb) && gok(&gq) && gok(&g1) && gok(&g2) && gok(&g3),
@@ -1007,8 +1015,8 @@ static void test_fallbacks(void) {
     int32_t nv[5];
     for (int t = 0; t < T; t++) nv[t] = s.n_keys - T + t + 1;
     li_kv_seq seq = {s.pages, s.n_pages};
-    be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, 0, &seq, nv, 0.125f, &tab);
-    bare.ops->attention(&bare, o2, q, T, H, &s.kv, 0, &seq, nv, 0.125f, &tab);
+    be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, 0, &seq, NULL, nv, 0.125f, &tab);
+    bare.ops->attention(&bare, o2, q, T, H, &s.kv, 0, &seq, NULL, nv, 0.125f, &tab);
     double e = test_nmse(o2, o1, qn);
     CHECK(e <= TOL_REDUCE, "attention nmse %g; seed %llu", e, g_seed);
     CHECK(gok(&g2), "guard damaged; seed %llu", g_seed);
@@ -1076,7 +1084,7 @@ typedef struct {
 static void att_run(void *p) {
     att_bench *b = p;
     li_kv_seq seq = {b->s->pages, b->s->n_pages};
-    b->be->ops->attention(b->be, b->out, b->q, b->T, b->H, &b->s->kv, 0, &seq, b->nv, 0.125f,
+    b->be->ops->attention(b->be, b->out, b->q, b->T, b->H, &b->s->kv, 0, &seq, NULL, b->nv, 0.125f,
                           b->tab);
 }
 

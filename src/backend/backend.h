@@ -105,6 +105,20 @@ typedef struct {
     float min_p;  // <= 0: off
 } li_sampler_config;
 
+// ---- diffusion / FP8 data (LLaDA, DESIGN.md §4) ------------------------------------------------
+
+// A weight W (N, K) quantised to e4m3 per 128 x 128 block: q (N, K) codes, row-major; scale
+// (ceil(N/128), ceil(K/128)) fp32, row-major; W[n, k] ~ e4m3(q[n, k]) * scale[n/128, k/128].
+// Edge blocks are partial when N or K is not a multiple of 128.
+typedef struct {
+    int64_t n_rows, n_cols;  // N, K
+    uint8_t *q;
+    float *scale;
+} li_fp8_weight;
+
+// Largest key tile of flash_attn_tiles (the per-row scores of one tile live on the stack).
+#define LI_FA_MAX_TILE 1024
+
 // ---- the op table ---------------------------------------------------------------------------
 
 typedef struct li_backend li_backend;
@@ -136,14 +150,17 @@ typedef struct {
 
     // Attention of T query rows over one sequence's paged keys, layer il.
     //   q (T, H, Dh) already rotated at the rows' positions; out (T, H, Dh).
-    //   Query row t sees logical keys [0, n_visible[t]) of `seq` (causal prefill: n_past + t + 1).
+    //   Query row t sees logical keys [kv_first[t], n_visible[t]) of `seq` (causal prefill:
+    //   n_past + t + 1; kv_first NULL means 0 for every row — a block that must not see the keys
+    //   before it, like a document in a prefix-cached prompt, sets its first key there).
     //   GQA: query head h reads kv head h / (H / Hkv).
     //   Each page's K is rotated by its Δ (li_page_delta) before the dot product, with `rope`
     //   (Δ = 0 pages are used as stored; rope may be NULL when every Δ is 0).
     //   scores = q·k * scale, softmax over visible keys, out = Σ p v.
     void (*attention)(li_backend *be, float *out, const float *q, int T, int H,
                       const li_kv_storage *kv, int il, const li_kv_seq *seq,
-                      const int32_t *n_visible, float scale, const li_rope_table *rope);
+                      const int32_t *kv_first, const int32_t *n_visible, float scale,
+                      const li_rope_table *rope);
 
     // out (n) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). out may alias gate.
     void (*swiglu)(li_backend *be, float *out, const float *gate, const float *up, int64_t n);
@@ -154,6 +171,36 @@ typedef struct {
     // Picks a token from logits (V) as li_sampler_config describes, using the uniform u in [0,1).
     int32_t (*sample)(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
                       double u);
+
+    // ---- diffusion / FP8 ops (LLaDA; tested by tests/test-ops-llada.c) ----
+
+    // FlashAttention's inner loop, bidirectional (no mask), dense K/V, GQA (query head h reads kv
+    // head h / (H / Hkv)). Query rows q (nq, H, Dh) carry a running online-softmax state
+    // m, l (nq, H) and o (nq, H, Dh) (unnormalised); they stream keys k, v (nk, Hkv, Dh) in tiles of
+    // `tile` keys (the last one partial), in order. Per tile, per (row, head):
+    //   s_j = scale q·k_j,  m' = max(m, max_j s_j),  a = exp(m - m'),  p_j = exp(s_j - m'),
+    //   l = a l + Σ_j p_j,  o = a o + Σ_j p_j v_j,  m = m'.
+    // A fresh state is m = -inf, l = 0, o = 0 (a = 0 then). 1 <= tile <= LI_FA_MAX_TILE.
+    void (*flash_attn_tiles)(li_backend *be, float *o, float *m, float *l, const float *q, int nq,
+                             int H, const float *k, const float *v, int nk, int Hkv, int Dh,
+                             int tile, float scale);
+    // out (n, Dh) = o (n, Dh) / l (n): the final normalisation (n = rows * heads). out may alias o.
+    void (*flash_attn_finalize)(li_backend *be, float *out, const float *o, const float *l,
+                                int64_t n, int Dh);
+    // Per-token-group FP8 quantisation: x (T, K) in groups of LI_FP8_GROUP along K (the last one
+    // partial when K % 128 != 0); scale (T, ceil(K/128)) = li_fp8_scale(amax of the group);
+    // q (T, K) = li_f32_to_e4m3(x / scale) (fp32 division). Bit-exact on every backend.
+    void (*fp8_quant_rows)(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
+                           int K);
+    // y (T, N) from activations quantised by fp8_quant_rows (qa (T, K), sa (T, ceil(K/128))) and a
+    // block-quantised weight W (N, K). Accumulation, fixed so that backends agree bit for bit:
+    //   acc = 0 (fp32); for each K-group g in ascending order:
+    //     S_g = Σ_{k in g} e4m3(qa[t,k]) * e4m3(W.q[n,k])   exactly (every product is exact in
+    //           fp32 and the sum of 128 of them needs < 44 bits: fp64 or int64, any order),
+    //     acc = acc + ((float)S_g * sa[t,g]) * W.scale[n/128, g]     (fp32, no FMA)
+    //   y[t,n] = acc.
+    void (*matmul_fp8)(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
+                       const li_fp8_weight *W);
 } li_backend_ops;
 
 struct li_backend {

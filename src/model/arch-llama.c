@@ -86,7 +86,8 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         for (int si = 0; si < b->n_seqs; si++) {
             const li_batch_seq *sq = &b->seqs[si];
             op->attention(be, s->att + (size_t)sq->t0 * H * Dh, s->q + (size_t)sq->t0 * H * Dh,
-                          sq->n, H, kv, il, &sq->kv, b->n_visible + sq->t0, scale, &m->rope);
+                          sq->n, H, kv, il, &sq->kv, b->kv_first ? b->kv_first + sq->t0 : NULL,
+                          b->n_visible + sq->t0, scale, &m->rope);
         }
         op->matmul(be, s->tmp, s->att, &l->wo, T);  // (T, D)
         op->add(be, s->x, s->tmp, (int64_t)T * D);

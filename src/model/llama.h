@@ -77,6 +77,7 @@ typedef struct {
     const int32_t *pos;        // (T) RoPE positions
     const int64_t *slot;       // (T) physical KV slots: page * P + offset
     const int32_t *n_visible;  // (T) keys of its sequence each token sees (causal: own index + 1)
+    const int32_t *kv_first;   // (T) first key each token sees, or NULL for 0 (see backend.h)
     int n_seqs;
     const li_batch_seq *seqs;  // (n_seqs)
     int n_logits;              // rows that need logits

@@ -8,6 +8,7 @@
 // kv_store and sample), which is how this file is tested; the test also prints the speed-ups.
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -474,6 +475,7 @@ typedef struct {
     const li_kv_storage *kv;
     int il;
     const li_kv_seq *seq;
+    const int32_t *kv_first;  // (T) or NULL
     const int32_t *n_visible;
     float scale;
     const li_rope_table *rope;
@@ -506,8 +508,8 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
     float cs_own[2 * LI_ROPE_MAX_PAIRS];
     for (int64_t item = b; item < e; item++) {
         int t = (int)(item / Hkv), hk = (int)(item % Hkv);
-        int nv = c->n_visible[t];
-        LI_ASSERT(nv >= 1);
+        int nv = c->n_visible[t], first = c->kv_first ? c->kv_first[t] : 0;
+        LI_ASSERT(first >= 0 && first < nv);
         for (int g0 = 0; g0 < G; g0 += ATT_GMAX) {
             int gn = G - g0 < ATT_GMAX ? G - g0 : ATT_GMAX;
             const float *q0 = c->q + ((size_t)t * c->H + (size_t)hk * G + g0) * Dh;
@@ -525,6 +527,11 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
                 int cnt = li_page_count(w);
                 LI_ASSERT(id < kv->n_pages && cnt >= 1 && cnt <= kv->page_size);
                 int n_use = cnt < nv - j ? cnt : nv - j;
+                if (j + n_use <= first) {  // the whole page lies before the first visible key
+                    j += n_use;
+                    continue;
+                }
+                int s0 = first > j ? first - j : 0;  // first visible slot of this page
                 if (delta != cur_delta) {
                     const float *cs;
                     if (delta == 0) {
@@ -546,7 +553,7 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
                 const float *vb = kv->data + li_kv_offset(kv, id, c->il, 1, hk, 0);
                 for (int g = 0; g < gn; g++) {
                     float bm = -INFINITY;
-                    for (int s = 0; s < n_use; s++) {
+                    for (int s = s0; s < n_use; s++) {
                         sc[g][s] = dot_f32(qr[g], kb + (size_t)s * Dh, Dh) * c->scale;
                         bm = sc[g][s] > bm ? sc[g][s] : bm;
                     }
@@ -557,7 +564,7 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
                         scale_inplace(acc[g], corr, Dh);
                     }
                     m[g] = mn;
-                    for (int s = 0; s < n_use; s++) {
+                    for (int s = s0; s < n_use; s++) {
                         float pe = expf(sc[g][s] - mn);
                         l[g] += pe;
                         axpy(acc[g], pe, vb + (size_t)s * Dh, Dh);
@@ -576,10 +583,11 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
 
 static void cpu_attention(li_backend *be, float *out, const float *q, int T, int H,
                           const li_kv_storage *kv, int il, const li_kv_seq *seq,
-                          const int32_t *n_visible, float scale, const li_rope_table *rope) {
+                          const int32_t *kv_first, const int32_t *n_visible, float scale,
+                          const li_rope_table *rope) {
     int Hkv = kv->n_head_kv;
     LI_ASSERT(H % Hkv == 0 && kv->head_dim <= ATT_DH_MAX && kv->page_size <= LI_PAGE_MAX_SIZE);
-    att_ctx c = {out, q, T, H, kv, il, seq, n_visible, scale, rope, NULL, NULL};
+    att_ctx c = {out, q, T, H, kv, il, seq, kv_first, n_visible, scale, rope, NULL, NULL};
     // Pass 1 (this thread): which pages need a rotation, cos/sin per distinct consecutive Δ.
     int n_rot = 0;
     for (int p = 0; p < seq->n_pages; p++) {
@@ -762,6 +770,222 @@ static int32_t cpu_sample(li_backend *be, const float *logits, int V, const li_s
     return tok >= 0 ? tok : last_pos;
 }
 
+// ---- diffusion / FP8 ops --------------------------------------------------------------------
+//
+// flash_attn_tiles: one work item per (query row, head); the tile's scores live on the stack
+// (tile <= LI_FA_MAX_TILE); dot products and the o update use the AVX kernels above. fp32 state
+// and arithmetic (expf): agrees with the fp64 oracle within fp32 rounding.
+
+typedef struct {
+    float *o, *m, *l;
+    const float *q, *k, *v;
+    int H, Hkv, Dh, nk, tile;
+    float scale;
+} fa_ctx;
+
+static void fa_items(void *p, int64_t b, int64_t e, int tid) {
+    fa_ctx *c = p;
+    float s[LI_FA_MAX_TILE];
+    int group = c->H / c->Hkv, Dh = c->Dh;
+    for (int64_t it = b; it < e; it++) {
+        int64_t i = it / c->H;
+        int h = (int)(it % c->H), hk = h / group;
+        const float *qr = c->q + (size_t)it * Dh;
+        float *orow = c->o + (size_t)it * Dh;
+        float m = c->m[it], l = c->l[it];
+        (void)i;
+        for (int t0 = 0; t0 < c->nk; t0 += c->tile) {
+            int t1 = t0 + c->tile < c->nk ? t0 + c->tile : c->nk;
+            float mt = -INFINITY;
+            for (int j = t0; j < t1; j++) {
+                float d = dot_f32(qr, c->k + ((size_t)j * c->Hkv + hk) * Dh, Dh) * c->scale;
+                s[j - t0] = d;
+                mt = d > mt ? d : mt;
+            }
+            float m_new = m > mt ? m : mt;
+            float a = m == -INFINITY ? 0.0f : expf(m - m_new);
+            if (a != 1.0f) scale_inplace(orow, a, Dh);
+            float sum = 0;
+            for (int j = t0; j < t1; j++) {
+                float pj = expf(s[j - t0] - m_new);
+                sum += pj;
+                axpy(orow, pj, c->v + ((size_t)j * c->Hkv + hk) * Dh, Dh);
+            }
+            l = a * l + sum;
+            m = m_new;
+        }
+        c->m[it] = m;
+        c->l[it] = l;
+    }
+}
+
+static void cpu_flash_attn_tiles(li_backend *be, float *o, float *m, float *l, const float *q,
+                                 int nq, int H, const float *k, const float *v, int nk, int Hkv,
+                                 int Dh, int tile, float scale) {
+    LI_ASSERT(H % Hkv == 0 && tile >= 1 && tile <= LI_FA_MAX_TILE);
+    if (nq <= 0 || nk <= 0) return;
+    fa_ctx c = {o, m, l, q, k, v, H, Hkv, Dh, nk, tile, scale};
+    li_parallel_for(be->tp, (int64_t)nq * H, fa_items, &c);
+}
+
+typedef struct {
+    float *out;
+    const float *o, *l;
+    int Dh;
+} fin_ctx;
+
+static void fin_rows(void *p, int64_t b, int64_t e, int tid) {
+    fin_ctx *c = p;
+    for (int64_t r = b; r < e; r++) {
+        float lr = c->l[r];
+        for (int x = 0; x < c->Dh; x++) c->out[r * c->Dh + x] = c->o[r * c->Dh + x] / lr;
+    }
+}
+
+static void cpu_flash_attn_finalize(li_backend *be, float *out, const float *o, const float *l,
+                                    int64_t n, int Dh) {
+    fin_ctx c = {out, o, l, Dh};
+    li_parallel_for(be->tp, n, fin_rows, &c);
+}
+
+// FP8: the conversions are the bit-exact ones of src/core/fp8.c; decoding goes through a table.
+typedef struct {
+    uint8_t *q;
+    float *scale;
+    const float *x;
+    int K, G;
+} q8_ctx;
+
+static void q8_rows(void *p, int64_t b, int64_t e, int tid) {
+    q8_ctx *c = p;
+    for (int64_t t = b; t < e; t++)
+        for (int g = 0; g < c->G; g++) {
+            int k0 = g * LI_FP8_GROUP, k1 = k0 + LI_FP8_GROUP < c->K ? k0 + LI_FP8_GROUP : c->K;
+            const float *xr = c->x + (size_t)t * c->K;
+            float amax = 0;
+            for (int k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(xr[k]));
+            float sc = li_fp8_scale(amax);
+            c->scale[t * c->G + g] = sc;
+            for (int k = k0; k < k1; k++) c->q[(size_t)t * c->K + k] = li_f32_to_e4m3(xr[k] / sc);
+        }
+}
+
+static void cpu_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
+                               int K) {
+    q8_ctx c = {q, scale, x, K, (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP};
+    li_parallel_for(be->tp, T, q8_rows, &c);
+}
+
+static float e4m3_table[256];
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+static void e4m3_table_fill(void) {
+    for (int i = 0; i < 256; i++) e4m3_table[i] = li_e4m3_to_f32((uint8_t)i);
+}
+
+// Σ a_k w_k over one group, exactly: each product is exact in fp32 (4-bit significands), the sum
+// exact in fp64 whatever the order.
+static double group_dot_c(const float *a, const float *w, int n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)(a[i] * w[i]);
+        s1 += (double)(a[i + 1] * w[i + 1]);
+        s2 += (double)(a[i + 2] * w[i + 2]);
+        s3 += (double)(a[i + 3] * w[i + 3]);
+    }
+    for (; i < n; i++) s0 += (double)(a[i] * w[i]);
+    return (s0 + s1) + (s2 + s3);
+}
+
+#if HAVE_X86
+__attribute__((target("avx"))) static double group_dot_avx(const float *a, const float *w, int n) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(w + i));  // exact
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(p)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1)));
+    }
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(s0, s1));
+    double s = (t[0] + t[1]) + (t[2] + t[3]);
+    for (; i < n; i++) s += (double)(a[i] * w[i]);
+    return s;
+}
+#endif
+
+static inline double group_dot(const float *a, const float *w, int n) {
+#if HAVE_X86
+    if (__builtin_cpu_supports("avx")) return group_dot_avx(a, w, n);
+#endif
+    return group_dot_c(a, w, n);
+}
+
+typedef struct {
+    float *y;
+    const uint8_t *qa;
+    const float *a;  // (T, K) decoded activations, or NULL: decode on the fly
+    const float *sa;
+    const li_fp8_weight *W;
+    int T;
+} mm8_ctx;
+
+static void mm8_rows(void *p, int64_t b, int64_t e, int tid) {
+    mm8_ctx *c = p;
+    int64_t N = c->W->n_rows, K = c->W->n_cols, G = (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
+    float wgrp[LI_FP8_GROUP], agrp[LI_FP8_GROUP];
+    float *wfull = malloc((size_t)K * sizeof(float));  // one decoded weight row; NULL: per group
+    for (int64_t n = b; n < e; n++) {
+        const uint8_t *wq = c->W->q + n * K;
+        const float *ws = c->W->scale + (n / LI_FP8_GROUP) * G;
+        if (wfull)
+            for (int64_t k = 0; k < K; k++) wfull[k] = e4m3_table[wq[k]];
+        for (int t = 0; t < c->T; t++) {
+            float acc = 0;
+            for (int64_t g = 0; g < G; g++) {
+                int64_t k0 = g * LI_FP8_GROUP;
+                int len = (int)(K - k0 < LI_FP8_GROUP ? K - k0 : LI_FP8_GROUP);
+                const float *wr = wfull ? wfull + k0 : wgrp;
+                if (!wfull)
+                    for (int i = 0; i < len; i++) wgrp[i] = e4m3_table[wq[k0 + i]];
+                const float *ar = c->a ? c->a + t * K + k0 : agrp;
+                if (!c->a)
+                    for (int i = 0; i < len; i++) agrp[i] = e4m3_table[c->qa[t * K + k0 + i]];
+                float part = (float)group_dot(ar, wr, len) * c->sa[t * G + g];
+                part = part * ws[g];
+                acc = acc + part;
+            }
+            c->y[t * N + n] = acc;
+        }
+    }
+    free(wfull);
+}
+
+typedef struct {
+    float *dst;
+    const uint8_t *src;
+} dec8_ctx;
+
+static void dec8_range(void *p, int64_t b, int64_t e, int tid) {
+    dec8_ctx *c = p;
+    for (int64_t i = b; i < e; i++) c->dst[i] = e4m3_table[c->src[i]];
+}
+
+static void cpu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
+                           const li_fp8_weight *W) {
+    pthread_once(&e4m3_once, e4m3_table_fill);
+    int64_t K = W->n_cols;
+    // The activations are decoded once (T*K floats); without the buffer, per group on the fly.
+    float *a = malloc((size_t)T * (size_t)K * sizeof(float));
+    if (a) {
+        dec8_ctx d = {a, qa};
+        li_parallel_for(be->tp, (int64_t)T * K, dec8_range, &d);
+    }
+    mm8_ctx c = {y, qa, a, sa, W, T};
+    li_parallel_for(be->tp, W->n_rows, mm8_rows, &c);
+    free(a);
+}
+
 const li_backend_ops li_cpu_fast_ops = {
     .name = "cpu",
     .embed = cpu_embed,
@@ -774,4 +998,8 @@ const li_backend_ops li_cpu_fast_ops = {
     .swiglu = cpu_swiglu,
     .softmax = cpu_softmax,
     .sample = cpu_sample,
+    .flash_attn_tiles = cpu_flash_attn_tiles,
+    .flash_attn_finalize = cpu_flash_attn_finalize,
+    .fp8_quant_rows = cpu_fp8_quant_rows,
+    .matmul_fp8 = cpu_matmul_fp8,
 };

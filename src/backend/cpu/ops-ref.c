@@ -112,7 +112,8 @@ static void ref_kv_store(li_backend *be, const li_kv_storage *kv, int il, const 
 // dotted with q in fp64; softmax and the weighted sum of V in fp64.
 static void ref_attention(li_backend *be, float *out, const float *q, int T, int H,
                           const li_kv_storage *kv, int il, const li_kv_seq *seq,
-                          const int32_t *n_visible, float scale, const li_rope_table *rope) {
+                          const int32_t *kv_first, const int32_t *n_visible, float scale,
+                          const li_rope_table *rope) {
     int Hkv = kv->n_head_kv, Dh = kv->head_dim;
     LI_ASSERT(H % Hkv == 0);
     int group = H / Hkv;
@@ -122,7 +123,8 @@ static void ref_attention(li_backend *be, float *out, const float *q, int T, int
     float *krot = malloc((size_t)Dh * sizeof *krot);
     LI_ASSERT(score && krot);  // test-only oracle: an allocation failure here is not recoverable
     for (int t = 0; t < T; t++) {
-        LI_ASSERT(n_visible[t] >= 1 && n_visible[t] <= n_keys);
+        int first = kv_first ? kv_first[t] : 0;
+        LI_ASSERT(first >= 0 && first < n_visible[t] && n_visible[t] <= n_keys);
         for (int h = 0; h < H; h++) {
             int hk = h / group;  // GQA: query head h reads kv head h / (H / Hkv)
             const float *qr = q + ((size_t)t * H + h) * Dh;
@@ -142,7 +144,7 @@ static void ref_attention(li_backend *be, float *out, const float *q, int T, int
                     }
                     double d = 0;
                     for (int e = 0; e < Dh; e++) d += (double)qr[e] * krot[e];
-                    score[j] = d * scale;
+                    score[j] = j < first ? -INFINITY : d * scale;  // keys before `first`: masked
                     if (score[j] > mx) mx = score[j];
                 }
             }
@@ -272,6 +274,94 @@ static int32_t ref_sample(li_backend *be, const float *logits, int V, const li_s
     return tok;
 }
 
+// ---- diffusion / FP8 ops ----------------------------------------------------------------------
+
+// One (row, head) at a time; scores, maxima, exponentials and sums in fp64, the state stored back
+// in fp32 after each tile (as the fast path and a GPU kernel keep it between tiles).
+static void ref_flash_attn_tiles(li_backend *be, float *o, float *m, float *l, const float *q,
+                                 int nq, int H, const float *k, const float *v, int nk, int Hkv,
+                                 int Dh, int tile, float scale) {
+    LI_ASSERT(H % Hkv == 0 && tile >= 1 && tile <= LI_FA_MAX_TILE);
+    int group = H / Hkv;
+    double *s = malloc((size_t)tile * sizeof *s);
+    double *acc = malloc((size_t)Dh * sizeof *acc);
+    LI_ASSERT(s && acc);
+    for (int i = 0; i < nq; i++)
+        for (int h = 0; h < H; h++) {
+            const float *qr = q + ((size_t)i * H + h) * Dh;
+            float *orow = o + ((size_t)i * H + h) * Dh;
+            float *mr = m + (size_t)i * H + h, *lr = l + (size_t)i * H + h;
+            int hk = h / group;
+            for (int t0 = 0; t0 < nk; t0 += tile) {
+                int t1 = t0 + tile < nk ? t0 + tile : nk;
+                double mt = -INFINITY;
+                for (int j = t0; j < t1; j++) {
+                    const float *kr = k + ((size_t)j * Hkv + hk) * Dh;
+                    double d = 0;
+                    for (int x = 0; x < Dh; x++) d += (double)qr[x] * kr[x];
+                    s[j - t0] = d * scale;
+                    if (s[j - t0] > mt) mt = s[j - t0];
+                }
+                double m_old = *mr, m_new = m_old > mt ? m_old : mt;
+                double a = m_old == -INFINITY ? 0.0 : exp(m_old - m_new);
+                double sum = 0;
+                for (int x = 0; x < Dh; x++) acc[x] = a * orow[x];
+                for (int j = t0; j < t1; j++) {
+                    double p = exp(s[j - t0] - m_new);
+                    sum += p;
+                    const float *vr = v + ((size_t)j * Hkv + hk) * Dh;
+                    for (int x = 0; x < Dh; x++) acc[x] += p * vr[x];
+                }
+                *lr = (float)(a * *lr + sum);
+                *mr = (float)m_new;
+                for (int x = 0; x < Dh; x++) orow[x] = (float)acc[x];
+            }
+        }
+    free(s);
+    free(acc);
+}
+
+static void ref_flash_attn_finalize(li_backend *be, float *out, const float *o, const float *l,
+                                    int64_t n, int Dh) {
+    for (int64_t r = 0; r < n; r++)
+        for (int x = 0; x < Dh; x++)
+            out[r * Dh + x] = (float)((double)o[r * Dh + x] / (double)l[r]);
+}
+
+static void ref_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
+                               int K) {
+    int G = (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
+    for (int t = 0; t < T; t++)
+        for (int g = 0; g < G; g++) {
+            int k0 = g * LI_FP8_GROUP, k1 = k0 + LI_FP8_GROUP < K ? k0 + LI_FP8_GROUP : K;
+            float amax = 0;
+            for (int k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(x[(size_t)t * K + k]));
+            float sc = li_fp8_scale(amax);
+            scale[(size_t)t * G + g] = sc;
+            for (int k = k0; k < k1; k++) q[(size_t)t * K + k] = li_f32_to_e4m3(x[(size_t)t * K + k] / sc);
+        }
+}
+
+// The group sums are exact in fp64 (see backend.h), so a plain loop is the specification.
+static void ref_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
+                           const li_fp8_weight *W) {
+    int64_t N = W->n_rows, K = W->n_cols, G = (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
+    for (int t = 0; t < T; t++)
+        for (int64_t n = 0; n < N; n++) {
+            float acc = 0;
+            for (int64_t g = 0; g < G; g++) {
+                int64_t k0 = g * LI_FP8_GROUP, k1 = k0 + LI_FP8_GROUP < K ? k0 + LI_FP8_GROUP : K;
+                double S = 0;
+                for (int64_t k = k0; k < k1; k++)
+                    S += (double)li_e4m3_to_f32(qa[t * K + k]) * li_e4m3_to_f32(W->q[n * K + k]);
+                float part = (float)S * sa[t * G + g];
+                part = part * W->scale[(n / LI_FP8_GROUP) * G + g];
+                acc = acc + part;
+            }
+            y[t * N + n] = acc;
+        }
+}
+
 const li_backend_ops li_cpu_ref_ops = {
     .name = "cpu-ref",
     .embed = ref_embed,
@@ -284,4 +374,8 @@ const li_backend_ops li_cpu_ref_ops = {
     .swiglu = ref_swiglu,
     .softmax = ref_softmax,
     .sample = ref_sample,
+    .flash_attn_tiles = ref_flash_attn_tiles,
+    .flash_attn_finalize = ref_flash_attn_finalize,
+    .fp8_quant_rows = ref_fp8_quant_rows,
+    .matmul_fp8 = ref_matmul_fp8,
 };

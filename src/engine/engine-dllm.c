@@ -1,0 +1,643 @@
+// engine-dllm.c — semi-autoregressive (SAR) decoding of diffusion LMs (LLaDA): the canvas
+// [prompt | MASK × gen_length] is denoised block by block; each step runs one forward over the
+// canvas (li_llada_forward, with the LaCache flags passed through), picks x0 per block row (argmax
+// or Gumbel-max in float64), scores the masked rows (softmax probability of x0, or a uniform
+// draw) and commits some of them: the LLaDA schedule (top-k), Fast-dLLM threshold or factor, or a
+// fixed K per step. Optional CFG (a second, prompt-masked canvas in the same forward), DPad
+// (suffix masks dropped from the canvas once per block, seeded) and early termination.
+//
+// The semantics are the binding contract of docs/DLLM.md (= LLaDA generate.py + Fast-dLLM + DPad),
+// implemented independently by tests/ref/gen_llada_ref.py; everything that decides a token (draw
+// order, ties → lowest id / lowest row, fp32 softmax summed in index order) is fixed there.
+// Several requests decode in one batch: each step forwards the canvases of every request still
+// decoding; each request keeps its own RNG, canvas and caches, so its tokens are those it would
+// get alone. Every buffer is allocated before the first step; the step loop allocates nothing.
+//
+// Not here: the model forward and its caches (src/model/arch-llada.c), the CLI (tools/cmd-dllm.c).
+// Tested by tests/test-dllm.c (schedule and selection rules on hand-made inputs, DPad draws,
+// cache-flag exactness, seeds, batching, parameter errors).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine-dllm.h"
+#include "engine.h"
+
+// ---- the pieces tests check on their own -----------------------------------------------------
+
+int li_dllm_schedule(int n, int S, int i) {
+    LI_ASSERT(S > 0 && n >= 0 && i >= 0 && i < S);
+    return n / S + (i < n % S ? 1 : 0);
+}
+
+// Candidate a ranks before b: higher confidence, then lower row.
+static bool ranks_before(const double *conf, int a, int b) {
+    return conf[a] > conf[b] || (conf[a] == conf[b] && a < b);
+}
+
+int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double tau, double f,
+                   int *rows) {
+    // Insertion sort of the candidates into rows: n is a block length (tens to hundreds), and
+    // the forward that precedes each call costs orders of magnitude more.
+    int nc = 0;
+    for (int r = 0; r < n; r++) {
+        if (!(conf[r] > -INFINITY)) continue;  // not a candidate (also drops NaN)
+        int j = nc++;
+        while (j > 0 && ranks_before(conf, r, rows[j - 1])) {
+            rows[j] = rows[j - 1];
+            j--;
+        }
+        rows[j] = r;
+    }
+    if (nc == 0) return 0;
+    int take = 0;
+    switch (mode) {
+    case LI_DLLM_SEL_TOPK: take = k < nc ? (k > 0 ? k : 0) : nc; break;
+    case LI_DLLM_SEL_THRESHOLD:
+        // Sorted descending, so "the best plus all others >= tau" is a prefix.
+        take = 1;
+        while (take < nc && conf[rows[take]] >= tau) take++;
+        break;
+    case LI_DLLM_SEL_FACTOR:
+        // 1-based i: c_i >= 1 - f / (i + 1) for every i <= n; the top-1 always.
+        take = 0;
+        while (take < nc && conf[rows[take]] >= 1.0 - f / (double)(take + 2)) take++;
+        if (take == 0) take = 1;
+        break;
+    }
+    return take;
+}
+
+void li_dllm_dpad_probs(int window, double k_sigma, double scale, double *prob) {
+    // numpy linspace(0, k, w): d * (k / (w - 1)), the last element exactly k; w == 1 gives [0].
+    double step = window > 1 ? k_sigma / (double)(window - 1) : 0.0;
+    for (int d = 0; d < window; d++) {
+        double x = (window > 1 && d == window - 1) ? k_sigma : (double)d * step;
+        prob[d] = scale * (exp(-x * x / 2.0) / sqrt(2.0 * M_PI));  // scipy norm.pdf order
+    }
+}
+
+int li_dllm_dpad_draw(li_rng *rng, const double *prob, int window, int n_suffix, uint8_t *keep) {
+    int kept = 0;
+    for (int d = 0; d < n_suffix; d++) keep[d] = 0;
+    for (int d = 0; d < window; d++) {
+        double u = li_rng_uniform(rng);  // drawn for every d, even past the canvas end
+        if (d < n_suffix && u < prob[d]) {
+            keep[d] = 1;
+            kept++;
+        }
+    }
+    return kept;
+}
+
+// ---- parameters ------------------------------------------------------------------------------
+
+li_dllm_params li_dllm_default_params(void) {
+    li_dllm_params p = {0};
+    p.gen_length = 128;
+    p.block_length = 32;
+    p.steps = 128;
+    p.remasking = LI_DLLM_REMASK_LOW_CONFIDENCE;
+    p.dpad_window = 256;
+    p.dpad_k_sigma = 4.0;
+    p.dpad_scale = 2.0;
+    return p;
+}
+
+li_status li_dllm_check_params(const li_dllm_params *p) {
+    if (!p) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no parameters given");
+    if (p->gen_length < 1)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: gen_length %d must be >= 1", p->gen_length);
+    if (p->block_length < 1)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: block_length %d must be >= 1",
+                            p->block_length);
+    if (p->gen_length % p->block_length)
+        return li_error_set(LI_ERR_INVALID_ARG,
+                            "dllm: gen_length %d is not a multiple of block_length %d",
+                            p->gen_length, p->block_length);
+    int n_blocks = p->gen_length / p->block_length;
+    if (p->steps < 1) return li_error_set(LI_ERR_INVALID_ARG, "dllm: steps %d must be >= 1", p->steps);
+    if (p->steps % n_blocks)
+        return li_error_set(LI_ERR_INVALID_ARG,
+                            "dllm: steps %d is not a multiple of the number of blocks %d "
+                            "(gen_length %d / block_length %d)",
+                            p->steps, n_blocks, p->gen_length, p->block_length);
+    if (p->remasking != LI_DLLM_REMASK_LOW_CONFIDENCE && p->remasking != LI_DLLM_REMASK_RANDOM)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: unknown remasking %d", (int)p->remasking);
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: temperature %g must be finite and >= 0",
+                            p->temperature);
+    if (!(p->cfg >= 0) || !isfinite(p->cfg))
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: cfg %g must be finite and >= 0", p->cfg);
+    if (p->threshold != 0 && !(p->threshold > 0 && p->threshold <= 1))
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: threshold %g is outside (0, 1]",
+                            p->threshold);
+    if (p->factor != 0 && !(p->factor > 0 && isfinite(p->factor)))
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: factor %g must be > 0", p->factor);
+    if (p->commit_per_step < 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: commit_per_step %d must be >= 0",
+                            p->commit_per_step);
+    int n_par = (p->threshold != 0) + (p->factor != 0) + (p->commit_per_step != 0);
+    if (n_par > 1)
+        return li_error_set(LI_ERR_INVALID_ARG,
+                            "dllm: threshold, factor and commit_per_step are exclusive (%s%s%s "
+                            "given)",
+                            p->threshold != 0 ? "threshold " : "", p->factor != 0 ? "factor " : "",
+                            p->commit_per_step != 0 ? "commit_per_step " : "");
+    if (p->dpad) {
+        if (p->dpad_window < 1)
+            return li_error_set(LI_ERR_INVALID_ARG, "dllm: dpad_window %d must be >= 1",
+                                p->dpad_window);
+        if (!(p->dpad_k_sigma >= 0) || !isfinite(p->dpad_k_sigma))
+            return li_error_set(LI_ERR_INVALID_ARG, "dllm: dpad_k_sigma %g must be finite and >= 0",
+                                p->dpad_k_sigma);
+        if (!(p->dpad_scale > 0) || !isfinite(p->dpad_scale))
+            return li_error_set(LI_ERR_INVALID_ARG, "dllm: dpad_scale %g must be finite and > 0",
+                                p->dpad_scale);
+    }
+    if (p->lacache & ~(unsigned)LI_DLLM_LACACHE_ALL)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: unknown lacache bits 0x%x", p->lacache);
+    if (p->fa_tile < 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: fa_tile %d must be >= 0", p->fa_tile);
+    return LI_OK;
+}
+
+// ---- per-request state -----------------------------------------------------------------------
+
+typedef struct {
+    li_dllm_request *req;
+    const li_dllm_params *p;
+    int P, G, B, T;        // prompt, generated, block length; T = P + G canvas rows
+    int n_blocks, S;       // blocks; steps per block (vanilla schedule)
+    bool cfg;
+    int32_t *x;            // (T) the canvas
+    int32_t *ctok;         // (T) canvas given to the model: DPad-dropped rows removed
+    int32_t *utok;         // (T) its unconditional twin (prompt rows masked), CFG only
+    int32_t *cpos;         // (T) original positions of the rows of ctok
+    int *crow;             // (T) canvas row of each row of ctok
+    int n_rows;            // rows of ctok in the current block's layout
+    uint8_t *keep;         // (G) DPad keep flags of the suffix rows (index d = row - block end)
+    double *dpad_prob;     // (dpad_window)
+    float *logits;         // (B, V) block logits (combined with CFG)
+    float *ulogits;        // (B, V) unconditional block logits, CFG only
+    int32_t *x0;           // (B) predicted token per block row
+    double *conf;          // (B) confidence per block row, -inf for non-candidates
+    int *sel;              // (B) selected rows
+    li_llada_cache *cache, *ucache;
+    li_rng rng;
+    int block, step_in_block, n_block_masks;
+    bool done;
+} req_state;
+
+typedef struct {
+    int32_t mask, eos, eot;
+    int V;
+} specials;
+
+static void state_free(req_state *r) {
+    li_free(r->x);
+    li_free(r->ctok);
+    li_free(r->utok);
+    li_free(r->cpos);
+    li_free(r->crow);
+    li_free(r->keep);
+    li_free(r->dpad_prob);
+    li_free(r->logits);
+    li_free(r->ulogits);
+    li_free(r->x0);
+    li_free(r->conf);
+    li_free(r->sel);
+    li_llada_cache_free(r->cache);
+    li_llada_cache_free(r->ucache);
+}
+
+static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *lm,
+                            const specials *sp) {
+    const li_dllm_params *p = &req->params;
+    r->req = req;
+    r->p = p;
+    r->P = req->n_prompt;
+    r->G = p->gen_length;
+    r->B = p->block_length;
+    r->T = r->P + r->G;
+    r->n_blocks = r->G / r->B;
+    r->S = p->steps / r->n_blocks;
+    r->cfg = p->cfg > 0;
+    size_t T = (size_t)r->T, B = (size_t)r->B, BV = B * (size_t)sp->V;
+    if (!(r->x = li_alloc(T * sizeof *r->x, "dllm canvas")) ||
+        !(r->ctok = li_alloc(T * sizeof *r->ctok, "dllm canvas")) ||
+        !(r->cpos = li_alloc(T * sizeof *r->cpos, "dllm positions")) ||
+        !(r->crow = li_alloc(T * sizeof *r->crow, "dllm rows")) ||
+        !(r->keep = li_alloc((size_t)r->G + 1, "dllm dpad flags")) ||
+        !(r->logits = li_alloc(BV * sizeof *r->logits, "dllm logits")) ||
+        !(r->x0 = li_alloc(B * sizeof *r->x0, "dllm x0")) ||
+        !(r->conf = li_alloc(B * sizeof *r->conf, "dllm confidences")) ||
+        !(r->sel = li_alloc(B * sizeof *r->sel, "dllm selection")))
+        return LI_ERR_OOM;
+    if (r->cfg && (!(r->utok = li_alloc(T * sizeof *r->utok, "dllm uncond canvas")) ||
+                   !(r->ulogits = li_alloc(BV * sizeof *r->ulogits, "dllm uncond logits"))))
+        return LI_ERR_OOM;
+    if (p->dpad) {
+        if (!(r->dpad_prob = li_alloc((size_t)p->dpad_window * sizeof *r->dpad_prob, "dpad")))
+            return LI_ERR_OOM;
+        li_dllm_dpad_probs(p->dpad_window, p->dpad_k_sigma, p->dpad_scale, r->dpad_prob);
+    }
+    LI_TRY(li_llada_cache_init(&r->cache, lm, r->T));
+    if (r->cfg) LI_TRY(li_llada_cache_init(&r->ucache, lm, r->T));
+    memcpy(r->x, req->prompt, (size_t)r->P * sizeof *r->x);
+    for (int i = r->P; i < r->T; i++) r->x[i] = sp->mask;
+    li_rng_seed(&r->rng, p->seed);
+    memset(&req->stats, 0, sizeof req->stats);
+    req->stats.n_prompt = r->P;
+    req->stats.gen_length = r->G;
+    return LI_OK;
+}
+
+static int count_masks(const int32_t *x, int lo, int hi, int32_t mask) {
+    int n = 0;
+    for (int i = lo; i < hi; i++) n += x[i] == mask;
+    return n;
+}
+
+// Start of a block: DPad draws and the canvas layout (rows kept, their positions), masks left.
+static void block_begin(req_state *r, int32_t mask) {
+    int lo = r->P + r->block * r->B, hi = lo + r->B, n_suffix = r->T - hi;
+    if (r->p->dpad) li_dllm_dpad_draw(&r->rng, r->dpad_prob, r->p->dpad_window, n_suffix, r->keep);
+    int n = 0;
+    for (int i = 0; i < r->T; i++) {
+        if (i >= hi && r->p->dpad && !r->keep[i - hi]) continue;
+        r->crow[n] = i;
+        r->cpos[n] = i;
+        n++;
+    }
+    r->n_rows = n;
+    r->n_block_masks = count_masks(r->x, lo, hi, mask);
+}
+
+// The canvases of this step (current tokens through the block layout).
+static void build_canvas(req_state *r, int32_t mask) {
+    for (int j = 0; j < r->n_rows; j++) r->ctok[j] = r->x[r->crow[j]];
+    if (r->cfg)
+        for (int j = 0; j < r->n_rows; j++) r->utok[j] = r->crow[j] < r->P ? mask : r->ctok[j];
+}
+
+// Steps 1–6 of the contract for one request, on its block logits from the forward just run.
+// Returns the number of tokens committed.
+static int step_commit(req_state *r, const specials *sp) {
+    const li_dllm_params *p = r->p;
+    const int B = r->B, V = sp->V, lo = r->P + r->block * r->B;
+    // 1. CFG: un + (cfg + 1) * (cond - un), fp32 like the reference's tensors.
+    if (r->cfg) {
+        float w = (float)(p->cfg + 1.0);
+        for (size_t i = 0; i < (size_t)B * V; i++)
+            r->logits[i] = r->ulogits[i] + w * (r->logits[i] - r->ulogits[i]);
+    }
+    // 2. Ban EOS.
+    if (p->logits_eos_inf && sp->eos >= 0)
+        for (int b = 0; b < B; b++) r->logits[(size_t)b * V + sp->eos] = -INFINITY;
+    // 3. x0. Gumbel draws cover every block row and every vocab id, masked or not.
+    for (int b = 0; b < B; b++) {
+        const float *l = r->logits + (size_t)b * V;
+        bool masked = r->x[lo + b] == sp->mask;
+        if (p->temperature > 0) {
+            double best = -INFINITY;
+            int32_t arg = 0;
+            for (int v = 0; v < V; v++) {
+                double u = li_rng_uniform(&r->rng);
+                if (!masked) continue;
+                // LLaDA add_gumbel_noise: exp(l) / (-log u)^T in float64 (u == 0 gives 0).
+                double g = exp((double)l[v]) / pow(-log(u), p->temperature);
+                if (g > best) {
+                    best = g;
+                    arg = v;
+                }
+            }
+            r->x0[b] = arg;
+        } else if (masked) {
+            float best = l[0];
+            int32_t arg = 0;
+            for (int v = 1; v < V; v++)
+                if (l[v] > best) {
+                    best = l[v];
+                    arg = v;
+                }
+            r->x0[b] = arg;
+        }
+    }
+    // 4. EOT confidence 0: its logit leaves the softmax.
+    if (p->confidence_eos_eot_inf && sp->eot >= 0)
+        for (int b = 0; b < B; b++) r->logits[(size_t)b * V + sp->eot] = -INFINITY;
+    // 5. Confidence of the masked block rows.
+    for (int b = 0; b < B; b++) {
+        bool masked = r->x[lo + b] == sp->mask;
+        if (p->remasking == LI_DLLM_REMASK_RANDOM) {
+            double u = li_rng_uniform(&r->rng);  // one per block row, masked or not
+            r->conf[b] = masked ? u : -INFINITY;
+            continue;
+        }
+        if (!masked) {
+            r->conf[b] = -INFINITY;
+            continue;
+        }
+        // fp32 softmax, max-subtracted, summed in index order.
+        const float *l = r->logits + (size_t)b * V;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int v = 0; v < V; v++)
+            if (l[v] > mx) mx = l[v];
+        for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
+        r->conf[b] = (double)(expf(l[r->x0[b]] - mx) / sum);
+    }
+    // 6. Commit.
+    int n_sel;
+    if (p->threshold > 0)
+        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_THRESHOLD, 0, p->threshold, 0, r->sel);
+    else if (p->factor > 0)
+        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_FACTOR, 0, 0, p->factor, r->sel);
+    else if (p->commit_per_step > 0)
+        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_TOPK, p->commit_per_step, 0, 0, r->sel);
+    else
+        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_TOPK,
+                               li_dllm_schedule(r->n_block_masks, r->S, r->step_in_block), 0, 0,
+                               r->sel);
+    for (int k = 0; k < n_sel; k++) r->x[lo + r->sel[k]] = r->x0[r->sel[k]];
+    return n_sel;
+}
+
+// After a step: block end (schedule done or no mask left), early termination, request end.
+static void step_advance(req_state *r, const specials *sp) {
+    const li_dllm_params *p = r->p;
+    int lo = r->P + r->block * r->B, hi = lo + r->B;
+    r->step_in_block++;
+    bool parallel = p->threshold > 0 || p->factor > 0 || p->commit_per_step > 0;
+    bool block_done = parallel ? count_masks(r->x, lo, hi, sp->mask) == 0 : r->step_in_block == r->S;
+    if (!block_done) return;
+    r->step_in_block = 0;
+    r->block++;
+    if (p->early_stop && sp->eos >= 0) {
+        bool has_eos = false;
+        for (int i = lo; i < hi && !has_eos; i++) has_eos = r->x[i] == sp->eos;
+        if (has_eos) {
+            for (int i = hi; i < r->T; i++) r->x[i] = sp->eos;
+            r->req->stats.early_stopped = hi < r->T;
+            r->done = true;
+        }
+    }
+    if (r->block == r->n_blocks) r->done = true;
+}
+
+static void add_info(li_dllm_stats *s, const li_llada_step_info *in) {
+    s->embed_rows += in->embed_rows;
+    s->qkv_rows += in->qkv_rows;
+    s->fa_tiles += in->fa_tiles;
+    s->fa_tiles_skipped += in->fa_tiles_skipped;
+    s->head_rows += in->head_rows;
+    s->fp8_gemm_rows += in->fp8_gemm_rows;
+    s->flops += in->flops;
+}
+
+static void finish_stats(li_dllm_stats *s, const int32_t *gen, int G, int32_t eos,
+                         double latency_ms) {
+    s->latency_ms = latency_ms;
+    s->ms_per_step = s->steps > 0 ? latency_ms / s->steps : 0;
+    if (gen) {
+        s->n_tokens_dinfer = G;
+        s->n_tokens_fastdllm = 0;
+        for (int i = 0; i < G; i++) s->n_tokens_fastdllm += gen[i] != eos;
+    }
+    s->tps_fastdllm = latency_ms > 0 ? 1e3 * s->n_tokens_fastdllm / latency_ms : 0;
+    s->tps_dinfer = latency_ms > 0 ? 1e3 * s->n_tokens_dinfer / latency_ms : 0;
+}
+
+static li_status get_specials(const li_model *m, specials *sp) {
+    sp->mask = li_tokenizer_find(m->tok, "<|mdm_mask|>");
+    sp->eos = li_tokenizer_find(m->tok, "<|endoftext|>");
+    if (sp->eos < 0) sp->eos = li_tokenizer_eos(m->tok);
+    sp->eot = li_tokenizer_find(m->tok, "<|eot_id|>");
+    sp->V = m->llada ? li_llada_hparams(m->llada)->n_vocab : 0;
+    return LI_OK;
+}
+
+// ---- the decoding loop -----------------------------------------------------------------------
+
+li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_dllm_stats *total) {
+    if (!m || !reqs || n < 1) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no requests given");
+    if (!m->llada)
+        return li_error_set(LI_ERR_UNSUPPORTED,
+                            "dllm: the model is not a diffusion model (arch '%s'); load a LLaDA "
+                            "model, e.g. synth:tiny-llada",
+                            m->llama.hp.arch);
+    if (m->metadata_only)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: the model was loaded metadata-only");
+    specials sp;
+    LI_TRY(get_specials(m, &sp));
+    if (sp.mask < 0)
+        return li_error_set(LI_ERR_FORMAT, "dllm: the tokenizer has no <|mdm_mask|> token");
+    for (int q = 0; q < n; q++) {
+        const li_dllm_request *rq = &reqs[q];
+        li_status st = li_dllm_check_params(&rq->params);
+        if (st != LI_OK) return li_error_wrap(st, "request %d: ", q);
+        if (rq->n_prompt < 0 || (rq->n_prompt > 0 && !rq->prompt) || !rq->out)
+            return li_error_set(LI_ERR_INVALID_ARG, "dllm: request %d: no prompt or output buffer",
+                                q);
+        for (int i = 0; i < rq->n_prompt; i++)
+            if (rq->prompt[i] < 0 || rq->prompt[i] >= sp.V)
+                return li_error_set(LI_ERR_INVALID_ARG,
+                                    "dllm: request %d: prompt token %d at %d is outside the "
+                                    "vocabulary (%d)",
+                                    q, rq->prompt[i], i, sp.V);
+        if ((int64_t)rq->n_prompt + rq->params.gen_length > (1 << 24))
+            return li_error_set(LI_ERR_LIMIT, "dllm: request %d: canvas of %lld tokens is too long",
+                                q, (long long)rq->n_prompt + rq->params.gen_length);
+        const li_dllm_params *a = &reqs[0].params, *b = &rq->params;
+        if (a->lacache != b->lacache || a->fp8 != b->fp8 || a->fa_tile != b->fa_tile)
+            return li_error_set(LI_ERR_INVALID_ARG,
+                                "dllm: request %d: lacache, fp8 and fa_tile must be the same for "
+                                "every request of a batch",
+                                q);
+        if (b->logits_eos_inf && sp.eos < 0)
+            return li_error_set(LI_ERR_INVALID_ARG, "dllm: logits_eos_inf: no EOS token");
+        if (b->confidence_eos_eot_inf && sp.eot < 0)
+            return li_error_set(LI_ERR_INVALID_ARG,
+                                "dllm: confidence_eos_eot_inf: the tokenizer has no <|eot_id|>");
+    }
+    const li_dllm_params *p0 = &reqs[0].params;
+    li_lacache lc = {
+        .embed = p0->lacache & LI_DLLM_LACACHE_EMBED,
+        .rope = p0->lacache & LI_DLLM_LACACHE_ROPE,
+        .fa = p0->lacache & LI_DLLM_LACACHE_FA,
+        .trunc = p0->lacache & LI_DLLM_LACACHE_TRUNC,
+        .fp8 = p0->fp8,
+        .fa_tile = p0->fa_tile,
+    };
+
+    li_status rc = LI_OK;
+    li_llada_scratch *scratch = NULL;
+    req_state *rs = calloc((size_t)n, sizeof *rs);
+    int n_canv_max = 2 * n;
+    li_llada_cache **caches = calloc((size_t)n_canv_max, sizeof *caches);
+    li_llada_canvas *canv = calloc((size_t)n_canv_max, sizeof *canv);
+    float **outs = calloc((size_t)n_canv_max, sizeof *outs);
+    int *owner = calloc((size_t)n_canv_max, sizeof *owner);
+    if (!rs || !caches || !canv || !outs || !owner) {
+        rc = li_error_set(LI_ERR_OOM, "dllm: out of memory");
+        goto done;
+    }
+    int64_t max_rows = 0;
+    for (int q = 0; q < n; q++) {
+        if ((rc = state_init(&rs[q], &reqs[q], m->llada, &sp)) != LI_OK) goto done;
+        max_rows += (int64_t)rs[q].T * (rs[q].cfg ? 2 : 1);
+    }
+    if (max_rows > (1 << 28)) {
+        rc = li_error_set(LI_ERR_LIMIT, "dllm: batch of %lld canvas rows is too large",
+                          (long long)max_rows);
+        goto done;
+    }
+    if ((rc = li_llada_scratch_init(&scratch, m->llada, (int)max_rows)) != LI_OK) goto done;
+
+    li_dllm_stats tot = {0};
+    double t0 = li_time_ms();
+    for (;;) {
+        int nc = 0;
+        for (int q = 0; q < n; q++) {
+            req_state *r = &rs[q];
+            if (r->done) continue;
+            bool start = r->step_in_block == 0;
+            if (start) block_begin(r, sp.mask);
+            build_canvas(r, sp.mask);
+            int lo = r->P + r->block * r->B;  // rows before the block end are never dropped
+            li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, lo, lo + r->B, start};
+            canv[nc] = c;
+            caches[nc] = r->cache;
+            outs[nc] = r->logits;
+            owner[nc++] = q;
+            if (r->cfg) {
+                c.tokens = r->utok;
+                canv[nc] = c;
+                caches[nc] = r->ucache;
+                outs[nc] = r->ulogits;
+                owner[nc++] = q;
+            }
+        }
+        if (nc == 0) break;
+        li_llada_step_info info = {0};
+        if ((rc = li_llada_forward(m->llada, &lc, scratch, caches, canv, nc, outs, &info)) != LI_OK) {
+            li_error_wrap(rc, "dllm step %d: ", tot.steps + 1);
+            goto done;
+        }
+        add_info(&tot, &info);
+        tot.nfe += nc;
+        tot.steps++;
+        for (int c = 0; c < nc; c++) tot.canvas_rows += canv[c].n_tokens;
+        for (int c = 0; c < nc; c++) {
+            if (c > 0 && owner[c] == owner[c - 1]) continue;  // the CFG twin of the one before
+            req_state *r = &rs[owner[c]];
+            li_dllm_stats *s = &r->req->stats;
+            int committed = step_commit(r, &sp);
+            s->steps++;
+            s->nfe += r->cfg ? 2 : 1;
+            int block = r->block, sib = r->step_in_block;
+            step_advance(r, &sp);
+            if (r->p->on_step) {
+                li_dllm_step ev = {owner[c], block, sib, s->steps, s->nfe, committed,
+                                   r->x + r->P, r->G, sp.mask};
+                r->p->on_step(r->p->user, &ev);
+            }
+            if (r->done) {
+                memcpy(r->req->out, r->x + r->P, (size_t)r->G * sizeof *r->x);
+                finish_stats(s, r->req->out, r->G, sp.eos, li_time_ms() - t0);
+            }
+        }
+    }
+    double wall = li_time_ms() - t0;
+    if (total) {
+        tot.n_prompt = 0;
+        for (int q = 0; q < n; q++) {
+            tot.n_prompt += reqs[q].n_prompt;
+            tot.gen_length += reqs[q].params.gen_length;
+            tot.n_tokens_fastdllm += reqs[q].stats.n_tokens_fastdllm;
+            tot.n_tokens_dinfer += reqs[q].stats.n_tokens_dinfer;
+            tot.early_stopped |= reqs[q].stats.early_stopped;
+        }
+        finish_stats(&tot, NULL, 0, sp.eos, wall);
+        *total = tot;
+    }
+
+done:
+    if (rs)
+        for (int q = 0; q < n; q++) state_free(&rs[q]);
+    li_llada_scratch_free(scratch);
+    free(rs);
+    free(caches);
+    free(canv);
+    free(outs);
+    free(owner);
+    return rc;
+}
+
+li_status li_dllm_generate(li_model *m, const int32_t *prompt, int n_prompt,
+                           const li_dllm_params *params, int32_t *out, li_dllm_stats *stats) {
+    if (!params) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no parameters given");
+    li_dllm_request rq = {prompt, n_prompt, *params, out, {0}};
+    li_dllm_stats tot;
+    LI_TRY(li_dllm_generate_batch(m, &rq, 1, &tot));
+    if (stats) {
+        // One request: the batch's work counters are its own.
+        li_dllm_stats s = rq.stats;
+        s.embed_rows = tot.embed_rows;
+        s.qkv_rows = tot.qkv_rows;
+        s.fa_tiles = tot.fa_tiles;
+        s.fa_tiles_skipped = tot.fa_tiles_skipped;
+        s.head_rows = tot.head_rows;
+        s.fp8_gemm_rows = tot.fp8_gemm_rows;
+        s.canvas_rows = tot.canvas_rows;
+        s.flops = tot.flops;
+        *stats = s;
+    }
+    return LI_OK;
+}
+
+// ---- tokens ------------------------------------------------------------------------------------
+
+li_status li_dllm_special_tokens(const li_model *m, int32_t *mask, int32_t *eos, int32_t *eot) {
+    specials sp;
+    LI_TRY(get_specials(m, &sp));
+    if (mask) *mask = sp.mask;
+    if (eos) *eos = sp.eos;
+    if (eot) *eot = sp.eot;
+    return LI_OK;
+}
+
+// A special token: its text is "<|…|>" and the tokenizer maps that text back to it.
+static bool is_special(const li_tokenizer *t, const char *text, size_t len, int32_t id) {
+    if (len < 4 || len > 255 || memcmp(text, "<|", 2) || memcmp(text + len - 2, "|>", 2))
+        return false;
+    char buf[256];
+    memcpy(buf, text, len);
+    buf[len] = 0;
+    return li_tokenizer_find(t, buf) == id;
+}
+
+li_status li_dllm_detokenize(const li_model *m, const int32_t *gen, int n, char **out) {
+    *out = NULL;
+    specials sp;
+    LI_TRY(get_specials(m, &sp));
+    li_buf text = {0}, piece = {0};
+    li_status rc = LI_OK;
+    for (int i = 0; i < n; i++) {
+        if (gen[i] == sp.eos || gen[i] == sp.eot) break;
+        if (gen[i] == sp.mask) continue;
+        piece.len = 0;
+        if ((rc = li_tokenizer_decode_token(m->tok, gen[i], &piece)) != LI_OK) goto fail;
+        if (is_special(m->tok, piece.data, piece.len, gen[i])) continue;
+        if ((rc = li_buf_append(&text, piece.data, piece.len)) != LI_OK) goto fail;
+    }
+    if ((rc = li_buf_append(&text, "", 1)) != LI_OK) goto fail;  // NUL
+    li_buf_free(&piece);
+    *out = text.data;
+    return LI_OK;
+fail:
+    li_buf_free(&piece);
+    li_buf_free(&text);
+    return rc;
+}
