@@ -44,6 +44,9 @@ typedef struct {
     int n_ctx;                   // max tokens per sequence (0: the model's trained context)
     int page_size;               // KV page size in tokens (0: 16)
     int max_seqs;                // sequences that can be in flight at once (0: 1)
+    const char *cache_mode;      // document KV cache: "lazy" (default), "copy", "prefix", "none",
+                                 // "full" (see li_cache_mode)
+    int64_t kv_budget_bytes;     // KV pool size (0: max_seqs × n_ctx tokens' worth)
     bool metadata_only;          // hyper-parameters and tokenizer only (for `info`): no weights,
                                  // no KV pool; generation functions must not be called
 } li_model_params;
@@ -121,6 +124,81 @@ li_status li_generate(li_model *m, const int32_t *prompt, int n_prompt,
 // Runs the model over `tokens` from position 0 and copies the logits of every position into
 // `logits` (n_tokens × n_vocab floats, caller-allocated). For tests and reference checks.
 li_status li_eval_logits(li_model *m, const int32_t *tokens, int n_tokens, float *logits);
+
+// ---- requests with documents (RAG) and the scheduler ----------------------------------------
+//
+// A request is [system?][document…][query] (DESIGN.md §3). Each document is tokenised alone (no
+// BOS) and encoded alone from position 0; the query and the generated tokens attend to every
+// block. With `chat`, the system block is the model's chat template up to the user message, and
+// the query block is the user's text followed by the template's end of turn and assistant header.
+// Requests are queued with li_submit and advanced together by li_step (continuous batching:
+// missing documents are prefilled once for every request that waits for them, then queries, then
+// one decode step for every running sequence).
+
+typedef enum {
+    LI_CACHE_LAZY,    // position-agnostic document cache, RoPE offset applied in attention
+    LI_CACHE_COPY,    // position-aware (Block-Attention's port): a copy per (document, offset)
+    LI_CACHE_PREFIX,  // vLLM automatic prefix caching (hash-chained pages, no documents)
+    LI_CACHE_NONE,    // every document recomputed in every request (same semantics)
+    LI_CACHE_FULL,    // ordinary causal attention over the whole prompt (other semantics)
+} li_cache_mode;
+li_status li_cache_mode_parse(const char *name, li_cache_mode *out);
+const char *li_cache_mode_name(li_cache_mode mode);
+
+typedef struct {
+    const char *text;      // document text (len bytes), tokenised alone without BOS; or
+    size_t len;
+    const int32_t *ids;    // its token ids (used when non-NULL)
+    int n_ids;
+    const char *id;        // optional caller id, for logs
+} li_doc;
+
+typedef struct {
+    const char *system;     // optional system message
+    const li_doc *docs;     // (n_docs) documents, in prompt order
+    int n_docs;
+    const char *query;      // the question (user message with chat, raw text without)
+    const int32_t *prompt_ids;  // alternative to system/docs/query: a tokenised prompt
+    int n_prompt_ids;
+    bool chat;              // format through the model's chat template
+    li_generate_params gen; // on_token / user are called from li_step
+    float *first_logits;    // optional (V): receives the logits the first token was drawn from
+} li_request;
+
+typedef struct {
+    li_status status;       // LI_OK, or why the request failed (message in `error`)
+    char error[256];
+    int n_prompt;           // prompt tokens (all blocks + query)
+    int n_doc_tokens;       // tokens in system + document blocks
+    int n_cached_tokens;    // prompt tokens served from a cache (not recomputed)
+    int doc_hits, doc_misses;
+    int n_generated;
+    double queue_ms;        // submit → admitted
+    double ttft_ms;         // submit → first token
+    double total_ms;        // submit → finished
+} li_request_result;
+
+// Queues a request (everything it points to is copied or tokenised here, except the callbacks
+// and first_logits). *id identifies it for li_result.
+li_status li_submit(li_model *m, const li_request *r, int64_t *id);
+// One scheduler iteration. *n_unfinished: requests not finished yet (0: idle).
+li_status li_step(li_model *m, int *n_unfinished);
+// Steps until every submitted request has finished.
+li_status li_run(li_model *m);
+// Result of a finished request (LI_ERR_INVALID_ARG if unknown or not finished); forgets it.
+li_status li_result(li_model *m, int64_t id, li_request_result *out);
+
+typedef struct {
+    int64_t doc_lookups, doc_hits, doc_misses, doc_hit_tokens, doc_miss_tokens;
+    int64_t copies_made;        // copy mode: page copies with re-rotation
+    int64_t evictions;          // documents (or prefix pages) evicted
+    int64_t resident_docs, resident_copies, resident_bytes;
+    int64_t copy_baseline_bytes;  // lazy: what a position-aware cache would hold for the same use
+    int64_t prefix_lookup_tokens, prefix_hit_tokens;  // prefix mode
+    int64_t kv_pages_total, kv_pages_free;
+    int64_t kv_page_bytes;
+} li_cache_stats;
+void li_get_cache_stats(const li_model *m, li_cache_stats *out);
 
 // ---- diffusion decoding (LLaDA SAR, Fast-dLLM, DPad, LaCache) -------------------------------
 //

@@ -282,7 +282,8 @@ def main():
                   + " ".join(f"{x:.1f}" for x in wall), flush=True)
             mw, sw = mean_std(wall)
             mc, sc = mean_std(native)
-            rows.append((os.path.basename(path), dtype, args.threads, name, mw, sw, mc, sc))
+            med = statistics.median(wall)
+            rows.append((os.path.basename(path), dtype, args.threads, name, mw, sw, med, mc, sc))
             print(f"#   {os.path.basename(path)} {name}: {mw:.2f} ± {sw:.2f} t/s "
                   f"(llama.cpp's own timer: {mc:.2f} ± {sc:.2f})", flush=True)
         m.close()
@@ -303,13 +304,13 @@ def main():
     print(f"# greedy outputs identical across models: {'yes' if same else 'NO'}")
 
     print()
-    print("| model file | weights dtype | threads | test | t/s (mean ± std) | t/s by llama.cpp's timer | engine |")
-    print("|---|---|---:|---|---:|---:|---|")
+    print("| model file | weights dtype | threads | test | t/s (mean ± std) | median | t/s by llama.cpp's timer | engine |")
+    print("|---|---|---:|---|---:|---:|---:|---|")
     lib = os.environ.get("LLAMA_CPP_LIB_PATH")
     eng = (f"llama.cpp {LLAMA_CPP_COMMIT.get(ver, '?')} (llama-cpp-python {ver}"
            + (f", lib {lib}" if lib else "") + f"), ggml-cpu {kernel_isa(sysinfo)}")
-    for f, d, t, name, mw, sw, mc, sc in rows:
-        print(f"| {f} | {d} | {t} | {name} | {mw:.2f} ± {sw:.2f} | {mc:.2f} ± {sc:.2f} | {eng} |")
+    for f, d, t, name, mw, sw, med, mc, sc in rows:
+        print(f"| {f} | {d} | {t} | {name} | {mw:.2f} ± {sw:.2f} | {med:.2f} | {mc:.2f} ± {sc:.2f} | {eng} |")
     if args.strict and not same:
         sys.exit("bench_llamacpp: greedy outputs differ between models")
 

@@ -27,4 +27,8 @@ const char *cli_default_model(void);
 // Prints "lazyinfer: <what>: <last error>" and returns 1.
 int cli_fail(const char *what);
 
+int cmd_sim(int argc, char **argv);  // tools/cmd-sim.c
+int cmd_dllm(int argc, char **argv);        // tools/cmd-dllm.c: lazyinfer dllm
+int cmd_bench_dllm(int argc, char **argv);  // tools/cmd-dllm.c: lazyinfer bench dllm
+
 #endif

@@ -304,11 +304,13 @@ static int cmd_bench_generate(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: lazyinfer bench generate [options]\n\n"
-               "  generate   prompt processing (pp512) and generation (tg128) tokens/s\n");
+        printf("usage: lazyinfer bench generate|dllm [options]\n\n"
+               "  generate   prompt processing (pp512) and generation (tg128) tokens/s\n"
+               "  dllm       diffusion decoding methods on GSM8K (LaCache, parallel, DPad)\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "generate")) return cmd_bench_generate(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "dllm")) return cmd_bench_dllm(argc - 1, argv + 1);
     fprintf(stderr, "lazyinfer bench: unknown benchmark '%s' (see --help)\n", argv[1]);
     return 2;
 }
@@ -321,7 +323,9 @@ static void usage(FILE *f) {
                "  generate   generate a completion for a prompt\n"
                "  tokenize   print the token ids of a text\n"
                "  info       print a model's architecture, shapes, dtype and parameter count\n"
-               "  bench      run a benchmark (bench generate)\n");
+               "  dllm       decode a prompt with a diffusion LM (LLaDA SAR decoding)\n"
+               "  bench      run a benchmark (bench generate, bench dllm)\n"
+               "  sim        trace-driven document-cache hit-ratio simulator\n");
 }
 
 int main(int argc, char **argv) {
@@ -338,7 +342,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "dllm")) return cmd_dllm(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sim")) return cmd_sim(argc - 1, argv + 1);
     fprintf(stderr, "lazyinfer: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -148,6 +148,12 @@ typedef struct {
     void (*kv_store)(li_backend *be, const li_kv_storage *kv, int il, const float *k,
                      const float *v, const int64_t *slot, int T);
 
+    // Copy mode (position-aware baseline): page dst = page src for the first `count` slots of
+    // every layer, V as is and K rotated by delta (the pure rotation R_delta: no mscale, which is
+    // already inside the stored K), so a document cached at offset a serves offset a + delta.
+    void (*kv_copy_rotate)(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
+                           int count, int64_t delta, const li_rope_table *rope);
+
     // Attention of T query rows over one sequence's paged keys, layer il.
     //   q (T, H, Dh) already rotated at the rows' positions; out (T, H, Dh).
     //   Query row t sees logical keys [kv_first[t], n_visible[t]) of `seq` (causal prefill:

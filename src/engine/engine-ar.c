@@ -63,36 +63,31 @@ static li_status check_usable(const li_model *m, int n_prompt) {
     return LI_OK;
 }
 
+// One plain request through the scheduler (the same path as every other request).
 li_status li_generate(li_model *m, const int32_t *prompt, int n_prompt,
                       const li_generate_params *params, li_generate_stats *stats) {
     LI_TRY(check_usable(m, n_prompt));
-    li_generate_stats st = {.n_prompt = n_prompt};
-    li_kv_seq_pages seq = {0};
-    li_sampler sampler;
-    li_sampler_init(&sampler, &params->sampling);
-    const int V = m->llama.hp.n_vocab;
-
+    li_request q = {.prompt_ids = prompt, .n_prompt_ids = n_prompt, .gen = *params};
+    int64_t id;
     double t0 = li_time_ms();
-    li_status rc = run_tokens(m, &seq, prompt, n_prompt, NULL);
-    st.prompt_ms = li_time_ms() - t0;
-    t0 = li_time_ms();
-    for (int i = 0; rc == LI_OK && i < params->n_predict; i++) {
-        int32_t tok = li_sampler_sample(&sampler, m->be, m->logits, V);
-        if (params->stop_at_eos && li_tokenizer_is_eog(m->tok, tok)) break;  // not reported
-        st.n_generated++;
-        if (params->on_token && !params->on_token(params->user, tok)) break;
-        if (i + 1 == params->n_predict) break;
-        if (seq.n_tokens >= m->n_ctx) break;  // context full: stop like llama.cpp does
-        rc = run_tokens(m, &seq, &tok, 1, NULL);
+    LI_TRY(li_submit(m, &q, &id));
+    li_status rc = li_run(m);
+    li_request_result res = {0};
+    li_status rc2 = li_result(m, id, &res);
+    if (rc == LI_OK) rc = rc2;
+    if (rc == LI_OK && res.status != LI_OK) rc = li_error_set(res.status, "%s", res.error);
+    if (stats) {
+        stats->n_prompt = n_prompt;
+        stats->n_generated = res.n_generated;
+        stats->prompt_ms = res.ttft_ms;
+        stats->generate_ms = li_time_ms() - t0 - res.ttft_ms;
     }
-    st.generate_ms = li_time_ms() - t0;
-    li_kv_seq_free(&m->kv, &seq);
-    if (stats) *stats = st;
     return rc;
 }
 
 li_status li_eval_logits(li_model *m, const int32_t *tokens, int n_tokens, float *logits) {
     LI_TRY(check_usable(m, n_tokens));
+    LI_TRY(li_engine_make_room(m, (n_tokens + m->kv.storage.page_size - 1) / m->kv.storage.page_size));
     li_kv_seq_pages seq = {0};
     li_status rc = run_tokens(m, &seq, tokens, n_tokens, logits);
     li_kv_seq_free(&m->kv, &seq);

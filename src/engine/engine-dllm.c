@@ -364,14 +364,27 @@ static int step_commit(req_state *r, const specials *sp) {
     return n_sel;
 }
 
+// Steps a parallel-decoding block may take before it is declared stuck. Each step commits at
+// least one row, so a block of B masks needs at most B steps — unless the model predicts the
+// mask token itself (untrained weights): the contract commits it like any token, the row stays a
+// mask, and at temperature 0 the same canvas would repeat forever.
+#define MAX_BLOCK_STEPS(B) (8 * (B) + 64)
+
 // After a step: block end (schedule done or no mask left), early termination, request end.
-static void step_advance(req_state *r, const specials *sp) {
+static li_status step_advance(req_state *r, const specials *sp) {
     const li_dllm_params *p = r->p;
     int lo = r->P + r->block * r->B, hi = lo + r->B;
     r->step_in_block++;
     bool parallel = p->threshold > 0 || p->factor > 0 || p->commit_per_step > 0;
     bool block_done = parallel ? count_masks(r->x, lo, hi, sp->mask) == 0 : r->step_in_block == r->S;
-    if (!block_done) return;
+    if (!block_done) {
+        if (parallel && r->step_in_block >= MAX_BLOCK_STEPS(r->B))
+            return li_error_set(LI_ERR_LIMIT,
+                                "dllm: block %d still has masks after %d steps: the model keeps "
+                                "predicting the mask token (untrained weights?)",
+                                r->block, r->step_in_block);
+        return LI_OK;
+    }
     r->step_in_block = 0;
     r->block++;
     if (p->early_stop && sp->eos >= 0) {
@@ -384,6 +397,7 @@ static void step_advance(req_state *r, const specials *sp) {
         }
     }
     if (r->block == r->n_blocks) r->done = true;
+    return LI_OK;
 }
 
 static void add_info(li_dllm_stats *s, const li_llada_step_info *in) {
@@ -537,7 +551,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             s->steps++;
             s->nfe += r->cfg ? 2 : 1;
             int block = r->block, sib = r->step_in_block;
-            step_advance(r, &sp);
+            if ((rc = step_advance(r, &sp)) != LI_OK) goto done;
             if (r->p->on_step) {
                 li_dllm_step ev = {owner[c], block, sib, s->steps, s->nfe, committed,
                                    r->x + r->P, r->G, sp.mask};

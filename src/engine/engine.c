@@ -152,8 +152,19 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
                                    ? DEFAULT_N_CTX_CAP
                                    : hp->n_ctx_train);
     int page_size = p->page_size > 0 ? p->page_size : 16;
-    int max_seqs = p->max_seqs > 0 ? p->max_seqs : 1;
-    int64_t pages = (int64_t)max_seqs * ((m->n_ctx + page_size - 1) / page_size);
+    m->max_running = p->max_seqs > 0 ? p->max_seqs : 1;
+    if ((rc = li_cache_mode_parse(p->cache_mode ? p->cache_mode : "lazy", &m->cache_mode)) != LI_OK)
+        goto fail;
+    int64_t pages = (int64_t)m->max_running * ((m->n_ctx + page_size - 1) / page_size);
+    if (p->kv_budget_bytes > 0) {
+        pages = p->kv_budget_bytes / (int64_t)li_kv_page_bytes(hp, page_size);
+        if (pages < 1) {
+            rc = li_error_set(LI_ERR_INVALID_ARG, "KV budget of %lld bytes is smaller than one page "
+                              "(%zu bytes)", (long long)p->kv_budget_bytes,
+                              li_kv_page_bytes(hp, page_size));
+            goto fail;
+        }
+    }
     if ((rc = li_kv_pool_init(&m->kv, hp, page_size, pages)) != LI_OK) goto fail;
     m->n_batch = DEFAULT_N_BATCH < m->n_ctx ? DEFAULT_N_BATCH : m->n_ctx;
     if ((rc = li_llama_scratch_init(&m->scratch, hp, m->n_batch)) != LI_OK) goto fail;
@@ -162,6 +173,11 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         rc = LI_ERR_OOM;
         goto fail;
     }
+    // Cache keys name the weights and the tokenizer: the path (or synth spec) given.
+    snprintf(m->model_id, sizeof m->model_id, "%s", p->path);
+    snprintf(m->tokenizer_id, sizeof m->tokenizer_id, "%s",
+             p->tokenizer_path ? p->tokenizer_path : p->path);
+    if ((rc = li_sched_init(m)) != LI_OK) goto fail;
     *out = m;
     return LI_OK;
 fail:
@@ -171,6 +187,7 @@ fail:
 
 void li_model_free(li_model *m) {
     if (!m) return;
+    li_sched_free(m);
     li_free(m->logits);
     li_llama_scratch_free(&m->scratch);
     li_kv_pool_free(&m->kv);

@@ -1,10 +1,13 @@
 // engine.h — internal view of li_model (the public handle): backend, model, tokenizer, KV pool,
-// scratch, and the sampler. The public functions live in engine.c (loading, tokens, chat) and
-// engine-ar.c (autoregressive generation).
+// caches, scratch, and the sampler. The public functions live in engine.c (loading, tokens,
+// chat), scheduler.c (requests, documents, continuous batching), engine-ar.c (li_generate and
+// li_eval_logits on top of it) and engine-dllm.c (diffusion decoding).
 #ifndef LI_ENGINE_H
 #define LI_ENGINE_H
 
+#include "../kv/doc-cache.h"
 #include "../kv/kv-pool.h"
+#include "../kv/prefix-cache.h"
 #include "../model/llada.h"
 #include "../model/llama.h"
 #include "../tokenizer/tokenizer.h"
@@ -22,7 +25,21 @@ struct li_model {
     int n_batch;  // max tokens per forward call (prefill chunk)
     float *logits;  // (n_batch, V) output of the last forward
     bool metadata_only;
+
+    // Requests and caches (scheduler.c).
+    li_cache_mode cache_mode;
+    li_doc_cache *docs;        // lazy, copy
+    li_prefix_cache *prefix;   // prefix
+    char model_id[512];        // names the weights in cache keys
+    char tokenizer_id[512];    // names the tokenizer in cache keys
+    int max_running;           // requests decoded together
+    struct li_sched *sched;
 };
+
+li_status li_sched_init(li_model *m);
+void li_sched_free(li_model *m);
+// Evicts cached documents / prefix pages until the pool has n_pages free.
+li_status li_engine_make_room(li_model *m, int64_t n_pages);
 
 // Sampler: the engine's PRNG and the backend's sample op.
 typedef struct {

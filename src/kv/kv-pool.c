@@ -92,30 +92,73 @@ void li_kv_page_unref(li_kv_pool *pool, int64_t page) {
     if (--pool->refcount[page] == 0) pool->free_pages[pool->n_free++] = page;
 }
 
-li_status li_kv_seq_append(li_kv_pool *pool, li_kv_seq_pages *seq, int n, int64_t *slots) {
+static li_status grow_table(li_kv_seq_pages *seq, int extra) {
+    if (seq->n_pages + extra <= seq->cap_pages) return LI_OK;
+    int cap = seq->cap_pages ? seq->cap_pages : 16;
+    while (cap < seq->n_pages + extra) cap *= 2;
+    uint64_t *p = realloc(seq->pages, (size_t)cap * sizeof *p);
+    if (!p) return li_error_set(LI_ERR_OOM, "out of memory growing a page table");
+    seq->pages = p;
+    seq->cap_pages = cap;
+    return LI_OK;
+}
+
+// Pages appending n tokens would take (beyond the room in the last page).
+static int pages_needed(const li_kv_pool *pool, const li_kv_seq_pages *seq, int n) {
     const int P = pool->storage.page_size;
     // valid tokens in the last page (a full "virtual" page when there is none yet)
     int used_in_last = seq->n_pages ? li_page_count(seq->pages[seq->n_pages - 1]) : P;
     int room = P - used_in_last;
-    int new_pages = n > room ? (n - room + P - 1) / P : 0;
-    if (new_pages > pool->n_free)
+    return n > room ? (n - room + P - 1) / P : 0;
+}
+
+li_status li_kv_seq_reserve(li_kv_pool *pool, li_kv_seq_pages *seq, int n) {
+    int want = pages_needed(pool, seq, n) - seq->n_spare;
+    if (want <= 0) return LI_OK;
+    if (want > pool->n_free)
+        return li_error_set(LI_ERR_KV_FULL, "KV cache full: %d more pages needed, %lld of %lld free",
+                            want, (long long)pool->n_free, (long long)pool->storage.n_pages);
+    if (seq->n_spare + want > seq->cap_spare) {
+        int cap = seq->n_spare + want;
+        int64_t *p = realloc(seq->spare, (size_t)cap * sizeof *p);
+        if (!p) return li_error_set(LI_ERR_OOM, "out of memory reserving pages");
+        seq->spare = p;
+        seq->cap_spare = cap;
+    }
+    // Popped from the end of `spare`: keep the lowest ids last so they are used first.
+    int64_t got[want];
+    for (int i = 0; i < want; i++) LI_TRY(li_kv_page_alloc(pool, &got[i]));
+    for (int i = want - 1; i >= 0; i--) seq->spare[seq->n_spare++] = got[i];
+    return LI_OK;
+}
+
+li_status li_kv_seq_push_page(li_kv_seq_pages *seq, int64_t page, int count, int64_t delta) {
+    LI_TRY(grow_table(seq, 1));
+    seq->pages[seq->n_pages++] = li_page_word(page, count, delta);
+    seq->n_tokens += count;
+    return LI_OK;
+}
+
+li_status li_kv_seq_append(li_kv_pool *pool, li_kv_seq_pages *seq, int n, int64_t *slots) {
+    const int P = pool->storage.page_size;
+    int new_pages = pages_needed(pool, seq, n);
+    int from_pool = new_pages > seq->n_spare ? new_pages - seq->n_spare : 0;
+    if (from_pool > pool->n_free)
         return li_error_set(LI_ERR_KV_FULL,
                             "KV cache full: %d more pages needed, %lld of %lld free (raise the "
                             "context/pool size)",
-                            new_pages, (long long)pool->n_free, (long long)pool->storage.n_pages);
-    if (seq->n_pages + new_pages > seq->cap_pages) {
-        int cap = seq->cap_pages ? seq->cap_pages : 16;
-        while (cap < seq->n_pages + new_pages) cap *= 2;
-        uint64_t *p = realloc(seq->pages, (size_t)cap * sizeof *p);
-        if (!p) return li_error_set(LI_ERR_OOM, "out of memory growing a page table");
-        seq->pages = p;
-        seq->cap_pages = cap;
-    }
+                            from_pool, (long long)pool->n_free, (long long)pool->storage.n_pages);
+    LI_TRY(grow_table(seq, new_pages));
+    int used_in_last = seq->n_pages ? li_page_count(seq->pages[seq->n_pages - 1]) : P;
     for (int i = 0; i < n; i++) {
         if (used_in_last == P) {
             int64_t page;
-            li_status rc = li_kv_page_alloc(pool, &page);
-            LI_ASSERT(rc == LI_OK);  // counted above
+            if (seq->n_spare > 0) {
+                page = seq->spare[--seq->n_spare];
+            } else {
+                li_status rc = li_kv_page_alloc(pool, &page);
+                LI_ASSERT(rc == LI_OK);  // counted above
+            }
             seq->pages[seq->n_pages++] = li_page_word(page, 0, 0);
             used_in_last = 0;
         }
@@ -130,12 +173,15 @@ li_status li_kv_seq_append(li_kv_pool *pool, li_kv_seq_pages *seq, int n, int64_
 
 void li_kv_seq_clear(li_kv_pool *pool, li_kv_seq_pages *seq) {
     for (int i = 0; i < seq->n_pages; i++) li_kv_page_unref(pool, li_page_id(seq->pages[i]));
+    for (int i = 0; i < seq->n_spare; i++) li_kv_page_unref(pool, seq->spare[i]);
     seq->n_pages = 0;
     seq->n_tokens = 0;
+    seq->n_spare = 0;
 }
 
 void li_kv_seq_free(li_kv_pool *pool, li_kv_seq_pages *seq) {
     li_kv_seq_clear(pool, seq);
     free(seq->pages);
+    free(seq->spare);
     memset(seq, 0, sizeof *seq);
 }

@@ -40,12 +40,20 @@ typedef struct {
     uint64_t *pages;
     int n_pages, cap_pages;
     int n_tokens;
+    int64_t *spare;  // pages reserved for later appends (li_kv_seq_reserve), used first
+    int n_spare, cap_spare;
 } li_kv_seq_pages;
 
 // Appends n tokens at global positions pos0 + i with Δ = 0, allocating pages as needed, and
 // writes each token's physical slot (page * P + offset) into slots (n). On LI_ERR_KV_FULL the
 // sequence is left as it was.
 li_status li_kv_seq_append(li_kv_pool *pool, li_kv_seq_pages *seq, int n, int64_t *slots);
+// Reserves the pages that appending n more tokens will need, so that those appends cannot fail.
+// LI_ERR_KV_FULL (nothing reserved) when the pool lacks them.
+li_status li_kv_seq_reserve(li_kv_pool *pool, li_kv_seq_pages *seq, int n);
+// Appends a page that already holds `count` valid tokens (a shared page: the caller gives the
+// sequence one reference to it), with offset delta.
+li_status li_kv_seq_push_page(li_kv_seq_pages *seq, int64_t page, int count, int64_t delta);
 // Drops every page reference of the sequence and empties it (keeps its table's memory).
 void li_kv_seq_clear(li_kv_pool *pool, li_kv_seq_pages *seq);
 void li_kv_seq_free(li_kv_pool *pool, li_kv_seq_pages *seq);

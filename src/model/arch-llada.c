@@ -1,55 +1,503 @@
-// arch-llada.c — the LLaDA forward (DESIGN.md §4): being written; every function of llada.h is
-// defined so the tree links. Tested by tests/test-llada.c.
+// arch-llada.c — the LLaDA denoising step (DESIGN.md §4): a bidirectional Llama-style forward over
+// whole canvases, with the exact LaCache caches of layer 0 and the FP8 FFN of layers >= 1.
+//
+//   x = embed(canvas)                                   EmbedCache: block rows only per step
+//   layer 0: q,k,v = rope(proj(norm(x)))                RoPECache: block rows only per step
+//            att = flash(q, k, v) in tiles              FACache: see below
+//            x += attn_out(att); x += ffn(x)            (fp32/bf16, never FP8)
+//   layers >= 1: the same over all rows, plain tiled flash (no cache), FFN in FP8 when asked
+//   logits = head(norm(x)) for the block rows           truncation: only the block rows computed
+//
+// Layer-0 tiled FlashAttention (the order the GPU kernel mirrors). Rows of a canvas are cut into
+// tiles of ft = fa_tile rows starting at row 0, the same tiles for queries and keys. With the block
+// [lo, hi), "block tiles" are those overlapping it: rows [Klo, Khi), Klo = ft*floor(lo/ft),
+// Khi = min(ft*ceil(hi/ft), T); the other tiles are "outside". Every query row streams the key
+// tiles in one fixed order, whatever the flags:
+//     outside key tiles in ascending order ([0, Klo) then [Khi, T)), then block key tiles ([Klo, Khi))
+// with the online-softmax update of backend.h flash_attn_tiles, then o / l. FACache: for query rows
+// in outside tiles, the state (m, l, o) after the outside key tiles depends only on tokens that do
+// not change within the block, so it is computed when the block starts, saved in the canvas cache,
+// and every later step of the block reloads it and streams only the block key tiles. Because the
+// order is the same with and without the cache, FACache changes no bit of the result (given the
+// same Q/K/V); query rows in block tiles always stream everything. Tile sizes need not divide the
+// block boundaries: a block tile is then partly outside the block and is simply recomputed.
+//
+// Canvases are batched: embeddings, norms, every projection and the FFN run over all rows of all
+// canvases at once; attention and the head run per canvas. Each canvas has an li_llada_cache that
+// remembers the layout its caches were filled for (tokens outside the block, positions, block);
+// a step without block_start whose layout differs is an error, not a silent wrong answer.
+// Not here: loading (llada-load.c), the decoding loop (src/engine/engine-dllm.c).
+// Tested by tests/test-llada.c (every flag combination vs all-off, batching, DPad layouts, FP8).
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "llada.h"
+#include "llada-internal.h"
 
-li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool metadata_only) {
-    (void)be;
-    (void)metadata_only;
-    *out = NULL;
-    return li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA loading is not implemented yet", path);
-}
+#define DEFAULT_FA_TILE 64
+#define HEAD_CHUNK 32  // rows per LM-head GEMM when truncation is off
 
-li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_backend *be,
-                         bool metadata_only) {
-    (void)seed;
-    (void)be;
-    (void)metadata_only;
-    *out = NULL;
-    return li_error_set(LI_ERR_UNSUPPORTED, "synthetic LLaDA '%s' is not implemented yet", name);
-}
+struct li_llada_cache {
+    int max_tokens;
+    // Layout the caches were filled for (valid when has_layout).
+    bool has_layout;
+    int T, lo, hi;
+    int32_t *tokens, *pos;  // (max_tokens)
+    // EmbedCache: (max_tokens, D)
+    float *emb;
+    bool emb_ok;
+    // RoPECache: layer-0 q (max_tokens, H*Dh), k, v (max_tokens, Hkv*Dh) after RoPE
+    float *q, *k, *v;
+    bool rope_ok;
+    // FACache: state of the outside query rows after the outside key tiles
+    float *fm, *fl;  // (max_tokens, H)
+    float *fo;       // (max_tokens, H*Dh)
+    bool fa_ok;
+    int fa_tile;
+};
 
-bool li_llada_synth_known(const char *name) {
-    return strcmp(name, "tiny-llada") == 0 || strcmp(name, "llada-8b") == 0 ||
-           strcmp(name, "llada-mid") == 0;
-}
+struct li_llada_scratch {
+    int max_rows;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;  // (R, ·) as in li_llama_scratch
+    float *fm, *fl, *fo;                               // flash state (R, H), (R, H*Dh)
+    int32_t *gtok, *gpos, *grow;                       // gathered rows (R)
+    uint8_t *qa;                                       // FP8 activations (R, max(D, F))
+    float *sa;                                         // their scales (R, ceil(max(D, F)/128))
+    float *head;                                       // (HEAD_CHUNK, V)
+};
 
-void li_llada_free(li_llada *m) { (void)m; }
-const li_hparams *li_llada_hparams(const li_llada *m) { (void)m; return NULL; }
-int64_t li_llada_n_params(const li_llada *m) { (void)m; return 0; }
-const char *li_llada_source_dtype(const li_llada *m) { (void)m; return "?"; }
+// ---- cache and scratch ------------------------------------------------------------------------
 
 li_status li_llada_cache_init(li_llada_cache **out, const li_llada *m, int max_tokens) {
-    (void)m;
-    (void)max_tokens;
     *out = NULL;
-    return li_error_set(LI_ERR_UNSUPPORTED, "LLaDA caches are not implemented yet");
+    if (max_tokens <= 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "LLaDA cache for %d tokens", max_tokens);
+    li_llada_cache *c = calloc(1, sizeof *c);
+    if (!c) return li_error_set(LI_ERR_OOM, "out of memory");
+    c->max_tokens = max_tokens;
+    c->tokens = li_alloc((size_t)max_tokens * sizeof(int32_t), "llada cache tokens");
+    c->pos = li_alloc((size_t)max_tokens * sizeof(int32_t), "llada cache positions");
+    if (!c->tokens || !c->pos) {
+        li_llada_cache_free(c);
+        return LI_ERR_OOM;
+    }
+    (void)m;
+    *out = c;
+    return LI_OK;
 }
-void li_llada_cache_free(li_llada_cache *c) { (void)c; }
+
+void li_llada_cache_free(li_llada_cache *c) {
+    if (!c) return;
+    li_free(c->tokens);
+    li_free(c->pos);
+    li_free(c->emb);
+    li_free(c->q);
+    li_free(c->k);
+    li_free(c->v);
+    li_free(c->fm);
+    li_free(c->fl);
+    li_free(c->fo);
+    free(c);
+}
+
+// Allocates a cache component on first use.
+static li_status cache_buf(float **p, size_t n, const char *what) {
+    if (*p) return LI_OK;
+    *p = li_alloc(n * sizeof(float), what);
+    return *p ? LI_OK : LI_ERR_OOM;
+}
 
 li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int max_rows) {
-    (void)m;
-    (void)max_rows;
     *out = NULL;
-    return li_error_set(LI_ERR_UNSUPPORTED, "LLaDA scratch is not implemented yet");
+    if (max_rows <= 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "LLaDA scratch for %d rows", max_rows);
+    const li_hparams *hp = &m->hp;
+    li_llada_scratch *s = calloc(1, sizeof *s);
+    if (!s) return li_error_set(LI_ERR_OOM, "out of memory");
+    s->max_rows = max_rows;
+    size_t R = (size_t)max_rows, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
+    size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t KM = D > F ? D : F, GM = (KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
+    struct {
+        void **p;
+        size_t bytes;
+        const char *what;
+    } bufs[] = {
+        {(void **)&s->x, R * D * 4, "residual stream"},
+        {(void **)&s->xn, R * D * 4, "normalised activations"},
+        {(void **)&s->q, R * HDh * 4, "queries"},
+        {(void **)&s->k, R * KDh * 4, "keys"},
+        {(void **)&s->v, R * KDh * 4, "values"},
+        {(void **)&s->att, R * HDh * 4, "attention output"},
+        {(void **)&s->gate, R * F * 4, "ffn gate"},
+        {(void **)&s->up, R * F * 4, "ffn up"},
+        {(void **)&s->tmp, R * D * 4, "projection output"},
+        {(void **)&s->fm, R * hp->n_head * 4, "flash row max"},
+        {(void **)&s->fl, R * hp->n_head * 4, "flash row sum"},
+        {(void **)&s->fo, R * HDh * 4, "flash accumulator"},
+        {(void **)&s->gtok, R * 4, "gathered tokens"},
+        {(void **)&s->gpos, R * 4, "gathered positions"},
+        {(void **)&s->grow, R * 4, "gathered rows"},
+        {(void **)&s->qa, R * KM, "fp8 activations"},
+        {(void **)&s->sa, R * GM * 4, "fp8 activation scales"},
+        {(void **)&s->head, (size_t)HEAD_CHUNK * hp->n_vocab * 4, "head logits"},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        *bufs[i].p = li_alloc(bufs[i].bytes, bufs[i].what);
+        if (!*bufs[i].p) {
+            li_llada_scratch_free(s);
+            return LI_ERR_OOM;
+        }
+    }
+    *out = s;
+    return LI_OK;
 }
-void li_llada_scratch_free(li_llada_scratch *s) { (void)s; }
+
+void li_llada_scratch_free(li_llada_scratch *s) {
+    if (!s) return;
+    void *ps[] = {s->x,  s->xn,   s->q,    s->k,    s->v,  s->att, s->gate, s->up,   s->tmp,
+                  s->fm, s->fl,   s->fo,   s->gtok, s->gpos, s->grow, s->qa, s->sa, s->head};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) li_free(ps[i]);
+    free(s);
+}
+
+// ---- forward --------------------------------------------------------------------------------
+
+typedef struct {
+    const li_llada *m;
+    li_backend *be;
+    const li_backend_ops *op;
+    li_llada_step_info *info;
+    int H, Hkv, Dh, ft;
+    float scale;
+} fwd;
+
+static int64_t n_tiles(int rows, int ft) { return (rows + ft - 1) / ft; }
+
+// Streams query rows [q0, q1) (state at fm/fl/fo rows q0..) over key rows [k0, k1).
+static void stream(const fwd *f, float *fo, float *fm, float *fl, const float *q, const float *k,
+                   const float *v, int q0, int q1, int k0, int k1, bool count) {
+    if (q1 <= q0 || k1 <= k0) return;
+    int HDh = f->H * f->Dh, KDh = f->Hkv * f->Dh;
+    f->op->flash_attn_tiles(f->be, fo + (size_t)q0 * HDh, fm + (size_t)q0 * f->H,
+                            fl + (size_t)q0 * f->H, q + (size_t)q0 * HDh, q1 - q0, f->H,
+                            k + (size_t)k0 * KDh, v + (size_t)k0 * KDh, k1 - k0, f->Hkv, f->Dh,
+                            f->ft, f->scale);
+    if (f->info) {
+        f->info->flops += 4.0 * f->Dh * f->H * (double)(q1 - q0) * (k1 - k0);
+        if (count) f->info->fa_tiles += n_tiles(q1 - q0, f->ft) * n_tiles(k1 - k0, f->ft);
+    }
+}
+
+static void state_reset(const fwd *f, float *fo, float *fm, float *fl, int r0, int r1) {
+    int H = f->H;
+    for (int64_t i = (int64_t)r0 * H; i < (int64_t)r1 * H; i++) {
+        fm[i] = -INFINITY;
+        fl[i] = 0.0f;
+    }
+    memset(fo + (size_t)r0 * H * f->Dh, 0, (size_t)(r1 - r0) * H * f->Dh * sizeof(float));
+}
+
+static void state_copy(const fwd *f, float *dfo, float *dfm, float *dfl, const float *sfo,
+                       const float *sfm, const float *sfl, int r0, int r1) {
+    if (r1 <= r0) return;
+    size_t H = (size_t)f->H, HDh = H * f->Dh, n = (size_t)(r1 - r0);
+    memcpy(dfm + r0 * H, sfm + r0 * H, n * H * sizeof(float));
+    memcpy(dfl + r0 * H, sfl + r0 * H, n * H * sizeof(float));
+    memcpy(dfo + r0 * HDh, sfo + r0 * HDh, n * HDh * sizeof(float));
+}
+
+// Layer-0 attention of one canvas: q, k, v (T, ·) → out (T, H*Dh), state in fo/fm/fl (T rows).
+static li_status attention0(const fwd *f, const li_lacache *lc, li_llada_cache *c,
+                            const li_llada_canvas *cv, const float *q, const float *k,
+                            const float *v, float *out, float *fo, float *fm, float *fl) {
+    int T = cv->n_tokens, ft = f->ft;
+    int Klo = cv->block_lo / ft * ft;
+    int Khi = (cv->block_hi + ft - 1) / ft * ft;
+    if (Khi > T) Khi = T;
+    state_reset(f, fo, fm, fl, 0, T);
+    // outside query rows [0, Klo) and [Khi, T) over the outside key tiles
+    bool use = lc->fa && !cv->block_start && c->fa_ok && c->fa_tile == ft;
+    if (use) {
+        state_copy(f, fo, fm, fl, c->fo, c->fm, c->fl, 0, Klo);
+        state_copy(f, fo, fm, fl, c->fo, c->fm, c->fl, Khi, T);
+        if (f->info) {
+            int64_t qt = n_tiles(Klo, ft) + n_tiles(T - Khi, ft);
+            f->info->fa_tiles_skipped += qt * (n_tiles(Klo, ft) + n_tiles(T - Khi, ft));
+        }
+    } else {
+        stream(f, fo, fm, fl, q, k, v, 0, Klo, 0, Klo, true);
+        stream(f, fo, fm, fl, q, k, v, 0, Klo, Khi, T, true);
+        stream(f, fo, fm, fl, q, k, v, Khi, T, 0, Klo, true);
+        stream(f, fo, fm, fl, q, k, v, Khi, T, Khi, T, true);
+        if (lc->fa) {
+            size_t H = (size_t)f->H;
+            LI_TRY(cache_buf(&c->fm, (size_t)c->max_tokens * H, "FACache row max"));
+            LI_TRY(cache_buf(&c->fl, (size_t)c->max_tokens * H, "FACache row sum"));
+            LI_TRY(cache_buf(&c->fo, (size_t)c->max_tokens * H * f->Dh, "FACache accumulator"));
+            state_copy(f, c->fo, c->fm, c->fl, fo, fm, fl, 0, Klo);
+            state_copy(f, c->fo, c->fm, c->fl, fo, fm, fl, Khi, T);
+            c->fa_ok = true;
+            c->fa_tile = ft;
+        }
+    }
+    // then the block key tiles for them
+    stream(f, fo, fm, fl, q, k, v, 0, Klo, Klo, Khi, true);
+    stream(f, fo, fm, fl, q, k, v, Khi, T, Klo, Khi, true);
+    // block query rows: everything, same key order
+    stream(f, fo, fm, fl, q, k, v, Klo, Khi, 0, Klo, true);
+    stream(f, fo, fm, fl, q, k, v, Klo, Khi, Khi, T, true);
+    stream(f, fo, fm, fl, q, k, v, Klo, Khi, Klo, Khi, true);
+    f->op->flash_attn_finalize(f->be, out, fo, fl, (int64_t)T * f->H, f->Dh);
+    return LI_OK;
+}
+
+// Plain bidirectional tiled attention (layers >= 1): all rows over all key tiles in order.
+static void attention_plain(const fwd *f, int T, const float *q, const float *k, const float *v,
+                            float *out, float *fo, float *fm, float *fl) {
+    state_reset(f, fo, fm, fl, 0, T);
+    stream(f, fo, fm, fl, q, k, v, 0, T, 0, T, false);
+    f->op->flash_attn_finalize(f->be, out, fo, fl, (int64_t)T * f->H, f->Dh);
+}
+
+static void count_mm(li_llada_step_info *info, int64_t rows, const li_weight *W) {
+    if (info) info->flops += 2.0 * (double)rows * (double)W->n_rows * (double)W->n_cols;
+}
+
+// Checks one canvas and its cache; a step inside a block must keep the cached layout.
+static li_status check_canvas(const li_llada *m, const li_lacache *lc, const li_llada_cache *c,
+                              const li_llada_canvas *cv, int i) {
+    int T = cv->n_tokens;
+    if (!c) return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: no cache", i);
+    if (T <= 0 || T > c->max_tokens)
+        return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: %d tokens (its cache holds %d)", i, T,
+                            c->max_tokens);
+    if (cv->block_lo < 0 || cv->block_lo >= cv->block_hi || cv->block_hi > T)
+        return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: block [%d, %d) outside [0, %d)", i,
+                            cv->block_lo, cv->block_hi, T);
+    for (int t = 0; t < T; t++) {
+        if (cv->tokens[t] < 0 || cv->tokens[t] >= m->hp.n_vocab)
+            return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: token id %d out of range [0, %d)",
+                                i, cv->tokens[t], m->hp.n_vocab);
+        if (cv->pos[t] < 0)
+            return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: negative position %d", i,
+                                cv->pos[t]);
+    }
+    bool cached = lc->embed || lc->rope || lc->fa;
+    if (!cached || cv->block_start) return LI_OK;
+    if (!c->has_layout || c->T != T || c->lo != cv->block_lo || c->hi != cv->block_hi)
+        return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: caches were filled for another "
+                            "layout (a new block or layout needs block_start)", i);
+    for (int t = 0; t < T; t++) {
+        bool in_block = t >= cv->block_lo && t < cv->block_hi;
+        if (cv->pos[t] != c->pos[t] || (!in_block && cv->tokens[t] != c->tokens[t]))
+            return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: row %d outside the block changed "
+                                "since block_start (token %d -> %d, position %d -> %d)", i, t,
+                                c->tokens[t], cv->tokens[t], c->pos[t], cv->pos[t]);
+    }
+    return LI_OK;
+}
+
+// FFN of one layer over R rows: x += down(silu(gate(n(x))) * up(n(x))), FP8 when fp8 != NULL.
+static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
+                const li_fp8_weight *fp8, int R) {
+    const li_hparams *hp = &f->m->hp;
+    const li_backend_ops *op = f->op;
+    li_backend *be = f->be;
+    int D = hp->n_embd, F = hp->n_ff;
+    op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
+    if (fp8) {
+        op->fp8_quant_rows(be, s->qa, s->sa, s->xn, R, D);
+        op->matmul_fp8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
+        op->matmul_fp8(be, s->up, s->qa, s->sa, R, &fp8[1]);
+        op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
+        op->fp8_quant_rows(be, s->qa, s->sa, s->gate, R, F);
+        op->matmul_fp8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
+        if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
+    } else {
+        op->matmul(be, s->gate, s->xn, &l->w_gate, R);
+        op->matmul(be, s->up, s->xn, &l->w_up, R);
+        op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
+        op->matmul(be, s->tmp, s->gate, &l->w_down, R);
+    }
+    count_mm(f->info, R, &l->w_gate);
+    count_mm(f->info, R, &l->w_up);
+    count_mm(f->info, R, &l->w_down);
+    op->add(be, s->x, s->tmp, (int64_t)R * D);
+}
 
 li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scratch *s,
                            li_llada_cache *const *caches, const li_llada_canvas *canvases, int n,
                            float *const *logits, li_llada_step_info *info) {
-    (void)m; (void)lc; (void)s; (void)caches; (void)canvases; (void)n; (void)logits; (void)info;
-    return li_error_set(LI_ERR_UNSUPPORTED, "the LLaDA forward is not implemented yet");
+    const li_hparams *hp = &m->hp;
+    li_backend *be = m->be;
+    const li_backend_ops *op = be->ops;
+    const int D = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, Dh = hp->head_dim;
+    const int V = hp->n_vocab;
+    const size_t HDh = (size_t)H * Dh, KDh = (size_t)Hkv * Dh;
+    if (!m->has_weights)
+        return li_error_set(LI_ERR_INVALID_ARG, "%s: loaded for metadata only", hp->name);
+    if (!op->flash_attn_tiles || !op->flash_attn_finalize ||
+        (lc->fp8 && (!op->fp8_quant_rows || !op->matmul_fp8)))
+        return li_error_set(LI_ERR_UNSUPPORTED, "backend '%s' lacks the LLaDA ops", op->name);
+    if (n <= 0) return li_error_set(LI_ERR_INVALID_ARG, "LLaDA forward over %d canvases", n);
+    int ft = lc->fa_tile ? lc->fa_tile : DEFAULT_FA_TILE;
+    if (ft < 1 || ft > LI_FA_MAX_TILE)
+        return li_error_set(LI_ERR_INVALID_ARG, "fa_tile %d outside [1, %d]", lc->fa_tile,
+                            LI_FA_MAX_TILE);
+    int R = 0;
+    for (int i = 0; i < n; i++) {
+        LI_TRY(check_canvas(m, lc, caches[i], &canvases[i], i));
+        R += canvases[i].n_tokens;
+        if (R > s->max_rows)
+            return li_error_set(LI_ERR_INVALID_ARG, "%d canvas rows (the scratch holds %d)", R,
+                                s->max_rows);
+    }
+    if (lc->fp8) LI_TRY(li_llada_fp8_prepare(m));
+    fwd f = {m, be, op, info, H, Hkv, Dh, ft, 1.0f / sqrtf((float)Dh)};
+
+    // ---- layouts: a block start (or first use) records the canvas the caches are filled for ----
+    for (int i = 0; i < n; i++) {
+        li_llada_cache *c = caches[i];
+        const li_llada_canvas *cv = &canvases[i];
+        if (cv->block_start || !c->has_layout) {
+            c->has_layout = true;
+            c->T = cv->n_tokens;
+            c->lo = cv->block_lo;
+            c->hi = cv->block_hi;
+            memcpy(c->tokens, cv->tokens, (size_t)cv->n_tokens * sizeof(int32_t));
+            memcpy(c->pos, cv->pos, (size_t)cv->n_tokens * sizeof(int32_t));
+            c->emb_ok = c->rope_ok = c->fa_ok = false;
+        }
+    }
+
+    // ---- embeddings: x (R, D) ----
+    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
+        li_llada_cache *c = caches[i];
+        const li_llada_canvas *cv = &canvases[i];
+        int T = cv->n_tokens;
+        if (!lc->embed) {
+            op->embed(be, s->x + (size_t)r0 * D, &m->w.tok_embd, cv->tokens, T);
+            if (info) info->embed_rows += T;
+            continue;
+        }
+        LI_TRY(cache_buf(&c->emb, (size_t)c->max_tokens * D, "EmbedCache"));
+        int a = c->emb_ok ? cv->block_lo : 0, b = c->emb_ok ? cv->block_hi : T;
+        op->embed(be, c->emb + (size_t)a * D, &m->w.tok_embd, cv->tokens + a, b - a);
+        if (info) info->embed_rows += b - a;
+        c->emb_ok = true;
+        memcpy(s->x + (size_t)r0 * D, c->emb, (size_t)T * D * sizeof(float));
+    }
+
+    // ---- layer 0: norm -> q, k, v -> RoPE on the rows that need it, gathered over canvases ----
+    const li_llama_layer *l0 = &m->w.layers[0];
+    int G = 0;
+    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
+        const li_llada_canvas *cv = &canvases[i];
+        bool part = lc->rope && caches[i]->rope_ok;
+        int a = part ? cv->block_lo : 0, b = part ? cv->block_hi : cv->n_tokens;
+        for (int t = a; t < b; t++, G++) {
+            s->grow[G] = r0 + t;
+            s->gpos[G] = cv->pos[t];
+            memcpy(s->xn + (size_t)G * D, s->x + (size_t)(r0 + t) * D, (size_t)D * sizeof(float));
+        }
+    }
+    op->rmsnorm(be, s->xn, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
+    op->matmul(be, s->q, s->xn, &l0->wq, G);
+    op->matmul(be, s->k, s->xn, &l0->wk, G);
+    op->matmul(be, s->v, s->xn, &l0->wv, G);
+    op->rope(be, s->q, s->gpos, G, H, Dh, &m->rope);
+    op->rope(be, s->k, s->gpos, G, Hkv, Dh, &m->rope);
+    count_mm(info, G, &l0->wq);
+    count_mm(info, G, &l0->wk);
+    count_mm(info, G, &l0->wv);
+    if (info) info->qkv_rows += G;
+    if (lc->rope) {  // scatter into the canvases' RoPECache
+        for (int i = 0; i < n; i++) {
+            li_llada_cache *c = caches[i];
+            size_t T = (size_t)c->max_tokens;
+            LI_TRY(cache_buf(&c->q, T * HDh, "RoPECache queries"));
+            LI_TRY(cache_buf(&c->k, T * KDh, "RoPECache keys"));
+            LI_TRY(cache_buf(&c->v, T * KDh, "RoPECache values"));
+        }
+        for (int g = 0, i = 0, r0 = 0; g < G; g++) {
+            while (s->grow[g] >= r0 + canvases[i].n_tokens) r0 += canvases[i++].n_tokens;
+            li_llada_cache *c = caches[i];
+            size_t t = (size_t)(s->grow[g] - r0);
+            memcpy(c->q + t * HDh, s->q + (size_t)g * HDh, HDh * sizeof(float));
+            memcpy(c->k + t * KDh, s->k + (size_t)g * KDh, KDh * sizeof(float));
+            memcpy(c->v + t * KDh, s->v + (size_t)g * KDh, KDh * sizeof(float));
+        }
+        for (int i = 0; i < n; i++) caches[i]->rope_ok = true;
+    }
+    // (without RoPECache every row was computed, in canvas order: s->q/k/v rows are batch rows)
+
+    // ---- layer-0 attention per canvas, with FACache ----
+    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
+        li_llada_cache *c = caches[i];
+        const float *q = lc->rope ? c->q : s->q + (size_t)r0 * HDh;
+        const float *k = lc->rope ? c->k : s->k + (size_t)r0 * KDh;
+        const float *v = lc->rope ? c->v : s->v + (size_t)r0 * KDh;
+        LI_TRY(attention0(&f, lc, c, &canvases[i], q, k, v, s->att + (size_t)r0 * HDh,
+                          s->fo + (size_t)r0 * HDh, s->fm + (size_t)r0 * H,
+                          s->fl + (size_t)r0 * H));
+    }
+    op->matmul(be, s->tmp, s->att, &l0->wo, R);
+    count_mm(info, R, &l0->wo);
+    op->add(be, s->x, s->tmp, (int64_t)R * D);
+    ffn(&f, s, l0, NULL, R);
+
+    // ---- layers >= 1: everything over all rows ----
+    for (int il = 1; il < hp->n_layer; il++) {
+        const li_llama_layer *l = &m->w.layers[il];
+        op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, R, D, hp->rms_eps);
+        op->matmul(be, s->q, s->xn, &l->wq, R);
+        op->matmul(be, s->k, s->xn, &l->wk, R);
+        op->matmul(be, s->v, s->xn, &l->wv, R);
+        count_mm(info, R, &l->wq);
+        count_mm(info, R, &l->wk);
+        count_mm(info, R, &l->wv);
+        for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
+            const int32_t *pos = canvases[i].pos;
+            int T = canvases[i].n_tokens;
+            op->rope(be, s->q + (size_t)r0 * HDh, pos, T, H, Dh, &m->rope);
+            op->rope(be, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
+            attention_plain(&f, T, s->q + (size_t)r0 * HDh, s->k + (size_t)r0 * KDh,
+                            s->v + (size_t)r0 * KDh, s->att + (size_t)r0 * HDh,
+                            s->fo + (size_t)r0 * HDh, s->fm + (size_t)r0 * H,
+                            s->fl + (size_t)r0 * H);
+        }
+        op->matmul(be, s->tmp, s->att, &l->wo, R);
+        count_mm(info, R, &l->wo);
+        op->add(be, s->x, s->tmp, (int64_t)R * D);
+        ffn(&f, s, l, lc->fp8 ? &m->fp8[3 * il] : NULL, R);
+    }
+
+    // ---- head: block rows (truncation) or all rows, returning the block rows ----
+    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
+        const li_llada_canvas *cv = &canvases[i];
+        int lo = cv->block_lo, hi = cv->block_hi, T = cv->n_tokens;
+        if (lc->trunc) {
+            int nb = hi - lo;
+            op->rmsnorm(be, s->xn, s->x + (size_t)(r0 + lo) * D, m->w.out_norm.data, nb, D,
+                        hp->rms_eps);
+            op->matmul(be, logits[i], s->xn, &m->w.output, nb);
+            count_mm(info, nb, &m->w.output);
+            if (info) info->head_rows += nb;
+            continue;
+        }
+        for (int t0 = 0; t0 < T; t0 += HEAD_CHUNK) {
+            int nr = T - t0 < HEAD_CHUNK ? T - t0 : HEAD_CHUNK;
+            op->rmsnorm(be, s->xn, s->x + (size_t)(r0 + t0) * D, m->w.out_norm.data, nr, D,
+                        hp->rms_eps);
+            op->matmul(be, s->head, s->xn, &m->w.output, nr);
+            count_mm(info, nr, &m->w.output);
+            for (int t = t0; t < t0 + nr; t++)
+                if (t >= lo && t < hi)
+                    memcpy(logits[i] + (size_t)(t - lo) * V, s->head + (size_t)(t - t0) * V,
+                           (size_t)V * sizeof(float));
+        }
+        if (info) info->head_rows += T;
+    }
+    return LI_OK;
 }

@@ -9,9 +9,36 @@
 // attention per sequence over its own pages. Not here: loading (model-load.c), page allocation
 // (src/kv/), sampling (src/engine/). Tested against HF reference files by tests/test-model-ref.c.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llama.h"
+#include "weights-internal.h"
+
+li_status li_llama_set_fp8(li_llama *m, bool on) {
+    if (m->fp8_ffn) {
+        for (int i = 0; i < 3 * m->hp.n_layer; i++) li_fp8_weight_free(&m->fp8_ffn[i]);
+        free(m->fp8_ffn);
+        m->fp8_ffn = NULL;
+    }
+    if (!on) return LI_OK;
+    if (!m->has_weights)
+        return li_error_set(LI_ERR_INVALID_ARG, "FP8 FFN: model loaded for metadata only");
+    if (!m->be->ops->fp8_quant_rows || !m->be->ops->matmul_fp8)
+        return li_error_set(LI_ERR_UNSUPPORTED, "backend '%s' has no FP8 ops", m->be->ops->name);
+    li_fp8_weight *w = calloc((size_t)3 * m->hp.n_layer, sizeof *w);
+    if (!w) return li_error_set(LI_ERR_OOM, "out of memory");
+    li_status rc = LI_OK;
+    for (int il = 1; il < m->hp.n_layer && rc == LI_OK; il++) {
+        const li_llama_layer *l = &m->w.layers[il];
+        const li_weight *src[3] = {&l->w_gate, &l->w_up, &l->w_down};
+        for (int j = 0; j < 3 && rc == LI_OK; j++)
+            rc = li_fp8_weight_quantize(&w[3 * il + j], src[j], m->be->tp);
+    }
+    m->fp8_ffn = w;
+    if (rc != LI_OK) li_llama_set_fp8(m, false);
+    return rc;
+}
 
 li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int max_tokens) {
     memset(s, 0, sizeof *s);
@@ -67,6 +94,19 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
             return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
                                 b->tokens[t], hp->n_vocab);
     const float scale = 1.0f / sqrtf((float)Dh);
+    // FP8 FFN (layers >= 1): activation codes (T, max(D, F)) and scales (T, groups)
+    uint8_t *qa = NULL;
+    float *sa = NULL;
+    if (m->fp8_ffn) {
+        int KM = D > F ? D : F;
+        qa = malloc((size_t)T * KM);
+        sa = malloc((size_t)T * ((KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP) * sizeof(float));
+        if (!qa || !sa) {
+            free(qa);
+            free(sa);
+            return li_error_set(LI_ERR_OOM, "out of memory (FP8 activations)");
+        }
+    }
 
     // x (T, D) = embedding rows
     op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
@@ -94,12 +134,24 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
 
         // ---- feed-forward block: down(silu(gate(x)) * up(x)) ----
         op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, T, D, hp->rms_eps);
-        op->matmul(be, s->gate, s->xn, &l->w_gate, T);  // (T, F)
-        op->matmul(be, s->up, s->xn, &l->w_up, T);      // (T, F)
-        op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
-        op->matmul(be, s->tmp, s->gate, &l->w_down, T);  // (T, D)
+        if (m->fp8_ffn && il >= 1) {  // same GEMMs in block-scaled FP8
+            const li_fp8_weight *w8 = &m->fp8_ffn[3 * il];
+            op->fp8_quant_rows(be, qa, sa, s->xn, T, D);
+            op->matmul_fp8(be, s->gate, qa, sa, T, &w8[0]);
+            op->matmul_fp8(be, s->up, qa, sa, T, &w8[1]);
+            op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
+            op->fp8_quant_rows(be, qa, sa, s->gate, T, F);
+            op->matmul_fp8(be, s->tmp, qa, sa, T, &w8[2]);
+        } else {
+            op->matmul(be, s->gate, s->xn, &l->w_gate, T);  // (T, F)
+            op->matmul(be, s->up, s->xn, &l->w_up, T);      // (T, F)
+            op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
+            op->matmul(be, s->tmp, s->gate, &l->w_down, T);  // (T, D)
+        }
         op->add(be, s->x, s->tmp, (int64_t)T * D);
     }
+    free(qa);
+    free(sa);
 
     // ---- head: only the rows that need logits ----
     for (int i = 0; i < b->n_logits; i++) {

@@ -63,6 +63,9 @@ typedef struct {
     li_weight_store store;
     li_backend *be;  // borrowed: valid for the model's lifetime
     bool has_weights;  // false when loaded for metadata only
+    // FP8 FFN for layers >= 1 (LLaDA's scheme, DESIGN.md §4), an error proxy on real weights:
+    // (L * 3) block-quantised gate/up/down when on (li_llama_set_fp8); NULL (default): off.
+    li_fp8_weight *fp8_ffn;
 } li_llama;
 
 // One sequence's part of a batch: tokens [t0, t0 + n) of the batch.
@@ -95,6 +98,9 @@ void li_llama_free(li_llama *m);
 int64_t li_llama_n_params(const li_hparams *hp);
 // True when the model is too big to hold in f32 on the CPU: bf16 matrices then stay bf16.
 bool li_llama_keeps_bf16(const li_hparams *hp);
+
+// Turns the FP8 FFN of layers >= 1 on (quantises the weights once) or off (frees them).
+li_status li_llama_set_fp8(li_llama *m, bool on);
 
 li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int max_tokens);
 void li_llama_scratch_free(li_llama_scratch *s);

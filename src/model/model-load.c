@@ -389,6 +389,7 @@ void li_weight_store_free(li_weight_store *st) {
 
 void li_llama_free(li_llama *m) {
     if (!m) return;
+    li_llama_set_fp8(m, false);
     li_weight_store_free(&m->store);
     free(m->w.layers);
     memset(m, 0, sizeof *m);

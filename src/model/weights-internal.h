@@ -20,4 +20,10 @@ li_status li_synth_weight(li_weight_store *store, li_weight *W, int64_t rows, in
 // Frees owned buffers and closes the files; leaves the store zeroed.
 void li_weight_store_free(li_weight_store *st);
 
+// FP8 (e4m3) copy of W (f32 or bf16) per 128 x 128 block (backend.h li_fp8_weight): scale =
+// li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division). Work is spread over
+// tp (may be NULL). li_fp8_weight_free releases what it allocated (zeroed struct: no-op).
+li_status li_fp8_weight_quantize(li_fp8_weight *out, const li_weight *W, li_threadpool *tp);
+void li_fp8_weight_free(li_fp8_weight *w);
+
 #endif

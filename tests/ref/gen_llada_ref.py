@@ -147,7 +147,8 @@ def make_weights():
         return rng.uniform(0.5, 1.5, n).astype(np.float32)
 
     p = "model.transformer."
-    w = {p + "wte.weight": rng.standard_normal((V, D)).astype(np.float32)}
+    # std 0.02 as LLaDA's init_std: mean(x^2) ~ 4e-4, so rms_norm_eps (1e-5) visibly matters
+    w = {p + "wte.weight": (rng.standard_normal((V, D)) * 0.02).astype(np.float32)}
     for i in range(L):
         b = f"{p}blocks.{i}."
         w[b + "attn_norm.weight"] = norm_w(D)
@@ -216,9 +217,20 @@ def write_model():
     make_tokenizer(MODEL_DIR)
 
 
+def finite_or_null(o):
+    """JSON has no infinities: a margin of +inf (no decision taken) is written as null."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {k: finite_or_null(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite_or_null(v) for v in o]
+    return o
+
+
 def write_json(path, obj):
     with open(path, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=False)
+        json.dump(finite_or_null(obj), f, indent=1, sort_keys=False, allow_nan=False)
         f.write("\n")
 
 
@@ -358,9 +370,15 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, theta):
-    """x (T, heads, Dh) rotated NeoX style: pairs (i, i + Dh/2), angle pos * theta^(-2i/Dh)."""
+def rope(x, pos, theta, interleaved=False):
+    """x (T, heads, Dh) rotated NeoX style: pairs (i, i + Dh/2), angle pos * theta^(-2i/Dh).
+    interleaved: GPT-J pairs (2i, 2i+1) instead, only for the sensitivity figures (a wrong
+    layout must be caught by the C test)."""
     dh = x.shape[-1]
+    if interleaved:
+        perm = np.concatenate([np.arange(0, dh, 2), np.arange(1, dh, 2)])
+        inv = np.argsort(perm)
+        return rope(x[..., perm], pos, theta)[..., inv]
     half = dh // 2
     inv = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / dh)        # (Dh/2,)
     ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]       # (T, Dh/2)
@@ -370,9 +388,10 @@ def rope(x, pos, theta):
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)   # HF: x*cos + rot(x)*sin
 
 
-def forward(m, tokens, pos):
+def forward(m, tokens, pos, causal=False, interleaved=False):
     """Logits (T, V) of one bidirectional pass over a canvas: tokens (T,) ids, pos (T,) RoPE
-    positions (not necessarily contiguous: DPad keeps original positions). No mask at all."""
+    positions (not necessarily contiguous: DPad keeps original positions). No mask at all.
+    causal / interleaved: deliberate mistakes, only for the sensitivity figures."""
     T = len(tokens)
     x = m.wte[np.asarray(tokens)]                                         # (T, D), no scaling
     for b in m.blocks:
@@ -380,10 +399,12 @@ def forward(m, tokens, pos):
         q = (h @ b["q_proj"].T).reshape(T, m.H, m.Dh)
         k = (h @ b["k_proj"].T).reshape(T, m.Hkv, m.Dh)
         v = (h @ b["v_proj"].T).reshape(T, m.Hkv, m.Dh)
-        q, k = rope(q, pos, m.theta), rope(k, pos, m.theta)
+        q, k = rope(q, pos, m.theta, interleaved), rope(k, pos, m.theta, interleaved)
         rep = m.H // m.Hkv
         k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
         s = np.einsum("thd,shd->hts", q, k) / math.sqrt(m.Dh)             # (H, T, T)
+        if causal:
+            s = s + np.triu(np.full((T, T), -np.inf), 1)
         s = s - s.max(axis=-1, keepdims=True)
         p = np.exp(s)
         p = p / p.sum(axis=-1, keepdims=True)
@@ -537,7 +558,7 @@ def sar_generate(m, prompt, p):
             # confidence p(x0) would jump if a near-tied Gumbel winner flipped.
             x0_rows = sel if T == 0 else cand
             trace.append({
-                "block": b, "step": i, "canvas_rows": int(len(rows)), "k": k,
+                "block": b, "step": i, "nfe": nfe, "canvas_rows": int(len(rows)), "k": k,
                 "committed": [[int(lo + r), int(x0[r]), float(conf[r])] for r in sorted(sel)],
                 "x0_margin": float(min([x0_margin[r] for r in x0_rows], default=math.inf)),
                 "conf_margin": float(min(gaps, default=math.inf)),
@@ -572,6 +593,9 @@ CASES = [
     ("vanilla-s4", 5, dict(gen_length=32, block_length=16, steps=8), "plain"),
     ("vanilla-b4-s4", 20, dict(gen_length=16, block_length=4, steps=16), "plain"),
     ("vanilla-s3-uneven", 9, dict(gen_length=24, block_length=8, steps=9), "plain"),
+    ("vanilla-b4-s8-idle", 11, dict(gen_length=16, block_length=4, steps=32), "plain"),
+    ("earlystop-s2", 12, dict(gen_length=32, block_length=8, steps=8, early_stop=True),
+     "early_stop"),
     ("random-s2", 10, dict(gen_length=16, block_length=8, steps=4, remasking="random",
                            seed=11), "plain"),
     ("temp07-s4", 7, dict(gen_length=16, block_length=8, steps=8, temperature=0.7, seed=5),
@@ -590,14 +614,20 @@ CASES = [
                                     temperature=0.7, seed=21), "eos_matters"),
     ("threshold-0.2", 10, dict(gen_length=32, block_length=8, steps=32, threshold=0.2),
      "parallel"),
-    ("threshold-0.1-random", 7, dict(gen_length=16, block_length=16, steps=16, threshold=0.5,
+    ("threshold-0.5-random", 7, dict(gen_length=16, block_length=16, steps=16, threshold=0.5,
                                      remasking="random", seed=8), "parallel"),
-    ("threshold-0.15-cfg", 12, dict(gen_length=16, block_length=8, steps=16, threshold=0.15,
-                                    cfg_scale=1.5), "parallel"),
+    ("threshold-0.9-cfg", 12, dict(gen_length=16, block_length=8, steps=16, threshold=0.9,
+                                   cfg_scale=1.5), "parallel"),
+    ("threshold-0.9", 18, dict(gen_length=24, block_length=12, steps=24, threshold=0.9),
+     "parallel"),
     ("factor-1.0", 9, dict(gen_length=32, block_length=16, steps=32, factor=1.0), "parallel"),
+    ("factor-1.5-random", 13, dict(gen_length=16, block_length=8, steps=16, factor=1.5,
+                                   remasking="random", seed=17), "parallel"),
     ("factor-2.5-temp07", 15, dict(gen_length=16, block_length=8, steps=16, factor=2.5,
                                    temperature=0.7, seed=99), "parallel"),
     ("dpad-s2", 6, dict(gen_length=32, block_length=8, steps=8, dpad=DPAD, seed=4), "dpad"),
+    ("dpad-default-s2", 9, dict(gen_length=32, block_length=16, steps=4, seed=6,
+                                dpad={"window": 256, "k_sigma": 4.0, "scale": 2.0}), "dpad"),
     ("dpad-threshold-0.2", 10, dict(gen_length=32, block_length=8, steps=32, threshold=0.2,
                                     dpad=DPAD, seed=12), "dpad"),
     ("dpad-cfg-temp07-s2", 8, dict(gen_length=24, block_length=8, steps=6, dpad=DPAD,
@@ -627,8 +657,8 @@ def min_margins(res):
 def interesting(kind, m, prompt, p, res):
     """The property that makes a case test what its name says (else another trial is taken)."""
     gen = res["canvas"][len(prompt):]
-    if np.any(gen == MASK):
-        return False  # a committed <|mdm_mask|> would leave a mask behind: keep clear of it
+    if np.any(gen == MASK) or any(c[1] == MASK for t in res["trace"] for c in t["committed"]):
+        return False  # committing <|mdm_mask|> itself: the contract is silent, keep clear of it
     if kind == "plain":
         return True
     if kind in ("eos_matters", "eot_matters"):
@@ -692,6 +722,29 @@ def case_record(name, prompt, p, res, trials, rng_summary):
     return rec
 
 
+def sensitivity(m, tokens, pos, ref):
+    """How far plausible implementation mistakes move these logits (max|a-b| / max|b|): what the
+    C test's tolerance must stay far below."""
+    def rel(lg):
+        return float(np.max(np.abs(lg - ref)) / np.max(np.abs(ref)))
+
+    def variant(**kw):
+        v = object.__new__(Model)
+        v.__dict__.update(m.__dict__)
+        v.__dict__.update(kw)
+        return v
+
+    swapped = [dict(b, ff_proj=b["up_proj"], up_proj=b["ff_proj"]) for b in m.blocks]
+    return {
+        "rope_theta_10000": rel(forward(variant(theta=10000.0), tokens, pos)),
+        "rms_eps_1e-6": rel(forward(variant(eps=1e-6), tokens, pos)),
+        "causal_mask": rel(forward(m, tokens, pos, causal=True)),
+        "rope_interleaved": rel(forward(m, tokens, pos, interleaved=True)),
+        "gate_up_swapped": rel(forward(variant(blocks=swapped), tokens, pos)),
+        "positions_contiguous": rel(forward(m, tokens, np.arange(len(tokens)))),
+    }
+
+
 def forward_case(m, m32, name, tokens, pos, block):
     """A single forward over a given canvas: full logits (T x V) as the reference, and the same
     pass in float32 numpy for the size of the fp32 rounding a C implementation has."""
@@ -713,9 +766,11 @@ def forward_case(m, m32, name, tokens, pos, block):
         "what": "model logits (float32 LE, T x V) of every canvas row",
         "argmax": [int(np.argmax(r)) for r in lg],
         "fp32_numpy_vs_fp64_max_rel": rel,
+        "sensitivity_max_rel": sensitivity(m, tokens, pos, lg),
     }
     write_json(os.path.join(CASE_DIR, name + ".json"), rec)
-    print(f"  {name}: T {len(tokens)}, fp32-numpy vs fp64 max rel {rel:.2e}")
+    sens = ", ".join(f"{k} {v:.2g}" for k, v in rec["sensitivity_max_rel"].items())
+    print(f"  {name}: T {len(tokens)}, fp32-numpy vs fp64 max rel {rel:.2e}; mistakes: {sens}")
 
 
 def main():

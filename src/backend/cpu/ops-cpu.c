@@ -581,6 +581,55 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
     }
 }
 
+typedef struct {
+    const li_kv_storage *kv;
+    int64_t src, dst;
+    int count;
+    const float *c, *sn;  // cos/sin of delta·w_i (n_dims/2 each), NULL for delta = 0
+    const li_rope_table *rope;
+} copy_ctx;
+
+// One layer per item: K rows copied then rotated with the shared cos/sin, V copied.
+static void copy_rotate_layers(void *p, int64_t b, int64_t e, int tid) {
+    copy_ctx *c = p;
+    const li_kv_storage *kv = c->kv;
+    size_t row = (size_t)kv->head_dim * sizeof(float);
+    for (int64_t il = b; il < e; il++)
+        for (int h = 0; h < kv->n_head_kv; h++) {
+            float *kd = kv->data + li_kv_offset(kv, c->dst, (int)il, 0, h, 0);
+            memcpy(kd, kv->data + li_kv_offset(kv, c->src, (int)il, 0, h, 0), row * c->count);
+            memcpy(kv->data + li_kv_offset(kv, c->dst, (int)il, 1, h, 0),
+                   kv->data + li_kv_offset(kv, c->src, (int)il, 1, h, 0), row * c->count);
+            if (!c->c) continue;
+            int half = c->rope->n_dims / 2;
+            for (int s = 0; s < c->count; s++) {
+                float *k = kd + (size_t)s * kv->head_dim;
+                for (int i = 0; i < half; i++) {
+                    int ia = c->rope->layout == LI_ROPE_NEOX ? i : 2 * i;
+                    int ib = c->rope->layout == LI_ROPE_NEOX ? i + half : 2 * i + 1;
+                    float a = k[ia], bb = k[ib];
+                    k[ia] = a * c->c[i] - bb * c->sn[i];
+                    k[ib] = bb * c->c[i] + a * c->sn[i];
+                }
+            }
+        }
+}
+
+// Bytes: 2 × count × L × Hkv × Dh × 4 read and written once — a page copy at memory speed.
+static void cpu_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
+                               int count, int64_t delta, const li_rope_table *rope) {
+    LI_ASSERT(src != dst && count >= 0 && count <= kv->page_size);
+    float cs[LI_ROPE_MAX_PAIRS], sn[LI_ROPE_MAX_PAIRS];
+    copy_ctx c = {kv, src, dst, count, NULL, NULL, rope};
+    if (delta != 0) {
+        LI_ASSERT(rope != NULL);
+        rope_cos_sin(cs, sn, (double)delta, rope, 1.0);
+        c.c = cs;
+        c.sn = sn;
+    }
+    li_parallel_for(be->tp, kv->n_layer, copy_rotate_layers, &c);
+}
+
 static void cpu_attention(li_backend *be, float *out, const float *q, int T, int H,
                           const li_kv_storage *kv, int il, const li_kv_seq *seq,
                           const int32_t *kv_first, const int32_t *n_visible, float scale,
@@ -776,6 +825,9 @@ static int32_t cpu_sample(li_backend *be, const float *logits, int V, const li_s
 // (tile <= LI_FA_MAX_TILE); dot products and the o update use the AVX kernels above. fp32 state
 // and arithmetic (expf): agrees with the fp64 oracle within fp32 rounding.
 
+// Below this many multiply-adds an op runs on the calling thread (a pool wake-up costs ~10 us).
+#define SMALL_WORK (1 << 16)
+
 typedef struct {
     float *o, *m, *l;
     const float *q, *k, *v;
@@ -825,7 +877,10 @@ static void cpu_flash_attn_tiles(li_backend *be, float *o, float *m, float *l, c
     LI_ASSERT(H % Hkv == 0 && tile >= 1 && tile <= LI_FA_MAX_TILE);
     if (nq <= 0 || nk <= 0) return;
     fa_ctx c = {o, m, l, q, k, v, H, Hkv, Dh, nk, tile, scale};
-    li_parallel_for(be->tp, (int64_t)nq * H, fa_items, &c);
+    if ((int64_t)nq * H * nk * Dh < SMALL_WORK)  // waking the pool costs more than the work
+        fa_items(&c, 0, (int64_t)nq * H, 0);
+    else
+        li_parallel_for(be->tp, (int64_t)nq * H, fa_items, &c);
 }
 
 typedef struct {
@@ -845,7 +900,10 @@ static void fin_rows(void *p, int64_t b, int64_t e, int tid) {
 static void cpu_flash_attn_finalize(li_backend *be, float *out, const float *o, const float *l,
                                     int64_t n, int Dh) {
     fin_ctx c = {out, o, l, Dh};
-    li_parallel_for(be->tp, n, fin_rows, &c);
+    if (n * Dh < SMALL_WORK)
+        fin_rows(&c, 0, n, 0);
+    else
+        li_parallel_for(be->tp, n, fin_rows, &c);
 }
 
 // FP8: the conversions are the bit-exact ones of src/core/fp8.c; decoding goes through a table.
@@ -873,7 +931,10 @@ static void q8_rows(void *p, int64_t b, int64_t e, int tid) {
 static void cpu_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
                                int K) {
     q8_ctx c = {q, scale, x, K, (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP};
-    li_parallel_for(be->tp, T, q8_rows, &c);
+    if ((int64_t)T * K < SMALL_WORK)
+        q8_rows(&c, 0, T, 0);
+    else
+        li_parallel_for(be->tp, T, q8_rows, &c);
 }
 
 static float e4m3_table[256];
@@ -979,10 +1040,13 @@ static void cpu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
     float *a = malloc((size_t)T * (size_t)K * sizeof(float));
     if (a) {
         dec8_ctx d = {a, qa};
-        li_parallel_for(be->tp, (int64_t)T * K, dec8_range, &d);
+        dec8_range(&d, 0, (int64_t)T * K, 0);  // a table lookup per element: never worth a wake-up
     }
     mm8_ctx c = {y, qa, a, sa, W, T};
-    li_parallel_for(be->tp, W->n_rows, mm8_rows, &c);
+    if ((int64_t)T * W->n_rows * K < SMALL_WORK)
+        mm8_rows(&c, 0, W->n_rows, 0);
+    else
+        li_parallel_for(be->tp, W->n_rows, mm8_rows, &c);
     free(a);
 }
 
@@ -994,6 +1058,7 @@ const li_backend_ops li_cpu_fast_ops = {
     .add = cpu_add,
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
+    .kv_copy_rotate = cpu_kv_copy_rotate,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .softmax = cpu_softmax,

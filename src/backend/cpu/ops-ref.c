@@ -107,6 +107,21 @@ static void ref_kv_store(li_backend *be, const li_kv_storage *kv, int il, const 
     }
 }
 
+// K rows re-rotated one by one in fp64 (rotate_head), V copied.
+static void ref_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
+                               int count, int64_t delta, const li_rope_table *rope) {
+    LI_ASSERT(src != dst && count >= 0 && count <= kv->page_size);
+    for (int il = 0; il < kv->n_layer; il++)
+        for (int h = 0; h < kv->n_head_kv; h++)
+            for (int s = 0; s < count; s++) {
+                float *kd = kv->data + li_kv_offset(kv, dst, il, 0, h, s);
+                memcpy(kd, kv->data + li_kv_offset(kv, src, il, 0, h, s), kv->head_dim * sizeof(float));
+                if (delta != 0) rotate_head(kd, rope, (double)delta, 1.0);  // R_Δ, no mscale
+                memcpy(kv->data + li_kv_offset(kv, dst, il, 1, h, s),
+                       kv->data + li_kv_offset(kv, src, il, 1, h, s), kv->head_dim * sizeof(float));
+            }
+}
+
 // Paged attention, one query row and one query head at a time. Every visible key is copied,
 // rotated by its page's Δ (pure rotation: magnitude 1, the mscale is already inside the stored K),
 // dotted with q in fp64; softmax and the weighted sum of V in fp64.
@@ -370,6 +385,7 @@ const li_backend_ops li_cpu_ref_ops = {
     .add = ref_add,
     .rope = ref_rope,
     .kv_store = ref_kv_store,
+    .kv_copy_rotate = ref_kv_copy_rotate,
     .attention = ref_attention,
     .swiglu = ref_swiglu,
     .softmax = ref_softmax,

@@ -1,0 +1,305 @@
+// llada-load.c — fills li_llada from an HF directory (config.json model_type "llada", safetensors
+// with the names of DESIGN.md §2) or from a named synthetic configuration with random weights, and
+// builds the FP8 copies of the FFN weights (layers >= 1) on first use.
+//
+// Weight handling as for Llama (model-load.c, whose helpers weights-internal.h shares): f32 used in
+// place in the mapping, f16 widened, bf16 matrices kept bf16 when the model is too big for f32
+// (li_llama_keeps_bf16: the parameter count formula is the same), widened otherwise.
+// Synthetic configurations (random weights, std 1/sqrt(in), norms ~1):
+//   tiny-llada  L 3, D 64, H = Hkv 4, Dh 16, F 176, V 512 (byte tokenizer: BOS 256, EOS 257,
+//               EOT 260, <|mdm_mask|> 261), theta 500000: every test runs on it.
+//   llada-mid   L 8, D 1024, H = Hkv 16, Dh 64, F 3072, V 32768, f32 (174 M parameters, 0.7 GB):
+//               CPU benchmarks; F = 3 D and a head of ~20 % of the parameters like LLaDA-8B.
+//   llada-8b    GSAI-ML/LLaDA-8B-Instruct shapes: L 32, D 4096, H = Hkv 32, Dh 128, F 12288,
+//               V 126464, theta 500000, eps 1e-5, untied; bf16 matrices.
+// Not here: the forward and caches (arch-llada.c). Tested by tests/test-llada.c.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../format/hf-config.h"
+#include "llada-internal.h"
+#include "weights-internal.h"
+
+static li_status check_hparams(const li_hparams *hp, const char *src) {
+    if (strcmp(hp->arch, "llada") != 0)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: architecture '%s' is not LLaDA", src,
+                            hp->arch);
+    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 ||
+        hp->n_head_kv <= 0 || hp->head_dim <= 0 || hp->n_vocab <= 0)
+        return li_error_set(LI_ERR_FORMAT, "%s: model sizes must be positive", src);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return li_error_set(LI_ERR_FORMAT, "%s: %d query heads not a multiple of %d kv heads", src,
+                            hp->n_head, hp->n_head_kv);
+    if (hp->rope.n_dims <= 0 || hp->rope.n_dims > hp->head_dim)
+        return li_error_set(LI_ERR_FORMAT, "%s: rotary dims %d outside (0, head_dim %d]", src,
+                            hp->rope.n_dims, hp->head_dim);
+    if (hp->attention_bias || hp->mlp_bias)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA with biases is not supported", src);
+    return LI_OK;
+}
+
+// Allocates the model, checks hp, builds the RoPE table and the layer table.
+static li_status create(li_llada **out, const li_hparams *hp, li_backend *be, const char *src) {
+    *out = NULL;
+    LI_TRY(check_hparams(hp, src));
+    li_llada *m = calloc(1, sizeof *m);
+    if (!m) return li_error_set(LI_ERR_OOM, "out of memory");
+    m->hp = *hp;
+    m->be = be;
+    pthread_mutex_init(&m->fp8_lock, NULL);
+    *out = m;
+    li_status rc = li_rope_table_init(&m->rope, &m->hp.rope);
+    if (rc != LI_OK) return li_error_wrap(rc, "%s: ", src);
+    m->w.layers = calloc((size_t)hp->n_layer, sizeof *m->w.layers);
+    if (!m->w.layers) return li_error_set(LI_ERR_OOM, "out of memory");
+    return LI_OK;
+}
+
+// ---- HF directory -------------------------------------------------------------------------------
+
+static li_status load_hf(li_llada **out, const char *dir, li_backend *be, bool metadata_only) {
+    char path[4096];
+    li_hparams hp;
+    LI_TRY(li_path_join(path, sizeof path, dir, "config.json"));
+    LI_TRY(li_hf_config_load(&hp, path));
+    LI_TRY(create(out, &hp, be, path));
+    li_llada *m = *out;
+    LI_TRY(li_safetensors_open(&m->store.st, dir));
+    const li_st_tensor *probe =
+        li_safetensors_find(m->store.st, "model.transformer.blocks.0.q_proj.weight");
+    snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
+             probe ? probe->dtype_str : "?");
+    bool bf16 = li_llama_keeps_bf16(&m->hp);
+    int64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab;
+    int64_t qo = (int64_t)hp.n_head * hp.head_dim, kv = (int64_t)hp.n_head_kv * hp.head_dim;
+    li_weight_store *st = &m->store;
+    LI_TRY(li_st_weight(st, &m->w.tok_embd, "model.transformer.wte.weight", V, D, bf16,
+                        metadata_only));
+    LI_TRY(li_st_weight(st, &m->w.out_norm, "model.transformer.ln_f.weight", 1, D, bf16,
+                        metadata_only));
+    if (hp.tied_embeddings)
+        m->w.output = m->w.tok_embd;
+    else
+        LI_TRY(li_st_weight(st, &m->w.output, "model.transformer.ff_out.weight", V, D, bf16,
+                            metadata_only));
+    char name[160];
+    for (int il = 0; il < hp.n_layer; il++) {
+        li_llama_layer *l = &m->w.layers[il];
+        struct {
+            li_weight *w;
+            const char *suffix;
+            int64_t rows, cols;
+        } ts[] = {
+            {&l->attn_norm, "attn_norm", 1, D}, {&l->wq, "q_proj", qo, D},
+            {&l->wk, "k_proj", kv, D},          {&l->wv, "v_proj", kv, D},
+            {&l->wo, "attn_out", D, qo},        {&l->ffn_norm, "ff_norm", 1, D},
+            {&l->w_gate, "ff_proj", F, D},      {&l->w_up, "up_proj", F, D},
+            {&l->w_down, "ff_out", D, F},
+        };
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            snprintf(name, sizeof name, "model.transformer.blocks.%d.%s.weight", il, ts[i].suffix);
+            LI_TRY(li_st_weight(st, ts[i].w, name, ts[i].rows, ts[i].cols, bf16, metadata_only));
+        }
+        li_progress("loading", il + 1, hp.n_layer);
+    }
+    return LI_OK;
+}
+
+li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool metadata_only) {
+    *out = NULL;
+    if (!li_path_is_dir(path))
+        return li_error_set(LI_ERR_IO, "%s: not a directory (LLaDA loads from an HF directory)",
+                            path);
+    li_llada *m = NULL;
+    li_status rc = load_hf(&m, path, be, metadata_only);
+    if (rc != LI_OK) {
+        li_llada_free(m);
+        return rc;
+    }
+    m->has_weights = !metadata_only;
+    *out = m;
+    return LI_OK;
+}
+
+// ---- synthetic configurations ---------------------------------------------------------------
+
+typedef struct {
+    const char *name;
+    li_hparams hp;
+} synth_config;
+
+#define LLADA_ROPE(dh) {.layout = LI_ROPE_NEOX, .theta = 500000.0f, .n_dims = (dh), .max_pos = 4096}
+static const synth_config synth_configs[] = {
+    {"tiny-llada",
+     {.arch = "llada", .name = "tiny-llada", .n_layer = 3, .n_embd = 64, .n_ff = 176, .n_head = 4,
+      .n_head_kv = 4, .head_dim = 16, .n_vocab = 512, .n_ctx_train = 4096, .rms_eps = 1e-5f,
+      .rope = LLADA_ROPE(16), .bos_id = 256, .eos_ids = {257}, .n_eos = 1}},
+    {"llada-mid",
+     {.arch = "llada", .name = "llada-mid", .n_layer = 8, .n_embd = 1024, .n_ff = 3072,
+      .n_head = 16, .n_head_kv = 16, .head_dim = 64, .n_vocab = 32768, .n_ctx_train = 4096,
+      .rms_eps = 1e-5f, .rope = LLADA_ROPE(64), .bos_id = 256, .eos_ids = {257}, .n_eos = 1}},
+    {"llada-8b",
+     {.arch = "llada", .name = "llada-8b", .n_layer = 32, .n_embd = 4096, .n_ff = 12288,
+      .n_head = 32, .n_head_kv = 32, .head_dim = 128, .n_vocab = 126464, .n_ctx_train = 4096,
+      .rms_eps = 1e-5f, .rope = LLADA_ROPE(128), .bos_id = 126080, .eos_ids = {126081},
+      .n_eos = 1, .torch_dtype = "bfloat16"}},
+};
+#undef LLADA_ROPE
+
+bool li_llada_synth_known(const char *name) {
+    for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)
+        if (strcmp(synth_configs[i].name, name) == 0) return true;
+    return false;
+}
+
+li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_backend *be,
+                         bool metadata_only) {
+    *out = NULL;
+    const synth_config *c = NULL;
+    for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)
+        if (strcmp(synth_configs[i].name, name) == 0) c = &synth_configs[i];
+    if (!c) return li_error_set(LI_ERR_INVALID_ARG, "unknown synthetic LLaDA model '%s'", name);
+    li_llada *m = NULL;
+    li_status rc = create(&m, &c->hp, be, name);
+    if (rc != LI_OK) goto fail;
+    snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "random");
+
+    li_rng rng;
+    li_rng_seed(&rng, seed);
+    const li_hparams *hp = &m->hp;
+    bool bf16 = li_llama_keeps_bf16(hp);
+    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
+#define SYNTH(W, r, c_, std, mean)                                                                 \
+    if ((rc = li_synth_weight(&m->store, W, r, c_, std, mean, &rng, bf16, metadata_only)) != LI_OK) \
+    goto fail
+    SYNTH(&m->w.tok_embd, V, D, 1.0f, 0.0f);
+    SYNTH(&m->w.out_norm, 1, D, 0.1f, 1.0f);
+    SYNTH(&m->w.output, V, D, sD, 0.0f);
+    for (int il = 0; il < hp->n_layer; il++) {
+        li_llama_layer *l = &m->w.layers[il];
+        SYNTH(&l->attn_norm, 1, D, 0.1f, 1.0f);
+        SYNTH(&l->wq, qo, D, sD, 0.0f);
+        SYNTH(&l->wk, kv, D, sD, 0.0f);
+        SYNTH(&l->wv, kv, D, sD, 0.0f);
+        SYNTH(&l->wo, D, qo, sQ, 0.0f);
+        SYNTH(&l->ffn_norm, 1, D, 0.1f, 1.0f);
+        SYNTH(&l->w_gate, F, D, sD, 0.0f);
+        SYNTH(&l->w_up, F, D, sD, 0.0f);
+        SYNTH(&l->w_down, D, F, sF, 0.0f);
+        li_progress("generating weights", il + 1, hp->n_layer);
+    }
+#undef SYNTH
+    m->has_weights = !metadata_only;
+    *out = m;
+    return LI_OK;
+fail:
+    li_llada_free(m);
+    return rc;
+}
+
+// ---- accessors and free ---------------------------------------------------------------------
+
+void li_llada_free(li_llada *m) {
+    if (!m) return;
+    if (m->fp8) {
+        for (int i = 0; i < 3 * m->hp.n_layer; i++) li_fp8_weight_free(&m->fp8[i]);
+        free(m->fp8);
+    }
+    pthread_mutex_destroy(&m->fp8_lock);
+    li_weight_store_free(&m->store);
+    free(m->w.layers);
+    free(m);
+}
+
+const li_hparams *li_llada_hparams(const li_llada *m) { return &m->hp; }
+int64_t li_llada_n_params(const li_llada *m) { return li_llama_n_params(&m->hp); }
+const char *li_llada_source_dtype(const li_llada *m) { return m->store.source_dtype; }
+
+// ---- FP8 weights ----------------------------------------------------------------------------
+
+typedef struct {
+    li_fp8_weight *out;
+    const li_weight *W;
+    int64_t GK;  // blocks per block-row
+} fp8q_ctx;
+
+static float weight_f32(const li_weight *W, size_t i) {
+    return W->dtype == LI_DTYPE_F32 ? ((const float *)W->data)[i]
+                                    : li_bf16_to_f32(((const uint16_t *)W->data)[i]);
+}
+
+// One 128 x 128 block per item: amax, scale, codes.
+static void fp8q_blocks(void *p, int64_t b, int64_t e, int tid) {
+    fp8q_ctx *c = p;
+    int64_t N = c->W->n_rows, K = c->W->n_cols;
+    for (int64_t blk = b; blk < e; blk++) {
+        int64_t n0 = blk / c->GK * LI_FP8_GROUP, k0 = blk % c->GK * LI_FP8_GROUP;
+        int64_t n1 = n0 + LI_FP8_GROUP < N ? n0 + LI_FP8_GROUP : N;
+        int64_t k1 = k0 + LI_FP8_GROUP < K ? k0 + LI_FP8_GROUP : K;
+        float amax = 0;
+        for (int64_t n = n0; n < n1; n++)
+            for (int64_t k = k0; k < k1; k++)
+                amax = fmaxf(amax, fabsf(weight_f32(c->W, (size_t)(n * K + k))));
+        float sc = li_fp8_scale(amax);
+        c->out->scale[blk] = sc;
+        for (int64_t n = n0; n < n1; n++)
+            for (int64_t k = k0; k < k1; k++)
+                c->out->q[n * K + k] = li_f32_to_e4m3(weight_f32(c->W, (size_t)(n * K + k)) / sc);
+    }
+}
+
+li_status li_fp8_weight_quantize(li_fp8_weight *out, const li_weight *W, li_threadpool *tp) {
+    LI_ASSERT(W->dtype == LI_DTYPE_F32 || W->dtype == LI_DTYPE_BF16);
+    memset(out, 0, sizeof *out);
+    int64_t N = W->n_rows, K = W->n_cols;
+    int64_t GN = (N + LI_FP8_GROUP - 1) / LI_FP8_GROUP, GK = (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
+    out->n_rows = N;
+    out->n_cols = K;
+    out->q = li_alloc((size_t)(N * K), "fp8 weight codes");
+    out->scale = li_alloc((size_t)(GN * GK) * sizeof(float), "fp8 weight scales");
+    if (!out->q || !out->scale) {
+        li_fp8_weight_free(out);
+        return LI_ERR_OOM;
+    }
+    fp8q_ctx c = {out, W, GK};
+    li_parallel_for(tp, GN * GK, fp8q_blocks, &c);
+    return LI_OK;
+}
+
+void li_fp8_weight_free(li_fp8_weight *w) {
+    li_free(w->q);
+    li_free(w->scale);
+    memset(w, 0, sizeof *w);
+}
+
+li_status li_llada_fp8_prepare(const li_llada *cm) {
+    li_llada *m = (li_llada *)cm;  // the FP8 copies are a cache: filled once, then read-only
+    if (!m->has_weights)
+        return li_error_set(LI_ERR_INVALID_ARG, "%s: loaded for metadata only", m->hp.name);
+    pthread_mutex_lock(&m->fp8_lock);
+    li_status rc = LI_OK;
+    if (!m->fp8_ready) {
+        int L = m->hp.n_layer;
+        m->fp8 = calloc((size_t)3 * L, sizeof *m->fp8);
+        if (!m->fp8) rc = li_error_set(LI_ERR_OOM, "out of memory");
+        for (int il = 1; il < L && rc == LI_OK; il++) {
+            const li_llama_layer *l = &m->w.layers[il];
+            const li_weight *ws[3] = {&l->w_gate, &l->w_up, &l->w_down};
+            for (int j = 0; j < 3 && rc == LI_OK; j++)
+                rc = li_fp8_weight_quantize(&m->fp8[3 * il + j], ws[j], m->be->tp);
+        }
+        if (rc == LI_OK) {
+            m->fp8_ready = true;
+        } else if (m->fp8) {
+            for (int i = 0; i < 3 * L; i++) li_fp8_weight_free(&m->fp8[i]);
+            free(m->fp8);
+            m->fp8 = NULL;
+        }
+    }
+    pthread_mutex_unlock(&m->fp8_lock);
+    return rc;
+}

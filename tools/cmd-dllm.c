@@ -1,0 +1,672 @@
+// cmd-dllm.c — `lazyinfer dllm` (decode one prompt with a diffusion LM, SAR decoding) and
+// `lazyinfer bench dllm` (the method combinations of docs/DLLM.md over GSM8K questions: vanilla,
+// each LaCache component, all LaCache, parallel decoding, DPad, everything, as a markdown table).
+//
+// The decoding semantics live in src/engine/engine-dllm.c (contract: docs/DLLM.md); this file
+// only parses options, renders prompts, prints text, traces and figures. Not here: the model.
+// Tested by hand (docs/DLLM.md shows the runs) and by tests/test-dllm.c for everything below it.
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/engine/engine.h"
+#include "cli.h"
+#include "lazyinfer.h"
+
+// ---- options shared by dllm and bench dllm -----------------------------------------------------
+
+// Decoding options as typed. Reals are kept as text and parsed with strtod so that 0.9 reaches
+// the engine as the double 0.9 (the Python reference's value), not as a float.
+typedef struct {
+    const char *model, *prompt, *system, *chat_template, *tokenizer;
+    const char *remasking, *temp, *cfg, *threshold, *factor;
+    const char *dpad_k, *dpad_scale, *lacache, *fp8;
+    int gen_length, block_length, steps, dpad_window, fa_tile, commit_per_step, n_threads;
+    bool chat, dpad, early_stop, logits_eos_inf, confidence_eos_eot_inf, trace;
+    uint64_t seed;
+} dllm_args;
+
+static void args_init(dllm_args *a) {
+    memset(a, 0, sizeof *a);
+    li_dllm_params d = li_dllm_default_params();
+    a->gen_length = d.gen_length;
+    a->block_length = d.block_length;
+    a->steps = d.steps;
+    a->dpad_window = -1;  // -1: not given
+}
+
+// A real option: "" → default kept; else the whole string must be a finite number.
+static bool parse_real(const char *cmd, const char *flag, const char *s, double *out) {
+    if (!s) return true;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v)) {
+        fprintf(stderr, "lazyinfer %s: bad value '%s' for option '%s' (expected a number)\n", cmd,
+                s, flag);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+// "embed,rope,fa,trunc" | "all" | "off" → LI_DLLM_LACACHE_* bits.
+static bool parse_lacache(const char *cmd, const char *s, unsigned *out) {
+    if (!strcmp(s, "all")) {
+        *out = LI_DLLM_LACACHE_ALL;
+        return true;
+    }
+    if (!strcmp(s, "off") || !strcmp(s, "none")) {
+        *out = 0;
+        return true;
+    }
+    static const struct { const char *name; unsigned bit; } names[] = {
+        {"embed", LI_DLLM_LACACHE_EMBED}, {"rope", LI_DLLM_LACACHE_ROPE},
+        {"fa", LI_DLLM_LACACHE_FA}, {"trunc", LI_DLLM_LACACHE_TRUNC}};
+    unsigned bits = 0;
+    const char *p = s;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        bool found = false;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (strlen(names[i].name) == n && !strncmp(p, names[i].name, n)) {
+                bits |= names[i].bit;
+                found = true;
+            }
+        if (!found) {
+            fprintf(stderr,
+                    "lazyinfer %s: --lacache: unknown component '%.*s' in '%s' (expected a "
+                    "comma-separated list of embed, rope, fa, trunc, or all, or off)\n",
+                    cmd, (int)n, p, s);
+            return false;
+        }
+        p += n;
+        if (*p == ',') p++;
+    }
+    *out = bits;
+    return true;
+}
+
+// Options → engine parameters with the CLI's own checks (flags that conflict, values the engine
+// would also reject but that read better named by their flag). Returns false after printing.
+static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *p) {
+    *p = li_dllm_default_params();
+    p->gen_length = a->gen_length;
+    p->block_length = a->block_length;
+    p->steps = a->steps;
+    p->seed = a->seed;
+    p->fa_tile = a->fa_tile;
+    p->commit_per_step = a->commit_per_step;
+    p->early_stop = a->early_stop;
+    p->logits_eos_inf = a->logits_eos_inf;
+    p->confidence_eos_eot_inf = a->confidence_eos_eot_inf;
+    if (a->remasking) {
+        if (!strcmp(a->remasking, "low_confidence")) {
+            p->remasking = LI_DLLM_REMASK_LOW_CONFIDENCE;
+        } else if (!strcmp(a->remasking, "random")) {
+            p->remasking = LI_DLLM_REMASK_RANDOM;
+        } else {
+            fprintf(stderr, "lazyinfer %s: --remasking '%s': expected low_confidence or random\n",
+                    cmd, a->remasking);
+            return false;
+        }
+    }
+    if (!parse_real(cmd, "--temp", a->temp, &p->temperature) ||
+        !parse_real(cmd, "--cfg", a->cfg, &p->cfg) ||
+        !parse_real(cmd, "--threshold", a->threshold, &p->threshold) ||
+        !parse_real(cmd, "--factor", a->factor, &p->factor) ||
+        !parse_real(cmd, "--dpad-k", a->dpad_k, &p->dpad_k_sigma) ||
+        !parse_real(cmd, "--dpad-scale", a->dpad_scale, &p->dpad_scale))
+        return false;
+    if (a->threshold && a->factor) {
+        fprintf(stderr, "lazyinfer %s: --threshold and --factor are exclusive: give one\n", cmd);
+        return false;
+    }
+    if ((a->threshold || a->factor) && a->commit_per_step) {
+        fprintf(stderr, "lazyinfer %s: --commit-per-step excludes --threshold and --factor\n", cmd);
+        return false;
+    }
+    if (a->threshold && !(p->threshold > 0 && p->threshold <= 1)) {
+        fprintf(stderr, "lazyinfer %s: --threshold %s is outside (0, 1]\n", cmd, a->threshold);
+        return false;
+    }
+    if (a->factor && !(p->factor > 0)) {
+        fprintf(stderr, "lazyinfer %s: --factor %s must be > 0\n", cmd, a->factor);
+        return false;
+    }
+    if (a->commit_per_step < 0) {
+        fprintf(stderr, "lazyinfer %s: --commit-per-step %d must be >= 1\n", cmd, a->commit_per_step);
+        return false;
+    }
+    p->dpad = a->dpad || a->dpad_window >= 0 || a->dpad_k || a->dpad_scale;
+    if (a->dpad_window >= 0) p->dpad_window = a->dpad_window;
+    if (a->lacache && !parse_lacache(cmd, a->lacache, &p->lacache)) return false;
+    if (!a->lacache) p->lacache = LI_DLLM_LACACHE_ALL;  // exact, so on unless asked otherwise
+    if (a->fp8) {
+        if (!strcmp(a->fp8, "on")) {
+            p->fp8 = true;
+        } else if (!strcmp(a->fp8, "off")) {
+            p->fp8 = false;
+        } else {
+            fprintf(stderr, "lazyinfer %s: --fp8 '%s': expected on or off\n", cmd, a->fp8);
+            return false;
+        }
+    }
+    if (li_dllm_check_params(p) != LI_OK) {
+        // The engine's message names the parameter (gen_length for --gen-length, …).
+        const char *msg = li_last_error();
+        if (!strncmp(msg, "dllm: ", 6)) msg += 6;
+        fprintf(stderr, "lazyinfer %s: %s (see --help)\n", cmd, msg);
+        return false;
+    }
+    return true;
+}
+
+static int load_model(const char *cmd, const dllm_args *a, li_model **m) {
+    if (!a->model) {
+        fprintf(stderr,
+                "lazyinfer %s: -m MODEL is required: there is no default diffusion model (use an "
+                "HF LLaDA directory, or e.g. -m synth:tiny-llada)\n",
+                cmd);
+        return 2;
+    }
+    li_model_params mp = li_model_default_params();
+    mp.path = a->model;
+    mp.tokenizer_path = a->tokenizer;
+    mp.chat_template = a->chat_template;
+    mp.n_threads = a->n_threads;
+    if (li_model_load(m, &mp) != LI_OK) return cli_fail("cannot load the model");
+    if (!(*m)->llada) {
+        fprintf(stderr,
+                "lazyinfer %s: %s is not a diffusion model (arch '%s'); use `lazyinfer generate` "
+                "for it, or a LLaDA model such as synth:tiny-llada\n",
+                cmd, a->model, (*m)->llama.hp.arch);
+        li_model_free(*m);
+        *m = NULL;
+        return 2;
+    }
+    return 0;
+}
+
+// Raw text (BOS when the tokenizer wants one) or a user message through the chat format.
+static li_status render_prompt(li_model *m, const char *system, const char *text, bool chat,
+                               int32_t **ids, int *n) {
+    if (!chat) return li_tokenize(m, text, strlen(text), true, false, ids, n);
+    char *r;
+    LI_TRY(li_chat_render(m, system, text, &r));
+    li_status rc = li_tokenize(m, r, strlen(r), false, true, ids, n);
+    free(r);
+    return rc;
+}
+
+// ---- dllm --------------------------------------------------------------------------------------
+
+typedef struct {
+    li_model *m;
+    int32_t eos, eot;
+    li_buf line;
+} trace_ctx;
+
+// One line per step on stderr: the generated part, masks as ▒, EOS/EOT as ⟨eos⟩/⟨eot⟩, newlines
+// as ⏎, so that a person can watch the canvas fill in.
+static void trace_step(void *user, const li_dllm_step *s) {
+    trace_ctx *t = user;
+    t->line.len = 0;
+    li_buf_printf(&t->line, "[block %d step %d | nfe %d | +%d] ", s->block, s->step_in_block,
+                  s->nfe, s->n_committed);
+    for (int i = 0; i < s->gen_length; i++) {
+        int32_t id = s->gen[i];
+        if (id == s->mask_id) {
+            li_buf_append(&t->line, "▒", strlen("▒"));
+            continue;
+        }
+        if (id == t->eos || id == t->eot) {
+            const char *w = id == t->eos ? "⟨eos⟩" : "⟨eot⟩";
+            li_buf_append(&t->line, w, strlen(w));
+            continue;
+        }
+        char piece[256];
+        size_t len;
+        if (li_token_to_piece(t->m, id, piece, sizeof piece, &len) != LI_OK) continue;
+        if (len > sizeof piece) len = sizeof piece;
+        for (size_t k = 0; k < len; k++) {
+            if (piece[k] == '\n') li_buf_append(&t->line, "⏎", strlen("⏎"));
+            else if ((unsigned char)piece[k] < 0x20) li_buf_append(&t->line, "·", strlen("·"));
+            else li_buf_append(&t->line, &piece[k], 1);
+        }
+    }
+    li_buf_append(&t->line, "\n", 1);
+    fwrite(t->line.data, 1, t->line.len, stderr);
+    fflush(stderr);
+}
+
+// The option table both subcommands share, then each one's own.
+#define DLLM_DECODE_OPTS(a)                                                                        \
+    {"--model", "-m", OPT_STR, &(a).model, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
+    {"--gen-length", NULL, OPT_INT, &(a).gen_length, "tokens to generate (default 128)"},           \
+    {"--block-length", NULL, OPT_INT, &(a).block_length, "SAR block length (default 32)"},          \
+    {"--steps", NULL, OPT_INT, &(a).steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
+    {"--remasking", NULL, OPT_STR, &(a).remasking, "low_confidence (default) or random"},         \
+    {"--temp", NULL, OPT_STR, &(a).temp, "temperature, Gumbel-max in float64 (default 0: argmax)"}, \
+    {"--cfg", NULL, OPT_STR, &(a).cfg, "classifier-free guidance scale (default 0: off)"},         \
+    {"--threshold", NULL, OPT_STR, &(a).threshold, "Fast-dLLM threshold tau in (0, 1]"},          \
+    {"--factor", NULL, OPT_STR, &(a).factor, "Fast-dLLM factor f > 0 (excludes --threshold)"},    \
+    {"--commit-per-step", NULL, OPT_INT, &(a).commit_per_step, "commit exactly K per step (random-weight benchmarks)"}, \
+    {"--dpad", NULL, OPT_FLAG, &(a).dpad, "DPad suffix dropout with the defaults (256, 4, 2)"},   \
+    {"--dpad-window", NULL, OPT_INT, &(a).dpad_window, "DPad window W (turns DPad on; default 256)"}, \
+    {"--dpad-k", NULL, OPT_STR, &(a).dpad_k, "DPad k_sigma (turns DPad on; default 4)"},           \
+    {"--dpad-scale", NULL, OPT_STR, &(a).dpad_scale, "DPad scale (turns DPad on; default 2)"},     \
+    {"--early-stop", NULL, OPT_FLAG, &(a).early_stop, "stop after a finished block holding EOS"}, \
+    {"--logits-eos-inf", NULL, OPT_FLAG, &(a).logits_eos_inf, "never predict EOS"},               \
+    {"--confidence-eos-eot-inf", NULL, OPT_FLAG, &(a).confidence_eos_eot_inf, "EOT confidence 0"}, \
+    {"--fa-tile", NULL, OPT_INT, &(a).fa_tile, "FACache tile in tokens (default 64)"},            \
+    {"--fp8", NULL, OPT_STR, &(a).fp8, "on|off: FP8 FFN for layers >= 1 (default off; approximate)"}, \
+    {"--seed", NULL, OPT_U64, &(a).seed, "RNG seed (default 0)"},                                   \
+    {"--chat", NULL, OPT_FLAG, &(a).chat, "format prompts as a user message (chat format)"},       \
+    {"--system", NULL, OPT_STR, &(a).system, "system message for --chat"},                          \
+    {"--chat-template", NULL, OPT_STR, &(a).chat_template, "chat format override: llada, llama3, chatml"}, \
+    {"--tokenizer", NULL, OPT_STR, &(a).tokenizer, "tokenizer.json to use instead of the model's"}, \
+    {"--threads", "-t", OPT_INT, &(a).n_threads, "CPU threads (default: all cores)"}
+
+int cmd_dllm(int argc, char **argv) {
+    dllm_args a;
+    args_init(&a);
+    const opt opts[] = {
+        {"--prompt", "-p", OPT_STR, &a.prompt, "prompt text (required)"},
+        {"--lacache", NULL, OPT_STR, &a.lacache, "embed,rope,fa,trunc | all | off (default all: exact)"},
+        {"--trace", NULL, OPT_FLAG, &a.trace, "print the canvas after every step on stderr (masks ▒)"},
+        DLLM_DECODE_OPTS(a),
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = cli_parse_args(argc, argv,
+                           "usage: lazyinfer dllm -m MODEL -p PROMPT [--chat] --gen-length N "
+                           "--block-length B --steps S [--remasking low_confidence|random]\n"
+                           "       [--temp T] [--cfg C] [--threshold TAU | --factor F] "
+                           "[--dpad-window W --dpad-k K --dpad-scale X]\n"
+                           "       [--lacache embed,rope,fa,trunc|all|off] [--fp8 on|off] "
+                           "[--seed S] [--trace] [-t THREADS]\n\n"
+                           "Decodes PROMPT with a diffusion LM (LLaDA SAR decoding, docs/DLLM.md): "
+                           "text on stdout, figures on stderr.",
+                           opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    li_dllm_params p;
+    if (!args_to_params("dllm", &a, &p)) return 2;
+    if (!a.prompt) {
+        fprintf(stderr, "lazyinfer dllm: -p PROMPT is required (see --help)\n");
+        return 2;
+    }
+    if (a.n_threads < 0) {
+        fprintf(stderr, "lazyinfer dllm: -t %d must not be negative\n", a.n_threads);
+        return 2;
+    }
+    li_model *m = NULL;
+    if ((r = load_model("dllm", &a, &m))) return r;
+    int status = 0;
+    int32_t *ids = NULL, *gen = NULL;
+    int n = 0;
+    char *text = NULL;
+    trace_ctx tc = {m, -1, -1, {0}};
+    if (render_prompt(m, a.system, a.prompt, a.chat, &ids, &n) != LI_OK) {
+        status = cli_fail("cannot tokenize the prompt");
+        goto out;
+    }
+    li_dllm_special_tokens(m, NULL, &tc.eos, &tc.eot);
+    if (a.trace) {
+        p.on_step = trace_step;
+        p.user = &tc;
+    }
+    gen = malloc((size_t)p.gen_length * sizeof *gen);
+    if (!gen) {
+        fprintf(stderr, "lazyinfer dllm: out of memory\n");
+        status = 1;
+        goto out;
+    }
+    li_dllm_stats st;
+    if (li_dllm_generate(m, ids, n, &p, gen, &st) != LI_OK) {
+        status = cli_fail("decoding failed");
+        goto out;
+    }
+    if (li_dllm_detokenize(m, gen, p.gen_length, &text) != LI_OK) {
+        status = cli_fail("cannot decode the tokens");
+        goto out;
+    }
+    printf("%s\n", text);
+    fflush(stdout);
+    fprintf(stderr, "prompt %d tokens, gen_length %d, block %d, %d steps taken%s\n", n,
+            p.gen_length, p.block_length, st.steps, st.early_stopped ? " (early stop)" : "");
+    fprintf(stderr, "latency %.1f ms | NFE %d | %.2f ms/step\n", st.latency_ms, st.nfe,
+            st.ms_per_step);
+    fprintf(stderr,
+            "tokens/s %.2f (Fast-dLLM: %d generated tokens that are not EOS) | %.2f (dInfer: "
+            "all %d generated positions, prompt excluded)\n",
+            st.tps_fastdllm, st.n_tokens_fastdllm, st.tps_dinfer, st.n_tokens_dinfer);
+out:
+    li_buf_free(&tc.line);
+    free(text);
+    free(gen);
+    li_free_tokens(ids);
+    li_model_free(m);
+    return status;
+}
+
+// ---- bench dllm --------------------------------------------------------------------------------
+
+// GSM8K: one JSON object per line with "question" and "answer".
+typedef struct {
+    char **q, **a;
+    int n;
+} gsm8k;
+
+static void gsm8k_free(gsm8k *g) {
+    for (int i = 0; i < g->n; i++) {
+        free(g->q[i]);
+        free(g->a[i]);
+    }
+    free(g->q);
+    free(g->a);
+}
+
+static int gsm8k_load(const char *path, int max, gsm8k *g) {
+    memset(g, 0, sizeof *g);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "lazyinfer bench dllm: cannot open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    g->q = calloc((size_t)max, sizeof *g->q);
+    g->a = calloc((size_t)max, sizeof *g->a);
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0, status = 0;
+    while (g->q && g->a && g->n < max && getline(&line, &cap, f) > 0) {
+        lineno++;
+        json_error_t err;
+        json_t *o = json_loads(line, 0, &err);
+        const char *q = o ? json_string_value(json_object_get(o, "question")) : NULL;
+        const char *a = o ? json_string_value(json_object_get(o, "answer")) : NULL;
+        if (!q || !a) {
+            fprintf(stderr, "lazyinfer bench dllm: %s:%d: expected a JSON object with string "
+                            "fields \"question\" and \"answer\"\n", path, lineno);
+            json_decref(o);
+            status = 1;
+            break;
+        }
+        g->q[g->n] = strdup(q);
+        g->a[g->n] = strdup(a);
+        g->n++;
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    if (!g->q || !g->a) {
+        fprintf(stderr, "lazyinfer bench dllm: out of memory\n");
+        status = 1;
+    }
+    return status;
+}
+
+// The default prompt file: the shared data next to the repository (CI clones the repo next to
+// shared/), else a copy under tests/data; relative to the working directory, then to the binary.
+static const char *default_prompts(void) {
+    static const char *const rel[] = {"../shared/data/gsm8k/test.jsonl",
+                                      "tests/data/gsm8k/test.jsonl"};
+    static char path[PATH_MAX + 64];
+    for (int i = 0; i < 2; i++)
+        if (access(rel[i], R_OK) == 0) return rel[i];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            for (int i = 0; i < 2; i++) {
+                snprintf(path, sizeof path, "%s/%s", exe, rel[i]);
+                if (access(path, R_OK) == 0) return path;
+            }
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    const char *name;
+    unsigned lacache;
+    bool parallel, dpad;
+} method;
+
+typedef struct {
+    double latency_ms, flops;
+    int64_t steps, nfe, tok_fast, tok_dinfer, canvas_rows;
+    int64_t embed_rows, qkv_rows, fa_tiles, fa_skipped, head_rows, fp8_rows;
+    int same_as_vanilla, n;
+} method_sum;
+
+int cmd_bench_dllm(int argc, char **argv) {
+    dllm_args a;
+    args_init(&a);
+    a.gen_length = 64;
+    a.block_length = 16;
+    a.steps = 64;
+    const char *prompts = NULL, *only = NULL;
+    int n_prompts = 2, shots = 0;
+    const opt opts[] = {
+        {"--prompts", NULL, OPT_STR, &prompts, "GSM8K jsonl (default ../shared/data/gsm8k/test.jsonl)"},
+        {"--n-prompts", "-n", OPT_INT, &n_prompts, "questions to decode per method (default 2)"},
+        {"--shots", NULL, OPT_INT, &shots, "few-shot examples before each question: 0 (default), 1 or 4"},
+        {"--methods", NULL, OPT_STR, &only, "comma-separated subset of the method names"},
+        DLLM_DECODE_OPTS(a),
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = cli_parse_args(argc, argv,
+                           "usage: lazyinfer bench dllm -m MODEL [--prompts FILE] [--n-prompts N] "
+                           "[--shots 0|1|4] [--chat]\n"
+                           "       [--gen-length N] [--block-length B] [--steps S] [--threshold TAU "
+                           "| --factor F | --commit-per-step K] [--dpad-window W] [--fp8 on|off]\n\n"
+                           "Decodes GSM8K questions with each method (vanilla, each LaCache "
+                           "component, all LaCache, parallel, DPad, all combined)\n"
+                           "and prints a markdown table. Defaults for CPU: gen 64, block 16, "
+                           "steps 64, 2 questions, 0-shot, parallel = threshold 0.9.",
+                           opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    if (n_prompts < 1 || n_prompts > 10000) {
+        fprintf(stderr, "lazyinfer bench dllm: --n-prompts %d must be in 1..10000\n", n_prompts);
+        return 2;
+    }
+    if (shots < 0 || shots > 8) {
+        fprintf(stderr, "lazyinfer bench dllm: --shots %d must be in 0..8\n", shots);
+        return 2;
+    }
+    if (a.lacache) {
+        fprintf(stderr, "lazyinfer bench dllm: --lacache is chosen per method here (see --methods)\n");
+        return 2;
+    }
+    if (a.n_threads < 0) {
+        fprintf(stderr, "lazyinfer bench dllm: -t %d must not be negative\n", a.n_threads);
+        return 2;
+    }
+    li_dllm_params base;
+    if (!args_to_params("bench dllm", &a, &base)) return 2;
+    li_dllm_params par = base;  // the parallel setting: given, else threshold 0.9
+    if (!(a.threshold || a.factor || a.commit_per_step)) par.threshold = 0.9;
+    par.dpad = false;
+    base.threshold = base.factor = 0;
+    base.commit_per_step = 0;
+    li_dllm_params dp = base;
+    if (!dp.dpad) dp.dpad = true;  // DPad with the given (or default) window, k, scale
+    base.dpad = false;
+
+    if (!prompts) prompts = default_prompts();
+    if (!prompts) {
+        fprintf(stderr, "lazyinfer bench dllm: no GSM8K file at ../shared/data/gsm8k/test.jsonl "
+                        "or tests/data/gsm8k/test.jsonl; pass --prompts FILE\n");
+        return 2;
+    }
+    gsm8k g;
+    if (gsm8k_load(prompts, n_prompts + shots, &g)) {
+        gsm8k_free(&g);
+        return 1;
+    }
+    if (g.n < n_prompts + shots) {
+        fprintf(stderr, "lazyinfer bench dllm: %s has %d questions, %d needed (n-prompts + shots)\n",
+                prompts, g.n, n_prompts + shots);
+        gsm8k_free(&g);
+        return 2;
+    }
+
+    const method methods[] = {
+        {"vanilla", 0, false, false},
+        {"+EmbedCache", LI_DLLM_LACACHE_EMBED, false, false},
+        {"+RoPECache", LI_DLLM_LACACHE_ROPE, false, false},
+        {"+FACache", LI_DLLM_LACACHE_FA, false, false},
+        {"+LM-head trunc", LI_DLLM_LACACHE_TRUNC, false, false},
+        {"+LaCache (all)", LI_DLLM_LACACHE_ALL, false, false},
+        {"+parallel", 0, true, false},
+        {"+DPad", 0, false, true},
+        {"all combined", LI_DLLM_LACACHE_ALL, true, true},
+    };
+    const int n_methods = sizeof methods / sizeof methods[0];
+
+    li_model *m = NULL;
+    if ((r = load_model("bench dllm", &a, &m))) {
+        gsm8k_free(&g);
+        return r;
+    }
+    li_model_info info;
+    li_model_get_info(m, &info);
+    int status = 0;
+    int32_t **ids = calloc((size_t)n_prompts, sizeof *ids);
+    int *n_ids = calloc((size_t)n_prompts, sizeof *n_ids);
+    int32_t *vanilla = calloc((size_t)n_prompts * base.gen_length, sizeof *vanilla);
+    int32_t *gen = calloc((size_t)base.gen_length, sizeof *gen);
+    method_sum *sum = calloc((size_t)n_methods, sizeof *sum);
+    li_buf text = {0};
+    if (!ids || !n_ids || !vanilla || !gen || !sum) {
+        fprintf(stderr, "lazyinfer bench dllm: out of memory\n");
+        status = 1;
+        goto out;
+    }
+    // Prompts: `shots` solved examples (the first records), then the question.
+    int total_prompt = 0;
+    for (int i = 0; i < n_prompts; i++) {
+        text.len = 0;
+        for (int s = 0; s < shots; s++)
+            li_buf_printf(&text, "Question: %s\nAnswer: %s\n\n", g.q[s], g.a[s]);
+        li_buf_printf(&text, "Question: %s\nAnswer:", g.q[shots + i]);
+        if (render_prompt(m, a.system, text.data, a.chat, &ids[i], &n_ids[i]) != LI_OK) {
+            status = cli_fail("cannot tokenize a prompt");
+            goto out;
+        }
+        total_prompt += n_ids[i];
+    }
+    int n_run = 0;
+    for (int k = 0; k < n_methods; k++) {
+        if (only) {
+            // exact names, comma-separated
+            const char *p = only;
+            bool hit = false;
+            while (*p && !hit) {
+                size_t n = strcspn(p, ",");
+                hit = strlen(methods[k].name) == n && !strncmp(p, methods[k].name, n);
+                p += n + (p[n] == ',');
+            }
+            if (!hit && k > 0) continue;  // vanilla always runs: it is the baseline
+        }
+        li_dllm_params p = methods[k].parallel ? par : base;
+        if (methods[k].dpad) {
+            p.dpad = true;
+            p.dpad_window = dp.dpad_window;
+            p.dpad_k_sigma = dp.dpad_k_sigma;
+            p.dpad_scale = dp.dpad_scale;
+        }
+        p.lacache = methods[k].lacache;
+        method_sum *s = &sum[k];
+        s->n = 1;
+        s->same_as_vanilla = 1;
+        for (int i = 0; i < n_prompts; i++) {
+            li_dllm_stats st;
+            p.seed = a.seed + (uint64_t)i;
+            if (li_dllm_generate(m, ids[i], n_ids[i], &p, gen, &st) != LI_OK) {
+                fprintf(stderr, "lazyinfer bench dllm: method %s, question %d: %s\n",
+                        methods[k].name, i, li_last_error());
+                status = 1;
+                goto out;
+            }
+            if (k == 0) memcpy(vanilla + (size_t)i * p.gen_length, gen, (size_t)p.gen_length * 4);
+            else if (memcmp(vanilla + (size_t)i * p.gen_length, gen, (size_t)p.gen_length * 4))
+                s->same_as_vanilla = 0;
+            s->latency_ms += st.latency_ms;
+            s->flops += st.flops;
+            s->steps += st.steps;
+            s->nfe += st.nfe;
+            s->tok_fast += st.n_tokens_fastdllm;
+            s->tok_dinfer += st.n_tokens_dinfer;
+            s->canvas_rows += st.canvas_rows;
+            s->embed_rows += st.embed_rows;
+            s->qkv_rows += st.qkv_rows;
+            s->fa_tiles += st.fa_tiles;
+            s->fa_skipped += st.fa_tiles_skipped;
+            s->head_rows += st.head_rows;
+            s->fp8_rows += st.fp8_gemm_rows;
+            li_progress("bench dllm", ++n_run, (int64_t)n_methods * n_prompts);
+        }
+    }
+
+    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.model, info.name,
+           info.n_params / 1e6, m->be->n_threads);
+    printf("%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens; gen_length %d, "
+           "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; fp8 %s; seed %llu.\n",
+           n_prompts, prompts, shots, a.chat ? ", chat format" : "",
+           (double)total_prompt / n_prompts, base.gen_length, base.block_length, base.steps,
+           par.threshold > 0 ? "threshold" : par.factor > 0 ? "factor" : "commit-per-step",
+           dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
+           (unsigned long long)a.seed);
+    if (par.threshold > 0) printf("Threshold tau = %g.", par.threshold);
+    else if (par.factor > 0) printf("Factor f = %g.", par.factor);
+    else printf("Commit exactly %d per step (a fixed schedule, not confidence-driven).", par.commit_per_step);
+    printf(" tok/s F = Fast-dLLM count (generated tokens that are not EOS) / latency; tok/s D = "
+           "dInfer count (all gen_length positions, prompt excluded) / latency. Latency, NFE and "
+           "steps are per question (mean); work columns are totals over the questions. FLOPs "
+           "saved: against vanilla's total. = vanilla: the committed tokens equal vanilla's.\n\n");
+    printf("| method | latency ms | tok/s F | tok/s D | NFE | ms/step | canvas rows | embed rows | "
+           "QKV rows | FA tiles done / served | head rows | GFLOP | FLOPs saved | = vanilla |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
+    double v_flops = sum[0].flops;
+    for (int k = 0; k < n_methods; k++) {
+        const method_sum *s = &sum[k];
+        if (!s->n) continue;
+        double lat = s->latency_ms / n_prompts;
+        printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld / %lld | %lld | "
+               "%.3f | %.1f%% | %s |\n",
+               methods[k].name, lat, s->latency_ms > 0 ? 1e3 * s->tok_fast / s->latency_ms : 0,
+               s->latency_ms > 0 ? 1e3 * s->tok_dinfer / s->latency_ms : 0,
+               (double)s->nfe / n_prompts, s->steps ? s->latency_ms / s->steps : 0,
+               (long long)s->canvas_rows, (long long)s->embed_rows, (long long)s->qkv_rows,
+               (long long)s->fa_tiles, (long long)s->fa_skipped, (long long)s->head_rows,
+               s->flops / 1e9, v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
+               k == 0 ? "—" : s->same_as_vanilla ? "yes" : "no");
+    }
+    if (!strncmp(a.model, "synth:", 6))
+        printf("\nSynthetic model: random weights, so confidences are flat and the text is noise; "
+               "threshold/factor then commit about one token per step — use --commit-per-step K "
+               "to measure parallel decoding's cost per step.\n");
+out:
+    li_buf_free(&text);
+    if (ids)
+        for (int i = 0; i < n_prompts; i++) li_free_tokens(ids[i]);
+    free(ids);
+    free(n_ids);
+    free(vanilla);
+    free(gen);
+    free(sum);
+    gsm8k_free(&g);
+    li_model_free(m);
+    return status;
+}
