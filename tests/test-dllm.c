@@ -10,9 +10,13 @@
 //    block boundaries and not) commits exactly the tokens of the all-off run;
 //  * seeds: same seed twice → identical; different seeds differ at temperature > 0;
 //  * a batch of 3 requests of different lengths equals each decoded alone;
-//  * bad parameters and wrong models are rejected with messages naming the problem.
+//  * bad parameters and wrong models are rejected with messages naming the problem;
+//  * the cases of the independent Python reference (tests/ref/gen_llada_ref.py, files in
+//    tests/data/llada-ref/) commit the same tokens with the same NFE and steps, caches off and on.
 // Inputs (prompts, model seeds) are fresh each run from a seed printed at the start; set
 // LI_TEST_SEED to replay one.
+#include <glob.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -609,6 +613,100 @@ static void test_model(li_rng *rng) {
     li_model_free(m);
 }
 
+// ---- the Python reference's cases -----------------------------------------------------------
+
+#define REF_DIR "tests/data/llada-ref"
+
+// One case file → parameters, prompt, expected tokens. Returns false on a malformed file.
+static bool ref_case(json_t *d, li_dllm_params *p, int32_t *prompt, int *P, int32_t *want,
+                     int *nfe, int *steps) {
+    json_t *pp = json_object_get(d, "params"), *ex = json_object_get(d, "expected");
+    json_t *pr = json_object_get(d, "prompt_ids"), *ge = json_object_get(ex, "generated");
+    const char *rm = json_string_value(json_object_get(pp, "remasking"));
+    if (!json_is_object(pp) || !json_is_array(pr) || !json_is_array(ge) || !rm) return false;
+    *p = li_dllm_default_params();
+    p->gen_length = (int)json_integer_value(json_object_get(pp, "gen_length"));
+    p->block_length = (int)json_integer_value(json_object_get(pp, "block_length"));
+    p->steps = (int)json_integer_value(json_object_get(pp, "steps"));
+    p->remasking = strcmp(rm, "random") ? LI_DLLM_REMASK_LOW_CONFIDENCE : LI_DLLM_REMASK_RANDOM;
+    p->temperature = json_number_value(json_object_get(pp, "temperature"));
+    p->cfg = json_number_value(json_object_get(pp, "cfg_scale"));
+    p->logits_eos_inf = json_is_true(json_object_get(pp, "logits_eos_inf"));
+    p->confidence_eos_eot_inf = json_is_true(json_object_get(pp, "confidence_eos_eot_inf"));
+    p->threshold = json_number_value(json_object_get(pp, "threshold"));  // null → 0: off
+    p->factor = json_number_value(json_object_get(pp, "factor"));
+    p->early_stop = json_is_true(json_object_get(pp, "early_stop"));
+    p->seed = (uint64_t)json_integer_value(json_object_get(pp, "seed"));
+    json_t *dp = json_object_get(pp, "dpad");
+    if (json_is_object(dp)) {
+        p->dpad = true;
+        p->dpad_window = (int)json_integer_value(json_object_get(dp, "window"));
+        p->dpad_k_sigma = json_number_value(json_object_get(dp, "k_sigma"));
+        p->dpad_scale = json_number_value(json_object_get(dp, "scale"));
+    }
+    *P = (int)json_array_size(pr);
+    if (*P > 1024 || p->gen_length < 1 || p->gen_length > 1024 ||
+        (int)json_array_size(ge) != p->gen_length)
+        return false;
+    for (int k = 0; k < *P; k++) prompt[k] = (int32_t)json_integer_value(json_array_get(pr, k));
+    for (int k = 0; k < p->gen_length; k++) want[k] = (int32_t)json_integer_value(json_array_get(ge, k));
+    *nfe = (int)json_integer_value(json_object_get(ex, "nfe"));
+    *steps = (int)json_integer_value(json_object_get(ex, "steps"));
+    return true;
+}
+
+static void test_reference(void) {
+    glob_t g;
+    if (!li_path_is_dir(REF_DIR "/model") ||
+        glob(REF_DIR "/cases/*.json", 0, NULL, &g) != 0) {
+        TEST_SKIP("Python reference cases", "no %s/model or cases (tests/ref/gen_llada_ref.py)",
+                  REF_DIR);
+        return;
+    }
+    li_model_params mp = li_model_default_params();
+    mp.path = REF_DIR "/model";
+    mp.n_threads = 1;
+    li_model *m = NULL;
+    TEST_BEGIN("Python reference cases: same tokens, NFE and steps (caches off and all on)");
+    li_status rc = li_model_load(&m, &mp);
+    CHECK(rc == LI_OK, "%s: %s", mp.path, li_last_error());
+    static int32_t prompt[1024], want[1024], got[1024];
+    int n_cases = 0;
+    for (size_t i = 0; rc == LI_OK && i < g.gl_pathc; i++) {
+        json_error_t err;
+        json_t *d = json_load_file(g.gl_pathv[i], 0, &err);
+        CHECK(d != NULL, "%s: %s", g.gl_pathv[i], err.text);
+        if (!d) continue;
+        if (!json_object_get(d, "params")) {  // a forward-only case (tests/test-llada.c)
+            json_decref(d);
+            continue;
+        }
+        li_dllm_params p;
+        int P, nfe, steps;
+        bool ok = ref_case(d, &p, prompt, &P, want, &nfe, &steps);
+        CHECK(ok, "%s: unexpected layout", g.gl_pathv[i]);
+        json_decref(d);
+        if (!ok) continue;
+        n_cases++;
+        for (int lc = 0; lc < 2; lc++) {
+            p.lacache = lc ? LI_DLLM_LACACHE_ALL : 0;
+            p.fa_tile = lc ? 5 : 0;
+            li_dllm_stats st;
+            rc = li_dllm_generate(m, prompt, P, &p, got, &st);
+            CHECK(rc == LI_OK, "%s: %s", g.gl_pathv[i], li_last_error());
+            if (rc != LI_OK) break;
+            int d0 = first_diff(got, want, p.gen_length);
+            CHECK(d0 < 0 && st.nfe == nfe && st.steps == steps,
+                  "%s, caches %s: first difference at %d, nfe %d (ref %d), steps %d (ref %d)",
+                  g.gl_pathv[i], lc ? "on" : "off", d0, st.nfe, nfe, st.steps, steps);
+        }
+    }
+    CHECK(rc != LI_OK || n_cases > 0, "no decoding case in %s/cases", REF_DIR);
+    TEST_END();
+    globfree(&g);
+    li_model_free(m);
+}
+
 int main(void) {
     const char *env = getenv("LI_TEST_SEED");
     g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
@@ -619,5 +717,6 @@ int main(void) {
     test_select(&rng);
     test_dpad(&rng);
     test_model(&rng);
+    test_reference();
     return test_summary();
 }

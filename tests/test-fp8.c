@@ -58,7 +58,7 @@ static uint8_t nearest_code(float x) {
     double ax = fabs((double)x);
     int best = 0;
     double bd = INFINITY;
-    for (int c = 0; c < 127; c++) {  // positive finite codes 0x00..0x7e
+    for (int c = 0; c < 127; c++) { // positive finite codes 0x00..0x7e
         double d = fabs(ax - li_e4m3_to_f32((uint8_t)c));
         if (d < bd || (d == bd && (c & 1) == 0)) {
             bd = d;

@@ -40,10 +40,13 @@
 
 // Logit tolerance, max|a-b| / max|b| over a logit matrix. Both sides start from the same fp32
 // weights; the reference computes in float64, the C side in fp32 with its own summation order.
-// gen_llada_ref.py measured the same forward in float32 numpy against float64 at 1.0e-6 ..
-// 1.2e-6 ("fp32_numpy_vs_fp64_max_rel" in the forward cases), so 1e-4 leaves ~100× headroom for
-// a different summation order while real bugs cannot pass: the wrong RoPE theta (10000 for
-// 50000), a causal mask or eps 1e-6 for 1e-5 each move these logits by far more (README-llada.md).
+// gen_llada_ref.py measured the same forward in float32 numpy against float64 at 9.8e-7 ..
+// 2.1e-6 ("fp32_numpy_vs_fp64_max_rel" in the forward cases; lazyinfer's CPU backend: 1.8e-6
+// when this was written), so 1e-4 leaves ~50× headroom for a different summation order, while
+// the mistakes it measured ("sensitivity_max_rel") move these logits 370× .. 15000× more:
+// rms_norm_eps 1e-6 for 1e-5 0.037 .. 0.11, RoPE theta 10000 for 50000 0.6 .. 0.84, contiguous
+// positions instead of DPad's kept ones 0.19, a causal mask 0.66 .. 1.5, interleaved RoPE
+// 1.3 .. 1.4, gate and up swapped 0.74 .. 1.5.
 #define REL_TOL 1e-4
 // The reference keeps only cases whose every decision margin is > 1e-4 relative (MARGIN_MIN in
 // gen_llada_ref.py); a mismatch at a step whose margin is below 1e-5 would be a genuine fp32
@@ -722,10 +725,26 @@ int main(void) {
         li_model_info info;
         li_model_get_info(m, &info);
         CHECK(strcmp(info.arch, "llada") == 0, "arch '%s'", info.arch);
-        CHECK(info.n_layer == 3 && info.n_embd == 64 && info.n_ff == 150 && info.n_head == 4 &&
-              info.n_head_kv == 4 && info.head_dim == 16 && info.n_vocab == 320,
-              "shape L %d D %d F %d H %d/%d Dh %d V %d", info.n_layer, info.n_embd, info.n_ff,
-              info.n_head, info.n_head_kv, info.head_dim, info.n_vocab);
+        // The shape as config.json states it (LLaDA's key names; mlp_ratio is a decoy).
+        char cfg_path[2100];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_path);
+        json_error_t err;
+        json_t *cfg = json_load_file(cfg_path, 0, &err);
+        CHECK(cfg != NULL, "%s: %s", cfg_path, err.text);
+        if (cfg) {
+            int L = (int)num(cfg, "n_layers", -1), D = (int)num(cfg, "d_model", -1);
+            int F = (int)num(cfg, "mlp_hidden_size", -1), H = (int)num(cfg, "n_heads", -1);
+            int Hkv = (int)num(cfg, "n_kv_heads", -1), V = (int)num(cfg, "embedding_size", -1);
+            CHECK(info.n_layer == L && info.n_embd == D && info.n_ff == F && info.n_head == H &&
+                  info.n_head_kv == Hkv && info.head_dim == D / H && info.n_vocab == V,
+                  "shape L %d D %d F %d H %d/%d Dh %d V %d, config.json says %d %d %d %d/%d %d "
+                  "%d", info.n_layer, info.n_embd, info.n_ff, info.n_head, info.n_head_kv,
+                  info.head_dim, info.n_vocab, L, D, F, H, Hkv, D / H, V);
+            CHECK(fabs(info.rope_theta - num(cfg, "rope_theta", -1)) < 1e-3 &&
+                  fabs(info.rms_eps - num(cfg, "rms_norm_eps", -1)) < 1e-9,
+                  "rope_theta %g rms_eps %g", info.rope_theta, info.rms_eps);
+            json_decref(cfg);
+        }
         CHECK(!info.tied_embeddings, "LLaDA's head is untied");
         int32_t mask = -2, eos = -2, eot = -2;
         li_status st = li_dllm_special_tokens(m, &mask, &eos, &eot);

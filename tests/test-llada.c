@@ -30,14 +30,16 @@
 #include "tokenizer/tokenizer.h"
 
 #define MAXT 96
-#define MASK 261  // <|mdm_mask|> of the byte tokenizer with a 512-token vocabulary
+#define MASK 261 // <|mdm_mask|> of the byte tokenizer with a 512-token vocabulary
 #define MAX_STEPS 16
 
 static unsigned long long g_seed;
 static li_rng rng;
 static li_backend *be_fast, *be_ref;
 
-static int randint(int lo, int hi) { return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1)); }
+static int randint(int lo, int hi) {
+    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
+}
 static void *xmalloc(size_t n) {
     void *p = calloc(1, n ? n : 1);
     if (!p) {
@@ -67,7 +69,8 @@ static void make_script(script_t *sc, int P, int B, bool dpad) {
     int N = P + 3 * B;
     LI_ASSERT(N <= MAXT);
     int32_t full[MAXT];
-    for (int t = 0; t < N; t++) full[t] = t < P ? randint(0, 255) : MASK;
+    for (int t = 0; t < N; t++)
+        full[t] = t < P ? randint(0, 255) : MASK;
     sc->n = 0;
     for (int b = 0; b < 3; b++) {
         int blo = P + b * B, bhi = blo + B;
@@ -77,14 +80,14 @@ static void make_script(script_t *sc, int P, int B, bool dpad) {
         for (int st = 0; st < 3; st++) {
             step_t *s = &sc->s[sc->n++];
             s->T = T;
-            s->lo = blo;  // rows before the block are all kept, so row index = position there
+            s->lo = blo; // rows before the block are all kept, so row index = position there
             s->hi = bhi;
             s->block_start = st == 0;
             for (int i = 0; i < T; i++) {
                 s->tok[i] = full[rows[i]];
                 s->pos[i] = rows[i];
             }
-            for (int t = blo; t < bhi; t++)  // commit some masked rows for the next step
+            for (int t = blo; t < bhi; t++) // commit some masked rows for the next step
                 if (full[t] == MASK && li_rng_uniform(&rng) < 0.4) full[t] = randint(0, 255);
         }
     }
@@ -113,7 +116,8 @@ static li_status run_script(li_llada *m, const li_lacache *lc, const script_t *s
 
 static size_t script_logits(const script_t *sc, int V) {
     size_t n = 0;
-    for (int i = 0; i < sc->n; i++) n += (size_t)(sc->s[i].hi - sc->s[i].lo) * V;
+    for (int i = 0; i < sc->n; i++)
+        n += (size_t)(sc->s[i].hi - sc->s[i].lo) * V;
     return n;
 }
 
@@ -152,10 +156,12 @@ static void test_combinations(uint64_t mseed) {
         float *ref = xmalloc(n * 4), *got[16];
         li_lacache off = {0};
         li_status rc = run_script(m, &off, &sc, ref, NULL);
-        for (int cb = 0; cb < 16; cb++) got[cb] = xmalloc(n * 4);
+        for (int cb = 0; cb < 16; cb++)
+            got[cb] = xmalloc(n * 4);
         char name[200], cn[64];
         for (size_t ti = 0; ti < sizeof tiles / sizeof tiles[0]; ti++) {
-            snprintf(name, sizeof name, "model seed %llu, %s canvas (P %d, block %d), fa_tile %d: "
+            snprintf(name, sizeof name,
+                     "model seed %llu, %s canvas (P %d, block %d), fa_tile %d: "
                      "16 flag combinations = all-off; fa on/off bit-identical",
                      (unsigned long long)mseed, dp ? "DPad" : "full", sc.s[0].lo,
                      sc.s[0].hi - sc.s[0].lo, tiles[ti]);
@@ -178,7 +184,8 @@ static void test_combinations(uint64_t mseed) {
             }
             TEST_END();
         }
-        for (int cb = 0; cb < 16; cb++) free(got[cb]);
+        for (int cb = 0; cb < 16; cb++)
+            free(got[cb]);
         free(ref);
     }
     li_llada_free(m);
@@ -208,21 +215,24 @@ static void oracle_forward(const li_llada *m, const step_t *st, float *out) {
         op->matmul(be_ref, v, xn, &l->wv, T);
         op->rope(be_ref, q, st->pos, T, H, Dh, &m->rope);
         op->rope(be_ref, k, st->pos, T, Hkv, Dh, &m->rope);
-        for (int i = 0; i < T; i++)  // softmax(q k^T / sqrt(Dh)) v over all rows: no mask
+        for (int i = 0; i < T; i++) // softmax(q k^T / sqrt(Dh)) v over all rows: no mask
             for (int h = 0; h < H; h++) {
                 int hk = h / (H / Hkv);
                 double mx = -INFINITY, sum = 0;
                 for (int j = 0; j < T; j++) {
                     double d = 0;
                     for (int e = 0; e < Dh; e++)
-                        d += (double)q[(size_t)i * HD + h * Dh + e] * k[(size_t)j * KD + hk * Dh + e];
+                        d += (double)q[(size_t)i * HD + h * Dh + e] *
+                             k[(size_t)j * KD + hk * Dh + e];
                     sc[j] = d / sqrt((double)Dh);
                     mx = fmax(mx, sc[j]);
                 }
-                for (int j = 0; j < T; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int j = 0; j < T; j++)
+                    sum += (sc[j] = exp(sc[j] - mx));
                 for (int e = 0; e < Dh; e++) {
                     double a = 0;
-                    for (int j = 0; j < T; j++) a += sc[j] * v[(size_t)j * KD + hk * Dh + e];
+                    for (int j = 0; j < T; j++)
+                        a += sc[j] * v[(size_t)j * KD + hk * Dh + e];
                     att[(size_t)i * HD + h * Dh + e] = (float)(a / sum);
                 }
             }
@@ -258,15 +268,19 @@ static void test_oracle(uint64_t mseed) {
             off += (size_t)(sc.s[i].hi - sc.s[i].lo) * V;
         }
         char name[160];
-        snprintf(name, sizeof name, "model seed %llu, %s canvas: all caches (tile 7) = oracle forward "
-                 "(scalar ops, fp64 full softmax)", (unsigned long long)mseed, dp ? "DPad" : "full");
+        snprintf(name, sizeof name,
+                 "model seed %llu, %s canvas: all caches (tile 7) = oracle forward "
+                 "(scalar ops, fp64 full softmax)",
+                 (unsigned long long)mseed, dp ? "DPad" : "full");
         TEST_BEGIN(name);
         double e = test_nmse(got, want, (long)n);
         CHECK(rc == LI_OK, "%s", li_error_msg());
         CHECK(e <= 1e-10, "nmse %g; seed %llu", e, g_seed);
-        double mean = 0, var = 0;  // the logits are not degenerate
-        for (int i = 0; i < V; i++) mean += got[i] / V;
-        for (int i = 0; i < V; i++) var += (got[i] - mean) * (got[i] - mean) / V;
+        double mean = 0, var = 0; // the logits are not degenerate
+        for (int i = 0; i < V; i++)
+            mean += got[i] / V;
+        for (int i = 0; i < V; i++)
+            var += (got[i] - mean) * (got[i] - mean) / V;
         CHECK(var > 1e-2, "logit variance %g; seed %llu", var, g_seed);
         TEST_END();
         free(got), free(want);
@@ -284,7 +298,8 @@ static void test_batch_and_info(uint64_t mseed) {
     make_script(&sc[0], randint(5, 20), randint(6, 12), false);
     make_script(&sc[1], randint(5, 20), randint(6, 12), true);
     size_t n0 = script_logits(&sc[0], V), n1 = script_logits(&sc[1], V);
-    float *alone[2] = {xmalloc(n0 * 4), xmalloc(n1 * 4)}, *bat[2] = {xmalloc(n0 * 4), xmalloc(n1 * 4)};
+    float *alone[2] = {xmalloc(n0 * 4), xmalloc(n1 * 4)},
+          *bat[2] = {xmalloc(n0 * 4), xmalloc(n1 * 4)};
     li_lacache all = {true, true, true, true, false, 16};
     li_status rc = run_script(m, &all, &sc[0], alone[0], NULL);
     if (rc == LI_OK) rc = run_script(m, &all, &sc[1], alone[1], NULL);
@@ -295,7 +310,7 @@ static void test_batch_and_info(uint64_t mseed) {
     if (rc == LI_OK) rc = li_llada_scratch_init(&s, m, 2 * MAXT);
     size_t off[2] = {0, 0};
     li_llada_step_info inf_on[MAX_STEPS] = {0};
-    for (int i = 0; i < sc[0].n && rc == LI_OK; i++) {  // both scripts have 9 steps
+    for (int i = 0; i < sc[0].n && rc == LI_OK; i++) { // both scripts have 9 steps
         li_llada_canvas cv[2];
         float *lg[2];
         for (int j = 0; j < 2; j++) {
@@ -337,7 +352,8 @@ static void test_batch_and_info(uint64_t mseed) {
           "embed %lld qkv %lld head %lld, block rows %d", (long long)a->embed_rows,
           (long long)a->qkv_rows, (long long)a->head_rows, B0 + B1);
     CHECK(inf_off.embed_rows == T0 + T1 && inf_off.qkv_rows == T0 + T1 &&
-          inf_off.head_rows == T0 + T1, "all-off rows");
+              inf_off.head_rows == T0 + T1,
+          "all-off rows");
     CHECK(a->fa_tiles_skipped > 0 && inf_off.fa_tiles_skipped == 0, "skipped %lld",
           (long long)a->fa_tiles_skipped);
     CHECK(a->fa_tiles + a->fa_tiles_skipped == inf_off.fa_tiles, "tiles %lld + %lld != %lld",
@@ -360,7 +376,8 @@ static void test_batch_and_info(uint64_t mseed) {
     li_llada_cache_free(c[0]), li_llada_cache_free(c[1]);
     li_llada_cache_free(c2[0]), li_llada_cache_free(c2[1]);
     li_llada_scratch_free(s);
-    for (int j = 0; j < 2; j++) free(alone[j]), free(bat[j]);
+    for (int j = 0; j < 2; j++)
+        free(alone[j]), free(bat[j]);
     li_llada_free(m);
 }
 
@@ -397,7 +414,8 @@ static void test_fp8_tiny(uint64_t mseed) {
     int agree, rows = (int)(n / V);
     compare_logits(f8, f32, rows, V, &e, &agree);
     printf("# FP8 FFN on tiny-llada (model seed %llu, layers 1-2): logit nmse %.3g, top-1 "
-           "agreement %d/%d\n", (unsigned long long)mseed, e, agree, rows);
+           "agreement %d/%d\n",
+           (unsigned long long)mseed, e, agree, rows);
     TEST_BEGIN("FP8 FFN on tiny-llada: small error vs fp32; caches exact with FP8 too");
     CHECK(rc == LI_OK, "%s", li_error_msg());
     CHECK(e > 0 && e < 1e-2, "nmse %g; seed %llu", e, g_seed);
@@ -409,6 +427,33 @@ static void test_fp8_tiny(uint64_t mseed) {
     double ec = test_nmse(f8c, f8, (long)n);
     printf("# FP8 with all caches vs FP8 all-off: nmse %.3g\n", ec);
     CHECK(ec <= 1e-4, "all caches + fp8 vs fp8 alone: nmse %g; seed %llu", ec, g_seed);
+    TEST_END();
+
+    TEST_BEGIN("FP8 weight cache: 128x128 block scales and codes, computed independently");
+    int bad = 0;
+    for (int il = 1; il < m->hp.n_layer; il++)
+        for (int j = 0; j < 3; j++) {
+            const li_llama_layer *l = &m->w.layers[il];
+            const li_weight *W = j == 0 ? &l->w_gate : j == 1 ? &l->w_up : &l->w_down;
+            const li_fp8_weight *q = &m->fp8[3 * il + j];
+            int N = (int)W->n_rows, K = (int)W->n_cols, GK = (K + 127) / 128;
+            const float *w = W->data; // tiny-llada is f32
+            CHECK(q->n_rows == N && q->n_cols == K, "shape");
+            for (int bn = 0; bn * 128 < N; bn++)
+                for (int bk = 0; bk * 128 < K; bk++) {
+                    float amax = 0;
+                    for (int r = bn * 128; r < N && r < bn * 128 + 128; r++)
+                        for (int c = bk * 128; c < K && c < bk * 128 + 128; c++)
+                            amax = fmaxf(amax, fabsf(w[(size_t)r * K + c]));
+                    float sc = amax / 448.0f;
+                    bad += q->scale[bn * GK + bk] != sc;
+                    for (int r = bn * 128; r < N && r < bn * 128 + 128; r++)
+                        for (int c = bk * 128; c < K && c < bk * 128 + 128; c++)
+                            bad += q->q[(size_t)r * K + c] !=
+                                   li_f32_to_e4m3(w[(size_t)r * K + c] / sc);
+                }
+        }
+    CHECK(bad == 0, "%d mismatches", bad);
     TEST_END();
     free(f32), free(f8), free(f8c);
     li_llada_free(m);
@@ -453,15 +498,27 @@ static void test_fp8_smollm2(void) {
             have_s = rc == LI_OK;
         }
         LI_ASSERT(T <= 256);
-        li_kv_storage kv = {.n_layer = L, .n_head_kv = Hkv, .head_dim = Dh, .page_size = 256,
-                            .n_pages = 1, .data = xmalloc((size_t)L * 2 * Hkv * 256 * Dh * 4)};
+        li_kv_storage kv = {.n_layer = L,
+                            .n_head_kv = Hkv,
+                            .head_dim = Dh,
+                            .page_size = 256,
+                            .n_pages = 1,
+                            .data = xmalloc((size_t)L * 2 * Hkv * 256 * Dh * 4)};
         uint64_t page = li_page_word(0, T, 0);
         int32_t pos[256], vis[256], rows[256];
         int64_t slot[256];
-        for (int t = 0; t < T; t++) pos[t] = t, vis[t] = t + 1, rows[t] = t, slot[t] = t;
+        for (int t = 0; t < T; t++)
+            pos[t] = t, vis[t] = t + 1, rows[t] = t, slot[t] = t;
         li_batch_seq bs = {.t0 = 0, .n = T, .kv = {.pages = &page, .n_pages = 1}};
-        li_batch b = {.n_tokens = T, .tokens = ids, .pos = pos, .slot = slot, .n_visible = vis,
-                      .n_seqs = 1, .seqs = &bs, .n_logits = T, .logit_rows = rows};
+        li_batch b = {.n_tokens = T,
+                      .tokens = ids,
+                      .pos = pos,
+                      .slot = slot,
+                      .n_visible = vis,
+                      .n_seqs = 1,
+                      .seqs = &bs,
+                      .n_logits = T,
+                      .logit_rows = rows};
         float *ref = xmalloc((size_t)T * V * 4), *q8 = xmalloc((size_t)T * V * 4);
         if (rc == LI_OK) rc = li_llama_forward(&m, &s, &kv, &b, ref);
         if (rc == LI_OK) rc = li_llama_set_fp8(&m, true);
@@ -472,7 +529,8 @@ static void test_fp8_smollm2(void) {
             int agree;
             compare_logits(q8, ref, T, V, &e, &agree);
             printf("# FP8 FFN on SmolLM2-135M (layers 1-%d), prompt %zu (%d tokens): logit nmse "
-                   "%.3g, top-1 agreement %d/%d\n", L - 1, p, T, e, agree, T);
+                   "%.3g, top-1 agreement %d/%d\n",
+                   L - 1, p, T, e, agree, T);
             sum_e += e;
             agree_all += agree;
             rows_all += T;
@@ -494,19 +552,25 @@ static void test_fp8_smollm2(void) {
 
 int main(void) {
     const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL) ^ (unsigned long long)clock();
+    g_seed = env ? strtoull(env, NULL, 10)
+                 : (unsigned long long)time(NULL) ^ (unsigned long long)clock();
     li_rng_seed(&rng, g_seed);
     fprintf(stderr, "test-llada: seed %llu (LI_TEST_SEED=%llu reproduces)\n", g_seed, g_seed);
-    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {
+    // One thread: the tiny model's ops are far too small for the pool (the ops' threading is
+    // covered by test-ops-llada), and the test stays fast on a loaded machine.
+    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 1) != LI_OK) {
         fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
         return 1;
     }
-    for (int i = 0; i < 3; i++) test_combinations(li_rng_u64(&rng) % 1000000);
+    for (int i = 0; i < 3; i++)
+        test_combinations(li_rng_u64(&rng) % 1000000);
     printf("# flag combinations vs all-off: worst nmse %.3g, worst max rel %.3g\n", worst_nmse,
            worst_rel);
-    for (int i = 0; i < 2; i++) test_oracle(li_rng_u64(&rng) % 1000000);
+    for (int i = 0; i < 2; i++)
+        test_oracle(li_rng_u64(&rng) % 1000000);
     test_batch_and_info(li_rng_u64(&rng) % 1000000);
-    for (int i = 0; i < 2; i++) test_fp8_tiny(li_rng_u64(&rng) % 1000000);
+    for (int i = 0; i < 2; i++)
+        test_fp8_tiny(li_rng_u64(&rng) % 1000000);
     test_fp8_smollm2();
     li_backend_free(be_fast);
     li_backend_free(be_ref);

@@ -17,7 +17,8 @@ static li_backend *be_ref, *be_fast;
 static li_rng rng;
 
 static void fill(float *x, long n, float scale) {
-    for (long i = 0; i < n; i++) x[i] = li_rng_normal(&rng) * scale;
+    for (long i = 0; i < n; i++)
+        x[i] = li_rng_normal(&rng) * scale;
 }
 static void *xmalloc(size_t n) {
     void *p = calloc(1, n ? n : 1);
@@ -46,14 +47,17 @@ static void naive_attention(float *out, const float *q, const float *k, const fl
             for (int j = 0; j < nk; j++) {
                 double d = 0;
                 for (int x = 0; x < Dh; x++)
-                    d += (double)q[((size_t)i * H + h) * Dh + x] * k[((size_t)j * Hkv + hk) * Dh + x];
+                    d += (double)q[((size_t)i * H + h) * Dh + x] *
+                         k[((size_t)j * Hkv + hk) * Dh + x];
                 s[j] = d * scale;
                 if (s[j] > mx) mx = s[j];
             }
-            for (int j = 0; j < nk; j++) sum += (s[j] = exp(s[j] - mx));
+            for (int j = 0; j < nk; j++)
+                sum += (s[j] = exp(s[j] - mx));
             for (int x = 0; x < Dh; x++) {
                 double a = 0;
-                for (int j = 0; j < nk; j++) a += s[j] * v[((size_t)j * Hkv + hk) * Dh + x];
+                for (int j = 0; j < nk; j++)
+                    a += s[j] * v[((size_t)j * Hkv + hk) * Dh + x];
                 out[((size_t)i * H + h) * Dh + x] = (float)(a / sum);
             }
         }
@@ -61,9 +65,12 @@ static void naive_attention(float *out, const float *q, const float *k, const fl
 }
 
 static void test_flash(void) {
-    static const struct { int nq, H, Hkv, Dh, nk, tile; } cs[] = {
-        {13, 6, 2, 24, 37, 1}, {13, 6, 3, 17, 37, 5}, {7, 4, 4, 16, 64, 16}, {5, 3, 1, 33, 50, 64},
-        {9, 8, 8, 128, 100, 7}, {1, 2, 2, 8, 1, 1}, {20, 4, 2, 64, 129, 32},
+    static const struct {
+        int nq, H, Hkv, Dh, nk, tile;
+    } cs[] = {
+        {13, 6, 2, 24, 37, 1},   {13, 6, 3, 17, 37, 5},  {7, 4, 4, 16, 64, 16},
+        {5, 3, 1, 33, 50, 64},   {9, 8, 8, 128, 100, 7}, {1, 2, 2, 8, 1, 1},
+        {20, 4, 2, 64, 129, 32},
     };
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         int nq = cs[c].nq, H = cs[c].H, Hkv = cs[c].Hkv, Dh = cs[c].Dh, nk = cs[c].nk;
@@ -85,17 +92,19 @@ static void test_flash(void) {
         naive_attention(ref, q, k, v, nq, H, nk, Hkv, Dh, scale);
         // 0: oracle over all keys; 1: fast over all keys; 2: fast split at a tile boundary into
         // the later part first, then the earlier part (the FACache order)
-        be_ref->ops->flash_attn_tiles(be_ref, o[0], m[0], l[0], q, nq, H, k, v, nk, Hkv, Dh, tile, scale);
-        be_fast->ops->flash_attn_tiles(be_fast, o[1], m[1], l[1], q, nq, H, k, v, nk, Hkv, Dh, tile, scale);
+        be_ref->ops->flash_attn_tiles(be_ref, o[0], m[0], l[0], q, nq, H, k, v, nk, Hkv, Dh, tile,
+                                      scale);
+        be_fast->ops->flash_attn_tiles(be_fast, o[1], m[1], l[1], q, nq, H, k, v, nk, Hkv, Dh, tile,
+                                       scale);
         int split = (nk / 2) / tile * tile;
         size_t ks = (size_t)split * Hkv * Dh;
-        be_fast->ops->flash_attn_tiles(be_fast, o[2], m[2], l[2], q, nq, H, k + ks, v + ks, nk - split,
-                                       Hkv, Dh, tile, scale);
+        be_fast->ops->flash_attn_tiles(be_fast, o[2], m[2], l[2], q, nq, H, k + ks, v + ks,
+                                       nk - split, Hkv, Dh, tile, scale);
         be_fast->ops->flash_attn_tiles(be_fast, o[2], m[2], l[2], q, nq, H, k, v, split, Hkv, Dh,
                                        tile, scale);
         be_ref->ops->flash_attn_finalize(be_ref, out[0], o[0], l[0], rows, Dh);
         be_fast->ops->flash_attn_finalize(be_fast, out[1], o[1], l[1], rows, Dh);
-        be_fast->ops->flash_attn_finalize(be_fast, o[2], o[2], l[2], rows, Dh);  // in place
+        be_fast->ops->flash_attn_finalize(be_fast, o[2], o[2], l[2], rows, Dh); // in place
         char name[160];
         snprintf(name, sizeof name, "flash_attn_tiles nq=%d H=%d Hkv=%d Dh=%d nk=%d tile=%d", nq, H,
                  Hkv, Dh, nk, tile);
@@ -109,7 +118,8 @@ static void test_flash(void) {
         CHECK(!test_has_nan(out[1], n) && !test_has_nan(o[2], n), "NaN; seed %llu", g_seed);
         TEST_END();
         free(q), free(k), free(v), free(ref);
-        for (int b = 0; b < 3; b++) free(o[b]), free(m[b]), free(l[b]), free(out[b]);
+        for (int b = 0; b < 3; b++)
+            free(o[b]), free(m[b]), free(l[b]), free(out[b]);
     }
 }
 
@@ -142,7 +152,9 @@ static li_fp8_weight quant_weight(const float *w, int N, int K) {
 }
 
 static void test_fp8(void) {
-    static const struct { int T, N, K; } cs[] = {
+    static const struct {
+        int T, N, K;
+    } cs[] = {
         {1, 1, 1}, {5, 130, 300}, {17, 64, 128}, {3, 257, 129}, {33, 176, 64}, {8, 200, 512},
     };
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
@@ -150,8 +162,9 @@ static void test_fp8(void) {
         float *x = xmalloc((size_t)T * K * 4), *w = xmalloc((size_t)N * K * 4);
         fill(x, (long)T * K, 2.0f);
         fill(w, (long)N * K, 0.05f);
-        if (T > 2) {  // an all-zero group, a huge value, a tiny group
-            for (int k = 0; k < K && k < 128; k++) x[K + k] = 0;
+        if (T > 2) { // an all-zero group, a huge value, a tiny group
+            for (int k = 0; k < K && k < 128; k++)
+                x[K + k] = 0;
             x[2 * K] = 3e4f;
         }
         float *sa_r, *sa_f;
@@ -161,7 +174,7 @@ static void test_fp8(void) {
         TEST_BEGIN(name);
         CHECK(memcmp(qa_r, qa_f, (size_t)T * K) == 0, "codes differ; seed %llu", g_seed);
         CHECK(memcmp(sa_r, sa_f, (size_t)T * G * 4) == 0, "scales differ; seed %llu", g_seed);
-        double worst = 0;  // |x - deq| <= half an e4m3 step: 2^-4 relative (normal) or 2^-10 * s
+        double worst = 0; // |x - deq| <= half an e4m3 step: 2^-4 relative (normal) or 2^-10 * s
         for (int t = 0; t < T; t++)
             for (int k = 0; k < K; k++) {
                 float s = sa_r[t * G + k / 128], xv = x[(size_t)t * K + k];
@@ -177,11 +190,12 @@ static void test_fp8(void) {
         float *y_d = xmalloc((size_t)T * N * 4), *y_32 = xmalloc((size_t)T * N * 4);
         be_ref->ops->matmul_fp8(be_ref, y_r, qa_r, sa_r, T, &W);
         be_fast->ops->matmul_fp8(be_fast, y_f, qa_r, sa_r, T, &W);
-        for (int t = 0; t < T; t++)  // fp64 product of the dequantised inputs; fp32 product
+        for (int t = 0; t < T; t++) // fp64 product of the dequantised inputs; fp32 product
             for (int n = 0; n < N; n++) {
                 double a = 0, b = 0;
                 for (int k = 0; k < K; k++) {
-                    double da = (double)li_e4m3_to_f32(qa_r[(size_t)t * K + k]) * sa_r[t * G + k / 128];
+                    double da =
+                        (double)li_e4m3_to_f32(qa_r[(size_t)t * K + k]) * sa_r[t * G + k / 128];
                     double dw = (double)li_e4m3_to_f32(W.q[(size_t)n * K + k]) *
                                 W.scale[(n / 128) * G + k / 128];
                     a += da * dw;
@@ -190,7 +204,8 @@ static void test_fp8(void) {
                 y_d[(size_t)t * N + n] = (float)a;
                 y_32[(size_t)t * N + n] = (float)b;
             }
-        snprintf(name, sizeof name, "matmul_fp8 T=%d N=%d K=%d: fast == oracle, vs dequantised", T, N, K);
+        snprintf(name, sizeof name, "matmul_fp8 T=%d N=%d K=%d: fast == oracle, vs dequantised", T,
+                 N, K);
         TEST_BEGIN(name);
         CHECK(memcmp(y_r, y_f, (size_t)T * N * 4) == 0, "fast differs from the oracle; seed %llu",
               g_seed);
@@ -205,7 +220,8 @@ static void test_fp8(void) {
 
 int main(void) {
     const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL) ^ (unsigned long long)clock();
+    g_seed = env ? strtoull(env, NULL, 10)
+                 : (unsigned long long)time(NULL) ^ (unsigned long long)clock();
     li_rng_seed(&rng, g_seed);
     fprintf(stderr, "test-ops-llada: seed %llu (LI_TEST_SEED=%llu reproduces)\n", g_seed, g_seed);
     if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {

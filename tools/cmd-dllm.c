@@ -212,6 +212,17 @@ typedef struct {
     li_buf line;
 } trace_ctx;
 
+// Length of the valid UTF-8 character at s (at most n bytes), 0 if it is not one.
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    if (s[0] < 0x80) return 1;
+    size_t len = s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+    if (s[0] >= 0xf5) len = 0;
+    if (!len || len > n) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    return len;
+}
+
 // One line per step on stderr: the generated part, masks as ▒, EOS/EOT as ⟨eos⟩/⟨eot⟩, newlines
 // as ⏎, so that a person can watch the canvas fill in.
 static void trace_step(void *user, const li_dllm_step *s) {
@@ -234,10 +245,14 @@ static void trace_step(void *user, const li_dllm_step *s) {
         size_t len;
         if (li_token_to_piece(t->m, id, piece, sizeof piece, &len) != LI_OK) continue;
         if (len > sizeof piece) len = sizeof piece;
-        for (size_t k = 0; k < len; k++) {
-            if (piece[k] == '\n') li_buf_append(&t->line, "⏎", strlen("⏎"));
-            else if ((unsigned char)piece[k] < 0x20) li_buf_append(&t->line, "·", strlen("·"));
-            else li_buf_append(&t->line, &piece[k], 1);
+        for (size_t k = 0; k < len;) {
+            unsigned char c = (unsigned char)piece[k];
+            size_t u = utf8_len((const unsigned char *)piece + k, len - k);
+            if (c == '\n') li_buf_append(&t->line, "⏎", strlen("⏎"));
+            else if (c < 0x20) li_buf_append(&t->line, "·", strlen("·"));
+            else if (u) li_buf_append(&t->line, piece + k, u);
+            else li_buf_append(&t->line, "�", strlen("�"));  // a byte of a split character
+            k += u ? u : 1;
         }
     }
     li_buf_append(&t->line, "\n", 1);

@@ -24,25 +24,26 @@
 #include "cli.h"
 #include "lazyinfer.h"
 
-#define SIM_MAX_DOCS 10000000   // N: the α <= 1 sampler keeps an (N) double table
-#define SIM_MAX_DOC_LEN 1000000 // L
-#define SIM_MAX_K 4096          // documents per request
-#define SIM_MAX_ALPHA 100.0     // beyond this every draw is rank 1 anyway
+#define SIM_MAX_DOCS 10000000     // N: the α <= 1 sampler keeps an (N) double table
+#define SIM_MAX_DOC_LEN 1000000   // L
+#define SIM_MAX_K 4096            // documents per request
+#define SIM_MAX_POSITIONS 1000000 // D
+#define SIM_MAX_ALPHA 100.0       // beyond this every draw is rank 1 anyway
 #define SIM_MODEL_ID "lazyinfer-sim"
 
 typedef enum { POL_LAZY, POL_COPY, POL_PREFIX, N_POL } policy_id;
 static const char *const policy_names[N_POL] = {"lazy", "copy", "prefix"};
 
 typedef struct {
-    int64_t n_docs;      // N
-    double alpha;        // Zipf exponent
-    int k;               // documents per request (distinct)
-    int positions;       // D: slots a document may occupy, Δ = slot · L
-    int doc_len;         // L tokens
-    int page_size;       // P tokens
-    int64_t n_requests;  // R
-    int64_t warmup;      // first requests not counted
-    int64_t budget;      // C tokens; pool pages = C / P
+    int64_t n_docs;     // N
+    double alpha;       // Zipf exponent
+    int k;              // documents per request (distinct)
+    int positions;      // D: slots a document may occupy, Δ = slot · L
+    int doc_len;        // L tokens
+    int page_size;      // P tokens
+    int64_t n_requests; // R
+    int64_t warmup;     // first requests not counted
+    int64_t budget;     // C tokens; pool pages = C / P
     uint64_t seed;
     const li_evict_policy *evict;
 } sim_config;
@@ -54,18 +55,18 @@ typedef struct {
 typedef struct {
     const sim_config *cfg;
     li_rng rng;
-    int64_t *pool;     // (N) rank r (1-based) → document id pool[r - 1]: the shuffled pool
-    double *cdf;       // (N) α <= 1: P(rank <= i + 1); NULL when the rejection sampler is used
-    double am1, b, umin;  // rejection sampler constants (α > 1)
-    int64_t *seen;     // (N) request index + 1 that last drew each rank (distinctness)
-    int *slot_pool;    // (D) scratch for choosing distinct slots
-    int64_t n_made;    // requests produced so far
+    int64_t *pool;       // (N) rank r (1-based) → document id pool[r - 1]: the shuffled pool
+    double *cdf;         // (N) α <= 1: P(rank <= i + 1); NULL when the rejection sampler is used
+    double am1, b, umin; // rejection sampler constants (α > 1)
+    int64_t *seen;       // (N) request index + 1 that last drew each rank (distinctness)
+    int *slot_pool;      // (D) scratch for choosing distinct slots
+    int64_t n_made;      // requests produced so far
 } trace_gen;
 
 typedef struct {
-    int64_t rank[SIM_MAX_K];  // (k) popularity rank, in prompt order
-    int64_t doc[SIM_MAX_K];   // (k) document id
-    int slot[SIM_MAX_K];      // (k) ascending slots; Δ = slot · L
+    int64_t rank[SIM_MAX_K]; // (k) popularity rank, in prompt order
+    int64_t doc[SIM_MAX_K];  // (k) document id
+    int slot[SIM_MAX_K];     // (k) ascending slots; Δ = slot · L
 } request;
 
 static li_status trace_init(trace_gen *g, const sim_config *cfg) {
@@ -78,7 +79,8 @@ static li_status trace_init(trace_gen *g, const sim_config *cfg) {
     g->slot_pool = malloc((size_t)cfg->positions * sizeof *g->slot_pool);
     if (!g->pool || !g->seen || !g->slot_pool) goto oom;
     // Shuffled pool (Fisher-Yates), as the paper's scripts shuffle the corpus before ranking.
-    for (int64_t i = 0; i < N; i++) g->pool[i] = i;
+    for (int64_t i = 0; i < N; i++)
+        g->pool[i] = i;
     for (int64_t i = N - 1; i > 0; i--) {
         int64_t j = (int64_t)(li_rng_u64(&g->rng) % (uint64_t)(i + 1));
         int64_t t = g->pool[i];
@@ -91,8 +93,10 @@ static li_status trace_init(trace_gen *g, const sim_config *cfg) {
         g->cdf = malloc((size_t)N * sizeof *g->cdf);
         if (!g->cdf) goto oom;
         double s = 0;
-        for (int64_t i = 0; i < N; i++) g->cdf[i] = (s += pow((double)(i + 1), -cfg->alpha));
-        for (int64_t i = 0; i < N; i++) g->cdf[i] /= s;
+        for (int64_t i = 0; i < N; i++)
+            g->cdf[i] = (s += pow((double)(i + 1), -cfg->alpha));
+        for (int64_t i = 0; i < N; i++)
+            g->cdf[i] /= s;
         g->cdf[N - 1] = 1.0;
     } else {
         g->am1 = cfg->alpha - 1.0;
@@ -122,10 +126,13 @@ static int64_t zipf_draw(trace_gen *g) {
     int64_t N = g->cfg->n_docs;
     if (g->cdf) {
         double u = li_rng_uniform(&g->rng);
-        int64_t lo = 0, hi = N - 1;  // first i with cdf[i] > u
+        int64_t lo = 0, hi = N - 1; // first i with cdf[i] > u
         while (lo < hi) {
             int64_t mid = lo + (hi - lo) / 2;
-            if (g->cdf[mid] > u) hi = mid; else lo = mid + 1;
+            if (g->cdf[mid] > u)
+                hi = mid;
+            else
+                lo = mid + 1;
         }
         return lo + 1;
     }
@@ -133,10 +140,10 @@ static int64_t zipf_draw(trace_gen *g) {
     // Generation, 1986, p. 551).
     for (;;) {
         double u01 = li_rng_uniform(&g->rng);
-        double U = u01 * g->umin + (1.0 - u01);  // (umin, 1]
+        double U = u01 * g->umin + (1.0 - u01); // (umin, 1]
         double V = li_rng_uniform(&g->rng);
         double X = floor(pow(U, -1.0 / g->am1));
-        if (X < 1.0 || X > (double)N) continue;  // rounding at the ends of the range
+        if (X < 1.0 || X > (double)N) continue; // rounding at the ends of the range
         double T = pow(1.0 + 1.0 / X, g->am1);
         if (V * X * (T - 1.0) / (g->b - 1.0) <= T / g->b) return (int64_t)X;
     }
@@ -149,26 +156,31 @@ static void trace_next(trace_gen *g, request *rq) {
     int64_t stamp = ++g->n_made;
     for (int j = 0; j < c->k; j++) {
         int64_t r;
-        do r = zipf_draw(g); while (g->seen[r - 1] == stamp);
+        do
+            r = zipf_draw(g);
+        while (g->seen[r - 1] == stamp);
         g->seen[r - 1] = stamp;
         rq->rank[j] = r;
         rq->doc[j] = g->pool[r - 1];
     }
     if (c->positions == c->k) {
-        for (int j = 0; j < c->k; j++) rq->slot[j] = j;
+        for (int j = 0; j < c->k; j++)
+            rq->slot[j] = j;
         return;
     }
     // k distinct slots of D (partial Fisher-Yates), then sorted so Δ grows along the prompt.
     int D = c->positions;
-    for (int s = 0; s < D; s++) g->slot_pool[s] = s;
+    for (int s = 0; s < D; s++)
+        g->slot_pool[s] = s;
     for (int j = 0; j < c->k; j++) {
         int t = j + (int)(li_rng_u64(&g->rng) % (uint64_t)(D - j));
         int x = g->slot_pool[j];
         g->slot_pool[j] = g->slot_pool[t];
         g->slot_pool[t] = x;
     }
-    for (int j = 0; j < c->k; j++) rq->slot[j] = g->slot_pool[j];
-    for (int j = 1; j < c->k; j++)  // insertion sort: k is small
+    for (int j = 0; j < c->k; j++)
+        rq->slot[j] = g->slot_pool[j];
+    for (int j = 1; j < c->k; j++) // insertion sort: k is small
         for (int i = j; i > 0 && rq->slot[i - 1] > rq->slot[i]; i--) {
             int x = rq->slot[i];
             rq->slot[i] = rq->slot[i - 1];
@@ -178,7 +190,7 @@ static void trace_next(trace_gen *g, request *rq) {
 
 // ---- documents as tokens ------------------------------------------------------------------------
 
-static uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+static uint64_t mix64(uint64_t x) { // splitmix64 finaliser
     x ^= x >> 30;
     x *= 0xbf58476d1ce4e5b9ull;
     x ^= x >> 27;
@@ -199,20 +211,23 @@ static void doc_key(li_doc_key *key, int64_t d) {
     li_doc_key_compute(key, SIM_MODEL_ID, "sim-doc", id, 2);
 }
 
-// ---- one policy over the trace -------------------------------------------------------------------
+// ---- one policy over the trace
+// -------------------------------------------------------------------
 
 typedef struct {
     bool ran;
-    int64_t lookups;       // documents requested (counted requests only)
-    int64_t hits;          // documents served from cache (copy: exact Δ; prefix: all L tokens)
-    int64_t any_hits;      // copy: hits at any Δ (exact + copied and re-rotated)
+    int64_t lookups;  // documents requested (counted requests only)
+    int64_t hits;     // documents served from cache (copy: exact Δ; prefix: all L tokens)
+    int64_t any_hits; // copy: hits at any Δ (exact + copied and re-rotated)
     int64_t hit_tokens, any_hit_tokens, req_tokens;
     int64_t evictions;     // copies (lazy, copy) or pages (prefix), counted requests only
     int64_t resident_docs; // at the end (prefix: documents whose every page is cached)
     int64_t resident_pages;
 } pol_result;
 
-static double ratio(int64_t a, int64_t b) { return b > 0 ? (double)a / (double)b : 0.0; }
+static double ratio(int64_t a, int64_t b) {
+    return b > 0 ? (double)a / (double)b : 0.0;
+}
 
 static int64_t pages_per_doc(const sim_config *c) {
     return (c->doc_len + c->page_size - 1) / c->page_size;
@@ -254,8 +269,8 @@ static li_status run_doc_cache(const sim_config *c, bool agnostic, pol_result *r
             rc = li_doc_cache_acquire(dc, &key, c->doc_len, agnostic, delta, &held[n_held], &src,
                                       &lr);
             if (rc != LI_OK) {
-                rc = li_error_wrap(rc, "%s: request %lld, document %d of %d", label,
-                                   (long long)r, j + 1, c->k);
+                rc = li_error_wrap(rc, "%s: request %lld, document %d of %d", label, (long long)r,
+                                   j + 1, c->k);
                 break;
             }
             // A miss is prefilled, a hit at another Δ copied and re-rotated: either way the new
@@ -276,7 +291,8 @@ static li_status run_doc_cache(const sim_config *c, bool agnostic, pol_result *r
                 }
             }
         }
-        for (int j = 0; j < n_held; j++) li_doc_cache_release(dc, held[j]);
+        for (int j = 0; j < n_held; j++)
+            li_doc_cache_release(dc, held[j]);
         if ((r & 1023) == 0 || r + 1 == c->n_requests) li_progress(label, r + 1, c->n_requests);
     }
     if (rc == LI_OK) {
@@ -301,7 +317,8 @@ static li_status run_doc_cache(const sim_config *c, bool agnostic, pol_result *r
 static int prefix_prompt(const sim_config *c, const request *rq, int64_t r, int32_t *tokens,
                          int8_t *is_doc_slot) {
     int n_slots = rq->slot[c->k - 1] + 1;
-    for (int s = 0; s < n_slots; s++) is_doc_slot[s] = 0;
+    for (int s = 0; s < n_slots; s++)
+        is_doc_slot[s] = 0;
     for (int j = 0; j < c->k; j++) {
         is_doc_slot[rq->slot[j]] = 1;
         for (int t = 0; t < c->doc_len; t++)
@@ -309,9 +326,10 @@ static int prefix_prompt(const sim_config *c, const request *rq, int64_t r, int3
     }
     for (int s = 0; s < n_slots; s++)
         if (!is_doc_slot[s]) {
-            int32_t f = -1 - (int32_t)(((uint64_t)r * (uint64_t)c->positions + (uint64_t)s) &
-                                       0x3fffffff);
-            for (int t = 0; t < c->doc_len; t++) tokens[(size_t)s * c->doc_len + t] = f;
+            int32_t f =
+                -1 - (int32_t)(((uint64_t)r * (uint64_t)c->positions + (uint64_t)s) & 0x3fffffff);
+            for (int t = 0; t < c->doc_len; t++)
+                tokens[(size_t)s * c->doc_len + t] = f;
         }
     return n_slots * c->doc_len;
 }
@@ -321,7 +339,7 @@ static li_status run_prefix(const sim_config *c, pol_result *res) {
     li_prefix_cache *pc = NULL;
     trace_gen g;
     int P = c->page_size, L = c->doc_len;
-    int max_tokens = c->positions * L;  // checked against INT_MAX by validate()
+    int max_tokens = c->positions * L; // checked against INT_MAX by validate()
     int max_pages = (max_tokens + P - 1) / P;
     li_status rc = li_kv_pool_init_virtual(&pool, P, c->budget / P);
     if (rc != LI_OK) return rc;
@@ -358,7 +376,8 @@ static li_status run_prefix(const sim_config *c, pol_result *res) {
             rc = li_kv_page_alloc(&pool, &pages[n_have]);
         for (int i = m; rc == LI_OK && i < n_full; i++)
             rc = li_prefix_cache_insert(pc, &keys[i], pages[i]);
-        for (int i = 0; i < n_have; i++) li_kv_page_unref(&pool, pages[i]);
+        for (int i = 0; i < n_have; i++)
+            li_kv_page_unref(&pool, pages[i]);
         if (rc != LI_OK) {
             rc = li_error_wrap(rc, "prefix: request %lld (%d pages)", (long long)r, n_pages);
             break;
@@ -376,7 +395,8 @@ static li_status run_prefix(const sim_config *c, pol_result *res) {
                 res->req_tokens += L;
             }
         }
-        if ((r & 1023) == 0 || r + 1 == c->n_requests) li_progress("sim prefix", r + 1, c->n_requests);
+        if ((r & 1023) == 0 || r + 1 == c->n_requests)
+            li_progress("sim prefix", r + 1, c->n_requests);
     }
     if (rc == LI_OK) {
         li_prefix_cache_stats st;
@@ -391,12 +411,14 @@ static li_status run_prefix(const sim_config *c, pol_result *res) {
         int32_t *dt = tokens;
         int n_dp = L / P;
         for (int64_t d = 0; d < c->n_docs && n_dp > 0; d++) {
-            for (int t = 0; t < n_dp * P; t++) dt[t] = doc_token(d, t);
+            for (int t = 0; t < n_dp * P; t++)
+                dt[t] = doc_token(d, t);
             li_prefix_chain(SIM_MODEL_ID, dt, n_dp * P, P, keys);
             int m = li_prefix_cache_match(pc, keys, n_dp, pages);
-            for (int i = 0; i < m; i++) li_kv_page_unref(&pool, pages[i]);
+            for (int i = 0; i < m; i++)
+                li_kv_page_unref(&pool, pages[i]);
             n_res += m == n_dp;
-            if (d > 100000) {  // bounded work: larger pools are not scanned
+            if (d > 100000) { // bounded work: larger pools are not scanned
                 n_res = -1;
                 break;
             }
@@ -426,12 +448,14 @@ static li_status run_policy(const sim_config *c, policy_id p, pol_result *res) {
     return LI_OK;
 }
 
-// ---- closed forms --------------------------------------------------------------------------------
+// ---- closed forms
+// --------------------------------------------------------------------------------
 
 // H(n) = Σ_{i=1..n} i^-α.
 static double zipf_h(int64_t n, double alpha) {
     double s = 0;
-    for (int64_t i = n; i >= 1; i--) s += pow((double)i, -alpha);  // small terms first
+    for (int64_t i = n; i >= 1; i--)
+        s += pow((double)i, -alpha); // small terms first
     return s;
 }
 
@@ -448,7 +472,10 @@ static double solve_alpha(int64_t M, int D, double target) {
     if (!(paper_ratio(M, D, lo) > target && paper_ratio(M, D, hi) < target)) return NAN;
     for (int it = 0; it < 100; it++) {
         double mid = 0.5 * (lo + hi);
-        if (paper_ratio(M, D, mid) > target) lo = mid; else hi = mid;
+        if (paper_ratio(M, D, mid) > target)
+            lo = mid;
+        else
+            hi = mid;
     }
     return 0.5 * (lo + hi);
 }
@@ -463,32 +490,39 @@ static int cmp_desc(const void *a, const void *b) {
 // characteristic time T solves Σ (1 - e^{-π_i T}) = cap; hit ratio Σ π_i (1 - e^{-π_i T}).
 static double che_hit(const double *pi, int64_t n, double cap) {
     int64_t nz = 0;
-    for (int64_t i = 0; i < n; i++) nz += pi[i] > 0;
+    for (int64_t i = 0; i < n; i++)
+        nz += pi[i] > 0;
     if (cap >= (double)nz) return 1.0;
     if (cap <= 0) return 0.0;
     double lo = 0, hi = 1;
-    for (;;) {  // bracket
+    for (;;) { // bracket
         double f = 0;
-        for (int64_t i = 0; i < nz; i++) f += -expm1(-pi[i] * hi);
+        for (int64_t i = 0; i < nz; i++)
+            f += -expm1(-pi[i] * hi);
         if (f >= cap) break;
         lo = hi;
         hi *= 2;
     }
     for (int it = 0; it < 200 && hi - lo > 1e-12 * hi; it++) {
         double mid = 0.5 * (lo + hi), f = 0;
-        for (int64_t i = 0; i < nz; i++) f += -expm1(-pi[i] * mid);
-        if (f < cap) lo = mid; else hi = mid;
+        for (int64_t i = 0; i < nz; i++)
+            f += -expm1(-pi[i] * mid);
+        if (f < cap)
+            lo = mid;
+        else
+            hi = mid;
     }
     double T = 0.5 * (lo + hi), h = 0;
-    for (int64_t i = 0; i < nz; i++) h += pi[i] * -expm1(-pi[i] * T);
+    for (int64_t i = 0; i < nz; i++)
+        h += pi[i] * -expm1(-pi[i] * T);
     return h;
 }
 
 typedef struct {
-    int64_t M, m_aware;             // capacities in documents: agnostic, position-aware
-    double paper_lazy, paper_copy;  // static top-M with p_i ∝ i^-α
-    double trace_lazy, trace_copy;  // static top-M with the trace's per-document frequencies
-    double che_lazy, che_copy;      // Che's LRU approximation with those frequencies
+    int64_t M, m_aware;            // capacities in documents: agnostic, position-aware
+    double paper_lazy, paper_copy; // static top-M with p_i ∝ i^-α
+    double trace_lazy, trace_copy; // static top-M with the trace's per-document frequencies
+    double che_lazy, che_copy;     // Che's LRU approximation with those frequencies
 } predictions;
 
 // The trace's per-document frequency π_i (counted requests), sorted descending (rank order is
@@ -509,10 +543,12 @@ static li_status trace_frequencies(const sim_config *c, double **out) {
     for (int64_t r = 0; r < c->n_requests; r++) {
         trace_next(&g, rq);
         if (r < c->warmup) continue;
-        for (int j = 0; j < c->k; j++) pi[rq->rank[j] - 1] += 1;
+        for (int j = 0; j < c->k; j++)
+            pi[rq->rank[j] - 1] += 1;
         total += c->k;
     }
-    for (int64_t i = 0; i < c->n_docs; i++) pi[i] /= (double)total;
+    for (int64_t i = 0; i < c->n_docs; i++)
+        pi[i] /= (double)total;
     qsort(pi, (size_t)c->n_docs, sizeof *pi, cmp_desc);
     free(rq);
     trace_free(&g);
@@ -547,17 +583,20 @@ static li_status predict(const sim_config *c, predictions *pr) {
     return LI_OK;
 }
 
-// ---- output --------------------------------------------------------------------------------------
+// ---- output
+// --------------------------------------------------------------------------------------
 
 static void print_row(const char *name, int64_t lookups, int64_t hits, int64_t hit_tok,
                       int64_t req_tok, int64_t ev, const char *ev_unit, int64_t res_docs,
                       int64_t res_pages) {
     char docs[32];
-    if (res_docs >= 0) snprintf(docs, sizeof docs, "%lld", (long long)res_docs);
-    else snprintf(docs, sizeof docs, "n/a");
+    if (res_docs >= 0)
+        snprintf(docs, sizeof docs, "%lld", (long long)res_docs);
+    else
+        snprintf(docs, sizeof docs, "n/a");
     printf("%-9s %10lld %10lld %10lld %9.4f %10lld %-6s %9s %9lld\n", name, (long long)hits,
-           (long long)(lookups - hits), (long long)hit_tok, ratio(hit_tok, req_tok),
-           (long long)ev, ev_unit, docs, (long long)res_pages);
+           (long long)(lookups - hits), (long long)hit_tok, ratio(hit_tok, req_tok), (long long)ev,
+           ev_unit, docs, (long long)res_pages);
 }
 
 static void print_results(const pol_result *res) {
@@ -580,8 +619,10 @@ static void print_results(const pol_result *res) {
 }
 
 static void print_ratio(const char *label, double a, double b) {
-    if (b > 0) printf("  %-42s lazy %.4f  copy %.4f  ratio %.3fx\n", label, a, b, a / b);
-    else printf("  %-42s lazy %.4f  copy %.4f  ratio inf\n", label, a, b);
+    if (b > 0)
+        printf("  %-42s lazy %.4f  copy %.4f  ratio %.3fx\n", label, a, b, a / b);
+    else
+        printf("  %-42s lazy %.4f  copy %.4f  ratio inf\n", label, a, b);
 }
 
 static void print_closed_form(const sim_config *c, const predictions *pr, const pol_result *res) {
@@ -589,7 +630,8 @@ static void print_closed_form(const sim_config *c, const predictions *pr, const 
     printf("  M = (budget / P) / ceil(L / P) = %lld documents, ⌊M/D⌋ = %lld (D = %d)%s\n",
            (long long)pr->M, (long long)pr->m_aware, c->positions,
            (c->doc_len % c->page_size || c->budget % c->page_size)
-               ? "  [L or budget not a multiple of P: M counts whole pages]" : "");
+               ? "  [L or budget not a multiple of P: M counts whole pages]"
+               : "");
     print_ratio("static top-M, Zipf p(i) ~ i^-alpha (paper):", pr->paper_lazy, pr->paper_copy);
     print_ratio("static top-M, trace frequencies:", pr->trace_lazy, pr->trace_copy);
     print_ratio("LRU, Che's approximation (trace freq.):", pr->che_lazy, pr->che_copy);
@@ -598,20 +640,26 @@ static void print_closed_form(const sim_config *c, const predictions *pr, const 
         double sl = ratio(l->hit_tokens, l->req_tokens), sc = ratio(cp->hit_tokens, cp->req_tokens);
         print_ratio("simulated (real caches, exact delta):", sl, sc);
         if (pr->trace_lazy > 0 && pr->trace_copy > 0)
-            printf("  %-42s lazy %.3f  copy %.3f\n", "simulated / static top-M (trace freq.):",
-                   sl / pr->trace_lazy, sc / pr->trace_copy);
+            printf("  %-42s lazy %.3f  copy %.3f\n",
+                   "simulated / static top-M (trace freq.):", sl / pr->trace_lazy,
+                   sc / pr->trace_copy);
     }
-    printf("  (LRU keeps recently used documents, not the most popular ones, so it stays below the\n"
-           "  static optimum; Che's approximation is the closed form for LRU itself)\n");
+    printf(
+        "  (LRU keeps recently used documents, not the most popular ones, so it stays below the\n"
+        "  static optimum; Che's approximation is the closed form for LRU itself)\n");
     printf("  paper ratio Σ_{i≤%lld} i^-α / Σ_{i≤%lld} i^-α at α = %g: ", (long long)pr->M,
            (long long)pr->m_aware, c->alpha);
     double pr_here = paper_ratio(pr->M, c->positions, c->alpha);
-    if (isfinite(pr_here)) printf("%.3fx\n", pr_here); else printf("inf (⌊M/D⌋ = 0)\n");
+    if (isfinite(pr_here))
+        printf("%.3fx\n", pr_here);
+    else
+        printf("inf (⌊M/D⌋ = 0)\n");
     printf("  α giving the paper's 2.86x at D = 20, C = 100 documents: %.4f\n",
            solve_alpha(100, 20, 2.86));
 }
 
-// ---- plot ------------------------------------------------------------------------------------------
+// ---- plot
+// ------------------------------------------------------------------------------------------
 
 // Hit ratio against budget (in documents) for each policy, through gnuplot (pngcairo).
 static int do_plot(const sim_config *base, bool want[N_POL], const char *path) {
@@ -633,7 +681,8 @@ static int do_plot(const sim_config *base, bool want[N_POL], const char *path) {
     int n = 0;
     for (int i = 0; i < N_PTS; i++) {
         double f = (double)i / (N_PTS - 1);
-        int64_t docs = (int64_t)llround(exp(log((double)lo_docs) * (1 - f) + log((double)hi_docs) * f));
+        int64_t docs =
+            (int64_t)llround(exp(log((double)lo_docs) * (1 - f) + log((double)hi_docs) * f));
         if (n > 0 && docs <= (int64_t)x[n - 1]) continue;
         c.budget = docs * ppd * c.page_size;
         x[n] = (double)docs;
@@ -660,10 +709,12 @@ static int do_plot(const sim_config *base, bool want[N_POL], const char *path) {
     }
     fprintf(gp, "set terminal pngcairo size 960,600 font 'sans,11'\n");
     fprintf(gp, "set output '");
-    for (const char *s = path; *s; s++) fputs(*s == '\'' ? "''" : (char[2]){*s, 0}, gp);
+    for (const char *s = path; *s; s++)
+        fputs(*s == '\'' ? "''" : (char[2]){*s, 0}, gp);
     fprintf(gp, "'\n");
-    fprintf(gp, "set title \"Document hit ratio vs KV budget: N=%lld docs of L=%d tokens, "
-                "Zipf α=%g, k=%d, D=%d, P=%d, %lld requests\"\n",
+    fprintf(gp,
+            "set title \"Document hit ratio vs KV budget: N=%lld docs of L=%d tokens, "
+            "Zipf α=%g, k=%d, D=%d, P=%d, %lld requests\"\n",
             (long long)c.n_docs, c.doc_len, c.alpha, c.k, c.positions, c.page_size,
             (long long)c.n_requests);
     fprintf(gp, "set xlabel 'budget (documents of L tokens)'\nset ylabel 'hit ratio "
@@ -672,7 +723,8 @@ static int do_plot(const sim_config *base, bool want[N_POL], const char *path) {
     fprintf(gp, "$d << EOD\n");
     for (int i = 0; i < n; i++) {
         fprintf(gp, "%g", x[i]);
-        for (int p = 0; p <= N_POL; p++) fprintf(gp, isnan(y[i][p]) ? " NaN" : " %.6f", y[i][p]);
+        for (int p = 0; p <= N_POL; p++)
+            fprintf(gp, isnan(y[i][p]) ? " NaN" : " %.6f", y[i][p]);
         fprintf(gp, " %.6f %.6f\n", yp[i][0], yp[i][1]);
     }
     fprintf(gp, "EOD\nplot ");
@@ -683,7 +735,8 @@ static int do_plot(const sim_config *base, bool want[N_POL], const char *path) {
         sep = ", ";
     }
     if (want[POL_COPY]) {
-        fprintf(gp, "%s$d u 1:3 w lp lw 2 pt 5 lc rgb '#d62728' t 'copy, exact Δ (simulated)'", sep);
+        fprintf(gp, "%s$d u 1:3 w lp lw 2 pt 5 lc rgb '#d62728' t 'copy, exact Δ (simulated)'",
+                sep);
         fprintf(gp, ", $d u 1:5 w lp lw 1 pt 4 lc rgb '#ff9896' t 'copy, any copy (re-rotated)'");
         fprintf(gp, ", $d u 1:7 w l dt 2 lc rgb '#d62728' t 'copy closed form (top ⌊M/D⌋)'");
         sep = ", ";
@@ -699,7 +752,8 @@ static int do_plot(const sim_config *base, bool want[N_POL], const char *path) {
     return 0;
 }
 
-// ---- trace dump --------------------------------------------------------------------------------------
+// ---- trace dump
+// --------------------------------------------------------------------------------------
 
 // One line per request: "rank@slot" for each document in prompt order (rank 1 = most popular).
 static int dump_trace(const sim_config *c, const char *path) {
@@ -730,7 +784,8 @@ static int dump_trace(const sim_config *c, const char *path) {
     return 0;
 }
 
-// ---- command -------------------------------------------------------------------------------------
+// ---- command
+// -------------------------------------------------------------------------------------
 
 static const char *const sim_usage =
     "usage: lazyinfer sim [--docs N] [--alpha A] [--k K] [--requests R] [--budget TOKENS]\n"
@@ -749,7 +804,10 @@ static bool validate(const sim_config *c) {
         return BAD("--alpha %g outside [0, %g]", c->alpha, SIM_MAX_ALPHA);
     if (c->k < 1 || c->k > SIM_MAX_K || c->k > c->n_docs)
         return BAD("--k %d outside [1, min(%d, --docs %lld)] (documents of a request are "
-                   "distinct)", c->k, SIM_MAX_K, (long long)c->n_docs);
+                   "distinct)",
+                   c->k, SIM_MAX_K, (long long)c->n_docs);
+    if (c->positions > SIM_MAX_POSITIONS)
+        return BAD("--positions %d outside [k, %d]", c->positions, SIM_MAX_POSITIONS);
     if (c->positions < c->k)
         return BAD("--positions %d is less than --k %d: a request's documents need distinct slots",
                    c->positions, c->k);
@@ -758,12 +816,12 @@ static bool validate(const sim_config *c) {
     if ((int64_t)c->positions * c->doc_len > INT_MAX / 2 ||
         (int64_t)(c->positions - 1) * c->doc_len > LI_PAGE_MAX_DELTA)
         return BAD("--positions %d × --doc-len %d: the last slot's offset exceeds the page "
-                   "table's Δ field (%lld) or the prompt length limit", c->positions, c->doc_len,
-                   (long long)LI_PAGE_MAX_DELTA);
+                   "table's Δ field (%lld) or the prompt length limit",
+                   c->positions, c->doc_len, (long long)LI_PAGE_MAX_DELTA);
     if (c->page_size < 1 || c->page_size > LI_PAGE_MAX_SIZE)
         return BAD("--page-size %d outside [1, %d]", c->page_size, LI_PAGE_MAX_SIZE);
     if (c->n_requests < 1 || c->n_requests > (int64_t)1 << 40)
-        return BAD("--requests %lld must be >= 1", (long long)c->n_requests);
+        return BAD("--requests %lld outside [1, 2^40]", (long long)c->n_requests);
     if (c->warmup < 0 || c->warmup >= c->n_requests)
         return BAD("--warmup %lld must be in [0, --requests %lld)", (long long)c->warmup,
                    (long long)c->n_requests);
@@ -788,30 +846,43 @@ static int64_t min_pages(const sim_config *c, policy_id p) {
 }
 
 int cmd_sim(int argc, char **argv) {
-    sim_config c = {.n_docs = 1000, .alpha = 0.85, .k = 5, .positions = 0, .doc_len = 128,
-                    .page_size = 16, .n_requests = 20000, .warmup = -1, .budget = 0, .seed = 0};
+    sim_config c = {.n_docs = 1000,
+                    .alpha = 0.85,
+                    .k = 5,
+                    .positions = 0,
+                    .doc_len = 128,
+                    .page_size = 16,
+                    .n_requests = 20000,
+                    .warmup = -1,
+                    .budget = 0,
+                    .seed = 0};
     uint64_t n_docs = 1000, n_requests = 20000, budget = 0;
-    int warmup_i = INT_MIN;  // INT_MIN: not given
+    int warmup_i = INT_MIN; // INT_MIN: not given
     const char *alpha_s = NULL, *policy_s = "all", *plot = NULL, *trace = NULL, *evict_s = "lru";
     const opt opts[] = {
         {"--docs", NULL, OPT_U64, &n_docs, "N: documents in the pool (default 1000)"},
-        {"--alpha", NULL, OPT_STR, &alpha_s, "Zipf exponent α >= 0, P(rank r) ∝ r^-α (default 0.85)"},
+        {"--alpha", NULL, OPT_STR, &alpha_s,
+         "Zipf exponent α >= 0, P(rank r) ∝ r^-α (default 0.85)"},
         {"--k", NULL, OPT_INT, &c.k, "distinct documents per request (default 5)"},
         {"--requests", NULL, OPT_U64, &n_requests, "R: requests in the trace (default 20000)"},
-        {"--budget", NULL, OPT_U64, &budget, "C: KV budget in tokens, pool = C / P pages (default 100 documents)"},
+        {"--budget", NULL, OPT_U64, &budget,
+         "C: KV budget in tokens, pool = C / P pages (default 100 documents)"},
         {"--doc-len", NULL, OPT_INT, &c.doc_len, "L: tokens per document (default 128)"},
-        {"--positions", NULL, OPT_INT, &c.positions, "D: slots a document may take, Δ = slot·L (default k)"},
+        {"--positions", NULL, OPT_INT, &c.positions,
+         "D: slots a document may take, Δ = slot·L (default k)"},
         {"--policy", NULL, OPT_STR, &policy_s, "lazy, copy, prefix or all (default all)"},
         {"--page-size", NULL, OPT_INT, &c.page_size, "P: tokens per KV page (default 16)"},
         {"--warmup", NULL, OPT_INT, &warmup_i, "first requests not counted (default R/10)"},
-        {"--evict", NULL, OPT_STR, &evict_s, "document-cache eviction policy: lru or largest (default lru)"},
+        {"--evict", NULL, OPT_STR, &evict_s,
+         "document-cache eviction policy: lru or largest (default lru)"},
         {"--seed", NULL, OPT_U64, &c.seed, "trace seed (default 0)"},
         {"--plot", NULL, OPT_STR, &plot, "also write a PNG of hit ratio vs budget (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &trace, "also write the trace: one line per request, rank@slot"},
     };
     const char *pos[1];
     int n_pos;
-    int r = cli_parse_args(argc, argv, sim_usage, opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    int r =
+        cli_parse_args(argc, argv, sim_usage, opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     if (alpha_s) {
         char *end;
@@ -831,10 +902,12 @@ int cmd_sim(int argc, char **argv) {
     if (c.positions == 0) c.positions = c.k;
     bool want[N_POL] = {false};
     if (!strcmp(policy_s, "all")) {
-        for (int p = 0; p < N_POL; p++) want[p] = true;
+        for (int p = 0; p < N_POL; p++)
+            want[p] = true;
     } else {
         int p = 0;
-        while (p < N_POL && strcmp(policy_s, policy_names[p])) p++;
+        while (p < N_POL && strcmp(policy_s, policy_names[p]))
+            p++;
         if (p == N_POL) {
             fprintf(stderr, "lazyinfer sim: unknown --policy '%s' (lazy, copy, prefix or all)\n",
                     policy_s);
@@ -842,8 +915,10 @@ int cmd_sim(int argc, char **argv) {
         }
         want[p] = true;
     }
-    if (!strcmp(evict_s, "lru")) c.evict = &li_evict_lru;
-    else if (!strcmp(evict_s, "largest")) c.evict = &li_evict_largest;
+    if (!strcmp(evict_s, "lru"))
+        c.evict = &li_evict_lru;
+    else if (!strcmp(evict_s, "largest"))
+        c.evict = &li_evict_largest;
     else {
         fprintf(stderr, "lazyinfer sim: unknown --evict '%s' (lru or largest)\n", evict_s);
         return 2;
@@ -853,8 +928,9 @@ int cmd_sim(int argc, char **argv) {
     if (!validate(&c)) return 2;
     for (int p = 0; p < N_POL; p++)
         if (want[p] && c.budget / c.page_size < min_pages(&c, (policy_id)p)) {
-            fprintf(stderr, "lazyinfer sim: --budget %lld tokens (%lld pages of %d) cannot hold "
-                            "one %s request: it needs %lld pages at once%s\n",
+            fprintf(stderr,
+                    "lazyinfer sim: --budget %lld tokens (%lld pages of %d) cannot hold "
+                    "one %s request: it needs %lld pages at once%s\n",
                     (long long)c.budget, (long long)(c.budget / c.page_size), c.page_size,
                     policy_names[p], (long long)min_pages(&c, (policy_id)p),
                     p == POL_PREFIX ? " (the whole prompt of D slots)"
@@ -864,13 +940,13 @@ int cmd_sim(int argc, char **argv) {
     if (trace && dump_trace(&c, trace)) return 1;
 
     printf("sim: N=%lld documents, L=%d tokens, Zipf α=%g, k=%d per request, D=%d positions, "
-           "P=%d\n", (long long)c.n_docs, c.doc_len, c.alpha, c.k, c.positions, c.page_size);
+           "P=%d\n",
+           (long long)c.n_docs, c.doc_len, c.alpha, c.k, c.positions, c.page_size);
     printf("     budget C=%lld tokens = %lld pages = %.2f documents, %lld requests (first %lld "
-           "not counted), seed %llu, eviction %s\n\n", (long long)c.budget,
-           (long long)(c.budget / c.page_size),
-           (double)(c.budget / c.page_size) / (double)pages_per_doc(&c),
-           (long long)c.n_requests, (long long)c.warmup, (unsigned long long)c.seed,
-           c.evict->name);
+           "not counted), seed %llu, eviction %s\n\n",
+           (long long)c.budget, (long long)(c.budget / c.page_size),
+           (double)(c.budget / c.page_size) / (double)pages_per_doc(&c), (long long)c.n_requests,
+           (long long)c.warmup, (unsigned long long)c.seed, c.evict->name);
     pol_result res[N_POL];
     memset(res, 0, sizeof res);
     for (int p = 0; p < N_POL; p++)

@@ -1,8 +1,9 @@
 // fp8.c — FP8 E4M3 ("fn": no inf, one NaN code per sign) conversions and the group scale of the
 // block-scaled FP8 FFN (DESIGN.md §4). Bit-exact: li_f32_to_e4m3 rounds to nearest even from the
-// f32 bits and saturates at ±448 (where torch.float8_e4m3fn gives NaN above 464); decoding is exact.
-// Not here: the quantise and GEMM ops (src/backend/cpu/ops-*.c), the weight cache (arch-llada.c).
-// Tested by tests/test-fp8.c: all 256 codes and random floats against PyTorch golden values.
+// f32 bits and saturates at ±448 (where torch.float8_e4m3fn gives NaN above 464); decoding is
+// exact. Not here: the quantise and GEMM ops (src/backend/cpu/ops-*.c), the weight cache
+// (arch-llada.c). Tested by tests/test-fp8.c: all 256 codes and random floats against PyTorch
+// golden values.
 #include <math.h>
 #include <string.h>
 
@@ -13,11 +14,11 @@ uint8_t li_f32_to_e4m3(float f) {
     memcpy(&u, &f, 4);
     uint8_t sign = (uint8_t)((u >> 24) & 0x80);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7f;       // NaN stays NaN
-    if (a >= 0x43e00000u) return sign | 0x7e;      // >= 448 (and inf): saturate to 448
-    if (a < 0x3c800000u) {                         // below 2^-6: subnormal codes m * 2^-9
-        float x = fabsf(f) * 512.0f;               // exact: a power-of-two scaling upwards
-        int m = (int)nearbyintf(x);                // RNE (default rounding mode); 8 = 2^-6
+    if (a > 0x7f800000u) return sign | 0x7f;  // NaN stays NaN
+    if (a >= 0x43e00000u) return sign | 0x7e; // >= 448 (and inf): saturate to 448
+    if (a < 0x3c800000u) {                    // below 2^-6: subnormal codes m * 2^-9
+        float x = fabsf(f) * 512.0f;          // exact: a power-of-two scaling upwards
+        int m = (int)nearbyintf(x);           // RNE (default rounding mode); 8 = 2^-6
         return sign | (uint8_t)m;
     }
     // normal: exponent field e + 7 in [1, 15], mantissa 23 -> 3 bits, round to nearest even; a

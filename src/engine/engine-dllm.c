@@ -450,7 +450,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
     for (int q = 0; q < n; q++) {
         const li_dllm_request *rq = &reqs[q];
         li_status st = li_dllm_check_params(&rq->params);
-        if (st != LI_OK) return li_error_wrap(st, "request %d: ", q);
+        if (st != LI_OK) return n > 1 ? li_error_wrap(st, "request %d: ", q) : st;
         if (rq->n_prompt < 0 || (rq->n_prompt > 0 && !rq->prompt) || !rq->out)
             return li_error_set(LI_ERR_INVALID_ARG, "dllm: request %d: no prompt or output buffer",
                                 q);

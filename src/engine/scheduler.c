@@ -474,6 +474,24 @@ static void release_request(li_model *m, request *r, int n_blocks) {
     li_kv_seq_clear(&m->kv, &r->own);
 }
 
+// Copy mode: fills a new copy from a ready copy at another offset (page copy + re-rotation of K
+// by the offset difference), then drops the job and the pin on the source.
+static void run_copy_job(li_model *m, work *w) {
+    li_sched *S = m->sched;
+    const int P = m->kv.storage.page_size;
+    for (int k = 0; k < w->copy->n_pages; k++) {
+        int cnt = w->n - k * P < P ? w->n - k * P : P;
+        m->be->ops->kv_copy_rotate(m->be, &m->kv.storage, w->source->pages[k], w->pages[k], cnt,
+                                   w->rotate_by, &m->llama.rope);
+    }
+    li_doc_cache_mark_ready(m->docs, w->copy);
+    li_doc_cache_release(m->docs, w->source);
+    for (request *r = S->reqs; r; r = r->next)
+        for (int b = 0; b < r->n_blocks; b++)
+            if (r->blocks[b].job == w) r->blocks[b].job = NULL;
+    drop_job(S, w);
+}
+
 // Pins or creates the blocks' KV, reserves the request's own pages. LI_ERR_KV_FULL: not now.
 static li_status try_admit(li_model *m, request *r) {
     li_sched *S = m->sched;
@@ -499,9 +517,12 @@ static li_status try_admit(li_model *m, request *r) {
             } else {
                 hits++;
                 cached += bl->n;
-                if (res == LI_DOC_HIT_OTHER_DELTA)
+                if (res == LI_DOC_HIT_OTHER_DELTA) {
                     rc = new_job(S, bl, copy, src, bl->delta - src->delta, bl->delta, copy->pages,
                                  copy->n_pages);
+                    // copy now, so sources are not held while later blocks need room
+                    if (rc == LI_OK && src->ready) run_copy_job(m, bl->job);
+                }
             }
         } else if (m->cache_mode == LI_CACHE_NONE) {
             int np = n_pages_for(m, bl->n);
@@ -655,21 +676,10 @@ li_status li_step(li_model *m, int *n_unfinished) {
         fail_request(m, r, rc);
     }
 
-    // 2. copy mode: page copies with re-rotation whose source is ready
+    // 2. copy mode: page copies with re-rotation whose source became ready
     for (work *w = S->jobs, *next; w; w = next) {
         next = w->next;
-        if (!w->source || !w->source->ready) continue;
-        for (int k = 0; k < w->copy->n_pages; k++) {
-            int cnt = w->n - k * P < P ? w->n - k * P : P;
-            m->be->ops->kv_copy_rotate(m->be, &m->kv.storage, w->source->pages[k], w->pages[k], cnt,
-                                       w->rotate_by, &m->llama.rope);
-        }
-        li_doc_cache_mark_ready(m->docs, w->copy);
-        li_doc_cache_release(m->docs, w->source);
-        for (request *r = S->reqs; r; r = r->next)
-            for (int b = 0; b < r->n_blocks; b++)
-                if (r->blocks[b].job == w) r->blocks[b].job = NULL;
-        drop_job(S, w);
+        if (w->source && w->source->ready) run_copy_job(m, w);
     }
 
     // 3. the batch: decode rows, then document prefill chunks, then query prefill chunks

@@ -241,6 +241,14 @@ li_status li_doc_cache_acquire(li_doc_cache *c, const li_doc_key *key, int n_tok
     int P = c->pool->storage.page_size;
     int n_pages = (n_tokens + P - 1) / P;
     li_status rc = evict_for(c, n_pages, true);
+    if (rc == LI_ERR_KV_FULL && other && source) {
+        // No room for a new copy while the source is held: give the source up (it may now be
+        // evicted like any unpinned copy) and recompute instead — a miss.
+        other->pins--;
+        other = NULL;
+        li_error_clear();
+        rc = evict_for(c, n_pages, true);
+    }
     li_doc_copy *d = NULL;
     if (rc == LI_OK && (size_t)(c->n_copies + 1) > c->n_buckets * 3 / 4) rc = table_grow(c);
     if (rc == LI_OK) {

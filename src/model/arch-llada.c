@@ -13,7 +13,8 @@
 // [lo, hi), "block tiles" are those overlapping it: rows [Klo, Khi), Klo = ft*floor(lo/ft),
 // Khi = min(ft*ceil(hi/ft), T); the other tiles are "outside". Every query row streams the key
 // tiles in one fixed order, whatever the flags:
-//     outside key tiles in ascending order ([0, Klo) then [Khi, T)), then block key tiles ([Klo, Khi))
+//     outside key tiles in ascending order ([0, Klo) then [Khi, T)), then block key tiles ([Klo,
+//     Khi))
 // with the online-softmax update of backend.h flash_attn_tiles, then o / l. FACache: for query rows
 // in outside tiles, the state (m, l, o) after the outside key tiles depends only on tokens that do
 // not change within the block, so it is computed when the block starts, saved in the canvas cache,
@@ -35,14 +36,14 @@
 #include "llada-internal.h"
 
 #define DEFAULT_FA_TILE 64
-#define HEAD_CHUNK 32  // rows per LM-head GEMM when truncation is off
+#define HEAD_CHUNK 32 // rows per LM-head GEMM when truncation is off
 
 struct li_llada_cache {
     int max_tokens;
     // Layout the caches were filled for (valid when has_layout).
     bool has_layout;
     int T, lo, hi;
-    int32_t *tokens, *pos;  // (max_tokens)
+    int32_t *tokens, *pos; // (max_tokens)
     // EmbedCache: (max_tokens, D)
     float *emb;
     bool emb_ok;
@@ -50,15 +51,15 @@ struct li_llada_cache {
     float *q, *k, *v;
     bool rope_ok;
     // FACache: state of the outside query rows after the outside key tiles
-    float *fm, *fl;  // (max_tokens, H)
-    float *fo;       // (max_tokens, H*Dh)
+    float *fm, *fl; // (max_tokens, H)
+    float *fo;      // (max_tokens, H*Dh)
     bool fa_ok;
     int fa_tile;
 };
 
 struct li_llada_scratch {
     int max_rows;
-    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;  // (R, ·) as in li_llama_scratch
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp; // (R, ·) as in li_llama_scratch
     float *fm, *fl, *fo;                               // flash state (R, H), (R, H*Dh)
     int32_t *gtok, *gpos, *grow;                       // gathered rows (R)
     uint8_t *qa;                                       // FP8 activations (R, max(D, F))
@@ -155,9 +156,10 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
 
 void li_llada_scratch_free(li_llada_scratch *s) {
     if (!s) return;
-    void *ps[] = {s->x,  s->xn,   s->q,    s->k,    s->v,  s->att, s->gate, s->up,   s->tmp,
-                  s->fm, s->fl,   s->fo,   s->gtok, s->gpos, s->grow, s->qa, s->sa, s->head};
-    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) li_free(ps[i]);
+    void *ps[] = {s->x,  s->xn, s->q,  s->k,    s->v,    s->att,  s->gate, s->up, s->tmp,
+                  s->fm, s->fl, s->fo, s->gtok, s->gpos, s->grow, s->qa,   s->sa, s->head};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        li_free(ps[i]);
     free(s);
 }
 
@@ -172,7 +174,9 @@ typedef struct {
     float scale;
 } fwd;
 
-static int64_t n_tiles(int rows, int ft) { return (rows + ft - 1) / ft; }
+static int64_t n_tiles(int rows, int ft) {
+    return (rows + ft - 1) / ft;
+}
 
 // Streams query rows [q0, q1) (state at fm/fl/fo rows q0..) over key rows [k0, k1).
 static void stream(const fwd *f, float *fo, float *fm, float *fl, const float *q, const float *k,
@@ -286,14 +290,17 @@ static li_status check_canvas(const li_llada *m, const li_lacache *lc, const li_
     bool cached = lc->embed || lc->rope || lc->fa;
     if (!cached || cv->block_start) return LI_OK;
     if (!c->has_layout || c->T != T || c->lo != cv->block_lo || c->hi != cv->block_hi)
-        return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: caches were filled for another "
-                            "layout (a new block or layout needs block_start)", i);
+        return li_error_set(LI_ERR_INVALID_ARG,
+                            "canvas %d: caches were filled for another "
+                            "layout (a new block or layout needs block_start)",
+                            i);
     for (int t = 0; t < T; t++) {
         bool in_block = t >= cv->block_lo && t < cv->block_hi;
         if (cv->pos[t] != c->pos[t] || (!in_block && cv->tokens[t] != c->tokens[t]))
-            return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: row %d outside the block changed "
-                                "since block_start (token %d -> %d, position %d -> %d)", i, t,
-                                c->tokens[t], cv->tokens[t], c->pos[t], cv->pos[t]);
+            return li_error_set(LI_ERR_INVALID_ARG,
+                                "canvas %d: row %d outside the block changed "
+                                "since block_start (token %d -> %d, position %d -> %d)",
+                                i, t, c->tokens[t], cv->tokens[t], c->pos[t], cv->pos[t]);
     }
     return LI_OK;
 }
@@ -412,7 +419,7 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
     count_mm(info, G, &l0->wk);
     count_mm(info, G, &l0->wv);
     if (info) info->qkv_rows += G;
-    if (lc->rope) {  // scatter into the canvases' RoPECache
+    if (lc->rope) { // scatter into the canvases' RoPECache
         for (int i = 0; i < n; i++) {
             li_llada_cache *c = caches[i];
             size_t T = (size_t)c->max_tokens;
@@ -421,14 +428,16 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
             LI_TRY(cache_buf(&c->v, T * KDh, "RoPECache values"));
         }
         for (int g = 0, i = 0, r0 = 0; g < G; g++) {
-            while (s->grow[g] >= r0 + canvases[i].n_tokens) r0 += canvases[i++].n_tokens;
+            while (s->grow[g] >= r0 + canvases[i].n_tokens)
+                r0 += canvases[i++].n_tokens;
             li_llada_cache *c = caches[i];
             size_t t = (size_t)(s->grow[g] - r0);
             memcpy(c->q + t * HDh, s->q + (size_t)g * HDh, HDh * sizeof(float));
             memcpy(c->k + t * KDh, s->k + (size_t)g * KDh, KDh * sizeof(float));
             memcpy(c->v + t * KDh, s->v + (size_t)g * KDh, KDh * sizeof(float));
         }
-        for (int i = 0; i < n; i++) caches[i]->rope_ok = true;
+        for (int i = 0; i < n; i++)
+            caches[i]->rope_ok = true;
     }
     // (without RoPECache every row was computed, in canvas order: s->q/k/v rows are batch rows)
 

@@ -15,13 +15,13 @@ struct li_llada {
     // per block w_gate = ff_proj, w_up = up_proj, w_down = ff_out, wo = attn_out.
     li_llama_weights w;
     li_weight_store store;
-    li_backend *be;  // borrowed
+    li_backend *be; // borrowed
     bool has_weights;
     // FP8 copies of the FFN matrices of layers >= 1 (gate, up, down per layer; layer 0 unused),
     // quantised on the first FP8 forward (li_llada_fp8_prepare) and kept with the model.
     pthread_mutex_t fp8_lock;
     bool fp8_ready;
-    li_fp8_weight *fp8;  // (L * 3)
+    li_fp8_weight *fp8; // (L * 3)
 };
 
 // Quantises the FFN weights of layers >= 1 once (thread-safe; later calls return at once).

@@ -130,21 +130,58 @@ typedef struct {
     li_hparams hp;
 } synth_config;
 
-#define LLADA_ROPE(dh) {.layout = LI_ROPE_NEOX, .theta = 500000.0f, .n_dims = (dh), .max_pos = 4096}
+#define LLADA_ROPE(dh)                                                                             \
+    { .layout = LI_ROPE_NEOX, .theta = 500000.0f, .n_dims = (dh), .max_pos = 4096 }
 static const synth_config synth_configs[] = {
     {"tiny-llada",
-     {.arch = "llada", .name = "tiny-llada", .n_layer = 3, .n_embd = 64, .n_ff = 176, .n_head = 4,
-      .n_head_kv = 4, .head_dim = 16, .n_vocab = 512, .n_ctx_train = 4096, .rms_eps = 1e-5f,
-      .rope = LLADA_ROPE(16), .bos_id = 256, .eos_ids = {257}, .n_eos = 1}},
+     {.arch = "llada",
+      .name = "tiny-llada",
+      .n_layer = 3,
+      .n_embd = 64,
+      .n_ff = 176,
+      .n_head = 4,
+      .n_head_kv = 4,
+      .head_dim = 16,
+      .n_vocab = 512,
+      .n_ctx_train = 4096,
+      .rms_eps = 1e-5f,
+      .rope = LLADA_ROPE(16),
+      .bos_id = 256,
+      .eos_ids = {257},
+      .n_eos = 1}},
     {"llada-mid",
-     {.arch = "llada", .name = "llada-mid", .n_layer = 8, .n_embd = 1024, .n_ff = 3072,
-      .n_head = 16, .n_head_kv = 16, .head_dim = 64, .n_vocab = 32768, .n_ctx_train = 4096,
-      .rms_eps = 1e-5f, .rope = LLADA_ROPE(64), .bos_id = 256, .eos_ids = {257}, .n_eos = 1}},
+     {.arch = "llada",
+      .name = "llada-mid",
+      .n_layer = 8,
+      .n_embd = 1024,
+      .n_ff = 3072,
+      .n_head = 16,
+      .n_head_kv = 16,
+      .head_dim = 64,
+      .n_vocab = 32768,
+      .n_ctx_train = 4096,
+      .rms_eps = 1e-5f,
+      .rope = LLADA_ROPE(64),
+      .bos_id = 256,
+      .eos_ids = {257},
+      .n_eos = 1}},
     {"llada-8b",
-     {.arch = "llada", .name = "llada-8b", .n_layer = 32, .n_embd = 4096, .n_ff = 12288,
-      .n_head = 32, .n_head_kv = 32, .head_dim = 128, .n_vocab = 126464, .n_ctx_train = 4096,
-      .rms_eps = 1e-5f, .rope = LLADA_ROPE(128), .bos_id = 126080, .eos_ids = {126081},
-      .n_eos = 1, .torch_dtype = "bfloat16"}},
+     {.arch = "llada",
+      .name = "llada-8b",
+      .n_layer = 32,
+      .n_embd = 4096,
+      .n_ff = 12288,
+      .n_head = 32,
+      .n_head_kv = 32,
+      .head_dim = 128,
+      .n_vocab = 126464,
+      .n_ctx_train = 4096,
+      .rms_eps = 1e-5f,
+      .rope = LLADA_ROPE(128),
+      .bos_id = 126080,
+      .eos_ids = {126081},
+      .n_eos = 1,
+      .torch_dtype = "bfloat16"}},
 };
 #undef LLADA_ROPE
 
@@ -174,7 +211,8 @@ li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_bac
     int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
     float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
 #define SYNTH(W, r, c_, std, mean)                                                                 \
-    if ((rc = li_synth_weight(&m->store, W, r, c_, std, mean, &rng, bf16, metadata_only)) != LI_OK) \
+    if ((rc = li_synth_weight(&m->store, W, r, c_, std, mean, &rng, bf16, metadata_only)) !=       \
+        LI_OK)                                                                                     \
     goto fail
     SYNTH(&m->w.tok_embd, V, D, 1.0f, 0.0f);
     SYNTH(&m->w.out_norm, 1, D, 0.1f, 1.0f);
@@ -206,7 +244,8 @@ fail:
 void li_llada_free(li_llada *m) {
     if (!m) return;
     if (m->fp8) {
-        for (int i = 0; i < 3 * m->hp.n_layer; i++) li_fp8_weight_free(&m->fp8[i]);
+        for (int i = 0; i < 3 * m->hp.n_layer; i++)
+            li_fp8_weight_free(&m->fp8[i]);
         free(m->fp8);
     }
     pthread_mutex_destroy(&m->fp8_lock);
@@ -215,16 +254,22 @@ void li_llada_free(li_llada *m) {
     free(m);
 }
 
-const li_hparams *li_llada_hparams(const li_llada *m) { return &m->hp; }
-int64_t li_llada_n_params(const li_llada *m) { return li_llama_n_params(&m->hp); }
-const char *li_llada_source_dtype(const li_llada *m) { return m->store.source_dtype; }
+const li_hparams *li_llada_hparams(const li_llada *m) {
+    return &m->hp;
+}
+int64_t li_llada_n_params(const li_llada *m) {
+    return li_llama_n_params(&m->hp);
+}
+const char *li_llada_source_dtype(const li_llada *m) {
+    return m->store.source_dtype;
+}
 
 // ---- FP8 weights ----------------------------------------------------------------------------
 
 typedef struct {
     li_fp8_weight *out;
     const li_weight *W;
-    int64_t GK;  // blocks per block-row
+    int64_t GK; // blocks per block-row
 } fp8q_ctx;
 
 static float weight_f32(const li_weight *W, size_t i) {
@@ -277,7 +322,7 @@ void li_fp8_weight_free(li_fp8_weight *w) {
 }
 
 li_status li_llada_fp8_prepare(const li_llada *cm) {
-    li_llada *m = (li_llada *)cm;  // the FP8 copies are a cache: filled once, then read-only
+    li_llada *m = (li_llada *)cm; // the FP8 copies are a cache: filled once, then read-only
     if (!m->has_weights)
         return li_error_set(LI_ERR_INVALID_ARG, "%s: loaded for metadata only", m->hp.name);
     pthread_mutex_lock(&m->fp8_lock);
@@ -295,7 +340,8 @@ li_status li_llada_fp8_prepare(const li_llada *cm) {
         if (rc == LI_OK) {
             m->fp8_ready = true;
         } else if (m->fp8) {
-            for (int i = 0; i < 3 * L; i++) li_fp8_weight_free(&m->fp8[i]);
+            for (int i = 0; i < 3 * L; i++)
+                li_fp8_weight_free(&m->fp8[i]);
             free(m->fp8);
             m->fp8 = NULL;
         }

@@ -6,7 +6,8 @@
 // matmuls run over all rows at once, attention per canvas). Each canvas has its own
 // li_llada_cache, valid for one SAR block of one canvas layout; `block_start` refills it.
 // Invariant (tests/test-llada.c): with any combination of cache flags the logits equal the
-// all-off logits within fp32 rounding.
+// all-off logits within fp32 rounding (fp8 off; with fp8 on, an fp32-rounding difference may flip
+// an e4m3 code, so the agreement is that of the FP8 path); FACache alone changes no bit.
 // Not here: the SAR decoding loop, remasking, parallel decoding, DPad selection
 // (src/engine/engine-dllm.c).
 #ifndef LI_LLADA_H
@@ -20,9 +21,9 @@ typedef struct li_llada li_llada;
 // Loads an HF directory with config.json model_type "llada" and the safetensors names of
 // DESIGN.md §2 (prefix model.transformer.).
 li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool metadata_only);
-// Random weights of a named configuration: "tiny-llada" (a few layers, small vocab, same
-// structure and special-token ids scheme), "llada-8b" (real shapes), and any other size the file
-// documents (e.g. a mid-size one for CPU benchmarks).
+// Random weights of a named configuration: "tiny-llada" (3 layers, D 64, vocab 512: the byte
+// tokenizer's ids, mask 261), "llada-8b" (real shapes, bf16), "llada-mid" (8 layers, D 1024,
+// F 3072, vocab 32768, f32, 0.7 GB: CPU benchmarks). Shapes: llada-load.c.
 li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_backend *be,
                          bool metadata_only);
 bool li_llada_synth_known(const char *name);
@@ -38,7 +39,7 @@ typedef struct {
     bool fa;      // FACache: layer-0 online-softmax state over non-block tiles, once per block
     bool trunc;   // final norm + LM head only on the block's rows
     bool fp8;     // FP8 (e4m3, 1×128 activation groups, 128×128 weight blocks) FFN, layers >= 1
-    int fa_tile;  // FACache query/key tile in tokens (0: 64)
+    int fa_tile;  // FACache query/key tile in tokens (0: 64; at most LI_FA_MAX_TILE)
 } li_lacache;
 
 // Per-canvas cache state (and its share of scratch), for canvases up to max_tokens.
@@ -66,12 +67,18 @@ typedef struct {
     int64_t fa_tiles;        // layer-0 (query tile, key tile) pairs computed
     int64_t fa_tiles_skipped;  // pairs served by FACache
     int64_t head_rows;       // rows through final norm + LM head
-    int64_t fp8_gemm_rows;   // rows of FFN GEMMs done in FP8
-    double flops;            // total floating-point operations of the step (2 per MAC)
+    int64_t fp8_gemm_rows;   // rows of FFN GEMMs done in FP8 (3 GEMMs per layer >= 1)
+    double flops;            // floating-point operations of the step, 2 per MAC: every matmul
+                             // and the attention products (QK^T, PV); norms, RoPE, softmax
+                             // and SwiGLU are not counted
 } li_llada_step_info;
 
 // One denoising step over n canvases. logits[i] receives (block_hi - block_lo, V) floats for
 // canvas i's block rows. info (may be NULL) is accumulated into, not reset.
+// Within a block (block_start false) the rows outside [block_lo, block_hi) must keep their
+// tokens, and every row its position, as at block_start: otherwise LI_ERR_INVALID_ARG (checked
+// when any of embed/rope/fa is on). Flags may change between steps; a cache that was not filled
+// in this block is filled on its first use.
 li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scratch *s,
                            li_llada_cache *const *caches, const li_llada_canvas *canvases,
                            int n, float *const *logits, li_llada_step_info *info);

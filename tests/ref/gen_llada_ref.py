@@ -686,7 +686,7 @@ def to_f32_file(path, a):
     np.ascontiguousarray(a, dtype="<f4").tofile(path)
 
 
-def case_record(name, prompt, p, res, trials, rng_summary):
+def case_record(name, prompt, p, res, trials):
     P = len(prompt)
     B = p["block_length"]
     cond, un = res["first"]
@@ -814,7 +814,7 @@ def main():
         else:
             raise SystemExit(f"{name}: no trial in {MAX_TRIALS} has margins > {MARGIN_MIN} and "
                              f"is '{kind}'")
-        rec = case_record(name, prompt, p, res, trial + 1, rng_summary)
+        rec = case_record(name, prompt, p, res, trial + 1)
         write_json(os.path.join(CASE_DIR, name + ".json"), rec)
         ncommit = [len(t["committed"]) for t in res["trace"]]
         print(f"  {name}: P {plen} trial {trial} seed {p['seed']} nfe {res['nfe']} steps "

@@ -1,0 +1,315 @@
+// test-rag.c — the exactness suite of LazyAttention (DESIGN.md §3 invariants):
+//   lazy, copy, prefix and none give the same first-token logits (NMSE <= 1e-10, fp32) and the
+//   same greedy continuations, for every RoPE variant and layout, GQA ratios 1/2/4/8 and page
+//   sizes 1/16/64, over document permutations, a document repeated in one prompt, lengths that
+//   are not multiples of the page, an empty chat query, eviction and re-prefill between requests
+//   (a budget too small to keep everything) and many requests interleaved in one batch.
+//   lazy holds exactly one physical copy per resident document; the pool returns to full (minus
+//   what the caches keep) when idle. With SmolLM2 (when the model file is present) on real text.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/core.h"
+#include "lazyinfer.h"
+#include "test.h"
+
+// fp32 with different summation orders: deferred rotation (lazy), rotation at global positions
+// (copy/none/prefix) and re-rotation of copied pages (copy) differ by a few ulps per element;
+// through 2-30 layers that is NMSE ~1e-14..1e-12. 1e-10 is the bound DESIGN.md §3 sets.
+#define NMSE_TOL 1e-10
+
+enum { N_MODES = 4, N_PREDICT = 8, MAX_REQ = 8, MAX_DOCS = 4 };
+static const char *modes[N_MODES] = {"lazy", "copy", "prefix", "none"};
+
+typedef struct {
+    int n_docs;
+    int doc[MAX_DOCS];  // indices into the document pool
+    const char *query;
+    bool chat;
+} req_spec;
+
+typedef struct {
+    int32_t toks[MAX_REQ][N_PREDICT];
+    int n_toks[MAX_REQ];
+    float *logits[MAX_REQ];  // (V) first-token logits
+} run_out;
+
+typedef struct {
+    int32_t *toks;
+    int n;
+} collect;
+
+static bool on_tok(void *u, int32_t t) {
+    collect *c = u;
+    if (c->n < N_PREDICT) c->toks[c->n++] = t;
+    return true;
+}
+
+typedef struct {
+    const char *model;
+    int page_size;
+    int64_t budget;  // 0: default
+    int n_docs;
+    li_doc docs[8];
+    int32_t *doc_ids[8];
+} fixture;
+
+// Runs the requests in one mode, sequentially (batch = false) or all submitted together.
+static bool run_mode(const fixture *f, const char *mode, const req_spec *reqs, int n_req,
+                     bool batch, int V, run_out *out, li_cache_stats *stats_out, int *one_copy) {
+    li_model_params p = li_model_default_params();
+    p.path = f->model;
+    p.page_size = f->page_size;
+    p.cache_mode = mode;
+    p.n_ctx = 1024;
+    p.max_seqs = batch ? n_req : 1;
+    p.kv_budget_bytes = f->budget;
+    li_model *m;
+    if (li_model_load(&m, &p) != LI_OK) {
+        fprintf(stderr, "load %s (%s): %s\n", f->model, mode, li_last_error());
+        return false;
+    }
+    bool ok = true;
+    collect col[MAX_REQ];
+    int64_t ids[MAX_REQ];
+    for (int i = 0; i < n_req && ok; i++) {
+        li_doc d[MAX_DOCS];
+        for (int k = 0; k < reqs[i].n_docs; k++) d[k] = f->docs[reqs[i].doc[k]];
+        col[i].toks = out->toks[i];
+        col[i].n = 0;
+        li_request q = {.docs = d, .n_docs = reqs[i].n_docs, .query = reqs[i].query,
+                        .chat = reqs[i].chat, .first_logits = out->logits[i]};
+        q.gen = li_generate_default_params();
+        q.gen.n_predict = N_PREDICT;
+        q.gen.sampling.temperature = 0;
+        q.gen.stop_at_eos = false;
+        q.gen.on_token = on_tok;
+        q.gen.user = &col[i];
+        if (li_submit(m, &q, &ids[i]) != LI_OK) {
+            fprintf(stderr, "submit: %s\n", li_last_error());
+            ok = false;
+            break;
+        }
+        if (!batch) {
+            li_request_result res;
+            ok = li_run(m) == LI_OK && li_result(m, ids[i], &res) == LI_OK && res.status == LI_OK;
+            if (!ok) fprintf(stderr, "%s request %d: %s / %s\n", mode, i, li_last_error(), res.error);
+            li_cache_stats cs;
+            li_get_cache_stats(m, &cs);
+            if (one_copy && cs.resident_docs != cs.resident_copies) *one_copy = 0;
+        }
+    }
+    if (ok && batch) {
+        ok = li_run(m) == LI_OK;
+        for (int i = 0; i < n_req && ok; i++) {
+            li_request_result res;
+            ok = li_result(m, ids[i], &res) == LI_OK && res.status == LI_OK;
+        }
+    }
+    for (int i = 0; i < n_req; i++) out->n_toks[i] = col[i].n;
+    li_get_cache_stats(m, stats_out);
+    (void)V;
+    li_model_free(m);
+    return ok;
+}
+
+static void alloc_out(run_out *o, int V) {
+    for (int i = 0; i < MAX_REQ; i++) o->logits[i] = calloc((size_t)V, sizeof(float));
+}
+static void free_out(run_out *o) {
+    for (int i = 0; i < MAX_REQ; i++) free(o->logits[i]);
+}
+
+// Every mode against lazy: logits and tokens. Returns the worst NMSE seen.
+static double compare(const char *what, run_out *outs, int n_req, int V) {
+    double worst = 0;
+    for (int mi = 1; mi < N_MODES; mi++)
+        for (int i = 0; i < n_req; i++) {
+            double e = test_nmse(outs[mi].logits[i], outs[0].logits[i], V);
+            if (e > worst) worst = e;
+            CHECK(e <= NMSE_TOL, "%s: %s vs lazy, request %d: nmse %g", what, modes[mi], i, e);
+            CHECK(outs[mi].n_toks[i] == N_PREDICT && outs[0].n_toks[i] == N_PREDICT,
+                  "%s: %s request %d generated %d", what, modes[mi], i, outs[mi].n_toks[i]);
+            CHECK(!memcmp(outs[mi].toks[i], outs[0].toks[i], sizeof outs[0].toks[i]),
+                  "%s: %s vs lazy, request %d: greedy tokens differ", what, modes[mi], i);
+        }
+    return worst;
+}
+
+static const req_spec scenario[] = {
+    {3, {0, 1, 2}, "Which one?", false},
+    {3, {2, 0, 1}, "Which one?", false},  // permutation
+    {3, {1, 1, 0}, "And now?", false},    // a document twice in one prompt
+    {3, {0, 1, 2}, "Which one?", false},  // the first request again: everything cached
+    {2, {3, 0}, "", true},                // chat with an empty user message
+    {1, {2}, "Last", true},
+    {2, {4, 3}, "Tell", false},           // the longest document arrives last: evictions
+};
+enum { N_SCEN = sizeof scenario / sizeof scenario[0] };
+
+static void run_fixture(fixture *f, int V, const char *label) {
+    run_out outs[N_MODES];
+    li_cache_stats st[N_MODES];
+    char name[256];
+
+    // sequential requests, then the same requests all in one batch
+    for (int batch = 0; batch < 2; batch++) {
+        snprintf(name, sizeof name, "%s P=%d%s%s: lazy/copy/prefix/none agree", label, f->page_size,
+                 f->budget ? " small budget" : "", batch ? " (one batch)" : "");
+        TEST_BEGIN(name);
+        bool ok = true;
+        int one_copy = 1;
+        for (int mi = 0; mi < N_MODES; mi++) {
+            alloc_out(&outs[mi], V);
+            ok = ok && run_mode(f, modes[mi], scenario, N_SCEN, batch, V, &outs[mi], &st[mi],
+                                mi == 0 ? &one_copy : NULL);
+        }
+        CHECK(ok, "a run failed");
+        if (ok) {
+            double worst = compare(name, outs, N_SCEN, V);
+            printf("#   worst nmse vs lazy %.3g\n", worst);
+            CHECK(one_copy, "lazy held more than one copy of a document");
+            // pool back to full apart from what the caches keep
+            for (int mi = 0; mi < N_MODES; mi++) {
+                int64_t held = st[mi].resident_bytes / st[mi].kv_page_bytes;
+                CHECK(st[mi].kv_pages_free + held == st[mi].kv_pages_total,
+                      "%s: %lld free + %lld cached != %lld pages", modes[mi],
+                      (long long)st[mi].kv_pages_free, (long long)held,
+                      (long long)st[mi].kv_pages_total);
+            }
+            if (!batch && !f->budget) {
+                // the repeat of request 0 hits everything in lazy; copy needs the same Δs
+                CHECK(st[0].doc_hits > 0 && st[0].copies_made == 0, "lazy stats");
+                CHECK(st[1].copies_made > 0, "copy mode never re-rotated a copy");
+                CHECK(st[2].prefix_hit_tokens > 0, "prefix mode never hit");
+            }
+            if (f->budget) CHECK(st[0].evictions > 0, "small budget but nothing evicted");
+        }
+        for (int mi = 0; mi < N_MODES; mi++) free_out(&outs[mi]);
+        TEST_END();
+    }
+}
+
+static void make_docs(fixture *f, li_rng *rng, int V, const int *lens, int n) {
+    f->n_docs = n;
+    for (int d = 0; d < n; d++) {
+        f->doc_ids[d] = malloc((size_t)lens[d] * sizeof(int32_t));
+        for (int i = 0; i < lens[d]; i++)
+            f->doc_ids[d][i] = (int32_t)(32 + li_rng_u64(rng) % (uint64_t)(V > 256 ? 224 : V - 32));
+        f->docs[d] = (li_doc){.ids = f->doc_ids[d], .n_ids = lens[d]};
+    }
+}
+
+static void free_docs(fixture *f) {
+    for (int d = 0; d < f->n_docs; d++) free(f->doc_ids[d]);
+}
+
+int main(void) {
+    uint64_t seed = (uint64_t)time(NULL);
+    printf("# seed %llu\n", (unsigned long long)seed);
+    li_rng rng;
+    li_rng_seed(&rng, seed);
+    static const char *models[] = {"tiny-llama", "tiny-llama-mha-gptj", "tiny-llama-gqa4-linear",
+                                   "tiny-llama-gqa8-llama3", "tiny-llama-gqa2-yarn"};
+    const int page_sizes[] = {1, 16, 64};
+    int lens[] = {7, 23, 40, 16, 60};  // not multiples of P (but one equal to 16)
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        char path[96];
+        snprintf(path, sizeof path, "synth:%s:%llu", models[mi], (unsigned long long)(seed % 1000));
+        fixture f = {.model = path};
+        make_docs(&f, &rng, 384, lens, 5);
+        for (int pi = 0; pi < 3; pi++) {
+            f.page_size = page_sizes[(pi + mi) % 3];
+            f.budget = 0;
+            run_fixture(&f, 384, models[mi]);
+            if (pi == 0) {
+                // A budget that fits the largest request (its blocks, a system block of up to 16
+                // tokens, 48 tokens of its own) but not every document: eviction and re-prefill.
+                int P = f.page_size, most = 0, all = (16 + P - 1) / P;
+                for (int d = 0; d < 5; d++) all += (lens[d] + P - 1) / P;
+                for (int i = 0; i < N_SCEN; i++) {
+                    int need = (16 + P - 1) / P + (48 + P - 1) / P;
+                    for (int k = 0; k < scenario[i].n_docs; k++)
+                        need += (lens[scenario[i].doc[k]] + P - 1) / P;
+                    most = need > most ? need : most;
+                }
+                int64_t page_bytes = 2LL * 2 * 16 * 4 * P;  // L=2 layers × K,V × Dh=16 × f32 × P
+                int64_t hkv = (int[]){2, 4, 2, 1, 3}[mi];   // kv heads of models[mi]
+                f.budget = page_bytes * hkv * most;
+                CHECK(most - (48 + P - 1) / P < all, "budget holds every document");
+                run_fixture(&f, 384, models[mi]);
+            }
+        }
+        free_docs(&f);
+    }
+
+    // SmolLM2 on real text (documents as text, chat formatting)
+    const char *smol = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    FILE *fp = fopen(smol, "rb");
+    if (!fp) {
+        TEST_SKIP("SmolLM2 RAG exactness", "%s not present (make setup fetches it)", smol);
+    } else {
+        fclose(fp);
+        static const char *texts[] = {
+            "The Eiffel Tower is a wrought-iron lattice tower in Paris, completed in 1889.\n\n",
+            "Mount Everest, at 8,849 metres, is Earth's highest mountain above sea level.\n\n",
+            "The Great Barrier Reef lies off the coast of Queensland, Australia.\n\n",
+            "Honey never spoils: archaeologists found 3000-year-old honey in Egyptian tombs.\n\n",
+            "Octopuses have three hearts and blue blood; two hearts pump blood to the gills, and "
+            "the third pumps it to the rest of the body.\n\n",
+        };
+        fixture f = {.model = smol, .page_size = 16};
+        f.n_docs = 5;
+        for (int d = 0; d < 5; d++) f.docs[d] = (li_doc){.text = texts[d], .len = strlen(texts[d])};
+        // the scenario's raw requests become chat requests here
+        run_out outs[N_MODES];
+        li_cache_stats st[N_MODES];
+        req_spec reqs[N_SCEN];
+        memcpy(reqs, scenario, sizeof reqs);
+        for (int i = 0; i < N_SCEN; i++) reqs[i].chat = true;
+        TEST_BEGIN("SmolLM2 P=16: lazy/copy/prefix/none agree on real text");
+        bool ok = true;
+        for (int mi = 0; mi < N_MODES; mi++) {
+            alloc_out(&outs[mi], 49152);
+            ok = ok && run_mode(&f, modes[mi], reqs, N_SCEN, false, 49152, &outs[mi], &st[mi], NULL);
+        }
+        CHECK(ok, "a run failed");
+        if (ok) printf("#   worst nmse vs lazy %.3g\n", compare("smollm2", outs, N_SCEN, 49152));
+        for (int mi = 0; mi < N_MODES; mi++) free_out(&outs[mi]);
+        TEST_END();
+    }
+
+    TEST_BEGIN("bad requests: empty raw query, empty document, context overflow");
+    li_model_params p = li_model_default_params();
+    p.path = "synth:tiny-llama";
+    p.n_ctx = 64;
+    li_model *m;
+    CHECK(li_model_load(&m, &p) == LI_OK, "%s", li_last_error());
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = 40 + i % 50;
+    li_doc d = {.ids = ids, .n_ids = 30};
+    li_request q = {.docs = &d, .n_docs = 1, .query = ""};
+    q.gen = li_generate_default_params();
+    q.gen.n_predict = 4;
+    int64_t id;
+    CHECK(li_submit(m, &q, &id) == LI_ERR_INVALID_ARG && strstr(li_last_error(), "query is empty"),
+          "empty query: %s", li_last_error());
+    li_doc empty = {.text = "", .len = 0};
+    q.docs = &empty;
+    q.query = "x";
+    CHECK(li_submit(m, &q, &id) == LI_ERR_INVALID_ARG && strstr(li_last_error(), "empty"),
+          "empty doc: %s", li_last_error());
+    d.n_ids = 70;
+    q.docs = &d;
+    CHECK(li_submit(m, &q, &id) == LI_ERR_LIMIT && strstr(li_last_error(), "context"),
+          "overflow: %s", li_last_error());
+    ids[3] = 99999;
+    d.n_ids = 10;
+    CHECK(li_submit(m, &q, &id) == LI_ERR_INVALID_ARG && strstr(li_last_error(), "out of range"),
+          "bad id: %s", li_last_error());
+    li_model_free(m);
+    TEST_END();
+    return test_summary();
+}
