@@ -362,7 +362,9 @@ static void random_prompt(li_rng *rng, int32_t *p, int n) {
     for (int i = 0; i < n; i++) p[i] = (int32_t)(li_rng_u64(rng) % 256);  // byte tokens
 }
 
-static void test_model(li_rng *rng) {
+// full: every LaCache combination per configuration, then the seed, batch, error and detokenize
+// tests; otherwise (a second model) the oracle comparison and all caches on only.
+static void test_model(li_rng *rng, bool full) {
     uint64_t model_seed = li_rng_u64(rng) % 1000;
     char path[64];
     snprintf(path, sizeof path, "synth:tiny-llada:%llu", (unsigned long long)model_seed);
@@ -462,13 +464,14 @@ static void test_model(li_rng *rng) {
         TEST_END();
 
         // Every LaCache combination, FACache tiles dividing the block boundaries and not.
-        snprintf(name, sizeof name, "%s: all LaCache combinations == all off", cfgs[ci].name);
+        snprintf(name, sizeof name, "%s (model seed %llu): %s == all off", cfgs[ci].name,
+                 (unsigned long long)model_seed, full ? "all LaCache combinations" : "all caches");
         TEST_BEGIN(name);
         // Tile 0 is the default 64 (past every canvas here); 3 and 5 split the blocks of 8, 12
         // and 16 rows and the prompt unevenly, 8 lines up with blocks of 8.
         static const int tiles[] = {0, 3, 8, 5};
         p.on_step = NULL;
-        for (unsigned flags = 1; flags <= LI_DLLM_LACACHE_ALL; flags++) {
+        for (unsigned flags = full ? 1 : LI_DLLM_LACACHE_ALL; flags <= LI_DLLM_LACACHE_ALL; flags++) {
             bool more = flags == LI_DLLM_LACACHE_FA || flags == LI_DLLM_LACACHE_ALL;
             int nt = more ? (int)(sizeof tiles / sizeof tiles[0]) : 1;
             for (int ti = 0; ti < nt; ti++) {
@@ -486,8 +489,13 @@ static void test_model(li_rng *rng) {
         TEST_END();
     }
 
+    if (!full) {
+        li_model_free(m);
+        return;
+    }
+
     // Seeds.
-    TEST_BEGIN("seeds: same seed twice identical, different seeds differ at T > 0");
+    TEST_BEGIN("seeds: same seed twice identical (fp32 and fp8), different seeds differ at T > 0");
     {
         li_dllm_params p = li_dllm_default_params();
         p.gen_length = 32;
@@ -505,6 +513,11 @@ static void test_model(li_rng *rng) {
         CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "%s", li_last_error());
         CHECK(first_diff(base, got, 32) >= 0, "seed %llu and the next gave the same tokens",
               (unsigned long long)(p.seed - 1));
+        // FP8 FFN (approximate: its tokens may differ from fp32's) is deterministic too.
+        p.fp8 = true;
+        CHECK(li_dllm_generate(m, prompt, P, &p, base, NULL) == LI_OK, "fp8: %s", li_last_error());
+        CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "fp8: %s", li_last_error());
+        CHECK(first_diff(base, got, 32) < 0, "fp8: same seed differs");
     }
     TEST_END();
 
@@ -716,7 +729,8 @@ int main(void) {
     test_schedule(&rng);
     test_select(&rng);
     test_dpad(&rng);
-    test_model(&rng);
+    test_model(&rng, true);
+    test_model(&rng, false);
     test_reference();
     return test_summary();
 }

@@ -550,6 +550,39 @@ static void test_fp8_smollm2(void) {
     li_llama_free(&m);
 }
 
+static void test_configs(void) {
+    TEST_BEGIN("synthetic configurations: llada-8b shapes (metadata only), errors");
+    li_llada *m = NULL;
+    li_status rc = li_llada_synth(&m, "llada-8b", 1, be_fast, true);
+    CHECK(rc == LI_OK, "%s", li_error_msg());
+    if (rc == LI_OK) {
+        const li_hparams *hp = li_llada_hparams(m);
+        CHECK(hp->n_layer == 32 && hp->n_embd == 4096 && hp->n_head == 32 && hp->n_head_kv == 32 &&
+                  hp->head_dim == 128 && hp->n_ff == 12288 && hp->n_vocab == 126464 &&
+                  hp->rope.theta == 500000.0f && !hp->tied_embeddings,
+              "llada-8b shapes");
+        int64_t np = li_llada_n_params(m);
+        CHECK(np > 8000000000ll && np < 8100000000ll, "llada-8b has %lld parameters",
+              (long long)np);
+        CHECK(m->w.layers[3].w_gate.dtype == LI_DTYPE_BF16, "llada-8b matrices should be bf16");
+        li_llada_canvas cv = {1, (int32_t[]){0}, (int32_t[]){0}, 0, 1, true};
+        li_lacache lc = {0};
+        CHECK(li_llada_forward(m, &lc, NULL, NULL, &cv, 1, NULL, NULL) == LI_ERR_INVALID_ARG,
+              "forward on a metadata-only model");
+        li_llada_free(m);
+    }
+    CHECK(li_llada_synth_known("tiny-llada") && li_llada_synth_known("llada-mid") &&
+              !li_llada_synth_known("tiny-llama"),
+          "synth_known");
+    CHECK(li_llada_synth(&m, "nope", 1, be_fast, false) == LI_ERR_INVALID_ARG && !m,
+          "unknown name");
+    CHECK(li_llada_load(&m, "/nonexistent-llada", be_fast, false) != LI_OK && !m, "missing dir");
+    CHECK(li_llada_load(&m, "tests/data/formats/st-sharded", be_fast, false) != LI_OK && !m,
+          "a directory without an LLaDA config.json");
+    fprintf(stderr, "  (expected error: %s)\n", li_error_msg());
+    TEST_END();
+}
+
 int main(void) {
     const char *env = getenv("LI_TEST_SEED");
     g_seed = env ? strtoull(env, NULL, 10)
@@ -572,6 +605,7 @@ int main(void) {
     for (int i = 0; i < 2; i++)
         test_fp8_tiny(li_rng_u64(&rng) % 1000000);
     test_fp8_smollm2();
+    test_configs();
     li_backend_free(be_fast);
     li_backend_free(be_ref);
     return test_summary();

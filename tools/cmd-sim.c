@@ -835,12 +835,13 @@ static bool validate(const sim_config *c) {
 }
 
 // The smallest pool each policy can replay the trace in (pages): a request pins all its k
-// documents at once (copy: plus the source of a re-rotation); prefix holds the whole prompt.
+// documents at once (copy: when the source of a re-rotation cannot be held too, the cache
+// recomputes instead, a miss); prefix holds the whole prompt.
 static int64_t min_pages(const sim_config *c, policy_id p) {
     int64_t ppd = pages_per_doc(c);
     switch (p) {
-    case POL_LAZY: return c->k * ppd;
-    case POL_COPY: return (c->k + 1) * ppd;
+    case POL_LAZY:
+    case POL_COPY: return c->k * ppd;
     default: return ((int64_t)c->positions * c->doc_len + c->page_size - 1) / c->page_size;
     }
 }
@@ -934,7 +935,7 @@ int cmd_sim(int argc, char **argv) {
                     (long long)c.budget, (long long)(c.budget / c.page_size), c.page_size,
                     policy_names[p], (long long)min_pages(&c, (policy_id)p),
                     p == POL_PREFIX ? " (the whole prompt of D slots)"
-                                    : " (k pinned documents, copy: plus a re-rotation source)");
+                                    : " (its k documents pinned at once)");
             return 2;
         }
     if (trace && dump_trace(&c, trace)) return 1;

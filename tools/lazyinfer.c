@@ -323,6 +323,7 @@ static void usage(FILE *f) {
                "  generate   generate a completion for a prompt\n"
                "  tokenize   print the token ids of a text\n"
                "  info       print a model's architecture, shapes, dtype and parameter count\n"
+               "  rag        answer questions over documents with the document KV cache\n"
                "  dllm       decode a prompt with a diffusion LM (LLaDA SAR decoding)\n"
                "  bench      run a benchmark (bench generate, bench dllm)\n"
                "  sim        trace-driven document-cache hit-ratio simulator\n");
@@ -342,6 +343,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "rag")) return cmd_rag(argc - 1, argv + 1);
     if (!strcmp(cmd, "dllm")) return cmd_dllm(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "sim")) return cmd_sim(argc - 1, argv + 1);
