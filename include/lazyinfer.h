@@ -246,13 +246,13 @@ typedef struct {
     // Parallel decoding (Fast-dLLM), at most one of the three; with any of them the per-block
     // schedule is replaced by "repeat steps until the block has no mask" (`steps` is then only
     // validated).
-    double threshold;     // τ in (0, 1]: commit the best + every candidate with confidence >= τ
-    double factor;        // f > 0: largest prefix with c_i >= 1 - f/(i+1)
-    int commit_per_step;  // K > 0: commit exactly min(K, masks left) per step (benchmarks with
-                          // random weights, whose flat confidences defeat τ and f)
+    double threshold;     // 0: off; τ in (0, 1]: commit the best + every candidate >= τ
+    double factor;        // 0: off; f > 0: the largest prefix with c_i >= 1 - f/(i+1)
+    int commit_per_step;  // 0: off; K > 0: commit exactly min(K, masks left) per step
+                          // (benchmarks with random weights, whose flat confidences defeat τ, f)
     // DPad: suffix masks after the block kept with probability scale·N(x_d; 0, 1),
     // x = linspace(0, k_sigma, window), dropped beyond the window; redrawn once per block.
-    bool dpad;
+    bool dpad;            // off by default
     int dpad_window;      // 256
     double dpad_k_sigma;  // 4
     double dpad_scale;    // 2

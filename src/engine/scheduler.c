@@ -783,7 +783,8 @@ li_status li_step(li_model *m, int *n_unfinished) {
             li_doc_key *keys = malloc(((size_t)n_full + 1) * sizeof *keys);
             if (!keys) return li_error_set(LI_ERR_OOM, "out of memory");
             li_prefix_chain(m->model_id, r->prompt, r->n_prompt, P, keys);
-            for (int k = 0; k < n_full && rc == LI_OK; k++)
+            // tail-first, so the prompt's first pages are the most recently used (vLLM order)
+            for (int k = n_full - 1; k >= 0 && rc == LI_OK; k--)
                 rc = li_prefix_cache_insert(m->prefix, &keys[k], li_page_id(r->own.pages[k]));
             free(keys);
             if (rc != LI_OK) return rc;

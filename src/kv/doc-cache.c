@@ -224,8 +224,8 @@ li_status li_doc_cache_acquire(li_doc_cache *c, const li_doc_key *key, int n_tok
         if (memcmp(d->key.b, key->b, 32) != 0) continue;
         if (position_agnostic || d->delta == delta) {
             if (!usable || (d->ready && !usable->ready)) usable = d;
-        } else if (d->ready && !other) {
-            other = d;
+        } else if (d->ready && (!other || d->last_use > other->last_use)) {
+            other = d;  // the most recently used copy at another Δ is the source
         }
     }
     if (usable) {

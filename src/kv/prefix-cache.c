@@ -122,13 +122,19 @@ int li_prefix_cache_match(li_prefix_cache *pc, const li_doc_key *keys, int n, in
     int P = pc->pool->storage.page_size;
     pc->stats.lookup_tokens += (int64_t)n * P;
     int k = 0;
+    entry *hit[n > 0 ? n : 1];
     for (; k < n; k++) {
         entry *e = find(pc, &keys[k]);
         if (!e) break;
         li_kv_page_ref(pc->pool, e->page);
         pages[k] = e->page;
-        unlink_use(pc, e);
-        append_use(pc, e);
+        hit[k] = e;
+    }
+    // Touch tail-first, like vLLM frees a request's blocks: the chain's head ends up the most
+    // recently used, so eviction takes chain tails before the prefixes they hang from.
+    for (int i = k - 1; i >= 0; i--) {
+        unlink_use(pc, hit[i]);
+        append_use(pc, hit[i]);
     }
     pc->stats.hit_tokens += (int64_t)k * P;
     return k;

@@ -1,0 +1,788 @@
+// cmd-bench-rag.c — `lazyinfer bench rag`: RAG serving benchmark of the document-cache modes
+// (DESIGN.md §7, issue 7 item 10). One trace, replayed once per mode on a fresh model load:
+//   documents  the passages "0".."5" of every RAG sample JSON (--samples DIR), each document's
+//              text = passage + "\n\n", tokenised alone (optionally cut to --doc-len tokens);
+//   requests   k distinct documents drawn with Zipf(α) popularity over a shuffled pool (the
+//              sampler of `lazyinfer sim`, tools/zipf.c), in the order drawn, + the samples'
+//              queries in turn, chat-formatted; greedy, exactly --out-len tokens (EOS ignored);
+//   arrivals   Poisson at --rate on the wall clock (0: all at once); between two li_step calls
+//              every request whose arrival time has passed is submitted; idle → sleep.
+// Reports per mode TTFT p50/p90/p99/mean (arrival → first token: the submit lag, at most one
+// step, plus li_request_result.ttft_ms), end-to-end latency, throughput, the document hit ratio
+// (prompt block tokens served from cache / block tokens), resident bytes, evictions, and how many
+// requests produced the same tokens as the first mode (the modes are exact: DESIGN.md §3).
+//
+// Not here: a test of cache correctness (tests/test-rag.c) or of hit ratios at scale (`sim`).
+// Tested by tests/test_bench_rag.py (smoke run on synth:tiny-llama with hit/miss counts checked
+// against the dumped trace; chi-square of the Zipf sampler). Results: docs/BENCHMARKS.md,
+// usage: docs/RAG-BENCH.md.
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../src/core/core.h"
+#include "cli.h"
+#include "lazyinfer.h"
+#include "zipf.h"
+
+#define SAMPLES_REL "../shared/data/rag-samples"
+#define MAX_MODES 5
+#define MAX_K 64
+#define MAX_REQUESTS 1000000
+#define DRAW_TRIES 10000  // redraws for a distinct rank before the exact fallback
+
+typedef struct {
+    const char *model, *samples, *mode_s, *budget_s, *plot, *trace;
+    int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads;
+    float alpha, rate;
+    uint64_t seed;
+    bool dry_run;
+} bench_args;
+
+// The corpus: every passage (+ "\n\n") and query of the sample files, in file order.
+typedef struct {
+    char **docs;
+    char **doc_name;  // "FILE:KEY", for logs
+    int n_docs, n_names;
+    char **queries;
+    int n_queries;
+} corpus;
+
+typedef struct {
+    double arrival_ms;  // since the start of the run
+    int query;          // index into corpus.queries
+    int docs[MAX_K];    // (k) corpus document index, prompt order
+    int ranks[MAX_K];   // (k) popularity rank (1-based) of each
+} trace_req;
+
+// One request's outcome in one mode.
+typedef struct {
+    li_request_result res;
+    double submit_ms;   // since the start, when li_submit was called
+    uint64_t tok_hash;  // FNV-1a over the generated token ids
+    int n_tok;
+    bool done;
+} req_out;
+
+typedef struct {
+    li_cache_mode mode;
+    int n_ok, n_failed, n_same;
+    char first_error[256];
+    double ttft[4];        // p50, p90, p99, mean (ms)
+    double e2e_mean, e2e_p90, lag_mean;
+    double req_per_s, tok_per_s, wall_s;
+    int64_t doc_tokens, cached_tokens, computed_tokens, doc_hits, doc_lookups;
+    int64_t resident_bytes, evictions, copies, page_bytes, pages_total;
+    double load_ms, loadavg;
+    double avg_doc_tokens, avg_doc_pages;  // over the pool (pages of page_size tokens)
+    double *ttft_sorted;  // (n_ok) for the plot
+} mode_row;
+
+// ---- small helpers -------------------------------------------------------------------------
+
+static char *xstrdup(const char *s) {
+    char *p = strdup(s);
+    if (!p) li_error_set(LI_ERR_OOM, "out of memory");
+    return p;
+}
+
+// "256M", "2G", "1048576", "64KiB" → bytes (binary multiples). false on junk or overflow.
+static bool parse_bytes(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return false;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (mul > 1 && *end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return false;
+    v *= mul;
+    if (v > 9.0e18) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+static double loadavg1(void) {
+    double x = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &x) != 1) x = -1;
+        fclose(f);
+    }
+    return x;
+}
+
+static void sleep_ms(double ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// Percentile q in [0, 100] of sorted x (n >= 1), linear between order statistics (numpy's
+// default "linear" method).
+static double percentile(const double *x, int n, double q) {
+    double h = (n - 1) * q / 100.0;
+    int lo = (int)floor(h);
+    if (lo >= n - 1) return x[n - 1];
+    return x[lo] + (h - lo) * (x[lo + 1] - x[lo]);
+}
+
+// ---- the samples -----------------------------------------------------------------------------
+
+// Sample files in natural order ("2.json" before "10.json").
+static int cmp_names(const void *a, const void *b) {
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    if (isdigit((unsigned char)*x) && isdigit((unsigned char)*y)) {
+        long nx = strtol(x, NULL, 10), ny = strtol(y, NULL, 10);
+        if (nx != ny) return nx < ny ? -1 : 1;
+    }
+    return strcmp(x, y);
+}
+
+static void corpus_free(corpus *c) {
+    for (int i = 0; i < c->n_docs; i++) free(c->docs[i]);
+    for (int i = 0; i < c->n_names; i++) free(c->doc_name[i]);
+    for (int i = 0; i < c->n_queries; i++) free(c->queries[i]);
+    free(c->docs);
+    free(c->doc_name);
+    free(c->queries);
+    memset(c, 0, sizeof *c);
+}
+
+static li_status push_str(char ***arr, int *n, char *s) {
+    if (!s) return LI_ERR_OOM;
+    char **p = realloc(*arr, (size_t)(*n + 1) * sizeof *p);
+    if (!p) {
+        free(s);
+        return li_error_set(LI_ERR_OOM, "out of memory");
+    }
+    *arr = p;
+    p[(*n)++] = s;
+    return LI_OK;
+}
+
+// One sample: {"0": passage, "1": …, "query": text, …}. Passages are the keys "0", "1", … up to
+// the first one missing.
+static li_status load_sample(corpus *c, const char *path, const char *name) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        return li_error_set(LI_ERR_FORMAT, "%s:%d: not valid JSON: %s", path, jerr.line, jerr.text);
+    li_status rc = LI_OK;
+    if (!json_is_object(root)) {
+        rc = li_error_set(LI_ERR_FORMAT, "%s: expected a JSON object", path);
+        goto out;
+    }
+    json_t *q = json_object_get(root, "query");
+    if (!json_is_string(q)) {
+        rc = li_error_set(LI_ERR_FORMAT, "%s: field \"query\" missing or not a string", path);
+        goto out;
+    }
+    int n_pass = 0;
+    for (int i = 0;; i++, n_pass++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", i);
+        json_t *p = json_object_get(root, key);
+        if (!p) break;
+        if (!json_is_string(p)) {
+            rc = li_error_set(LI_ERR_FORMAT, "%s: passage \"%s\" is not a string", path, key);
+            goto out;
+        }
+        size_t len = json_string_length(p);
+        char *text = malloc(len + 3);
+        if (!text) {
+            rc = li_error_set(LI_ERR_OOM, "out of memory");
+            goto out;
+        }
+        memcpy(text, json_string_value(p), len);
+        memcpy(text + len, "\n\n", 3);
+        char nm[300];
+        snprintf(nm, sizeof nm, "%s:%s", name, key);
+        if ((rc = push_str(&c->docs, &c->n_docs, text)) != LI_OK) goto out;
+        if ((rc = push_str(&c->doc_name, &c->n_names, xstrdup(nm))) != LI_OK) goto out;
+    }
+    if (n_pass == 0) {
+        rc = li_error_set(LI_ERR_FORMAT, "%s: no passages (keys \"0\", \"1\", …)", path);
+        goto out;
+    }
+    rc = push_str(&c->queries, &c->n_queries, xstrdup(json_string_value(q)));
+out:
+    json_decref(root);
+    return rc;
+}
+
+static li_status load_corpus(corpus *c, const char *dir) {
+    memset(c, 0, sizeof *c);
+    DIR *d = opendir(dir);
+    if (!d)
+        return li_error_set(LI_ERR_IO,
+                            "cannot open the RAG samples directory '%s': %s (give --samples DIR: "
+                            "a folder of JSON files with passages \"0\"..\"5\" and \"query\")",
+                            dir, strerror(errno));
+    char **names = NULL;
+    int n = 0;
+    li_status rc = LI_OK;
+    struct dirent *e;
+    while (rc == LI_OK && (e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && !strcmp(e->d_name + len - 5, ".json"))
+            rc = push_str(&names, &n, xstrdup(e->d_name));
+    }
+    closedir(d);
+    if (rc == LI_OK && n == 0)
+        rc = li_error_set(LI_ERR_IO, "no *.json sample in '%s'", dir);
+    if (rc == LI_OK) qsort(names, (size_t)n, sizeof *names, cmp_names);
+    for (int i = 0; i < n && rc == LI_OK; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        rc = load_sample(c, path, names[i]);
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (rc != LI_OK) corpus_free(c);
+    return rc;
+}
+
+// The default samples folder: ../shared/data/rag-samples next to the binary (the repository
+// root), else relative to the working directory.
+static const char *default_samples(void) {
+    static char path[PATH_MAX + sizeof SAMPLES_REL + 1];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/%s", exe, SAMPLES_REL);
+            if (li_path_exists(path)) return path;
+        }
+    }
+    return SAMPLES_REL;
+}
+
+// ---- the trace -------------------------------------------------------------------------------
+
+// k distinct ranks: redraw on a repeat (the simulator's rule). Redrawing until distinct is the
+// pmf conditioned on the ranks not yet taken, so after DRAW_TRIES repeats (only at extreme α)
+// that conditional law is sampled exactly instead, by inversion over the remaining ranks.
+static int64_t draw_distinct(const li_zipf *z, li_rng *rng, const int *taken, int n_taken) {
+    for (int t = 0; t < DRAW_TRIES; t++) {
+        int64_t r = li_zipf_draw(z, rng);
+        bool dup = false;
+        for (int j = 0; j < n_taken; j++) dup |= taken[j] == r;
+        if (!dup) return r;
+    }
+    double total = 0;
+    for (int64_t r = 1; r <= z->n; r++) {
+        bool dup = false;
+        for (int j = 0; j < n_taken; j++) dup |= taken[j] == r;
+        if (!dup) total += pow((double)r, -z->alpha);
+    }
+    double u = li_rng_uniform(rng) * total, s = 0;
+    int64_t last = 1;
+    for (int64_t r = 1; r <= z->n; r++) {
+        bool dup = false;
+        for (int j = 0; j < n_taken; j++) dup |= taken[j] == r;
+        if (dup) continue;
+        last = r;
+        if ((s += pow((double)r, -z->alpha)) > u) return r;
+    }
+    return last;
+}
+
+// The pool is the first N corpus documents, shuffled (rank r → pool[r - 1]); arrivals are a
+// Poisson process started at the first request (t = 0), gaps Exp(rate).
+static li_status make_trace(const bench_args *a, int n_queries, trace_req *tr) {
+    li_rng rng;
+    li_rng_seed(&rng, a->seed);
+    int N = a->n_docs;
+    int *pool = malloc((size_t)N * sizeof *pool);
+    if (!pool) return li_error_set(LI_ERR_OOM, "out of memory");
+    for (int i = 0; i < N; i++) pool[i] = i;
+    for (int i = N - 1; i > 0; i--) {
+        int j = (int)(li_rng_u64(&rng) % (uint64_t)(i + 1));
+        int t = pool[i];
+        pool[i] = pool[j];
+        pool[j] = t;
+    }
+    li_zipf z;
+    li_status rc = li_zipf_init(&z, N, a->alpha);
+    if (rc != LI_OK) {
+        free(pool);
+        return rc;
+    }
+    double t = 0;
+    for (int i = 0; i < a->n_requests; i++) {
+        if (i > 0 && a->rate > 0) t += -log(1.0 - li_rng_uniform(&rng)) / a->rate * 1e3;
+        tr[i].arrival_ms = t;
+        tr[i].query = i % n_queries;
+        for (int j = 0; j < a->k; j++) {
+            tr[i].ranks[j] = (int)draw_distinct(&z, &rng, tr[i].ranks, j);
+            tr[i].docs[j] = pool[tr[i].ranks[j] - 1];
+        }
+    }
+    li_zipf_free(&z);
+    free(pool);
+    return LI_OK;
+}
+
+static li_status write_trace(const char *path, const bench_args *a, const trace_req *tr) {
+    FILE *f = fopen(path, "w");
+    if (!f) return li_error_set(LI_ERR_IO, "cannot write the trace '%s': %s", path, strerror(errno));
+    // one line per request: arrival_ms query rank@doc … (doc = corpus index, 0-based)
+    for (int i = 0; i < a->n_requests; i++) {
+        fprintf(f, "%.3f %d", tr[i].arrival_ms, tr[i].query);
+        for (int j = 0; j < a->k; j++) fprintf(f, " %d@%d", tr[i].ranks[j], tr[i].docs[j]);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) return li_error_set(LI_ERR_IO, "cannot write the trace '%s'", path);
+    return LI_OK;
+}
+
+// ---- one mode --------------------------------------------------------------------------------
+
+static bool on_token(void *user, int32_t tok) {
+    req_out *o = user;
+    o->tok_hash = (o->tok_hash ^ (uint32_t)tok) * 0x100000001b3ull;
+    o->n_tok++;
+    return true;
+}
+
+// Documents and queries as the model sees them: document ids (cut to doc_len), query text (cut
+// to query_len tokens and detokenised, since li_request takes the query as text).
+typedef struct {
+    int32_t **doc_ids;  // (N) per pool document
+    int *doc_n;
+    char **query;       // (n_queries)
+} prepared;
+
+static void prepared_free(prepared *p, int N, int nq) {
+    for (int i = 0; p->doc_ids && i < N; i++) li_free_tokens(p->doc_ids[i]);
+    for (int i = 0; p->query && i < nq; i++) free(p->query[i]);
+    free(p->doc_ids);
+    free(p->doc_n);
+    free(p->query);
+}
+
+static li_status prepare(li_model *m, const bench_args *a, const corpus *c, prepared *p) {
+    int N = a->n_docs;
+    p->doc_ids = calloc((size_t)N, sizeof *p->doc_ids);
+    p->doc_n = calloc((size_t)N, sizeof *p->doc_n);
+    p->query = calloc((size_t)c->n_queries, sizeof *p->query);
+    if (!p->doc_ids || !p->doc_n || !p->query) return li_error_set(LI_ERR_OOM, "out of memory");
+    for (int i = 0; i < N; i++) {
+        LI_TRY(li_tokenize(m, c->docs[i], strlen(c->docs[i]), false, false, &p->doc_ids[i],
+                           &p->doc_n[i]));
+        if (a->doc_len > 0 && p->doc_n[i] > a->doc_len) p->doc_n[i] = a->doc_len;
+        if (p->doc_n[i] == 0)
+            return li_error_set(LI_ERR_INVALID_ARG, "document %s has no tokens", c->doc_name[i]);
+    }
+    for (int i = 0; i < c->n_queries; i++) {
+        if (a->query_len <= 0) {
+            if (!(p->query[i] = xstrdup(c->queries[i]))) return LI_ERR_OOM;
+            continue;
+        }
+        int32_t *ids;
+        int n;
+        LI_TRY(li_tokenize(m, c->queries[i], strlen(c->queries[i]), false, false, &ids, &n));
+        if (n > a->query_len) n = a->query_len;
+        size_t cap = 64, len = 0;
+        char *s = malloc(cap);
+        li_status rc = s ? LI_OK : li_error_set(LI_ERR_OOM, "out of memory");
+        for (int t = 0; t < n && rc == LI_OK; t++) {
+            char buf[256];
+            size_t pl;
+            if ((rc = li_token_to_piece(m, ids[t], buf, sizeof buf, &pl)) != LI_OK) break;
+            if (pl > sizeof buf) pl = sizeof buf;
+            if (len + pl + 1 > cap) {
+                while (len + pl + 1 > cap) cap *= 2;
+                char *q = realloc(s, cap);
+                if (!q) {
+                    rc = li_error_set(LI_ERR_OOM, "out of memory");
+                    break;
+                }
+                s = q;
+            }
+            memcpy(s + len, buf, pl);
+            len += pl;
+        }
+        li_free_tokens(ids);
+        if (rc != LI_OK) {
+            free(s);
+            return rc;
+        }
+        s[len] = 0;
+        p->query[i] = s;
+    }
+    return LI_OK;
+}
+
+// Loads the model in `mode`, replays the trace, fills the row. Errors of the engine (not of one
+// request) end the benchmark.
+static li_status run_mode(const bench_args *a, const corpus *c, const trace_req *tr,
+                          int64_t budget, li_cache_mode mode, req_out *out, mode_row *row) {
+    const int R = a->n_requests;
+    memset(row, 0, sizeof *row);
+    row->mode = mode;
+    li_model_params mp = li_model_default_params();
+    mp.path = a->model ? a->model : cli_default_model();
+    mp.n_threads = a->n_threads;
+    mp.max_seqs = a->max_batch;
+    mp.cache_mode = li_cache_mode_name(mode);
+    mp.kv_budget_bytes = budget;
+    double t_load = li_time_ms();
+    li_model *m = NULL;
+    LI_TRY(li_model_load(&m, &mp));
+    row->load_ms = li_time_ms() - t_load;
+    prepared p = {0};
+    int64_t *ids = malloc((size_t)R * sizeof *ids);
+    li_status rc = ids ? prepare(m, a, c, &p) : li_error_set(LI_ERR_OOM, "out of memory");
+    memset(out, 0, (size_t)R * sizeof *out);
+    int next = 0, n_done = 0, n_tokens = 0;
+    double t_end = 0;
+    double t0 = li_time_ms();
+    while (rc == LI_OK && n_done < R) {
+        double now = li_time_ms() - t0;
+        for (; next < R && tr[next].arrival_ms <= now && rc == LI_OK; next++) {
+            li_doc docs[MAX_K];
+            for (int j = 0; j < a->k; j++) {
+                int d = tr[next].docs[j];
+                docs[j] = (li_doc){.ids = p.doc_ids[d], .n_ids = p.doc_n[d], .id = c->doc_name[d]};
+            }
+            li_request q = {.docs = docs, .n_docs = a->k, .query = p.query[tr[next].query],
+                            .chat = true, .gen = li_generate_default_params()};
+            q.gen.n_predict = a->out_len;
+            q.gen.sampling.temperature = 0;
+            q.gen.stop_at_eos = false;  // every request decodes exactly out_len tokens
+            q.gen.on_token = on_token;
+            q.gen.user = &out[next];
+            out[next].tok_hash = 0xcbf29ce484222325ull;
+            out[next].submit_ms = li_time_ms() - t0;
+            li_status src = li_submit(m, &q, &ids[next]);
+            if (src != LI_OK) {  // this request only: counted as failed
+                out[next].done = true;
+                out[next].res.status = src;
+                snprintf(out[next].res.error, sizeof out[next].res.error, "%s", li_last_error());
+                ids[next] = -1;
+                n_done++;
+            }
+        }
+        int in_flight = 0;
+        for (int i = 0; i < next; i++) in_flight += !out[i].done;
+        if (in_flight == 0) {
+            if (next < R) sleep_ms(tr[next].arrival_ms - (li_time_ms() - t0));
+            continue;
+        }
+        int left;
+        if ((rc = li_step(m, &left)) != LI_OK) break;
+        for (int i = 0; i < next; i++) {
+            if (out[i].done) continue;
+            // li_result fails (and sets the error message) for requests not finished yet
+            if (li_result(m, ids[i], &out[i].res) != LI_OK) continue;
+            out[i].done = true;
+            n_done++;
+            double end = out[i].submit_ms + out[i].res.total_ms;
+            if (end > t_end) t_end = end;
+        }
+        li_progress("bench rag", n_done, R);
+    }
+    if (rc == LI_OK) {
+        li_cache_stats cs;
+        li_get_cache_stats(m, &cs);
+        row->resident_bytes = cs.resident_bytes;
+        row->evictions = cs.evictions;
+        row->copies = cs.copies_made;
+        row->page_bytes = cs.kv_page_bytes;
+        row->pages_total = cs.kv_pages_total;
+        int page_size = mp.page_size > 0 ? mp.page_size : 16;  // li_model_params: 0 means 16
+        for (int i = 0; i < a->n_docs; i++) {
+            row->avg_doc_tokens += (double)p.doc_n[i] / a->n_docs;
+            row->avg_doc_pages += (double)((p.doc_n[i] + page_size - 1) / page_size) / a->n_docs;
+        }
+        row->loadavg = loadavg1();
+        double *ttft = malloc((size_t)R * sizeof *ttft), *e2e = malloc((size_t)R * sizeof *e2e);
+        if (!ttft || !e2e) {
+            free(ttft);
+            free(e2e);
+            rc = li_error_set(LI_ERR_OOM, "out of memory");
+        } else {
+            for (int i = 0; i < R; i++) {
+                const req_out *o = &out[i];
+                if (o->res.status != LI_OK) {
+                    if (row->n_failed++ == 0)
+                        snprintf(row->first_error, sizeof row->first_error, "%s", o->res.error);
+                    continue;
+                }
+                double lag = o->submit_ms - tr[i].arrival_ms;
+                ttft[row->n_ok] = lag + o->res.ttft_ms;
+                e2e[row->n_ok] = lag + o->res.total_ms;
+                row->lag_mean += lag;
+                row->doc_tokens += o->res.n_doc_tokens;
+                row->cached_tokens += o->res.n_cached_tokens;
+                row->computed_tokens += o->res.n_prompt - o->res.n_cached_tokens;
+                row->doc_hits += o->res.doc_hits;
+                row->doc_lookups += o->res.doc_hits + o->res.doc_misses;
+                n_tokens += o->res.n_generated;
+                row->n_ok++;
+            }
+            int n = row->n_ok;
+            if (n > 0) {
+                double s = 0, se = 0;
+                for (int i = 0; i < n; i++) {
+                    s += ttft[i];
+                    se += e2e[i];
+                }
+                qsort(ttft, (size_t)n, sizeof *ttft, cmp_double);
+                qsort(e2e, (size_t)n, sizeof *e2e, cmp_double);
+                row->ttft[0] = percentile(ttft, n, 50);
+                row->ttft[1] = percentile(ttft, n, 90);
+                row->ttft[2] = percentile(ttft, n, 99);
+                row->ttft[3] = s / n;
+                row->e2e_mean = se / n;
+                row->e2e_p90 = percentile(e2e, n, 90);
+                row->lag_mean /= n;
+            }
+            row->wall_s = t_end / 1e3;
+            row->req_per_s = t_end > 0 ? n / (t_end / 1e3) : 0;
+            row->tok_per_s = t_end > 0 ? n_tokens / (t_end / 1e3) : 0;
+            row->ttft_sorted = ttft;
+            free(e2e);
+        }
+    }
+    prepared_free(&p, a->n_docs, c->n_queries);
+    free(ids);
+    li_model_free(m);
+    return rc;
+}
+
+// ---- output ----------------------------------------------------------------------------------
+
+static void print_table(const mode_row *rows, int n_rows, int R) {
+    printf("| mode | done | TTFT p50 ms | p90 | p99 | mean | e2e mean ms | req/s | gen tok/s | "
+           "doc hit ratio | doc hits/lookups | prompt tok computed | resident MiB | evictions | "
+           "copies | same tokens | load1 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n_rows; i++) {
+        const mode_row *r = &rows[i];
+        printf("| %s | %d/%d | %.0f | %.0f | %.0f | %.0f | %.0f | %.3f | %.2f | %.3f | %lld/%lld | "
+               "%lld | %.1f | %lld | %lld | %d/%d | %.1f |\n",
+               li_cache_mode_name(r->mode), r->n_ok, R, r->ttft[0], r->ttft[1], r->ttft[2],
+               r->ttft[3], r->e2e_mean, r->req_per_s, r->tok_per_s,
+               r->doc_tokens ? (double)r->cached_tokens / r->doc_tokens : 0.0,
+               (long long)r->doc_hits, (long long)r->doc_lookups, (long long)r->computed_tokens,
+               r->resident_bytes / 1048576.0, (long long)r->evictions, (long long)r->copies,
+               r->n_same, r->n_ok, r->loadavg);
+    }
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].n_failed)
+            printf("\n%s: %d request(s) failed, first: %s\n", li_cache_mode_name(rows[i].mode),
+                   rows[i].n_failed, rows[i].first_error);
+}
+
+// TTFT CDF per mode through gnuplot (pngcairo), log-scaled time axis.
+static int plot_cdf(const char *path, const mode_row *rows, int n_rows, const char *title) {
+    FILE *probe = popen("command -v gnuplot >/dev/null 2>&1", "r");
+    int have = probe && pclose(probe) == 0;
+    if (!have) {
+        fprintf(stderr, "lazyinfer bench rag: --plot needs gnuplot, which is not installed "
+                        "(Debian: apt-get install gnuplot-nox)\n");
+        return 1;
+    }
+    FILE *gp = popen("gnuplot", "w");
+    if (!gp) {
+        fprintf(stderr, "lazyinfer bench rag: cannot start gnuplot: %s\n", strerror(errno));
+        return 1;
+    }
+    fprintf(gp, "set terminal pngcairo size 960,600 font 'sans,11'\nset output '%s'\n", path);
+    fprintf(gp, "set title \"%s\" noenhanced\nset xlabel 'TTFT (s, arrival to first token)'\n"
+                "set ylabel 'fraction of requests'\nset logscale x\nset grid\nset key bottom right\n"
+                "set yrange [0:1.02]\n", title);
+    for (int i = 0; i < n_rows; i++) {
+        fprintf(gp, "$m%d << EOD\n", i);
+        int n = rows[i].n_ok;
+        for (int j = 0; j < n; j++)
+            fprintf(gp, "%.6f %.6f\n", rows[i].ttft_sorted[j] / 1e3, (j + 1.0) / n);
+        fprintf(gp, "EOD\n");
+    }
+    fprintf(gp, "plot ");
+    for (int i = 0; i < n_rows; i++)
+        fprintf(gp, "%s$m%d using 1:2 with steps lw 2 title '%s'", i ? ", " : "", i,
+                li_cache_mode_name(rows[i].mode));
+    fprintf(gp, "\n");
+    if (pclose(gp) != 0) {
+        fprintf(stderr, "lazyinfer bench rag: gnuplot failed writing '%s'\n", path);
+        return 1;
+    }
+    fprintf(stderr, "wrote %s\n", path);
+    return 0;
+}
+
+// ---- the command -----------------------------------------------------------------------------
+
+static const char usage_text[] =
+    "usage: lazyinfer bench rag [-m MODEL] [--samples DIR] [--docs N] [--alpha A] [--k K]\n"
+    "                           [--doc-len L] [--query-len Q] [--out-len O] [--rate R]\n"
+    "                           [--requests R] [--budget BYTES] [--mode lazy|copy|prefix|none|all]\n"
+    "                           [--max-batch B] [--seed S] [-t THREADS] [--plot out.png]\n\n"
+    "RAG serving benchmark: one Zipf(α) trace over the RAG samples' passages, replayed through\n"
+    "the engine's scheduler once per cache mode (fresh model load each, load time excluded).\n"
+    "Prints a markdown table of TTFT percentiles, throughput and document hit ratio per mode.";
+
+// Parses a mode list: a mode, a comma-separated list, or "all" (lazy, copy, prefix, none).
+static bool parse_modes(const char *s, li_cache_mode *modes, int *n) {
+    *n = 0;
+    if (!strcmp(s, "all")) {
+        li_cache_mode all[] = {LI_CACHE_LAZY, LI_CACHE_COPY, LI_CACHE_PREFIX, LI_CACHE_NONE};
+        memcpy(modes, all, sizeof all);
+        *n = 4;
+        return true;
+    }
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n >= MAX_MODES || li_cache_mode_parse(t, &modes[*n]) != LI_OK) return false;
+        (*n)++;
+    }
+    return *n > 0;
+}
+
+int cmd_bench_rag(int argc, char **argv) {
+    bench_args a = {.mode_s = "all", .n_docs = 0, .k = 3, .out_len = 16, .n_requests = 16,
+                    .max_batch = 4, .alpha = 1.5f, .rate = 0.5f, .seed = 1};
+    const opt opts[] = {
+        {"--model", "-m", OPT_STR, &a.model, "model (default: the model setup fetched)"},
+        {"--samples", NULL, OPT_STR, &a.samples, "folder of RAG sample JSONs (default " SAMPLES_REL " from the repository root)"},
+        {"--docs", NULL, OPT_INT, &a.n_docs, "document pool size N (default: every passage of the samples)"},
+        {"--alpha", NULL, OPT_FLOAT, &a.alpha, "Zipf exponent, P(rank r) ∝ r^-α (default 1.5)"},
+        {"--k", NULL, OPT_INT, &a.k, "distinct documents per request (default 3)"},
+        {"--doc-len", NULL, OPT_INT, &a.doc_len, "cut documents to at most L tokens (default: as they are)"},
+        {"--query-len", NULL, OPT_INT, &a.query_len, "cut queries to at most Q tokens (default: as they are)"},
+        {"--out-len", NULL, OPT_INT, &a.out_len, "tokens generated per request, greedy, EOS ignored (default 16)"},
+        {"--rate", NULL, OPT_FLOAT, &a.rate, "Poisson arrival rate, requests/s; 0 = all at once (default 0.5)"},
+        {"--requests", NULL, OPT_INT, &a.n_requests, "requests in the trace (default 16)"},
+        {"--budget", NULL, OPT_STR, &a.budget_s, "KV pool bytes, K/M/G suffixes (default: max-batch × context)"},
+        {"--mode", NULL, OPT_STR, &a.mode_s, "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
+        {"--max-batch", NULL, OPT_INT, &a.max_batch, "requests running at once (default 4)"},
+        {"--seed", NULL, OPT_U64, &a.seed, "trace seed (default 1)"},
+        {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
+        {"--plot", NULL, OPT_STR, &a.plot, "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
+        {"--trace", NULL, OPT_STR, &a.trace, "write the trace: per request 'arrival_ms query rank@doc …'"},
+        {"--dry-run", NULL, OPT_FLAG, &a.dry_run, "make (and --trace) the workload, run nothing"},
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = cli_parse_args(argc, argv, usage_text, opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    li_cache_mode modes[MAX_MODES];
+    int n_modes;
+    int64_t budget = 0;
+    if (!parse_modes(a.mode_s, modes, &n_modes)) {
+        fprintf(stderr, "lazyinfer bench rag: --mode '%s': expected lazy, copy, prefix, none, full, "
+                        "a comma list of them, or all\n", a.mode_s);
+        return 2;
+    }
+    if (a.budget_s && !parse_bytes(a.budget_s, &budget)) {
+        fprintf(stderr, "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
+                        "K/M/G suffix (e.g. 256M)\n", a.budget_s);
+        return 2;
+    }
+    if (a.k < 1 || a.k > MAX_K || a.out_len < 1 || a.n_requests < 1 ||
+        a.n_requests > MAX_REQUESTS || a.max_batch < 1 || a.n_threads < 0 || a.n_docs < 0 ||
+        a.doc_len < 0 || a.query_len < 0 || !(a.rate >= 0) || !(a.alpha >= 0 && a.alpha <= 100)) {
+        fprintf(stderr, "lazyinfer bench rag: out of range: need 1 <= --k <= %d, --out-len >= 1, "
+                        "1 <= --requests <= %d, --max-batch >= 1, 0 <= --alpha <= 100, and "
+                        "--docs, --doc-len, --query-len, --rate, -t >= 0\n", MAX_K, MAX_REQUESTS);
+        return 2;
+    }
+    const char *dir = a.samples ? a.samples : default_samples();
+    corpus c;
+    if (load_corpus(&c, dir) != LI_OK) return cli_fail("bench rag: samples");
+    if (a.n_docs == 0) a.n_docs = c.n_docs;
+    if (a.n_docs > c.n_docs || a.k > a.n_docs) {
+        fprintf(stderr, "lazyinfer bench rag: --docs %d and --k %d need k <= N <= %d (the passages "
+                        "in %s)\n", a.n_docs, a.k, c.n_docs, dir);
+        corpus_free(&c);
+        return 2;
+    }
+    trace_req *tr = calloc((size_t)a.n_requests, sizeof *tr);
+    req_out *out = calloc((size_t)a.n_requests, sizeof *out);
+    uint64_t *hash0 = calloc((size_t)a.n_requests, sizeof *hash0);
+    mode_row rows[MAX_MODES] = {0};
+    int status = 0, n_rows = 0;
+    if (!tr || !out || !hash0) {
+        li_error_set(LI_ERR_OOM, "out of memory");
+        status = cli_fail("bench rag");
+        goto done;
+    }
+    if (make_trace(&a, c.n_queries, tr) != LI_OK) {
+        status = cli_fail("bench rag: trace");
+        goto done;
+    }
+    if (a.trace && write_trace(a.trace, &a, tr) != LI_OK) {
+        status = cli_fail("bench rag");
+        goto done;
+    }
+    char title[512];
+    snprintf(title, sizeof title,
+             "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, rate %g/s, out %d, budget %s, "
+             "max batch %d, seed %llu",
+             a.n_docs, a.alpha, a.k, a.n_requests, a.rate, a.out_len,
+             a.budget_s ? a.budget_s : "default", a.max_batch, (unsigned long long)a.seed);
+    printf("%s\n", title);
+    printf("samples: %s (%d passages, %d queries)\n", dir, c.n_docs, c.n_queries);
+    if (a.dry_run) goto done;
+    printf("model: %s\n\n", a.model ? a.model : cli_default_model());
+    fflush(stdout);
+    for (int i = 0; i < n_modes; i++) {
+        fprintf(stderr, "bench rag: mode %s (load average %.2f)\n", li_cache_mode_name(modes[i]),
+                loadavg1());
+        if (run_mode(&a, &c, tr, budget, modes[i], out, &rows[i]) != LI_OK) {
+            status = cli_fail("bench rag");
+            goto done;
+        }
+        n_rows++;
+        for (int q = 0; q < a.n_requests; q++) {
+            if (i == 0) hash0[q] = out[q].tok_hash;
+            rows[i].n_same += out[q].res.status == LI_OK && out[q].tok_hash == hash0[q];
+        }
+        fprintf(stderr, "bench rag: mode %s: %.1f s (load %.1f s excluded)\n",
+                li_cache_mode_name(modes[i]), rows[i].wall_s, rows[i].load_ms / 1e3);
+    }
+    if (n_rows > 0 && rows[0].page_bytes > 0) {
+        const mode_row *r0 = &rows[0];
+        printf("documents: %.0f tokens on average (%.1f pages); KV pool: %lld pages of %lld bytes "
+               "(%.1f MiB) = %.1f average documents\n\n",
+               r0->avg_doc_tokens, r0->avg_doc_pages, (long long)r0->pages_total,
+               (long long)r0->page_bytes, r0->pages_total * r0->page_bytes / 1048576.0,
+               r0->avg_doc_pages > 0 ? r0->pages_total / r0->avg_doc_pages : 0.0);
+    }
+    print_table(rows, n_rows, a.n_requests);
+    if (a.plot && n_rows > 0) status = plot_cdf(a.plot, rows, n_rows, title);
+done:
+    for (int i = 0; i < MAX_MODES; i++) free(rows[i].ttft_sorted);
+    free(tr);
+    free(out);
+    free(hash0);
+    corpus_free(&c);
+    return status;
+}
