@@ -252,9 +252,11 @@ static li_status load_corpus(corpus *c, const char *dir) {
         rc = li_error_set(LI_ERR_IO, "no *.json sample in '%s'", dir);
     if (rc == LI_OK) qsort(names, (size_t)n, sizeof *names, cmp_names);
     for (int i = 0; i < n && rc == LI_OK; i++) {
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        rc = load_sample(c, path, names[i]);
+        char path[2 * PATH_MAX + 64];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= sizeof path)
+            rc = li_error_set(LI_ERR_INVALID_ARG, "sample path '%s/%s' is too long", dir, names[i]);
+        else
+            rc = load_sample(c, path, names[i]);
     }
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);

@@ -209,7 +209,7 @@ static li_status render_prompt(li_model *m, const char *system, const char *text
 typedef struct {
     li_model *m;
     int32_t eos, eot;
-    li_buf line;
+    li_buf line, piece;  // the line being built; one token's bytes
 } trace_ctx;
 
 // Length of the valid UTF-8 character at s (at most n bytes), 0 if it is not one.
@@ -241,10 +241,10 @@ static void trace_step(void *user, const li_dllm_step *s) {
             li_buf_append(&t->line, w, strlen(w));
             continue;
         }
-        char piece[256];
-        size_t len;
-        if (li_token_to_piece(t->m, id, piece, sizeof piece, &len) != LI_OK) continue;
-        if (len > sizeof piece) len = sizeof piece;
+        t->piece.len = 0;
+        if (li_tokenizer_decode_token(t->m->tok, id, &t->piece) != LI_OK) continue;
+        const char *piece = t->piece.data;
+        size_t len = t->piece.len;
         for (size_t k = 0; k < len;) {
             unsigned char c = (unsigned char)piece[k];
             size_t u = utf8_len((const unsigned char *)piece + k, len - k);
@@ -326,7 +326,7 @@ int cmd_dllm(int argc, char **argv) {
     int32_t *ids = NULL, *gen = NULL;
     int n = 0;
     char *text = NULL;
-    trace_ctx tc = {m, -1, -1, {0}};
+    trace_ctx tc = {m, -1, -1, {0}, {0}};
     if (render_prompt(m, a.system, a.prompt, a.chat, &ids, &n) != LI_OK) {
         status = cli_fail("cannot tokenize the prompt");
         goto out;
@@ -363,6 +363,7 @@ int cmd_dllm(int argc, char **argv) {
             st.tps_fastdllm, st.n_tokens_fastdllm, st.tps_dinfer, st.n_tokens_dinfer);
 out:
     li_buf_free(&tc.line);
+    li_buf_free(&tc.piece);
     free(text);
     free(gen);
     li_free_tokens(ids);
