@@ -21,7 +21,7 @@ CFLAGS_BASE := -std=c11 -Wall -Wextra -Wno-unused-parameter -g -pthread -fPIC \
                -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L
 CPPFLAGS    := -Iinclude $(shell pkg-config --cflags libpcre2-8 jansson 2>/dev/null)
 LDLIBS      := $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson) \
-               -lopenblas -lcrypto -lpthread -lm
+               -lopenblas -lcrypto -lmicrohttpd -lpthread -lm
 
 ifeq ($(DEBUG),1)
   BUILD   := build/debug

@@ -15,8 +15,12 @@ small against ms per token). The script also reads llama.cpp's own counters
 (llama_perf_context: t_p_eval_ms / t_eval_ms, measured in C from decode to synchronize) and
 prints them, so the Python overhead is shown rather than assumed.
 Context: n_threads = n_threads_batch = --threads (default 2), flash attention DISABLED
-(llama-bench's default, -fa 0; the library default is AUTO, which would turn it on), KV
-cache f16 (library default), n_ctx = 1024, mmap on, no GPU offload.
+(llama-bench's default, -fa 0; llama_context_default_params() says AUTO = -1, which turns it
+on where supported), KV cache f16 (library default), n_ctx = 1024, mmap on, no GPU offload.
+LLAMA_CPP_LIB_PATH=DIR (llama-cpp-python's own switch) runs another libllama build, e.g. one
+restricted to AVX+FMA+F16C; the ISA that ggml-cpu was compiled for is printed from
+llama_print_system_info(). The load average is printed before and after: on a shared machine
+it explains most of the spread.
 
 Models: by default the original Q4_1 file and its F32 twin (every tensor dequantised,
 written by scripts/gguf_to_f32.py if missing). lazyinfer dequantises all weights to f32 at
@@ -24,10 +28,12 @@ load and computes in f32, so the F32 row is llama.cpp at equal weight precision;
 row is llama.cpp in its native quantised mode (activations quantised to Q8_1, integer
 dot products), which lazyinfer does not do.
 
-Before timing, the script checks that greedy decoding of --prompt gives the same tokens on
-every model (the F32 file holds exactly the values the Q4_1 kernels use; argmax can still
-flip on a near tie because the Q4_1 path also quantises activations, so a mismatch is
-reported, not fatal unless --strict).
+Before timing, the script decodes --prompt greedily on every model and compares the token
+ids and the logits after the prompt with the first model's. The F32 file holds exactly the
+values the Q4_1 kernels dequantise, but the Q4_1 path also quantises activations to Q8_1, so
+the two need not agree token for token (on "The capital of France is" they agree for 5 of 16
+tokens; logits cosine 0.99946): a mismatch is reported, fatal only with --strict. The F32
+output is the one to compare with lazyinfer's f32 engine.
 
 What it is not: a lazyinfer test or a llama-bench replacement (no depth/-d, no batch sweep).
 How it is tested: run it; the greedy check and the perf-counter cross-check are its

@@ -13,7 +13,7 @@ say() { [ "${LI_SETUP_QUIET:-0}" = 1 ] || echo "setup: $*" >&2; }
 
 # ---- 1. Debian packages ----------------------------------------------------------------------
 PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libopenblas-dev libssl-dev clang python3
-      python3-venv ca-certificates gnuplot-nox)
+      python3-venv ca-certificates gnuplot-nox libmicrohttpd-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

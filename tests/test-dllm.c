@@ -36,16 +36,18 @@ static void test_schedule(li_rng *rng) {
     TEST_BEGIN("schedule: n // S, + 1 for the first n % S steps");
     // Hand-made: LLaDA get_num_transfer_tokens(32 masks, 5 steps) = [7, 7, 6, 6, 6].
     int want[5] = {7, 7, 6, 6, 6};
-    for (int i = 0; i < 5; i++) CHECK(li_dllm_schedule(32, 5, i) == want[i], "i %d", i);
+    for (int i = 0; i < 5; i++)
+        CHECK(li_dllm_schedule(32, 5, i) == want[i], "i %d", i);
     CHECK(li_dllm_schedule(3, 8, 2) == 1 && li_dllm_schedule(3, 8, 3) == 0, "S > n");
     for (int it = 0; it < 200; it++) {
         int n = (int)(li_rng_u64(rng) % 300), S = 1 + (int)(li_rng_u64(rng) % 70), sum = 0;
         for (int i = 0; i < S; i++) {
             int k = li_dllm_schedule(n, S, i);
-            int lo = n / S;  // every step gets floor or ceil, the larger ones first
-            CHECK(k == lo || k == lo + 1, "seed %llu n %d S %d i %d k %d", (unsigned long long)g_seed,
-                  n, S, i, k);
-            if (i > 0) CHECK(k <= li_dllm_schedule(n, S, i - 1), "not non-increasing n %d S %d", n, S);
+            int lo = n / S; // every step gets floor or ceil, the larger ones first
+            CHECK(k == lo || k == lo + 1, "seed %llu n %d S %d i %d k %d",
+                  (unsigned long long)g_seed, n, S, i, k);
+            if (i > 0)
+                CHECK(k <= li_dllm_schedule(n, S, i - 1), "not non-increasing n %d S %d", n, S);
             sum += k;
         }
         CHECK(sum == n, "seed %llu n %d S %d: sum %d", (unsigned long long)g_seed, n, S, sum);
@@ -101,16 +103,16 @@ static void test_select(li_rng *rng) {
     }
     {
         // f = 1: c1 >= 1/2, c2 >= 2/3, c3 >= 3/4, c4 >= 4/5.
-        double c[5] = {0.6, 0.9, 0.8, 0.76, 0.1};  // sorted 0.9 0.8 0.76 | 0.6 < 4/5
+        double c[5] = {0.6, 0.9, 0.8, 0.76, 0.1}; // sorted 0.9 0.8 0.76 | 0.6 < 4/5
         n = li_dllm_select(c, 5, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
         CHECK(same_rows(rows, n, (int[]){1, 2, 3}, 3), "factor 1: n %d", n);
-        c[2] = 0.7;  // sorted 0.9 0.76 | 0.7 < 3/4
+        c[2] = 0.7; // sorted 0.9 0.76 | 0.7 < 3/4
         n = li_dllm_select(c, 5, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
         CHECK(same_rows(rows, n, (int[]){1, 3}, 2), "factor 1, second: n %d", n);
-        double d[3] = {0.3, 0.2, 0.95};  // sorted 0.95, 0.3: 0.3 < 2/3 stops the prefix
+        double d[3] = {0.3, 0.2, 0.95}; // sorted 0.95, 0.3: 0.3 < 2/3 stops the prefix
         n = li_dllm_select(d, 3, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
         CHECK(same_rows(rows, n, (int[]){2}, 1), "factor prefix stops, n %d", n);
-        double e[2] = {0.1, 0.2};  // c1 = 0.2 < 1/2: the top-1 anyway
+        double e[2] = {0.1, 0.2}; // c1 = 0.2 < 1/2: the top-1 anyway
         n = li_dllm_select(e, 2, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
         CHECK(same_rows(rows, n, (int[]){1}, 1), "factor top-1 always, n %d", n);
         double z[2] = {-INFINITY, -INFINITY};
@@ -135,25 +137,26 @@ static void test_select(li_rng *rng) {
         CHECK(same_rows(got, ng, ref, kk), "seed %llu it %d topk %d", (unsigned long long)g_seed,
               it, k);
         double tau = (double)(li_rng_u64(rng) % 9) / 8.0 + 0.01;
-        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, 0, 0, got);  // tau 0: all
+        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, 0, 0, got); // tau 0: all
         CHECK(ng == nref, "threshold 0 takes every candidate");
         ng = li_dllm_select(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, tau, 0, got);
         int want = 0;
         for (int i = 0; i < nref; i++)
             if (i == 0 || conf[ref[i]] >= tau) want++;
-        CHECK(same_rows(got, ng, ref, want), "seed %llu it %d threshold %g", (unsigned long long)g_seed,
-              it, tau);
+        CHECK(same_rows(got, ng, ref, want), "seed %llu it %d threshold %g",
+              (unsigned long long)g_seed, it, tau);
         double f = 0.1 + (double)(li_rng_u64(rng) % 20) / 10.0;
         ng = li_dllm_select(conf, nr, LI_DLLM_SEL_FACTOR, 0, 0, f, got);
         want = 0;
         for (int i = 1; i <= nref; i++) {
             bool all = true;
-            for (int j = 1; j <= i; j++) all &= conf[ref[j - 1]] >= 1.0 - f / (j + 1);
+            for (int j = 1; j <= i; j++)
+                all &= conf[ref[j - 1]] >= 1.0 - f / (j + 1);
             if (all) want = i;
         }
         if (nref > 0 && want == 0) want = 1;
-        CHECK(same_rows(got, ng, ref, want), "seed %llu it %d factor %g", (unsigned long long)g_seed,
-              it, f);
+        CHECK(same_rows(got, ng, ref, want), "seed %llu it %d factor %g",
+              (unsigned long long)g_seed, it, f);
     }
     TEST_END();
 }
@@ -169,7 +172,8 @@ static void test_dpad(li_rng *rng) {
     CHECK(fabs(prob[255] - 2.0 * 0.00013383022576488537) < 1e-18, "prob[255] %.17g", prob[255]);
     double x = 4.0 / 255.0 * 100;
     CHECK(fabs(prob[100] - 2.0 * exp(-x * x / 2) / sqrt(2 * M_PI)) < 1e-15, "prob[100]");
-    for (int d = 1; d < 256; d++) CHECK(prob[d] < prob[d - 1], "not decreasing at %d", d);
+    for (int d = 1; d < 256; d++)
+        CHECK(prob[d] < prob[d - 1], "not decreasing at %d", d);
     li_dllm_dpad_probs(1, 4.0, 2.0, prob);
     CHECK(fabs(prob[0] - 0.79788456080286541) < 1e-15, "window 1: x = 0");
 
@@ -188,7 +192,8 @@ static void test_dpad(li_rng *rng) {
             if (d < n_suffix) CHECK(keep[d] == k, "seed %llu d %d", (unsigned long long)g_seed, d);
             want += k;
         }
-        for (int d = 16; d < n_suffix; d++) CHECK(!keep[d], "row past the window kept: d %d", d);
+        for (int d = 16; d < n_suffix; d++)
+            CHECK(!keep[d], "row past the window kept: d %d", d);
         CHECK(kept == want, "kept %d want %d", kept, want);
         CHECK(li_rng_u64(&a) == li_rng_u64(&b), "the draw must consume exactly window uniforms");
     }
@@ -216,36 +221,44 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
     li_llada_cache *c1 = NULL, *c2 = NULL;
     li_llada_scratch *scr = NULL;
     li_status rc;
-    if ((rc = li_llada_cache_init(&c1, m->llada, T)) || (rc = li_llada_cache_init(&c2, m->llada, T)) ||
+    if ((rc = li_llada_cache_init(&c1, m->llada, T)) ||
+        (rc = li_llada_cache_init(&c2, m->llada, T)) ||
         (rc = li_llada_scratch_init(&scr, m->llada, 2 * T)))
         goto out;
     li_rng rng;
     li_rng_seed(&rng, p->seed);
-    for (int i = 0; i < T; i++) x[i] = i < P ? prompt[i] : MASK;
+    for (int i = 0; i < T; i++)
+        x[i] = i < P ? prompt[i] : MASK;
     li_lacache off = {0};
     for (int b = 0; b < nb; b++) {
         int lo = P + b * B, hi = lo + B, n = 0;
         // DPad: window uniforms, keep iff u < scale N(x_d).
-        for (int i = 0; i < hi; i++) pos[n++] = i;
+        for (int i = 0; i < hi; i++)
+            pos[n++] = i;
         if (p->dpad) {
             for (int d = 0; d < p->dpad_window; d++) {
                 double u = li_rng_uniform(&rng);
                 double xd = p->dpad_window == 1 ? 0
-                            : d == p->dpad_window - 1 ? p->dpad_k_sigma
-                                                       : d * (p->dpad_k_sigma / (p->dpad_window - 1));
-                if (hi + d < T && u < p->dpad_scale * exp(-xd * xd / 2) / sqrt(2 * M_PI)) pos[n++] = hi + d;
+                            : d == p->dpad_window - 1
+                                ? p->dpad_k_sigma
+                                : d * (p->dpad_k_sigma / (p->dpad_window - 1));
+                if (hi + d < T && u < p->dpad_scale * exp(-xd * xd / 2) / sqrt(2 * M_PI))
+                    pos[n++] = hi + d;
             }
         } else {
-            for (int i = hi; i < T; i++) pos[n++] = i;
+            for (int i = hi; i < T; i++)
+                pos[n++] = i;
         }
         int masks0 = 0;
-        for (int i = lo; i < hi; i++) masks0 += x[i] == MASK;
+        for (int i = lo; i < hi; i++)
+            masks0 += x[i] == MASK;
         bool par = p->threshold > 0 || p->factor > 0 || p->commit_per_step > 0;
         for (int s = 0;; s++) {
             int left = 0;
-            for (int i = lo; i < hi; i++) left += x[i] == MASK;
+            for (int i = lo; i < hi; i++)
+                left += x[i] == MASK;
             if (par ? left == 0 : s == S) break;
-            if (par && s >= 8 * B + 64) {  // the model keeps predicting the mask token
+            if (par && s >= 8 * B + 64) { // the model keeps predicting the mask token
                 rc = li_error_set(LI_ERR_LIMIT, "oracle: block stuck");
                 goto out;
             }
@@ -256,12 +269,15 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
             li_llada_canvas cv[2] = {{n, ct, pos, lo, hi, true}, {n, ut, pos, lo, hi, true}};
             li_llada_cache *cs[2] = {c1, c2};
             float *outs[2] = {lg, ul};
-            if ((rc = li_llada_forward(m->llada, &off, scr, cs, cv, p->cfg > 0 ? 2 : 1, outs, NULL)))
+            if ((rc =
+                     li_llada_forward(m->llada, &off, scr, cs, cv, p->cfg > 0 ? 2 : 1, outs, NULL)))
                 goto out;
             for (int r = 0; r < B; r++) {
                 float *l = lg + (size_t)r * V;
                 if (p->cfg > 0)
-                    for (int v = 0; v < V; v++) l[v] = ul[(size_t)r * V + v] + (float)(p->cfg + 1) * (l[v] - ul[(size_t)r * V + v]);
+                    for (int v = 0; v < V; v++)
+                        l[v] = ul[(size_t)r * V + v] +
+                               (float)(p->cfg + 1) * (l[v] - ul[(size_t)r * V + v]);
                 if (p->logits_eos_inf) l[EOS] = -INFINITY;
             }
             for (int r = 0; r < B; r++) {
@@ -270,7 +286,8 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
                 double bv = -1;
                 for (int v = 0; v < V; v++) {
                     double sc = l[v];
-                    if (p->temperature > 0) sc = exp((double)l[v]) / pow(-log(li_rng_uniform(&rng)), p->temperature);
+                    if (p->temperature > 0)
+                        sc = exp((double)l[v]) / pow(-log(li_rng_uniform(&rng)), p->temperature);
                     if (v == 0 || sc > bv) bv = sc, best = v;
                 }
                 x0[r] = best;
@@ -279,19 +296,24 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
                 float *l = lg + (size_t)r * V;
                 if (p->confidence_eos_eot_inf) l[EOT] = -INFINITY;
                 float mx = l[0], sum = 0;
-                for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-                for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
+                for (int v = 1; v < V; v++)
+                    mx = l[v] > mx ? l[v] : mx;
+                for (int v = 0; v < V; v++)
+                    sum += expf(l[v] - mx);
                 conf[r] = expf(l[x0[r]] - mx) / sum;
             }
             if (p->remasking == LI_DLLM_REMASK_RANDOM)
-                for (int r = 0; r < B; r++) conf[r] = li_rng_uniform(&rng);
+                for (int r = 0; r < B; r++)
+                    conf[r] = li_rng_uniform(&rng);
             for (int r = 0; r < B; r++)
                 if (x[lo + r] != MASK) conf[r] = -INFINITY;
             int nr = brute_rank(conf, B, order), k;
             if (p->threshold > 0) {
-                for (k = 1; k < nr && conf[order[k]] >= p->threshold; k++) {}
+                for (k = 1; k < nr && conf[order[k]] >= p->threshold; k++) {
+                }
             } else if (p->factor > 0) {
-                for (k = 0; k < nr && conf[order[k]] >= 1 - p->factor / (k + 2); k++) {}
+                for (k = 0; k < nr && conf[order[k]] >= 1 - p->factor / (k + 2); k++) {
+                }
                 if (k == 0) k = 1;
             } else if (p->commit_per_step > 0) {
                 k = p->commit_per_step < nr ? p->commit_per_step : nr;
@@ -304,9 +326,11 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
             }
         }
         bool has_eos = false;
-        for (int i = lo; i < hi; i++) has_eos |= x[i] == EOS;
+        for (int i = lo; i < hi; i++)
+            has_eos |= x[i] == EOS;
         if (p->early_stop && has_eos) {
-            for (int i = hi; i < T; i++) x[i] = EOS;
+            for (int i = hi; i < T; i++)
+                x[i] = EOS;
             break;
         }
     }
@@ -315,7 +339,15 @@ out:
     li_llada_cache_free(c1);
     li_llada_cache_free(c2);
     li_llada_scratch_free(scr);
-    free(x); free(ct); free(ut); free(pos); free(lg); free(ul); free(conf); free(prob); free(x0);
+    free(x);
+    free(ct);
+    free(ut);
+    free(pos);
+    free(lg);
+    free(ul);
+    free(conf);
+    free(prob);
+    free(x0);
     free(order);
     return rc;
 }
@@ -350,7 +382,8 @@ typedef struct {
 static void on_step(void *user, const li_dllm_step *s) {
     trace_acc *t = user;
     int masks = 0;
-    for (int i = 0; i < s->gen_length; i++) masks += s->gen[i] == s->mask_id;
+    for (int i = 0; i < s->gen_length; i++)
+        masks += s->gen[i] == s->mask_id;
     if (t->calls > 0 && masks > t->masks_prev) t->monotone = false;
     t->masks_prev = masks;
     t->calls++;
@@ -359,7 +392,8 @@ static void on_step(void *user, const li_dllm_step *s) {
 }
 
 static void random_prompt(li_rng *rng, int32_t *p, int n) {
-    for (int i = 0; i < n; i++) p[i] = (int32_t)(li_rng_u64(rng) % 256);  // byte tokens
+    for (int i = 0; i < n; i++)
+        p[i] = (int32_t)(li_rng_u64(rng) % 256); // byte tokens
 }
 
 // full: every LaCache combination per configuration, then the seed, batch, error and detokenize
@@ -370,7 +404,7 @@ static void test_model(li_rng *rng, bool full) {
     snprintf(path, sizeof path, "synth:tiny-llada:%llu", (unsigned long long)model_seed);
     li_model_params mp = li_model_default_params();
     mp.path = path;
-    mp.n_threads = 1;  // tiny shapes: worker hand-offs would cost more than the work
+    mp.n_threads = 1; // tiny shapes: worker hand-offs would cost more than the work
     li_model *m = NULL;
     if (li_model_load(&m, &mp) != LI_OK) {
         TEST_BEGIN("load synth:tiny-llada");
@@ -433,8 +467,8 @@ static void test_model(li_rng *rng, bool full) {
         p.on_step = on_step;
         p.user = &ta;
         li_dllm_stats st;
-        snprintf(name, sizeof name, "%s (model seed %llu, P %d): oracle, stats, trace", cfgs[ci].name,
-                 (unsigned long long)model_seed, P);
+        snprintf(name, sizeof name, "%s (model seed %llu, P %d): oracle, stats, trace",
+                 cfgs[ci].name, (unsigned long long)model_seed, P);
         TEST_BEGIN(name);
         li_status rc = li_dllm_generate(m, prompt, P, &p, base, &st);
         CHECK(rc == LI_OK, "%s", li_last_error());
@@ -447,17 +481,21 @@ static void test_model(li_rng *rng, bool full) {
         CHECK(d < 0, "test seed %llu: differs from the oracle at %d: %d vs %d",
               (unsigned long long)g_seed, d, d >= 0 ? base[d] : 0, d >= 0 ? ref[d] : 0);
         int masks = 0;
-        for (int i = 0; i < p.gen_length; i++) masks += base[i] == MASK;
+        for (int i = 0; i < p.gen_length; i++)
+            masks += base[i] == MASK;
         CHECK(masks == 0, "%d masks left", masks);
         CHECK(st.nfe == st.steps * (p.cfg > 0 ? 2 : 1), "nfe %d steps %d", st.nfe, st.steps);
         bool par = p.threshold > 0 || p.factor > 0 || p.commit_per_step > 0;
         if (!par) CHECK(st.steps == p.steps, "vanilla steps %d want %d", st.steps, p.steps);
         if (par) CHECK(st.steps <= p.gen_length, "steps %d", st.steps);
-        CHECK(ta.calls == st.steps && ta.last_nfe == st.nfe && ta.monotone, "trace calls %d", ta.calls);
+        CHECK(ta.calls == st.steps && ta.last_nfe == st.nfe && ta.monotone, "trace calls %d",
+              ta.calls);
         if (!st.early_stopped)
-            CHECK(ta.committed == p.gen_length, "trace committed %d of %d", ta.committed, p.gen_length);
+            CHECK(ta.committed == p.gen_length, "trace committed %d of %d", ta.committed,
+                  p.gen_length);
         int non_eos = 0;
-        for (int i = 0; i < p.gen_length; i++) non_eos += base[i] != EOS;
+        for (int i = 0; i < p.gen_length; i++)
+            non_eos += base[i] != EOS;
         CHECK(st.n_tokens_fastdllm == non_eos && st.n_tokens_dinfer == p.gen_length,
               "token counts %d %d", st.n_tokens_fastdllm, st.n_tokens_dinfer);
         CHECK(st.latency_ms > 0 && st.tps_dinfer > 0, "latency %g", st.latency_ms);
@@ -471,7 +509,8 @@ static void test_model(li_rng *rng, bool full) {
         // and 16 rows and the prompt unevenly, 8 lines up with blocks of 8.
         static const int tiles[] = {0, 3, 8, 5};
         p.on_step = NULL;
-        for (unsigned flags = full ? 1 : LI_DLLM_LACACHE_ALL; flags <= LI_DLLM_LACACHE_ALL; flags++) {
+        for (unsigned flags = full ? 1 : LI_DLLM_LACACHE_ALL; flags <= LI_DLLM_LACACHE_ALL;
+             flags++) {
             bool more = flags == LI_DLLM_LACACHE_FA || flags == LI_DLLM_LACACHE_ALL;
             int nt = more ? (int)(sizeof tiles / sizeof tiles[0]) : 1;
             for (int ti = 0; ti < nt; ti++) {
@@ -550,9 +589,10 @@ static void test_model(li_rng *rng, bool full) {
             CHECK(li_dllm_generate(m, pr[q], Ps[q], &rq[q].params, alone, &st) == LI_OK, "%s",
                   li_last_error());
             int d = first_diff(out[q], alone, rq[q].params.gen_length);
-            CHECK(d < 0, "test seed %llu request %d differs at %d", (unsigned long long)g_seed, q, d);
-            CHECK(st.nfe == rq[q].stats.nfe && st.steps == rq[q].stats.steps, "request %d nfe %d/%d",
-                  q, st.nfe, rq[q].stats.nfe);
+            CHECK(d < 0, "test seed %llu request %d differs at %d", (unsigned long long)g_seed, q,
+                  d);
+            CHECK(st.nfe == rq[q].stats.nfe && st.steps == rq[q].stats.steps,
+                  "request %d nfe %d/%d", q, st.nfe, rq[q].stats.nfe);
             nfe += st.nfe;
         }
         if (rc == LI_OK) CHECK(tot.nfe == nfe, "batch nfe %d, sum %d", tot.nfe, nfe);
@@ -568,7 +608,8 @@ static void test_model(li_rng *rng, bool full) {
         } bad[12];
         int nbad = 0;
         li_dllm_params d = li_dllm_default_params();
-        bad[nbad].what = "gen % block", bad[nbad].needle = "multiple of block_length", bad[nbad].p = d;
+        bad[nbad].what = "gen % block", bad[nbad].needle = "multiple of block_length",
+        bad[nbad].p = d;
         bad[nbad++].p.gen_length = 100;
         bad[nbad].what = "steps % blocks", bad[nbad].needle = "number of blocks", bad[nbad].p = d;
         bad[nbad++].p.steps = 10;
@@ -618,8 +659,8 @@ static void test_model(li_rng *rng, bool full) {
     {
         int32_t gen[8] = {'h', MASK, 'i', EOT, 'x', 'y', EOS, 'z'};
         char *text = NULL;
-        CHECK(li_dllm_detokenize(m, gen, 8, &text) == LI_OK && text && !strcmp(text, "hi"),
-              "'%s'", text ? text : "(null)");
+        CHECK(li_dllm_detokenize(m, gen, 8, &text) == LI_OK && text && !strcmp(text, "hi"), "'%s'",
+              text ? text : "(null)");
         free(text);
     }
     TEST_END();
@@ -631,8 +672,8 @@ static void test_model(li_rng *rng, bool full) {
 #define REF_DIR "tests/data/llada-ref"
 
 // One case file → parameters, prompt, expected tokens. Returns false on a malformed file.
-static bool ref_case(json_t *d, li_dllm_params *p, int32_t *prompt, int *P, int32_t *want,
-                     int *nfe, int *steps) {
+static bool ref_case(json_t *d, li_dllm_params *p, int32_t *prompt, int *P, int32_t *want, int *nfe,
+                     int *steps) {
     json_t *pp = json_object_get(d, "params"), *ex = json_object_get(d, "expected");
     json_t *pr = json_object_get(d, "prompt_ids"), *ge = json_object_get(ex, "generated");
     const char *rm = json_string_value(json_object_get(pp, "remasking"));
@@ -646,7 +687,7 @@ static bool ref_case(json_t *d, li_dllm_params *p, int32_t *prompt, int *P, int3
     p->cfg = json_number_value(json_object_get(pp, "cfg_scale"));
     p->logits_eos_inf = json_is_true(json_object_get(pp, "logits_eos_inf"));
     p->confidence_eos_eot_inf = json_is_true(json_object_get(pp, "confidence_eos_eot_inf"));
-    p->threshold = json_number_value(json_object_get(pp, "threshold"));  // null → 0: off
+    p->threshold = json_number_value(json_object_get(pp, "threshold")); // null → 0: off
     p->factor = json_number_value(json_object_get(pp, "factor"));
     p->early_stop = json_is_true(json_object_get(pp, "early_stop"));
     p->seed = (uint64_t)json_integer_value(json_object_get(pp, "seed"));
@@ -661,8 +702,10 @@ static bool ref_case(json_t *d, li_dllm_params *p, int32_t *prompt, int *P, int3
     if (*P > 1024 || p->gen_length < 1 || p->gen_length > 1024 ||
         (int)json_array_size(ge) != p->gen_length)
         return false;
-    for (int k = 0; k < *P; k++) prompt[k] = (int32_t)json_integer_value(json_array_get(pr, k));
-    for (int k = 0; k < p->gen_length; k++) want[k] = (int32_t)json_integer_value(json_array_get(ge, k));
+    for (int k = 0; k < *P; k++)
+        prompt[k] = (int32_t)json_integer_value(json_array_get(pr, k));
+    for (int k = 0; k < p->gen_length; k++)
+        want[k] = (int32_t)json_integer_value(json_array_get(ge, k));
     *nfe = (int)json_integer_value(json_object_get(ex, "nfe"));
     *steps = (int)json_integer_value(json_object_get(ex, "steps"));
     return true;
@@ -670,8 +713,7 @@ static bool ref_case(json_t *d, li_dllm_params *p, int32_t *prompt, int *P, int3
 
 static void test_reference(void) {
     glob_t g;
-    if (!li_path_is_dir(REF_DIR "/model") ||
-        glob(REF_DIR "/cases/*.json", 0, NULL, &g) != 0) {
+    if (!li_path_is_dir(REF_DIR "/model") || glob(REF_DIR "/cases/*.json", 0, NULL, &g) != 0) {
         TEST_SKIP("Python reference cases", "no %s/model or cases (tests/ref/gen_llada_ref.py)",
                   REF_DIR);
         return;
@@ -690,7 +732,7 @@ static void test_reference(void) {
         json_t *d = json_load_file(g.gl_pathv[i], 0, &err);
         CHECK(d != NULL, "%s: %s", g.gl_pathv[i], err.text);
         if (!d) continue;
-        if (!json_object_get(d, "params")) {  // a forward-only case (tests/test-llada.c)
+        if (!json_object_get(d, "params")) { // a forward-only case (tests/test-llada.c)
             json_decref(d);
             continue;
         }

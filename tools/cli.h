@@ -34,5 +34,6 @@ int cmd_bench_rag(int argc, char **argv);   // tools/cmd-bench-rag.c: lazyinfer 
 
 // Subcommands in their own files (tools/cmd-*.c).
 int cmd_rag(int argc, char **argv);
+int cmd_serve(int argc, char **argv);  // tools/cmd-serve.c: lazyinfer serve
 
 #endif

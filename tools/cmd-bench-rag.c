@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +83,7 @@ typedef struct {
     int64_t doc_tokens, cached_tokens, computed_tokens, doc_hits, doc_lookups;
     int64_t resident_bytes, evictions, copies, page_bytes, pages_total;
     double load_ms, loadavg;
+    double cpu_s;  // user + system CPU seconds of this process during the replay
     double avg_doc_tokens, avg_doc_pages;  // over the pool (pages of page_size tokens)
     double *ttft_sorted;  // (n_ok) for the plot
 } mode_row;
@@ -124,6 +126,12 @@ static double loadavg1(void) {
         fclose(f);
     }
     return x;
+}
+
+static double cpu_seconds(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static void sleep_ms(double ms) {
@@ -462,6 +470,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     memset(out, 0, (size_t)R * sizeof *out);
     int next = 0, n_done = 0, n_tokens = 0;
     double t_end = 0;
+    double cpu0 = cpu_seconds();
     double t0 = li_time_ms();
     while (rc == LI_OK && n_done < R) {
         double now = li_time_ms() - t0;
@@ -508,6 +517,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
         }
         li_progress("bench rag", n_done, R);
     }
+    row->cpu_s = cpu_seconds() - cpu0;
     if (rc == LI_OK) {
         li_cache_stats cs;
         li_get_cache_stats(m, &cs);
@@ -582,18 +592,18 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
 static void print_table(const mode_row *rows, int n_rows, int R) {
     printf("| mode | done | TTFT p50 ms | p90 | p99 | mean | e2e mean ms | req/s | gen tok/s | "
            "doc hit ratio | doc hits/lookups | prompt tok computed | resident MiB | evictions | "
-           "copies | same tokens | load1 |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "copies | same tokens | CPU s | load1 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n_rows; i++) {
         const mode_row *r = &rows[i];
         printf("| %s | %d/%d | %.0f | %.0f | %.0f | %.0f | %.0f | %.3f | %.2f | %.3f | %lld/%lld | "
-               "%lld | %.1f | %lld | %lld | %d/%d | %.1f |\n",
+               "%lld | %.1f | %lld | %lld | %d/%d | %.1f | %.1f |\n",
                li_cache_mode_name(r->mode), r->n_ok, R, r->ttft[0], r->ttft[1], r->ttft[2],
                r->ttft[3], r->e2e_mean, r->req_per_s, r->tok_per_s,
                r->doc_tokens ? (double)r->cached_tokens / r->doc_tokens : 0.0,
                (long long)r->doc_hits, (long long)r->doc_lookups, (long long)r->computed_tokens,
                r->resident_bytes / 1048576.0, (long long)r->evictions, (long long)r->copies,
-               r->n_same, r->n_ok, r->loadavg);
+               r->n_same, r->n_ok, r->cpu_s, r->loadavg);
     }
     for (int i = 0; i < n_rows; i++)
         if (rows[i].n_failed)

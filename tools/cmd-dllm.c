@@ -37,7 +37,7 @@ static void args_init(dllm_args *a) {
     a->gen_length = d.gen_length;
     a->block_length = d.block_length;
     a->steps = d.steps;
-    a->dpad_window = -1;  // -1: not given
+    a->dpad_window = -1; // -1: not given
 }
 
 // A real option: "" → default kept; else the whole string must be a finite number.
@@ -65,9 +65,13 @@ static bool parse_lacache(const char *cmd, const char *s, unsigned *out) {
         *out = 0;
         return true;
     }
-    static const struct { const char *name; unsigned bit; } names[] = {
-        {"embed", LI_DLLM_LACACHE_EMBED}, {"rope", LI_DLLM_LACACHE_ROPE},
-        {"fa", LI_DLLM_LACACHE_FA}, {"trunc", LI_DLLM_LACACHE_TRUNC}};
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } names[] = {{"embed", LI_DLLM_LACACHE_EMBED},
+                 {"rope", LI_DLLM_LACACHE_ROPE},
+                 {"fa", LI_DLLM_LACACHE_FA},
+                 {"trunc", LI_DLLM_LACACHE_TRUNC}};
     unsigned bits = 0;
     const char *p = s;
     while (*p) {
@@ -140,13 +144,14 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
         return false;
     }
     if (a->commit_per_step < 0) {
-        fprintf(stderr, "lazyinfer %s: --commit-per-step %d must be >= 1\n", cmd, a->commit_per_step);
+        fprintf(stderr, "lazyinfer %s: --commit-per-step %d must be >= 1\n", cmd,
+                a->commit_per_step);
         return false;
     }
     p->dpad = a->dpad || a->dpad_window >= 0 || a->dpad_k || a->dpad_scale;
     if (a->dpad_window >= 0) p->dpad_window = a->dpad_window;
     if (a->lacache && !parse_lacache(cmd, a->lacache, &p->lacache)) return false;
-    if (!a->lacache) p->lacache = LI_DLLM_LACACHE_ALL;  // exact, so on unless asked otherwise
+    if (!a->lacache) p->lacache = LI_DLLM_LACACHE_ALL; // exact, so on unless asked otherwise
     if (a->fp8) {
         if (!strcmp(a->fp8, "on")) {
             p->fp8 = true;
@@ -209,13 +214,16 @@ static li_status render_prompt(li_model *m, const char *system, const char *text
 typedef struct {
     li_model *m;
     int32_t eos, eot;
-    li_buf line, piece;  // the line being built; one token's bytes
+    li_buf line, piece; // the line being built; one token's bytes
 } trace_ctx;
 
 // Length of the valid UTF-8 character at s (at most n bytes), 0 if it is not one.
 static size_t utf8_len(const unsigned char *s, size_t n) {
     if (s[0] < 0x80) return 1;
-    size_t len = s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+    size_t len = s[0] >= 0xf0 && s[0] < 0xf5   ? 4
+                 : s[0] >= 0xe0                ? 3
+                 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+                                               : 0;
     if (s[0] >= 0xf5) len = 0;
     if (!len || len > n) return 0;
     for (size_t i = 1; i < len; i++)
@@ -224,7 +232,7 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
 }
 
 // One line per step on stderr: the generated part, masks as ▒, EOS/EOT as ⟨eos⟩/⟨eot⟩, newlines
-// as ⏎, so that a person can watch the canvas fill in.
+// as ⏎, tokens without text as ∅, so that a person can watch the canvas fill in.
 static void trace_step(void *user, const li_dllm_step *s) {
     trace_ctx *t = user;
     t->line.len = 0;
@@ -245,13 +253,18 @@ static void trace_step(void *user, const li_dllm_step *s) {
         if (li_tokenizer_decode_token(t->m->tok, id, &t->piece) != LI_OK) continue;
         const char *piece = t->piece.data;
         size_t len = t->piece.len;
+        if (len == 0) li_buf_append(&t->line, "∅", strlen("∅")); // a token without text
         for (size_t k = 0; k < len;) {
             unsigned char c = (unsigned char)piece[k];
             size_t u = utf8_len((const unsigned char *)piece + k, len - k);
-            if (c == '\n') li_buf_append(&t->line, "⏎", strlen("⏎"));
-            else if (c < 0x20) li_buf_append(&t->line, "·", strlen("·"));
-            else if (u) li_buf_append(&t->line, piece + k, u);
-            else li_buf_append(&t->line, "�", strlen("�"));  // a byte of a split character
+            if (c == '\n')
+                li_buf_append(&t->line, "⏎", strlen("⏎"));
+            else if (c < 0x20)
+                li_buf_append(&t->line, "·", strlen("·"));
+            else if (u)
+                li_buf_append(&t->line, piece + k, u);
+            else
+                li_buf_append(&t->line, "�", strlen("�")); // a byte of a split character
             k += u ? u : 1;
         }
     }
@@ -261,6 +274,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
 }
 
 // The option table both subcommands share, then each one's own.
+// clang-format off
 #define DLLM_DECODE_OPTS(a)                                                                        \
     {"--model", "-m", OPT_STR, &(a).model, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
     {"--gen-length", NULL, OPT_INT, &(a).gen_length, "tokens to generate (default 128)"},           \
@@ -287,14 +301,17 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--chat-template", NULL, OPT_STR, &(a).chat_template, "chat format override: llada, llama3, chatml"}, \
     {"--tokenizer", NULL, OPT_STR, &(a).tokenizer, "tokenizer.json to use instead of the model's"}, \
     {"--threads", "-t", OPT_INT, &(a).n_threads, "CPU threads (default: all cores)"}
+// clang-format on
 
 int cmd_dllm(int argc, char **argv) {
     dllm_args a;
     args_init(&a);
     const opt opts[] = {
         {"--prompt", "-p", OPT_STR, &a.prompt, "prompt text (required)"},
-        {"--lacache", NULL, OPT_STR, &a.lacache, "embed,rope,fa,trunc | all | off (default all: exact)"},
-        {"--trace", NULL, OPT_FLAG, &a.trace, "print the canvas after every step on stderr (masks ▒)"},
+        {"--lacache", NULL, OPT_STR, &a.lacache,
+         "embed,rope,fa,trunc | all | off (default all: exact)"},
+        {"--trace", NULL, OPT_FLAG, &a.trace,
+         "print the canvas after every step on stderr (masks ▒)"},
         DLLM_DECODE_OPTS(a),
     };
     const char *pos[1];
@@ -407,8 +424,10 @@ static int gsm8k_load(const char *path, int max, gsm8k *g) {
         const char *q = o ? json_string_value(json_object_get(o, "question")) : NULL;
         const char *a = o ? json_string_value(json_object_get(o, "answer")) : NULL;
         if (!q || !a) {
-            fprintf(stderr, "lazyinfer bench dllm: %s:%d: expected a JSON object with string "
-                            "fields \"question\" and \"answer\"\n", path, lineno);
+            fprintf(stderr,
+                    "lazyinfer bench dllm: %s:%d: expected a JSON object with string "
+                    "fields \"question\" and \"answer\"\n",
+                    path, lineno);
             json_decref(o);
             status = 1;
             break;
@@ -473,24 +492,27 @@ int cmd_bench_dllm(int argc, char **argv) {
     const char *prompts = NULL, *only = NULL;
     int n_prompts = 2, shots = 0;
     const opt opts[] = {
-        {"--prompts", NULL, OPT_STR, &prompts, "GSM8K jsonl (default ../shared/data/gsm8k/test.jsonl)"},
+        {"--prompts", NULL, OPT_STR, &prompts,
+         "GSM8K jsonl (default ../shared/data/gsm8k/test.jsonl)"},
         {"--n-prompts", "-n", OPT_INT, &n_prompts, "questions to decode per method (default 2)"},
-        {"--shots", NULL, OPT_INT, &shots, "few-shot examples before each question: 0 (default), 1 or 4"},
+        {"--shots", NULL, OPT_INT, &shots,
+         "few-shot examples before each question: 0 (default), 1 or 4"},
         {"--methods", NULL, OPT_STR, &only, "comma-separated subset of the method names"},
         DLLM_DECODE_OPTS(a),
     };
     const char *pos[1];
     int n_pos;
-    int r = cli_parse_args(argc, argv,
-                           "usage: lazyinfer bench dllm -m MODEL [--prompts FILE] [--n-prompts N] "
-                           "[--shots 0|1|4] [--chat]\n"
-                           "       [--gen-length N] [--block-length B] [--steps S] [--threshold TAU "
-                           "| --factor F | --commit-per-step K] [--dpad-window W] [--fp8 on|off]\n\n"
-                           "Decodes GSM8K questions with each method (vanilla, each LaCache "
-                           "component, all LaCache, parallel, DPad, all combined)\n"
-                           "and prints a markdown table. Defaults for CPU: gen 64, block 16, "
-                           "steps 64, 2 questions, 0-shot, parallel = threshold 0.9.",
-                           opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    int r =
+        cli_parse_args(argc, argv,
+                       "usage: lazyinfer bench dllm -m MODEL [--prompts FILE] [--n-prompts N] "
+                       "[--shots 0|1|4] [--chat]\n"
+                       "       [--gen-length N] [--block-length B] [--steps S] [--threshold TAU "
+                       "| --factor F | --commit-per-step K] [--dpad-window W] [--fp8 on|off]\n\n"
+                       "Decodes GSM8K questions with each method (vanilla, each LaCache "
+                       "component, all LaCache, parallel, DPad, all combined)\n"
+                       "and prints a markdown table. Defaults for CPU: gen 64, block 16, "
+                       "steps 64, 2 questions, 0-shot, parallel = threshold 0.9.",
+                       opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     if (n_prompts < 1 || n_prompts > 10000) {
         fprintf(stderr, "lazyinfer bench dllm: --n-prompts %d must be in 1..10000\n", n_prompts);
@@ -501,7 +523,8 @@ int cmd_bench_dllm(int argc, char **argv) {
         return 2;
     }
     if (a.lacache) {
-        fprintf(stderr, "lazyinfer bench dllm: --lacache is chosen per method here (see --methods)\n");
+        fprintf(stderr,
+                "lazyinfer bench dllm: --lacache is chosen per method here (see --methods)\n");
         return 2;
     }
     if (a.n_threads < 0) {
@@ -510,13 +533,13 @@ int cmd_bench_dllm(int argc, char **argv) {
     }
     li_dllm_params base;
     if (!args_to_params("bench dllm", &a, &base)) return 2;
-    li_dllm_params par = base;  // the parallel setting: given, else threshold 0.9
+    li_dllm_params par = base; // the parallel setting: given, else threshold 0.9
     if (!(a.threshold || a.factor || a.commit_per_step)) par.threshold = 0.9;
     par.dpad = false;
     base.threshold = base.factor = 0;
     base.commit_per_step = 0;
     li_dllm_params dp = base;
-    if (!dp.dpad) dp.dpad = true;  // DPad with the given (or default) window, k, scale
+    if (!dp.dpad) dp.dpad = true; // DPad with the given (or default) window, k, scale
     base.dpad = false;
 
     if (!prompts) prompts = default_prompts();
@@ -531,7 +554,8 @@ int cmd_bench_dllm(int argc, char **argv) {
         return 1;
     }
     if (g.n < n_prompts + shots) {
-        fprintf(stderr, "lazyinfer bench dllm: %s has %d questions, %d needed (n-prompts + shots)\n",
+        fprintf(stderr,
+                "lazyinfer bench dllm: %s has %d questions, %d needed (n-prompts + shots)\n",
                 prompts, g.n, n_prompts + shots);
         gsm8k_free(&g);
         return 2;
@@ -593,7 +617,7 @@ int cmd_bench_dllm(int argc, char **argv) {
                 hit = strlen(methods[k].name) == n && !strncmp(p, methods[k].name, n);
                 p += n + (p[n] == ',');
             }
-            if (!hit && k > 0) continue;  // vanilla always runs: it is the baseline
+            if (!hit && k > 0) continue; // vanilla always runs: it is the baseline
         }
         li_dllm_params p = methods[k].parallel ? par : base;
         if (methods[k].dpad) {
@@ -615,7 +639,8 @@ int cmd_bench_dllm(int argc, char **argv) {
                 status = 1;
                 goto out;
             }
-            if (k == 0) memcpy(vanilla + (size_t)i * p.gen_length, gen, (size_t)p.gen_length * 4);
+            if (k == 0)
+                memcpy(vanilla + (size_t)i * p.gen_length, gen, (size_t)p.gen_length * 4);
             else if (memcmp(vanilla + (size_t)i * p.gen_length, gen, (size_t)p.gen_length * 4))
                 s->same_as_vanilla = 0;
             s->latency_ms += st.latency_ms;
@@ -637,16 +662,23 @@ int cmd_bench_dllm(int argc, char **argv) {
 
     printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.model, info.name,
            info.n_params / 1e6, m->be->n_threads);
-    printf("%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens; gen_length %d, "
-           "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; fp8 %s; seed %llu.\n",
-           n_prompts, prompts, shots, a.chat ? ", chat format" : "",
-           (double)total_prompt / n_prompts, base.gen_length, base.block_length, base.steps,
-           par.threshold > 0 ? "threshold" : par.factor > 0 ? "factor" : "commit-per-step",
-           dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
-           (unsigned long long)a.seed);
-    if (par.threshold > 0) printf("Threshold tau = %g.", par.threshold);
-    else if (par.factor > 0) printf("Factor f = %g.", par.factor);
-    else printf("Commit exactly %d per step (a fixed schedule, not confidence-driven).", par.commit_per_step);
+    printf(
+        "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens; gen_length %d, "
+        "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; fp8 %s; seed %llu.\n",
+        n_prompts, prompts, shots, a.chat ? ", chat format" : "", (double)total_prompt / n_prompts,
+        base.gen_length, base.block_length, base.steps,
+        par.threshold > 0 ? "threshold"
+        : par.factor > 0  ? "factor"
+                          : "commit-per-step",
+        dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
+        (unsigned long long)a.seed);
+    if (par.threshold > 0)
+        printf("Threshold tau = %g.", par.threshold);
+    else if (par.factor > 0)
+        printf("Factor f = %g.", par.factor);
+    else
+        printf("Commit exactly %d per step (a fixed schedule, not confidence-driven).",
+               par.commit_per_step);
     printf(" tok/s F = Fast-dLLM count (generated tokens that are not EOS) / latency; tok/s D = "
            "dInfer count (all gen_length positions, prompt excluded) / latency. Latency, NFE and "
            "steps are per question (mean); work columns are totals over the questions. FLOPs "
@@ -659,15 +691,18 @@ int cmd_bench_dllm(int argc, char **argv) {
         const method_sum *s = &sum[k];
         if (!s->n) continue;
         double lat = s->latency_ms / n_prompts;
-        printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld / %lld | %lld | "
-               "%.3f | %.1f%% | %s |\n",
-               methods[k].name, lat, s->latency_ms > 0 ? 1e3 * s->tok_fast / s->latency_ms : 0,
-               s->latency_ms > 0 ? 1e3 * s->tok_dinfer / s->latency_ms : 0,
-               (double)s->nfe / n_prompts, s->steps ? s->latency_ms / s->steps : 0,
-               (long long)s->canvas_rows, (long long)s->embed_rows, (long long)s->qkv_rows,
-               (long long)s->fa_tiles, (long long)s->fa_skipped, (long long)s->head_rows,
-               s->flops / 1e9, v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
-               k == 0 ? "—" : s->same_as_vanilla ? "yes" : "no");
+        printf(
+            "| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld / %lld | %lld | "
+            "%.3f | %.1f%% | %s |\n",
+            methods[k].name, lat, s->latency_ms > 0 ? 1e3 * s->tok_fast / s->latency_ms : 0,
+            s->latency_ms > 0 ? 1e3 * s->tok_dinfer / s->latency_ms : 0, (double)s->nfe / n_prompts,
+            s->steps ? s->latency_ms / s->steps : 0, (long long)s->canvas_rows,
+            (long long)s->embed_rows, (long long)s->qkv_rows, (long long)s->fa_tiles,
+            (long long)s->fa_skipped, (long long)s->head_rows, s->flops / 1e9,
+            v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
+            k == 0               ? "—"
+            : s->same_as_vanilla ? "yes"
+                                 : "no");
     }
     if (!strncmp(a.model, "synth:", 6))
         printf("\nSynthetic model: random weights, so confidences are flat and the text is noise; "
@@ -676,7 +711,8 @@ int cmd_bench_dllm(int argc, char **argv) {
 out:
     li_buf_free(&text);
     if (ids)
-        for (int i = 0; i < n_prompts; i++) li_free_tokens(ids[i]);
+        for (int i = 0; i < n_prompts; i++)
+            li_free_tokens(ids[i]);
     free(ids);
     free(n_ids);
     free(vanilla);

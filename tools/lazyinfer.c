@@ -328,7 +328,8 @@ static void usage(FILE *f) {
                "  rag        answer questions over documents with the document KV cache\n"
                "  dllm       decode a prompt with a diffusion LM (LLaDA SAR decoding)\n"
                "  bench      run a benchmark (bench generate, bench dllm, bench rag)\n"
-               "  sim        trace-driven document-cache hit-ratio simulator\n");
+               "  sim        trace-driven document-cache hit-ratio simulator\n"
+               "  serve      OpenAI-compatible HTTP server (docs/SERVER.md)\n");
 }
 
 int main(int argc, char **argv) {
@@ -349,6 +350,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "dllm")) return cmd_dllm(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "sim")) return cmd_sim(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     fprintf(stderr, "lazyinfer: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

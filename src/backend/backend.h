@@ -182,8 +182,8 @@ typedef struct {
 
     // FlashAttention's inner loop, bidirectional (no mask), dense K/V, GQA (query head h reads kv
     // head h / (H / Hkv)). Query rows q (nq, H, Dh) carry a running online-softmax state
-    // m, l (nq, H) and o (nq, H, Dh) (unnormalised); they stream keys k, v (nk, Hkv, Dh) in tiles of
-    // `tile` keys (the last one partial), in order. Per tile, per (row, head):
+    // m, l (nq, H) and o (nq, H, Dh) (unnormalised); they stream keys k, v (nk, Hkv, Dh) in
+    // tiles of `tile` keys (the last one partial), in order. Per tile, per (row, head):
     //   s_j = scale q·k_j,  m' = max(m, max_j s_j),  a = exp(m - m'),  p_j = exp(s_j - m'),
     //   l = a l + Σ_j p_j,  o = a o + Σ_j p_j v_j,  m = m'.
     // A fresh state is m = -inf, l = 0, o = 0 (a = 0 then). 1 <= tile <= LI_FA_MAX_TILE.

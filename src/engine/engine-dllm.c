@@ -42,7 +42,7 @@ int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double ta
     // the forward that precedes each call costs orders of magnitude more.
     int nc = 0;
     for (int r = 0; r < n; r++) {
-        if (!(conf[r] > -INFINITY)) continue;  // not a candidate (also drops NaN)
+        if (!(conf[r] > -INFINITY)) continue; // not a candidate (also drops NaN)
         int j = nc++;
         while (j > 0 && ranks_before(conf, r, rows[j - 1])) {
             rows[j] = rows[j - 1];
@@ -57,12 +57,14 @@ int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double ta
     case LI_DLLM_SEL_THRESHOLD:
         // Sorted descending, so "the best plus all others >= tau" is a prefix.
         take = 1;
-        while (take < nc && conf[rows[take]] >= tau) take++;
+        while (take < nc && conf[rows[take]] >= tau)
+            take++;
         break;
     case LI_DLLM_SEL_FACTOR:
         // 1-based i: c_i >= 1 - f / (i + 1) for every i <= n; the top-1 always.
         take = 0;
-        while (take < nc && conf[rows[take]] >= 1.0 - f / (double)(take + 2)) take++;
+        while (take < nc && conf[rows[take]] >= 1.0 - f / (double)(take + 2))
+            take++;
         if (take == 0) take = 1;
         break;
     }
@@ -74,15 +76,16 @@ void li_dllm_dpad_probs(int window, double k_sigma, double scale, double *prob) 
     double step = window > 1 ? k_sigma / (double)(window - 1) : 0.0;
     for (int d = 0; d < window; d++) {
         double x = (window > 1 && d == window - 1) ? k_sigma : (double)d * step;
-        prob[d] = scale * (exp(-x * x / 2.0) / sqrt(2.0 * M_PI));  // scipy norm.pdf order
+        prob[d] = scale * (exp(-x * x / 2.0) / sqrt(2.0 * M_PI)); // scipy norm.pdf order
     }
 }
 
 int li_dllm_dpad_draw(li_rng *rng, const double *prob, int window, int n_suffix, uint8_t *keep) {
     int kept = 0;
-    for (int d = 0; d < n_suffix; d++) keep[d] = 0;
+    for (int d = 0; d < n_suffix; d++)
+        keep[d] = 0;
     for (int d = 0; d < window; d++) {
-        double u = li_rng_uniform(rng);  // drawn for every d, even past the canvas end
+        double u = li_rng_uniform(rng); // drawn for every d, even past the canvas end
         if (d < n_suffix && u < prob[d]) {
             keep[d] = 1;
             kept++;
@@ -117,7 +120,8 @@ li_status li_dllm_check_params(const li_dllm_params *p) {
                             "dllm: gen_length %d is not a multiple of block_length %d",
                             p->gen_length, p->block_length);
     int n_blocks = p->gen_length / p->block_length;
-    if (p->steps < 1) return li_error_set(LI_ERR_INVALID_ARG, "dllm: steps %d must be >= 1", p->steps);
+    if (p->steps < 1)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: steps %d must be >= 1", p->steps);
     if (p->steps % n_blocks)
         return li_error_set(LI_ERR_INVALID_ARG,
                             "dllm: steps %d is not a multiple of the number of blocks %d "
@@ -168,22 +172,22 @@ li_status li_dllm_check_params(const li_dllm_params *p) {
 typedef struct {
     li_dllm_request *req;
     const li_dllm_params *p;
-    int P, G, B, T;        // prompt, generated, block length; T = P + G canvas rows
-    int n_blocks, S;       // blocks; steps per block (vanilla schedule)
+    int P, G, B, T;  // prompt, generated, block length; T = P + G canvas rows
+    int n_blocks, S; // blocks; steps per block (vanilla schedule)
     bool cfg;
-    int32_t *x;            // (T) the canvas
-    int32_t *ctok;         // (T) canvas given to the model: DPad-dropped rows removed
-    int32_t *utok;         // (T) its unconditional twin (prompt rows masked), CFG only
-    int32_t *cpos;         // (T) original positions of the rows of ctok
-    int *crow;             // (T) canvas row of each row of ctok
-    int n_rows;            // rows of ctok in the current block's layout
-    uint8_t *keep;         // (G) DPad keep flags of the suffix rows (index d = row - block end)
-    double *dpad_prob;     // (dpad_window)
-    float *logits;         // (B, V) block logits (combined with CFG)
-    float *ulogits;        // (B, V) unconditional block logits, CFG only
-    int32_t *x0;           // (B) predicted token per block row
-    double *conf;          // (B) confidence per block row, -inf for non-candidates
-    int *sel;              // (B) selected rows
+    int32_t *x;        // (T) the canvas
+    int32_t *ctok;     // (T) canvas given to the model: DPad-dropped rows removed
+    int32_t *utok;     // (T) its unconditional twin (prompt rows masked), CFG only
+    int32_t *cpos;     // (T) original positions of the rows of ctok
+    int *crow;         // (T) canvas row of each row of ctok
+    int n_rows;        // rows of ctok in the current block's layout
+    uint8_t *keep;     // (G) DPad keep flags of the suffix rows (index d = row - block end)
+    double *dpad_prob; // (dpad_window)
+    float *logits;     // (B, V) block logits (combined with CFG)
+    float *ulogits;    // (B, V) unconditional block logits, CFG only
+    int32_t *x0;       // (B) predicted token per block row
+    double *conf;      // (B) confidence per block row, -inf for non-candidates
+    int *sel;          // (B) selected rows
     li_llada_cache *cache, *ucache;
     li_rng rng;
     int block, step_in_block, n_block_masks;
@@ -245,8 +249,9 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
     }
     LI_TRY(li_llada_cache_init(&r->cache, lm, r->T));
     if (r->cfg) LI_TRY(li_llada_cache_init(&r->ucache, lm, r->T));
-    memcpy(r->x, req->prompt, (size_t)r->P * sizeof *r->x);
-    for (int i = r->P; i < r->T; i++) r->x[i] = sp->mask;
+    if (r->P) memcpy(r->x, req->prompt, (size_t)r->P * sizeof *r->x);
+    for (int i = r->P; i < r->T; i++)
+        r->x[i] = sp->mask;
     li_rng_seed(&r->rng, p->seed);
     memset(&req->stats, 0, sizeof req->stats);
     req->stats.n_prompt = r->P;
@@ -256,7 +261,8 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
 
 static int count_masks(const int32_t *x, int lo, int hi, int32_t mask) {
     int n = 0;
-    for (int i = lo; i < hi; i++) n += x[i] == mask;
+    for (int i = lo; i < hi; i++)
+        n += x[i] == mask;
     return n;
 }
 
@@ -277,9 +283,11 @@ static void block_begin(req_state *r, int32_t mask) {
 
 // The canvases of this step (current tokens through the block layout).
 static void build_canvas(req_state *r, int32_t mask) {
-    for (int j = 0; j < r->n_rows; j++) r->ctok[j] = r->x[r->crow[j]];
+    for (int j = 0; j < r->n_rows; j++)
+        r->ctok[j] = r->x[r->crow[j]];
     if (r->cfg)
-        for (int j = 0; j < r->n_rows; j++) r->utok[j] = r->crow[j] < r->P ? mask : r->ctok[j];
+        for (int j = 0; j < r->n_rows; j++)
+            r->utok[j] = r->crow[j] < r->P ? mask : r->ctok[j];
 }
 
 // Steps 1–6 of the contract for one request, on its block logits from the forward just run.
@@ -295,7 +303,8 @@ static int step_commit(req_state *r, const specials *sp) {
     }
     // 2. Ban EOS.
     if (p->logits_eos_inf && sp->eos >= 0)
-        for (int b = 0; b < B; b++) r->logits[(size_t)b * V + sp->eos] = -INFINITY;
+        for (int b = 0; b < B; b++)
+            r->logits[(size_t)b * V + sp->eos] = -INFINITY;
     // 3. x0. Gumbel draws cover every block row and every vocab id, masked or not.
     for (int b = 0; b < B; b++) {
         const float *l = r->logits + (size_t)b * V;
@@ -327,12 +336,13 @@ static int step_commit(req_state *r, const specials *sp) {
     }
     // 4. EOT confidence 0: its logit leaves the softmax.
     if (p->confidence_eos_eot_inf && sp->eot >= 0)
-        for (int b = 0; b < B; b++) r->logits[(size_t)b * V + sp->eot] = -INFINITY;
+        for (int b = 0; b < B; b++)
+            r->logits[(size_t)b * V + sp->eot] = -INFINITY;
     // 5. Confidence of the masked block rows.
     for (int b = 0; b < B; b++) {
         bool masked = r->x[lo + b] == sp->mask;
         if (p->remasking == LI_DLLM_REMASK_RANDOM) {
-            double u = li_rng_uniform(&r->rng);  // one per block row, masked or not
+            double u = li_rng_uniform(&r->rng); // one per block row, masked or not
             r->conf[b] = masked ? u : -INFINITY;
             continue;
         }
@@ -345,7 +355,8 @@ static int step_commit(req_state *r, const specials *sp) {
         float mx = -INFINITY, sum = 0.0f;
         for (int v = 0; v < V; v++)
             if (l[v] > mx) mx = l[v];
-        for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
+        for (int v = 0; v < V; v++)
+            sum += expf(l[v] - mx);
         r->conf[b] = (double)(expf(l[r->x0[b]] - mx) / sum);
     }
     // 6. Commit.
@@ -360,7 +371,8 @@ static int step_commit(req_state *r, const specials *sp) {
         n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_TOPK,
                                li_dllm_schedule(r->n_block_masks, r->S, r->step_in_block), 0, 0,
                                r->sel);
-    for (int k = 0; k < n_sel; k++) r->x[lo + r->sel[k]] = r->x0[r->sel[k]];
+    for (int k = 0; k < n_sel; k++)
+        r->x[lo + r->sel[k]] = r->x0[r->sel[k]];
     return n_sel;
 }
 
@@ -376,7 +388,8 @@ static li_status step_advance(req_state *r, const specials *sp) {
     int lo = r->P + r->block * r->B, hi = lo + r->B;
     r->step_in_block++;
     bool parallel = p->threshold > 0 || p->factor > 0 || p->commit_per_step > 0;
-    bool block_done = parallel ? count_masks(r->x, lo, hi, sp->mask) == 0 : r->step_in_block == r->S;
+    bool block_done =
+        parallel ? count_masks(r->x, lo, hi, sp->mask) == 0 : r->step_in_block == r->S;
     if (!block_done) {
         if (parallel && r->step_in_block >= MAX_BLOCK_STEPS(r->B))
             return li_error_set(LI_ERR_LIMIT,
@@ -389,9 +402,11 @@ static li_status step_advance(req_state *r, const specials *sp) {
     r->block++;
     if (p->early_stop && sp->eos >= 0) {
         bool has_eos = false;
-        for (int i = lo; i < hi && !has_eos; i++) has_eos = r->x[i] == sp->eos;
+        for (int i = lo; i < hi && !has_eos; i++)
+            has_eos = r->x[i] == sp->eos;
         if (has_eos) {
-            for (int i = hi; i < r->T; i++) r->x[i] = sp->eos;
+            for (int i = hi; i < r->T; i++)
+                r->x[i] = sp->eos;
             r->req->stats.early_stopped = hi < r->T;
             r->done = true;
         }
@@ -417,7 +432,8 @@ static void finish_stats(li_dllm_stats *s, const int32_t *gen, int G, int32_t eo
     if (gen) {
         s->n_tokens_dinfer = G;
         s->n_tokens_fastdllm = 0;
-        for (int i = 0; i < G; i++) s->n_tokens_fastdllm += gen[i] != eos;
+        for (int i = 0; i < G; i++)
+            s->n_tokens_fastdllm += gen[i] != eos;
     }
     s->tps_fastdllm = latency_ms > 0 ? 1e3 * s->n_tokens_fastdllm / latency_ms : 0;
     s->tps_dinfer = latency_ms > 0 ? 1e3 * s->n_tokens_dinfer / latency_ms : 0;
@@ -519,7 +535,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             bool start = r->step_in_block == 0;
             if (start) block_begin(r, sp.mask);
             build_canvas(r, sp.mask);
-            int lo = r->P + r->block * r->B;  // rows before the block end are never dropped
+            int lo = r->P + r->block * r->B; // rows before the block end are never dropped
             li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, lo, lo + r->B, start};
             canv[nc] = c;
             caches[nc] = r->cache;
@@ -535,16 +551,18 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         }
         if (nc == 0) break;
         li_llada_step_info info = {0};
-        if ((rc = li_llada_forward(m->llada, &lc, scratch, caches, canv, nc, outs, &info)) != LI_OK) {
+        if ((rc = li_llada_forward(m->llada, &lc, scratch, caches, canv, nc, outs, &info)) !=
+            LI_OK) {
             li_error_wrap(rc, "dllm step %d: ", tot.steps + 1);
             goto done;
         }
         add_info(&tot, &info);
         tot.nfe += nc;
         tot.steps++;
-        for (int c = 0; c < nc; c++) tot.canvas_rows += canv[c].n_tokens;
+        for (int c = 0; c < nc; c++)
+            tot.canvas_rows += canv[c].n_tokens;
         for (int c = 0; c < nc; c++) {
-            if (c > 0 && owner[c] == owner[c - 1]) continue;  // the CFG twin of the one before
+            if (c > 0 && owner[c] == owner[c - 1]) continue; // the CFG twin of the one before
             req_state *r = &rs[owner[c]];
             li_dllm_stats *s = &r->req->stats;
             int committed = step_commit(r, &sp);
@@ -553,8 +571,8 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             int block = r->block, sib = r->step_in_block;
             if ((rc = step_advance(r, &sp)) != LI_OK) goto done;
             if (r->p->on_step) {
-                li_dllm_step ev = {owner[c], block, sib, s->steps, s->nfe, committed,
-                                   r->x + r->P, r->G, sp.mask};
+                li_dllm_step ev = {owner[c],  block,       sib,  s->steps, s->nfe,
+                                   committed, r->x + r->P, r->G, sp.mask};
                 r->p->on_step(r->p->user, &ev);
             }
             if (r->done) {
@@ -579,7 +597,8 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
 
 done:
     if (rs)
-        for (int q = 0; q < n; q++) state_free(&rs[q]);
+        for (int q = 0; q < n; q++)
+            state_free(&rs[q]);
     li_llada_scratch_free(scratch);
     free(rs);
     free(caches);
@@ -646,7 +665,7 @@ li_status li_dllm_detokenize(const li_model *m, const int32_t *gen, int n, char 
         if (is_special(m->tok, piece.data, piece.len, gen[i])) continue;
         if ((rc = li_buf_append(&text, piece.data, piece.len)) != LI_OK) goto fail;
     }
-    if ((rc = li_buf_append(&text, "", 1)) != LI_OK) goto fail;  // NUL
+    if ((rc = li_buf_append(&text, "", 1)) != LI_OK) goto fail; // NUL
     li_buf_free(&piece);
     *out = text.data;
     return LI_OK;

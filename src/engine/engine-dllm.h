@@ -11,9 +11,9 @@
 int li_dllm_schedule(int n, int S, int i);
 
 typedef enum {
-    LI_DLLM_SEL_TOPK,       // the k best candidates
-    LI_DLLM_SEL_THRESHOLD,  // the best + every other candidate with confidence >= tau
-    LI_DLLM_SEL_FACTOR,     // the largest prefix n >= 1 with c_i >= 1 - f/(i+1), i = 1..n
+    LI_DLLM_SEL_TOPK,      // the k best candidates
+    LI_DLLM_SEL_THRESHOLD, // the best + every other candidate with confidence >= tau
+    LI_DLLM_SEL_FACTOR,    // the largest prefix n >= 1 with c_i >= 1 - f/(i+1), i = 1..n
 } li_dllm_sel;
 
 // Commit selection over n rows. conf: (n) confidences (double: random remasking draws are

@@ -113,7 +113,8 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         } else {
             rc = li_error_set(LI_ERR_INVALID_ARG,
                               "unknown synthetic model '%s' (known: tiny-llama, smollm2-135m, "
-                              "llama-3.1-8b, tiny-llada, llada-8b)",
+                              "llama-3.1-8b, tiny-llada, llada-mid, llada-8b; test variants "
+                              "tiny-llama-mha-gptj, -gqa4-linear, -gqa8-llama3, -gqa2-yarn)",
                               synth_name);
         }
     } else if (is_llada_dir(p->path)) {
@@ -246,10 +247,8 @@ li_status li_token_to_piece(const li_model *m, int32_t id, char *buf, size_t buf
     li_status rc = li_tokenizer_decode_token(m->tok, id, &b);
     if (rc == LI_OK) {
         *out_len = b.len;
-        if (buf_size) {
-            size_t n = b.len < buf_size ? b.len : buf_size;
-            memcpy(buf, b.data, n);
-        }
+        size_t n = b.len < buf_size ? b.len : buf_size;
+        if (n) memcpy(buf, b.data, n);  // b.data is NULL for a token without text
     }
     li_buf_free(&b);
     return rc;

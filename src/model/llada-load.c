@@ -8,7 +8,7 @@
 // Synthetic configurations (random weights, std 1/sqrt(in), norms ~1):
 //   tiny-llada  L 3, D 64, H = Hkv 4, Dh 16, F 176, V 512 (byte tokenizer: BOS 256, EOS 257,
 //               EOT 260, <|mdm_mask|> 261), theta 500000: every test runs on it.
-//   llada-mid   L 8, D 1024, H = Hkv 16, Dh 64, F 3072, V 32768, f32 (174 M parameters, 0.7 GB):
+//   llada-mid   L 8, D 1024, H = Hkv 16, Dh 64, F 3072, V 32768, f32 (176 M parameters, 0.7 GB):
 //               CPU benchmarks; F = 3 D and a head of ~20 % of the parameters like LLaDA-8B.
 //   llada-8b    GSAI-ML/LLaDA-8B-Instruct shapes: L 32, D 4096, H = Hkv 32, Dh 128, F 12288,
 //               V 126464, theta 500000, eps 1e-5, untied; bf16 matrices.

@@ -28,8 +28,9 @@ li_status li_backend_cpu_init(li_backend **out, int n_threads) {
     }
     be->n_threads = li_threadpool_size(be->tp);
     be->ops = &li_cpu_fast_ops;
-    // sgemm runs between our parallel_for calls (our workers sleep meanwhile): same core count.
-    openblas_set_num_threads(be->n_threads);
+    // Each of our workers calls a single-threaded sgemm on its share of the output (ops-cpu.c):
+    // OpenBLAS's own pool would spin beside ours on the same cores.
+    openblas_set_num_threads(1);
     *out = be;
     return LI_OK;
 }

@@ -262,14 +262,35 @@ static void matmul_rows(void *p, int64_t b, int64_t e, int tid) {
     }
 }
 
+// sgemm over a contiguous range of output columns [b, e) per worker (OpenBLAS itself runs
+// single-threaded: its own idle threads spin, which on 2 cores steals time from ours).
+// bf16 weights are widened MM_TILE_ROWS rows at a time into the worker's own tile.
 typedef struct {
-    float *dst;
-    const uint16_t *src;
-} cvt_ctx;
+    float *y;
+    const float *x;
+    const li_weight *W;
+    int T;
+    float *tiles;  // (n_threads, MM_TILE_ROWS, K) for bf16; NULL for f32
+} gemm_ctx;
 
-static void cvt_range(void *p, int64_t b, int64_t e, int tid) {
-    cvt_ctx *c = p;
-    bf16_to_f32_run(c->dst + b, c->src + b, e - b);
+static void gemm_cols(void *p, int64_t b, int64_t e, int tid) {
+    gemm_ctx *c = p;
+    int64_t N = c->W->n_rows, K = c->W->n_cols;
+    if (c->W->dtype == LI_DTYPE_F32) {
+        // y[:, b:e] (T, e-b) = x (T, K) · W[b:e] (e-b, K)^T
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->T, (int)(e - b), (int)K, 1.0f,
+                    c->x, (int)K, (const float *)c->W->data + b * K, (int)K, 0.0f, c->y + b,
+                    (int)N);
+        return;
+    }
+    float *tile = c->tiles + (size_t)tid * MM_TILE_ROWS * K;
+    const uint16_t *wd = c->W->data;
+    for (int64_t n0 = b; n0 < e; n0 += MM_TILE_ROWS) {
+        int64_t rows = e - n0 < MM_TILE_ROWS ? e - n0 : MM_TILE_ROWS;
+        bf16_to_f32_run(tile, wd + n0 * K, rows * K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->T, (int)rows, (int)K, 1.0f, c->x,
+                    (int)K, tile, (int)K, 0.0f, c->y + n0, (int)N);
+    }
 }
 
 static void cpu_matmul(li_backend *be, float *y, const float *x, const li_weight *W, int T) {
@@ -280,27 +301,18 @@ static void cpu_matmul(li_backend *be, float *y, const float *x, const li_weight
         li_parallel_for(be->tp, N, matmul_rows, &c);
         return;
     }
-    if (W->dtype == LI_DTYPE_F32) {
-        // y (T, N) = x (T, K) · W (N, K)^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)N, (int)K, 1.0f, x, (int)K,
-                    (const float *)W->data, (int)K, 0.0f, y, (int)N);
-        return;
+    gemm_ctx g = {y, x, W, T, NULL};
+    if (W->dtype == LI_DTYPE_BF16) {
+        li_cpu_impl *im = impl_of(be);
+        g.tiles = im ? li_cpu_scratch_get(&im->wtile, (size_t)be->n_threads * MM_TILE_ROWS * K *
+                                                          sizeof(float))
+                     : NULL;
+        if (!g.tiles) {  // no scratch: the row kernel needs none
+            li_parallel_for(be->tp, N, matmul_rows, &c);
+            return;
+        }
     }
-    // bf16: convert MM_TILE_ROWS rows at a time and multiply the tile into y[:, n0:n0+rows].
-    li_cpu_impl *im = impl_of(be);
-    float *tile = im ? li_cpu_scratch_get(&im->wtile, (size_t)MM_TILE_ROWS * K * sizeof(float)) : NULL;
-    if (!tile) {  // no scratch: the row kernel needs none
-        li_parallel_for(be->tp, N, matmul_rows, &c);
-        return;
-    }
-    const uint16_t *wd = W->data;
-    for (int64_t n0 = 0; n0 < N; n0 += MM_TILE_ROWS) {
-        int64_t rows = N - n0 < MM_TILE_ROWS ? N - n0 : MM_TILE_ROWS;
-        cvt_ctx cc = {tile, wd + n0 * K};
-        li_parallel_for(be->tp, rows * K, cvt_range, &cc);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)rows, (int)K, 1.0f, x, (int)K,
-                    tile, (int)K, 0.0f, y + n0, (int)N);
-    }
+    li_parallel_for(be->tp, N, gemm_cols, &g);
 }
 
 // ---- add, swiglu, softmax -------------------------------------------------------------------
@@ -839,13 +851,11 @@ static void fa_items(void *p, int64_t b, int64_t e, int tid) {
     fa_ctx *c = p;
     float s[LI_FA_MAX_TILE];
     int group = c->H / c->Hkv, Dh = c->Dh;
-    for (int64_t it = b; it < e; it++) {
-        int64_t i = it / c->H;
+    for (int64_t it = b; it < e; it++) {  // item = query row * H + head
         int h = (int)(it % c->H), hk = h / group;
         const float *qr = c->q + (size_t)it * Dh;
         float *orow = c->o + (size_t)it * Dh;
         float m = c->m[it], l = c->l[it];
-        (void)i;
         for (int t0 = 0; t0 < c->nk; t0 += c->tile) {
             int t1 = t0 + c->tile < c->nk ? t0 + c->tile : c->nk;
             float mt = -INFINITY;

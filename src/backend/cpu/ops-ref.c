@@ -353,7 +353,8 @@ static void ref_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const f
             for (int k = k0; k < k1; k++) amax = fmaxf(amax, fabsf(x[(size_t)t * K + k]));
             float sc = li_fp8_scale(amax);
             scale[(size_t)t * G + g] = sc;
-            for (int k = k0; k < k1; k++) q[(size_t)t * K + k] = li_f32_to_e4m3(x[(size_t)t * K + k] / sc);
+            for (int k = k0; k < k1; k++)
+                q[(size_t)t * K + k] = li_f32_to_e4m3(x[(size_t)t * K + k] / sc);
         }
 }
 

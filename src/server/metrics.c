@@ -1,0 +1,149 @@
+// metrics.c — Prometheus counters, gauges and histograms of `lazyinfer serve` (metrics.h).
+// One mutex guards everything: records are a few adds, rendering is a few KB of text.
+// Tested through /metrics by tests/test_server.py (counts, histogram totals, KV pages at idle).
+#include "metrics.h"
+
+#include <string.h>
+#include <time.h>
+
+// TTFT (s): from 10 ms (a cached prompt on a small model) to a minute (long prompts queued).
+static const double ttft_bounds[LI_METRICS_N_BUCKETS - 1] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                             1, 2.5, 5, 10, 60};
+// Latency (s): whole requests, up to long generations.
+static const double latency_bounds[LI_METRICS_N_BUCKETS - 1] = {0.05, 0.1, 0.25, 0.5, 1, 2.5,
+                                                                5, 10, 30, 60, 300};
+
+static const char *endpoint_names[3] = {"completions", "chat_completions", "other"};
+static const char *class_names[3] = {"2xx", "4xx", "5xx"};
+
+void li_metrics_init(li_metrics *mx) {
+    memset(mx, 0, sizeof *mx);
+    pthread_mutex_init(&mx->mu, NULL);
+    mx->ttft.bounds = ttft_bounds;
+    mx->latency.bounds = latency_bounds;
+}
+
+void li_metrics_free(li_metrics *mx) {
+    pthread_mutex_destroy(&mx->mu);
+}
+
+static void observe(li_histogram *h, double x) {
+    int i = 0;
+    while (i < LI_METRICS_N_BUCKETS - 1 && x > h->bounds[i]) i++;
+    h->counts[i]++;
+    h->sum += x;
+    h->n++;
+}
+
+static int64_t now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+void li_metrics_request(li_metrics *mx, int endpoint, int status, double ttft_s, double latency_s,
+                        int prompt_tokens, int generated_tokens) {
+    int e = endpoint >= 0 && endpoint < 2 ? endpoint : 2;
+    int c = status < 400 ? 0 : status < 500 ? 1 : 2;
+    pthread_mutex_lock(&mx->mu);
+    mx->requests[e][c]++;
+    if (ttft_s >= 0) observe(&mx->ttft, ttft_s);
+    if (e < 2 && status < 400) observe(&mx->latency, latency_s);
+    mx->prompt_tokens += prompt_tokens;
+    pthread_mutex_unlock(&mx->mu);
+    (void)generated_tokens;  // counted as they are produced (li_metrics_tokens)
+}
+
+void li_metrics_tokens(li_metrics *mx, int n) {
+    int64_t s = now_s();
+    int k = (int)(s % LI_METRICS_TPS_WINDOW);
+    pthread_mutex_lock(&mx->mu);
+    if (mx->tps_second[k] != s) {
+        mx->tps_second[k] = s;
+        mx->tps_bucket[k] = 0;
+    }
+    mx->tps_bucket[k] += n;
+    mx->generated_tokens += n;
+    pthread_mutex_unlock(&mx->mu);
+}
+
+void li_metrics_cancelled(li_metrics *mx) {
+    pthread_mutex_lock(&mx->mu);
+    mx->cancelled++;
+    pthread_mutex_unlock(&mx->mu);
+}
+
+void li_metrics_engine(li_metrics *mx, const li_cache_stats *cs, int running, int waiting) {
+    pthread_mutex_lock(&mx->mu);
+    mx->cache = *cs;
+    mx->running = running;
+    mx->waiting = waiting;
+    pthread_mutex_unlock(&mx->mu);
+}
+
+static li_status histogram(li_buf *b, const char *name, const char *help, const li_histogram *h) {
+    LI_TRY(li_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name));
+    int64_t cum = 0;
+    for (int i = 0; i < LI_METRICS_N_BUCKETS; i++) {
+        cum += h->counts[i];
+        if (i < LI_METRICS_N_BUCKETS - 1)
+            LI_TRY(li_buf_printf(b, "%s_bucket{le=\"%g\"} %lld\n", name, h->bounds[i], (long long)cum));
+        else
+            LI_TRY(li_buf_printf(b, "%s_bucket{le=\"+Inf\"} %lld\n", name, (long long)cum));
+    }
+    return li_buf_printf(b, "%s_sum %.6f\n%s_count %lld\n", name, h->sum, name, (long long)h->n);
+}
+
+static li_status gauge(li_buf *b, const char *name, const char *type, const char *help, double v) {
+    return li_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+li_status li_metrics_render(li_metrics *mx, li_buf *b) {
+    pthread_mutex_lock(&mx->mu);
+    li_metrics m = *mx;  // snapshot, rendered without the lock
+    pthread_mutex_unlock(&mx->mu);
+    LI_TRY(li_buf_printf(b, "# HELP lazyinfer_requests_total HTTP requests answered, by endpoint and "
+                            "status class\n# TYPE lazyinfer_requests_total counter\n"));
+    for (int e = 0; e < 3; e++)
+        for (int c = 0; c < 3; c++)
+            LI_TRY(li_buf_printf(b, "lazyinfer_requests_total{endpoint=\"%s\",status=\"%s\"} %lld\n",
+                                 endpoint_names[e], class_names[c], (long long)m.requests[e][c]));
+    LI_TRY(gauge(b, "lazyinfer_requests_cancelled_total", "counter",
+                 "requests whose client disconnected before the end", (double)m.cancelled));
+    LI_TRY(gauge(b, "lazyinfer_requests_running", "gauge", "requests in the engine", m.running));
+    LI_TRY(gauge(b, "lazyinfer_requests_waiting", "gauge", "requests queued in the server", m.waiting));
+    LI_TRY(histogram(b, "lazyinfer_time_to_first_token_seconds",
+                     "time from request arrival to the first generated token", &m.ttft));
+    LI_TRY(histogram(b, "lazyinfer_request_duration_seconds",
+                     "time from request arrival to the last byte of a successful completion",
+                     &m.latency));
+    LI_TRY(gauge(b, "lazyinfer_prompt_tokens_total", "counter", "prompt tokens of answered requests",
+                 (double)m.prompt_tokens));
+    LI_TRY(gauge(b, "lazyinfer_generation_tokens_total", "counter", "tokens generated",
+                 (double)m.generated_tokens));
+    int64_t s = now_s(), recent = 0;
+    for (int k = 0; k < LI_METRICS_TPS_WINDOW; k++)
+        if (m.tps_second[k] > s - LI_METRICS_TPS_WINDOW && m.tps_second[k] < s) recent += m.tps_bucket[k];
+    LI_TRY(gauge(b, "lazyinfer_generation_tokens_per_second", "gauge",
+                 "tokens generated per second over the last full 9 seconds",
+                 recent / (double)(LI_METRICS_TPS_WINDOW - 1)));
+    const li_cache_stats *c = &m.cache;
+    LI_TRY(gauge(b, "lazyinfer_doc_cache_hits_total", "counter", "document-cache lookups that hit",
+                 (double)c->doc_hits));
+    LI_TRY(gauge(b, "lazyinfer_doc_cache_misses_total", "counter", "document-cache lookups that missed",
+                 (double)c->doc_misses));
+    LI_TRY(gauge(b, "lazyinfer_doc_cache_evictions_total", "counter",
+                 "documents or prefix pages evicted", (double)c->evictions));
+    LI_TRY(gauge(b, "lazyinfer_doc_cache_resident_documents", "gauge",
+                 "documents held by the document cache", (double)c->resident_docs));
+    LI_TRY(gauge(b, "lazyinfer_doc_cache_resident_bytes", "gauge",
+                 "KV bytes held by the document (or prefix) cache", (double)c->resident_bytes));
+    LI_TRY(gauge(b, "lazyinfer_prefix_cache_hit_tokens_total", "counter",
+                 "prompt tokens served by the prefix cache", (double)c->prefix_hit_tokens));
+    LI_TRY(gauge(b, "lazyinfer_kv_pages_total", "gauge", "pages in the KV pool", (double)c->kv_pages_total));
+    LI_TRY(gauge(b, "lazyinfer_kv_pages_in_use", "gauge", "KV pages not free (caches included)",
+                 (double)(c->kv_pages_total - c->kv_pages_free)));
+    LI_TRY(gauge(b, "lazyinfer_kv_pages_cached", "gauge", "KV pages held by the document/prefix cache",
+                 c->kv_page_bytes ? (double)(c->resident_bytes / c->kv_page_bytes) : 0.0));
+    return gauge(b, "lazyinfer_kv_page_bytes", "gauge", "bytes per KV page", (double)c->kv_page_bytes);
+}

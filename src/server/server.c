@@ -1,0 +1,985 @@
+// server.c — HTTP layer (libmicrohttpd, thread per connection) and the engine thread of
+// `lazyinfer serve` (server.h).
+//
+// A request's life: the connection thread parses the body (api.c), checks key and model, puts an
+// sreq on the queue (bounded: 503 beyond max_queue) and waits. The engine thread takes queued
+// requests while fewer than max_running are in the engine, submits them (li_submit tokenises;
+// context overflow is a 400 here), and loops li_step. on_token (engine thread, inside li_step)
+// decodes the token, appends it to the request's text, looks for stop strings and wakes the
+// connection thread; returning false when the client is gone or a stop string matched makes the
+// scheduler finish the request at the end of that step, which frees its sequence and pages.
+// After each step the engine collects finished requests with li_result.
+// Streaming responses are MHD callback responses whose reader blocks until text arrives.
+// Every sreq is reference-counted (connection context, engine, stream response); one mutex
+// (srv->mu) guards every sreq field that two threads touch.
+// Tested by tests/test_server.py (openai client, curl, load test, disconnects).
+#define _GNU_SOURCE  // POLLRDHUP
+#include "server.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "../engine/engine.h"
+#include "api.h"
+#include "metrics.h"
+
+typedef enum { SR_QUEUED, SR_SUBMITTED, SR_DONE } sr_state;
+
+typedef struct sreq sreq;
+struct sreq {
+    int refs;  // under srv->mu
+    pthread_cond_t cv;
+    struct li_server *srv;
+    li_api_request api;
+    li_api_meta meta;
+    char id[48];
+    double t_arrive, t_first;  // li_time_ms
+    int fd;                    // client socket, to notice a disconnect while waiting
+    // engine side (engine thread only)
+    int64_t engine_id;
+    int n_predict;
+    // output, under srv->mu
+    sr_state state;
+    li_buf text;   // generated text, stop string trimmed
+    size_t safe;   // bytes of text that may be sent (no partial stop string / character)
+    size_t sent;   // streaming: bytes already turned into events
+    bool stopped, cancelled, failed, length;
+    li_api_error err;
+    int n_prompt, n_generated, n_cached;
+    // streaming output (connection thread only)
+    char *pending;
+    size_t pending_len, pending_off;
+    bool sent_first, sent_final;
+    sreq *next;  // queue link
+};
+
+struct li_server {
+    li_model *m;
+    li_server_params p;
+    char model_id[256], model_path[1024], api_key[256];
+    bool dllm;
+    struct MHD_Daemon *daemon;
+    int port;
+    pthread_t engine;
+    pthread_mutex_t mu;
+    pthread_cond_t engine_cv;
+    bool stopping;
+    sreq *queue, *queue_tail;
+    int n_queued, n_accepted;  // queued; accepted and not done (queued + in the engine)
+    sreq **active;             // (max_running) in the engine (engine thread only)
+    int n_active;
+    uint64_t id_counter;
+    li_metrics mx;
+};
+
+// Per-HTTP-request context (MHD's con_cls): the body as it arrives, what to log.
+typedef struct {
+    double t0;
+    char method[16], url[128];
+    int endpoint;  // 0 completions, 1 chat, 2 other
+    li_buf body;
+    bool too_big;
+    int status;
+    bool stream;
+    sreq *r;
+} conn_ctx;
+
+static double now_ms(void) {
+    return li_time_ms();
+}
+
+static void sreq_unref(li_server *s, sreq *r) {
+    pthread_mutex_lock(&s->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&s->mu);
+    if (left > 0) return;
+    li_api_request_free(&r->api);
+    li_buf_free(&r->text);
+    free(r->pending);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+// ---- engine thread ---------------------------------------------------------------------------
+
+// Marks r done (under s->mu) and wakes its connection thread.
+static void done_locked(li_server *s, sreq *r) {
+    if (r->state == SR_DONE) return;
+    r->state = SR_DONE;
+    r->safe = r->text.len;
+    s->n_accepted--;
+    pthread_cond_broadcast(&r->cv);
+}
+
+static void fail_locked(li_server *s, sreq *r, li_status st, const char *msg) {
+    int status = 500;
+    const char *type = "server_error", *code = NULL;
+    switch (st) {
+    case LI_ERR_LIMIT:
+    case LI_ERR_KV_FULL:
+        status = 400;
+        type = "invalid_request_error";
+        code = "context_length_exceeded";
+        break;
+    case LI_ERR_INVALID_ARG:
+    case LI_ERR_UNSUPPORTED:
+    case LI_ERR_FORMAT:
+        status = 400;
+        type = "invalid_request_error";
+        break;
+    default:
+        break;
+    }
+    li_api_error_set(&r->err, status, type, NULL, code, "%s", msg);
+    r->failed = true;
+    done_locked(s, r);
+}
+
+static void fail_request(li_server *s, sreq *r, li_status st, const char *msg) {
+    pthread_mutex_lock(&s->mu);
+    fail_locked(s, r, st, msg);
+    pthread_mutex_unlock(&s->mu);
+}
+
+// Longest suffix of text[0, n) that is a proper prefix of some stop string.
+static size_t stop_holdback(const sreq *r, const char *text, size_t n) {
+    size_t hold = 0;
+    for (int i = 0; i < r->api.n_stop; i++) {
+        size_t L = strlen(r->api.stop[i]);
+        for (size_t k = L - 1 < n ? L - 1 : n; k > hold; k--)
+            if (!memcmp(text + n - k, r->api.stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+// Appends generated bytes to r (under s->mu): trims at the first stop string, updates `safe`.
+static void append_text_locked(sreq *r, const char *piece, size_t len) {
+    size_t old = r->text.len;
+    if (li_buf_append(&r->text, piece, len) != LI_OK) {
+        r->cancelled = true;  // out of memory: stop this request
+        return;
+    }
+    size_t cut = SIZE_MAX;
+    for (int i = 0; i < r->api.n_stop; i++) {
+        size_t L = strlen(r->api.stop[i]);
+        size_t from = old >= L ? old - L + 1 : 0;
+        for (size_t p = from; p + L <= r->text.len && p < cut; p++)
+            if (!memcmp(r->text.data + p, r->api.stop[i], L)) {
+                cut = p;
+                break;
+            }
+    }
+    if (cut != SIZE_MAX) {
+        r->text.len = cut;
+        r->stopped = true;
+        r->safe = cut;
+        return;
+    }
+    size_t safe = r->text.len - stop_holdback(r, r->text.data, r->text.len);
+    safe = li_api_utf8_complete_prefix(r->text.data, safe);
+    if (safe > r->safe) r->safe = safe;
+}
+
+static bool on_token(void *user, int32_t tok) {
+    sreq *r = user;
+    li_server *s = r->srv;
+    char small[256], *piece = small;
+    size_t len = 0;
+    if (li_token_to_piece(s->m, tok, small, sizeof small, &len) != LI_OK) len = 0;
+    if (len > sizeof small) {
+        piece = malloc(len);
+        if (!piece || li_token_to_piece(s->m, tok, piece, len, &len) != LI_OK) len = 0;
+    }
+    li_metrics_tokens(&s->mx, 1);
+    pthread_mutex_lock(&s->mu);
+    bool go_on = !r->cancelled && !r->stopped;
+    if (go_on) {
+        if (r->t_first == 0) r->t_first = now_ms();
+        append_text_locked(r, piece ? piece : "", piece ? len : 0);
+        go_on = !r->cancelled && !r->stopped;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (piece != small) free(piece);
+    return go_on;
+}
+
+// Renders a conversation through the model's chat format and tokenises it.
+static li_status chat_tokens(li_server *s, const li_api_request *a, int32_t **ids, int *n) {
+    li_chat_message *msgs = malloc((size_t)a->n_messages * sizeof *msgs);
+    if (!msgs) return li_error_set(LI_ERR_OOM, "out of memory");
+    for (int i = 0; i < a->n_messages; i++)
+        msgs[i] = (li_chat_message){a->messages[i].role, a->messages[i].content};
+    li_buf b = {0};
+    li_status rc = li_chat_render_messages(s->m->tok, msgs, a->n_messages, true, &b);
+    free(msgs);
+    if (rc == LI_OK) rc = li_tokenize(s->m, b.data ? b.data : "", b.len, false, true, ids, n);
+    li_buf_free(&b);
+    return rc;
+}
+
+// The chat is [system?][user]: it maps onto li_request's system + documents + query.
+static bool simple_chat(const li_api_request *a, const char **system, const char **user) {
+    int i = 0;
+    *system = NULL;
+    if (a->n_messages == 2 && !strcmp(a->messages[0].role, "system")) *system = a->messages[i++].content;
+    if (a->n_messages != i + 1 || strcmp(a->messages[i].role, "user")) return false;
+    *user = a->messages[i].content;
+    return true;
+}
+
+static uint64_t fresh_seed(li_server *s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ (++s->id_counter << 32);
+}
+
+// Submits r to the scheduler (engine thread). On failure r is failed and false returned.
+static bool submit(li_server *s, sreq *r) {
+    const li_api_request *a = &r->api;
+    li_request q = {0};
+    li_doc *docs = NULL;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    li_status rc = LI_OK;
+    if (a->n_docs) {
+        docs = calloc((size_t)a->n_docs, sizeof *docs);
+        if (!docs) {
+            fail_request(s, r, LI_ERR_OOM, "out of memory");
+            return false;
+        }
+        for (int i = 0; i < a->n_docs; i++)
+            docs[i] = (li_doc){.text = a->docs[i].text, .len = a->docs[i].len, .id = a->docs[i].id};
+        q.docs = docs;
+        q.n_docs = a->n_docs;
+    }
+    if (a->endpoint == LI_API_CHAT) {
+        const char *system, *user;
+        if (simple_chat(a, &system, &user)) {
+            q.chat = true;
+            q.system = system;
+            q.query = user;
+        } else if (a->n_docs) {
+            rc = li_error_set(LI_ERR_INVALID_ARG, "with 'documents' the messages must be one user "
+                              "message, optionally after one system message");
+        } else {
+            rc = chat_tokens(s, a, &ids, &n_ids);
+            q.prompt_ids = ids;
+            q.n_prompt_ids = n_ids;
+        }
+    } else if (a->prompt_ids) {
+        if (a->n_docs)
+            rc = li_error_set(LI_ERR_INVALID_ARG, "'documents' need a text prompt, not token ids");
+        q.prompt_ids = a->prompt_ids;
+        q.n_prompt_ids = a->n_prompt_ids;
+    } else {
+        q.query = a->prompt;
+    }
+    q.gen = li_generate_default_params();
+    q.gen.stop_at_eos = true;
+    q.gen.on_token = on_token;
+    q.gen.user = r;
+    // OpenAI semantics: temperature 1 and top_p 1 unless given; no top-k / min-p unless given.
+    li_sampling_params sp = li_sampling_default_params();
+    sp.temperature = a->has_temperature ? (float)a->temperature : 1.0f;
+    sp.top_p = a->has_top_p ? (float)a->top_p : 1.0f;
+    sp.top_k = a->top_k >= 0 ? a->top_k : 0;
+    sp.min_p = a->min_p >= 0 ? (float)a->min_p : 0.0f;
+    sp.seed = a->has_seed ? a->seed : fresh_seed(s);
+    q.gen.sampling = sp;
+    bool explicit_max = a->max_tokens > 0;
+    int n_predict = explicit_max ? a->max_tokens
+                    : a->endpoint == LI_API_CHAT ? s->p.default_max_tokens : 16;
+    int64_t id = -1;
+    while (rc == LI_OK) {
+        q.gen.n_predict = n_predict;
+        rc = li_submit(s->m, &q, &id);
+        // without an explicit max_tokens, shrink the default until the prompt fits the context
+        if (rc != LI_ERR_LIMIT || explicit_max || n_predict == 1) break;
+        n_predict /= 2;
+        rc = LI_OK;
+    }
+    free(docs);
+    li_free_tokens(ids);
+    if (rc != LI_OK) {
+        fail_request(s, r, rc, li_last_error());
+        return false;
+    }
+    r->engine_id = id;
+    r->n_predict = n_predict;
+    pthread_mutex_lock(&s->mu);
+    r->state = SR_SUBMITTED;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+// Runs one diffusion request to the end (engine thread).
+static void run_dllm(li_server *s, sreq *r) {
+    const li_api_request *a = &r->api;
+    int32_t *ids = NULL, *out = NULL;
+    int n_ids = 0;
+    char *text = NULL;
+    li_status rc = LI_OK;
+    bool own_ids = true;
+    if (a->n_docs) {
+        fail_request(s, r, LI_ERR_UNSUPPORTED, "'documents' are not supported with diffusion models");
+        return;
+    }
+    if (a->endpoint == LI_API_CHAT) {
+        rc = chat_tokens(s, a, &ids, &n_ids);
+    } else if (a->prompt_ids) {
+        ids = a->prompt_ids;
+        n_ids = a->n_prompt_ids;
+        own_ids = false;
+    } else {
+        rc = li_tokenize(s->m, a->prompt, strlen(a->prompt), true, false, &ids, &n_ids);
+    }
+    li_dllm_params p = li_dllm_default_params();
+    p.lacache = LI_DLLM_LACACHE_ALL;  // exact caches: on unless asked otherwise
+    if (a->block_length > 0) p.block_length = a->block_length;
+    if (a->gen_length > 0) {
+        p.gen_length = a->gen_length;
+    } else if (a->max_tokens > 0) {
+        if (a->block_length <= 0 && a->max_tokens < p.block_length) p.block_length = a->max_tokens;
+        p.gen_length = (a->max_tokens + p.block_length - 1) / p.block_length * p.block_length;
+    }
+    if (a->gen_length > 0 && a->block_length <= 0 && p.gen_length < p.block_length)
+        p.block_length = p.gen_length;
+    p.steps = a->steps > 0 ? a->steps : p.gen_length;
+    if (a->threshold > 0) p.threshold = a->threshold;
+    if (a->factor > 0) p.factor = a->factor;
+    if (a->dpad >= 0) p.dpad = a->dpad;
+    if (a->fp8 >= 0) p.fp8 = a->fp8;
+    if (a->lacache >= 0) p.lacache = (unsigned)a->lacache;
+    if (a->has_temperature) p.temperature = a->temperature;
+    p.seed = a->has_seed ? a->seed : fresh_seed(s);
+    if (rc == LI_OK) rc = li_dllm_check_params(&p);
+    if (rc == LI_OK) {
+        out = malloc((size_t)p.gen_length * sizeof *out);
+        if (!out) rc = li_error_set(LI_ERR_OOM, "out of memory");
+    }
+    li_dllm_stats st = {0};
+    if (rc == LI_OK) rc = li_dllm_generate(s->m, ids, n_ids, &p, out, &st);
+    int n_use = a->max_tokens > 0 && a->max_tokens < p.gen_length ? a->max_tokens : p.gen_length;
+    int n_gen = n_use;
+    if (rc == LI_OK) {
+        int32_t mask, eos, eot;
+        li_dllm_special_tokens(s->m, &mask, &eos, &eot);
+        for (int i = 0; i < n_use; i++)
+            if (out[i] == eos || out[i] == eot) {
+                n_gen = i;
+                break;
+            }
+        rc = li_dllm_detokenize(s->m, out, n_use, &text);
+    }
+    if (rc != LI_OK) {
+        fail_request(s, r, rc, li_last_error());
+    } else {
+        li_metrics_tokens(&s->mx, n_gen);
+        pthread_mutex_lock(&s->mu);
+        r->t_first = now_ms();
+        append_text_locked(r, text, strlen(text));
+        r->n_prompt = n_ids;
+        r->n_generated = n_gen;
+        r->length = !r->stopped && n_gen == n_use;
+        done_locked(s, r);
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(text);
+    free(out);
+    if (own_ids) li_free_tokens(ids);
+}
+
+// Collects the requests the last step finished.
+static void collect(li_server *s) {
+    for (int i = 0; i < s->n_active;) {
+        sreq *r = s->active[i];
+        li_request_result res;
+        if (li_result(s->m, r->engine_id, &res) != LI_OK) {
+            i++;
+            continue;
+        }
+        pthread_mutex_lock(&s->mu);
+        r->n_prompt = res.n_prompt;
+        r->n_generated = res.n_generated;
+        r->n_cached = res.n_cached_tokens;
+        r->length = !r->stopped && res.n_generated >= r->n_predict;
+        if (res.status != LI_OK) fail_locked(s, r, res.status, res.error);
+        else done_locked(s, r);
+        pthread_mutex_unlock(&s->mu);
+        sreq_unref(s, r);
+        s->active[i] = s->active[--s->n_active];
+    }
+}
+
+static void snapshot(li_server *s) {
+    li_cache_stats cs;
+    li_get_cache_stats(s->m, &cs);
+    pthread_mutex_lock(&s->mu);
+    int waiting = s->n_queued;
+    pthread_mutex_unlock(&s->mu);
+    li_metrics_engine(&s->mx, &cs, s->n_active, waiting);
+}
+
+static void *engine_main(void *arg) {
+    li_server *s = arg;
+    snapshot(s);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        while (!s->stopping && s->n_active == 0 && !s->queue) pthread_cond_wait(&s->engine_cv, &s->mu);
+        if (s->stopping) break;
+        // take what fits: the scheduler admits at most max_running at once; later ones wait
+        // here, where a client that leaves costs nothing
+        int room = s->dllm ? 1 : s->p.max_running - s->n_active;
+        sreq *take = NULL, **tail = &take;
+        while (s->queue && room > 0) {
+            sreq *r = s->queue;
+            s->queue = r->next;
+            if (!s->queue) s->queue_tail = NULL;
+            s->n_queued--;
+            r->next = NULL;
+            if (r->cancelled) {
+                done_locked(s, r);
+                r->next = NULL;
+                *tail = r;  // dropped below (unref outside the lock)
+                tail = &r->next;
+                continue;
+            }
+            *tail = r;
+            tail = &r->next;
+            room--;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (sreq *r = take, *next; r; r = next) {
+            next = r->next;
+            r->next = NULL;
+            if (r->state == SR_DONE) {  // cancelled before it ran
+                sreq_unref(s, r);
+            } else if (s->dllm) {
+                run_dllm(s, r);
+                sreq_unref(s, r);
+            } else if (submit(s, r)) {
+                s->active[s->n_active++] = r;  // the engine's reference moves to active
+            } else {
+                sreq_unref(s, r);
+            }
+        }
+        if (s->n_active > 0) {
+            int left = 0;
+            li_status rc = li_step(s->m, &left);
+            if (rc != LI_OK) {
+                // the step failed as a whole: fail every running request; each finishes inside
+                // the scheduler at its next token (on_token sees the cancel) and is collected then
+                LI_WARN("serve: engine step failed: %s", li_last_error());
+                char msg[300];
+                snprintf(msg, sizeof msg, "engine step failed: %s", li_last_error());
+                pthread_mutex_lock(&s->mu);
+                for (int i = 0; i < s->n_active; i++) {
+                    s->active[i]->cancelled = true;
+                    fail_locked(s, s->active[i], LI_ERR_BACKEND, msg);
+                }
+                pthread_mutex_unlock(&s->mu);
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            collect(s);
+        }
+        snapshot(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+// ---- HTTP ------------------------------------------------------------------------------------
+
+// Whether the client closed its side (connection thread, while a request waits).
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+// Waits (s->mu held) until pred(r) or the client is gone; returns false if it is gone.
+static bool wait_for(li_server *s, sreq *r, bool (*pred)(const sreq *)) {
+    while (!pred(r)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;  // check the socket 5 times a second
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&r->cv, &s->mu, &ts);
+        if (!pred(r) && client_gone(r->fd)) {
+            if (!r->cancelled) li_metrics_cancelled(&s->mx);
+            r->cancelled = true;
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool is_done(const sreq *r) {
+    return r->state == SR_DONE;
+}
+
+static bool is_started(const sreq *r) {
+    return r->state != SR_QUEUED;
+}
+
+static bool has_output(const sreq *r) {
+    return r->state == SR_DONE || r->safe > r->sent;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, conn_ctx *x, int status,
+                                 const char *ctype, char *body) {
+    if (!body) {
+        body = strdup("{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\", "
+                      "\"param\": null, \"code\": null}}");
+        status = 500;
+        if (!body) return MHD_NO;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", ctype);
+    if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    x->status = status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, conn_ctx *x, int status, char *body) {
+    return send_text(c, x, status, "application/json", body);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, conn_ctx *x, const li_api_error *e) {
+    return send_json(c, x, e->status, li_api_error_json(e));
+}
+
+static enum MHD_Result send_err(struct MHD_Connection *c, conn_ctx *x, int status, const char *type,
+                                const char *code, const char *msg) {
+    li_api_error e;
+    li_api_error_set(&e, status, type, NULL, code, "%s", msg);
+    return send_error(c, x, &e);
+}
+
+static char *final_text(sreq *r, size_t from, size_t to) {
+    return li_api_utf8_sanitize(r->text.data ? r->text.data + from : "", to - from, NULL);
+}
+
+static const char *finish_reason(const sreq *r) {
+    return r->length ? "length" : "stop";
+}
+
+// The next SSE bytes of a stream (s->mu held): text delta, then final chunk(s) and [DONE].
+static void next_events_locked(sreq *r) {
+    li_buf b = {0};
+    if (r->safe > r->sent) {
+        char *t = final_text(r, r->sent, r->safe);
+        char *e = t ? li_api_chunk_sse(&r->meta, t, !r->sent_first, NULL, false, 0, 0) : NULL;
+        if (e) li_buf_append(&b, e, strlen(e));
+        free(t);
+        free(e);
+        r->sent = r->safe;
+        r->sent_first = true;
+    } else if (r->state == SR_DONE && !r->sent_final) {
+        if (r->failed) {
+            char *j = li_api_error_json(&r->err);
+            if (j) li_buf_printf(&b, "data: %s\n\n", j);
+            free(j);
+        } else {
+            char *e = li_api_chunk_sse(&r->meta, NULL, !r->sent_first, finish_reason(r), false, 0, 0);
+            if (e) li_buf_append(&b, e, strlen(e));
+            free(e);
+            if (r->api.include_usage) {
+                e = li_api_chunk_sse(&r->meta, NULL, false, NULL, true, r->n_prompt, r->n_generated);
+                if (e) li_buf_append(&b, e, strlen(e));
+                free(e);
+            }
+        }
+        li_buf_append(&b, "data: [DONE]\n\n", 14);
+        r->sent_final = true;
+    }
+    r->pending = b.data;
+    r->pending_len = b.len;
+    r->pending_off = 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    sreq *r = cls;
+    li_server *s = r->srv;
+    (void)pos;
+    for (;;) {
+        if (r->pending && r->pending_off < r->pending_len) {
+            size_t n = r->pending_len - r->pending_off < max ? r->pending_len - r->pending_off : max;
+            memcpy(buf, r->pending + r->pending_off, n);
+            r->pending_off += n;
+            return (ssize_t)n;
+        }
+        free(r->pending);
+        r->pending = NULL;
+        pthread_mutex_lock(&s->mu);
+        if (r->sent_final) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (!wait_for(s, r, has_output)) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        next_events_locked(r);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void stream_free(void *cls) {
+    sreq *r = cls;
+    sreq_unref(r->srv, r);
+}
+
+static bool auth_ok(li_server *s, struct MHD_Connection *c) {
+    if (!s->api_key[0]) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    size_t n = strlen(h), k = strlen(s->api_key);
+    unsigned diff = n != k;
+    for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)h[i] ^ (unsigned char)s->api_key[i];
+    return diff == 0;  // constant time in the key's length
+}
+
+static char *models_json(li_server *s, bool one) {
+    li_model_info in;
+    li_model_get_info(s->m, &in);
+    li_buf b = {0};
+    char *esc = li_api_utf8_sanitize(s->model_id, strlen(s->model_id), NULL);
+    // model ids are file names: escape what JSON needs
+    li_buf idq = {0};
+    for (const char *p = esc ? esc : ""; *p; p++) {
+        if (*p == '"' || *p == '\\') li_buf_append(&idq, "\\", 1);
+        if ((unsigned char)*p >= 0x20) li_buf_append(&idq, p, 1);
+    }
+    li_buf_append(&idq, "", 1);
+    free(esc);
+    li_buf_printf(&b,
+                  "%s{\"id\": \"%s\", \"object\": \"model\", \"created\": 0, \"owned_by\": "
+                  "\"lazyinfer\", \"arch\": \"%s\", \"n_ctx\": %d, \"cache_mode\": \"%s\"}%s",
+                  one ? "" : "{\"object\": \"list\", \"data\": [", idq.data ? idq.data : "", in.arch,
+                  s->m->n_ctx, li_cache_mode_name(s->m->cache_mode), one ? "" : "]}");
+    li_buf_free(&idq);
+    return b.data;
+}
+
+static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
+    li_api_error e;
+    sreq *r = calloc(1, sizeof *r);
+    if (!r) return send_err(c, x, 500, "server_error", NULL, "out of memory");
+    if (!li_api_parse(x->body.data ? x->body.data : "", x->body.len,
+                      x->endpoint == 1 ? LI_API_CHAT : LI_API_COMPLETIONS, &r->api, &e)) {
+        free(r);
+        return send_error(c, x, &e);
+    }
+    if (r->api.model && strcmp(r->api.model, s->model_id) && strcmp(r->api.model, s->model_path)) {
+        li_api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
+                         "The model '%.200s' does not exist; this server serves '%.200s'",
+                         r->api.model, s->model_id);
+        li_api_request_free(&r->api);
+        free(r);
+        return send_error(c, x, &e);
+    }
+    pthread_cond_init(&r->cv, NULL);
+    r->srv = s;
+    r->refs = 2;  // connection context + engine
+    r->t_arrive = x->t0;
+    r->meta.endpoint = r->api.endpoint;
+    r->meta.model = s->model_id;
+    r->meta.created = (int64_t)time(NULL);
+    r->meta.id = r->id;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    r->fd = ci ? ci->connect_fd : -1;
+    x->r = r;
+    x->stream = r->api.stream;
+    pthread_mutex_lock(&s->mu);
+    snprintf(r->id, sizeof r->id, "%s-%llx%04llx", x->endpoint == 1 ? "chatcmpl" : "cmpl",
+             (unsigned long long)time(NULL), (unsigned long long)(++s->id_counter & 0xffff));
+    if (s->stopping || s->n_accepted >= s->p.max_queue) {
+        bool stopping = s->stopping;
+        r->refs = 1;
+        r->state = SR_DONE;
+        pthread_mutex_unlock(&s->mu);
+        return send_err(c, x, 503, "server_error", "overloaded",
+                        stopping ? "the server is shutting down"
+                                 : "the server is overloaded: too many requests queued; retry later");
+    }
+    s->n_accepted++;
+    s->n_queued++;
+    if (s->queue_tail) s->queue_tail->next = r;
+    else s->queue = r;
+    s->queue_tail = r;
+    pthread_cond_signal(&s->engine_cv);
+    bool here = wait_for(s, r, r->api.stream ? is_started : is_done);
+    if (!here) {  // client gone: the engine drops it (queued) or on_token stops it (running)
+        pthread_mutex_unlock(&s->mu);
+        return MHD_NO;
+    }
+    if (r->failed && (!r->api.stream || r->state == SR_DONE)) {
+        e = r->err;
+        pthread_mutex_unlock(&s->mu);
+        return send_error(c, x, &e);
+    }
+    if (r->api.stream) {
+        r->refs++;  // the stream response's
+        pthread_mutex_unlock(&s->mu);
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, r, stream_free);
+        if (!resp) {
+            stream_free(r);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        x->status = 200;
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    char *text = final_text(r, 0, r->text.len);
+    char *body = text ? li_api_response_json(&r->meta, text, finish_reason(r), r->n_prompt,
+                                             r->n_generated, r->n_cached)
+                      : NULL;
+    pthread_mutex_unlock(&s->mu);
+    free(text);
+    return send_json(c, x, 200, body);
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls) {
+    li_server *s = cls;
+    conn_ctx *x = *con_cls;
+    (void)version;
+    if (!x) {
+        x = calloc(1, sizeof *x);
+        if (!x) return MHD_NO;
+        x->t0 = now_ms();
+        snprintf(x->method, sizeof x->method, "%s", method);
+        snprintf(x->url, sizeof x->url, "%s", url);
+        x->endpoint = !strcmp(url, "/v1/completions") ? 0 : !strcmp(url, "/v1/chat/completions") ? 1 : 2;
+        *con_cls = x;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (x->body.len + *upload_size > s->p.max_body_bytes) x->too_big = true;
+        if (!x->too_big && li_buf_append(&x->body, upload, *upload_size) != LI_OK) x->too_big = true;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health")) {
+        if (!get) return send_err(c, x, 405, "invalid_request_error", NULL, "use GET /health");
+        return send_json(c, x, 200, strdup("{\"status\": \"ok\"}"));
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return send_err(c, x, 405, "invalid_request_error", NULL, "use GET /metrics");
+        li_buf b = {0};
+        if (li_metrics_render(&s->mx, &b) != LI_OK) {
+            li_buf_free(&b);
+            return send_err(c, x, 500, "server_error", NULL, "out of memory");
+        }
+        li_buf_append(&b, "", 1);
+        return send_text(c, x, 200, "text/plain; version=0.0.4", b.data);
+    }
+    bool models = !strcmp(url, "/v1/models"), model_one = !strncmp(url, "/v1/models/", 11);
+    if (!models && !model_one && x->endpoint == 2)
+        return send_err(c, x, 404, "invalid_request_error", "unknown_url", "unknown URL (see docs/SERVER.md)");
+    if (!auth_ok(s, c))
+        return send_err(c, x, 401, "invalid_request_error", "invalid_api_key",
+                        "missing or incorrect API key: send 'Authorization: Bearer KEY'");
+    if (models || model_one) {
+        if (!get) return send_err(c, x, 405, "invalid_request_error", NULL, "use GET");
+        if (model_one && strcmp(url + 11, s->model_id) && strcmp(url + 11, s->model_path))
+            return send_err(c, x, 404, "invalid_request_error", "model_not_found", "no such model");
+        return send_json(c, x, 200, models_json(s, model_one));
+    }
+    if (!post) return send_err(c, x, 405, "invalid_request_error", NULL, "use POST");
+    if (x->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->p.max_body_bytes);
+        return send_err(c, x, 413, "invalid_request_error", "request_too_large", msg);
+    }
+    return handle_completion(s, c, x);
+}
+
+// One log line per request, metrics, and the cancel of a stream whose client went away.
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    li_server *s = cls;
+    conn_ctx *x = *con_cls;
+    (void)c;
+    if (!x) return;
+    double t = now_ms();
+    int n_prompt = 0, n_gen = 0;
+    double ttft = -1;
+    bool cancelled = false;
+    if (x->r) {
+        sreq *r = x->r;
+        pthread_mutex_lock(&s->mu);
+        if (r->state != SR_DONE || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+            if (r->state != SR_DONE && !r->cancelled) li_metrics_cancelled(&s->mx);
+            if (r->state != SR_DONE) r->cancelled = true;
+            cancelled = r->state != SR_DONE || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
+        }
+        n_prompt = r->n_prompt;
+        n_gen = r->n_generated;
+        if (r->t_first > 0) ttft = r->t_first - r->t_arrive;
+        pthread_mutex_unlock(&s->mu);
+        sreq_unref(s, r);
+    }
+    if (x->status) {
+        li_metrics_request(&s->mx, x->endpoint, cancelled ? 499 : x->status,
+                           ttft >= 0 ? ttft / 1e3 : -1, (t - x->t0) / 1e3, n_prompt, n_gen);
+        if (!s->p.quiet)
+            fprintf(stderr, "serve: %s %s %d%s %.1f ms ttft %.1f ms prompt %d gen %d%s\n", x->method,
+                    x->url, x->status, cancelled ? " (client gone)" : "", t - x->t0,
+                    ttft >= 0 ? ttft : 0.0, n_prompt, n_gen, x->stream ? " stream" : "");
+    } else if (x->r && !s->p.quiet) {
+        fprintf(stderr, "serve: %s %s client gone before the answer after %.1f ms\n", x->method,
+                x->url, t - x->t0);
+    }
+    li_buf_free(&x->body);
+    free(x);
+    *con_cls = NULL;
+}
+
+// ---- lifetime --------------------------------------------------------------------------------
+
+li_status li_server_start(li_server **out, li_model *m, const li_server_params *p) {
+    *out = NULL;
+    li_server *s = calloc(1, sizeof *s);
+    if (!s) return li_error_set(LI_ERR_OOM, "out of memory");
+    s->m = m;
+    s->p = *p;
+    if (!s->p.host) s->p.host = "127.0.0.1";
+    if (s->p.max_running < 1) s->p.max_running = 1;
+    if (s->p.max_queue < s->p.max_running) s->p.max_queue = s->p.max_running;
+    if (s->p.default_max_tokens < 1) s->p.default_max_tokens = 256;
+    if (!s->p.max_body_bytes) s->p.max_body_bytes = 16u << 20;
+    snprintf(s->model_id, sizeof s->model_id, "%s", p->model_id ? p->model_id : "lazyinfer");
+    snprintf(s->model_path, sizeof s->model_path, "%s", p->model_path ? p->model_path : s->model_id);
+    snprintf(s->api_key, sizeof s->api_key, "%s", p->api_key ? p->api_key : "");
+    s->p.host = NULL;  // borrowed strings are copied above or used only here
+    s->p.model_id = s->p.model_path = s->p.api_key = NULL;
+    s->dllm = m->llada != NULL;
+    if (!s->dllm && !m->sched) {
+        free(s);
+        return li_error_set(LI_ERR_INVALID_ARG, "serve: the model was loaded without a scheduler");
+    }
+    s->active = calloc((size_t)s->p.max_running, sizeof *s->active);
+    if (!s->active) {
+        free(s);
+        return li_error_set(LI_ERR_OOM, "out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->engine_cv, NULL);
+    li_metrics_init(&s->mx);
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", p->port);
+    const char *host = p->host ? p->host : "127.0.0.1";
+    int gai = getaddrinfo(host, port, &hints, &ai);
+    li_status rc = LI_OK;
+    if (gai != 0) {
+        rc = li_error_set(LI_ERR_INVALID_ARG, "serve: cannot resolve host '%s': %s", host,
+                          gai_strerror(gai));
+        goto fail;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (pthread_create(&s->engine, NULL, engine_main, s) != 0) {
+        freeaddrinfo(ai);
+        rc = li_error_set(LI_ERR_BACKEND, "serve: cannot start the engine thread");
+        goto fail;
+    }
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR,
+                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = true;
+        pthread_cond_signal(&s->engine_cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->engine, NULL);
+        rc = li_error_set(LI_ERR_IO, "serve: cannot listen on %s:%d (address in use or not local?)",
+                          host, p->port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : p->port;
+    *out = s;
+    return LI_OK;
+fail:
+    li_metrics_free(&s->mx);
+    pthread_cond_destroy(&s->engine_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->active);
+    free(s);
+    return rc;
+}
+
+int li_server_port(const li_server *s) {
+    return s->port;
+}
+
+void li_server_stop(li_server *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_signal(&s->engine_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->engine, NULL);
+    // the engine is gone: answer everything still waiting (the model frees what it holds)
+    pthread_mutex_lock(&s->mu);
+    sreq *q = s->queue;
+    s->queue = s->queue_tail = NULL;
+    for (sreq *r = q; r; r = r->next) fail_locked(s, r, LI_ERR_BACKEND, "the server is shutting down");
+    for (int i = 0; i < s->n_active; i++)
+        fail_locked(s, s->active[i], LI_ERR_BACKEND, "the server is shutting down");
+    pthread_mutex_unlock(&s->mu);
+    for (sreq *r = q, *next; r; r = next) {
+        next = r->next;
+        sreq_unref(s, r);
+    }
+    for (int i = 0; i < s->n_active; i++) sreq_unref(s, s->active[i]);
+    s->n_active = 0;
+    MHD_stop_daemon(s->daemon);
+    li_metrics_free(&s->mx);
+    pthread_cond_destroy(&s->engine_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->active);
+    free(s);
+}

@@ -1,0 +1,38 @@
+// server.h — the OpenAI-compatible HTTP server of `lazyinfer serve` (libmicrohttpd + jansson).
+//
+// Threads: libmicrohttpd runs one thread per connection; those threads parse requests
+// (api.c), put them on a bounded queue and wait on the request's condition variable. ONE engine
+// thread owns the li_model: between li_step calls it submits queued requests (li_submit), the
+// on_token callback appends text to the request and wakes its connection thread. Diffusion models
+// run one request at a time in the engine thread (li_dllm_generate). See docs/SERVER.md.
+// Not here: option parsing (tools/cmd-serve.c). Tested by tests/test_server.py.
+#ifndef LI_SERVER_H
+#define LI_SERVER_H
+
+#include <stddef.h>
+
+#include "lazyinfer.h"
+
+typedef struct {
+    const char *host;        // address to bind (default "127.0.0.1")
+    int port;                // 0: any free port (li_server_port tells which)
+    const char *api_key;     // NULL or "": no authentication
+    const char *model_id;    // name served in /v1/models (also accepted: model_path)
+    const char *model_path;
+    int max_running;         // requests in the engine at once (the model's max_seqs)
+    int max_queue;           // requests accepted (queued + running) before 503
+    int default_max_tokens;  // chat requests without max_tokens (completions: 16, as OpenAI)
+    size_t max_body_bytes;   // larger bodies: 413
+    bool quiet;              // no per-request log line
+} li_server_params;
+
+typedef struct li_server li_server;
+
+// Starts the HTTP daemon and the engine thread; the model stays the caller's and must outlive
+// the server (li_server_stop first).
+li_status li_server_start(li_server **out, li_model *m, const li_server_params *p);
+int li_server_port(const li_server *s);
+// Stops accepting, fails queued requests with 503, joins every thread, frees s (NULL: no-op).
+void li_server_stop(li_server *s);
+
+#endif

@@ -1,0 +1,485 @@
+"""test_server.py — `lazyinfer serve` end to end with real clients (DESIGN.md §6, issue 6).
+
+The official `openai` package for chat, completions, streaming, documents and diffusion fields;
+curl for raw HTTP (bad requests, API key, sizes); a load test of 64 concurrent streaming clients;
+clients that disconnect mid-stream. After the load and the disconnects, /metrics must show the KV
+pool back to its idle level: pages in use == pages held by the document cache.
+synth:tiny-llama (random weights, fast) where the text does not matter, the default SmolLM2 model
+where it does, synth:tiny-llada for the diffusion fields. Random inputs come from a seeded RNG
+whose seed is printed in failure messages (LI_TEST_SEED to replay).
+"""
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
+from harness import ROOT, Server  # noqa: E402
+
+openai = pytest.importorskip("openai")
+
+SEED = int(os.environ.get("LI_TEST_SEED", str(random.randrange(1 << 30))))
+KEY = "sk-test-%08x" % random.Random(SEED).randrange(1 << 32)
+DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+WORDS = ("apple river stone cloud garden window silver music paper candle forest bridge "
+         "orange pencil winter summer yellow mountain coffee letter").split()
+
+
+def rng(tag):
+    return random.Random(f"{SEED}-{tag}")
+
+
+def words(r, n):
+    return " ".join(r.choice(WORDS) for _ in range(n))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    s = Server("synth:tiny-llama", "--max-batch", "16", "--ctx-size", "1024", api_key=KEY)
+    yield s
+    assert s.alive(), s.log_tail()
+    assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def real():
+    if not DEFAULT_MODEL.exists():
+        pytest.skip("default model not fetched (make setup)")
+    s = Server(str(DEFAULT_MODEL), "--max-batch", "8", "--ctx-size", "2048")
+    yield s
+    assert s.alive(), s.log_tail()
+    assert s.stop() == 0
+
+
+def client(s, key=None, **kw):
+    return openai.OpenAI(base_url=s.url + "/v1", api_key=key or s.api_key or "none", max_retries=0, **kw)
+
+
+def curl(s, path, body=None, key=None, method=None, headers=()):
+    """Raw HTTP with curl: returns (status, parsed JSON or text, response headers)."""
+    cmd = ["curl", "-s", "-S", "-D", "-", "--max-time", "30", s.url + path]
+    if method:
+        cmd += ["-X", method]
+    if key:
+        cmd += ["-H", f"Authorization: Bearer {key}"]
+    for h in headers:
+        cmd += ["-H", h]
+    data = None
+    if body is not None:
+        data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
+        cmd += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
+    out = subprocess.run(cmd, input=data, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    raw = out.stdout.decode(errors="replace")
+    head, _, text = raw.partition("\r\n\r\n")
+    while head.startswith("HTTP/1.1 100"):
+        head, _, text = text.partition("\r\n\r\n")
+    status = int(head.split()[1])
+    hdrs = {k.strip().lower(): v.strip() for k, _, v in (l.partition(":") for l in head.split("\r\n")[1:])}
+    try:
+        return status, json.loads(text), hdrs
+    except ValueError:
+        return status, text, hdrs
+
+
+def assert_error(status, body, want_status, param=None, code=None):
+    assert status == want_status, (status, body)
+    assert set(body) == {"error"}, body
+    e = body["error"]
+    assert set(e) == {"message", "type", "param", "code"}, e
+    assert isinstance(e["message"], str) and e["message"]
+    if param is not None:
+        assert e["param"] == param, e
+    if code is not None:
+        assert e["code"] == code, e
+
+
+def assert_idle_pages(s):
+    m = s.wait_idle()
+    assert m["lazyinfer_requests_running"] == 0 and m["lazyinfer_requests_waiting"] == 0, m
+    assert m["lazyinfer_kv_pages_in_use"] == m["lazyinfer_kv_pages_cached"], (
+        f"pages leaked: {m['lazyinfer_kv_pages_in_use']} in use, "
+        f"{m['lazyinfer_kv_pages_cached']} held by the cache (seed {SEED})")
+    return m
+
+
+# ---- the default model: text that matters --------------------------------------------------------
+
+def test_chat_and_usage(real):
+    c = client(real)
+    model = c.models.list().data[0].id
+    r = c.chat.completions.create(model=model, temperature=0, max_tokens=24,
+                                  messages=[{"role": "user", "content": "What is the capital of France?"}])
+    text = r.choices[0].message.content
+    assert "Paris" in text, text
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
+    assert r.usage.prompt_tokens > 5 and 0 < r.usage.completion_tokens <= 24
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    # the same request with a system message and a multi-turn history also answers
+    r2 = c.chat.completions.create(model=model, temperature=0, max_tokens=8, messages=[
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Say one word."}])
+    assert r2.usage.prompt_tokens > r.usage.prompt_tokens and r2.choices[0].message.content
+
+
+def test_streaming_equals_non_streaming(real):
+    c = client(real)
+    r = rng("stream")
+    msgs = [{"role": "user", "content": f"Write a sentence about {words(r, 2)}."}]
+    full = c.chat.completions.create(model="x" if False else c.models.list().data[0].id, messages=msgs,
+                                     temperature=0, max_tokens=40)
+    deltas, finish, usage, roles = [], None, None, []
+    for ch in c.chat.completions.create(model=full.model, messages=msgs, temperature=0, max_tokens=40,
+                                        stream=True, stream_options={"include_usage": True}):
+        if ch.usage:
+            usage = ch.usage
+        for choice in ch.choices:
+            if choice.delta.role:
+                roles.append(choice.delta.role)
+            if choice.delta.content:
+                deltas.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    assert "".join(deltas) == full.choices[0].message.content, f"seed {SEED}"
+    assert roles == ["assistant"] and finish == full.choices[0].finish_reason
+    assert usage.completion_tokens == full.usage.completion_tokens
+    assert usage.prompt_tokens == full.usage.prompt_tokens
+
+
+def test_completions_stop_and_seed(real):
+    c = client(real)
+    model = c.models.list().data[0].id
+    prompt = "Once upon a time, " + words(rng("stop"), 3)
+    base = c.completions.create(model=model, prompt=prompt, max_tokens=30, temperature=0)
+    text = base.choices[0].text
+    assert base.object == "text_completion" and len(text) > 10, text
+    # a stop string taken from the middle of the greedy text: output ends right before it
+    cut = len(text) // 2
+    stop = text[cut:cut + 4]
+    assert stop.strip(), text
+    for stream in (False, True):
+        if stream:
+            got = "".join(ch.choices[0].text for ch in c.completions.create(
+                model=model, prompt=prompt, max_tokens=30, temperature=0, stop=[stop, "\x07never"],
+                stream=True) if ch.choices)
+        else:
+            r = c.completions.create(model=model, prompt=prompt, max_tokens=30, temperature=0,
+                                     stop=[stop, "\x07never"])
+            got = r.choices[0].text
+            assert r.choices[0].finish_reason == "stop"
+        assert got == text[:text.index(stop)], (stream, stop, got, text)
+    # the same seed gives the same sample, other seeds (almost surely) something else
+    s = rng("seed").randrange(1 << 31)
+    a = [c.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=1.0, seed=s)
+         .choices[0].text for _ in range(2)]
+    others = {c.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=1.0, seed=s + k)
+              .choices[0].text for k in range(1, 4)}
+    assert a[0] == a[1], f"seed {SEED}"
+    assert others - {a[0]}, f"seeds gave identical samples (seed {SEED})"
+
+
+def test_documents(real):
+    c = client(real)
+    model = c.models.list().data[0].id
+    r = rng("docs")
+    found = 0
+    codes = [str(r.randrange(1000, 10000)) for _ in range(3)]
+    before = real.metrics()
+    for code in codes:
+        filler = {"id": "filler", "text": f"The {words(r, 2)} is next to the {words(r, 2)}."}
+        req = dict(model=model, temperature=0, max_tokens=16, messages=[
+            {"role": "user", "content": "What is the secret code? Answer with the number only."}],
+            extra_body={"documents": [filler, f"The secret code is {code}."]})
+        a = c.chat.completions.create(**req)
+        b = c.chat.completions.create(**req)  # every block now comes from the document cache
+        assert a.choices[0].message.content == b.choices[0].message.content, f"seed {SEED}"
+        assert b.usage.prompt_tokens_details.cached_tokens > a.usage.prompt_tokens_details.cached_tokens
+        found += code in a.choices[0].message.content
+    assert found >= 2, f"the answers ignore the documents (codes {codes}, seed {SEED})"
+    after = real.metrics()
+    assert after["lazyinfer_doc_cache_hits_total"] >= before["lazyinfer_doc_cache_hits_total"] + 6
+    assert after["lazyinfer_doc_cache_misses_total"] > before["lazyinfer_doc_cache_misses_total"]
+    # completions take documents too (strings)
+    r2 = c.completions.create(model=model, prompt="Question: what is the secret code?\nAnswer:",
+                              max_tokens=8, temperature=0,
+                              extra_body={"documents": [f"The secret code is {codes[0]}."]})
+    assert r2.usage.prompt_tokens > 10
+    assert_idle_pages(real)
+
+
+# ---- raw HTTP with curl ----------------------------------------------------------------------------
+
+def test_api_key(tiny):
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert_error(*curl(tiny, "/v1/chat/completions", chat)[:2], 401, code="invalid_api_key")
+    assert_error(*curl(tiny, "/v1/chat/completions", chat, key=KEY + "x")[:2], 401)
+    assert_error(*curl(tiny, "/v1/models", key="")[:2], 401)
+    st, body, _ = curl(tiny, "/v1/chat/completions", chat, key=KEY)
+    assert st == 200 and body["choices"][0]["message"]["role"] == "assistant", body
+    with pytest.raises(openai.AuthenticationError):
+        client(tiny, key="sk-wrong").models.list()
+    assert curl(tiny, "/health")[0] == 200  # health and metrics need no key
+    assert curl(tiny, "/metrics")[0] == 200
+
+
+def test_bad_requests(tiny):
+    k = KEY
+    cases = [
+        (b'{"messages": [', 400, None),
+        (b'not json at all', 400, None),
+        (b'[1, 2]', 400, None),
+        (b'{"prompt": "a", "prompt": "b"}', 400, None),
+        ({"messages": "hello"}, 400, "messages"),
+        ({"messages": []}, 400, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages"),
+        ({"messages": [{"role": "user", "content": 5}]}, 400, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}, 400, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, 400, "temperature"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": 3}, 400, "temperature"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_p": 0}, 400, "top_p"),
+        ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, 400, "stream"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n"),
+        ({"messages": [{"role": "user", "content": "x"}], "seed": 1.5}, 400, "seed"),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": 7}, 400, "stop"),
+        ({"messages": [{"role": "user", "content": "x"}], "documents": "doc"}, 400, "documents"),
+        ({"messages": [{"role": "user", "content": "x"}], "documents": [{"id": "a"}]}, 400, "documents"),
+        ({"messages": [{"role": "user", "content": "x"}], "documents": [""]}, 400, "documents"),
+        ({"messages": [{"role": "user", "content": "x"}], "logprobs": True}, 400, "logprobs"),
+        ({"prompt": 12}, 400, "prompt"),
+    ]
+    for body, want, param in cases:
+        path = "/v1/completions" if isinstance(body, dict) and "prompt" in body else "/v1/chat/completions"
+        st, b, _ = curl(tiny, path, body, key=k)
+        assert_error(st, b, want, param=param)
+    # prompt of token ids: in range works, out of range is a 400
+    st, b, _ = curl(tiny, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3}, key=k)
+    assert st == 200, b
+    assert_error(*curl(tiny, "/v1/completions", {"prompt": [1, 2, 10 ** 8]}, key=k)[:2], 400)
+    # unknown model: 404 model_not_found, as OpenAI
+    assert_error(*curl(tiny, "/v1/chat/completions", {"model": "gpt-17", "messages": [
+        {"role": "user", "content": "x"}]}, key=k)[:2], 404, code="model_not_found")
+    with pytest.raises(openai.NotFoundError):
+        client(tiny).chat.completions.create(model="gpt-17", messages=[{"role": "user", "content": "x"}])
+    # context overflow: 400 context_length_exceeded, streaming or not
+    for stream in (False, True):
+        st, b, _ = curl(tiny, "/v1/completions", {"prompt": "x " * 600, "max_tokens": 900, "stream": stream},
+                        key=k)
+        assert_error(st, b, 400, code="context_length_exceeded")
+    with pytest.raises(openai.BadRequestError):
+        client(tiny).completions.create(model="synth:tiny-llama", prompt="a", max_tokens=5000)
+    # routes and methods
+    assert_error(*curl(tiny, "/v1/nothing", key=k)[:2], 404)
+    assert_error(*curl(tiny, "/v1/chat/completions", key=k)[:2], 405)
+    assert_error(*curl(tiny, "/health", {"a": 1})[:2], 405)
+    assert_error(*curl(tiny, "/v1/models/other", key=k)[:2], 404)
+    st, b, _ = curl(tiny, "/v1/models/synth:tiny-llama", key=k)
+    assert st == 200 and b["id"] == "synth:tiny-llama", b
+    # a body over the limit (16 MiB) is a 413
+    big = b'{"prompt": "' + b"a" * (17 << 20) + b'"}'
+    assert_error(*curl(tiny, "/v1/completions", big, key=k)[:2], 413)
+    assert tiny.alive()
+
+
+def test_random_bodies(tiny):
+    """Mutated and random request bodies: never a crash, never a 5xx, never a leaked page."""
+    r = rng("bodies")
+    seeds = [
+        {"prompt": "hello", "max_tokens": 3, "stop": ["x"], "temperature": 0.5},
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "documents": ["d1", {"id": "a", "text": "t"}]},
+        {"prompt": [1, 2], "max_tokens": 2, "stream": True},
+    ]
+    n_ok = 0
+    for i in range(120):
+        b = bytearray(json.dumps(r.choice(seeds)).encode())
+        for _ in range(r.randrange(1, 4)):
+            op = r.randrange(3)
+            p = r.randrange(len(b) + 1)
+            if op == 0 and b:
+                del b[min(p, len(b) - 1)]
+            elif op == 1:
+                b.insert(p, r.randrange(256))
+            else:
+                b[p:p] = r.choice([b'"', b"{", b"]", b"null", b"-1", b"1e999", b"\\u0000", b"\xff"])
+        path = r.choice(["/v1/completions", "/v1/chat/completions"])
+        st, body, _ = curl(tiny, path, bytes(b), key=KEY)
+        assert st in (200, 400, 404), (st, body, bytes(b), SEED)
+        n_ok += st == 200
+        if st != 200:
+            assert_error(st, body, st)
+    assert tiny.alive()
+    assert_idle_pages(tiny)
+
+
+# ---- many clients --------------------------------------------------------------------------------
+
+def stream_once(c, r, docs, stats, lock):
+    t0 = time.perf_counter()
+    ttft, n = None, 0
+    kw = dict(model="synth:tiny-llama", max_tokens=r.randrange(8, 48), temperature=r.choice([0, 0.8]),
+              seed=r.randrange(1 << 30), stream=True, stream_options={"include_usage": True})
+    if r.random() < 0.5:
+        kw["extra_body"] = {"documents": r.sample(docs, 2)}
+    usage = None
+    if r.random() < 0.5:
+        it = c.chat.completions.create(messages=[{"role": "user", "content": words(r, 4)}], **kw)
+        get = lambda ch: ch.choices[0].delta.content if ch.choices else None  # noqa: E731
+    else:
+        it = c.completions.create(prompt=words(r, 4), **kw)
+        get = lambda ch: ch.choices[0].text if ch.choices else None  # noqa: E731
+    for ch in it:
+        if ch.usage:
+            usage = ch.usage
+        if get(ch):
+            n += 1
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+    assert usage is not None and usage.completion_tokens <= kw["max_tokens"]
+    with lock:
+        stats["requests"] += 1
+        stats["tokens"] += usage.completion_tokens
+        if ttft is not None:
+            stats["ttft"].append(ttft)
+
+
+def test_load_64_streaming_clients(tiny):
+    n_clients, duration = 64, float(os.environ.get("LI_LOAD_SECONDS", "8"))
+    docs = [f"Document {i}: " + words(rng(f"doc{i}"), 40) for i in range(6)]
+    stats = {"requests": 0, "tokens": 0, "ttft": [], "errors": []}
+    lock = threading.Lock()
+    before = tiny.metrics()
+    t_end = time.perf_counter() + duration
+
+    def worker(i):
+        r = rng(f"client{i}")
+        c = client(tiny, timeout=60)
+        while time.perf_counter() < t_end:
+            try:
+                stream_once(c, r, docs, stats, lock)
+            except Exception as e:  # noqa: BLE001 — every failure is counted and reported
+                with lock:
+                    stats["errors"].append(repr(e))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ttft = sorted(stats["ttft"])
+    pct = lambda q: ttft[min(len(ttft) - 1, int(q * len(ttft)))] * 1e3 if ttft else float("nan")  # noqa: E731
+    summary = (f"load: {n_clients} streaming clients, {wall:.1f} s: {stats['requests']} requests "
+               f"({stats['requests'] / wall:.1f}/s), {stats['tokens']} tokens ({stats['tokens'] / wall:.0f}/s), "
+               f"TTFT p50 {pct(0.5):.1f} ms p99 {pct(0.99):.1f} ms, errors {len(stats['errors'])}")
+    print(summary)
+    with open(ROOT / "build" / "server-load.txt", "w") as f:
+        f.write(summary + "\n")
+    assert not stats["errors"], f"{summary}\nfirst errors: {stats['errors'][:3]}\n{tiny.log_tail()}"
+    assert stats["requests"] >= n_clients
+    m = assert_idle_pages(tiny)
+    done = sum(m[f'lazyinfer_requests_total{{endpoint="{e}",status="2xx"}}']
+               - before[f'lazyinfer_requests_total{{endpoint="{e}",status="2xx"}}']
+               for e in ("completions", "chat_completions"))
+    assert done == stats["requests"], (done, stats["requests"])
+    assert m["lazyinfer_time_to_first_token_seconds_count"] >= before["lazyinfer_time_to_first_token_seconds_count"] + stats["requests"] - 5
+    assert m["lazyinfer_doc_cache_hits_total"] > before["lazyinfer_doc_cache_hits_total"]
+
+
+def raw_stream(s, body):
+    """Opens a streaming request on a plain socket; returns the socket after the first event."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+    got = b""
+    while b"data: " not in got:
+        chunk = sock.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got
+    return sock
+
+
+def test_disconnect_mid_stream(tiny):
+    before = tiny.wait_idle()
+    n = 8
+    socks = [raw_stream(tiny, {"prompt": words(rng(f"dc{i}"), 5), "max_tokens": 900, "stream": True,
+                               "temperature": 1.0, "documents": [f"shared doc {i % 2}"]}) for i in range(n)]
+    for s in socks:
+        s.close()
+    m = assert_idle_pages(tiny)
+    assert m["lazyinfer_requests_cancelled_total"] >= before["lazyinfer_requests_cancelled_total"] + n
+    # they stopped early: far fewer than 8 x 900 tokens were generated
+    assert m["lazyinfer_generation_tokens_total"] - before["lazyinfer_generation_tokens_total"] < n * 900 / 2
+    # non-streaming clients that leave are dropped too
+    data = json.dumps({"prompt": "x", "max_tokens": 900}).encode()
+    for _ in range(4):
+        sock = socket.create_connection(("127.0.0.1", tiny.port))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + f"Authorization: Bearer {KEY}\r\n"
+                     f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        sock.close()
+    assert_idle_pages(tiny)
+    st, b, _ = curl(tiny, "/v1/completions", {"prompt": "still here", "max_tokens": 4}, key=KEY)
+    assert st == 200, b
+
+
+def test_overload_503():
+    s = Server("synth:tiny-llama", "--max-batch", "1", "--max-queue", "2", "--ctx-size", "4096")
+    try:
+        socks = [raw_stream(s, {"prompt": "a", "max_tokens": 4000, "stream": True})]
+        # the second is accepted (queued behind the first), so it has no answer yet: send it raw
+        data = json.dumps({"prompt": "b", "max_tokens": 4}).encode()
+        q = socket.create_connection(("127.0.0.1", s.port))
+        q.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        time.sleep(0.2)
+        st, b, h = curl(s, "/v1/completions", {"prompt": "c", "max_tokens": 4})
+        assert_error(st, b, 503, code="overloaded")
+        assert h.get("retry-after") == "1", h
+        with pytest.raises(openai.InternalServerError):
+            client(s).completions.create(model="synth:tiny-llama", prompt="d", max_tokens=2)
+        for x in socks + [q]:
+            x.close()
+        assert_idle_pages(s)
+        assert curl(s, "/v1/completions", {"prompt": "e", "max_tokens": 2})[0] == 200
+    finally:
+        assert s.stop() == 0
+
+
+# ---- diffusion -------------------------------------------------------------------------------------
+
+def test_diffusion_fields():
+    s = Server("synth:tiny-llada")
+    try:
+        c = client(s)
+        r = c.completions.create(model="synth:tiny-llada", prompt="Hello", temperature=0, extra_body={
+            "gen_length": 32, "block_length": 16, "steps": 32, "threshold": 0.9, "lacache": True,
+            "dpad": False, "fp8": False})
+        assert r.usage.completion_tokens <= 32 and r.choices[0].finish_reason in ("stop", "length")
+        # the exact caches do not change the committed tokens
+        r0 = c.completions.create(model="synth:tiny-llada", prompt="Hello", temperature=0, extra_body={
+            "gen_length": 32, "block_length": 16, "steps": 32, "threshold": 0.9, "lacache": 0})
+        assert r0.choices[0].text == r.choices[0].text
+        # max_tokens alone sets gen_length; streaming ends with a finish reason
+        chunks = list(c.chat.completions.create(model="synth:tiny-llada", max_tokens=8, stream=True,
+                                                messages=[{"role": "user", "content": "hi"}]))
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+        st, b, _ = curl(s, "/v1/completions", {"prompt": "x", "gen_length": 30, "block_length": 16})
+        assert_error(st, b, 400)
+        assert "block_length" in b["error"]["message"] or "gen_length" in b["error"]["message"], b
+        assert_error(*curl(s, "/v1/completions", {"prompt": "x", "documents": ["d"]})[:2], 400)
+        assert_error(*curl(s, "/v1/completions", {"prompt": "x", "threshold": 0.5, "factor": 1})[:2], 400,
+                     param="factor")
+        assert_error(*curl(s, "/v1/completions", {"prompt": "x", "lacache": "all"})[:2], 400, param="lacache")
+    finally:
+        assert s.stop() == 0

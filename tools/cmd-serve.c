@@ -1,0 +1,114 @@
+// cmd-serve.c — `lazyinfer serve`: loads a model and runs the OpenAI-compatible server
+// (src/server/server.h) until SIGINT or SIGTERM. Endpoints and fields: docs/SERVER.md.
+// Tested by tests/test_server.py, which starts this command on a free port.
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/core/core.h"
+#include "../src/server/server.h"
+#include "cli.h"
+#include "lazyinfer.h"
+
+// The id clients send as "model": the file or directory name without ".gguf".
+static void model_id_of(const char *path, char *out, size_t size) {
+    const char *base = path;
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;  // "dir/" → "dir"
+    for (size_t i = 0; i + 1 < n; i++)
+        if (path[i] == '/') base = path + i + 1;
+    size_t len = (size_t)(path + n - base);
+    if (len > 5 && !strncmp(base + len - 5, ".gguf", 5)) len -= 5;
+    snprintf(out, size, "%.*s", (int)len, base);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *cache = NULL, *name = NULL;
+    const char *chat_template = NULL;
+    int port = 8080, max_batch = 8, max_queue = 256, n_ctx = 0, n_threads = 0, max_tokens = 256;
+    uint64_t kv_budget = 0;
+    bool quiet = false;
+    const opt opts[] = {
+        {"--model", "-m", OPT_STR, &model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
+        {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1)"},
+        {"--port", NULL, OPT_INT, &port, "port (default 8080; 0: any free port)"},
+        {"--api-key", NULL, OPT_STR, &api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env LAZYINFER_API_KEY, else none)"},
+        {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 8)"},
+        {"--max-queue", NULL, OPT_INT, &max_queue, "requests accepted (running + queued) before 503 (default 256)"},
+        {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
+        {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
+        {"--ctx-size", "-c", OPT_INT, &n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
+        {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256)"},
+        {"--model-name", NULL, OPT_STR, &name, "model id in /v1/models (default: the file name)"},
+        {"--chat-template", NULL, OPT_STR, &chat_template, "chat format override: llama3, chatml, llada"},
+        {"--quiet", "-q", OPT_FLAG, &quiet, "no log line per request"},
+    };
+    const char *pos[1];
+    int n_pos;
+    int r = cli_parse_args(argc, argv,
+                           "usage: lazyinfer serve [-m MODEL] [--host 127.0.0.1] [--port 8080] "
+                           "[--api-key KEY] [--max-batch N] [--kv-budget BYTES] [--cache MODE]",
+                           opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    if (r) return r == 1 ? 0 : 2;
+    if (port < 0 || port > 65535 || max_batch < 1 || max_queue < 1 || n_ctx < 0 || n_threads < 0 ||
+        max_tokens < 1 || kv_budget > (uint64_t)INT64_MAX) {
+        fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue and "
+                        "--max-tokens >= 1; -c, -t >= 0 (see --help)\n");
+        return 2;
+    }
+    if (!api_key) api_key = getenv("LAZYINFER_API_KEY");
+    li_cache_mode cm;
+    if (cache && li_cache_mode_parse(cache, &cm) != LI_OK) {
+        fprintf(stderr, "lazyinfer serve: --cache: %s\n", li_last_error());
+        return 2;
+    }
+    li_model_params mp = li_model_default_params();
+    mp.path = model ? model : cli_default_model();
+    mp.chat_template = chat_template;
+    mp.n_threads = n_threads;
+    mp.n_ctx = n_ctx;
+    mp.max_seqs = max_batch;
+    mp.cache_mode = cache;
+    mp.kv_budget_bytes = (int64_t)kv_budget;
+    double t0 = li_time_ms();
+    li_model *m;
+    if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
+    double t_loaded = li_time_ms();
+
+    // SIGINT/SIGTERM are taken by sigwait below; every thread started from here inherits the mask
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char id[256];
+    if (name) snprintf(id, sizeof id, "%s", name);
+    else model_id_of(mp.path, id, sizeof id);
+    li_server_params sp = {.host = host, .port = port, .api_key = api_key, .model_id = id,
+                           .model_path = mp.path, .max_running = max_batch, .max_queue = max_queue,
+                           .default_max_tokens = max_tokens, .quiet = quiet};
+    li_server *s;
+    if (li_server_start(&s, m, &sp) != LI_OK) {
+        li_model_free(m);
+        return cli_fail("cannot start the server");
+    }
+    li_model_info in;
+    li_model_get_info(m, &in);
+    fprintf(stderr,
+            "lazyinfer serve: listening on http://%s:%d — model '%s' (%s, %.1f M params), loaded in "
+            "%.0f ms, server up %.1f ms later; max batch %d, %s%s\n",
+            host, li_server_port(s), id, in.arch, in.n_params / 1e6, t_loaded - t0,
+            li_time_ms() - t_loaded, max_batch, api_key && *api_key ? "API key required" : "no API key",
+            strcmp(host, "127.0.0.1") && strcmp(host, "localhost") && strcmp(host, "::1")
+                ? " (WARNING: not bound to localhost)" : "");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "lazyinfer serve: signal %d, stopping\n", sig);
+    li_server_stop(s);
+    li_model_free(m);
+    return 0;
+}
