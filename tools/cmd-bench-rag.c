@@ -632,6 +632,7 @@ static int plot_cdf(const char *path, const mode_row *rows, int n_rows, const ch
     for (int i = 0; i < n_rows; i++) {
         fprintf(gp, "$m%d << EOD\n", i);
         int n = rows[i].n_ok;
+        if (n > 0) fprintf(gp, "%.6f 0\n", rows[i].ttft_sorted[0] / 1e3);  // the step up from 0
         for (int j = 0; j < n; j++)
             fprintf(gp, "%.6f %.6f\n", rows[i].ttft_sorted[j] / 1e3, (j + 1.0) / n);
         fprintf(gp, "EOD\n");

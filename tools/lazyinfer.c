@@ -255,7 +255,7 @@ static int cmd_bench_generate(int argc, char **argv) {
     li_model_params mp = li_model_default_params();
     mp.path = model ? model : cli_default_model();
     mp.n_threads = n_threads;
-    mp.n_ctx = n_pp > n_tg + 1 ? n_pp : n_tg + 1;
+    mp.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info in;
