@@ -186,6 +186,16 @@ static void run_fixture(fixture *f, int V, const char *label) {
                 CHECK(st[2].prefix_hit_tokens > 0, "prefix mode never hit");
             }
             if (f->budget) CHECK(st[0].evictions > 0, "small budget but nothing evicted");
+            if (!f->budget) {
+                // every distinct block is prefilled once, however many requests wait for it —
+                // also when they all arrive together: 5 documents, the chat system block and,
+                // when the tokenizer adds BOS, the raw requests' [BOS] block
+                static int64_t seq_misses;
+                if (!batch) seq_misses = st[0].doc_misses;
+                CHECK(st[0].doc_misses == seq_misses && (seq_misses == 6 || seq_misses == 7),
+                      "lazy prefilled %lld blocks (sequential run: %lld), expected 6 or 7",
+                      (long long)st[0].doc_misses, (long long)seq_misses);
+            }
         }
         for (int mi = 0; mi < N_MODES; mi++) free_out(&outs[mi]);
         TEST_END();

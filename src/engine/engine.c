@@ -152,6 +152,11 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
                             : (hp->n_ctx_train > DEFAULT_N_CTX_CAP || hp->n_ctx_train <= 0
                                    ? DEFAULT_N_CTX_CAP
                                    : hp->n_ctx_train);
+    if (m->n_ctx > LI_PAGE_MAX_DELTA) {
+        rc = li_error_set(LI_ERR_LIMIT, "context of %d tokens exceeds the page table's offset "
+                          "field (%lld positions)", m->n_ctx, (long long)LI_PAGE_MAX_DELTA);
+        goto fail;
+    }
     int page_size = p->page_size > 0 ? p->page_size : 16;
     m->max_running = p->max_seqs > 0 ? p->max_seqs : 1;
     if ((rc = li_cache_mode_parse(p->cache_mode ? p->cache_mode : "lazy", &m->cache_mode)) != LI_OK)

@@ -8,7 +8,8 @@
 // decode(encode(s)) == s, which a fuzzed vocabulary need not satisfy (fuzz-tokenizer.c checks it
 // for real vocabularies). ASan/UBSan find the rest.
 // Seeds in tests/fuzz/corpus/fuzz-gguf-tokenizer/ (tests/ref/gen_fuzz_seeds.py).
-//   make fuzz   or   build/fuzz/fuzz-gguf-tokenizer -runs=1000000 tests/fuzz/corpus/fuzz-gguf-tokenizer
+//   make fuzz   or   build/fuzz/fuzz-gguf-tokenizer -runs=1000000
+//                        tests/fuzz/corpus/fuzz-gguf-tokenizer
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,8 @@
 // otherwise), a conversation is rendered when a chat format was detected, and the rendering and
 // a fixed text are encoded (ids checked) and decoded. ASan/UBSan find the rest.
 // Seeds in tests/fuzz/corpus/fuzz-tokenizer-config/ (tests/ref/gen_fuzz_seeds.py).
-//   make fuzz   or   build/fuzz/fuzz-tokenizer-config -runs=1000000 tests/fuzz/corpus/fuzz-tokenizer-config
+//   make fuzz   or   build/fuzz/fuzz-tokenizer-config -runs=1000000
+//                        tests/fuzz/corpus/fuzz-tokenizer-config
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
