@@ -36,6 +36,14 @@ else
   BIN     := lazyinfer
 endif
 
+# CUDA=1 builds into its own directory (build/release-cuda, build/debug-cuda) and binary
+# (./lazyinfer-cuda): that library holds the CUDA objects and LI_CUDA=1 objects, and a later CPU
+# `make` must neither reuse them nor find a CUDA-linked ./lazyinfer newer than its sources.
+ifeq ($(CUDA),1)
+  BUILD := $(BUILD)-cuda
+  BIN   := $(BIN)-cuda
+endif
+
 LAYERS  := core format tokenizer backend backend/cpu model kv engine server
 LIB_SRC := $(foreach d,$(LAYERS),$(wildcard src/$(d)/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -45,8 +53,12 @@ ifeq ($(CUDA),1)
   CU_SRC    := $(wildcard src/backend/cuda/*.cu) $(wildcard src/backend/cuda/*.c)
   CU_OBJ    := $(patsubst %,$(BUILD)/%.o,$(CU_SRC))
   CPPFLAGS  += -DLI_CUDA=1 -I$(CUDA_HOME)/include
-  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
-  NVFLAGS   := -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude --compiler-options -fPIC
+  # rpath: the GPU machine need not have the toolkit's lib64 in ld.so.conf. -lstdc++: CUB (sample.cu).
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+  LDLIBS    += $(CUDA_LDLIBS)
+  # -MMD -MP: header dependencies of the .cu files, like the C objects'.
+  NVFLAGS   := -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude --compiler-options -fPIC,-Wall \
+               -MMD -MP
 endif
 
 LIB       := $(BUILD)/liblazyinfer.a
@@ -68,7 +80,7 @@ $(BUILD)/%.cu.o: %.cu
 
 $(BUILD)/%.c.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
@@ -93,6 +105,28 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory all tests
 	@BUILD=$(BUILD) BIN=./$(BIN) tests/run.sh
+
+# ---- GPU correctness: every CUDA op against the CPU oracle (tests/gpu/gpu-check.c) ------------
+# `make CUDA=1 gpu-check` builds $(BUILD)/tests/gpu-check and runs it on GPU 0 (LI_GPU=N picks
+# another). Without a usable GPU the program prints SKIP with the reason and exits 0; without
+# CUDA=1 there is nothing to check and the target says so and fails. It links only what it uses
+# (core, the RoPE tables, the CPU oracle, the CUDA backend), so the GPU machine needs no pcre2,
+# jansson, OpenBLAS, OpenSSL or libmicrohttpd to build and run it.
+.PHONY: gpu-check
+ifeq ($(CUDA),1)
+GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backend/rope.c \
+                   src/backend/cpu/ops-ref.c) $(CU_OBJ)
+
+gpu-check: $(BUILD)/tests/gpu-check
+	$(BUILD)/tests/gpu-check
+
+$(BUILD)/tests/gpu-check: tests/gpu/gpu-check.c tests/test.h $(GPU_CHECK_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $< $(GPU_CHECK_OBJ) $(CUDA_LDLIBS) -lpthread -lm
+else
+gpu-check:
+	@echo "gpu-check: needs the CUDA build: make CUDA=1 gpu-check"; exit 1
+endif
 
 # ---- fuzzing (clang + libFuzzer, ASan) -------------------------------------------------------
 FUZZ_RUNS ?= 1000000
@@ -120,6 +154,6 @@ bench: all
 	./$(BIN) bench generate
 
 clean:
-	rm -rf build lazyinfer lazyinfer-debug
+	rm -rf build lazyinfer lazyinfer-debug lazyinfer-cuda lazyinfer-debug-cuda
 
--include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(CU_OBJ:.o=.d)

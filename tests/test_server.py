@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -181,8 +182,10 @@ def test_completions_stop_and_seed(real):
     s = rng("seed").randrange(1 << 31)
     a = [c.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=1.0, seed=s)
          .choices[0].text for _ in range(2)]
-    others = {c.completions.create(model=model, prompt=prompt, max_tokens=12, temperature=1.0, seed=s + k)
-              .choices[0].text for k in range(1, 4)}
+    with ThreadPoolExecutor(3) as ex:
+        others = set(ex.map(lambda k: c.completions.create(model=model, prompt=prompt, max_tokens=12,
+                                                           temperature=1.0, seed=s + k).choices[0].text,
+                            range(1, 4)))
     assert a[0] == a[1], f"seed {SEED}"
     assert others - {a[0]}, f"seeds gave identical samples (seed {SEED})"
 
@@ -191,28 +194,34 @@ def test_documents(real):
     c = client(real)
     model = c.models.list().data[0].id
     r = rng("docs")
-    found = 0
-    codes = [str(r.randrange(1000, 10000)) for _ in range(3)]
+    question = [{"role": "user", "content": "What is the secret code? Answer with the number only."}]
+
+    def ask(code, filler):
+        return c.chat.completions.create(model=model, temperature=0, max_tokens=16, messages=question,
+                                         extra_body={"documents": [filler, f"The secret code is {code}."]})
+    fillers = [{"id": "filler", "text": f"The {words(r, 2)} is next to the {words(r, 2)}."} for _ in range(5)]
+    codes = [str(r.randrange(1000, 10000)) for _ in range(5)]
     before = real.metrics()
-    for code in codes:
-        filler = {"id": "filler", "text": f"The {words(r, 2)} is next to the {words(r, 2)}."}
-        req = dict(model=model, temperature=0, max_tokens=16, messages=[
-            {"role": "user", "content": "What is the secret code? Answer with the number only."}],
-            extra_body={"documents": [filler, f"The secret code is {code}."]})
-        a = c.chat.completions.create(**req)
-        b = c.chat.completions.create(**req)  # every block now comes from the document cache
-        assert a.choices[0].message.content == b.choices[0].message.content, f"seed {SEED}"
-        assert b.usage.prompt_tokens_details.cached_tokens > a.usage.prompt_tokens_details.cached_tokens
-        found += code in a.choices[0].message.content
-    assert found >= 2, f"the answers ignore the documents (codes {codes}, seed {SEED})"
+    # a cache miss, then the same request with every block from the document cache: same answer
+    a = ask(codes[0], fillers[0])
+    b = ask(codes[0], fillers[0])
+    assert a.choices[0].message.content == b.choices[0].message.content, f"seed {SEED}"
+    assert b.usage.prompt_tokens_details.cached_tokens > a.usage.prompt_tokens_details.cached_tokens
+    assert b.usage.prompt_tokens == a.usage.prompt_tokens
+    # the answers use the documents (SmolLM2-135M finds a 4-digit code ~97% of the time, so 3 of
+    # 5 fails once in several thousand runs); the other four run concurrently (one batch)
+    with ThreadPoolExecutor(4) as ex:
+        answers = [a] + list(ex.map(ask, codes[1:], fillers[1:]))
+    found = sum(code in x.choices[0].message.content for code, x in zip(codes, answers))
+    assert found >= 3, f"the answers ignore the documents ({codes}, {[x.choices[0].message.content for x in answers]}, seed {SEED})"
     after = real.metrics()
-    assert after["lazyinfer_doc_cache_hits_total"] >= before["lazyinfer_doc_cache_hits_total"] + 6
-    assert after["lazyinfer_doc_cache_misses_total"] > before["lazyinfer_doc_cache_misses_total"]
+    assert after["lazyinfer_doc_cache_hits_total"] >= before["lazyinfer_doc_cache_hits_total"] + 3
+    assert after["lazyinfer_doc_cache_misses_total"] >= before["lazyinfer_doc_cache_misses_total"] + 8
     # completions take documents too (strings)
     r2 = c.completions.create(model=model, prompt="Question: what is the secret code?\nAnswer:",
                               max_tokens=8, temperature=0,
                               extra_body={"documents": [f"The secret code is {codes[0]}."]})
-    assert r2.usage.prompt_tokens > 10
+    assert r2.usage.prompt_tokens > 10 and r2.usage.prompt_tokens_details.cached_tokens > 0
     assert_idle_pages(real)
 
 
@@ -238,6 +247,7 @@ def test_bad_requests(tiny):
         (b'not json at all', 400, None),
         (b'[1, 2]', 400, None),
         (b'{"prompt": "a", "prompt": "b"}', 400, None),
+        (b'{"prompt": "\\ud8\xd2\x9b\xa3"}', 400, None),  # the parse error quotes invalid UTF-8
         ({"messages": "hello"}, 400, "messages"),
         ({"messages": []}, 400, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages"),
@@ -323,10 +333,10 @@ def test_random_bodies(tiny):
 
 # ---- many clients --------------------------------------------------------------------------------
 
-def stream_once(c, r, docs, stats, lock):
+def stream_once(c, model, r, docs, stats, lock):
     t0 = time.perf_counter()
     ttft, n = None, 0
-    kw = dict(model="synth:tiny-llama", max_tokens=r.randrange(8, 48), temperature=r.choice([0, 0.8]),
+    kw = dict(model=model, max_tokens=r.randrange(8, 48), temperature=r.choice([0, 0.8]),
               seed=r.randrange(1 << 30), stream=True, stream_options={"include_usage": True})
     if r.random() < 0.5:
         kw["extra_body"] = {"documents": r.sample(docs, 2)}
@@ -352,20 +362,19 @@ def stream_once(c, r, docs, stats, lock):
             stats["ttft"].append(ttft)
 
 
-def test_load_64_streaming_clients(tiny):
-    n_clients, duration = 64, float(os.environ.get("LI_LOAD_SECONDS", "8"))
+def run_load(s, model, n_clients, duration):
+    """n_clients threads stream requests back to back for `duration` seconds; returns stats."""
     docs = [f"Document {i}: " + words(rng(f"doc{i}"), 40) for i in range(6)]
     stats = {"requests": 0, "tokens": 0, "ttft": [], "errors": []}
     lock = threading.Lock()
-    before = tiny.metrics()
     t_end = time.perf_counter() + duration
 
     def worker(i):
         r = rng(f"client{i}")
-        c = client(tiny, timeout=60)
+        c = client(s, timeout=120)
         while time.perf_counter() < t_end:
             try:
-                stream_once(c, r, docs, stats, lock)
+                stream_once(c, model, r, docs, stats, lock)
             except Exception as e:  # noqa: BLE001 — every failure is counted and reported
                 with lock:
                     stats["errors"].append(repr(e))
@@ -379,10 +388,20 @@ def test_load_64_streaming_clients(tiny):
     wall = time.perf_counter() - t0
     ttft = sorted(stats["ttft"])
     pct = lambda q: ttft[min(len(ttft) - 1, int(q * len(ttft)))] * 1e3 if ttft else float("nan")  # noqa: E731
-    summary = (f"load: {n_clients} streaming clients, {wall:.1f} s: {stats['requests']} requests "
-               f"({stats['requests'] / wall:.1f}/s), {stats['tokens']} tokens ({stats['tokens'] / wall:.0f}/s), "
-               f"TTFT p50 {pct(0.5):.1f} ms p99 {pct(0.99):.1f} ms, errors {len(stats['errors'])}")
+    stats["summary"] = (
+        f"load: {n_clients} streaming clients, {wall:.1f} s: {stats['requests']} requests "
+        f"({stats['requests'] / wall:.1f}/s), {stats['tokens']} tokens ({stats['tokens'] / wall:.0f}/s), "
+        f"TTFT p50 {pct(0.5):.1f} ms p99 {pct(0.99):.1f} ms, errors {len(stats['errors'])}")
+    return stats
+
+
+def test_load_64_streaming_clients(tiny):
+    n_clients, duration = 64, float(os.environ.get("LI_LOAD_SECONDS", "8"))
+    before = tiny.metrics()
+    stats = run_load(tiny, "synth:tiny-llama", n_clients, duration)
+    summary = stats["summary"]
     print(summary)
+    (ROOT / "build").mkdir(exist_ok=True)
     with open(ROOT / "build" / "server-load.txt", "w") as f:
         f.write(summary + "\n")
     assert not stats["errors"], f"{summary}\nfirst errors: {stats['errors'][:3]}\n{tiny.log_tail()}"
@@ -392,7 +411,8 @@ def test_load_64_streaming_clients(tiny):
                - before[f'lazyinfer_requests_total{{endpoint="{e}",status="2xx"}}']
                for e in ("completions", "chat_completions"))
     assert done == stats["requests"], (done, stats["requests"])
-    assert m["lazyinfer_time_to_first_token_seconds_count"] >= before["lazyinfer_time_to_first_token_seconds_count"] + stats["requests"] - 5
+    assert (m["lazyinfer_time_to_first_token_seconds_count"]
+            >= before["lazyinfer_time_to_first_token_seconds_count"] + len(stats["ttft"]))
     assert m["lazyinfer_doc_cache_hits_total"] > before["lazyinfer_doc_cache_hits_total"]
 
 
@@ -472,6 +492,29 @@ def test_diffusion_fields():
         r0 = c.completions.create(model="synth:tiny-llada", prompt="Hello", temperature=0, extra_body={
             "gen_length": 32, "block_length": 16, "steps": 32, "threshold": 0.9, "lacache": 0})
         assert r0.choices[0].text == r.choices[0].text
+        # requests that arrive together are decoded in one batch, each exactly as alone
+        body = {"gen_length": 32, "block_length": 16, "steps": 32, "lacache": True}
+        prompts = [words(rng(f"dllm{i}"), 3) for i in range(6)]
+        alone = [c.completions.create(model="synth:tiny-llada", prompt=p, temperature=0, extra_body=body)
+                 .choices[0].text for p in prompts]
+        together = [None] * len(prompts)
+
+        def one(i):
+            together[i] = c.completions.create(model="synth:tiny-llada", prompt=prompts[i], temperature=0,
+                                               extra_body=body).choices[0].text
+        before = s.metrics()
+        blocker = threading.Thread(target=lambda: c.completions.create(
+            model="synth:tiny-llada", prompt="wait", extra_body={"gen_length": 256, "steps": 256}))
+        blocker.start()
+        time.sleep(0.05)
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads + [blocker]:
+            t.join()
+        assert together == alone, f"seed {SEED}"
+        m = s.metrics()
+        assert m["lazyinfer_dllm_batched_requests_total"] - before["lazyinfer_dllm_batched_requests_total"] >= 2
         # max_tokens alone sets gen_length; streaming ends with a finish reason
         chunks = list(c.chat.completions.create(model="synth:tiny-llada", max_tokens=8, stream=True,
                                                 messages=[{"role": "user", "content": "hi"}]))

@@ -353,8 +353,14 @@ static json_t *str_or_null(const char *s) {
 }
 
 char *li_api_error_json(const li_api_error *err) {
-    return dump(json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", err->message, "type",
-                          err->type, "param", str_or_null(err->param), "code", str_or_null(err->code)));
+    // the message may quote the client's bytes (jansson's parse errors do) or be cut inside a
+    // character by snprintf: make it UTF-8, or jansson refuses it
+    char *msg = li_api_utf8_sanitize(err->message, strlen(err->message), NULL);
+    if (!msg) return NULL;
+    char *s = dump(json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg, "type", err->type,
+                             "param", str_or_null(err->param), "code", str_or_null(err->code)));
+    free(msg);
+    return s;
 }
 
 // Length of the UTF-8 sequence starting at s (at most n bytes), 0 if invalid there; *incomplete

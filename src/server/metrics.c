@@ -73,6 +73,13 @@ void li_metrics_cancelled(li_metrics *mx) {
     pthread_mutex_unlock(&mx->mu);
 }
 
+void li_metrics_dllm_batch(li_metrics *mx, int n) {
+    pthread_mutex_lock(&mx->mu);
+    mx->dllm_batches++;
+    mx->dllm_batched += n;
+    pthread_mutex_unlock(&mx->mu);
+}
+
 void li_metrics_engine(li_metrics *mx, const li_cache_stats *cs, int running, int waiting) {
     pthread_mutex_lock(&mx->mu);
     mx->cache = *cs;
@@ -127,6 +134,10 @@ li_status li_metrics_render(li_metrics *mx, li_buf *b) {
     LI_TRY(gauge(b, "lazyinfer_generation_tokens_per_second", "gauge",
                  "tokens generated per second over the last full 9 seconds",
                  recent / (double)(LI_METRICS_TPS_WINDOW - 1)));
+    LI_TRY(gauge(b, "lazyinfer_dllm_batches_total", "counter",
+                 "diffusion batches of two or more requests decoded together", (double)m.dllm_batches));
+    LI_TRY(gauge(b, "lazyinfer_dllm_batched_requests_total", "counter",
+                 "diffusion requests decoded in such batches", (double)m.dllm_batched));
     const li_cache_stats *c = &m.cache;
     LI_TRY(gauge(b, "lazyinfer_doc_cache_hits_total", "counter", "document-cache lookups that hit",
                  (double)c->doc_hits));

@@ -30,6 +30,7 @@ typedef struct {
     // tokens/s: generated tokens per second over the last LI_METRICS_TPS_WINDOW seconds
     int64_t tps_bucket[LI_METRICS_TPS_WINDOW];
     int64_t tps_second[LI_METRICS_TPS_WINDOW];
+    int64_t dllm_batches, dllm_batched;  // diffusion batches of >= 2 requests, requests in them
     int running, waiting;  // requests in the engine / queued in the server
     li_cache_stats cache;  // last snapshot by the engine thread
 } li_metrics;
@@ -41,6 +42,7 @@ void li_metrics_request(li_metrics *mx, int endpoint, int status, double ttft_s,
                         int prompt_tokens, int generated_tokens);
 void li_metrics_tokens(li_metrics *mx, int n);  // tokens generated just now
 void li_metrics_cancelled(li_metrics *mx);
+void li_metrics_dllm_batch(li_metrics *mx, int n);  // n >= 2 diffusion requests decoded together
 void li_metrics_engine(li_metrics *mx, const li_cache_stats *cs, int running, int waiting);
 // Appends the Prometheus text to b.
 li_status li_metrics_render(li_metrics *mx, li_buf *b);

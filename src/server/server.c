@@ -324,81 +324,156 @@ static bool submit(li_server *s, sreq *r) {
     return true;
 }
 
-// Runs one diffusion request to the end (engine thread).
-static void run_dllm(li_server *s, sreq *r) {
+// ---- diffusion: requests decoded together by li_dllm_generate_batch --------------------------
+
+typedef struct {
+    sreq *r;
+    int32_t *ids;  // (n_ids) prompt
+    int n_ids;
+    bool own_ids;
+    li_dllm_params p;
+    int32_t *out;  // (p.gen_length) generated canvas
+} dllm_job;
+
+// The options a batch must share (li_dllm_generate_batch): LaCache bits and FP8.
+static unsigned dllm_lacache(const li_api_request *a) {
+    return a->lacache >= 0 ? (unsigned)a->lacache : LI_DLLM_LACACHE_ALL;  // exact: on by default
+}
+
+static bool dllm_same_batch(const li_api_request *a, const li_api_request *b) {
+    return dllm_lacache(a) == dllm_lacache(b) && (a->fp8 == 1) == (b->fp8 == 1);
+}
+
+// Tokenises the prompt and builds the parameters; on failure the request is failed (400).
+static bool dllm_prepare(li_server *s, sreq *r, dllm_job *j) {
     const li_api_request *a = &r->api;
-    int32_t *ids = NULL, *out = NULL;
-    int n_ids = 0;
-    char *text = NULL;
     li_status rc = LI_OK;
-    bool own_ids = true;
+    memset(j, 0, sizeof *j);
+    j->r = r;
+    j->own_ids = true;
     if (a->n_docs) {
         fail_request(s, r, LI_ERR_UNSUPPORTED, "'documents' are not supported with diffusion models");
-        return;
+        return false;
     }
     if (a->endpoint == LI_API_CHAT) {
-        rc = chat_tokens(s, a, &ids, &n_ids);
+        rc = chat_tokens(s, a, &j->ids, &j->n_ids);
     } else if (a->prompt_ids) {
-        ids = a->prompt_ids;
-        n_ids = a->n_prompt_ids;
-        own_ids = false;
+        j->ids = a->prompt_ids;
+        j->n_ids = a->n_prompt_ids;
+        j->own_ids = false;
     } else {
-        rc = li_tokenize(s->m, a->prompt, strlen(a->prompt), true, false, &ids, &n_ids);
+        rc = li_tokenize(s->m, a->prompt, strlen(a->prompt), true, false, &j->ids, &j->n_ids);
     }
-    li_dllm_params p = li_dllm_default_params();
-    p.lacache = LI_DLLM_LACACHE_ALL;  // exact caches: on unless asked otherwise
-    if (a->block_length > 0) p.block_length = a->block_length;
+    li_dllm_params *p = &j->p;
+    *p = li_dllm_default_params();
+    p->lacache = dllm_lacache(a);
+    if (a->block_length > 0) p->block_length = a->block_length;
     if (a->gen_length > 0) {
-        p.gen_length = a->gen_length;
+        p->gen_length = a->gen_length;
     } else if (a->max_tokens > 0) {
-        if (a->block_length <= 0 && a->max_tokens < p.block_length) p.block_length = a->max_tokens;
-        p.gen_length = (a->max_tokens + p.block_length - 1) / p.block_length * p.block_length;
+        if (a->block_length <= 0 && a->max_tokens < p->block_length) p->block_length = a->max_tokens;
+        p->gen_length = (a->max_tokens + p->block_length - 1) / p->block_length * p->block_length;
     }
-    if (a->gen_length > 0 && a->block_length <= 0 && p.gen_length < p.block_length)
-        p.block_length = p.gen_length;
-    p.steps = a->steps > 0 ? a->steps : p.gen_length;
-    if (a->threshold > 0) p.threshold = a->threshold;
-    if (a->factor > 0) p.factor = a->factor;
-    if (a->dpad >= 0) p.dpad = a->dpad;
-    if (a->fp8 >= 0) p.fp8 = a->fp8;
-    if (a->lacache >= 0) p.lacache = (unsigned)a->lacache;
-    if (a->has_temperature) p.temperature = a->temperature;
-    p.seed = a->has_seed ? a->seed : fresh_seed(s);
-    if (rc == LI_OK) rc = li_dllm_check_params(&p);
+    if (a->gen_length > 0 && a->block_length <= 0 && p->gen_length < p->block_length)
+        p->block_length = p->gen_length;
+    p->steps = a->steps > 0 ? a->steps : p->gen_length;
+    if (a->threshold > 0) p->threshold = a->threshold;
+    if (a->factor > 0) p->factor = a->factor;
+    if (a->dpad >= 0) p->dpad = a->dpad;
+    p->fp8 = a->fp8 == 1;
+    if (a->has_temperature) p->temperature = a->temperature;
+    p->seed = a->has_seed ? a->seed : fresh_seed(s);
+    if (rc == LI_OK) rc = li_dllm_check_params(p);
+    int V = li_model_hparams(s->m)->n_vocab;
+    for (int i = 0; rc == LI_OK && i < j->n_ids; i++)
+        if (j->ids[i] < 0 || j->ids[i] >= V)
+            rc = li_error_set(LI_ERR_INVALID_ARG, "prompt token %d is outside the vocabulary (%d)",
+                              j->ids[i], V);
     if (rc == LI_OK) {
-        out = malloc((size_t)p.gen_length * sizeof *out);
-        if (!out) rc = li_error_set(LI_ERR_OOM, "out of memory");
+        j->out = malloc((size_t)p->gen_length * sizeof *j->out);
+        if (!j->out) rc = li_error_set(LI_ERR_OOM, "out of memory");
     }
-    li_dllm_stats st = {0};
-    if (rc == LI_OK) rc = li_dllm_generate(s->m, ids, n_ids, &p, out, &st);
-    int n_use = a->max_tokens > 0 && a->max_tokens < p.gen_length ? a->max_tokens : p.gen_length;
+    if (rc != LI_OK) {
+        fail_request(s, r, rc, li_last_error());
+        if (j->own_ids) li_free_tokens(j->ids);
+        j->ids = NULL;
+        return false;
+    }
+    pthread_mutex_lock(&s->mu);  // parameters are valid: a stream may send its headers now
+    r->state = SR_SUBMITTED;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&s->mu);
+    return true;
+}
+
+// Turns the decoded canvas into the answer (rc: how decoding went); frees the job.
+static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg) {
+    sreq *r = j->r;
+    const li_api_request *a = &r->api;
+    int n_use = a->max_tokens > 0 && a->max_tokens < j->p.gen_length ? a->max_tokens : j->p.gen_length;
     int n_gen = n_use;
+    char *text = NULL;
     if (rc == LI_OK) {
         int32_t mask, eos, eot;
         li_dllm_special_tokens(s->m, &mask, &eos, &eot);
         for (int i = 0; i < n_use; i++)
-            if (out[i] == eos || out[i] == eot) {
+            if (j->out[i] == eos || j->out[i] == eot) {
                 n_gen = i;
                 break;
             }
-        rc = li_dllm_detokenize(s->m, out, n_use, &text);
+        rc = li_dllm_detokenize(s->m, j->out, n_use, &text);
+        if (rc != LI_OK) msg = li_last_error();
     }
     if (rc != LI_OK) {
-        fail_request(s, r, rc, li_last_error());
+        fail_request(s, r, rc, msg);
     } else {
         li_metrics_tokens(&s->mx, n_gen);
         pthread_mutex_lock(&s->mu);
         r->t_first = now_ms();
         append_text_locked(r, text, strlen(text));
-        r->n_prompt = n_ids;
+        r->n_prompt = j->n_ids;
         r->n_generated = n_gen;
         r->length = !r->stopped && n_gen == n_use;
         done_locked(s, r);
         pthread_mutex_unlock(&s->mu);
     }
     free(text);
-    free(out);
-    if (own_ids) li_free_tokens(ids);
+    free(j->out);
+    if (j->own_ids) li_free_tokens(j->ids);
+}
+
+// Decodes requests rs[0..n) (same LaCache/FP8 options) in one batch; each commits exactly the
+// tokens it would alone. If the batch as a whole fails, each runs alone so one cannot sink the rest.
+static void run_dllm_batch(li_server *s, sreq **rs, int n) {
+    dllm_job *jobs = calloc((size_t)n, sizeof *jobs);
+    li_dllm_request *reqs = calloc((size_t)n, sizeof *reqs);
+    if (!jobs || !reqs) {
+        for (int i = 0; i < n; i++) fail_request(s, rs[i], LI_ERR_OOM, "out of memory");
+        free(jobs);
+        free(reqs);
+        return;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (dllm_prepare(s, rs[i], &jobs[k])) k++;
+    for (int i = 0; i < k; i++)
+        reqs[i] = (li_dllm_request){.prompt = jobs[i].ids, .n_prompt = jobs[i].n_ids,
+                                    .params = jobs[i].p, .out = jobs[i].out};
+    li_status rc = k > 0 ? li_dllm_generate_batch(s->m, reqs, k, NULL) : LI_OK;
+    if (rc == LI_OK || k == 1) {
+        if (k > 1) li_metrics_dllm_batch(&s->mx, k);
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", rc == LI_OK ? "" : li_last_error());
+        for (int i = 0; i < k; i++) dllm_finish(s, &jobs[i], rc, msg);
+    } else {
+        LI_WARN("serve: diffusion batch of %d failed (%s); decoding them one by one", k, li_last_error());
+        for (int i = 0; i < k; i++) {
+            li_status one = li_dllm_generate_batch(s->m, &reqs[i], 1, NULL);
+            dllm_finish(s, &jobs[i], one, one == LI_OK ? "" : li_last_error());
+        }
+    }
+    free(jobs);
+    free(reqs);
 }
 
 // Collects the requests the last step finished.
@@ -441,10 +516,12 @@ static void *engine_main(void *arg) {
         if (s->stopping) break;
         // take what fits: the scheduler admits at most max_running at once; later ones wait
         // here, where a client that leaves costs nothing
-        int room = s->dllm ? 1 : s->p.max_running - s->n_active;
-        sreq *take = NULL, **tail = &take;
+        int room = s->p.max_running - s->n_active;
+        sreq *take = NULL, **tail = &take, *first = NULL;
         while (s->queue && room > 0) {
             sreq *r = s->queue;
+            // diffusion: one batch shares LaCache/FP8 options; stop at the first that differs
+            if (s->dllm && first && !r->cancelled && !dllm_same_batch(&first->api, &r->api)) break;
             s->queue = r->next;
             if (!s->queue) s->queue_tail = NULL;
             s->n_queued--;
@@ -459,15 +536,20 @@ static void *engine_main(void *arg) {
             *tail = r;
             tail = &r->next;
             room--;
+            if (!first) first = r;
         }
         pthread_mutex_unlock(&s->mu);
+        if (s->dllm) {
+            sreq *batch[256];
+            int nb = 0;
+            for (sreq *r = take; r && nb < 256; r = r->next)
+                if (r->state != SR_DONE) batch[nb++] = r;
+            if (nb) run_dllm_batch(s, batch, nb);
+        }
         for (sreq *r = take, *next; r; r = next) {
             next = r->next;
             r->next = NULL;
-            if (r->state == SR_DONE) {  // cancelled before it ran
-                sreq_unref(s, r);
-            } else if (s->dllm) {
-                run_dllm(s, r);
+            if (r->state == SR_DONE || s->dllm) {  // cancelled before it ran, or decoded above
                 sreq_unref(s, r);
             } else if (submit(s, r)) {
                 s->active[s->n_active++] = r;  // the engine's reference moves to active
@@ -856,10 +938,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (x->status) {
         li_metrics_request(&s->mx, x->endpoint, cancelled ? 499 : x->status,
                            ttft >= 0 ? ttft / 1e3 : -1, (t - x->t0) / 1e3, n_prompt, n_gen);
-        if (!s->p.quiet)
-            fprintf(stderr, "serve: %s %s %d%s %.1f ms ttft %.1f ms prompt %d gen %d%s\n", x->method,
-                    x->url, x->status, cancelled ? " (client gone)" : "", t - x->t0,
-                    ttft >= 0 ? ttft : 0.0, n_prompt, n_gen, x->stream ? " stream" : "");
+        if (!s->p.quiet && x->r)
+            fprintf(stderr, "serve: %s %s %d%s %.1f ms, ttft %.1f ms, prompt %d, generated %d%s\n",
+                    x->method, x->url, x->status, cancelled ? " (client gone)" : "", t - x->t0,
+                    ttft >= 0 ? ttft : 0.0, n_prompt, n_gen, x->stream ? ", stream" : "");
+        else if (!s->p.quiet)
+            fprintf(stderr, "serve: %s %s %d %.1f ms\n", x->method, x->url, x->status, t - x->t0);
     } else if (x->r && !s->p.quiet) {
         fprintf(stderr, "serve: %s %s client gone before the answer after %.1f ms\n", x->method,
                 x->url, t - x->t0);

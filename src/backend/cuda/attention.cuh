@@ -1,0 +1,35 @@
+// attention.cuh — launcher of the paged GQA attention kernel (attention.cu), the op table's
+// `attention` on the GPU.
+#ifndef LI_CUDA_ATTENTION_CUH
+#define LI_CUDA_ATTENTION_CUH
+
+#include "cuda-common.cuh"
+
+// Everything the kernel needs, as plain data (device pointers unless noted).
+typedef struct {
+    float *out;                // (T, H, Dh)
+    const float *q;            // (T, H, Dh), already rotated at the rows' positions
+    int T, H, Hkv, Dh, P, L, il;
+    const float *kv;           // pool (n_pages_pool, L, 2, Hkv, P, Dh)
+    const uint64_t *pages;     // (n_pages) page-table words (backend.h), logical order
+    int n_pages;
+    const int32_t *kv_first;   // (T) first visible key per row, or NULL (0)
+    const int32_t *n_visible;  // (T) visible keys end per row
+    float scale;
+    int rotate;                // 0: Δ ignored (the op got rope = NULL, every Δ is 0)
+    int n_split;               // pages split into n_split ranges (split-K); 1: no partials
+    int pages_per_split;
+    float *part_o;             // (T, H, n_split, Dh) unnormalised partial outputs (n_split > 1)
+    float *part_ml;            // (T, H, n_split, 2) partial (max, sum) (n_split > 1)
+} li_cuda_attn_args;
+
+// Host-side plan: how many key ranges (split-K) for T rows, Hkv heads and n_pages pages on a GPU
+// with n_sm multiprocessors. Fills *n_split and *pages_per_split; the partial buffers need
+// T * H * n_split * (Dh + 2) floats when *n_split > 1.
+LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int n_pages, int n_sm, int *n_split,
+                                        int *pages_per_split);
+// rope may be NULL when a->rotate == 0.
+LI_CUDA_API cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_args *a,
+                                          const li_cuda_rope_args *rope);
+
+#endif

@@ -1,0 +1,530 @@
+// backend-cuda.c — the CUDA backend's host side (C11): creation and teardown, first-error
+// recording, device-memory helpers, the cuBLASLt GEMM with its per-shape plan cache, and the op
+// table li_cuda_ops, which converts the backend.h structs into the plain launcher arguments of the
+// kernels (pointwise.cu, attention.cu, sample.cu).
+//
+// Not here: kernels; engine integration (weights, KV pool and activations living in device memory,
+// CUDA graphs) — see docs/CUDA.md. Tested by tests/gpu/gpu-check.c on a GPU machine
+// (`make CUDA=1 gpu-check`), which compares every op with the CPU oracle.
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include "attention.cuh"
+#include "backend-cuda.h"
+#include "pointwise.cuh"
+#include "sample.cuh"
+
+_Static_assert(LI_CUDA_ROPE_MAX_PAIRS == LI_ROPE_MAX_PAIRS, "rope table sizes differ");
+
+// GEMM workspace: 32 MiB is what cuBLAS itself recommends for Hopper (its default workspace).
+#define CUDA_GEMM_WORKSPACE (32u << 20)
+#define CUDA_MAX_PLANS 64
+
+// One cached GEMM: descriptors and the heuristic's algorithm for one (N, K, T) and pointer
+// alignment (alignments change which kernels are legal).
+typedef struct {
+    int64_t N, K;
+    int T;
+    uint32_t align_w, align_y;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lw, lx, ly;  // W^T as (K, N) col-major, x as (K, T), y as (N, T)
+    cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+// Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it
+// must not happen during graph capture: the engine sizes these at start.
+typedef struct {
+    void *p;
+    size_t cap;
+} dev_scratch;
+
+typedef struct {
+    int device, n_sm;
+    char name[256];
+    size_t total_mem;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *ws;  // (CUDA_GEMM_WORKSPACE) cuBLASLt workspace
+    gemm_plan plans[CUDA_MAX_PLANS];
+    int n_plans, next_evict;
+    dev_scratch xbf;   // matmul: activations converted to bf16, (T, K)
+    dev_scratch attn;  // attention split-K partials: (T, H, n_split, Dh) then (T, H, n_split, 2)
+    li_cuda_sampler *sampler;
+    li_status err;     // first error since init
+    char err_msg[512];
+} li_cuda_impl;
+
+// ---- error recording --------------------------------------------------------------------------
+
+static void record(li_cuda_impl *im, li_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void record(li_cuda_impl *im, li_status st, const char *fmt, ...) {
+    if (im->err != LI_OK) return;  // the first error is the useful one
+    im->err = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(im->err_msg, sizeof im->err_msg, fmt, ap);
+    va_end(ap);
+}
+
+// Records e (if not cudaSuccess) for op; returns 1 when it was an error.
+static int cu_fail(li_cuda_impl *im, const char *op, cudaError_t e) {
+    if (e == cudaSuccess) return 0;
+    record(im, LI_ERR_BACKEND, "cuda %s: %s (%s)", op, cudaGetErrorName(e), cudaGetErrorString(e));
+    return 1;
+}
+
+static int lt_fail(li_cuda_impl *im, const char *op, cublasStatus_t s) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    record(im, LI_ERR_BACKEND, "cuda %s: cuBLASLt %s", op, cublasLtGetStatusString(s));
+    return 1;
+}
+
+static void *scratch_get(li_cuda_impl *im, dev_scratch *s, size_t n, const char *what) {
+    if (n <= s->cap) return s->p;
+    cudaFree(s->p);
+    s->p = NULL;
+    s->cap = 0;
+    if (cu_fail(im, what, cudaMalloc(&s->p, n))) {
+        s->p = NULL;
+        return NULL;
+    }
+    s->cap = n;
+    return s->p;
+}
+
+static li_cuda_rope_args rope_args(const li_rope_table *t) {
+    li_cuda_rope_args r;
+    memset(&r, 0, sizeof r);
+    r.gptj = t->layout == LI_ROPE_GPTJ;
+    r.n_dims = t->n_dims;
+    r.mscale = t->mscale;
+    memcpy(r.inv_freq, t->inv_freq, sizeof(float) * (size_t)(t->n_dims / 2));
+    return r;
+}
+
+// ---- creation ---------------------------------------------------------------------------------
+
+li_status li_backend_cuda_init(li_backend **out, int device) {
+    *out = NULL;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess)
+        return li_error_set(LI_ERR_BACKEND, "cuda backend: no usable GPU: cudaGetDeviceCount: %s (%s)",
+                            cudaGetErrorName(e), cudaGetErrorString(e));
+    if (count == 0) return li_error_set(LI_ERR_BACKEND, "cuda backend: no GPU found");
+    if (device < 0 || device >= count)
+        return li_error_set(LI_ERR_INVALID_ARG, "cuda backend: device %d out of range (%d GPUs)",
+                            device, count);
+    struct cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess)
+        return li_error_set(LI_ERR_BACKEND, "cuda backend: device %d: %s", device,
+                            cudaGetErrorString(e));
+    // -gencode arch=compute_90a,code=sm_90a: the 'a' cubin runs on compute capability 9.0 only.
+    if (prop.major != 9 || prop.minor != 0)
+        return li_error_set(LI_ERR_UNSUPPORTED,
+                            "cuda backend: %s is sm_%d%d; this build has code for sm_90a "
+                            "(H100/H200) only (NVFLAGS -gencode in the Makefile)",
+                            prop.name, prop.major, prop.minor);
+    if ((e = cudaSetDevice(device)) != cudaSuccess)
+        return li_error_set(LI_ERR_BACKEND, "cuda backend: cudaSetDevice(%d): %s", device,
+                            cudaGetErrorString(e));
+
+    li_backend *be = li_alloc(sizeof *be, "cuda backend");
+    li_cuda_impl *im = li_alloc(sizeof *im, "cuda backend state");
+    if (!be || !im) {
+        li_free(be);
+        li_free(im);
+        return LI_ERR_OOM;
+    }
+    be->ops = &li_cuda_ops;
+    be->tp = NULL;
+    be->n_threads = 1;
+    be->impl = im;
+    im->device = device;
+    im->n_sm = prop.multiProcessorCount;
+    im->total_mem = prop.totalGlobalMem;
+    snprintf(im->name, sizeof im->name, "%s", prop.name);
+    li_status st = LI_OK;
+    cublasStatus_t cs;
+    if ((e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        st = li_error_set(LI_ERR_BACKEND, "cuda backend: creating the stream: %s",
+                          cudaGetErrorString(e));
+        goto fail;
+    }
+    if ((cs = cublasLtCreate(&im->lt)) != CUBLAS_STATUS_SUCCESS) {
+        st = li_error_set(LI_ERR_BACKEND, "cuda backend: cublasLtCreate: %s",
+                          cublasLtGetStatusString(cs));
+        goto fail;
+    }
+    if ((e = cudaMalloc(&im->ws, CUDA_GEMM_WORKSPACE)) != cudaSuccess) {
+        st = li_error_set(LI_ERR_OOM, "cuda backend: GEMM workspace (%u MiB): %s",
+                          CUDA_GEMM_WORKSPACE >> 20, cudaGetErrorString(e));
+        goto fail;
+    }
+    *out = be;
+    return LI_OK;
+fail:
+    li_backend_cuda_destroy(be);
+    return st;
+}
+
+void li_backend_cuda_destroy(li_backend *be) {
+    if (!be) return;
+    li_cuda_impl *im = be->impl;
+    if (im) {
+        if (im->stream) cudaStreamSynchronize(im->stream);
+        for (int i = 0; i < im->n_plans; i++) {
+            gemm_plan *p = &im->plans[i];
+            cublasLtMatrixLayoutDestroy(p->lw);
+            cublasLtMatrixLayoutDestroy(p->lx);
+            cublasLtMatrixLayoutDestroy(p->ly);
+            cublasLtMatmulDescDestroy(p->desc);
+        }
+        li_cuda_sampler_free(im->sampler);
+        cudaFree(im->xbf.p);
+        cudaFree(im->attn.p);
+        cudaFree(im->ws);
+        if (im->lt) cublasLtDestroy(im->lt);
+        if (im->stream) cudaStreamDestroy(im->stream);
+        li_free(im);
+    }
+    li_free(be);
+}
+
+li_status li_backend_cuda_check(li_backend *be) {
+    li_cuda_impl *im = be->impl;
+    cudaError_t e = cudaStreamSynchronize(im->stream);
+    if (e != cudaSuccess) cu_fail(im, "(asynchronous, after the ops queued so far)", e);
+    if (im->err != LI_OK) return li_error_set(im->err, "%s", im->err_msg);
+    return LI_OK;
+}
+
+// ---- memory helpers ---------------------------------------------------------------------------
+
+li_status li_backend_cuda_alloc(li_backend *be, void **dptr, size_t n_bytes, const char *what) {
+    (void)be;
+    *dptr = NULL;
+    if (n_bytes == 0) return LI_OK;
+    cudaError_t e = cudaMalloc(dptr, n_bytes);
+    if (e != cudaSuccess) {
+        *dptr = NULL;
+        return li_error_set(LI_ERR_OOM, "cuda: allocating %zu bytes for %s: %s", n_bytes, what,
+                            cudaGetErrorString(e));
+    }
+    return LI_OK;
+}
+
+void li_backend_cuda_free(li_backend *be, void *dptr) {
+    (void)be;
+    if (dptr) cudaFree(dptr);
+}
+
+static li_status copy(li_backend *be, void *dst, const void *src, size_t n, int up) {
+    li_cuda_impl *im = be->impl;
+    if (n == 0) return LI_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                    im->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+    if (e != cudaSuccess)
+        return li_error_set(LI_ERR_BACKEND, "cuda: %s of %zu bytes: %s", up ? "upload" : "download",
+                            n, cudaGetErrorString(e));
+    return LI_OK;
+}
+
+li_status li_backend_cuda_upload(li_backend *be, void *dst_dev, const void *src_host, size_t n) {
+    return copy(be, dst_dev, src_host, n, 1);
+}
+
+li_status li_backend_cuda_download(li_backend *be, void *dst_host, const void *src_dev, size_t n) {
+    return copy(be, dst_host, src_dev, n, 0);
+}
+
+li_status li_backend_cuda_fill_uniform(li_backend *be, float *x, int64_t n, uint64_t seed,
+                                       float scale) {
+    li_cuda_impl *im = be->impl;
+    cudaError_t e = li_cuda_fill_uniform(im->stream, x, n, seed, scale);
+    if (e != cudaSuccess)
+        return li_error_set(LI_ERR_BACKEND, "cuda fill_uniform: %s", cudaGetErrorString(e));
+    return LI_OK;
+}
+
+li_status li_backend_cuda_time(li_backend *be, void (*fn)(li_backend *be, void *ctx), void *ctx,
+                               int n_iter, double *ms_per_iter) {
+    li_cuda_impl *im = be->impl;
+    cudaEvent_t a = NULL, b = NULL;
+    li_status st = LI_OK;
+    float ms = 0;
+    *ms_per_iter = 0;
+    cudaError_t e = cudaEventCreate(&a);
+    if (e == cudaSuccess) e = cudaEventCreate(&b);
+    if (e == cudaSuccess) e = cudaEventRecord(a, im->stream);
+    if (e == cudaSuccess) {
+        for (int i = 0; i < n_iter; i++) fn(be, ctx);
+        e = cudaEventRecord(b, im->stream);
+    }
+    if (e == cudaSuccess) e = cudaEventSynchronize(b);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
+    if (e != cudaSuccess)
+        st = li_error_set(LI_ERR_BACKEND, "cuda timing: %s", cudaGetErrorString(e));
+    else if ((st = li_backend_cuda_check(be)) == LI_OK)
+        *ms_per_iter = (double)ms / (n_iter > 0 ? n_iter : 1);
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    return st;
+}
+
+void li_backend_cuda_describe(li_backend *be, char *buf, size_t n) {
+    li_cuda_impl *im = be->impl;
+    snprintf(buf, n, "%s (device %d, %d SMs, %.1f GiB)", im->name, im->device, im->n_sm,
+             (double)im->total_mem / (1024.0 * 1024 * 1024));
+}
+
+// ---- matmul: cuBLASLt ------------------------------------------------------------------------
+//
+// y (T, N) = x (T, K) @ W^T, W (N, K) bf16 row-major. cuBLASLt is column-major, so the row-major
+// arrays are read as their transposes: W is a (K, N) col-major matrix with ld K, used transposed
+// (op T -> N x K); x is (K, T) with ld K; y is (N, T) with ld N: y = op_T(W) x, the "TN" layout
+// Hopper GEMMs prefer. Inputs bf16, fp32 accumulation (CUBLAS_COMPUTE_32F), output fp32.
+// Napkin maths: dense bf16 on the H200 peaks at ~989 TFLOP/s (~780 reachable by cuBLAS at large
+// M, N, K); prefill GEMMs (T >= 1024, 4096 x 4096 .. 14336) should reach 600-750 TFLOP/s. Decode
+// (T = 1..64) is bandwidth-bound: 2 bytes per weight at ~4.8 TB/s, e.g. the 8B model's 15 GB of
+// weights in ~3.2 ms per token. The f32 -> bf16 conversion of x costs 6 bytes per activation,
+// negligible next to the weights; it goes away when the previous op writes bf16 directly.
+
+static uint32_t ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al) al >>= 1;
+    return al;
+}
+
+static void plan_destroy(gemm_plan *p) {
+    if (p->lw) cublasLtMatrixLayoutDestroy(p->lw);
+    if (p->lx) cublasLtMatrixLayoutDestroy(p->lx);
+    if (p->ly) cublasLtMatrixLayoutDestroy(p->ly);
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    memset(p, 0, sizeof *p);
+}
+
+// Finds or builds the plan for (N, K, T, alignments); NULL after recording an error.
+static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32_t aw,
+                           uint32_t ay) {
+    for (int i = 0; i < im->n_plans; i++) {
+        gemm_plan *p = &im->plans[i];
+        if (p->N == N && p->K == K && p->T == T && p->align_w == aw && p->align_y == ay) return p;
+    }
+    gemm_plan *p;
+    if (im->n_plans < CUDA_MAX_PLANS) {
+        p = &im->plans[im->n_plans++];
+    } else {  // full: replace round-robin (a model has a handful of shapes per batch size)
+        p = &im->plans[im->next_evict];
+        im->next_evict = (im->next_evict + 1) % CUDA_MAX_PLANS;
+        plan_destroy(p);
+    }
+    memset(p, 0, sizeof *p);
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    uint64_t ws = CUDA_GEMM_WORKSPACE;
+    uint32_t ax = 256;  // x goes through the cudaMalloc'd bf16 scratch
+    cublasLtMatmulHeuristicResult_t res;
+    int n_res = 0;
+    cublasStatus_t s;
+    const char *op = "matmul (cuBLASLt plan)";
+    if (lt_fail(im, op, s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
+        lt_fail(im, op, s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                            &ta, sizeof ta)) ||
+        lt_fail(im, op, s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                            &tb, sizeof tb)) ||
+        lt_fail(im, op, s = cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_16BF, (uint64_t)K,
+                                                        (uint64_t)N, K)) ||
+        lt_fail(im, op, s = cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_16BF, (uint64_t)K,
+                                                        (uint64_t)T, K)) ||
+        lt_fail(im, op, s = cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N,
+                                                        (uint64_t)T, N)) ||
+        lt_fail(im, op, s = cublasLtMatmulPreferenceCreate(&pref)) ||
+        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
+                            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) ||
+        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
+                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof aw)) ||
+        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
+                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof ax)) ||
+        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
+                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof ay)) ||
+        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
+                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof ay)) ||
+        lt_fail(im, op, s = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly,
+                                                            p->ly, pref, 1, &res, &n_res)))
+        goto fail;
+    if (n_res == 0) {
+        record(im, LI_ERR_UNSUPPORTED, "cuda matmul: cuBLASLt has no algorithm for N=%lld K=%lld "
+               "T=%d (alignments W %u, y %u)", (long long)N, (long long)K, T, aw, ay);
+        goto fail;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->algo = res.algo;
+    p->N = N;
+    p->K = K;
+    p->T = T;
+    p->align_w = aw;
+    p->align_y = ay;
+    return p;
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    plan_destroy(p);  // leaves N = 0: never matches a lookup
+    return NULL;
+}
+
+static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight *W, int T) {
+    li_cuda_impl *im = be->impl;
+    int64_t N = W->n_rows, K = W->n_cols;
+    if (T <= 0 || N <= 0 || K <= 0) return;
+    if (W->dtype != LI_DTYPE_BF16) {
+        record(im, LI_ERR_UNSUPPORTED, "cuda matmul: weight dtype %s (this backend takes bf16)",
+               li_dtype_name(W->dtype));
+        return;
+    }
+    uint16_t *xb = scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
+    if (!xb) return;
+    if (cu_fail(im, "matmul (f32 -> bf16)", li_cuda_f32_to_bf16(im->stream, xb, x, (int64_t)T * K)))
+        return;
+    gemm_plan *p = plan_get(im, N, K, T, ptr_align(W->data), ptr_align(y));
+    if (!p) return;
+    const float alpha = 1.0f, beta = 0.0f;
+    lt_fail(im, "matmul", cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, xb, p->lx,
+                                         &beta, y, p->ly, y, p->ly, &p->algo, im->ws,
+                                         CUDA_GEMM_WORKSPACE, im->stream));
+}
+
+// ---- the other ops ----------------------------------------------------------------------------
+
+static void cu_embed(li_backend *be, float *out, const li_weight *W, const int32_t *tokens, int T) {
+    li_cuda_impl *im = be->impl;
+    if (W->dtype != LI_DTYPE_BF16 && W->dtype != LI_DTYPE_F32) {
+        record(im, LI_ERR_UNSUPPORTED, "cuda embed: weight dtype %s (bf16 or f32 only)",
+               li_dtype_name(W->dtype));
+        return;
+    }
+    cu_fail(im, "embed", li_cuda_embed(im->stream, out, W->data, W->dtype == LI_DTYPE_BF16,
+                                       W->n_cols, tokens, T));
+}
+
+static void cu_rmsnorm(li_backend *be, float *out, const float *x, const float *w, int T, int D,
+                       float eps) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "rmsnorm", li_cuda_rmsnorm(im->stream, out, x, w, T, D, eps));
+}
+
+static void cu_add(li_backend *be, float *x, const float *y, int64_t n) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "add", li_cuda_add(im->stream, x, y, n));
+}
+
+static void cu_rope(li_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
+                    const li_rope_table *table) {
+    li_cuda_impl *im = be->impl;
+    li_cuda_rope_args r = rope_args(table);
+    cu_fail(im, "rope", li_cuda_rope(im->stream, x, pos, T, nh, Dh, &r));
+}
+
+static void cu_kv_store(li_backend *be, const li_kv_storage *kv, int il, const float *k,
+                        const float *v, const int64_t *slot, int T) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "kv_store", li_cuda_kv_store(im->stream, kv->data, kv->n_layer, kv->n_head_kv,
+                                             kv->head_dim, kv->page_size, il, k, v, slot, T));
+}
+
+static void cu_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
+                              int count, int64_t delta, const li_rope_table *rope) {
+    li_cuda_impl *im = be->impl;
+    li_cuda_rope_args r;
+    memset(&r, 0, sizeof r);
+    if (rope) r = rope_args(rope);
+    else if (delta != 0) {
+        record(im, LI_ERR_INVALID_ARG, "cuda kv_copy_rotate: delta %lld without a rope table",
+               (long long)delta);
+        return;
+    }
+    cu_fail(im, "kv_copy_rotate",
+            li_cuda_kv_copy_rotate(im->stream, kv->data, kv->n_layer, kv->n_head_kv, kv->head_dim,
+                                   kv->page_size, src, dst, count, delta, &r));
+}
+
+static void cu_attention(li_backend *be, float *out, const float *q, int T, int H,
+                         const li_kv_storage *kv, int il, const li_kv_seq *seq,
+                         const int32_t *kv_first, const int32_t *n_visible, float scale,
+                         const li_rope_table *rope) {
+    li_cuda_impl *im = be->impl;
+    if (T <= 0) return;
+    li_cuda_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.out = out;
+    a.q = q;
+    a.T = T;
+    a.H = H;
+    a.Hkv = kv->n_head_kv;
+    a.Dh = kv->head_dim;
+    a.P = kv->page_size;
+    a.L = kv->n_layer;
+    a.il = il;
+    a.kv = kv->data;
+    a.pages = seq->pages;
+    a.n_pages = seq->n_pages;
+    a.kv_first = kv_first;
+    a.n_visible = n_visible;
+    a.scale = scale;
+    a.rotate = rope != NULL;
+    li_cuda_attention_plan(T, a.Hkv, a.n_pages, im->n_sm, &a.n_split, &a.pages_per_split);
+    if (a.n_split > 1) {
+        size_t n_o = (size_t)T * H * a.n_split * a.Dh, n_ml = (size_t)T * H * a.n_split * 2;
+        float *part = scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float),
+                                  "attention (split-K partials)");
+        if (!part) return;
+        a.part_o = part;
+        a.part_ml = part + n_o;
+    }
+    li_cuda_rope_args r;
+    if (rope) r = rope_args(rope);
+    cu_fail(im, "attention", li_cuda_attention(im->stream, &a, rope ? &r : NULL));
+}
+
+static void cu_swiglu(li_backend *be, float *out, const float *gate, const float *up, int64_t n) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "swiglu", li_cuda_swiglu(im->stream, out, gate, up, n));
+}
+
+static void cu_softmax(li_backend *be, float *x, int rows, int n) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "softmax", li_cuda_softmax(im->stream, x, rows, n));
+}
+
+static int32_t cu_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
+                         double u) {
+    li_cuda_impl *im = be->impl;
+    int32_t tok = 0;
+    if (cu_fail(im, "sample", li_cuda_sample(&im->sampler, im->stream, logits, V, cfg->temperature,
+                                             cfg->top_k, cfg->top_p, cfg->min_p, u, &tok)))
+        return 0;
+    return tok;
+}
+
+// The diffusion / FP8 ops (flash_attn_tiles, flash_attn_finalize, fp8_quant_rows, matmul_fp8)
+// are not written yet: NULL = unsupported (docs/CUDA.md).
+const li_backend_ops li_cuda_ops = {
+    .name = "cuda",
+    .embed = cu_embed,
+    .rmsnorm = cu_rmsnorm,
+    .matmul = cu_matmul,
+    .add = cu_add,
+    .rope = cu_rope,
+    .kv_store = cu_kv_store,
+    .kv_copy_rotate = cu_kv_copy_rotate,
+    .attention = cu_attention,
+    .swiglu = cu_swiglu,
+    .softmax = cu_softmax,
+    .sample = cu_sample,
+};

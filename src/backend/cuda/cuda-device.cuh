@@ -1,0 +1,56 @@
+// cuda-device.cuh — device-side helpers shared by the CUDA kernels (C++ only, never included by
+// C files): block reductions and the RoPE rotation of one pair.
+#ifndef LI_CUDA_DEVICE_CUH
+#define LI_CUDA_DEVICE_CUH
+
+#include <math.h>
+
+#include "cuda-common.cuh"
+
+// Sum over the block; every thread gets the result. `sh` holds >= 32 floats of shared memory and
+// is reused, so two calls in a row need a __syncthreads() between them (done here at the end).
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    return v;
+}
+
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    return v;
+}
+
+// Element indices (ia, ib) of rotation pair i within a head (see li_rope_layout).
+__device__ __forceinline__ void rope_pair(const li_cuda_rope_args &r, int i, int *ia, int *ib) {
+    if (r.gptj) {
+        *ia = 2 * i;
+        *ib = 2 * i + 1;
+    } else {
+        *ia = i;
+        *ib = i + r.n_dims / 2;
+    }
+}
+
+// cos and sin of pos * w. The angle is formed and reduced to [-pi, pi] in fp64: pos * w reaches
+// 2^29 rad for a large page Δ at w = 1, where an fp32 angle would be off by tens of radians. After
+// the reduction (error ~ |k| * 2.4e-16 rad, < 1e-7 rad) sincosf is within 2 ulp. The CPU oracle
+// uses fp64 cos/sin; the difference is a few fp32 ulp per element.
+__device__ __forceinline__ void rope_sincos(double pos, float w, float *c, float *s) {
+    const double two_pi = 6.283185307179586476925;
+    double ang = pos * (double)w;
+    ang -= two_pi * rint(ang * (1.0 / two_pi));
+    sincosf((float)ang, s, c);
+}
+
+#endif

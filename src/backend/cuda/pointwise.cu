@@ -1,0 +1,267 @@
+// pointwise.cu — the CUDA backend's memory-bound kernels: embedding, RMSNorm, residual add,
+// SwiGLU, softmax, RoPE, KV page writes, the copy mode's page copy + re-rotation, f32 -> bf16
+// activation conversion and a counter-based random fill.
+//
+// Not here: GEMMs (cuBLASLt, backend-cuda.c), attention (attention.cu), sampling (sample.cu).
+// Napkin maths: each of these reads and writes every element once, so the ceiling is the H200's
+// ~4.8 TB/s HBM3e; none is tuned yet (plain coalesced loads, one element per thread or one block
+// per row), which is enough while GEMMs and attention dominate. The fused residual-add + RMSNorm
+// of issue 4 goes here. Tested by tests/gpu/gpu-check.c against the CPU oracle (ops-ref.c).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda-device.cuh"
+#include "pointwise.cuh"
+
+static inline unsigned grid_for(int64_t n, int block) {
+    int64_t g = (n + block - 1) / block;
+    return (unsigned)(g < 65535 * 32 ? g : 65535 * 32);  // grid-stride loops cover the rest
+}
+
+// ---- embed ---------------------------------------------------------------------------------
+
+// grid (x: chunks of D, y: T)
+__global__ void embed_kernel(float *out, const void *W, int w_bf16, int64_t D,
+                             const int32_t *tokens) {
+    int t = blockIdx.y;
+    int64_t row = tokens[t];
+    for (int64_t d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; d < D;
+         d += (int64_t)gridDim.x * blockDim.x) {
+        float v = w_bf16 ? __bfloat162float(((const __nv_bfloat16 *)W)[row * D + d])
+                         : ((const float *)W)[row * D + d];
+        out[(int64_t)t * D + d] = v;
+    }
+}
+
+extern "C" cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W, int w_bf16,
+                                     int64_t D, const int32_t *tokens, int T) {
+    if (T <= 0 || D <= 0) return cudaSuccess;
+    if (T > 65535) return cudaErrorInvalidValue;  // grid.y; batches are far smaller
+    unsigned gx = (unsigned)((D + 255) / 256);
+    if (gx > 1024) gx = 1024;
+    embed_kernel<<<dim3(gx, T), 256, 0, st>>>(out, W, w_bf16, D, tokens);
+    return cudaGetLastError();
+}
+
+// ---- rmsnorm -------------------------------------------------------------------------------
+
+// One block per row: fp32 sum of squares (block tree reduction: error ~ log2(D) ulp, the oracle
+// uses fp64), then one pass writing x * r * w. out may alias x: every x[d] is read before the
+// block writes (the reduction's barrier separates the passes).
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int D, float eps) {
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * D;
+    float *orow = out + (int64_t)blockIdx.x * D;
+    float ss = 0;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) ss += xr[d] * xr[d];
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf(ss / (float)D + eps);  // IEEE sqrt and division (no fast-math)
+    for (int d = threadIdx.x; d < D; d += blockDim.x) orow[d] = xr[d] * r * w[d];
+}
+
+extern "C" cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float *x,
+                                       const float *w, int T, int D, float eps) {
+    if (T <= 0 || D <= 0) return cudaSuccess;
+    int block = D >= 1024 ? 1024 : D >= 256 ? 256 : 64;
+    rmsnorm_kernel<<<T, block, 0, st>>>(out, x, w, D, eps);
+    return cudaGetLastError();
+}
+
+// ---- add, swiglu ---------------------------------------------------------------------------
+
+__global__ void add_kernel(float *x, const float *y, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+extern "C" cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    add_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+// HF: silu(gate) * up. expf(-g) overflows to inf for g < -88: g / inf = -0, the right limit.
+__global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+extern "C" cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *gate,
+                                      const float *up, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    swiglu_kernel<<<grid_for(n, 256), 256, 0, st>>>(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+// ---- softmax -------------------------------------------------------------------------------
+
+// One block per row: max, fp32 sum of exp(x - max), then the normalised write (exp twice rather
+// than a row-sized buffer: n is up to the vocabulary).
+__global__ void softmax_kernel(float *x, int n) {
+    __shared__ float sh[32];
+    float *xr = x + (int64_t)blockIdx.x * n;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
+    mx = block_max(mx, sh);
+    float z = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) z += expf(xr[i] - mx);
+    z = block_sum(z, sh);
+    float rz = 1.0f / z;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = expf(xr[i] - mx) * rz;
+}
+
+extern "C" cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int n) {
+    if (rows <= 0 || n <= 0) return cudaSuccess;
+    int block = n >= 4096 ? 1024 : n >= 256 ? 256 : 64;
+    softmax_kernel<<<rows, block, 0, st>>>(x, n);
+    return cudaGetLastError();
+}
+
+// ---- rope ----------------------------------------------------------------------------------
+
+// One thread per (row, head, pair): a' = m(a cos - b sin), b' = m(a sin + b cos) (HF:
+// q*cos + rotate_half(q)*sin). Dims past n_dims are untouched.
+__global__ void rope_kernel(float *x, const int32_t *pos, int T, int nh, int Dh,
+                            const li_cuda_rope_args r) {
+    int pairs = r.n_dims / 2;
+    int64_t n = (int64_t)T * nh * pairs;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int p = (int)(i % pairs);
+        int64_t row = i / pairs;  // t * nh + h
+        int t = (int)(row / nh);
+        float c, s;
+        rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
+        c *= r.mscale;
+        s *= r.mscale;
+        int ia, ib;
+        rope_pair(r, p, &ia, &ib);
+        float *v = x + row * Dh;
+        float a = v[ia], b = v[ib];
+        v[ia] = a * c - b * s;
+        v[ib] = b * c + a * s;
+    }
+}
+
+extern "C" cudaError_t li_cuda_rope(cudaStream_t st, float *x, const int32_t *pos, int T, int nh,
+                                    int Dh, const li_cuda_rope_args *rope) {
+    if (rope->n_dims > Dh || rope->n_dims % 2 || rope->n_dims / 2 > LI_CUDA_ROPE_MAX_PAIRS)
+        return cudaErrorInvalidValue;
+    int64_t n = (int64_t)T * nh * (rope->n_dims / 2);
+    if (n <= 0) return cudaSuccess;
+    rope_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, pos, T, nh, Dh, *rope);
+    return cudaGetLastError();
+}
+
+// ---- kv_store, kv_copy_rotate --------------------------------------------------------------
+
+// Offset of (page, il, is_v, h, slot) in the pool (n_pages, L, 2, Hkv, P, Dh): li_kv_offset.
+__device__ __forceinline__ int64_t kv_off(int64_t page, int L, int il, int is_v, int Hkv, int h,
+                                          int P, int slot, int Dh) {
+    return ((((page * L + il) * 2 + is_v) * Hkv + h) * (int64_t)P + slot) * Dh;
+}
+
+// grid (T * Hkv), threads over Dh
+__global__ void kv_store_kernel(float *data, int L, int Hkv, int Dh, int P, int il,
+                                const float *k, const float *v, const int64_t *slot) {
+    int t = blockIdx.x / Hkv, h = blockIdx.x % Hkv;
+    int64_t sl = slot[t], page = sl / P;
+    int off = (int)(sl % P);
+    const float *kr = k + ((int64_t)t * Hkv + h) * Dh, *vr = v + ((int64_t)t * Hkv + h) * Dh;
+    float *kd = data + kv_off(page, L, il, 0, Hkv, h, P, off, Dh);
+    float *vd = data + kv_off(page, L, il, 1, Hkv, h, P, off, Dh);
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
+        kd[d] = kr[d];
+        vd[d] = vr[d];
+    }
+}
+
+extern "C" cudaError_t li_cuda_kv_store(cudaStream_t st, float *data, int L, int Hkv, int Dh,
+                                        int P, int il, const float *k, const float *v,
+                                        const int64_t *slot, int T) {
+    if (T <= 0) return cudaSuccess;
+    int block = Dh >= 128 ? 128 : Dh >= 64 ? 64 : 32;
+    kv_store_kernel<<<(unsigned)T * Hkv, block, 0, st>>>(data, L, Hkv, Dh, P, il, k, v, slot);
+    return cudaGetLastError();
+}
+
+// grid (L * Hkv * count): one K row and one V row per block. K pairs rotated by R_delta
+// (magnitude 1: the stored K already carries mscale), the rest of K and all of V copied.
+__global__ void kv_copy_rotate_kernel(float *data, int L, int Hkv, int Dh, int P, int64_t src,
+                                      int64_t dst, int count, int64_t delta,
+                                      const li_cuda_rope_args r) {
+    int s = blockIdx.x % count, h = (blockIdx.x / count) % Hkv, il = blockIdx.x / (count * Hkv);
+    const float *ks = data + kv_off(src, L, il, 0, Hkv, h, P, s, Dh);
+    const float *vs = data + kv_off(src, L, il, 1, Hkv, h, P, s, Dh);
+    float *kd = data + kv_off(dst, L, il, 0, Hkv, h, P, s, Dh);
+    float *vd = data + kv_off(dst, L, il, 1, Hkv, h, P, s, Dh);
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) vd[d] = vs[d];
+    int pairs = delta != 0 ? r.n_dims / 2 : 0;
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        float c, sn;
+        rope_sincos((double)delta, r.inv_freq[p], &c, &sn);
+        int ia, ib;
+        rope_pair(r, p, &ia, &ib);
+        float a = ks[ia], b = ks[ib];
+        kd[ia] = a * c - b * sn;
+        kd[ib] = b * c + a * sn;
+    }
+    for (int d = pairs * 2 + threadIdx.x; d < Dh; d += blockDim.x) kd[d] = ks[d];
+}
+
+extern "C" cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, float *data, int L, int Hkv,
+                                              int Dh, int P, int64_t src, int64_t dst, int count,
+                                              int64_t delta, const li_cuda_rope_args *rope) {
+    if (count <= 0) return cudaSuccess;
+    if (src == dst || count > P) return cudaErrorInvalidValue;
+    if (delta != 0 && (rope->n_dims > Dh || rope->n_dims % 2)) return cudaErrorInvalidValue;
+    int64_t blocks = (int64_t)L * Hkv * count;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+    int block = Dh >= 128 ? 128 : Dh >= 64 ? 64 : 32;
+    kv_copy_rotate_kernel<<<(unsigned)blocks, block, 0, st>>>(data, L, Hkv, Dh, P, src, dst,
+                                                              count, delta, *rope);
+    return cudaGetLastError();
+}
+
+// ---- conversion and fill -------------------------------------------------------------------
+
+__global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+extern "C" cudaError_t li_cuda_f32_to_bf16(cudaStream_t st, uint16_t *dst, const float *src,
+                                           int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    f32_to_bf16_kernel<<<grid_for(n, 256), 256, 0, st>>>((__nv_bfloat16 *)dst, src, n);
+    return cudaGetLastError();
+}
+
+// splitmix64 of (seed, i): a stateless generator, so the fill is the same for any launch shape.
+__device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void fill_uniform_kernel(float *x, int64_t n, uint64_t seed, float scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t h = splitmix64(seed * 0x632be59bd9b4e019ull + (uint64_t)i);
+        float u = (float)(h >> 40) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
+        x[i] = (2.0f * u - 1.0f) * scale;
+    }
+}
+
+extern "C" cudaError_t li_cuda_fill_uniform(cudaStream_t st, float *x, int64_t n, uint64_t seed,
+                                            float scale) {
+    if (n <= 0) return cudaSuccess;
+    fill_uniform_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, n, seed, scale);
+    return cudaGetLastError();
+}

@@ -1,0 +1,42 @@
+// pointwise.cuh — launchers of the CUDA backend's memory-bound kernels (pointwise.cu): embedding,
+// RMSNorm, residual add, SwiGLU, softmax, RoPE, KV page writes, the copy mode's page copy with
+// re-rotation, f32 -> bf16 activation conversion, and a random fill for tests and synthetic
+// weights. Shapes and semantics are those of the op table (src/backend/backend.h).
+#ifndef LI_CUDA_POINTWISE_CUH
+#define LI_CUDA_POINTWISE_CUH
+
+#include "cuda-common.cuh"
+
+// out (T, D) = W[tokens[t]], W (V, D) bf16 (w_bf16 = 1) or f32; tokens (T) on the device.
+LI_CUDA_API cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W, int w_bf16,
+                                      int64_t D, const int32_t *tokens, int T);
+// out (T, D) = x / sqrt(mean(x^2) + eps) * w. out may alias x.
+LI_CUDA_API cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float *x,
+                                        const float *w, int T, int D, float eps);
+// x (n) += y (n)
+LI_CUDA_API cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n);
+// out (n) = silu(gate) * up. out may alias gate.
+LI_CUDA_API cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *gate,
+                                       const float *up, int64_t n);
+// In place softmax over `rows` rows of length n.
+LI_CUDA_API cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int n);
+// x (T, nh, Dh) rotated in place at pos (T, device), magnitude rope->mscale.
+LI_CUDA_API cudaError_t li_cuda_rope(cudaStream_t st, float *x, const int32_t *pos, int T, int nh,
+                                     int Dh, const li_cuda_rope_args *rope);
+// k, v (T, Hkv, Dh) -> pool data (n_pages, L, 2, Hkv, P, Dh), layer il, slots slot (T, device).
+LI_CUDA_API cudaError_t li_cuda_kv_store(cudaStream_t st, float *data, int L, int Hkv, int Dh,
+                                         int P, int il, const float *k, const float *v,
+                                         const int64_t *slot, int T);
+// Page dst = page src for the first `count` slots of every layer: V copied, K rotated by the pure
+// rotation R_delta (magnitude 1).
+LI_CUDA_API cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, float *data, int L, int Hkv,
+                                               int Dh, int P, int64_t src, int64_t dst, int count,
+                                               int64_t delta, const li_cuda_rope_args *rope);
+// dst (n) bf16 = round-to-nearest-even(src (n) f32)
+LI_CUDA_API cudaError_t li_cuda_f32_to_bf16(cudaStream_t st, uint16_t *dst, const float *src,
+                                            int64_t n);
+// x (n) = uniform in [-scale, scale), a counter-based hash of (seed, i): reproducible, no state.
+LI_CUDA_API cudaError_t li_cuda_fill_uniform(cudaStream_t st, float *x, int64_t n, uint64_t seed,
+                                             float scale);
+
+#endif
