@@ -188,6 +188,7 @@ def test_errors(tmp_path):
     assert p.returncode != 0 and "query" in p.stderr
     for args, word in ((["--budget", "12X"], "--budget"), (["--mode", "fast"], "--mode"),
                        (["--k", N + 1], "--k"), (["--docs", N + 1], "--docs"),
-                       (["--alpha", -1], "alpha"), (["--requests", 0], "requests")):
+                       (["--alpha", -1], "alpha"), (["--requests", 0], "requests"),
+                       (["--plot", "a'b.png"], "--plot")):
         p = bench("--samples", tmp_path / "s", "--dry-run", *args, check=False)
         assert p.returncode == 2 and word in p.stderr, f"{args}: {p.returncode} {p.stderr}"

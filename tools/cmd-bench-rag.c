@@ -38,7 +38,7 @@
 #define MAX_MODES 5
 #define MAX_K 64
 #define MAX_REQUESTS 1000000
-#define DRAW_TRIES 10000  // redraws for a distinct rank before the exact fallback
+#define DRAW_TRIES 10000 // redraws for a distinct rank before the exact fallback
 
 typedef struct {
     const char *model, *samples, *mode_s, *budget_s, *plot, *trace;
@@ -51,24 +51,24 @@ typedef struct {
 // The corpus: every passage (+ "\n\n") and query of the sample files, in file order.
 typedef struct {
     char **docs;
-    char **doc_name;  // "FILE:KEY", for logs
+    char **doc_name; // "FILE:KEY", for logs
     int n_docs, n_names;
     char **queries;
     int n_queries;
 } corpus;
 
 typedef struct {
-    double arrival_ms;  // since the start of the run
-    int query;          // index into corpus.queries
-    int docs[MAX_K];    // (k) corpus document index, prompt order
-    int ranks[MAX_K];   // (k) popularity rank (1-based) of each
+    double arrival_ms; // since the start of the run
+    int query;         // index into corpus.queries
+    int docs[MAX_K];   // (k) corpus document index, prompt order
+    int ranks[MAX_K];  // (k) popularity rank (1-based) of each
 } trace_req;
 
 // One request's outcome in one mode.
 typedef struct {
     li_request_result res;
-    double submit_ms;   // since the start, when li_submit was called
-    uint64_t tok_hash;  // FNV-1a over the generated token ids
+    double submit_ms;  // since the start, when li_submit was called
+    uint64_t tok_hash; // FNV-1a over the generated token ids
     int n_tok;
     bool done;
 } req_out;
@@ -77,15 +77,15 @@ typedef struct {
     li_cache_mode mode;
     int n_ok, n_failed, n_same;
     char first_error[256];
-    double ttft[4];        // p50, p90, p99, mean (ms)
+    double ttft[4]; // p50, p90, p99, mean (ms)
     double e2e_mean, e2e_p90, lag_mean;
     double req_per_s, tok_per_s, wall_s;
     int64_t doc_tokens, cached_tokens, computed_tokens, doc_hits, doc_lookups;
     int64_t resident_bytes, evictions, copies, page_bytes, pages_total;
     double load_ms, loadavg;
-    double cpu_s;  // user + system CPU seconds of this process during the replay
-    double avg_doc_tokens, avg_doc_pages;  // over the pool (pages of page_size tokens)
-    double *ttft_sorted;  // (n_ok) for the plot
+    double cpu_s; // user + system CPU seconds of this process during the replay
+    double avg_doc_tokens, avg_doc_pages; // over the pool (pages of page_size tokens)
+    double *ttft_sorted;                  // (n_ok) for the plot
 } mode_row;
 
 // ---- small helpers -------------------------------------------------------------------------
@@ -104,9 +104,18 @@ static bool parse_bytes(const char *s, int64_t *out) {
     if (end == s || errno || !(v >= 0)) return false;
     double mul = 1;
     switch (toupper((unsigned char)*end)) {
-    case 'K': mul = 1024.0; end++; break;
-    case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
     default: break;
     }
     if (mul > 1 && *end == 'i') end++;
@@ -131,7 +140,8 @@ static double loadavg1(void) {
 static double cpu_seconds(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 static void sleep_ms(double ms) {
@@ -167,9 +177,12 @@ static int cmp_names(const void *a, const void *b) {
 }
 
 static void corpus_free(corpus *c) {
-    for (int i = 0; i < c->n_docs; i++) free(c->docs[i]);
-    for (int i = 0; i < c->n_names; i++) free(c->doc_name[i]);
-    for (int i = 0; i < c->n_queries; i++) free(c->queries[i]);
+    for (int i = 0; i < c->n_docs; i++)
+        free(c->docs[i]);
+    for (int i = 0; i < c->n_names; i++)
+        free(c->doc_name[i]);
+    for (int i = 0; i < c->n_queries; i++)
+        free(c->queries[i]);
     free(c->docs);
     free(c->doc_name);
     free(c->queries);
@@ -256,8 +269,7 @@ static li_status load_corpus(corpus *c, const char *dir) {
             rc = push_str(&names, &n, xstrdup(e->d_name));
     }
     closedir(d);
-    if (rc == LI_OK && n == 0)
-        rc = li_error_set(LI_ERR_IO, "no *.json sample in '%s'", dir);
+    if (rc == LI_OK && n == 0) rc = li_error_set(LI_ERR_IO, "no *.json sample in '%s'", dir);
     if (rc == LI_OK) qsort(names, (size_t)n, sizeof *names, cmp_names);
     for (int i = 0; i < n && rc == LI_OK; i++) {
         char path[2 * PATH_MAX + 64];
@@ -266,7 +278,8 @@ static li_status load_corpus(corpus *c, const char *dir) {
         else
             rc = load_sample(c, path, names[i]);
     }
-    for (int i = 0; i < n; i++) free(names[i]);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
     free(names);
     if (rc != LI_OK) corpus_free(c);
     return rc;
@@ -299,20 +312,23 @@ static int64_t draw_distinct(const li_zipf *z, li_rng *rng, const int *taken, in
     for (int t = 0; t < DRAW_TRIES; t++) {
         int64_t r = li_zipf_draw(z, rng);
         bool dup = false;
-        for (int j = 0; j < n_taken; j++) dup |= taken[j] == r;
+        for (int j = 0; j < n_taken; j++)
+            dup |= taken[j] == r;
         if (!dup) return r;
     }
     double total = 0;
     for (int64_t r = 1; r <= z->n; r++) {
         bool dup = false;
-        for (int j = 0; j < n_taken; j++) dup |= taken[j] == r;
+        for (int j = 0; j < n_taken; j++)
+            dup |= taken[j] == r;
         if (!dup) total += pow((double)r, -z->alpha);
     }
     double u = li_rng_uniform(rng) * total, s = 0;
     int64_t last = 1;
     for (int64_t r = 1; r <= z->n; r++) {
         bool dup = false;
-        for (int j = 0; j < n_taken; j++) dup |= taken[j] == r;
+        for (int j = 0; j < n_taken; j++)
+            dup |= taken[j] == r;
         if (dup) continue;
         last = r;
         if ((s += pow((double)r, -z->alpha)) > u) return r;
@@ -328,7 +344,8 @@ static li_status make_trace(const bench_args *a, int n_queries, trace_req *tr) {
     int N = a->n_docs;
     int *pool = malloc((size_t)N * sizeof *pool);
     if (!pool) return li_error_set(LI_ERR_OOM, "out of memory");
-    for (int i = 0; i < N; i++) pool[i] = i;
+    for (int i = 0; i < N; i++)
+        pool[i] = i;
     for (int i = N - 1; i > 0; i--) {
         int j = (int)(li_rng_u64(&rng) % (uint64_t)(i + 1));
         int t = pool[i];
@@ -358,11 +375,13 @@ static li_status make_trace(const bench_args *a, int n_queries, trace_req *tr) {
 
 static li_status write_trace(const char *path, const bench_args *a, const trace_req *tr) {
     FILE *f = fopen(path, "w");
-    if (!f) return li_error_set(LI_ERR_IO, "cannot write the trace '%s': %s", path, strerror(errno));
+    if (!f)
+        return li_error_set(LI_ERR_IO, "cannot write the trace '%s': %s", path, strerror(errno));
     // one line per request: arrival_ms query rank@doc … (doc = corpus index, 0-based)
     for (int i = 0; i < a->n_requests; i++) {
         fprintf(f, "%.3f %d", tr[i].arrival_ms, tr[i].query);
-        for (int j = 0; j < a->k; j++) fprintf(f, " %d@%d", tr[i].ranks[j], tr[i].docs[j]);
+        for (int j = 0; j < a->k; j++)
+            fprintf(f, " %d@%d", tr[i].ranks[j], tr[i].docs[j]);
         fputc('\n', f);
     }
     if (fclose(f) != 0) return li_error_set(LI_ERR_IO, "cannot write the trace '%s'", path);
@@ -381,14 +400,16 @@ static bool on_token(void *user, int32_t tok) {
 // Documents and queries as the model sees them: document ids (cut to doc_len), query text (cut
 // to query_len tokens and detokenised, since li_request takes the query as text).
 typedef struct {
-    int32_t **doc_ids;  // (N) per pool document
+    int32_t **doc_ids; // (N) per pool document
     int *doc_n;
-    char **query;       // (n_queries)
+    char **query; // (n_queries)
 } prepared;
 
 static void prepared_free(prepared *p, int N, int nq) {
-    for (int i = 0; p->doc_ids && i < N; i++) li_free_tokens(p->doc_ids[i]);
-    for (int i = 0; p->query && i < nq; i++) free(p->query[i]);
+    for (int i = 0; p->doc_ids && i < N; i++)
+        li_free_tokens(p->doc_ids[i]);
+    for (int i = 0; p->query && i < nq; i++)
+        free(p->query[i]);
     free(p->doc_ids);
     free(p->doc_n);
     free(p->query);
@@ -425,7 +446,8 @@ static li_status prepare(li_model *m, const bench_args *a, const corpus *c, prep
             if ((rc = li_token_to_piece(m, ids[t], buf, sizeof buf, &pl)) != LI_OK) break;
             if (pl > sizeof buf) pl = sizeof buf;
             if (len + pl + 1 > cap) {
-                while (len + pl + 1 > cap) cap *= 2;
+                while (len + pl + 1 > cap)
+                    cap *= 2;
                 char *q = realloc(s, cap);
                 if (!q) {
                     rc = li_error_set(LI_ERR_OOM, "out of memory");
@@ -449,8 +471,8 @@ static li_status prepare(li_model *m, const bench_args *a, const corpus *c, prep
 
 // Loads the model in `mode`, replays the trace, fills the row. Errors of the engine (not of one
 // request) end the benchmark.
-static li_status run_mode(const bench_args *a, const corpus *c, const trace_req *tr,
-                          int64_t budget, li_cache_mode mode, req_out *out, mode_row *row) {
+static li_status run_mode(const bench_args *a, const corpus *c, const trace_req *tr, int64_t budget,
+                          li_cache_mode mode, req_out *out, mode_row *row) {
     const int R = a->n_requests;
     memset(row, 0, sizeof *row);
     row->mode = mode;
@@ -480,17 +502,20 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
                 int d = tr[next].docs[j];
                 docs[j] = (li_doc){.ids = p.doc_ids[d], .n_ids = p.doc_n[d], .id = c->doc_name[d]};
             }
-            li_request q = {.docs = docs, .n_docs = a->k, .query = p.query[tr[next].query],
-                            .chat = true, .gen = li_generate_default_params()};
+            li_request q = {.docs = docs,
+                            .n_docs = a->k,
+                            .query = p.query[tr[next].query],
+                            .chat = true,
+                            .gen = li_generate_default_params()};
             q.gen.n_predict = a->out_len;
             q.gen.sampling.temperature = 0;
-            q.gen.stop_at_eos = false;  // every request decodes exactly out_len tokens
+            q.gen.stop_at_eos = false; // every request decodes exactly out_len tokens
             q.gen.on_token = on_token;
             q.gen.user = &out[next];
             out[next].tok_hash = 0xcbf29ce484222325ull;
             out[next].submit_ms = li_time_ms() - t0;
             li_status src = li_submit(m, &q, &ids[next]);
-            if (src != LI_OK) {  // this request only: counted as failed
+            if (src != LI_OK) { // this request only: counted as failed
                 out[next].done = true;
                 out[next].res.status = src;
                 snprintf(out[next].res.error, sizeof out[next].res.error, "%s", li_last_error());
@@ -499,7 +524,8 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
             }
         }
         int in_flight = 0;
-        for (int i = 0; i < next; i++) in_flight += !out[i].done;
+        for (int i = 0; i < next; i++)
+            in_flight += !out[i].done;
         if (in_flight == 0) {
             if (next < R) sleep_ms(tr[next].arrival_ms - (li_time_ms() - t0));
             continue;
@@ -526,7 +552,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
         row->copies = cs.copies_made;
         row->page_bytes = cs.kv_page_bytes;
         row->pages_total = cs.kv_pages_total;
-        int page_size = mp.page_size > 0 ? mp.page_size : 16;  // li_model_params: 0 means 16
+        int page_size = mp.page_size > 0 ? mp.page_size : 16; // li_model_params: 0 means 16
         for (int i = 0; i < a->n_docs; i++) {
             row->avg_doc_tokens += (double)p.doc_n[i] / a->n_docs;
             row->avg_doc_pages += (double)((p.doc_n[i] + page_size - 1) / page_size) / a->n_docs;
@@ -626,13 +652,15 @@ static int plot_cdf(const char *path, const mode_row *rows, int n_rows, const ch
         return 1;
     }
     fprintf(gp, "set terminal pngcairo size 960,600 font 'sans,11'\nset output '%s'\n", path);
-    fprintf(gp, "set title \"%s\" noenhanced\nset xlabel 'TTFT (s, arrival to first token)'\n"
-                "set ylabel 'fraction of requests'\nset logscale x\nset grid\nset key bottom right\n"
-                "set yrange [0:1.02]\n", title);
+    fprintf(gp,
+            "set title \"%s\" noenhanced\nset xlabel 'TTFT (s, arrival to first token)'\n"
+            "set ylabel 'fraction of requests'\nset logscale x\nset grid\nset key bottom right\n"
+            "set yrange [0:1.02]\n",
+            title);
     for (int i = 0; i < n_rows; i++) {
         fprintf(gp, "$m%d << EOD\n", i);
         int n = rows[i].n_ok;
-        if (n > 0) fprintf(gp, "%.6f 0\n", rows[i].ttft_sorted[0] / 1e3);  // the step up from 0
+        if (n > 0) fprintf(gp, "%.6f 0\n", rows[i].ttft_sorted[0] / 1e3); // the step up from 0
         for (int j = 0; j < n; j++)
             fprintf(gp, "%.6f %.6f\n", rows[i].ttft_sorted[j] / 1e3, (j + 1.0) / n);
         fprintf(gp, "EOD\n");
@@ -655,7 +683,8 @@ static int plot_cdf(const char *path, const mode_row *rows, int n_rows, const ch
 static const char usage_text[] =
     "usage: lazyinfer bench rag [-m MODEL] [--samples DIR] [--docs N] [--alpha A] [--k K]\n"
     "                           [--doc-len L] [--query-len Q] [--out-len O] [--rate R]\n"
-    "                           [--requests R] [--budget BYTES] [--mode lazy|copy|prefix|none|all]\n"
+    "                           [--requests R] [--budget BYTES] [--mode "
+    "lazy|copy|prefix|none|all]\n"
     "                           [--max-batch B] [--seed S] [-t THREADS] [--plot out.png]\n\n"
     "RAG serving benchmark: one Zipf(α) trace over the RAG samples' passages, replayed through\n"
     "the engine's scheduler once per cache mode (fresh model load each, load time excluded).\n"
@@ -680,51 +709,82 @@ static bool parse_modes(const char *s, li_cache_mode *modes, int *n) {
 }
 
 int cmd_bench_rag(int argc, char **argv) {
-    bench_args a = {.mode_s = "all", .n_docs = 0, .k = 3, .out_len = 16, .n_requests = 16,
-                    .max_batch = 4, .alpha = 1.5f, .rate = 0.5f, .seed = 1};
+    bench_args a = {.mode_s = "all",
+                    .n_docs = 0,
+                    .k = 3,
+                    .out_len = 16,
+                    .n_requests = 16,
+                    .max_batch = 4,
+                    .alpha = 1.5f,
+                    .rate = 0.5f,
+                    .seed = 1};
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &a.model, "model (default: the model setup fetched)"},
-        {"--samples", NULL, OPT_STR, &a.samples, "folder of RAG sample JSONs (default " SAMPLES_REL " from the repository root)"},
-        {"--docs", NULL, OPT_INT, &a.n_docs, "document pool size N (default: every passage of the samples)"},
+        {"--samples", NULL, OPT_STR, &a.samples,
+         "folder of RAG sample JSONs (default " SAMPLES_REL " from the repository root)"},
+        {"--docs", NULL, OPT_INT, &a.n_docs,
+         "document pool size N (default: every passage of the samples)"},
         {"--alpha", NULL, OPT_FLOAT, &a.alpha, "Zipf exponent, P(rank r) ∝ r^-α (default 1.5)"},
         {"--k", NULL, OPT_INT, &a.k, "distinct documents per request (default 3)"},
-        {"--doc-len", NULL, OPT_INT, &a.doc_len, "cut documents to at most L tokens (default: as they are)"},
-        {"--query-len", NULL, OPT_INT, &a.query_len, "cut queries to at most Q tokens (default: as they are)"},
-        {"--out-len", NULL, OPT_INT, &a.out_len, "tokens generated per request, greedy, EOS ignored (default 16)"},
-        {"--rate", NULL, OPT_FLOAT, &a.rate, "Poisson arrival rate, requests/s; 0 = all at once (default 0.5)"},
+        {"--doc-len", NULL, OPT_INT, &a.doc_len,
+         "cut documents to at most L tokens (default: as they are)"},
+        {"--query-len", NULL, OPT_INT, &a.query_len,
+         "cut queries to at most Q tokens (default: as they are)"},
+        {"--out-len", NULL, OPT_INT, &a.out_len,
+         "tokens generated per request, greedy, EOS ignored (default 16)"},
+        {"--rate", NULL, OPT_FLOAT, &a.rate,
+         "Poisson arrival rate, requests/s; 0 = all at once (default 0.5)"},
         {"--requests", NULL, OPT_INT, &a.n_requests, "requests in the trace (default 16)"},
-        {"--budget", NULL, OPT_STR, &a.budget_s, "KV pool bytes, K/M/G suffixes (default: max-batch × context)"},
-        {"--mode", NULL, OPT_STR, &a.mode_s, "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
+        {"--budget", NULL, OPT_STR, &a.budget_s,
+         "KV pool bytes, K/M/G suffixes (default: max-batch × context)"},
+        {"--mode", NULL, OPT_STR, &a.mode_s,
+         "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
         {"--max-batch", NULL, OPT_INT, &a.max_batch, "requests running at once (default 4)"},
         {"--seed", NULL, OPT_U64, &a.seed, "trace seed (default 1)"},
         {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
-        {"--plot", NULL, OPT_STR, &a.plot, "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
-        {"--trace", NULL, OPT_STR, &a.trace, "write the trace: per request 'arrival_ms query rank@doc …'"},
+        {"--plot", NULL, OPT_STR, &a.plot,
+         "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
+        {"--trace", NULL, OPT_STR, &a.trace,
+         "write the trace: per request 'arrival_ms query rank@doc …'"},
         {"--dry-run", NULL, OPT_FLAG, &a.dry_run, "make (and --trace) the workload, run nothing"},
     };
     const char *pos[1];
     int n_pos;
-    int r = cli_parse_args(argc, argv, usage_text, opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    int r =
+        cli_parse_args(argc, argv, usage_text, opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     li_cache_mode modes[MAX_MODES];
     int n_modes;
     int64_t budget = 0;
     if (!parse_modes(a.mode_s, modes, &n_modes)) {
-        fprintf(stderr, "lazyinfer bench rag: --mode '%s': expected lazy, copy, prefix, none, full, "
-                        "a comma list of them, or all\n", a.mode_s);
+        fprintf(stderr,
+                "lazyinfer bench rag: --mode '%s': expected lazy, copy, prefix, none, full, "
+                "a comma list of them, or all\n",
+                a.mode_s);
         return 2;
     }
     if (a.budget_s && !parse_bytes(a.budget_s, &budget)) {
-        fprintf(stderr, "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
-                        "K/M/G suffix (e.g. 256M)\n", a.budget_s);
+        fprintf(stderr,
+                "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
+                "K/M/G suffix (e.g. 256M)\n",
+                a.budget_s);
         return 2;
     }
     if (a.k < 1 || a.k > MAX_K || a.out_len < 1 || a.n_requests < 1 ||
         a.n_requests > MAX_REQUESTS || a.max_batch < 1 || a.n_threads < 0 || a.n_docs < 0 ||
         a.doc_len < 0 || a.query_len < 0 || !(a.rate >= 0) || !(a.alpha >= 0 && a.alpha <= 100)) {
-        fprintf(stderr, "lazyinfer bench rag: out of range: need 1 <= --k <= %d, --out-len >= 1, "
-                        "1 <= --requests <= %d, --max-batch >= 1, 0 <= --alpha <= 100, and "
-                        "--docs, --doc-len, --query-len, --rate, -t >= 0\n", MAX_K, MAX_REQUESTS);
+        fprintf(stderr,
+                "lazyinfer bench rag: out of range: need 1 <= --k <= %d, --out-len >= 1, "
+                "1 <= --requests <= %d, --max-batch >= 1, 0 <= --alpha <= 100, and "
+                "--docs, --doc-len, --query-len, --rate, -t >= 0\n",
+                MAX_K, MAX_REQUESTS);
+        return 2;
+    }
+    if (a.plot && strpbrk(a.plot, "'\n\\")) { // it goes into the gnuplot script in quotes
+        fprintf(stderr,
+                "lazyinfer bench rag: --plot '%s': the file name must not contain a quote, "
+                "backslash or newline\n",
+                a.plot);
         return 2;
     }
     const char *dir = a.samples ? a.samples : default_samples();
@@ -732,8 +792,10 @@ int cmd_bench_rag(int argc, char **argv) {
     if (load_corpus(&c, dir) != LI_OK) return cli_fail("bench rag: samples");
     if (a.n_docs == 0) a.n_docs = c.n_docs;
     if (a.n_docs > c.n_docs || a.k > a.n_docs) {
-        fprintf(stderr, "lazyinfer bench rag: --docs %d and --k %d need k <= N <= %d (the passages "
-                        "in %s)\n", a.n_docs, a.k, c.n_docs, dir);
+        fprintf(stderr,
+                "lazyinfer bench rag: --docs %d and --k %d need k <= N <= %d (the passages "
+                "in %s)\n",
+                a.n_docs, a.k, c.n_docs, dir);
         corpus_free(&c);
         return 2;
     }
@@ -756,11 +818,12 @@ int cmd_bench_rag(int argc, char **argv) {
         goto done;
     }
     char title[512];
-    snprintf(title, sizeof title,
-             "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, rate %g/s, out %d, budget %s, "
-             "max batch %d, seed %llu",
-             a.n_docs, a.alpha, a.k, a.n_requests, a.rate, a.out_len,
-             a.budget_s ? a.budget_s : "default", a.max_batch, (unsigned long long)a.seed);
+    snprintf(
+        title, sizeof title,
+        "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, rate %g/s, out %d, budget %s, "
+        "max batch %d, seed %llu",
+        a.n_docs, a.alpha, a.k, a.n_requests, a.rate, a.out_len,
+        a.budget_s ? a.budget_s : "default", a.max_batch, (unsigned long long)a.seed);
     printf("%s\n", title);
     printf("samples: %s (%d passages, %d queries)\n", dir, c.n_docs, c.n_queries);
     if (a.dry_run) goto done;
@@ -792,7 +855,8 @@ int cmd_bench_rag(int argc, char **argv) {
     print_table(rows, n_rows, a.n_requests);
     if (a.plot && n_rows > 0) status = plot_cdf(a.plot, rows, n_rows, title);
 done:
-    for (int i = 0; i < MAX_MODES; i++) free(rows[i].ttft_sorted);
+    for (int i = 0; i < MAX_MODES; i++)
+        free(rows[i].ttft_sorted);
     free(tr);
     free(out);
     free(hash0);

@@ -14,10 +14,10 @@
 #include "../src/core/core.h"
 
 typedef struct {
-    int64_t n;            // N: ranks 1..N
-    double alpha;         // α >= 0
-    double *cdf;          // (N) P(rank <= i + 1) for α <= 1.001, else NULL
-    double am1, b, umin;  // rejection constants for α > 1.001
+    int64_t n;           // N: ranks 1..N
+    double alpha;        // α >= 0
+    double *cdf;         // (N) P(rank <= i + 1) for α <= 1.001, else NULL
+    double am1, b, umin; // rejection constants for α > 1.001
 } li_zipf;
 
 // LI_ERR_INVALID_ARG for N < 1 or α outside [0, 100]; LI_ERR_OOM if the table cannot be made.

@@ -45,6 +45,10 @@ li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int m
     s->max_tokens = max_tokens;
     size_t T = (size_t)max_tokens, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
     size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
+    // the gate buffer also holds a decode step's fused outputs: [q | k | v] and [gate | up]
+    size_t gate_n = T * F;
+    if (gate_n < 2 * F) gate_n = 2 * F;
+    if (gate_n < HDh + 2 * KDh) gate_n = HDh + 2 * KDh;
     struct {
         float **p;
         size_t n;
@@ -53,7 +57,7 @@ li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int m
         {&s->x, T * D, "residual stream"}, {&s->xn, T * D, "normalised activations"},
         {&s->q, T * HDh, "queries"},       {&s->k, T * KDh, "keys"},
         {&s->v, T * KDh, "values"},        {&s->att, T * HDh, "attention output"},
-        {&s->gate, T * F, "ffn gate"},     {&s->up, T * F, "ffn up"},
+        {&s->gate, gate_n, "ffn gate"},     {&s->up, T * F, "ffn up"},
         {&s->tmp, T * D, "projection output"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -116,16 +120,25 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
 
         // ---- attention block ----
         op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, T, D, hp->rms_eps);
-        op->matmul(be, s->q, s->xn, &l->wq, T);  // (T, H*Dh)
-        op->matmul(be, s->k, s->xn, &l->wk, T);  // (T, Hkv*Dh)
-        op->matmul(be, s->v, s->xn, &l->wv, T);  // (T, Hkv*Dh)
+        float *q = s->q, *k = s->k, *v = s->v;
+        if (T == 1 && l->wqkv.data) {
+            // decode: one matmul over the fused rows; q, k, v are consecutive slices of a row
+            op->matmul(be, s->gate, s->xn, &l->wqkv, 1);  // (1, H*Dh + 2*Hkv*Dh)
+            q = s->gate;
+            k = q + (size_t)H * Dh;
+            v = k + (size_t)Hkv * Dh;
+        } else {
+            op->matmul(be, q, s->xn, &l->wq, T);  // (T, H*Dh)
+            op->matmul(be, k, s->xn, &l->wk, T);  // (T, Hkv*Dh)
+            op->matmul(be, v, s->xn, &l->wv, T);  // (T, Hkv*Dh)
+        }
         // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        op->rope(be, s->q, b->pos, T, H, Dh, &m->rope);
-        op->rope(be, s->k, b->pos, T, Hkv, Dh, &m->rope);
-        op->kv_store(be, kv, il, s->k, s->v, b->slot, T);
+        op->rope(be, q, b->pos, T, H, Dh, &m->rope);
+        op->rope(be, k, b->pos, T, Hkv, Dh, &m->rope);
+        op->kv_store(be, kv, il, k, v, b->slot, T);
         for (int si = 0; si < b->n_seqs; si++) {
             const li_batch_seq *sq = &b->seqs[si];
-            op->attention(be, s->att + (size_t)sq->t0 * H * Dh, s->q + (size_t)sq->t0 * H * Dh,
+            op->attention(be, s->att + (size_t)sq->t0 * H * Dh, q + (size_t)sq->t0 * H * Dh,
                           sq->n, H, kv, il, &sq->kv, b->kv_first ? b->kv_first + sq->t0 : NULL,
                           b->n_visible + sq->t0, scale, &m->rope);
         }
@@ -142,6 +155,11 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
             op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
             op->fp8_quant_rows(be, qa, sa, s->gate, T, F);
             op->matmul_fp8(be, s->tmp, qa, sa, T, &w8[2]);
+        } else if (T == 1 && l->w_gate_up.data) {
+            // decode: gate and up from one matmul over the fused rows, (1, 2F) = [gate | up]
+            op->matmul(be, s->gate, s->xn, &l->w_gate_up, 1);
+            op->swiglu(be, s->gate, s->gate, s->gate + F, F);
+            op->matmul(be, s->tmp, s->gate, &l->w_down, 1);  // (1, D)
         } else {
             op->matmul(be, s->gate, s->xn, &l->w_gate, T);  // (T, F)
             op->matmul(be, s->up, s->xn, &l->w_up, T);      // (T, F)

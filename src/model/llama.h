@@ -24,6 +24,11 @@ typedef struct {
     li_weight w_gate;     // (F, D)
     li_weight w_up;       // (F, D)
     li_weight w_down;     // (D, F)
+    // The same rows back to back, for one matmul per group when T == 1 (decode): fewer
+    // synchronisations per token. wq/wk/wv and w_gate/w_up are views into these; data NULL when
+    // the weights could not be fused (mixed dtypes).
+    li_weight wqkv;       // (H*Dh + 2*Hkv*Dh, D)
+    li_weight w_gate_up;  // (2F, D)
 } li_llama_layer;
 
 typedef struct {

@@ -240,6 +240,51 @@ static li_status load_hf(li_llama *m, const char *dir, li_backend *be, bool meta
     return LI_OK;
 }
 
+// Frees a buffer the store owns (no-op for pointers into a mapping).
+static void store_drop(li_weight_store *st, void *p) {
+    for (int i = 0; i < st->n_owned; i++)
+        if (st->owned[i] == p) {
+            li_free(p);
+            st->owned[i] = st->owned[--st->n_owned];
+            return;
+        }
+}
+
+// Copies the rows of `parts` (same dtype and width) into one buffer and repoints each part at
+// its slice, so the group can run as one matmul.
+static li_status fuse(li_weight_store *st, li_weight *fused, li_weight *const *parts, int n) {
+    int64_t rows = 0, cols = parts[0]->n_cols;
+    li_dtype dt = parts[0]->dtype;
+    for (int i = 0; i < n; i++) {
+        if (parts[i]->dtype != dt || parts[i]->n_cols != cols || !parts[i]->data) return LI_OK;
+        rows += parts[i]->n_rows;
+    }
+    size_t esz = dt == LI_DTYPE_F32 ? 4 : 2;
+    char *buf = li_alloc((size_t)(rows * cols) * esz, "fused weights");
+    if (!buf) return LI_ERR_OOM;
+    LI_TRY(li_store_own(st, buf));
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)(parts[i]->n_rows * cols) * esz;
+        memcpy(buf + off, parts[i]->data, bytes);
+        store_drop(st, parts[i]->data);
+        parts[i]->data = buf + off;
+        off += bytes;
+    }
+    *fused = (li_weight){.dtype = dt, .n_rows = rows, .n_cols = cols, .data = buf};
+    return LI_OK;
+}
+
+static li_status fuse_layers(li_llama *m) {
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        li_llama_layer *l = &m->w.layers[il];
+        li_weight *qkv[] = {&l->wq, &l->wk, &l->wv}, *gu[] = {&l->w_gate, &l->w_up};
+        LI_TRY(fuse(&m->store, &l->wqkv, qkv, 3));
+        LI_TRY(fuse(&m->store, &l->w_gate_up, gu, 2));
+    }
+    return LI_OK;
+}
+
 // ---- synthetic configurations --------------------------------------------------------------
 
 typedef struct {
@@ -382,6 +427,7 @@ li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backen
         li_progress("generating weights", il + 1, hp->n_layer);
     }
 #undef SYNTH
+    if (!metadata_only && (rc = fuse_layers(m)) != LI_OK) goto fail;
     m->has_weights = !metadata_only;
     return LI_OK;
 fail:
@@ -398,6 +444,7 @@ li_status li_llama_load(li_llama *m, const char *path, li_backend *be, bool meta
         rc = load_gguf(m, path, be, metadata_only);
     else
         return li_error_set(LI_ERR_IO, "%s: no such file or directory", path);
+    if (rc == LI_OK && !metadata_only) rc = fuse_layers(m);
     if (rc != LI_OK) {
         li_llama_free(m);
         return rc;

@@ -9,7 +9,10 @@
 // connection thread; returning false when the client is gone or a stop string matched makes the
 // scheduler finish the request at the end of that step, which frees its sequence and pages.
 // After each step the engine collects finished requests with li_result.
+// Diffusion models: the engine takes the waiting requests that share LaCache/FP8 options and
+// decodes them as one li_dllm_generate_batch (no joining mid-way).
 // Streaming responses are MHD callback responses whose reader blocks until text arrives.
+// Not here: TLS (bind to localhost, or put a proxy in front), n > 1, logprobs, tools.
 // Every sreq is reference-counted (connection context, engine, stream response); one mutex
 // (srv->mu) guards every sreq field that two threads touch.
 // Tested by tests/test_server.py (openai client, curl, load test, disconnects).
@@ -327,13 +330,44 @@ static bool submit(li_server *s, sreq *r) {
 // ---- diffusion: requests decoded together by li_dllm_generate_batch --------------------------
 
 typedef struct {
+    li_server *s;
     sreq *r;
     int32_t *ids;  // (n_ids) prompt
     int n_ids;
     bool own_ids;
     li_dllm_params p;
     int32_t *out;  // (p.gen_length) generated canvas
+    int n_use;     // generated tokens returned (max_tokens may cut the canvas)
+    int n_streamed;   // committed prefix already turned into text
+    size_t n_text;    // bytes of that text given to the request
 } dllm_job;
+
+// Appends the text of tokens gen[0, n) beyond what j already gave (engine thread).
+static void dllm_push_text(dllm_job *j, const int32_t *gen, int n) {
+    char *text = NULL;
+    if (li_dllm_detokenize(j->s->m, gen, n, &text) != LI_OK) return;
+    size_t len = strlen(text);
+    if (len > j->n_text) {
+        pthread_mutex_lock(&j->s->mu);
+        if (j->r->t_first == 0) j->r->t_first = now_ms();
+        if (!j->r->stopped) append_text_locked(j->r, text + j->n_text, len - j->n_text);
+        pthread_cond_broadcast(&j->r->cv);
+        pthread_mutex_unlock(&j->s->mu);
+        j->n_text = len;
+    }
+    free(text);
+}
+
+// After every denoising step: stream the committed prefix (tokens before the first mask; SAR
+// never changes a committed token, so the text only grows).
+static void dllm_on_step(void *user, const li_dllm_step *ev) {
+    dllm_job *j = user;
+    int limit = j->n_use < ev->gen_length ? j->n_use : ev->gen_length, n = 0;
+    while (n < limit && ev->gen[n] != ev->mask_id) n++;
+    if (n <= j->n_streamed) return;
+    dllm_push_text(j, ev->gen, n);
+    j->n_streamed = n;
+}
 
 // The options a batch must share (li_dllm_generate_batch): LaCache bits and FP8.
 static unsigned dllm_lacache(const li_api_request *a) {
@@ -349,6 +383,7 @@ static bool dllm_prepare(li_server *s, sreq *r, dllm_job *j) {
     const li_api_request *a = &r->api;
     li_status rc = LI_OK;
     memset(j, 0, sizeof *j);
+    j->s = s;
     j->r = r;
     j->own_ids = true;
     if (a->n_docs) {
@@ -383,6 +418,9 @@ static bool dllm_prepare(li_server *s, sreq *r, dllm_job *j) {
     p->fp8 = a->fp8 == 1;
     if (a->has_temperature) p->temperature = a->temperature;
     p->seed = a->has_seed ? a->seed : fresh_seed(s);
+    p->on_step = dllm_on_step;
+    p->user = j;
+    j->n_use = a->max_tokens > 0 && a->max_tokens < p->gen_length ? a->max_tokens : p->gen_length;
     if (rc == LI_OK) rc = li_dllm_check_params(p);
     int V = li_model_hparams(s->m)->n_vocab;
     for (int i = 0; rc == LI_OK && i < j->n_ids; i++)
@@ -409,10 +447,7 @@ static bool dllm_prepare(li_server *s, sreq *r, dllm_job *j) {
 // Turns the decoded canvas into the answer (rc: how decoding went); frees the job.
 static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg) {
     sreq *r = j->r;
-    const li_api_request *a = &r->api;
-    int n_use = a->max_tokens > 0 && a->max_tokens < j->p.gen_length ? a->max_tokens : j->p.gen_length;
-    int n_gen = n_use;
-    char *text = NULL;
+    int n_use = j->n_use, n_gen = n_use;
     if (rc == LI_OK) {
         int32_t mask, eos, eot;
         li_dllm_special_tokens(s->m, &mask, &eos, &eot);
@@ -421,23 +456,20 @@ static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg
                 n_gen = i;
                 break;
             }
-        rc = li_dllm_detokenize(s->m, j->out, n_use, &text);
-        if (rc != LI_OK) msg = li_last_error();
+        dllm_push_text(j, j->out, n_use);  // the rest of the text (all of it without streaming)
     }
     if (rc != LI_OK) {
         fail_request(s, r, rc, msg);
     } else {
         li_metrics_tokens(&s->mx, n_gen);
         pthread_mutex_lock(&s->mu);
-        r->t_first = now_ms();
-        append_text_locked(r, text, strlen(text));
+        if (r->t_first == 0) r->t_first = now_ms();
         r->n_prompt = j->n_ids;
         r->n_generated = n_gen;
         r->length = !r->stopped && n_gen == n_use;
         done_locked(s, r);
         pthread_mutex_unlock(&s->mu);
     }
-    free(text);
     free(j->out);
     if (j->own_ids) li_free_tokens(j->ids);
 }
@@ -617,8 +649,10 @@ static bool is_done(const sreq *r) {
     return r->state == SR_DONE;
 }
 
-static bool is_started(const sreq *r) {
-    return r->state != SR_QUEUED;
+// A stream's headers wait for its first token (or its end), so that a request the scheduler
+// refuses at admission (larger than the KV budget) still gets a real 4xx status.
+static bool first_token_or_done(const sreq *r) {
+    return r->t_first > 0 || r->state == SR_DONE;
 }
 
 static bool has_output(const sreq *r) {
@@ -817,7 +851,7 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     else s->queue = r;
     s->queue_tail = r;
     pthread_cond_signal(&s->engine_cv);
-    bool here = wait_for(s, r, r->api.stream ? is_started : is_done);
+    bool here = wait_for(s, r, r->api.stream ? first_token_or_done : is_done);
     if (!here) {  // client gone: the engine drops it (queued) or on_token stops it (running)
         pthread_mutex_unlock(&s->mu);
         return MHD_NO;

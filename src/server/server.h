@@ -4,7 +4,7 @@
 // (api.c), put them on a bounded queue and wait on the request's condition variable. ONE engine
 // thread owns the li_model: between li_step calls it submits queued requests (li_submit), the
 // on_token callback appends text to the request and wakes its connection thread. Diffusion models
-// run one request at a time in the engine thread (li_dllm_generate). See docs/SERVER.md.
+// decode the requests waiting together as one li_dllm_generate_batch. See docs/SERVER.md.
 // Not here: option parsing (tools/cmd-serve.c). Tested by tests/test_server.py.
 #ifndef LI_SERVER_H
 #define LI_SERVER_H

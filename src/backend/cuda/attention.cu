@@ -16,13 +16,19 @@
 // n_split ranges; each writes unnormalised (o, m, l) partials and attention_kernel_combine merges
 // them: M = max m_s, w_s = exp(m_s - M), out = Σ w_s o_s / Σ w_s l_s (two passes).
 //
+// Two kernels with that grid and those results: attention_kernel_warp (G 1/2/4/8, Dh 64/128, i.e.
+// every Llama-family shape; below) and attention_kernel_paged (any shape; shared memory, 32 keys
+// per chunk). LI_CUDA_ATTN_GENERIC=1 forces the generic one.
+//
 // Napkin maths (decode, Llama-3.1-8B heads: Hkv 8, Dh 128, ctx 20K): K + V of one layer are
-// 20000 * 8 * 128 * 4 B * 2 = 164 MB, 34 µs at the H200's 4.8 TB/s. This kernel loads through
-// shared memory with plain coalesced fp32 loads and three barriers per chunk; expect well under
-// the ceiling (gpu-check prints the measured GB/s). Where the fast versions go (issue 4, grown in
-// dev/cuda/ first): decode — cp.async/TMA double-buffered page loads, keys split across warps with
-// a warp-level softmax merge, bf16 KV; prefill — a flash-attention tile kernel with wgmma
-// (tensor cores) over Q tiles of 64 rows, K tiles rotated per page in shared memory.
+// 20000 * 8 * 128 * 4 B * 2 = 164 MB, 34 µs at the H200's 4.8 TB/s. Measured on an H200
+// (gpu-check's timing, 2026-11-30): the warp kernel 0.089 ms at batch 1 (~1.85 TB/s, also at batch
+// 16/64 as one launch per sequence), the generic kernel ~0.31 ms (~0.52 TB/s); Δ rotation costs
+// ~3% (each warp rotates its own query at its first page). Where the fast versions go (issue 4,
+// grown in dev/cuda/ first): decode — cp.async/TMA double-buffered page loads, bf16 KV, the query
+// rotated once per document in a pre-pass, one launch for a batch of sequences; prefill — a
+// flash-attention tile kernel with wgmma (tensor cores) over Q tiles of 64 rows, K tiles rotated
+// per page in shared memory.
 //
 // Tested by tests/gpu/gpu-check.c against ref_attention (ops-ref.c): GQA 1..8, P 1/16/64, random
 // Δ per document, kv_first, lengths not a multiple of P, split and unsplit.
@@ -147,6 +153,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 float sum = pr;
                 for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (lane < nc) ps[g * C + lane] = pr;
+                __syncwarp();  // every lane has read mrow[g] before lane 0 replaces it
                 if (lane == 0) {
                     mrow[g] = m_new;
                     lrow[g] = al * lrow[g] + sum;
@@ -237,29 +244,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
         const int64_t id = (int64_t)(w & ((1ull << 26) - 1));
         const int64_t delta = a.rotate ? (int64_t)(w >> 35) : 0;
-        if (delta != cur_delta) {  // q' = R_-Δ q (a' = a c + b s, b' = b c - a s), this warp only
-            for (int i = lane; i < G * Dh; i += 32) qr[i] = qsh[i];
-            __syncwarp();
-            if (delta != 0) {
-                const int pairs = r.n_dims / 2;
-                for (int i = lane; i < G * pairs; i += 32) {
-                    int g = i / pairs, pi = i - g * pairs, ia, ib;
-                    float c, s;
-                    rope_sincos((double)delta, r.inv_freq[pi], &c, &s);
-                    rope_pair(r, pi, &ia, &ib);
-                    float x = qsh[g * Dh + ia], y = qsh[g * Dh + ib];
-                    qr[g * Dh + ia] = x * c + y * s;
-                    qr[g * Dh + ib] = y * c - x * s;
-                }
-            }
-            __syncwarp();
-#pragma unroll
-            for (int g = 0; g < G; g++)
-#pragma unroll
-                for (int i = 0; i < DV; i++) qreg[g][i] = qr[g * Dh + lane + 32 * i];
-            __syncwarp();  // qr is rewritten at the next Δ change
-            cur_delta = delta;
-        }
         const float *kbase = a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
         const float *vbase = kbase + (int64_t)a.Hkv * head_stride;
         for (int c0 = 0; c0 < cnt; c0 += KB) {
@@ -274,6 +258,31 @@ __global__ void __launch_bounds__(ATT_THREADS)
                     kr[c][i] = in ? kbase[(int64_t)(c0 + c) * Dh + lane + 32 * i] : 0.0f;
                     vr[c][i] = in ? vbase[(int64_t)(c0 + c) * Dh + lane + 32 * i] : 0.0f;
                 }
+            // q' = R_-Δ q (a' = a c + b s, b' = b c - a s), this warp only; after the first K/V loads
+            // are issued, so that the rotation's latency hides behind them
+            if (c0 == 0 && delta != cur_delta) {
+                for (int i = lane; i < G * Dh; i += 32) qr[i] = qsh[i];
+                __syncwarp();
+                if (delta != 0) {
+                    const int pairs = r.n_dims / 2;
+                    for (int i = lane; i < G * pairs; i += 32) {
+                        int g = i / pairs, pi = i - g * pairs, ia, ib;
+                        float c, s;
+                        rope_sincos((double)delta, r.inv_freq[pi], &c, &s);
+                        rope_pair(r, pi, &ia, &ib);
+                        float x = qsh[g * Dh + ia], y = qsh[g * Dh + ib];
+                        qr[g * Dh + ia] = x * c + y * s;
+                        qr[g * Dh + ib] = y * c - x * s;
+                    }
+                }
+                __syncwarp();
+#pragma unroll
+                for (int g = 0; g < G; g++)
+#pragma unroll
+                    for (int i = 0; i < DV; i++) qreg[g][i] = qr[g * Dh + lane + 32 * i];
+                __syncwarp();  // qr is rewritten at the next Δ change
+                cur_delta = delta;
+            }
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float s[KB];
@@ -382,15 +391,43 @@ __global__ void attention_kernel_combine(float *out, const float *part_o, const 
     }
 }
 
-// Split-K only when T * Hkv blocks leave most of the GPU idle: aim at ~4 blocks per SM (a block
-// holds ~46 KB of shared memory at G 8, Dh 128, so 4 fit), with >= 4 pages per range so that a
-// range amortises its query load and rotation.
-extern "C" void li_cuda_attention_plan(int T, int Hkv, int n_pages, int n_sm, int *n_split,
-                                       int *pages_per_split) {
-    int64_t base = (int64_t)T * Hkv, target = 4 * (int64_t)(n_sm > 0 ? n_sm : 132);
+// Blocks of the kernel serving (G, Dh) that fit on one SM (occupancy), cached per warp-kernel
+// shape; at least 1.
+static int blocks_per_sm(int G, int Dh) {
+    static int cache[9][2];  // [G][Dh == 128]; 0 = not computed (a benign race: same value)
+    attn_kernel_fn wk = warp_kernel_for(G, Dh);
+    int *slot = wk ? &cache[G][Dh == 128] : NULL;
+    if (slot && *slot) return *slot;
+    int nb = 0;
+    cudaError_t e;
+    if (wk) {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, wk, ATT_THREADS, 0);
+    } else {
+        size_t smem = attn_smem_floats(G, Dh) * sizeof(float);
+        if (smem > 48 * 1024)
+            cudaFuncSetAttribute(attention_kernel_paged, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)smem);
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, attention_kernel_paged, ATT_THREADS,
+                                                          smem);
+    }
+    if (e != cudaSuccess || nb < 1) {
+        cudaGetLastError();  // clear it: the launch itself will report a real problem
+        nb = 1;
+    }
+    if (slot) *slot = nb;
+    return nb;
+}
+
+// Split-K only when T * Hkv blocks leave SMs idle: as many key ranges as fill one wave of resident
+// blocks (n_sm * occupancy; floor, so that no second, mostly empty wave follows), with >= 4 pages
+// per range so that a range amortises its query load and rotation.
+extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int n_pages, int n_sm,
+                                       int *n_split, int *pages_per_split) {
+    int64_t base = (int64_t)T * Hkv;
+    int64_t target = (int64_t)(n_sm > 0 ? n_sm : 132) * blocks_per_sm(G, Dh);
     int ns = 1;
-    if (base < target && n_pages >= 8) {
-        ns = (int)((target + base - 1) / base);
+    if (2 * base <= target && n_pages >= 8) {
+        ns = (int)(target / base);
         if (ns > n_pages / 4) ns = n_pages / 4;
         if (ns > 256) ns = 256;
         if (ns < 1) ns = 1;

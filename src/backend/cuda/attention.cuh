@@ -23,11 +23,11 @@ typedef struct {
     float *part_ml;            // (T, H, n_split, 2) partial (max, sum) (n_split > 1)
 } li_cuda_attn_args;
 
-// Host-side plan: how many key ranges (split-K) for T rows, Hkv heads and n_pages pages on a GPU
-// with n_sm multiprocessors. Fills *n_split and *pages_per_split; the partial buffers need
-// T * H * n_split * (Dh + 2) floats when *n_split > 1.
-LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int n_pages, int n_sm, int *n_split,
-                                        int *pages_per_split);
+// Host-side plan: how many key ranges (split-K) for T rows, Hkv kv heads of G query heads each,
+// head dim Dh and n_pages pages on a GPU with n_sm multiprocessors. Fills *n_split and
+// *pages_per_split; the partial buffers need T * H * n_split * (Dh + 2) floats when *n_split > 1.
+LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int n_pages, int n_sm,
+                                        int *n_split, int *pages_per_split);
 // rope may be NULL when a->rotate == 0.
 LI_CUDA_API cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_args *a,
                                           const li_cuda_rope_args *rope);

@@ -1,7 +1,7 @@
 // backend-cuda.c — the CUDA backend's host side (C11): creation and teardown, first-error
 // recording, device-memory helpers, the cuBLASLt GEMM with its per-shape plan cache, and the op
 // table li_cuda_ops, which converts the backend.h structs into the plain launcher arguments of the
-// kernels (pointwise.cu, attention.cu, sample.cu).
+// kernels (pointwise.cu, attention.cu, sample.cu, dllm.cu).
 //
 // Not here: kernels; engine integration (weights, KV pool and activations living in device memory,
 // CUDA graphs) — see docs/CUDA.md. Tested by tests/gpu/gpu-check.c on a GPU machine
@@ -15,6 +15,7 @@
 
 #include "attention.cuh"
 #include "backend-cuda.h"
+#include "dllm.cuh"
 #include "pointwise.cuh"
 #include "sample.cuh"
 
@@ -478,7 +479,12 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
     a.n_visible = n_visible;
     a.scale = scale;
     a.rotate = rope != NULL;
-    li_cuda_attention_plan(T, a.Hkv, a.n_pages, im->n_sm, &a.n_split, &a.pages_per_split);
+    if (a.Hkv <= 0 || H % a.Hkv) {
+        record(im, LI_ERR_INVALID_ARG, "cuda attention: H %d is not a multiple of Hkv %d", H, a.Hkv);
+        return;
+    }
+    li_cuda_attention_plan(T, a.Hkv, H / a.Hkv, a.Dh, a.n_pages, im->n_sm, &a.n_split,
+                           &a.pages_per_split);
     if (a.n_split > 1) {
         size_t n_o = (size_t)T * H * a.n_split * a.Dh, n_ml = (size_t)T * H * a.n_split * 2;
         float *part = scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float),
@@ -512,8 +518,38 @@ static int32_t cu_sample(li_backend *be, const float *logits, int V, const li_sa
     return tok;
 }
 
-// The diffusion / FP8 ops (flash_attn_tiles, flash_attn_finalize, fp8_quant_rows, matmul_fp8)
-// are not written yet: NULL = unsupported (docs/CUDA.md).
+// ---- diffusion / FP8 ops (dllm.cu) --------------------------------------------------------------
+
+static void cu_flash_attn_tiles(li_backend *be, float *o, float *m, float *l, const float *q,
+                                int nq, int H, const float *k, const float *v, int nk, int Hkv,
+                                int Dh, int tile, float scale) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "flash_attn_tiles", li_cuda_flash_attn_tiles(im->stream, o, m, l, q, nq, H, k, v,
+                                                             nk, Hkv, Dh, tile, scale));
+}
+
+static void cu_flash_attn_finalize(li_backend *be, float *out, const float *o, const float *l,
+                                   int64_t n, int Dh) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "flash_attn_finalize", li_cuda_flash_attn_finalize(im->stream, out, o, l, n, Dh));
+}
+
+static void cu_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
+                              int K) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "fp8_quant_rows", li_cuda_fp8_quant_rows(im->stream, q, scale, x, T, K));
+}
+
+static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
+                          const li_fp8_weight *W) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "matmul_fp8", li_cuda_matmul_fp8(im->stream, y, qa, sa, T, W->q, W->scale,
+                                                 W->n_rows, W->n_cols));
+}
+
+_Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
+_Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
+
 const li_backend_ops li_cuda_ops = {
     .name = "cuda",
     .embed = cu_embed,
@@ -527,4 +563,8 @@ const li_backend_ops li_cuda_ops = {
     .swiglu = cu_swiglu,
     .softmax = cu_softmax,
     .sample = cu_sample,
+    .flash_attn_tiles = cu_flash_attn_tiles,
+    .flash_attn_finalize = cu_flash_attn_finalize,
+    .fp8_quant_rows = cu_fp8_quant_rows,
+    .matmul_fp8 = cu_matmul_fp8,
 };
