@@ -16,6 +16,20 @@ for t in "$BUILD"/tests/test-*; do
   if [ "$f" -ne 0 ]; then failed_names+=("$name"); sed 's/^/  | /' "$BUILD/tests/$name.stderr" | tail -40; fi
   pass=$((pass + p)); fail=$((fail + f))
 done
+# The CUDA backend must keep compiling even where no GPU runs it (make CUDA=1, sm_90a).
+echo "== cuda build"
+if [ -n "${LI_SKIP_CUDA_BUILD:-}" ]; then
+  echo "SKIP: cuda build: LI_SKIP_CUDA_BUILD is set"
+elif command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  if PATH="$PATH:/usr/local/cuda/bin" make --no-print-directory CUDA=1 all >"$BUILD/cuda-build.log" 2>&1; then
+    echo "PASS: make CUDA=1 builds the CUDA backend"; pass=$((pass + 1))
+  else
+    echo "FAIL: make CUDA=1 (see $BUILD/cuda-build.log)"; tail -20 "$BUILD/cuda-build.log" | sed 's/^/  | /'
+    fail=$((fail + 1)); failed_names+=("cuda-build")
+  fi
+else
+  echo "SKIP: cuda build: no nvcc on this machine"
+fi
 if ls tests/test_*.py >/dev/null 2>&1; then
   echo "== pytest"
   out=$(BIN=${BIN:-./lazyinfer} .venv/bin/python -m pytest -q -p no:cacheprovider tests/ 2>&1); rc=$?

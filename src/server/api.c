@@ -271,6 +271,9 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
     x = -1;
     if (!get_int(o, "top_k", 0, 1 << 24, &x, err)) return false;
     r->top_k = (int)x;
+    int ignore_eos = 0;
+    if (!get_bool(o, "ignore_eos", &ignore_eos, err)) return false;
+    r->ignore_eos = ignore_eos;
     const json_t *seed = json_object_get(o, "seed");
     if (seed && !json_is_null(seed)) {
         if (!json_is_integer(seed)) return BAD("seed", "'seed' must be an integer");

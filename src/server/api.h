@@ -47,6 +47,7 @@ typedef struct {
     bool has_temperature, has_top_p, has_seed;
     double temperature, top_p;
     int top_k;                   // extension, -1: not given
+    bool ignore_eos;             // extension (as vLLM): generate max_tokens even past EOS
     double min_p;                // extension, < 0: not given
     uint64_t seed;
     char *stop[LI_API_MAX_STOP];

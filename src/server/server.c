@@ -289,7 +289,7 @@ static bool submit(li_server *s, sreq *r) {
         q.query = a->prompt;
     }
     q.gen = li_generate_default_params();
-    q.gen.stop_at_eos = true;
+    q.gen.stop_at_eos = !a->ignore_eos;
     q.gen.on_token = on_token;
     q.gen.user = r;
     // OpenAI semantics: temperature 1 and top_p 1 unless given; no top-k / min-p unless given.

@@ -9,8 +9,8 @@
 //
 // Run: make CUDA=1 gpu-check (on the GPU machine; LI_GPU=N picks the device, LI_TEST_SEED=N
 // reproduces a run, LI_GPU_CHECK_NO_BENCH=1 skips the timing, LI_GPU_CHECK_ONLY=attention,sample
-// runs only those groups). Without a usable GPU it prints SKIP with the reason and exits 0. Not here:
-// whole-model checks (issue 4, after engine integration).
+// runs only those groups). Without a usable GPU it prints SKIP with the reason and exits 0. Not
+// here: whole-model checks (issue 4, after engine integration).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,7 +120,9 @@ static int dguard_ok(const dbuf *b) {
     free(want);
     return ok;
 }
-static void dget(void *host, const dbuf *b) { need(li_backend_cuda_download(gpu, host, b->p, b->n), "download"); }
+static void dget(void *host, const dbuf *b) {
+    need(li_backend_cuda_download(gpu, host, b->p, b->n), "download");
+}
 static void dfree(dbuf *b) {
     li_backend_cuda_free(gpu, b->base);
     memset(b, 0, sizeof *b);
@@ -172,7 +174,8 @@ static void test_embed(void) {
                 CHECK_BACKEND();
                 dget(o2, &go);
                 // a copy (bf16 -> f32 is exact): bit-identical
-                CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu", g_seed);
+                CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu",
+                      g_seed);
                 CHECK(dguard_ok(&go), "guard damaged; seed %llu", g_seed);
                 dfree(&gw);
                 dfree(&gt);
@@ -280,7 +283,8 @@ static void test_add_swiglu(void) {
 }
 
 static void test_softmax(void) {
-    const int shapes[][2] = {{1, 1}, {3, 31}, {17, 67}, {9, 577}, {2, 49152}, {64, 512}, {1, 128256}};
+    const int shapes[][2] = {{1, 1},     {3, 31},   {17, 67},   {9, 577},
+                             {2, 49152}, {64, 512}, {1, 128256}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int rows = shapes[i][0], n = shapes[i][1];
         long m = (long)rows * n;
@@ -333,7 +337,8 @@ static void test_matmul(void) {
             int N = shapes[s][0], K = shapes[s][1], T = mts[it];
             if ((long)N * K * T > 80000000) continue;  // keep the fp64 oracle under ~1 s per case
             size_t yoff = (s == 2 && it == 1) ? 4 : 0;  // one case with y not 256-byte aligned
-            TEST_BEGIN(NAME("matmul bf16 N=%d K=%d T=%d%s", N, K, T, yoff ? " (y misaligned)" : ""));
+            TEST_BEGIN(
+                NAME("matmul bf16 N=%d K=%d T=%d%s", N, K, T, yoff ? " (y misaligned)" : ""));
             uint16_t *w = bf16_weights((int64_t)N * K, 1.0f);
             float *x = xmalloc(sizeof(float) * T * K), *xr = xmalloc(sizeof(float) * T * K);
             float *y1 = xmalloc(sizeof(float) * T * N), *y2 = xmalloc(sizeof(float) * T * N);
@@ -354,7 +359,8 @@ static void test_matmul(void) {
             CHECK(e <= TOL_MATMUL_BF16, "error vs f32 x %g; seed %llu", e, g_seed);
             CHECK(e3 <= TOL_MATMUL_EXACT_X, "error vs bf16-rounded x %g; seed %llu", e3, g_seed);
             CHECK(!test_has_nan(y2, (long)T * N), "NaN; seed %llu", g_seed);
-            CHECK(dguard_ok(&gw) && dguard_ok(&gx) && dguard_ok(&gy), "guard damaged; seed %llu", g_seed);
+            CHECK(dguard_ok(&gw) && dguard_ok(&gx) && dguard_ok(&gy), "guard damaged; seed %llu",
+                  g_seed);
             dfree(&gw);
             dfree(&gx);
             dfree(&gy);
@@ -404,11 +410,12 @@ static void test_rope(void) {
     for (int ci = 0; ci < 3; ci++)
         for (int di = 0; di < 4; di++)
             for (int lay = 0; lay < 2; lay++) {
-                int Dh = dhs[di][0], nd = dhs[di][1], T = (ci == 2 && di == 3) ? 300 : Ts[(ci + di) % 3];
+                int Dh = dhs[di][0], nd = dhs[di][1],
+                    T = (ci == 2 && di == 3) ? 300 : Ts[(ci + di) % 3];
                 int nh = randint(1, 9);
                 li_rope_table tab = table_for(ci, lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX, nd);
-                TEST_BEGIN(NAME("rope %s table %d T=%d nh=%d Dh=%d n_dims=%d", lay ? "gptj" : "neox",
-                                ci, T, nh, Dh, nd));
+                TEST_BEGIN(NAME("rope %s table %d T=%d nh=%d Dh=%d n_dims=%d",
+                                lay ? "gptj" : "neox", ci, T, nh, Dh, nd));
                 long n = (long)T * nh * Dh;
                 float *x = xmalloc(sizeof(float) * n), *x0 = xmalloc(sizeof(float) * n);
                 float *o2 = xmalloc(sizeof(float) * n);
@@ -499,9 +506,12 @@ static void test_kv_copy_rotate(void) {
     for (int rep = 0; rep < 8; rep++) {
         int P = (int[]){1, 16, 64, 7}[rep % 4], Dh = (int[]){64, 18, 128, 64}[rep % 4];
         li_kv_storage kv = {randint(1, 3), randint(1, 8), Dh, P, randint(3, 6), NULL};
-        int64_t src = randint(0, (int)kv.n_pages - 1), dst = (src + randint(1, (int)kv.n_pages - 1)) % kv.n_pages;
+        int64_t src = randint(0, (int)kv.n_pages - 1),
+                dst = (src + randint(1, (int)kv.n_pages - 1)) % kv.n_pages;
         int count = randint(1, P);
-        int64_t delta = rep == 0 ? 0 : rep == 1 ? -randint(1, 5000) : randint(1, rep == 7 ? 100000000 : 50000);
+        int64_t delta = rep == 0   ? 0
+                        : rep == 1 ? -randint(1, 5000)
+                                   : randint(1, rep == 7 ? 100000000 : 50000);
         li_rope_table tab = table_for(rep % 3, rep % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX,
                                       rep == 3 ? Dh / 2 : Dh);
         TEST_BEGIN(NAME("kv_copy_rotate L=%d Hkv=%d Dh=%d P=%d count=%d delta=%lld", kv.n_layer,
@@ -584,7 +594,8 @@ static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys
 // 2 prefill with every Δ = 0 and rope NULL / 3 prefill with a first visible key.
 static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, int mode,
                            int doc_max) {
-    const char *mode_name = (const char *[]){"decode", "prefill", "prefill Δ=0", "prefill kv_first"}[mode];
+    const char *mode_name =
+        (const char *[]){"decode", "prefill", "prefill Δ=0", "prefill kv_first"}[mode];
     paged_seq s;
     make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, doc_max);
     int H = G * Hkv, il = 1;
@@ -614,8 +625,10 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     kvd.data = dnew(&gpool, sizeof(float) * pool_n, s.kv.data);
     li_kv_seq seqd = {dnew(&gpages, sizeof(uint64_t) * s.n_pages, s.pages), s.n_pages};
     float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
-    int32_t *dnv = dnew(&gnv, sizeof(int32_t) * T, nv), *dfirst = dnew(&gfirst, sizeof(int32_t) * T, first);
-    gpu->ops->attention(gpu, dout, dq, T, H, &kvd, il, &seqd, mode == 3 ? dfirst : NULL, dnv, scale, rp);
+    int32_t *dnv = dnew(&gnv, sizeof(int32_t) * T, nv),
+            *dfirst = dnew(&gfirst, sizeof(int32_t) * T, first);
+    gpu->ops->attention(gpu, dout, dq, T, H, &kvd, il, &seqd, mode == 3 ? dfirst : NULL, dnv, scale,
+                        rp);
     CHECK_BACKEND();
     dget(o2, &go);
     double e = test_nmse(o2, o1, qn);
@@ -693,7 +706,8 @@ static void test_sample(void) {
         li_sampler_config g = {0, 0, 1, 0};
         double u = li_rng_uniform(&rng);
         int32_t a = ref->ops->sample(ref, lg, V, &g, u), b = gpu->ops->sample(gpu, dl, V, &g, u);
-        if (a != b && bad++ < 5) fprintf(stderr, "  trial %d V=%d: oracle %d gpu %d\n", tr, V, a, b);
+        if (a != b && bad++ < 5)
+            fprintf(stderr, "  trial %d V=%d: oracle %d gpu %d\n", tr, V, a, b);
     }
     CHECK(bad == 0, "%d of 100 greedy draws differ; seed %llu", bad, g_seed);
     CHECK_BACKEND();
@@ -718,7 +732,8 @@ static void test_sample(void) {
         if (cfg.top_k < 0) cfg.top_k = V + 7;
         double u = tr % 50 == 1 ? 0.0 : tr % 50 == 2 ? 1.0 - 0x1p-53 : li_rng_uniform(&rng);
         need(li_backend_cuda_upload(gpu, dl, lg, sizeof(float) * V), "upload");
-        int32_t a = ref->ops->sample(ref, lg, V, &cfg, u), b = gpu->ops->sample(gpu, dl, V, &cfg, u);
+        int32_t a = ref->ops->sample(ref, lg, V, &cfg, u),
+                b = gpu->ops->sample(gpu, dl, V, &cfg, u);
         if (a != b || b < 0 || b >= V) {
             if (mism++ < 5)
                 fprintf(stderr, "  trial %d V=%d temp=%g top_k=%d top_p=%g min_p=%g u=%.17g: "
@@ -756,7 +771,8 @@ static void test_sample(void) {
         }
         double worst = 0;
         for (int i = 0; i < VV; i++) {
-            double pi = p[i] / z, sd = sqrt(pi * (1 - pi) / ND), dev = fabs((double)cnt[i] / ND - pi);
+            double pi = p[i] / z, sd = sqrt(pi * (1 - pi) / ND),
+                   dev = fabs((double)cnt[i] / ND - pi);
             if (sd > 0 && dev / sd > worst) worst = dev / sd;
         }
         CHECK(out_of_range == 0, "%d tokens out of range", out_of_range);
@@ -802,9 +818,11 @@ static void test_flash_attn(void) {
         // two calls, the later keys first (FACache order): the state must carry across calls
         int split = (nk / 2) / tile * tile;
         size_t ks = (size_t)split * Hkv * Dh;
-        ref->ops->flash_attn_tiles(ref, o, m, l, q, nq, H, k + ks, v + ks, nk - split, Hkv, Dh, tile, scale);
+        ref->ops->flash_attn_tiles(ref, o, m, l, q, nq, H, k + ks, v + ks, nk - split, Hkv, Dh,
+                                   tile, scale);
         ref->ops->flash_attn_tiles(ref, o, m, l, q, nq, H, k, v, split, Hkv, Dh, tile, scale);
-        gpu->ops->flash_attn_tiles(gpu, dO, dm, dl, dq, nq, H, dk + ks, dv + ks, nk - split, Hkv, Dh, tile, scale);
+        gpu->ops->flash_attn_tiles(gpu, dO, dm, dl, dq, nq, H, dk + ks, dv + ks, nk - split, Hkv,
+                                   Dh, tile, scale);
         gpu->ops->flash_attn_tiles(gpu, dO, dm, dl, dq, nq, H, dk, dv, split, Hkv, Dh, tile, scale);
         dget(m2, &gm);
         dget(l2, &gl);
@@ -821,7 +839,8 @@ static void test_flash_attn(void) {
                   dguard_ok(&gm) && dguard_ok(&gl),
               "guard damaged; seed %llu", g_seed);
         dfree(&gq), dfree(&gk), dfree(&gv), dfree(&go), dfree(&gm), dfree(&gl);
-        free(q), free(k), free(v), free(o), free(m), free(l), free(out), free(o2), free(m2), free(l2);
+        free(q), free(k), free(v), free(o), free(m), free(l), free(out), free(o2), free(m2),
+            free(l2);
         TEST_END();
     }
 }
@@ -835,7 +854,8 @@ static void test_fp8(void) {
             TEST_BEGIN(NAME("fp8_quant_rows T=%d K=%d (bit-exact)", T, K));
             float *x = xmalloc(sizeof(float) * T * K);
             for (long i = 0; i < (long)T * K; i++) x[i] = randn() * (float)pow(10, randint(-6, 3));
-            if (K >= 129) memset(x + 128, 0, sizeof(float) * (K - 128 < 128 ? K - 128 : 128));  // a zero group
+            if (K >= 129)
+                memset(x + 128, 0, sizeof(float) * (K - 128 < 128 ? K - 128 : 128)); // a zero group
             if (K >= 3) x[2] = 1e6f;  // saturates
             uint8_t *q1 = xmalloc((size_t)T * K), *q2 = xmalloc((size_t)T * K);
             float *s1 = xmalloc(sizeof(float) * T * G), *s2 = xmalloc(sizeof(float) * T * G);
@@ -850,7 +870,8 @@ static void test_fp8(void) {
             dget(s2, &gs);
             CHECK(memcmp(q1, q2, (size_t)T * K) == 0, "codes differ; seed %llu", g_seed);
             CHECK(memcmp(s1, s2, sizeof(float) * T * G) == 0, "scales differ; seed %llu", g_seed);
-            CHECK(dguard_ok(&gx) && dguard_ok(&gq) && dguard_ok(&gs), "guard damaged; seed %llu", g_seed);
+            CHECK(dguard_ok(&gx) && dguard_ok(&gq) && dguard_ok(&gs), "guard damaged; seed %llu",
+                  g_seed);
             dfree(&gx), dfree(&gq), dfree(&gs);
             free(x), free(q1), free(q2), free(s1), free(s2);
             TEST_END();
@@ -874,15 +895,16 @@ static void test_fp8(void) {
             li_fp8_weight Wh = {N, K, wq, ws};
             ref->ops->matmul_fp8(ref, y1, qa, sa, T, &Wh);
             dbuf gqa, gsa, gwq, gws, gy;
-            li_fp8_weight Wd = {N, K, dnew(&gwq, (size_t)N * K, wq), dnew(&gws, sizeof(float) * GN * GK, ws)};
+            li_fp8_weight Wd = {N, K, dnew(&gwq, (size_t)N * K, wq),
+                                dnew(&gws, sizeof(float) * GN * GK, ws)};
             uint8_t *dqa = dnew(&gqa, (size_t)T * K, qa);
             float *dsa = dnew(&gsa, sizeof(float) * T * GK, sa);
             float *dy = dnew(&gy, sizeof(float) * T * N, NULL);
             gpu->ops->matmul_fp8(gpu, dy, dqa, dsa, T, &Wd);
             CHECK_BACKEND();
             dget(y2, &gy);
-            CHECK(memcmp(y1, y2, sizeof(float) * T * N) == 0, "not bit-identical (nmse %g); seed %llu",
-                  test_nmse(y2, y1, (long)T * N), g_seed);
+            CHECK(memcmp(y1, y2, sizeof(float) * T * N) == 0,
+                  "not bit-identical (nmse %g); seed %llu", test_nmse(y2, y1, (long)T * N), g_seed);
             CHECK(dguard_ok(&gqa) && dguard_ok(&gsa) && dguard_ok(&gwq) && dguard_ok(&gws) &&
                       dguard_ok(&gy),
                   "guard damaged; seed %llu", g_seed);
@@ -938,8 +960,10 @@ static void bench_decode_attention(void) {
             int64_t delta = (int64_t)(p * P / 2000) * 2000 + 17;  // one Δ per 2000-token document
             words[p] = li_page_word((int64_t)s * pages_per_seq + p, cnt, delta);
         }
-        need(li_backend_cuda_alloc(gpu, &dpages[s], sizeof(uint64_t) * pages_per_seq, "pages"), "alloc");
-        need(li_backend_cuda_upload(gpu, dpages[s], words, sizeof(uint64_t) * pages_per_seq), "upload");
+        need(li_backend_cuda_alloc(gpu, &dpages[s], sizeof(uint64_t) * pages_per_seq, "pages"),
+             "alloc");
+        need(li_backend_cuda_upload(gpu, dpages[s], words, sizeof(uint64_t) * pages_per_seq),
+             "upload");
         seqs[s] = (li_kv_seq){dpages[s], pages_per_seq};
     }
     free(words);
@@ -950,8 +974,9 @@ static void bench_decode_attention(void) {
     need(li_backend_cuda_alloc(gpu, &dnv, sizeof(int32_t), "n_visible"), "alloc");
     need(li_backend_cuda_upload(gpu, dnv, &nv, sizeof nv), "upload");
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)max_seq * H * Dh, 8, 1.0f), "fill");
-    printf("  bench: decode attention, ctx %d, H %d Hkv %d Dh %d P %d, f32 KV; bytes = K + V read\n",
-           ctx, H, Hkv, Dh, P);
+    printf(
+        "  bench: decode attention, ctx %d, H %d Hkv %d Dh %d P %d, f32 KV; bytes = K + V read\n",
+        ctx, H, Hkv, Dh, P);
     const int batches[] = {1, 16, 64};
     for (int bi = 0; bi < 3; bi++)
         for (int rot = 1; rot >= 0; rot--) {
@@ -974,7 +999,8 @@ static void bench_decode_attention(void) {
     li_backend_cuda_free(gpu, pool);
 }
 
-// ---- GEMM timing (printed, not checked) -----------------------------------------------------------
+// ---- GEMM timing (printed, not checked)
+// -----------------------------------------------------------
 
 typedef struct {
     float *y, *x;
@@ -995,7 +1021,8 @@ static void bench_matmul(void) {
                              {4096, 4096, 1}, {14336, 4096, 1}, {4096, 14336, 1}};
     const int64_t wmax = 14336LL * 4096;
     uint16_t *wh = xmalloc((size_t)wmax * 2);
-    for (int64_t i = 0; i < wmax; i++) wh[i] = li_f32_to_bf16((float)(li_rng_uniform(&rng) - 0.5) * 0.05f);
+    for (int64_t i = 0; i < wmax; i++)
+        wh[i] = li_f32_to_bf16((float)(li_rng_uniform(&rng) - 0.5) * 0.05f);
     void *dw, *dx, *dy;
     need(li_backend_cuda_alloc(gpu, &dw, (size_t)wmax * 2, "bench W"), "alloc");
     need(li_backend_cuda_alloc(gpu, &dx, sizeof(float) * 4096 * 14336, "bench x"), "alloc");

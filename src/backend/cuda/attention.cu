@@ -40,7 +40,9 @@
 #include "cuda-device.cuh"
 
 #define ATT_THREADS 128
-#define ATT_CHUNK 32  // keys per shared-memory chunk; = warp size (the softmax step uses one lane per key)
+// keys per shared-memory chunk of the generic kernel; = warp size (its softmax step uses one lane
+// per key)
+#define ATT_CHUNK 32
 
 // Dynamic shared memory of attention_kernel_paged, in floats.
 static size_t attn_smem_floats(int G, int Dh) {
@@ -145,7 +147,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
             for (int g = warp; g < G; g += nth / 32) {  // online softmax: one warp per head
                 float s = lane < nc ? ps[g * C + lane] : -INFINITY;
                 float mx = s;
-                for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                for (int o = 16; o > 0; o >>= 1)
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
                 float m_old = mrow[g], m_new = fmaxf(m_old, mx);
                 // m_new = -inf: nothing visible yet (p = 0, acc stays 0); s = -inf: a masked key
                 float pr = (m_new == -INFINITY || s == -INFINITY) ? 0.0f : expf(s - m_new);
@@ -258,8 +261,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
                     kr[c][i] = in ? kbase[(int64_t)(c0 + c) * Dh + lane + 32 * i] : 0.0f;
                     vr[c][i] = in ? vbase[(int64_t)(c0 + c) * Dh + lane + 32 * i] : 0.0f;
                 }
-            // q' = R_-Δ q (a' = a c + b s, b' = b c - a s), this warp only; after the first K/V loads
-            // are issued, so that the rotation's latency hides behind them
+            // q' = R_-Δ q (a' = a c + b s, b' = b c - a s), this warp only; after the first K/V
+            // loads are issued, so that the rotation's latency hides behind them
             if (c0 == 0 && delta != cur_delta) {
                 for (int i = lane; i < G * Dh; i += 32) qr[i] = qsh[i];
                 __syncwarp();
@@ -405,8 +408,8 @@ static int blocks_per_sm(int G, int Dh) {
     } else {
         size_t smem = attn_smem_floats(G, Dh) * sizeof(float);
         if (smem > 48 * 1024)
-            cudaFuncSetAttribute(attention_kernel_paged, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem);
+            cudaFuncSetAttribute(attention_kernel_paged,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, attention_kernel_paged, ATT_THREADS,
                                                           smem);
     }
@@ -467,8 +470,8 @@ extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_arg
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || a->n_split == 1) return e;
-    attention_kernel_combine<<<(unsigned)(a->T * a->H), 128, 0, st>>>(a->out, a->part_o,
-                                                                      a->part_ml, a->n_split, a->Dh);
+    attention_kernel_combine<<<(unsigned)(a->T * a->H), 128, 0, st>>>(a->out, a->part_o, a->part_ml,
+                                                                      a->n_split, a->Dh);
     return cudaGetLastError();
 }
 
@@ -476,8 +479,8 @@ static cudaError_t launch_generic(cudaStream_t st, const li_cuda_attn_args *a,
                                   const li_cuda_rope_args *rope, dim3 grid) {
     size_t smem = attn_smem_floats(a->H / a->Hkv, a->Dh) * sizeof(float);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(attention_kernel_paged,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(
+            attention_kernel_paged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;  // more than the 227 KB an H100/H200 block can have
     }
     attention_kernel_paged<<<grid, ATT_THREADS, smem, st>>>(*a, *rope);

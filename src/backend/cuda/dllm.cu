@@ -18,7 +18,8 @@
 
 #define LI_FP8_GROUP_ 128  // LI_FP8_GROUP (core.h)
 
-// ---- flash_attn_tiles / finalize ------------------------------------------------------------------
+// ---- flash_attn_tiles / finalize
+// ------------------------------------------------------------------
 
 #define FA_MAX_TILE 1024  // LI_FA_MAX_TILE (backend.h)
 
@@ -56,7 +57,8 @@ __global__ void flash_attn_kernel_tiles(float *o, float *m, float *l, const floa
         sum = block_sum(sum, red);  // barriers: every p written, every thread read m_old
         for (int x = threadIdx.x; x < Dh; x += blockDim.x) {
             float acc = a * orow[x];
-            for (int j = t0; j < t1; j++) acc = fmaf(ps[j - t0], v[((int64_t)j * Hkv + hk) * Dh + x], acc);
+            for (int j = t0; j < t1; j++)
+                acc = fmaf(ps[j - t0], v[((int64_t)j * Hkv + hk) * Dh + x], acc);
             orow[x] = acc;
         }
         __syncthreads();  // orow and ps done before the state changes and the next tile
@@ -98,7 +100,8 @@ extern "C" cudaError_t li_cuda_flash_attn_finalize(cudaStream_t st, float *out, 
     return cudaGetLastError();
 }
 
-// ---- fp8 -------------------------------------------------------------------------------------------
+// ---- fp8
+// -------------------------------------------------------------------------------------------
 
 // li_f32_to_e4m3 (src/core/fp8.c), line by line.
 __device__ __forceinline__ uint8_t f32_to_e4m3(float f) {
