@@ -168,6 +168,7 @@ typedef struct {
 typedef struct {
     li_status status;       // LI_OK, or why the request failed (message in `error`)
     char error[256];
+    bool cancelled;         // ended by li_cancel
     int n_prompt;           // prompt tokens (all blocks + query)
     int n_doc_tokens;       // tokens in system + document blocks
     int n_cached_tokens;    // prompt tokens served from a cache (not recomputed)
@@ -185,6 +186,10 @@ li_status li_submit(li_model *m, const li_request *r, int64_t *id);
 li_status li_step(li_model *m, int *n_unfinished);
 // Steps until every submitted request has finished.
 li_status li_run(li_model *m);
+// Ends a request now (between steps): a waiting request never runs, a running one stops and
+// gives its pages and document pins back at once (a document prefill that other requests wait
+// for goes on). Its result then has `cancelled` set. LI_ERR_INVALID_ARG if the id is unknown.
+li_status li_cancel(li_model *m, int64_t id);
 // Result of a finished request (LI_ERR_INVALID_ARG if unknown or not finished); forgets it.
 li_status li_result(li_model *m, int64_t id, li_request_result *out);
 

@@ -291,6 +291,41 @@ int main(void) {
         TEST_END();
     }
 
+    TEST_BEGIN("li_cancel: waiting and running requests end at once and give their pages back");
+    {
+        li_model_params cp = li_model_default_params();
+        cp.path = "synth:tiny-llama";
+        cp.max_seqs = 1;  // the second request waits while the first runs
+        li_model *cm;
+        CHECK(li_model_load(&cm, &cp) == LI_OK, "%s", li_last_error());
+        int32_t dids[40];
+        for (int i = 0; i < 40; i++) dids[i] = 60 + i;
+        li_doc cd = {.ids = dids, .n_ids = 40};
+        li_request q = {.docs = &cd, .n_docs = 1, .query = "go"};
+        q.gen = li_generate_default_params();
+        q.gen.n_predict = 50;
+        q.gen.stop_at_eos = false;
+        int64_t a, b;
+        int left;
+        CHECK(li_submit(cm, &q, &a) == LI_OK && li_submit(cm, &q, &b) == LI_OK, "submit");
+        for (int i = 0; i < 5; i++) li_step(cm, &left);  // a is decoding, b waits
+        CHECK(li_cancel(cm, a) == LI_OK && li_cancel(cm, b) == LI_OK, "cancel");
+        CHECK(li_cancel(cm, 12345) == LI_ERR_INVALID_ARG, "unknown id");
+        li_step(cm, &left);
+        CHECK(left == 0, "%d requests left", left);
+        li_request_result ra, rb;
+        CHECK(li_result(cm, a, &ra) == LI_OK && ra.cancelled && ra.n_generated > 0 &&
+                  ra.n_generated < 50, "a: cancelled %d after %d tokens", ra.cancelled, ra.n_generated);
+        CHECK(li_result(cm, b, &rb) == LI_OK && rb.cancelled && rb.n_generated == 0, "b");
+        li_cache_stats cs;
+        li_get_cache_stats(cm, &cs);
+        CHECK(cs.kv_pages_free + cs.resident_bytes / cs.kv_page_bytes == cs.kv_pages_total,
+              "pages not back: %lld free, %lld cached, %lld total", (long long)cs.kv_pages_free,
+              (long long)(cs.resident_bytes / cs.kv_page_bytes), (long long)cs.kv_pages_total);
+        li_model_free(cm);
+    }
+    TEST_END();
+
     TEST_BEGIN("bad requests: empty raw query, empty document, context overflow");
     li_model_params p = li_model_default_params();
     p.path = "synth:tiny-llama";

@@ -807,6 +807,20 @@ li_status li_run(li_model *m) {
     return LI_OK;
 }
 
+li_status li_cancel(li_model *m, int64_t id) {
+    li_sched *S = m->sched;
+    if (!S) return li_error_set(LI_ERR_INVALID_ARG, "this model has no request scheduler");
+    for (request *r = S->reqs; r; r = r->next) {
+        if (r->id != id) continue;
+        if (r->state != RQ_DONE) {
+            r->res.cancelled = true;
+            finish(m, r);
+        }
+        return LI_OK;
+    }
+    return li_error_set(LI_ERR_INVALID_ARG, "no request %lld", (long long)id);
+}
+
 li_status li_result(li_model *m, int64_t id, li_request_result *out) {
     li_sched *S = m->sched;
     if (!S) return li_error_set(LI_ERR_INVALID_ARG, "this model has no request scheduler");

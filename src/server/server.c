@@ -590,6 +590,11 @@ static void *engine_main(void *arg) {
             }
         }
         if (s->n_active > 0) {
+            // clients that left: their sequences and pages go back now, not at their next token
+            pthread_mutex_lock(&s->mu);
+            for (int i = 0; i < s->n_active; i++)
+                if (s->active[i]->cancelled) li_cancel(s->m, s->active[i]->engine_id);
+            pthread_mutex_unlock(&s->mu);
             int left = 0;
             li_status rc = li_step(s->m, &left);
             if (rc != LI_OK) {
