@@ -207,30 +207,8 @@ li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_bac
     li_rng_seed(&rng, seed);
     const li_hparams *hp = &m->hp;
     bool bf16 = li_llama_keeps_bf16(hp);
-    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
-    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
-    float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
-#define SYNTH(W, r, c_, std, mean)                                                                 \
-    if ((rc = li_synth_weight(&m->store, W, r, c_, std, mean, &rng, bf16, metadata_only)) !=       \
-        LI_OK)                                                                                     \
-    goto fail
-    SYNTH(&m->w.tok_embd, V, D, 1.0f, 0.0f);
-    SYNTH(&m->w.out_norm, 1, D, 0.1f, 1.0f);
-    SYNTH(&m->w.output, V, D, sD, 0.0f);
-    for (int il = 0; il < hp->n_layer; il++) {
-        li_llama_layer *l = &m->w.layers[il];
-        SYNTH(&l->attn_norm, 1, D, 0.1f, 1.0f);
-        SYNTH(&l->wq, qo, D, sD, 0.0f);
-        SYNTH(&l->wk, kv, D, sD, 0.0f);
-        SYNTH(&l->wv, kv, D, sD, 0.0f);
-        SYNTH(&l->wo, D, qo, sQ, 0.0f);
-        SYNTH(&l->ffn_norm, 1, D, 0.1f, 1.0f);
-        SYNTH(&l->w_gate, F, D, sD, 0.0f);
-        SYNTH(&l->w_up, F, D, sD, 0.0f);
-        SYNTH(&l->w_down, D, F, sF, 0.0f);
-        li_progress("generating weights", il + 1, hp->n_layer);
-    }
-#undef SYNTH
+    if ((rc = li_synth_llama_weights(&m->store, &m->w, hp, &rng, bf16, metadata_only)) != LI_OK)
+        goto fail;
     m->has_weights = !metadata_only;
     *out = m;
     return LI_OK;

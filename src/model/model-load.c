@@ -382,6 +382,36 @@ li_status li_synth_weight(li_weight_store *store, li_weight *W, int64_t rows, in
     return li_store_own(store, buf);
 }
 
+li_status li_synth_llama_weights(li_weight_store *st, li_llama_weights *w, const li_hparams *hp,
+                                 li_rng *rng, bool bf16, bool metadata_only) {
+    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
+#define SYNTH(W, r, c_, std, mean) LI_TRY(li_synth_weight(st, W, r, c_, std, mean, rng, bf16, metadata_only))
+    SYNTH(&w->tok_embd, V, D, 1.0f, 0.0f);
+    SYNTH(&w->out_norm, 1, D, 0.1f, 1.0f);
+    if (hp->tied_embeddings) {
+        w->output = w->tok_embd;
+    } else {
+        SYNTH(&w->output, V, D, sD, 0.0f);
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        li_llama_layer *l = &w->layers[il];
+        SYNTH(&l->attn_norm, 1, D, 0.1f, 1.0f);
+        SYNTH(&l->wq, qo, D, sD, 0.0f);
+        SYNTH(&l->wk, kv, D, sD, 0.0f);
+        SYNTH(&l->wv, kv, D, sD, 0.0f);
+        SYNTH(&l->wo, D, qo, sQ, 0.0f);
+        SYNTH(&l->ffn_norm, 1, D, 0.1f, 1.0f);
+        SYNTH(&l->w_gate, F, D, sD, 0.0f);
+        SYNTH(&l->w_up, F, D, sD, 0.0f);
+        SYNTH(&l->w_down, D, F, sF, 0.0f);
+        li_progress("generating weights", il + 1, hp->n_layer);
+    }
+#undef SYNTH
+    return LI_OK;
+}
+
 li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backend *be,
                          bool metadata_only) {
     memset(m, 0, sizeof *m);
@@ -397,36 +427,9 @@ li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backen
     li_rng rng;
     li_rng_seed(&rng, seed);
     const li_hparams *hp = &m->hp;
-    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
-    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
-    // Projections get std 1/sqrt(in) so activations stay O(1) through the layers; norms are near
-    // 1 but not exactly, so a test notices a missing norm weight.
-    float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
-#define SYNTH(W, r, c_, std, mean)                                                                \
-    if ((rc = li_synth_weight(&m->store, W, r, c_, std, mean, &rng, li_llama_keeps_bf16(hp),         \
-                               metadata_only)) != LI_OK)                                          \
-    goto fail
-    SYNTH(&m->w.tok_embd, V, D, 1.0f, 0.0f);
-    SYNTH(&m->w.out_norm, 1, D, 0.1f, 1.0f);
-    if (hp->tied_embeddings) {
-        m->w.output = m->w.tok_embd;
-    } else {
-        SYNTH(&m->w.output, V, D, sD, 0.0f);
-    }
-    for (int il = 0; il < hp->n_layer; il++) {
-        li_llama_layer *l = &m->w.layers[il];
-        SYNTH(&l->attn_norm, 1, D, 0.1f, 1.0f);
-        SYNTH(&l->wq, qo, D, sD, 0.0f);
-        SYNTH(&l->wk, kv, D, sD, 0.0f);
-        SYNTH(&l->wv, kv, D, sD, 0.0f);
-        SYNTH(&l->wo, D, qo, sQ, 0.0f);
-        SYNTH(&l->ffn_norm, 1, D, 0.1f, 1.0f);
-        SYNTH(&l->w_gate, F, D, sD, 0.0f);
-        SYNTH(&l->w_up, F, D, sD, 0.0f);
-        SYNTH(&l->w_down, D, F, sF, 0.0f);
-        li_progress("generating weights", il + 1, hp->n_layer);
-    }
-#undef SYNTH
+    if ((rc = li_synth_llama_weights(&m->store, &m->w, hp, &rng, li_llama_keeps_bf16(hp),
+                                     metadata_only)) != LI_OK)
+        goto fail;
     if (!metadata_only && (rc = fuse_layers(m)) != LI_OK) goto fail;
     m->has_weights = !metadata_only;
     return LI_OK;

@@ -17,6 +17,11 @@ void li_fill_random(float *p, int64_t n, float std, float mean, li_rng *rng);
 // A random (rows, cols) weight; matrices are bf16 (rounded from the same values) when keep_bf16.
 li_status li_synth_weight(li_weight_store *store, li_weight *W, int64_t rows, int64_t cols,
                           float std, float mean, li_rng *rng, bool keep_bf16, bool metadata_only);
+// Random weights for every tensor of a Llama-shaped model (LLaDA has the same tensors): projections
+// with std 1/sqrt(in) so activations stay O(1) through the layers; norms near 1 but not exactly,
+// so a test notices a missing norm weight. w->layers must hold hp->n_layer entries.
+li_status li_synth_llama_weights(li_weight_store *store, li_llama_weights *w, const li_hparams *hp,
+                                 li_rng *rng, bool keep_bf16, bool metadata_only);
 // Frees owned buffers and closes the files; leaves the store zeroed.
 void li_weight_store_free(li_weight_store *st);
 
