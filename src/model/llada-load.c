@@ -71,40 +71,8 @@ static li_status load_hf(li_llada **out, const char *dir, li_backend *be, bool m
         li_safetensors_find(m->store.st, "model.transformer.blocks.0.q_proj.weight");
     snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
              probe ? probe->dtype_str : "?");
-    bool bf16 = li_llama_keeps_bf16(&m->hp);
-    int64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab;
-    int64_t qo = (int64_t)hp.n_head * hp.head_dim, kv = (int64_t)hp.n_head_kv * hp.head_dim;
-    li_weight_store *st = &m->store;
-    LI_TRY(li_st_weight(st, &m->w.tok_embd, "model.transformer.wte.weight", V, D, bf16,
-                        metadata_only));
-    LI_TRY(li_st_weight(st, &m->w.out_norm, "model.transformer.ln_f.weight", 1, D, bf16,
-                        metadata_only));
-    if (hp.tied_embeddings)
-        m->w.output = m->w.tok_embd;
-    else
-        LI_TRY(li_st_weight(st, &m->w.output, "model.transformer.ff_out.weight", V, D, bf16,
-                            metadata_only));
-    char name[160];
-    for (int il = 0; il < hp.n_layer; il++) {
-        li_llama_layer *l = &m->w.layers[il];
-        struct {
-            li_weight *w;
-            const char *suffix;
-            int64_t rows, cols;
-        } ts[] = {
-            {&l->attn_norm, "attn_norm", 1, D}, {&l->wq, "q_proj", qo, D},
-            {&l->wk, "k_proj", kv, D},          {&l->wv, "v_proj", kv, D},
-            {&l->wo, "attn_out", D, qo},        {&l->ffn_norm, "ff_norm", 1, D},
-            {&l->w_gate, "ff_proj", F, D},      {&l->w_up, "up_proj", F, D},
-            {&l->w_down, "ff_out", D, F},
-        };
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-            snprintf(name, sizeof name, "model.transformer.blocks.%d.%s.weight", il, ts[i].suffix);
-            LI_TRY(li_st_weight(st, ts[i].w, name, ts[i].rows, ts[i].cols, bf16, metadata_only));
-        }
-        li_progress("loading", il + 1, hp.n_layer);
-    }
-    return LI_OK;
+    return li_bind_safetensors(&m->store, &m->w, &m->hp, &li_names_hf_llada,
+                               li_llama_keeps_bf16(&m->hp), metadata_only);
 }
 
 li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool metadata_only) {

@@ -79,6 +79,69 @@ static li_status prepare(li_llama *m, li_backend *be, const char *src) {
     return LI_OK;
 }
 
+// ---- tensor names ------------------------------------------------------------------------------
+
+const li_tensor_names li_names_gguf = {
+    "token_embd.weight", "output_norm.weight", "output.weight", "blk.%d.%s.weight",
+    {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
+     "ffn_down"}};
+const li_tensor_names li_names_hf_llama = {
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.%s.weight",
+    {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+     "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+     "mlp.down_proj"}};
+// DESIGN.md §2: ff_proj is the gate, up_proj the up, ff_out the down (and ff_out.weight, outside
+// the blocks, the LM head).
+const li_tensor_names li_names_hf_llada = {
+    "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
+    "model.transformer.blocks.%d.%s.weight",
+    {"attn_norm", "q_proj", "k_proj", "v_proj", "attn_out", "ff_norm", "ff_proj", "up_proj",
+     "ff_out"}};
+
+li_status li_bind_llama_weights(li_llama_weights *w, const li_hparams *hp,
+                                const li_tensor_names *nm, li_bind_fn bind, void *ctx) {
+    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    LI_TRY(bind(ctx, &w->tok_embd, nm->tok_embd, V, D));
+    LI_TRY(bind(ctx, &w->out_norm, nm->out_norm, 1, D));
+    if (hp->tied_embeddings)
+        w->output = w->tok_embd;
+    else
+        LI_TRY(bind(ctx, &w->output, nm->output, V, D));
+    char name[192];
+    for (int il = 0; il < hp->n_layer; il++) {
+        li_llama_layer *l = &w->layers[il];
+        struct {
+            li_weight *w;
+            int64_t rows, cols;
+        } ts[9] = {{&l->attn_norm, 1, D}, {&l->wq, qo, D},       {&l->wk, kv, D},
+                   {&l->wv, kv, D},       {&l->wo, D, qo},       {&l->ffn_norm, 1, D},
+                   {&l->w_gate, F, D},    {&l->w_up, F, D},      {&l->w_down, D, F}};
+        for (int i = 0; i < 9; i++) {
+            snprintf(name, sizeof name, nm->layer_fmt, il, nm->layer[i]);
+            LI_TRY(bind(ctx, ts[i].w, name, ts[i].rows, ts[i].cols));
+        }
+        li_progress("loading", il + 1, hp->n_layer);
+    }
+    return LI_OK;
+}
+
+typedef struct {
+    li_weight_store *store;
+    bool keep_bf16, metadata_only;
+} st_bind_ctx;
+
+static li_status bind_st(void *p, li_weight *W, const char *name, int64_t rows, int64_t cols) {
+    st_bind_ctx *c = p;
+    return li_st_weight(c->store, W, name, rows, cols, c->keep_bf16, c->metadata_only);
+}
+
+li_status li_bind_safetensors(li_weight_store *store, li_llama_weights *w, const li_hparams *hp,
+                              const li_tensor_names *names, bool keep_bf16, bool metadata_only) {
+    st_bind_ctx c = {store, keep_bf16, metadata_only};
+    return li_bind_llama_weights(w, hp, names, bind_st, &c);
+}
+
 // ---- GGUF -------------------------------------------------------------------------------------
 
 // Binds W to tensor `name` of shape (rows, cols) (rows = 1 for vectors). GGUF lists shapes
@@ -116,6 +179,16 @@ static li_status gguf_weight(li_llama *m, li_weight *W, const char *name, int64_
     return li_store_own(&m->store, buf);
 }
 
+typedef struct {
+    li_llama *m;
+    bool metadata_only;
+} gguf_bind_ctx;
+
+static li_status bind_gguf(void *p, li_weight *W, const char *name, int64_t rows, int64_t cols) {
+    gguf_bind_ctx *c = p;
+    return gguf_weight(c->m, W, name, rows, cols, c->metadata_only);
+}
+
 static li_status load_gguf(li_llama *m, const char *path, li_backend *be, bool metadata_only) {
     LI_TRY(li_gguf_open(&m->store.gguf, path));
     li_gguf *g = m->store.gguf;
@@ -125,35 +198,8 @@ static li_status load_gguf(li_llama *m, const char *path, li_backend *be, bool m
     snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
              probe ? li_dtype_name(probe->dtype) : "?");
 
-    const li_hparams *hp = &m->hp;
-    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
-    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
-    LI_TRY(gguf_weight(m, &m->w.tok_embd, "token_embd.weight", V, D, metadata_only));
-    LI_TRY(gguf_weight(m, &m->w.out_norm, "output_norm.weight", 1, D, metadata_only));
-    if (hp->tied_embeddings)
-        m->w.output = m->w.tok_embd;
-    else
-        LI_TRY(gguf_weight(m, &m->w.output, "output.weight", V, D, metadata_only));
-    char name[96];
-    for (int il = 0; il < hp->n_layer; il++) {
-        li_llama_layer *l = &m->w.layers[il];
-        struct {
-            li_weight *w;
-            const char *suffix;
-            int64_t rows, cols;
-        } ts[] = {
-            {&l->attn_norm, "attn_norm", 1, D}, {&l->wq, "attn_q", qo, D},
-            {&l->wk, "attn_k", kv, D},          {&l->wv, "attn_v", kv, D},
-            {&l->wo, "attn_output", D, qo},     {&l->ffn_norm, "ffn_norm", 1, D},
-            {&l->w_gate, "ffn_gate", F, D},     {&l->w_up, "ffn_up", F, D},
-            {&l->w_down, "ffn_down", D, F},
-        };
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-            snprintf(name, sizeof name, "blk.%d.%s.weight", il, ts[i].suffix);
-            LI_TRY(gguf_weight(m, ts[i].w, name, ts[i].rows, ts[i].cols, metadata_only));
-        }
-        li_progress("loading", il + 1, hp->n_layer);
-    }
+    gguf_bind_ctx c = {m, metadata_only};
+    LI_TRY(li_bind_llama_weights(&m->w, &m->hp, &li_names_gguf, bind_gguf, &c));
     return LI_OK;
 }
 
@@ -203,41 +249,8 @@ static li_status load_hf(li_llama *m, const char *dir, li_backend *be, bool meta
     const li_st_tensor *probe = li_safetensors_find(m->store.st, "model.layers.0.self_attn.q_proj.weight");
     snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
              probe ? probe->dtype_str : "?");
-    bool keep_bf16 = li_llama_keeps_bf16(hp);
-
-    int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
-    int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
-    LI_TRY(li_st_weight(&m->store, &m->w.tok_embd, "model.embed_tokens.weight", V, D, keep_bf16, metadata_only));
-    LI_TRY(li_st_weight(&m->store, &m->w.out_norm, "model.norm.weight", 1, D, keep_bf16, metadata_only));
-    if (hp->tied_embeddings)
-        m->w.output = m->w.tok_embd;
-    else
-        LI_TRY(li_st_weight(&m->store, &m->w.output, "lm_head.weight", V, D, keep_bf16, metadata_only));
-    char name[128];
-    for (int il = 0; il < hp->n_layer; il++) {
-        li_llama_layer *l = &m->w.layers[il];
-        struct {
-            li_weight *w;
-            const char *suffix;
-            int64_t rows, cols;
-        } ts[] = {
-            {&l->attn_norm, "input_layernorm", 1, D},
-            {&l->wq, "self_attn.q_proj", qo, D},
-            {&l->wk, "self_attn.k_proj", kv, D},
-            {&l->wv, "self_attn.v_proj", kv, D},
-            {&l->wo, "self_attn.o_proj", D, qo},
-            {&l->ffn_norm, "post_attention_layernorm", 1, D},
-            {&l->w_gate, "mlp.gate_proj", F, D},
-            {&l->w_up, "mlp.up_proj", F, D},
-            {&l->w_down, "mlp.down_proj", D, F},
-        };
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s.weight", il, ts[i].suffix);
-            LI_TRY(li_st_weight(&m->store, ts[i].w, name, ts[i].rows, ts[i].cols, keep_bf16, metadata_only));
-        }
-        li_progress("loading", il + 1, hp->n_layer);
-    }
-    return LI_OK;
+    return li_bind_safetensors(&m->store, &m->w, hp, &li_names_hf_llama, li_llama_keeps_bf16(hp),
+                               metadata_only);
 }
 
 // Frees a buffer the store owns (no-op for pointers into a mapping).

@@ -17,6 +17,26 @@ void li_fill_random(float *p, int64_t n, float std, float mean, li_rng *rng);
 // A random (rows, cols) weight; matrices are bf16 (rounded from the same values) when keep_bf16.
 li_status li_synth_weight(li_weight_store *store, li_weight *W, int64_t rows, int64_t cols,
                           float std, float mean, li_rng *rng, bool keep_bf16, bool metadata_only);
+// How a file names a Llama-shaped model's tensors. layer_fmt has one %d (the layer) and one %s
+// (the per-layer name, in the order attn_norm, q, k, v, o, ffn_norm, gate, up, down).
+typedef struct {
+    const char *tok_embd, *out_norm, *output;
+    const char *layer_fmt;
+    const char *layer[9];
+} li_tensor_names;
+extern const li_tensor_names li_names_gguf, li_names_hf_llama, li_names_hf_llada;
+
+// Binds one weight: W gets tensor `name` of shape (rows, cols) from whatever the caller reads.
+typedef li_status (*li_bind_fn)(void *ctx, li_weight *W, const char *name, int64_t rows,
+                                int64_t cols);
+// Binds every weight of w (tied output aliased to the embedding) through `bind`.
+li_status li_bind_llama_weights(li_llama_weights *w, const li_hparams *hp,
+                                const li_tensor_names *names, li_bind_fn bind, void *ctx);
+
+// li_bind_llama_weights reading from the store's safetensors (li_st_weight per tensor).
+li_status li_bind_safetensors(li_weight_store *store, li_llama_weights *w, const li_hparams *hp,
+                              const li_tensor_names *names, bool keep_bf16, bool metadata_only);
+
 // Random weights for every tensor of a Llama-shaped model (LLaDA has the same tensors): projections
 // with std 1/sqrt(in) so activations stay O(1) through the layers; norms near 1 but not exactly,
 // so a test notices a missing norm weight. w->layers must hold hp->n_layer entries.
