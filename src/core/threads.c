@@ -39,6 +39,7 @@ struct li_threadpool {
     int n_sleeping;               // workers waiting on work_cv (under mu)
     _Atomic bool stop;
     _Atomic int spin_rounds;      // current spin budget, SPIN_MAX .. 0
+    unsigned n_calls;             // parallel_for calls (caller only)
     // the current job, written before `generation` is bumped
     li_range_fn fn;
     void *ctx;
@@ -169,12 +170,14 @@ void li_parallel_for(li_threadpool *tp, int64_t n, li_range_fn fn, void *ctx) {
 
     // The other chunks take about as long as ours: spin a while; if a worker is late (its core
     // is busy with another process), sleep until the last one wakes us.
-    int spin = atomic_load_explicit(&tp->spin_rounds, memory_order_relaxed);
+    // Every 256th call retries full spinning, so a budget that decayed while the machine was
+    // busy comes back once it is quiet (under contention it decays again within ~8 calls).
+    int spin = ++tp->n_calls % 256 == 0 ? SPIN_MAX
+                                         : atomic_load_explicit(&tp->spin_rounds, memory_order_relaxed);
     for (int i = 0; i < spin; i++) {
         if (atomic_load_explicit(&tp->n_pending, memory_order_acquire) == 0) {
-            if (spin < SPIN_MAX)
-                atomic_store_explicit(&tp->spin_rounds, spin * 2 + 64 < SPIN_MAX ? spin * 2 + 64 : SPIN_MAX,
-                                      memory_order_relaxed);
+            atomic_store_explicit(&tp->spin_rounds, spin * 2 + 64 < SPIN_MAX ? spin * 2 + 64 : SPIN_MAX,
+                                  memory_order_relaxed);
             return;
         }
         CPU_RELAX();
