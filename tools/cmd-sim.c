@@ -22,6 +22,7 @@
 #include "../src/kv/doc-cache.h"
 #include "../src/kv/prefix-cache.h"
 #include "cli.h"
+#include "zipf.h"
 #include "lazyinfer.h"
 
 #define SIM_MAX_DOCS 10000000     // N: the α <= 1 sampler keeps an (N) double table
@@ -56,8 +57,7 @@ typedef struct {
     const sim_config *cfg;
     li_rng rng;
     int64_t *pool;       // (N) rank r (1-based) → document id pool[r - 1]: the shuffled pool
-    double *cdf;         // (N) α <= 1: P(rank <= i + 1); NULL when the rejection sampler is used
-    double am1, b, umin; // rejection sampler constants (α > 1)
+    li_zipf zipf;        // rank sampler (tools/zipf.h)
     int64_t *seen;       // (N) request index + 1 that last drew each rank (distinctness)
     int *slot_pool;      // (D) scratch for choosing distinct slots
     int64_t n_made;      // requests produced so far
@@ -87,25 +87,7 @@ static li_status trace_init(trace_gen *g, const sim_config *cfg) {
         g->pool[i] = g->pool[j];
         g->pool[j] = t;
     }
-    // α <= 1 has no normalisable infinite Zipf law: inverse CDF over the finite N. Also used
-    // just above 1, where the rejection sampler's constants (2^(α-1) - 1 → 0) lose precision.
-    if (cfg->alpha <= 1.001) {
-        g->cdf = malloc((size_t)N * sizeof *g->cdf);
-        if (!g->cdf) goto oom;
-        double s = 0;
-        for (int64_t i = 0; i < N; i++)
-            g->cdf[i] = (s += pow((double)(i + 1), -cfg->alpha));
-        for (int64_t i = 0; i < N; i++)
-            g->cdf[i] /= s;
-        g->cdf[N - 1] = 1.0;
-    } else {
-        g->am1 = cfg->alpha - 1.0;
-        g->b = pow(2.0, g->am1);
-        // U restricted to (umin, 1] makes X = floor(U^(-1/(α-1))) <= N: the proposal conditioned
-        // on X <= N with the same acceptance test, i.e. exactly "draw Zipf(α), reject > N"
-        // without the wasted draws (which for α near 1 are most of them).
-        g->umin = pow((double)N + 1.0, -g->am1);
-    }
+    if (li_zipf_init(&g->zipf, N, cfg->alpha) != LI_OK) goto oom;
     return LI_OK;
 oom:
     free(g->pool);
@@ -116,37 +98,9 @@ oom:
 
 static void trace_free(trace_gen *g) {
     free(g->pool);
-    free(g->cdf);
+    li_zipf_free(&g->zipf);
     free(g->seen);
     free(g->slot_pool);
-}
-
-// One rank r in 1..N with P(r) ∝ r^-α.
-static int64_t zipf_draw(trace_gen *g) {
-    int64_t N = g->cfg->n_docs;
-    if (g->cdf) {
-        double u = li_rng_uniform(&g->rng);
-        int64_t lo = 0, hi = N - 1; // first i with cdf[i] > u
-        while (lo < hi) {
-            int64_t mid = lo + (hi - lo) / 2;
-            if (g->cdf[mid] > u)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        return lo + 1;
-    }
-    // Devroye's rejection method as numpy's random_zipf (Non-Uniform Random Variate
-    // Generation, 1986, p. 551).
-    for (;;) {
-        double u01 = li_rng_uniform(&g->rng);
-        double U = u01 * g->umin + (1.0 - u01); // (umin, 1]
-        double V = li_rng_uniform(&g->rng);
-        double X = floor(pow(U, -1.0 / g->am1));
-        if (X < 1.0 || X > (double)N) continue; // rounding at the ends of the range
-        double T = pow(1.0 + 1.0 / X, g->am1);
-        if (V * X * (T - 1.0) / (g->b - 1.0) <= T / g->b) return (int64_t)X;
-    }
 }
 
 // The next request: k distinct documents in random order (the order of distinct draws is
@@ -157,7 +111,7 @@ static void trace_next(trace_gen *g, request *rq) {
     for (int j = 0; j < c->k; j++) {
         int64_t r;
         do
-            r = zipf_draw(g);
+            r = li_zipf_draw(&g->zipf, &g->rng);
         while (g->seen[r - 1] == stamp);
         g->seen[r - 1] = stamp;
         rq->rank[j] = r;

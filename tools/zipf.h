@@ -3,9 +3,8 @@
 // P(r) ∝ r^-α for r = 1..N, i.e. "draw Zipf(α), reject r > N" as the LazyAttention paper's
 // scripts do (DESIGN.md §3). α <= 1.001: inverse CDF over an (N) table; α > 1.001: Devroye's
 // rejection method (numpy's random_zipf) with U restricted so that X <= N, which is the same
-// conditional law without the wasted draws. This is the sampler of tools/cmd-sim.c, made
-// reusable; tested through tests/test_bench_rag.py (chi-square of `bench rag --dry-run` traces
-// against the exact truncated pmf).
+// conditional law without the wasted draws. Shared by `lazyinfer sim` and `bench rag`; tested
+// through tests/test_sim.py and tests/test_bench_rag.py (chi-square against the exact pmf).
 #ifndef LI_TOOLS_ZIPF_H
 #define LI_TOOLS_ZIPF_H
 
