@@ -22,28 +22,10 @@
 #include "llada-internal.h"
 #include "weights-internal.h"
 
-static li_status check_hparams(const li_hparams *hp, const char *src) {
-    if (strcmp(hp->arch, "llada") != 0)
-        return li_error_set(LI_ERR_UNSUPPORTED, "%s: architecture '%s' is not LLaDA", src,
-                            hp->arch);
-    if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 ||
-        hp->n_head_kv <= 0 || hp->head_dim <= 0 || hp->n_vocab <= 0)
-        return li_error_set(LI_ERR_FORMAT, "%s: model sizes must be positive", src);
-    if (hp->n_head % hp->n_head_kv != 0)
-        return li_error_set(LI_ERR_FORMAT, "%s: %d query heads not a multiple of %d kv heads", src,
-                            hp->n_head, hp->n_head_kv);
-    if (hp->rope.n_dims <= 0 || hp->rope.n_dims > hp->head_dim)
-        return li_error_set(LI_ERR_FORMAT, "%s: rotary dims %d outside (0, head_dim %d]", src,
-                            hp->rope.n_dims, hp->head_dim);
-    if (hp->attention_bias || hp->mlp_bias)
-        return li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA with biases is not supported", src);
-    return LI_OK;
-}
-
 // Allocates the model, checks hp, builds the RoPE table and the layer table.
 static li_status create(li_llada **out, const li_hparams *hp, li_backend *be, const char *src) {
     *out = NULL;
-    LI_TRY(check_hparams(hp, src));
+    LI_TRY(li_check_hparams(hp, src, "llada"));
     li_llada *m = calloc(1, sizeof *m);
     if (!m) return li_error_set(LI_ERR_OOM, "out of memory");
     m->hp = *hp;

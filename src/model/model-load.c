@@ -44,11 +44,10 @@ bool li_llama_keeps_bf16(const li_hparams *hp) {
     return (uint64_t)li_llama_n_params(hp) * 4 > F32_WEIGHT_LIMIT_BYTES;
 }
 
-static li_status check_hparams(const li_hparams *hp, const char *src) {
-    if (strcmp(hp->arch, "llama") != 0)
-        return li_error_set(LI_ERR_UNSUPPORTED,
-                            "%s: architecture '%s' is not supported here (supported: llama)", src,
-                            hp->arch);
+li_status li_check_hparams(const li_hparams *hp, const char *src, const char *arch) {
+    if (strcmp(hp->arch, arch) != 0)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: architecture '%s' where '%s' was expected", src,
+                            hp->arch, arch);
     if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 ||
         hp->n_head_kv <= 0 || hp->head_dim <= 0 || hp->n_vocab <= 0)
         return li_error_set(LI_ERR_FORMAT, "%s: model sizes must be positive", src);
@@ -72,7 +71,7 @@ static li_status init_common(li_llama *m, li_backend *be) {
 
 // Checks the hyper-parameters, allocates the layer table and builds the RoPE table.
 static li_status prepare(li_llama *m, li_backend *be, const char *src) {
-    LI_TRY(check_hparams(&m->hp, src));
+    LI_TRY(li_check_hparams(&m->hp, src, "llama"));
     LI_TRY(init_common(m, be));
     li_status rc = li_rope_table_init(&m->rope, &m->hp.rope);
     if (rc != LI_OK) return li_error_wrap(rc, "%s: ", src);

@@ -6,6 +6,9 @@
 
 #include "llama.h"
 
+// Hyper-parameters a Llama-shaped forward can run: the expected architecture, positive sizes,
+// whole GQA groups, rotary dims within the head, no biases. LI_ERR_FORMAT / UNSUPPORTED naming src.
+li_status li_check_hparams(const li_hparams *hp, const char *src, const char *arch);
 // Records a buffer the store owns (freed by li_weight_store_free); frees p on failure.
 li_status li_store_own(li_weight_store *st, void *p);
 // Binds W to safetensors tensor `name` of shape (rows, cols) (rows = 1: a vector of cols).
