@@ -1002,7 +1002,7 @@ static void test_sample(void) {
 // does when a scratch allocation fails): Δ cos/sin computed per work item, bf16 matmul without
 // the sgemm tiles, sampling through the oracle.
 static void test_fallbacks(void) {
-    li_backend bare = {&li_cpu_fast_ops, NULL, 1, NULL};
+    li_backend bare = {.ops = &li_cpu_fast_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
     TEST_BEGIN("fallback paths: attention with Δ, bf16 matmul T=64, sample");
     paged_seq s;
     make_paged(&s, 1, 2, 64, 16, 200, 1);

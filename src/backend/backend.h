@@ -214,6 +214,7 @@ struct li_backend {
     li_threadpool *tp;  // CPU: workers for the fast ops (NULL in the oracle)
     int n_threads;
     void *impl;         // backend-private state (scratch buffers, cuBLASLt handles, …)
+    void (*destroy)(li_backend *be);  // frees a non-CPU backend (li_backend_free calls it)
 };
 
 // The CPU tables (src/backend/cpu/).

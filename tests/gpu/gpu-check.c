@@ -1063,7 +1063,7 @@ int main(void) {
     li_rng_seed(&rng, g_seed);
     // The oracle's table without li_backend_cpu_ref_init (backend-cpu.c), which would pull in
     // OpenBLAS: the reference ops use no backend state.
-    li_backend ref_be = {&li_cpu_ref_ops, NULL, 1, NULL};
+    li_backend ref_be = {.ops = &li_cpu_ref_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
     ref = &ref_be;
     char desc[400];
     li_backend_cuda_describe(gpu, desc, sizeof desc);

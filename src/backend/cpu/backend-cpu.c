@@ -49,6 +49,10 @@ li_status li_backend_cpu_ref_init(li_backend **out) {
 
 void li_backend_free(li_backend *be) {
     if (!be) return;
+    if (be->destroy) {  // another backend (CUDA) frees itself
+        be->destroy(be);
+        return;
+    }
     li_cpu_impl *im = be->impl;
     if (im) {
         li_cpu_scratch_free(&im->delta_tab);

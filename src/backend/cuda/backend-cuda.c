@@ -144,6 +144,7 @@ li_status li_backend_cuda_init(li_backend **out, int device) {
         return LI_ERR_OOM;
     }
     be->ops = &li_cuda_ops;
+    be->destroy = li_backend_cuda_destroy;  // li_backend_free dispatches here
     be->tp = NULL;
     be->n_threads = 1;
     be->impl = im;
