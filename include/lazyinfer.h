@@ -122,7 +122,9 @@ li_status li_generate(li_model *m, const int32_t *prompt, int n_prompt,
                       const li_generate_params *params, li_generate_stats *stats);
 
 // Runs the model over `tokens` from position 0 and copies the logits of every position into
-// `logits` (n_tokens × n_vocab floats, caller-allocated). For tests and reference checks.
+// `logits` (n_tokens × n_vocab floats, caller-allocated). For tests and reference checks; it
+// uses the model's KV pool directly (evicting cached documents if it needs room), so call it
+// only when no request submitted with li_submit is unfinished.
 li_status li_eval_logits(li_model *m, const int32_t *tokens, int n_tokens, float *logits);
 
 // ---- requests with documents (RAG) and the scheduler ----------------------------------------
