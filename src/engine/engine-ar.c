@@ -87,6 +87,9 @@ li_status li_generate(li_model *m, const int32_t *prompt, int n_prompt,
 
 li_status li_eval_logits(li_model *m, const int32_t *tokens, int n_tokens, float *logits) {
     LI_TRY(check_usable(m, n_tokens));
+    if (li_sched_n_unfinished(m) > 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "li_eval_logits while %d submitted requests are "
+                            "unfinished", li_sched_n_unfinished(m));
     LI_TRY(li_engine_make_room(m, (n_tokens + m->kv.storage.page_size - 1) / m->kv.storage.page_size));
     li_kv_seq_pages seq = {0};
     li_status rc = run_tokens(m, &seq, tokens, n_tokens, logits);

@@ -37,6 +37,7 @@ struct li_model {
 };
 
 li_status li_sched_init(li_model *m);
+int li_sched_n_unfinished(const li_model *m);  // requests submitted and not finished
 void li_sched_free(li_model *m);
 // Evicts cached documents / prefix pages until the pool has n_pages free.
 li_status li_engine_make_room(li_model *m, int64_t n_pages);

@@ -801,6 +801,8 @@ li_status li_step(li_model *m, int *n_unfinished) {
     return LI_OK;
 }
 
+int li_sched_n_unfinished(const li_model *m) { return m->sched ? count_unfinished(m->sched) : 0; }
+
 li_status li_run(li_model *m) {
     int left = 1;
     while (left > 0) LI_TRY(li_step(m, &left));
