@@ -48,6 +48,7 @@ struct request {
     int32_t *prompt;      // tokens the request itself runs: the query (lazy/copy/none) or the
     int n_prompt;         // whole prompt (prefix/full)
     int32_t *first_key;   // (n_prompt) prefix: first visible key of each prompt token
+    li_doc_key *chain;    // (n_prompt / P) prefix: the prompt's page-chain keys, made once
     int n_total_prompt;   // all prompt tokens, for results
     li_kv_seq_pages own;  // pages of the tokens in `prompt` and the generated tokens
     uint64_t *table;      // attention page table: blocks' pages then own pages
@@ -176,6 +177,7 @@ static void request_free_memory(request *r) {
     free(r->blocks);
     free(r->prompt);
     free(r->first_key);
+    free(r->chain);
     free(r->table);
     free(r->own.pages);
     free(r->own.spare);
@@ -543,19 +545,18 @@ static li_status try_admit(li_model *m, request *r) {
     }
     if (rc == LI_OK && m->cache_mode == LI_CACHE_PREFIX) {
         int n_full = r->n_prompt / P;
-        li_doc_key *keys = malloc(((size_t)n_full + 1) * sizeof *keys);
+        if (!r->chain && (r->chain = malloc(((size_t)n_full + 1) * sizeof *r->chain)))
+            li_prefix_chain(m->model_id, r->prompt, r->n_prompt, P, r->chain);
         int64_t *pages = malloc(((size_t)n_full + 1) * sizeof *pages);
-        if (!keys || !pages) {
+        if (!r->chain || !pages) {
             rc = li_error_set(LI_ERR_OOM, "out of memory");
         } else {
-            li_prefix_chain(m->model_id, r->prompt, r->n_prompt, P, keys);
-            int k = li_prefix_cache_match(m->prefix, keys, n_full, pages);
+            int k = li_prefix_cache_match(m->prefix, r->chain, n_full, pages);
             if (k * P == r->n_prompt) li_kv_page_unref(&m->kv, pages[--k]);  // keep one to compute
             for (int i = 0; i < k && rc == LI_OK; i++) rc = li_kv_seq_push_page(&r->own, pages[i], P, 0);
             r->n_done_prompt = r->own.n_tokens;
             cached = r->n_done_prompt;
         }
-        free(keys);
         free(pages);
     }
     if (rc == LI_OK) {
@@ -779,14 +780,9 @@ li_status li_step(li_model *m, int *n_unfinished) {
         r->n_done_prompt += pre_chunk[j];
         if (r->n_done_prompt == r->n_prompt && m->prefix) {
             // offer every full prompt page to the prefix cache (vLLM caches full blocks)
-            int n_full = r->n_prompt / P;
-            li_doc_key *keys = malloc(((size_t)n_full + 1) * sizeof *keys);
-            if (!keys) return li_error_set(LI_ERR_OOM, "out of memory");
-            li_prefix_chain(m->model_id, r->prompt, r->n_prompt, P, keys);
             // tail-first, so the prompt's first pages are the most recently used (vLLM order)
-            for (int k = n_full - 1; k >= 0 && rc == LI_OK; k--)
-                rc = li_prefix_cache_insert(m->prefix, &keys[k], li_page_id(r->own.pages[k]));
-            free(keys);
+            for (int k = r->n_prompt / P - 1; k >= 0 && rc == LI_OK; k--)
+                rc = li_prefix_cache_insert(m->prefix, &r->chain[k], li_page_id(r->own.pages[k]));
             if (rc != LI_OK) return rc;
         }
     }
