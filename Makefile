@@ -93,7 +93,13 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-tests: $(TEST_BIN) $(BIN)
+# gpu-model: the whole model on a device backend against the CPU (tests/gpu/gpu-model.c); the
+# suite runs it on cpu-devsim, gpu-check on CUDA.
+$(BUILD)/tests/gpu-model: tests/gpu/gpu-model.c tests/test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+tests: $(TEST_BIN) $(BIN) $(BUILD)/tests/gpu-model
 
 debug:
 	$(MAKE) DEBUG=1 all tests
@@ -117,8 +123,13 @@ ifeq ($(CUDA),1)
 GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backend/rope.c \
                    src/backend/cpu/ops-ref.c) $(CU_OBJ)
 
-gpu-check: $(BUILD)/tests/gpu-check
+# Then the whole model on the GPU against the CPU (gpu-model) and the LazyAttention exactness
+# suite on the GPU (test-rag with LI_TEST_BACKEND=cuda); these link the full library.
+gpu-check: $(BUILD)/tests/gpu-check $(BUILD)/tests/gpu-model $(BUILD)/tests/test-rag
 	$(BUILD)/tests/gpu-check
+	$(BUILD)/tests/gpu-model
+	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-rag
+
 
 $(BUILD)/tests/gpu-check: tests/gpu/gpu-check.c tests/test.h $(GPU_CHECK_OBJ)
 	@mkdir -p $(dir $@)

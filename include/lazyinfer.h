@@ -38,9 +38,11 @@ typedef struct {
     const char *path;            // HF directory, .gguf file, or "synth:NAME[:SEED]"
     const char *tokenizer_path;  // optional tokenizer.json overriding the model's (NULL: none)
     const char *chat_template;   // optional override: "llama3", "chatml", "llada" (NULL: detect)
-    const char *backend;         // "cpu" (default) or "cpu-ref" (the scalar fp64 oracle: slow,
-                                 // for tests and debugging)
+    const char *backend;         // "cpu" (default), "cpu-ref" (the scalar fp64 oracle: slow,
+                                 // for tests and debugging) or "cuda" (./lazyinfer-cuda builds:
+                                 // NVIDIA sm_90 GPUs; Llama-family models)
     int n_threads;               // CPU worker threads (0: all cores)
+    int device;                  // GPU index for "cuda" (0: the first)
     int n_ctx;                   // max tokens per sequence (0: the model's trained context)
     int page_size;               // KV page size in tokens (0: 16)
     int max_seqs;                // sequences that can be in flight at once (0: 1)

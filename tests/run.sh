@@ -5,17 +5,25 @@
 set -u
 BUILD=${BUILD:-build/release}
 pass=0; fail=0; failed_names=()
-for t in "$BUILD"/tests/test-*; do
-  [ -x "$t" ] || continue
-  name=$(basename "$t")
+# run_test NAME [VAR=VALUE ...] PROGRAM: runs one test program, counts its PASS/FAIL lines
+run_test() {
+  local name=$1; shift
   echo "== $name"
-  out=$("$t" 2>"$BUILD/tests/$name.stderr"); rc=$?
+  out=$(env "$@" 2>"$BUILD/tests/$name.stderr"); rc=$?
   echo "$out" | grep -E "^(PASS|FAIL|SKIP):" || true
   p=$(echo "$out" | grep -c "^PASS:"); f=$(echo "$out" | grep -c "^FAIL:")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL: $name exited with status $rc"; fi
   if [ "$f" -ne 0 ]; then failed_names+=("$name"); sed 's/^/  | /' "$BUILD/tests/$name.stderr" | tail -40; fi
   pass=$((pass + p)); fail=$((fail + f))
+}
+for t in "$BUILD"/tests/test-*; do
+  [ -x "$t" ] || continue
+  run_test "$(basename "$t")" "$t"
 done
+# The device data path (weights moved into backend memory, index arrays staged and uploaded) on
+# the CPU standing in for a GPU: bit-identical to the CPU, and the LazyAttention suite on it.
+run_test gpu-model-devsim LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu "$BUILD/tests/gpu-model"
+run_test test-rag-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-rag"
 # The CUDA backend must keep compiling even where no GPU runs it (make CUDA=1, sm_90a).
 echo "== cuda build"
 if [ -n "${LI_SKIP_CUDA_BUILD:-}" ]; then

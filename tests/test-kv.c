@@ -30,7 +30,7 @@ static void test_copy_rotate(li_rng *rng) {
         li_hparams hp = {.n_layer = 2, .n_head_kv = 3, .head_dim = 16};
         const int P = 7, count = 5;
         li_kv_pool pool;
-        CHECK(li_kv_pool_init(&pool, &hp, P, 4) == LI_OK, "pool");
+        CHECK(li_kv_pool_init(&pool, NULL, &hp, P, 4) == LI_OK, "pool");
         li_kv_storage *kv = &pool.storage;
         int64_t delta = 1 + (int64_t)(li_rng_u64(rng) % 5000);
         // page 0: K rotated at positions 0..count-1 (with mscale, as a prefill stores it)
@@ -99,9 +99,9 @@ int main(void) {
 
     TEST_BEGIN("pool limits are checked");
     li_kv_pool pool;
-    CHECK(li_kv_pool_init(&pool, &hp, 0, 4) == LI_ERR_LIMIT, "page size 0");
-    CHECK(li_kv_pool_init(&pool, &hp, LI_PAGE_MAX_SIZE + 1, 4) == LI_ERR_LIMIT, "page too big");
-    CHECK(li_kv_pool_init(&pool, &hp, 16, LI_PAGE_MAX_ID + 2) == LI_ERR_LIMIT, "too many pages");
+    CHECK(li_kv_pool_init(&pool, NULL, &hp, 0, 4) == LI_ERR_LIMIT, "page size 0");
+    CHECK(li_kv_pool_init(&pool, NULL, &hp, LI_PAGE_MAX_SIZE + 1, 4) == LI_ERR_LIMIT, "page too big");
+    CHECK(li_kv_pool_init(&pool, NULL, &hp, 16, LI_PAGE_MAX_ID + 2) == LI_ERR_LIMIT, "too many pages");
     TEST_END();
 
     int sizes[] = {1, 16, 64};
@@ -111,7 +111,7 @@ int main(void) {
         snprintf(name, sizeof name, "sequences append, share and release pages (P=%d)", P);
         TEST_BEGIN(name);
         int64_t n_pages = 40;
-        CHECK(li_kv_pool_init(&pool, &hp, P, n_pages) == LI_OK, "init");
+        CHECK(li_kv_pool_init(&pool, NULL, &hp, P, n_pages) == LI_OK, "init");
         CHECK(pool.page_bytes == (size_t)3 * 2 * 2 * P * 8 * 4, "page bytes");
         li_kv_seq_pages a = {0}, b = {0};
         int64_t slots[4096];

@@ -496,7 +496,7 @@ static void test_fp8_smollm2(void) {
         rc = li_tokenizer_encode(tok, prompts[p], strlen(prompts[p]), false, true, &ids, &T);
         if (rc != LI_OK) break;
         if (!have_s) {
-            rc = li_llama_scratch_init(&s, &m.hp, 256);
+            rc = li_llama_scratch_init(&s, m.be, &m.hp, 256, 0);
             have_s = rc == LI_OK;
         }
         LI_ASSERT(T <= 256);

@@ -42,7 +42,8 @@
 
 typedef struct {
     const char *model, *samples, *mode_s, *budget_s, *plot, *trace;
-    int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads;
+    int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads, gpu;
+    const char *backend;
     float alpha, rate;
     uint64_t seed;
     bool dry_run;
@@ -479,6 +480,8 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     li_model_params mp = li_model_default_params();
     mp.path = a->model ? a->model : cli_default_model();
     mp.n_threads = a->n_threads;
+    mp.backend = a->backend;
+    mp.device = a->gpu;
     mp.max_seqs = a->max_batch;
     mp.cache_mode = li_cache_mode_name(mode);
     mp.kv_budget_bytes = budget;
@@ -742,6 +745,8 @@ int cmd_bench_rag(int argc, char **argv) {
         {"--max-batch", NULL, OPT_INT, &a.max_batch, "requests running at once (default 4)"},
         {"--seed", NULL, OPT_U64, &a.seed, "trace seed (default 1)"},
         {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &a.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,

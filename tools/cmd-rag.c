@@ -265,7 +265,8 @@ int cmd_rag(int argc, char **argv) {
     const char *cache = "lazy", *budget_s = NULL, *chat_template = NULL;
     const char *docs_arg[MAX_DOCS], *samples_arg[MAX_DOCS];
     int n_docs_arg = 0, n_samples_arg = 0;
-    int n_predict = 64, n_threads = 0, page_size = 16, max_batch = 1, n_ctx = 0;
+    int n_predict = 64, n_threads = 0, page_size = 16, max_batch = 1, n_ctx = 0, gpu = 0;
+    const char *backend = NULL;
     float temp = 0;
     uint64_t seed = 0;
     bool no_chat = false;
@@ -306,6 +307,8 @@ int cmd_rag(int argc, char **argv) {
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
         {"--ctx-size", "-c", OPT_INT, &n_ctx, "context per request (default: min(trained, 4096))"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
     };
     const char *pos[1];
     int n_pos;
@@ -359,6 +362,8 @@ int cmd_rag(int argc, char **argv) {
     mp.page_size = page_size;
     mp.max_seqs = max_batch;
     mp.n_threads = n_threads;
+    mp.backend = backend;
+    mp.device = gpu;
     mp.n_ctx = n_ctx;
     mp.chat_template = chat_template;
     li_model *m;

@@ -27,6 +27,8 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *cache = NULL, *name = NULL;
     const char *chat_template = NULL;
     int port = 8080, max_batch = 8, max_queue = 256, n_ctx = 0, n_threads = 0, max_tokens = 256;
+    int gpu = 0;
+    const char *backend = NULL;
     uint64_t kv_budget = 0;
     bool quiet = false;
     const opt opts[] = {
@@ -40,6 +42,8 @@ int cmd_serve(int argc, char **argv) {
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
         {"--ctx-size", "-c", OPT_INT, &n_ctx, "context size in tokens (default: min(trained, 4096))"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
         {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256)"},
         {"--model-name", NULL, OPT_STR, &name, "model id in /v1/models (default: the file name)"},
         {"--chat-template", NULL, OPT_STR, &chat_template, "chat format override: llama3, chatml, llada"},
@@ -68,6 +72,8 @@ int cmd_serve(int argc, char **argv) {
     mp.path = model ? model : cli_default_model();
     mp.chat_template = chat_template;
     mp.n_threads = n_threads;
+    mp.backend = backend;
+    mp.device = gpu;
     mp.n_ctx = n_ctx;
     mp.max_seqs = max_batch;
     mp.cache_mode = cache;

@@ -43,7 +43,8 @@ static bool print_token(void *user, int32_t tok) {
 
 typedef struct {
     const char *model, *prompt, *system, *tokenizer, *chat_template;
-    int n_predict, n_threads, n_ctx;
+    int n_predict, n_threads, n_ctx, gpu;
+    const char *backend;
     li_sampling_params sp;
     bool chat, ignore_eos;
 } gen_args;
@@ -74,6 +75,8 @@ static int cmd_generate(int argc, char **argv) {
         {"--chat-template", NULL, OPT_STR, &a.chat_template, "chat format override: llama3, chatml, llada"},
         {"--tokenizer", NULL, OPT_STR, &a.tokenizer, "tokenizer.json to use instead of the model's"},
         {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &a.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
         {"--ctx-size", "-c", OPT_INT, &a.n_ctx, "context size in tokens (default: min(trained, 4096))"},
         {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
     };
@@ -95,6 +98,8 @@ static int cmd_generate(int argc, char **argv) {
     mp.tokenizer_path = a.tokenizer;
     mp.chat_template = a.chat_template;
     mp.n_threads = a.n_threads;
+    mp.backend = a.backend;
+    mp.device = a.gpu;
     mp.n_ctx = a.n_ctx;
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
@@ -235,13 +240,16 @@ static void mean_std(const double *x, int n, double *mean, double *std) {
 // both as llama-bench defines them (tokens/s, mean ± std over reps runs after one warm-up).
 static int cmd_bench_generate(int argc, char **argv) {
     const char *model = NULL;
-    int n_pp = 512, n_tg = 128, reps = 3, n_threads = 0;
+    int n_pp = 512, n_tg = 128, reps = 3, n_threads = 0, gpu = 0;
+    const char *backend = NULL;
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
         {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
         {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
         {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
     };
     const char *pos[1];
     int n_pos;
@@ -255,6 +263,8 @@ static int cmd_bench_generate(int argc, char **argv) {
     li_model_params mp = li_model_default_params();
     mp.path = model ? model : cli_default_model();
     mp.n_threads = n_threads;
+    mp.backend = backend;
+    mp.device = gpu;
     mp.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");

@@ -207,6 +207,26 @@ typedef struct {
     //   y[t,n] = acc.
     void (*matmul_fp8)(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
                        const li_fp8_weight *W);
+
+    // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
+
+    // Matrices moved into this backend's memory are converted to bf16 (CUDA: cuBLASLt takes
+    // bf16); false keeps the loader's dtype. Norm vectors are always f32.
+    bool matrices_bf16;
+    // Buffers in the backend's memory, zero-filled. alloc returns NULL with the error set.
+    void *(*alloc)(li_backend *be, size_t n_bytes, const char *what);
+    void (*free)(li_backend *be, void *p);  // NULL is a no-op
+    // Host <-> backend copies; they return once the copy is done (after the ops queued before).
+    li_status (*upload)(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
+    li_status (*download)(li_backend *be, void *dst_host, const void *src, size_t n_bytes);
+    // dst = src inside backend memory, queued like an op (regions must not overlap).
+    void (*copy)(li_backend *be, void *dst, const void *src, size_t n_bytes);
+    // Waits for every queued op: LI_OK or the first error one of them hit.
+    li_status (*sync)(li_backend *be);
+    // x (n) = mean + uniform [-a, a), stored as dtype (F32 or BF16), a pure function of (seed,
+    // index): random weights built where they live, without a host copy (synth models).
+    li_status (*fill_random)(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
+                             float a, float mean);
 } li_backend_ops;
 
 struct li_backend {
@@ -217,12 +237,28 @@ struct li_backend {
     void (*destroy)(li_backend *be);  // frees a non-CPU backend (li_backend_free calls it)
 };
 
+// ---- backend memory (backend.c) ----------------------------------------------------------------
+// What model and engine code use for every buffer an op touches: host memory (li_alloc, memcpy)
+// when the backend has no memory ops (the CPU), the backend's own otherwise (CUDA device memory).
+// Host code must never dereference a buffer of a backend where li_be_is_device is true.
+bool li_be_is_device(const li_backend *be);
+void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what);  // zeroed; NULL + error
+void li_be_free(li_backend *be, void *p);
+li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
+li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t n_bytes);
+void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes);
+li_status li_be_sync(li_backend *be);
+
 // The CPU tables (src/backend/cpu/).
 extern const li_backend_ops li_cpu_ref_ops;   // scalar oracle, fp64 accumulation
 extern const li_backend_ops li_cpu_fast_ops;  // threads, vectorised loops, OpenBLAS
 
 // Creates a CPU backend using the fast table with n_threads workers (0: all cores).
 li_status li_backend_cpu_init(li_backend **out, int n_threads);
+// The fast table with memory ops of its own ("cpu-devsim"): runs the device data path (weights
+// moved, index arrays staged) on the CPU so that tests cover it without a GPU. bf16: matrices
+// converted to bf16 as on CUDA ("cpu-devsim-bf16": the GPU's oracle with the GPU's weights).
+li_status li_backend_cpu_devsim_init(li_backend **out, int n_threads, bool bf16);
 // Same, but every op is the oracle (for tests and debugging: LI_BACKEND=ref).
 li_status li_backend_cpu_ref_init(li_backend **out);
 void li_backend_free(li_backend *be);

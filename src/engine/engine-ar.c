@@ -14,8 +14,8 @@ li_generate_params li_generate_default_params(void) {
 }
 
 // Appends tokens[0..n) at positions pos0.. to `seq` and runs them through the model in chunks of
-// at most n_batch. Logits: every row into all_logits (n, V) when it is non-NULL; the last row's
-// logits are always left in m->logits[0..V).
+// at most n_batch. Logits: every row into all_logits (n, V, host memory) when it is non-NULL; the
+// last row's logits are always left in m->logits[0..V) (backend memory).
 static li_status run_tokens(li_model *m, li_kv_seq_pages *seq, const int32_t *tokens, int n,
                             float *all_logits) {
     const int V = m->llama.hp.n_vocab;
@@ -42,9 +42,12 @@ static li_status run_tokens(li_model *m, li_kv_seq_pages *seq, const int32_t *to
             .logit_rows = all_logits ? rows : &rows[T - 1],
         };
         LI_TRY(li_llama_forward(&m->llama, &m->scratch, &m->kv.storage, &b, m->logits));
-        if (all_logits) {
-            memcpy(all_logits + (size_t)c0 * V, m->logits, (size_t)T * V * sizeof(float));
-            if (last_chunk) memmove(m->logits, m->logits + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
+        if (all_logits) {  // m->logits is in backend memory (the GPU's on CUDA)
+            LI_TRY(li_be_download(m->be, all_logits + (size_t)c0 * V, m->logits,
+                                  (size_t)T * V * sizeof(float)));
+            if (last_chunk && T > 1)
+                li_be_copy(m->be, m->logits, m->logits + (size_t)(T - 1) * V,
+                           (size_t)V * sizeof(float));
         }
     }
     return LI_OK;
@@ -93,6 +96,7 @@ li_status li_eval_logits(li_model *m, const int32_t *tokens, int n_tokens, float
     LI_TRY(li_engine_make_room(m, (n_tokens + m->kv.storage.page_size - 1) / m->kv.storage.page_size));
     li_kv_seq_pages seq = {0};
     li_status rc = run_tokens(m, &seq, tokens, n_tokens, logits);
+    if (rc == LI_OK) rc = li_be_sync(m->be);
     li_kv_seq_free(&m->kv, &seq);
     return rc;
 }

@@ -6,8 +6,12 @@
 
 #include "../format/hparams.h"
 #include "engine.h"
+#ifdef LI_CUDA
+#include "../backend/cuda/backend-cuda.h"
+#endif
 
 #define DEFAULT_N_BATCH 256
+#define DEFAULT_N_BATCH_DEVICE 2048
 #define DEFAULT_N_CTX_CAP 4096  // default context when the model's trained one is larger
 
 li_model_params li_model_default_params(void) {
@@ -100,14 +104,26 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         rc = li_backend_cpu_init(&m->be, p->n_threads);
     } else if (!strcmp(p->backend, "cpu-ref")) {
         rc = li_backend_cpu_ref_init(&m->be);
+    } else if (!strcmp(p->backend, "cpu-devsim") || !strcmp(p->backend, "cpu-devsim-bf16")) {
+        rc = li_backend_cpu_devsim_init(&m->be, p->n_threads, strstr(p->backend, "bf16") != NULL);
+    } else if (!strcmp(p->backend, "cuda")) {
+#ifdef LI_CUDA
+        rc = li_backend_cuda_init(&m->be, p->device);
+#else
+        rc = li_error_set(LI_ERR_UNSUPPORTED, "backend 'cuda': this build has no CUDA backend "
+                          "(build ./lazyinfer-cuda with `make CUDA=1`)");
+#endif
     } else {
-        rc = li_error_set(LI_ERR_INVALID_ARG, "unknown backend '%s' (known: cpu, cpu-ref)",
+        rc = li_error_set(LI_ERR_INVALID_ARG, "unknown backend '%s' (known: cpu, cpu-ref, cpu-devsim, cpu-devsim-bf16, cuda)",
                           p->backend);
     }
     if (rc != LI_OK) goto fail;
     if (is_synth) {
         if (li_llama_synth_known(synth_name)) {
             rc = li_llama_synth(&m->llama, synth_name, seed, m->be, p->metadata_only);
+        } else if (li_llada_synth_known(synth_name) && li_be_is_device(m->be)) {
+            rc = li_error_set(LI_ERR_UNSUPPORTED, "synth:%s: LLaDA models do not run on the '%s' "
+                              "backend yet (use the CPU backend)", synth_name, m->be->ops->name);
         } else if (li_llada_synth_known(synth_name)) {
             rc = li_llada_synth(&m->llada, synth_name, seed, m->be, p->metadata_only);
         } else {
@@ -117,6 +133,9 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
                               "tiny-llama-mha-gptj, -gqa4-linear, -gqa8-llama3, -gqa2-yarn)",
                               synth_name);
         }
+    } else if (li_be_is_device(m->be) && is_llada_dir(p->path)) {
+        rc = li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA models do not run on the '%s' backend "
+                          "yet (use the CPU backend)", p->path, m->be->ops->name);
     } else if (is_llada_dir(p->path)) {
         rc = li_llada_load(&m->llada, p->path, m->be, p->metadata_only);
     } else {
@@ -171,10 +190,16 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
             goto fail;
         }
     }
-    if ((rc = li_kv_pool_init(&m->kv, hp, page_size, pages)) != LI_OK) goto fail;
-    m->n_batch = DEFAULT_N_BATCH < m->n_ctx ? DEFAULT_N_BATCH : m->n_ctx;
-    if ((rc = li_llama_scratch_init(&m->scratch, hp, m->n_batch)) != LI_OK) goto fail;
-    m->logits = li_alloc((size_t)m->n_batch * hp->n_vocab * sizeof(float), "logits");
+    if ((rc = li_kv_pool_init(&m->kv, m->be, hp, page_size, pages)) != LI_OK) goto fail;
+    // tokens per forward: a GPU needs thousands of rows to fill its tensor cores
+    m->n_batch = li_be_is_device(m->be) ? DEFAULT_N_BATCH_DEVICE : DEFAULT_N_BATCH;
+    if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
+    // page-table words of one batch (device staging): every running sequence's table, with a
+    // partial page per document; the scratch grows if a batch ever needs more
+    int table_words = m->max_running * ((m->n_ctx + page_size - 1) / page_size + 64);
+    if ((rc = li_llama_scratch_init(&m->scratch, m->be, hp, m->n_batch, table_words)) != LI_OK)
+        goto fail;
+    m->logits = li_be_alloc(m->be, (size_t)m->n_batch * hp->n_vocab * sizeof(float), "logits");
     if (!m->logits) {
         rc = LI_ERR_OOM;
         goto fail;
@@ -194,7 +219,7 @@ fail:
 void li_model_free(li_model *m) {
     if (!m) return;
     li_sched_free(m);
-    li_free(m->logits);
+    li_be_free(m->be, m->logits);
     li_llama_scratch_free(&m->scratch);
     li_kv_pool_free(&m->kv);
     li_tokenizer_free(m->tok);

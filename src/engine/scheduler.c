@@ -633,8 +633,11 @@ static void fail_request(li_model *m, request *r, li_status rc) {
 static void take_token(li_model *m, request *r, int32_t tok, const float *logits) {
     if (r->n_generated == 0 && r->res.ttft_ms == 0) {
         r->res.ttft_ms = li_time_ms() - r->t_submit;
-        if (r->first_logits)
-            memcpy(r->first_logits, logits, (size_t)m->llama.hp.n_vocab * sizeof(float));
+        if (r->first_logits &&  // logits are in backend memory; a failure shows at the sync
+            li_be_download(m->be, r->first_logits, logits,
+                           (size_t)m->llama.hp.n_vocab * sizeof(float)) != LI_OK)
+            LI_WARN("copying the first logits of request %lld failed: %s", (long long)r->id,
+                    li_last_error());
     }
     if (r->gen.stop_at_eos && li_tokenizer_is_eog(m->tok, tok)) {
         r->finished_tokens = true;
@@ -791,6 +794,8 @@ li_status li_step(li_model *m, int *n_unfinished) {
         const float *lg = m->logits + (size_t)i * V;
         take_token(m, r, li_sampler_sample(&r->sampler, m->be, lg, V), lg);
     }
+    // a device backend records op failures (sampling included) instead of returning them
+    if ((rc = li_be_sync(m->be)) != LI_OK) return rc;
     for (request *r = S->reqs; r; r = r->next)
         if (r->state != RQ_DONE && r->finished_tokens) finish(m, r);
     if (n_unfinished) *n_unfinished = count_unfinished(S);

@@ -9,7 +9,8 @@ size_t li_kv_page_bytes(const li_hparams *hp, int page_size) {
            sizeof(float);
 }
 
-li_status li_kv_pool_init(li_kv_pool *pool, const li_hparams *hp, int page_size, int64_t n_pages) {
+li_status li_kv_pool_init(li_kv_pool *pool, li_backend *be, const li_hparams *hp, int page_size,
+                          int64_t n_pages) {
     memset(pool, 0, sizeof *pool);
     if (page_size < 1 || page_size > LI_PAGE_MAX_SIZE)
         return li_error_set(LI_ERR_LIMIT, "KV page size %d outside [1, %d]", page_size,
@@ -27,7 +28,8 @@ li_status li_kv_pool_init(li_kv_pool *pool, const li_hparams *hp, int page_size,
     s->head_dim = hp->head_dim;
     s->page_size = page_size;
     s->n_pages = n_pages;
-    s->data = li_alloc((size_t)total, "the KV page pool");
+    pool->be = be;
+    s->data = li_be_alloc(be, (size_t)total, "the KV page pool");
     pool->refcount = calloc((size_t)n_pages, sizeof *pool->refcount);
     pool->free_pages = malloc((size_t)n_pages * sizeof *pool->free_pages);
     if (!s->data || !pool->refcount || !pool->free_pages) {
@@ -62,7 +64,7 @@ li_status li_kv_pool_init_virtual(li_kv_pool *pool, int page_size, int64_t n_pag
 }
 
 void li_kv_pool_free(li_kv_pool *pool) {
-    li_free(pool->storage.data);
+    li_be_free(pool->be, pool->storage.data);
     free(pool->refcount);
     free(pool->free_pages);
     memset(pool, 0, sizeof *pool);

@@ -16,13 +16,16 @@ typedef struct {
     int64_t *free_pages;    // (n_pages) stack of free page ids
     int64_t n_free;
     size_t page_bytes;
+    li_backend *be;         // whose memory storage.data is in (NULL: host)
 } li_kv_pool;
 
 // Bytes one page takes for this model and page size.
 size_t li_kv_page_bytes(const li_hparams *hp, int page_size);
 // Allocates n_pages pages (page_size tokens each). LI_ERR_LIMIT if n_pages exceeds the page-id
-// field of the page-table word or page_size exceeds LI_PAGE_MAX_SIZE.
-li_status li_kv_pool_init(li_kv_pool *pool, const li_hparams *hp, int page_size, int64_t n_pages);
+// field of the page-table word or page_size exceeds LI_PAGE_MAX_SIZE. The pages live in `be`'s
+// memory (device memory on CUDA; be NULL or a CPU backend: host).
+li_status li_kv_pool_init(li_kv_pool *pool, li_backend *be, const li_hparams *hp, int page_size,
+                          int64_t n_pages);
 // A pool that counts pages but holds no KV memory (storage.data == NULL): the trace simulator
 // runs the real caches over it.
 li_status li_kv_pool_init_virtual(li_kv_pool *pool, int page_size, int64_t n_pages);

@@ -24,6 +24,9 @@ li_status li_llama_set_fp8(li_llama *m, bool on) {
     if (!on) return LI_OK;
     if (!m->has_weights)
         return li_error_set(LI_ERR_INVALID_ARG, "FP8 FFN: model loaded for metadata only");
+    if (li_be_is_device(m->be))  // the weights would be quantised from host copies that are gone
+        return li_error_set(LI_ERR_UNSUPPORTED, "FP8 FFN for Llama models on backend '%s' is not "
+                            "implemented (it is a CPU error proxy)", m->be->ops->name);
     if (!m->be->ops->fp8_quant_rows || !m->be->ops->matmul_fp8)
         return li_error_set(LI_ERR_UNSUPPORTED, "backend '%s' has no FP8 ops", m->be->ops->name);
     li_fp8_weight *w = calloc((size_t)3 * m->hp.n_layer, sizeof *w);
@@ -40,9 +43,12 @@ li_status li_llama_set_fp8(li_llama *m, bool on) {
     return rc;
 }
 
-li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int max_tokens) {
+li_status li_llama_scratch_init(li_llama_scratch *s, li_backend *be, const li_hparams *hp,
+                                int max_tokens, int max_table_words) {
     memset(s, 0, sizeof *s);
+    s->be = be;
     s->max_tokens = max_tokens;
+    s->max_table_words = max_table_words;
     size_t T = (size_t)max_tokens, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
     size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
     // the gate buffer also holds a decode step's fused outputs: [q | k | v] and [gate | up]
@@ -61,8 +67,20 @@ li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int m
         {&s->tmp, T * D, "projection output"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        *bufs[i].p = li_alloc(bufs[i].n * sizeof(float), bufs[i].what);
+        *bufs[i].p = li_be_alloc(be, bufs[i].n * sizeof(float), bufs[i].what);
         if (!*bufs[i].p) {
+            li_llama_scratch_free(s);
+            return LI_ERR_OOM;
+        }
+    }
+    if (li_be_is_device(be)) {
+        // slot (T) and the page tables as 64-bit words; tokens, pos, n_visible, kv_first and
+        // logit_rows (T each) as 32-bit
+        s->idx_bytes = 8 * (T + (size_t)max_table_words) + 4 * 5 * T;
+        s->idx_host = li_alloc(s->idx_bytes, "batch index staging");
+        s->idx_dev = li_be_alloc(be, s->idx_bytes, "batch index arrays");
+        s->seqs_dev = li_alloc(T * sizeof *s->seqs_dev, "batch sequences");
+        if (!s->idx_host || !s->idx_dev || !s->seqs_dev) {
             li_llama_scratch_free(s);
             return LI_ERR_OOM;
         }
@@ -71,16 +89,59 @@ li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int m
 }
 
 void li_llama_scratch_free(li_llama_scratch *s) {
-    li_free(s->x);
-    li_free(s->xn);
-    li_free(s->q);
-    li_free(s->k);
-    li_free(s->v);
-    li_free(s->att);
-    li_free(s->gate);
-    li_free(s->up);
-    li_free(s->tmp);
+    float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->gate, s->up, s->tmp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) li_be_free(s->be, bufs[i]);
+    li_be_free(s->be, s->idx_dev);
+    li_free(s->idx_host);
+    li_free(s->seqs_dev);
     memset(s, 0, sizeof *s);
+}
+
+// Device backends: packs the batch's index arrays into one upload and returns in *db the same
+// batch with device pointers (db->seqs: host structs whose page tables are device pointers).
+static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *db) {
+    int T = b->n_tokens;
+    size_t words = 0;
+    for (int i = 0; i < b->n_seqs; i++) words += (size_t)b->seqs[i].kv.n_pages;
+    if (words > (size_t)s->max_table_words) {
+        // rare (many short documents in one batch): grow, between forwards
+        size_t bytes = s->idx_bytes + 8 * (words - (size_t)s->max_table_words);
+        void *h = li_alloc(bytes, "batch index staging");
+        void *d = h ? li_be_alloc(s->be, bytes, "batch index arrays") : NULL;
+        if (!d) {
+            li_free(h);
+            return LI_ERR_OOM;
+        }
+        li_free(s->idx_host);
+        li_be_free(s->be, s->idx_dev);
+        s->idx_host = h;
+        s->idx_dev = d;
+        s->idx_bytes = bytes;
+        s->max_table_words = (int)words;
+    }
+    char *h = s->idx_host, *d = s->idx_dev;
+    size_t off = 0;
+    *db = *b;
+    // copies n elements of `size` bytes to the staging buffer; *dst = their device address
+#define STAGE(dst, src, n, size)                                   \
+    do {                                                           \
+        memcpy(h + off, (src), (size_t)(n) * (size));              \
+        (dst) = (void *)(d + off);                                 \
+        off += (size_t)(n) * (size);                               \
+    } while (0)
+    STAGE(db->slot, b->slot, T, 8);
+    for (int i = 0; i < b->n_seqs; i++) {
+        s->seqs_dev[i] = b->seqs[i];
+        STAGE(s->seqs_dev[i].kv.pages, b->seqs[i].kv.pages, b->seqs[i].kv.n_pages, 8);
+    }
+    db->seqs = s->seqs_dev;
+    STAGE(db->tokens, b->tokens, T, 4);
+    STAGE(db->pos, b->pos, T, 4);
+    STAGE(db->n_visible, b->n_visible, T, 4);
+    if (b->kv_first) STAGE(db->kv_first, b->kv_first, T, 4);
+    if (b->n_logits > 0) STAGE(db->logit_rows, b->logit_rows, b->n_logits, 4);
+#undef STAGE
+    return li_be_upload(s->be, s->idx_dev, s->idx_host, off);
 }
 
 li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
@@ -97,6 +158,15 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
             return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
                                 b->tokens[t], hp->n_vocab);
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
+            return li_error_set(LI_ERR_INVALID_ARG, "logit row %d out of range [0, %d)",
+                                b->logit_rows[i], T);
+    li_batch staged;
+    if (li_be_is_device(be)) {  // the ops read index arrays from device memory
+        LI_TRY(stage_batch(s, b, &staged));
+        b = &staged;
+    }
     const float scale = 1.0f / sqrtf((float)Dh);
     // FP8 FFN (layers >= 1): activation codes (T, max(D, F)) and scales (T, groups)
     uint8_t *qa = NULL;
@@ -172,12 +242,10 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
     free(sa);
 
     // ---- head: only the rows that need logits ----
-    for (int i = 0; i < b->n_logits; i++) {
-        int r = b->logit_rows[i];
-        LI_ASSERT(r >= 0 && r < T);
-        memcpy(s->xn + (size_t)i * D, s->x + (size_t)r * D, (size_t)D * sizeof(float));
-    }
     if (b->n_logits > 0) {
+        // gather the rows (embed is a row gather: the residual stream as a (T, D) table)
+        li_weight rows = {.dtype = LI_DTYPE_F32, .n_rows = T, .n_cols = D, .data = s->x};
+        op->embed(be, s->xn, &rows, b->logit_rows, b->n_logits);
         op->rmsnorm(be, s->xn, s->xn, m->w.out_norm.data, b->n_logits, D, hp->rms_eps);
         op->matmul(be, logits, s->xn, &m->w.output, b->n_logits);  // (n_logits, V)
     }

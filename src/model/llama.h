@@ -45,11 +45,29 @@ typedef struct {
     void **owned;           // buffers we allocated (dequantised / converted / synthetic)
     int n_owned, cap_owned;
     char source_dtype[16];  // dominant dtype of the file's weights, for `info`
+    // Device backends: the weights' buffers in backend memory (weights-device.c); the host
+    // copies above are freed once uploaded.
+    li_backend *dev;
+    void **dev_owned;
+    int n_dev_owned, cap_dev_owned;
 } li_weight_store;
 
-// Scratch for one forward of up to max_tokens tokens (allocated once at init).
+// One sequence's part of a batch: tokens [t0, t0 + n) of the batch.
+typedef struct {
+    int t0, n;
+    li_kv_seq kv;  // its page table (includes the pages the new tokens are written into)
+} li_batch_seq;
+
+// Scratch for one forward of up to max_tokens tokens (allocated once at init), in the backend's
+// memory. On a device backend the batch's index arrays (tokens, positions, slots, visibility,
+// page tables) are packed into idx_host and uploaded to idx_dev in one copy per forward.
 typedef struct {
     int max_tokens;
+    int max_table_words;   // page-table words of all sequences of one batch (device backends)
+    li_backend *be;
+    void *idx_host, *idx_dev;
+    size_t idx_bytes;
+    li_batch_seq *seqs_dev;  // (max_tokens) host structs whose page tables point into idx_dev
     float *x;       // (T, D) residual stream
     float *xn;      // (T, D) normalised
     float *q;       // (T, H*Dh)
@@ -73,11 +91,6 @@ typedef struct {
     li_fp8_weight *fp8_ffn;
 } li_llama;
 
-// One sequence's part of a batch: tokens [t0, t0 + n) of the batch.
-typedef struct {
-    int t0, n;
-    li_kv_seq kv;  // its page table (includes the pages the new tokens are written into)
-} li_batch_seq;
 
 typedef struct {
     int n_tokens;              // T
@@ -104,10 +117,20 @@ int64_t li_llama_n_params(const li_hparams *hp);
 // True when the model is too big to hold in f32 on the CPU: bf16 matrices then stay bf16.
 bool li_llama_keeps_bf16(const li_hparams *hp);
 
+// Device backends (weights-device.c): moves every weight into the backend's memory (matrices
+// bf16, norms f32; fused groups and a tied head stay shared) and frees the host copies. A no-op
+// on host backends. li_llama_load and li_llama_synth call it.
+li_status li_llama_weights_to_device(li_llama *m);
+// Random weights built directly in device memory (synth models too big for a host copy): the
+// same distributions as li_synth_llama_weights, another generator (so other values).
+li_status li_llama_synth_on_device(li_llama *m, uint64_t seed);
+
 // Turns the FP8 FFN of layers >= 1 on (quantises the weights once) or off (frees them).
 li_status li_llama_set_fp8(li_llama *m, bool on);
 
-li_status li_llama_scratch_init(li_llama_scratch *s, const li_hparams *hp, int max_tokens);
+// max_table_words bounds the page-table words of one batch (only device backends stage them).
+li_status li_llama_scratch_init(li_llama_scratch *s, li_backend *be, const li_hparams *hp,
+                                int max_tokens, int max_table_words);
 void li_llama_scratch_free(li_llama_scratch *s);
 
 // Runs the batch through the model: writes every token's K/V into the pool and fills

@@ -436,14 +436,21 @@ li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backen
     li_status rc = prepare(m, be, name);
     if (rc != LI_OK) goto fail;
 
+    const li_hparams *hp = &m->hp;
+    // A device backend builds big models in place (no 16 GB host copy); small ones are made on
+    // the host as for the CPU and uploaded, so that CPU and GPU runs of one seed compare.
+    if (!metadata_only && li_be_is_device(be) && li_llama_keeps_bf16(hp)) {
+        if ((rc = li_llama_synth_on_device(m, seed)) != LI_OK) goto fail;
+        return LI_OK;
+    }
     li_rng rng;
     li_rng_seed(&rng, seed);
-    const li_hparams *hp = &m->hp;
     if ((rc = li_synth_llama_weights(&m->store, &m->w, hp, &rng, li_llama_keeps_bf16(hp),
                                      metadata_only)) != LI_OK)
         goto fail;
     if (!metadata_only && (rc = fuse_layers(m)) != LI_OK) goto fail;
     m->has_weights = !metadata_only;
+    if ((rc = li_llama_weights_to_device(m)) != LI_OK) goto fail;
     return LI_OK;
 fail:
     li_llama_free(m);
@@ -460,11 +467,12 @@ li_status li_llama_load(li_llama *m, const char *path, li_backend *be, bool meta
     else
         return li_error_set(LI_ERR_IO, "%s: no such file or directory", path);
     if (rc == LI_OK && !metadata_only) rc = fuse_layers(m);
+    m->has_weights = rc == LI_OK && !metadata_only;
+    if (rc == LI_OK) rc = li_llama_weights_to_device(m);
     if (rc != LI_OK) {
         li_llama_free(m);
         return rc;
     }
-    m->has_weights = !metadata_only;
     return LI_OK;
 }
 
@@ -479,6 +487,7 @@ void li_weight_store_free(li_weight_store *st) {
 void li_llama_free(li_llama *m) {
     if (!m) return;
     li_llama_set_fp8(m, false);
+    li_weight_store_free_device(&m->store);
     li_weight_store_free(&m->store);
     free(m->w.layers);
     memset(m, 0, sizeof *m);

@@ -45,8 +45,10 @@ li_status li_bind_safetensors(li_weight_store *store, li_llama_weights *w, const
 // so a test notices a missing norm weight. w->layers must hold hp->n_layer entries.
 li_status li_synth_llama_weights(li_weight_store *store, li_llama_weights *w, const li_hparams *hp,
                                  li_rng *rng, bool keep_bf16, bool metadata_only);
-// Frees owned buffers and closes the files; leaves the store zeroed.
+// Frees owned buffers and closes the files; leaves the store zeroed (device buffers excepted).
 void li_weight_store_free(li_weight_store *st);
+// Frees the store's device buffers (weights-device.c).
+void li_weight_store_free_device(li_weight_store *st);
 
 // FP8 (e4m3) copy of W (f32 or bf16) per 128 x 128 block (backend.h li_fp8_weight): scale =
 // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division). Work is spread over

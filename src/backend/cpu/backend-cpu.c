@@ -4,7 +4,9 @@
 // Not here: the ops themselves (ops-cpu.c, ops-ref.c). Tested by tests/test-ops.c, which creates
 // both and compares them.
 #include <cblas.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu-internal.h"
 
@@ -32,6 +34,46 @@ li_status li_backend_cpu_init(li_backend **out, int n_threads) {
     // OpenBLAS's own pool would spin beside ours on the same cores.
     openblas_set_num_threads(1);
     *out = be;
+    return LI_OK;
+}
+
+// ---- cpu-devsim: the device data path without a device -----------------------------------------
+//
+// The fast CPU ops with memory ops of their own, so li_be_is_device is true: the model moves its
+// weights (bf16 matrices) and stages every batch's index arrays through upload/download exactly
+// as on CUDA. CI runs that path with it (tests/test-model.c); the buffers are host memory.
+static void *devsim_alloc(li_backend *be, size_t n, const char *what) { return li_alloc(n, what); }
+static void devsim_free(li_backend *be, void *p) { li_free(p); }
+static li_status devsim_copy_in(li_backend *be, void *dst, const void *src, size_t n) {
+    if (n) memcpy(dst, src, n);
+    return LI_OK;
+}
+static void devsim_copy(li_backend *be, void *dst, const void *src, size_t n) {
+    if (n) memcpy(dst, src, n);
+}
+static li_status devsim_sync(li_backend *be) { return LI_OK; }
+
+static li_backend_ops devsim_ops[2];  // [0] loader dtypes, [1] bf16 matrices
+static pthread_once_t devsim_once = PTHREAD_ONCE_INIT;
+static void devsim_make_ops(void) {
+    for (int i = 0; i < 2; i++) {
+        li_backend_ops *o = &devsim_ops[i];
+        *o = li_cpu_fast_ops;
+        o->name = i ? "cpu-devsim-bf16" : "cpu-devsim";
+        o->matrices_bf16 = i == 1;
+        o->alloc = devsim_alloc;
+        o->free = devsim_free;
+        o->upload = devsim_copy_in;
+        o->download = devsim_copy_in;
+        o->copy = devsim_copy;
+        o->sync = devsim_sync;
+    }
+}
+
+li_status li_backend_cpu_devsim_init(li_backend **out, int n_threads, bool bf16) {
+    LI_TRY(li_backend_cpu_init(out, n_threads));
+    pthread_once(&devsim_once, devsim_make_ops);
+    (*out)->ops = &devsim_ops[bf16 ? 1 : 0];
     return LI_OK;
 }
 

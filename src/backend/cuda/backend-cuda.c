@@ -236,6 +236,7 @@ static li_status copy(li_backend *be, void *dst, const void *src, size_t n, int 
     if (e != cudaSuccess)
         return li_error_set(LI_ERR_BACKEND, "cuda: %s of %zu bytes: %s", up ? "upload" : "download",
                             n, cudaGetErrorString(e));
+    if (im->err != LI_OK) return li_error_set(im->err, "%s", im->err_msg);  // an earlier op's
     return LI_OK;
 }
 
@@ -552,6 +553,41 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
                                                  W->n_rows, W->n_cols));
 }
 
+// ---- memory ops (backend.h: what li_be_* dispatch to) --------------------------------------------
+
+static void *cu_alloc(li_backend *be, size_t n, const char *what) {
+    li_cuda_impl *im = be->impl;
+    void *p = NULL;
+    if (li_backend_cuda_alloc(be, &p, n ? n : 1, what) != LI_OK) return NULL;
+    cudaError_t e = cudaMemsetAsync(p, 0, n ? n : 1, im->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(im->stream);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        li_error_set(LI_ERR_BACKEND, "cuda: zeroing %zu bytes for %s: %s", n, what,
+                     cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free(li_backend *be, void *p) { li_backend_cuda_free(be, p); }
+
+static void cu_copy(li_backend *be, void *dst, const void *src, size_t n) {
+    li_cuda_impl *im = be->impl;
+    if (n) cu_fail(im, "copy", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, im->stream));
+}
+
+static li_status cu_fill_random(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
+                                float a, float mean) {
+    li_cuda_impl *im = be->impl;
+    if (dtype != LI_DTYPE_F32 && dtype != LI_DTYPE_BF16)
+        return li_error_set(LI_ERR_UNSUPPORTED, "cuda fill_random: dtype %s", li_dtype_name(dtype));
+    cudaError_t e = li_cuda_fill_random(im->stream, x, dtype == LI_DTYPE_BF16, n, seed, a, mean);
+    if (e != cudaSuccess)
+        return li_error_set(LI_ERR_BACKEND, "cuda fill_random: %s", cudaGetErrorString(e));
+    return LI_OK;
+}
+
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
 
@@ -572,4 +608,12 @@ const li_backend_ops li_cuda_ops = {
     .flash_attn_finalize = cu_flash_attn_finalize,
     .fp8_quant_rows = cu_fp8_quant_rows,
     .matmul_fp8 = cu_matmul_fp8,
+    .matrices_bf16 = true,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = li_backend_cuda_upload,
+    .download = li_backend_cuda_download,
+    .copy = cu_copy,
+    .sync = li_backend_cuda_check,
+    .fill_random = cu_fill_random,
 };

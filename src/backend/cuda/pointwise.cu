@@ -265,3 +265,33 @@ extern "C" cudaError_t li_cuda_fill_uniform(cudaStream_t st, float *x, int64_t n
     fill_uniform_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, n, seed, scale);
     return cudaGetLastError();
 }
+
+// Same values as fill_uniform (scale a) plus mean, rounded to bf16: synthetic weights in place.
+__global__ void fill_uniform_bf16_kernel(__nv_bfloat16 *x, int64_t n, uint64_t seed, float a,
+                                         float mean) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t h = splitmix64(seed * 0x632be59bd9b4e019ull + (uint64_t)i);
+        float u = (float)(h >> 40) * (1.0f / 16777216.0f);
+        x[i] = __float2bfloat16_rn(mean + (2.0f * u - 1.0f) * a);
+    }
+}
+
+__global__ void add_scalar_kernel(float *x, int64_t n, float c) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += c;
+}
+
+extern "C" cudaError_t li_cuda_fill_random(cudaStream_t st, void *x, int bf16, int64_t n,
+                                           uint64_t seed, float a, float mean) {
+    if (n <= 0) return cudaSuccess;
+    if (bf16) {
+        fill_uniform_bf16_kernel<<<grid_for(n, 256), 256, 0, st>>>((__nv_bfloat16 *)x, n, seed, a,
+                                                                   mean);
+        return cudaGetLastError();
+    }
+    fill_uniform_kernel<<<grid_for(n, 256), 256, 0, st>>>((float *)x, n, seed, a);
+    if (mean != 0.0f) add_scalar_kernel<<<grid_for(n, 256), 256, 0, st>>>((float *)x, n, mean);
+    return cudaGetLastError();
+}

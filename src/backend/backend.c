@@ -1,0 +1,38 @@
+// backend.c — backend memory: the li_be_* calls dispatch to a backend's memory ops (CUDA device
+// memory) or fall back to host memory when it has none (the CPU tables). See backend.h.
+#include <string.h>
+
+#include "backend.h"
+
+bool li_be_is_device(const li_backend *be) { return be && be->ops && be->ops->alloc; }
+
+void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what) {
+    return li_be_is_device(be) ? be->ops->alloc(be, n_bytes, what) : li_alloc(n_bytes, what);
+}
+
+void li_be_free(li_backend *be, void *p) {
+    if (!p) return;
+    if (li_be_is_device(be)) be->ops->free(be, p);
+    else li_free(p);
+}
+
+li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n_bytes) {
+    if (li_be_is_device(be)) return be->ops->upload(be, dst, src_host, n_bytes);
+    if (n_bytes) memcpy(dst, src_host, n_bytes);
+    return LI_OK;
+}
+
+li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t n_bytes) {
+    if (li_be_is_device(be)) return be->ops->download(be, dst_host, src, n_bytes);
+    if (n_bytes) memcpy(dst_host, src, n_bytes);
+    return LI_OK;
+}
+
+void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes) {
+    if (li_be_is_device(be)) be->ops->copy(be, dst, src, n_bytes);
+    else if (n_bytes) memmove(dst, src, n_bytes);
+}
+
+li_status li_be_sync(li_backend *be) {
+    return li_be_is_device(be) && be->ops->sync ? be->ops->sync(be) : LI_OK;
+}
