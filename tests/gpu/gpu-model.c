@@ -3,10 +3,12 @@
 // For tiny checkpoints from tests/data/ref (HF directories: every GQA ratio and RoPE scaling of
 // the reference suite) and the synthetic test models, both backends load the same weights (the
 // CPU oracle holds the GPU's bf16 matrices: cpu-devsim-bf16) and:
-//   1. logits of every position of a random prompt (li_eval_logits): NMSE GPU vs CPU <= 1e-4.
-//      The GPU also rounds matmul inputs to bf16 (8 significant bits, ~2^-9 relative per
-//      element); weights rounded the same way moved the logits of these models by NMSE
-//      1e-5..4e-4, so activations alone should stay well below 1e-4.
+//   1. logits of every position of a random prompt (li_eval_logits): NMSE GPU vs CPU <= 1e-3.
+//      The GPU also rounds matmul inputs (and prefill attention's Q, K, V, P) to bf16 (8
+//      significant bits, ~2^-9 relative per element). Rounding the weights alone the same way
+//      moved these models' logits by NMSE 1e-5..4e-4 (cpu-devsim-bf16 vs cpu); the activations'
+//      rounding is a perturbation of the same size: measured on the H200 1e-5..3e-4 (the tiny HF
+//      checkpoints, whose logits are larger, at the top). A wrong op gives NMSE ~1e-2..1.
 //   2. teacher-forced argmax over the CPU's greedy continuation: the GPU picks the CPU's token at
 //      every step, except where the CPU's top-2 margin is within the logit error (a near tie:
 //      allowed, counted and printed);
@@ -22,7 +24,7 @@
 #include "lazyinfer.h"
 #include "../test.h"
 
-#define NMSE_TOL 1e-4
+#define NMSE_TOL 1e-3
 // The oracle is the CPU with the GPU's bf16 weights (cpu-devsim-bf16), so the error left is the
 // GPU's own: matmul inputs rounded to bf16 and other summation orders.
 // LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu runs the same checks with the CPU standing in for

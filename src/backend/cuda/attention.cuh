@@ -28,6 +28,14 @@ typedef struct {
 // *pages_per_split; the partial buffers need T * H * n_split * (Dh + 2) floats when *n_split > 1.
 LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int n_pages, int n_sm,
                                         int *n_split, int *pages_per_split);
+// Rows from which the tensor-core kernel (attention-prefill.cu) takes over, for Dh 64 and 128.
+#define LI_CUDA_ATTN_TC_MIN_T 16
+// 1 when li_cuda_attention_prefill serves (T, Dh) (LI_CUDA_ATTN_NO_TC=1 in the environment: never).
+LI_CUDA_API int li_cuda_attention_uses_tc(int T, int Dh);
+// The tensor-core prefill kernel: keys is scratch of >= n_pages * P words (the per-key index);
+// a->n_split is ignored (no partials).
+LI_CUDA_API cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,
+                                                  const li_cuda_rope_args *rope, uint64_t *keys);
 // rope may be NULL when a->rotate == 0.
 LI_CUDA_API cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_args *a,
                                           const li_cuda_rope_args *rope);

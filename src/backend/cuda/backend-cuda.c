@@ -54,6 +54,7 @@ typedef struct {
     int n_plans, next_evict;
     dev_scratch xbf;   // matmul: activations converted to bf16, (T, K)
     dev_scratch attn;  // attention split-K partials: (T, H, n_split, Dh) then (T, H, n_split, 2)
+    dev_scratch keys;  // prefill attention: one word per key of the page table
     li_cuda_sampler *sampler;
     li_status err;     // first error since init
     char err_msg[512];
@@ -191,6 +192,7 @@ void li_backend_cuda_destroy(li_backend *be) {
         li_cuda_sampler_free(im->sampler);
         cudaFree(im->xbf.p);
         cudaFree(im->attn.p);
+        cudaFree(im->keys.p);
         cudaFree(im->ws);
         if (im->lt) cublasLtDestroy(im->lt);
         if (im->stream) cudaStreamDestroy(im->stream);
@@ -489,6 +491,20 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
                a.Hkv);
         return;
     }
+    li_cuda_rope_args r;
+    if (rope) r = rope_args(rope);
+    if (li_cuda_attention_uses_tc(T, a.Dh)) {  // many rows: the tensor-core tile kernel
+        if (seq->n_pages < 1) return;
+        uint64_t *keys = scratch_get(im, &im->keys, (size_t)seq->n_pages * kv->page_size * 8,
+                                     "attention (key index)");
+        if (!keys) return;
+        a.n_split = 1;
+        li_cuda_rope_args none;
+        memset(&none, 0, sizeof none);
+        cu_fail(im, "attention (prefill)",
+                li_cuda_attention_prefill(im->stream, &a, rope ? &r : &none, keys));
+        return;
+    }
     li_cuda_attention_plan(T, a.Hkv, H / a.Hkv, a.Dh, a.n_pages, im->n_sm, &a.n_split,
                            &a.pages_per_split);
     if (a.n_split > 1) {
@@ -499,8 +515,6 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
         a.part_o = part;
         a.part_ml = part + n_o;
     }
-    li_cuda_rope_args r;
-    if (rope) r = rope_args(rope);
     cu_fail(im, "attention", li_cuda_attention(im->stream, &a, rope ? &r : NULL));
 }
 
@@ -551,6 +565,10 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
     li_cuda_impl *im = be->impl;
     cu_fail(im, "matmul_fp8", li_cuda_matmul_fp8(im->stream, y, qa, sa, T, W->q, W->scale,
                                                  W->n_rows, W->n_cols));
+}
+
+bool li_backend_cuda_attention_tc(int T, int head_dim) {
+    return li_cuda_attention_uses_tc(T, head_dim) != 0;
 }
 
 // ---- memory ops (backend.h: what li_be_* dispatch to) --------------------------------------------

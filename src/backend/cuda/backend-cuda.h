@@ -53,6 +53,10 @@ li_status li_backend_cuda_fill_uniform(li_backend *be, float *x, int64_t n, uint
 li_status li_backend_cuda_time(li_backend *be, void (*fn)(li_backend *be, void *ctx), void *ctx,
                                int n_iter, double *ms_per_iter);
 
+// True when the attention op runs T rows of head size head_dim on the bf16 tensor-core kernel
+// (attention-prefill.cu; tolerances differ from the fp32 kernels').
+bool li_backend_cuda_attention_tc(int T, int head_dim);
+
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" into buf.
 void li_backend_cuda_describe(li_backend *be, char *buf, size_t n);
 

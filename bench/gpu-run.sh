@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# bench/gpu-run.sh — everything one device call runs on the H200, each step's log under $OUT:
+#   check   build/…/gpu-check: every CUDA op against the CPU oracle, timings only with BENCH_OPS=1
+#           (LI_GPU_CHECK_ONLY=attention,bench,bench-prefill picks groups)
+#   model   gpu-model: whole models on CUDA against the CPU holding the same bf16 weights
+#   rag     test-rag with LI_TEST_BACKEND=cuda: lazy/copy/prefix/none agree on the GPU
+#   e2e     lazyinfer bench generate on synth:llama-3.1-8b: prefill 5×4096+64 = 20544 tokens and
+#           decode (tg128) — ms = 1000 / (t/s)
+#   ragbench lazyinfer bench rag, the paper's setting (RAG_ARGS)
+#   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
+#           ceilings, in the same call
+# Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
+# Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag} when present (built on the dev
+# machine with `make CUDA=1`, carried with the shared libraries of .gpu/libs.tar.xz, which the GPU
+# image lacks), otherwise built here with `make CUDA=1`.
+set -u
+OUT=${OUT:-/tmp/lazyinfer-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-check,model,rag,e2e,torch}
+has() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+if [ -d .gpu/bin ]; then
+  B=.gpu/bin
+  [ -f .gpu/libs.tar.xz ] && tar -xJf .gpu/libs.tar.xz -C .gpu
+  export LD_LIBRARY_PATH=$PWD/.gpu/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  LI=$B/lazyinfer-cuda
+else
+  make -j16 CUDA=1 all build/release-cuda/tests/gpu-check build/release-cuda/tests/gpu-model \
+    build/release-cuda/tests/test-rag >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  B=build/release-cuda/tests
+  LI=./lazyinfer-cuda
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
+date -u | tee -a "$OUT/gpu.txt"
+status=0
+run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, print its last lines
+  local name=$1 t=$2; shift 2
+  local t0=$(date +%s%N)
+  timeout "$t" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
+  echo "== $name: rc $rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  grep -E "^(FAIL|SKIP)" "$OUT/$name.log" | head -20
+  tail -4 "$OUT/$name.log"
+  [ "$rc" -eq 0 ] || status=1
+}
+if [ -n "${BENCH_OPS:-}" ]; then nobench="-u LI_GPU_CHECK_NO_BENCH"; else nobench="LI_GPU_CHECK_NO_BENCH=1"; fi
+has check && run gpu-check 300 env $nobench $B/gpu-check
+has model && run gpu-model 300 $B/gpu-model
+has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
+has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
+has ragbench && run ragbench 420 $LI bench rag --backend cuda -m synth:llama-3.1-8b ${RAG_ARGS:-}
+has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.jsonl"
+exit $status
