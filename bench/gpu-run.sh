@@ -6,7 +6,7 @@
 #   rag     test-rag with LI_TEST_BACKEND=cuda: lazy/copy/prefix/none agree on the GPU
 #   e2e     lazyinfer bench generate on synth:llama-3.1-8b: prefill 5×4096+64 = 20544 tokens and
 #           decode (tg128) — ms = 1000 / (t/s)
-#   ragbench lazyinfer bench rag, the paper's setting (RAG_ARGS)
+#   ragbench lazyinfer bench rag, the paper's setting (CSV per sweep)
 #   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
 #           ceilings, in the same call
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
@@ -46,6 +46,16 @@ has check && run gpu-check 300 env $nobench $B/gpu-check
 has model && run gpu-model 300 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
-has ragbench && run ragbench 420 $LI bench rag --backend cuda -m synth:llama-3.1-8b ${RAG_ARGS:-}
+# The paper's RAG setting (DESIGN.md §3): 100 documents x 2048 tokens, 5 per request in random
+# order, 64-token queries, 32 output tokens; f32 KV, so a document is 512 MiB and 8G / 24G hold
+# 16 / 48 of them. `none` re-prefills every document of every request: one point only.
+RAG="$LI bench rag --backend cuda -m synth:llama-3.1-8b --synthetic --docs 100 --doc-len 2048 --k 5
+     --query-len 64 --out-len 32 --max-batch 8 --requests ${RAG_REQUESTS:-16}"
+has ragbench && run ragbench-zipf 150 $RAG --alpha 2.1 --mode lazy,copy,prefix --rates 4,16 \
+  --budgets 8G,24G --csv "$OUT/ragbench-zipf.csv"
+has ragbench && run ragbench-none 60 $RAG --alpha 2.1 --mode none --rates 16 --budgets 24G \
+  --csv "$OUT/ragbench-none.csv"
+has ragbench && run ragbench-uniform 60 $RAG --alpha 0 --mode lazy,copy --rates 16 --budgets 24G \
+  --csv "$OUT/ragbench-uniform.csv"
 has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.jsonl"
 exit $status

@@ -12,6 +12,12 @@
 // (prompt block tokens served from cache / block tokens), resident bytes, evictions, and how many
 // requests produced the same tokens as the first mode (the modes are exact: DESIGN.md §3).
 //
+// --synthetic replaces the samples by random tokens, for machines without ../shared and models
+// with random weights (synth:llama-3.1-8b): N documents of exactly L token ids drawn uniformly
+// from ordinary ids of the model's vocabulary, and per request a query of random lowercase words
+// cut to Q tokens (li_request takes the query as text only). --rates / --budgets sweep every
+// (rate, budget, mode) combination, one short table row each (and --csv rows for plotting).
+//
 // Not here: a test of cache correctness (tests/test-rag.c) or of hit ratios at scale (`sim`).
 // Tested by tests/test_bench_rag.py (smoke run on synth:tiny-llama with hit/miss counts checked
 // against the dumped trace; chi-square of the Zipf sampler). Results: docs/BENCHMARKS.md,
@@ -39,23 +45,40 @@
 #define MAX_K 64
 #define MAX_REQUESTS 1000000
 #define DRAW_TRIES 10000 // redraws for a distinct rank before the exact fallback
+#define MAX_LIST 64      // values in --rates / --budgets
+// Synthetic token ids: the ids of [SYN_ID_LO, min(V, SYN_ID_HI)) that are not special tokens.
+// 32 skips the control bytes of byte-level vocabularies and the special tokens that some
+// tokenizers put first (SmolLM2: 0..16); 30000 stays below the special tokens of large
+// vocabularies (Llama 3: 128000+) and in the ordinary BPE range of every real tokenizer; the
+// special tokens inside the range (those of the built-in byte-level tokenizer of synthetic
+// models, from 256) are left out one by one.
+#define SYN_ID_LO 32
+#define SYN_ID_HI 30000
+#define SYN_MAX_TOKENS (1LL << 30) // --docs × --doc-len: 4 GiB of token ids
+#define ENGINE_CTX_CAP 4096        // li_model_load's default context: min(trained, this)
 
 typedef struct {
     const char *model, *samples, *mode_s, *budget_s, *plot, *trace;
+    const char *rates_s, *budgets_s, *csv; // sweep lists and their CSV output
     int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads, gpu;
+    int n_ctx; // li_model_params.n_ctx (0: the engine's default)
     const char *backend;
     float alpha, rate;
     uint64_t seed;
-    bool dry_run;
+    bool dry_run, synthetic;
 } bench_args;
 
 // The corpus: every passage (+ "\n\n") and query of the sample files, in file order.
+// With --synthetic: no texts (docs NULL, n_docs 0), the ids in syn_ids once a model's vocabulary
+// is known, one query of random words per request, names "synthetic:I".
 typedef struct {
     char **docs;
     char **doc_name; // "FILE:KEY", for logs
     int n_docs, n_names;
     char **queries;
     int n_queries;
+    int32_t *syn_ids; // --synthetic: (n_syn × syn_len) document token ids, NULL otherwise
+    int n_syn, syn_len;
 } corpus;
 
 typedef struct {
@@ -76,6 +99,11 @@ typedef struct {
 
 typedef struct {
     li_cache_mode mode;
+    double rate;          // arrival rate of this run's trace
+    const char *budget;   // the budget as given ("64K", or "default")
+    int64_t budget_bytes; // parsed (0: the engine's default)
+    char label[96];       // for the plot: the mode, plus rate and budget in a sweep
+    int lc, dt;           // plot colour (per mode) and dash (per rate × budget); 0: default
     int n_ok, n_failed, n_same;
     char first_error[256];
     double ttft[4]; // p50, p90, p99, mean (ms)
@@ -187,6 +215,7 @@ static void corpus_free(corpus *c) {
     free(c->docs);
     free(c->doc_name);
     free(c->queries);
+    free(c->syn_ids);
     memset(c, 0, sizeof *c);
 }
 
@@ -304,6 +333,129 @@ static const char *default_samples(void) {
     return SAMPLES_REL;
 }
 
+// ---- the synthetic workload (--synthetic) ------------------------------------------------------
+
+// Names and queries; the document ids need the model's vocabulary (synthetic_docs). Each request
+// gets its own query: Q random lowercase words of 2..7 letters, which every tokenizer maps to at
+// least Q tokens (one per byte with a byte-level vocabulary, one or more per word with BPE), so
+// the cut to --query-len in prepare() gives exactly Q tokens with the byte-level tokenizer of
+// synthetic models (about Q with BPE: the cut text is tokenised again by li_submit).
+static li_status synthetic_corpus(corpus *c, const bench_args *a) {
+    memset(c, 0, sizeof *c);
+    li_rng rng;
+    // A stream of its own: make_trace's stream (seeded with --seed alone) draws as with samples.
+    li_rng_seed(&rng, a->seed ^ 0x51ed2701a9e5c0d3ull);
+    li_status rc = LI_OK;
+    for (int i = 0; i < a->n_docs && rc == LI_OK; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "synthetic:%d", i);
+        rc = push_str(&c->doc_name, &c->n_names, xstrdup(nm));
+    }
+    for (int i = 0; i < a->n_requests && rc == LI_OK; i++) {
+        char *q = malloc((size_t)a->query_len * 8 + 1);
+        if (!q) {
+            rc = li_error_set(LI_ERR_OOM, "out of memory");
+            break;
+        }
+        size_t len = 0;
+        for (int w = 0; w < a->query_len; w++) {
+            if (w) q[len++] = ' ';
+            int n = 2 + (int)(li_rng_u64(&rng) % 6);
+            for (int j = 0; j < n; j++)
+                q[len++] = (char)('a' + li_rng_u64(&rng) % 26);
+        }
+        q[len] = 0;
+        rc = push_str(&c->queries, &c->n_queries, q);
+    }
+    if (rc != LI_OK) corpus_free(c);
+    return rc;
+}
+
+// True when token `id`'s text tokenises differently with and without special-token matching:
+// a special token ("<|im_start|>") is itself only with matching. Ordinary tokens, byte tokens and
+// ids without text (the unused ids of the byte-level vocabulary of synth:llama-3.1-8b) are not.
+// Nor is a token whose text li_tokenize refuses: a special token's text is valid UTF-8, the
+// pieces refused are parts of multi-byte characters (BPE byte tokens such as 0xA1).
+static li_status is_special(const li_model *m, int32_t id, bool *out) {
+    char buf[256];
+    size_t len;
+    *out = false;
+    LI_TRY(li_token_to_piece(m, id, buf, sizeof buf, &len));
+    if (len > sizeof buf) len = sizeof buf;
+    int32_t *x, *y;
+    int nx, ny;
+    if (li_tokenize(m, buf, len, false, true, &x, &nx) != LI_OK) return LI_OK;
+    li_status rc = li_tokenize(m, buf, len, false, false, &y, &ny);
+    if (rc == LI_OK) {
+        *out = nx != ny || (nx > 0 && memcmp(x, y, (size_t)nx * sizeof *x) != 0);
+        li_free_tokens(y);
+    }
+    li_free_tokens(x);
+    return rc;
+}
+
+// What a synthetic run needs from the model before it runs: the ordinary ids of [SYN_ID_LO, *hi)
+// (*ids, n_ids of them, malloc'ed; see SYN_ID_LO), the tokens the chat template adds around the
+// documents and the query (*chat_tokens), which size the context, and the model's default
+// context (*def_ctx). From a metadata-only load: no weights, no KV pool.
+static li_status synthetic_model_facts(const bench_args *a, int32_t **ids, int *n_ids, int32_t *hi,
+                                       int *chat_tokens, int *def_ctx) {
+    li_model_params mp = li_model_default_params();
+    mp.path = a->model ? a->model : cli_default_model();
+    mp.metadata_only = true;
+    mp.n_threads = 1;
+    li_model *m = NULL;
+    LI_TRY(li_model_load(&m, &mp));
+    li_model_info info;
+    li_model_get_info(m, &info);
+    *def_ctx = info.n_ctx_train > ENGINE_CTX_CAP || info.n_ctx_train <= 0 ? ENGINE_CTX_CAP
+                                                                          : info.n_ctx_train;
+    li_status rc = LI_OK;
+    *hi = info.n_vocab < SYN_ID_HI ? info.n_vocab : SYN_ID_HI;
+    *n_ids = 0;
+    *ids = malloc((size_t)(*hi > SYN_ID_LO ? *hi - SYN_ID_LO : 1) * sizeof **ids);
+    if (!*ids) rc = li_error_set(LI_ERR_OOM, "out of memory");
+    for (int32_t id = SYN_ID_LO; id < *hi && rc == LI_OK; id++) {
+        bool sp = false;
+        if ((rc = is_special(m, id, &sp)) == LI_OK && !sp) (*ids)[(*n_ids)++] = id;
+    }
+    if (rc == LI_OK && *n_ids < 2)
+        rc = li_error_set(LI_ERR_INVALID_ARG,
+                          "--synthetic: %s has %d ordinary token id(s) in [%d, %d) (vocabulary "
+                          "of %d ids): too few for random documents",
+                          mp.path, *n_ids, SYN_ID_LO, *hi, info.n_vocab);
+    char *chat = NULL;
+    if (rc == LI_OK) rc = li_chat_render(m, NULL, "", &chat);
+    if (rc == LI_OK) {
+        int32_t *ids;
+        if ((rc = li_tokenize(m, chat, strlen(chat), true, true, &ids, chat_tokens)) == LI_OK)
+            li_free_tokens(ids);
+    }
+    free(chat);
+    li_model_free(m);
+    if (rc != LI_OK) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
+}
+
+// N × L ids drawn uniformly from ids[0..n_ids), one document after the other from a stream of
+// their own, so a document is the same for every mode, rate and budget (and the first N' of a
+// larger --docs).
+static li_status synthetic_docs(corpus *c, const bench_args *a, const int32_t *ids, int n_ids) {
+    size_t n = (size_t)a->n_docs * (size_t)a->doc_len;
+    c->syn_ids = malloc(n * sizeof *c->syn_ids);
+    if (!c->syn_ids) return li_error_set(LI_ERR_OOM, "out of memory (%zu synthetic tokens)", n);
+    li_rng rng;
+    li_rng_seed(&rng, a->seed ^ 0xd0c5d0c5d0c5d0c5ull);
+    for (size_t i = 0; i < n; i++)
+        c->syn_ids[i] = ids[li_rng_u64(&rng) % (uint64_t)n_ids];
+    c->n_syn = a->n_docs;
+    c->syn_len = a->doc_len;
+    return LI_OK;
+}
+
 // ---- the trace -------------------------------------------------------------------------------
 
 // k distinct ranks: redraw on a repeat (the simulator's rule). Redrawing until distinct is the
@@ -338,8 +490,10 @@ static int64_t draw_distinct(const li_zipf *z, li_rng *rng, const int *taken, in
 }
 
 // The pool is the first N corpus documents, shuffled (rank r → pool[r - 1]); arrivals are a
-// Poisson process started at the first request (t = 0), gaps Exp(rate).
-static li_status make_trace(const bench_args *a, int n_queries, trace_req *tr) {
+// Poisson process started at the first request (t = 0), gaps Exp(rate). every_gap: draw a gap
+// even at rate 0 (where it is not used), so that the documents of a sweep's traces are the same
+// at every rate (a single --rate 0 run keeps its old draws).
+static li_status make_trace(const bench_args *a, int n_queries, bool every_gap, trace_req *tr) {
     li_rng rng;
     li_rng_seed(&rng, a->seed);
     int N = a->n_docs;
@@ -361,7 +515,10 @@ static li_status make_trace(const bench_args *a, int n_queries, trace_req *tr) {
     }
     double t = 0;
     for (int i = 0; i < a->n_requests; i++) {
-        if (i > 0 && a->rate > 0) t += -log(1.0 - li_rng_uniform(&rng)) / a->rate * 1e3;
+        if (i > 0 && (a->rate > 0 || every_gap)) {
+            double e = -log(1.0 - li_rng_uniform(&rng)); // Exp(1)
+            if (a->rate > 0) t += e / a->rate * 1e3;
+        }
         tr[i].arrival_ms = t;
         tr[i].query = i % n_queries;
         for (int j = 0; j < a->k; j++) {
@@ -403,11 +560,12 @@ static bool on_token(void *user, int32_t tok) {
 typedef struct {
     int32_t **doc_ids; // (N) per pool document
     int *doc_n;
-    char **query; // (n_queries)
+    char **query;  // (n_queries)
+    bool borrowed; // doc_ids point into corpus.syn_ids (--synthetic)
 } prepared;
 
 static void prepared_free(prepared *p, int N, int nq) {
-    for (int i = 0; p->doc_ids && i < N; i++)
+    for (int i = 0; p->doc_ids && !p->borrowed && i < N; i++)
         li_free_tokens(p->doc_ids[i]);
     for (int i = 0; p->query && i < nq; i++)
         free(p->query[i]);
@@ -422,7 +580,12 @@ static li_status prepare(li_model *m, const bench_args *a, const corpus *c, prep
     p->doc_n = calloc((size_t)N, sizeof *p->doc_n);
     p->query = calloc((size_t)c->n_queries, sizeof *p->query);
     if (!p->doc_ids || !p->doc_n || !p->query) return li_error_set(LI_ERR_OOM, "out of memory");
-    for (int i = 0; i < N; i++) {
+    p->borrowed = c->syn_ids != NULL;
+    for (int i = 0; p->borrowed && i < N; i++) { // already ids: nothing to tokenise
+        p->doc_ids[i] = c->syn_ids + (size_t)i * c->syn_len;
+        p->doc_n[i] = c->syn_len;
+    }
+    for (int i = 0; !p->borrowed && i < N; i++) {
         LI_TRY(li_tokenize(m, c->docs[i], strlen(c->docs[i]), false, false, &p->doc_ids[i],
                            &p->doc_n[i]));
         if (a->doc_len > 0 && p->doc_n[i] > a->doc_len) p->doc_n[i] = a->doc_len;
@@ -485,6 +648,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     mp.max_seqs = a->max_batch;
     mp.cache_mode = li_cache_mode_name(mode);
     mp.kv_budget_bytes = budget;
+    mp.n_ctx = a->n_ctx;
     double t_load = li_time_ms();
     li_model *m = NULL;
     LI_TRY(li_model_load(&m, &mp));
@@ -640,6 +804,49 @@ static void print_table(const mode_row *rows, int n_rows, int R) {
                    rows[i].n_failed, rows[i].first_error);
 }
 
+// The sweep's table (--rates / --budgets): one row per (rate, budget, mode), printed as each run
+// ends so that a long sweep shows its results as it goes.
+static void print_sweep_header(void) {
+    printf("| mode | rate /s | budget | TTFT p50 ms | TTFT p99 ms | req/s | gen tok/s | "
+           "doc hit ratio | done |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+}
+
+// A run where no request finished has no TTFT: "-" here, an empty field in the CSV (NaN to a
+// plotting script), not a 0 that would read as instantaneous.
+static void print_sweep_row(const mode_row *r, int R) {
+    char p50[32] = "-", p99[32] = "-";
+    if (r->n_ok > 0) {
+        snprintf(p50, sizeof p50, "%.0f", r->ttft[0]);
+        snprintf(p99, sizeof p99, "%.0f", r->ttft[2]);
+    }
+    printf("| %s | %g | %s | %s | %s | %.3f | %.2f | %.3f | %d/%d |\n", li_cache_mode_name(r->mode),
+           r->rate, r->budget, p50, p99, r->req_per_s, r->tok_per_s,
+           r->doc_tokens ? (double)r->cached_tokens / r->doc_tokens : 0.0, r->n_ok, R);
+}
+
+// --csv: the sweep's columns (in every run, list options or not), plus the bytes behind the
+// budget and the average document size in pages, so a plot can put the budget in documents.
+static void csv_header(FILE *f) {
+    fprintf(f, "mode,rate,budget,budget_bytes,kv_pool_bytes,page_bytes,avg_doc_pages,ttft_p50_ms,"
+               "ttft_p99_ms,req_per_s,gen_tok_per_s,doc_hit_ratio,done,requests\n");
+    fflush(f);
+}
+
+static void csv_row(FILE *f, const mode_row *r, int R) {
+    char p50[32] = "", p99[32] = "";
+    if (r->n_ok > 0) {
+        snprintf(p50, sizeof p50, "%.3f", r->ttft[0]);
+        snprintf(p99, sizeof p99, "%.3f", r->ttft[2]);
+    }
+    fprintf(f, "%s,%g,%s,%lld,%lld,%lld,%.3f,%s,%s,%.4f,%.3f,%.4f,%d,%d\n",
+            li_cache_mode_name(r->mode), r->rate, r->budget, (long long)r->budget_bytes,
+            (long long)(r->pages_total * r->page_bytes), (long long)r->page_bytes, r->avg_doc_pages,
+            p50, p99, r->req_per_s, r->tok_per_s,
+            r->doc_tokens ? (double)r->cached_tokens / r->doc_tokens : 0.0, r->n_ok, R);
+    fflush(f); // a sweep cut short keeps the rows it finished
+}
+
 // TTFT CDF per mode through gnuplot (pngcairo), log-scaled time axis.
 static int plot_cdf(const char *path, const mode_row *rows, int n_rows, const char *title) {
     FILE *probe = popen("command -v gnuplot >/dev/null 2>&1", "r");
@@ -669,9 +876,11 @@ static int plot_cdf(const char *path, const mode_row *rows, int n_rows, const ch
         fprintf(gp, "EOD\n");
     }
     fprintf(gp, "plot ");
-    for (int i = 0; i < n_rows; i++)
-        fprintf(gp, "%s$m%d using 1:2 with steps lw 2 title '%s'", i ? ", " : "", i,
-                li_cache_mode_name(rows[i].mode));
+    for (int i = 0; i < n_rows; i++) {
+        fprintf(gp, "%s$m%d using 1:2 with steps lw 2", i ? ", " : "", i);
+        if (rows[i].lc) fprintf(gp, " lc %d dt %d", rows[i].lc, rows[i].dt);
+        fprintf(gp, " title '%s'", rows[i].label);
+    }
     fprintf(gp, "\n");
     if (pclose(gp) != 0) {
         fprintf(stderr, "lazyinfer bench rag: gnuplot failed writing '%s'\n", path);
@@ -684,14 +893,17 @@ static int plot_cdf(const char *path, const mode_row *rows, int n_rows, const ch
 // ---- the command -----------------------------------------------------------------------------
 
 static const char usage_text[] =
-    "usage: lazyinfer bench rag [-m MODEL] [--samples DIR] [--docs N] [--alpha A] [--k K]\n"
-    "                           [--doc-len L] [--query-len Q] [--out-len O] [--rate R]\n"
-    "                           [--requests R] [--budget BYTES] [--mode "
-    "lazy|copy|prefix|none|all]\n"
-    "                           [--max-batch B] [--seed S] [-t THREADS] [--plot out.png]\n\n"
-    "RAG serving benchmark: one Zipf(α) trace over the RAG samples' passages, replayed through\n"
-    "the engine's scheduler once per cache mode (fresh model load each, load time excluded).\n"
-    "Prints a markdown table of TTFT percentiles, throughput and document hit ratio per mode.";
+    "usage: lazyinfer bench rag [-m MODEL] [--samples DIR | --synthetic] [--docs N] [--alpha A]\n"
+    "                           [--k K] [--doc-len L] [--query-len Q] [--out-len O]\n"
+    "                           [--rate R | --rates R1,R2,...] [--requests R]\n"
+    "                           [--budget BYTES | --budgets B1,B2,...] [--csv out.csv]\n"
+    "                           [--mode lazy|copy|prefix|none|all] [--max-batch B] [--seed S]\n"
+    "                           [-c CTX] [-t THREADS] [--plot out.png]\n\n"
+    "RAG serving benchmark: one Zipf(α) trace over the RAG samples' passages (or, with\n"
+    "--synthetic, over documents of random token ids), replayed through the engine's scheduler\n"
+    "once per cache mode (fresh model load each, load time excluded). Prints a markdown table of\n"
+    "TTFT percentiles, throughput and document hit ratio per mode; with --rates / --budgets, one\n"
+    "row per (rate, budget, mode).";
 
 // Parses a mode list: a mode, a comma-separated list, or "all" (lazy, copy, prefix, none).
 static bool parse_modes(const char *s, li_cache_mode *modes, int *n) {
@@ -711,6 +923,104 @@ static bool parse_modes(const char *s, li_cache_mode *modes, int *n) {
     return *n > 0;
 }
 
+// Splits a comma list in place (buf) into at most MAX_LIST items. An empty list or an empty
+// item ("1,,2", "1,") is an error rather than skipped: it is most likely a typo.
+static bool split_list(char *buf, char **items, int *n) {
+    *n = 0;
+    for (char *t = buf;;) {
+        char *comma = strchr(t, ',');
+        if (comma) *comma = 0;
+        if (!*t || *n >= MAX_LIST) return false;
+        items[(*n)++] = t;
+        if (!comma) return true;
+        t = comma + 1;
+    }
+}
+
+// --rates: arrival rates >= 0 (requests/s).
+static bool parse_rates(const char *s, char *buf, size_t cap, double *rates, int *n) {
+    char *items[MAX_LIST];
+    if ((size_t)snprintf(buf, cap, "%s", s) >= cap || !split_list(buf, items, n)) return false;
+    for (int i = 0; i < *n; i++) {
+        char *end;
+        errno = 0;
+        rates[i] = strtod(items[i], &end);
+        if (end == items[i] || *end || errno || !(rates[i] >= 0) || isinf(rates[i])) return false;
+    }
+    return true;
+}
+
+// --budgets: KV pool bytes > 0 with K/M/G suffixes; items[i] (in buf) keeps each as written.
+static bool parse_budgets(const char *s, char *buf, size_t cap, char **items, int64_t *bytes,
+                          int *n) {
+    if ((size_t)snprintf(buf, cap, "%s", s) >= cap || !split_list(buf, items, n)) return false;
+    for (int i = 0; i < *n; i++)
+        if (!parse_bytes(items[i], &bytes[i]) || bytes[i] <= 0) return false;
+    return true;
+}
+
+// Whether option `name` is on the command line, walking argv as cli_parse_args does (an option's
+// value is never taken for an option). Tells "--rate 0.5" from the default 0.5, and --docs 0
+// (an error with --synthetic) from no --docs.
+static bool opt_given(int argc, char **argv, const opt *opts, int n_opts, const char *name) {
+    for (int i = 1; i < argc; i++)
+        for (int k = 0; k < n_opts; k++) {
+            if (strcmp(argv[i], opts[k].long_name) &&
+                !(opts[k].short_name && !strcmp(argv[i], opts[k].short_name)))
+                continue;
+            if (!strcmp(opts[k].long_name, name)) return true;
+            if (opts[k].kind != OPT_FLAG) i++;
+            break;
+        }
+    return false;
+}
+
+// --synthetic: defaults and checks of the workload's sizes. 0 if fine, else 2 (message printed).
+static int synthetic_args(bench_args *a, int argc, char **argv, const opt *opts, int n_opts) {
+    struct {
+        const char *name;
+        int *v, def;
+        const char *what;
+    } lens[] = {
+        {"--docs", &a->n_docs, 100, "documents"},
+        {"--doc-len", &a->doc_len, 2048, "tokens per document"},
+        {"--query-len", &a->query_len, 64, "tokens per query"},
+    };
+    if (a->samples) {
+        fprintf(stderr, "lazyinfer bench rag: --samples and --synthetic exclude each other: "
+                        "--synthetic makes documents and queries of random tokens instead of "
+                        "reading sample files\n");
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        if (!opt_given(argc, argv, opts, n_opts, lens[i].name)) {
+            *lens[i].v = lens[i].def;
+        } else if (*lens[i].v < 1) {
+            fprintf(stderr,
+                    "lazyinfer bench rag: %s %d: with --synthetic it is the number of %s, so it "
+                    "must be >= 1\n",
+                    lens[i].name, *lens[i].v, lens[i].what);
+            return 2;
+        }
+    }
+    if ((long long)a->n_docs * a->doc_len > SYN_MAX_TOKENS) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --docs %d × --doc-len %d = %lld synthetic tokens: at most "
+                "%lld\n",
+                a->n_docs, a->doc_len, (long long)a->n_docs * a->doc_len, SYN_MAX_TOKENS);
+        return 2;
+    }
+    if (a->k >= 1 && a->k <= MAX_K &&
+        (long long)a->k * a->doc_len + a->query_len + a->out_len > INT_MAX / 2) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --k %d × --doc-len %d + --query-len %d + --out-len %d "
+                "tokens per request is too long\n",
+                a->k, a->doc_len, a->query_len, a->out_len);
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_bench_rag(int argc, char **argv) {
     bench_args a = {.mode_s = "all",
                     .n_docs = 0,
@@ -725,38 +1035,55 @@ int cmd_bench_rag(int argc, char **argv) {
         {"--model", "-m", OPT_STR, &a.model, "model (default: the model setup fetched)"},
         {"--samples", NULL, OPT_STR, &a.samples,
          "folder of RAG sample JSONs (default " SAMPLES_REL " from the repository root)"},
+        {"--synthetic", NULL, OPT_FLAG, &a.synthetic,
+         "no sample files: N documents of exactly L random token ids (uniform over ordinary ids "
+         "of the model's vocabulary, from --seed) and per request a query of random lowercase "
+         "words cut to Q tokens (a request takes its query as text; exactly Q with a byte-level "
+         "tokenizer, about Q with BPE); defaults --docs 100 --doc-len 2048 --query-len 64"},
         {"--docs", NULL, OPT_INT, &a.n_docs,
-         "document pool size N (default: every passage of the samples)"},
+         "document pool size N (default: every passage of the samples; 100 with --synthetic)"},
         {"--alpha", NULL, OPT_FLOAT, &a.alpha, "Zipf exponent, P(rank r) ∝ r^-α (default 1.5)"},
         {"--k", NULL, OPT_INT, &a.k, "distinct documents per request (default 3)"},
         {"--doc-len", NULL, OPT_INT, &a.doc_len,
-         "cut documents to at most L tokens (default: as they are)"},
+         "cut documents to at most L tokens (default: as they are); with --synthetic every "
+         "document has exactly L (default 2048)"},
         {"--query-len", NULL, OPT_INT, &a.query_len,
-         "cut queries to at most Q tokens (default: as they are)"},
+         "cut queries to at most Q tokens (default: as they are; 64 with --synthetic)"},
         {"--out-len", NULL, OPT_INT, &a.out_len,
          "tokens generated per request, greedy, EOS ignored (default 16)"},
         {"--rate", NULL, OPT_FLOAT, &a.rate,
          "Poisson arrival rate, requests/s; 0 = all at once (default 0.5)"},
+        {"--rates", NULL, OPT_STR, &a.rates_s,
+         "sweep: comma list of arrival rates (e.g. 0,0.5,1), one run per rate, budget and mode"},
         {"--requests", NULL, OPT_INT, &a.n_requests, "requests in the trace (default 16)"},
         {"--budget", NULL, OPT_STR, &a.budget_s,
          "KV pool bytes, K/M/G suffixes (default: max-batch × context)"},
+        {"--budgets", NULL, OPT_STR, &a.budgets_s,
+         "sweep: comma list of KV pool budgets (e.g. 256M,1G,4G)"},
+        {"--csv", NULL, OPT_STR, &a.csv,
+         "also write one CSV row per (rate, budget, mode) run, header line first"},
         {"--mode", NULL, OPT_STR, &a.mode_s,
          "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
         {"--max-batch", NULL, OPT_INT, &a.max_batch, "requests running at once (default 4)"},
         {"--seed", NULL, OPT_U64, &a.seed, "trace seed (default 1)"},
+        {"--ctx-size", "-c", OPT_INT, &a.n_ctx,
+         "context per request in tokens (default: min(trained, 4096); with --synthetic what a "
+         "request needs: k × doc-len + query-len + out-len + the chat template's tokens)"},
         {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &a.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--backend", NULL, OPT_STR, &a.backend,
+         "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,
-         "write the trace: per request 'arrival_ms query rank@doc …'"},
+         "write the trace: per request 'arrival_ms query rank@doc …' (with several --rates, "
+         "one file per rate: FILE.rate-R)"},
         {"--dry-run", NULL, OPT_FLAG, &a.dry_run, "make (and --trace) the workload, run nothing"},
     };
+    const int n_opts = sizeof opts / sizeof opts[0];
     const char *pos[1];
     int n_pos;
-    int r =
-        cli_parse_args(argc, argv, usage_text, opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    int r = cli_parse_args(argc, argv, usage_text, opts, n_opts, pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     li_cache_mode modes[MAX_MODES];
     int n_modes;
@@ -775,6 +1102,38 @@ int cmd_bench_rag(int argc, char **argv) {
                 a.budget_s);
         return 2;
     }
+    // The sweep: every rate × budget × mode. Without the list options it is the one --rate and
+    // --budget, and the output is the full per-mode table (a sweep prints a short row per run).
+    const bool sweep = a.rates_s || a.budgets_s;
+    double rates[MAX_LIST] = {a.rate};
+    int64_t budgets[MAX_LIST] = {budget};
+    char *budget_names[MAX_LIST] = {(char *)(a.budget_s ? a.budget_s : "default")};
+    int n_rates = 1, n_budgets = 1;
+    char rates_buf[1024], budgets_buf[1024];
+    if (a.rates_s && opt_given(argc, argv, opts, n_opts, "--rate")) {
+        fprintf(stderr, "lazyinfer bench rag: give --rate or --rates, not both\n");
+        return 2;
+    }
+    if (a.budgets_s && a.budget_s) {
+        fprintf(stderr, "lazyinfer bench rag: give --budget or --budgets, not both\n");
+        return 2;
+    }
+    if (a.rates_s && !parse_rates(a.rates_s, rates_buf, sizeof rates_buf, rates, &n_rates)) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --rates '%s': expected a comma list of 1 to %d arrival "
+                "rates >= 0 in requests/s (e.g. 0,0.5,1), no empty item\n",
+                a.rates_s, MAX_LIST);
+        return 2;
+    }
+    if (a.budgets_s && !parse_budgets(a.budgets_s, budgets_buf, sizeof budgets_buf, budget_names,
+                                      budgets, &n_budgets)) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --budgets '%s': expected a comma list of 1 to %d byte "
+                "counts > 0 with optional K/M/G suffixes (e.g. 256M,1G), no empty item\n",
+                a.budgets_s, MAX_LIST);
+        return 2;
+    }
+    if (a.synthetic && (r = synthetic_args(&a, argc, argv, opts, n_opts)) != 0) return r;
     if (a.k < 1 || a.k > MAX_K || a.out_len < 1 || a.n_requests < 1 ||
         a.n_requests > MAX_REQUESTS || a.max_batch < 1 || a.n_threads < 0 || a.n_docs < 0 ||
         a.doc_len < 0 || a.query_len < 0 || !(a.rate >= 0) || !(a.alpha >= 0 && a.alpha <= 100)) {
@@ -785,6 +1144,11 @@ int cmd_bench_rag(int argc, char **argv) {
                 MAX_K, MAX_REQUESTS);
         return 2;
     }
+    if (a.n_ctx < 0) {
+        fprintf(stderr, "lazyinfer bench rag: --ctx-size %d: must be >= 0 (0: the default)\n",
+                a.n_ctx);
+        return 2;
+    }
     if (a.plot && strpbrk(a.plot, "'\n\\")) { // it goes into the gnuplot script in quotes
         fprintf(stderr,
                 "lazyinfer bench rag: --plot '%s': the file name must not contain a quote, "
@@ -792,64 +1156,178 @@ int cmd_bench_rag(int argc, char **argv) {
                 a.plot);
         return 2;
     }
-    const char *dir = a.samples ? a.samples : default_samples();
+    const char *dir = NULL;
     corpus c;
-    if (load_corpus(&c, dir) != LI_OK) return cli_fail("bench rag: samples");
-    if (a.n_docs == 0) a.n_docs = c.n_docs;
-    if (a.n_docs > c.n_docs || a.k > a.n_docs) {
-        fprintf(stderr,
-                "lazyinfer bench rag: --docs %d and --k %d need k <= N <= %d (the passages "
-                "in %s)\n",
-                a.n_docs, a.k, c.n_docs, dir);
-        corpus_free(&c);
-        return 2;
+    if (a.synthetic) {
+        if (a.k > a.n_docs) {
+            fprintf(stderr, "lazyinfer bench rag: --k %d needs at least as many --docs (%d)\n", a.k,
+                    a.n_docs);
+            return 2;
+        }
+        if (synthetic_corpus(&c, &a) != LI_OK) return cli_fail("bench rag: synthetic workload");
+    } else {
+        dir = a.samples ? a.samples : default_samples();
+        if (load_corpus(&c, dir) != LI_OK) return cli_fail("bench rag: samples");
+        if (a.n_docs == 0) a.n_docs = c.n_docs;
+        if (a.n_docs > c.n_docs || a.k > a.n_docs) {
+            fprintf(stderr,
+                    "lazyinfer bench rag: --docs %d and --k %d need k <= N <= %d (the passages "
+                    "in %s)\n",
+                    a.n_docs, a.k, c.n_docs, dir);
+            corpus_free(&c);
+            return 2;
+        }
     }
+    const int n_runs = n_rates * n_budgets * n_modes;
     trace_req *tr = calloc((size_t)a.n_requests, sizeof *tr);
     req_out *out = calloc((size_t)a.n_requests, sizeof *out);
     uint64_t *hash0 = calloc((size_t)a.n_requests, sizeof *hash0);
-    mode_row rows[MAX_MODES] = {0};
+    bool *have0 = calloc((size_t)a.n_requests, sizeof *have0);
+    mode_row *rows = calloc((size_t)n_runs, sizeof *rows);
+    FILE *csv = NULL;
     int status = 0, n_rows = 0;
-    if (!tr || !out || !hash0) {
+    int32_t *ok_ids = NULL, id_hi = 0;
+    int n_ok_ids = 0, chat_tokens = 0, def_ctx = 0;
+    if (!tr || !out || !hash0 || !have0 || !rows) {
         li_error_set(LI_ERR_OOM, "out of memory");
         status = cli_fail("bench rag");
         goto done;
     }
-    if (make_trace(&a, c.n_queries, tr) != LI_OK) {
-        status = cli_fail("bench rag: trace");
-        goto done;
+    // The model's vocabulary and chat template size the synthetic documents and the context, so
+    // they are known before the header; a dry run loads nothing (its documents stay unmade).
+    if (a.synthetic && !a.dry_run) {
+        li_status rc =
+            synthetic_model_facts(&a, &ok_ids, &n_ok_ids, &id_hi, &chat_tokens, &def_ctx);
+        if (rc == LI_OK) rc = synthetic_docs(&c, &a, ok_ids, n_ok_ids);
+        if (rc != LI_OK) {
+            status = cli_fail("bench rag: synthetic workload");
+            goto done;
+        }
+        // The default context (4096 for Llama 3.1) is too short for k long documents: raise it
+        // to what a request needs, in whole pages of 16. Never lower it: the engine caps its
+        // tokens per forward at the context, which would change the batching being measured.
+        int need = a.k * a.doc_len + a.query_len + a.out_len + chat_tokens + 16;
+        if (a.n_ctx == 0 && need > def_ctx) a.n_ctx = (need + 15) / 16 * 16;
     }
-    if (a.trace && write_trace(a.trace, &a, tr) != LI_OK) {
-        status = cli_fail("bench rag");
-        goto done;
-    }
-    char title[512];
-    snprintf(
-        title, sizeof title,
-        "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, rate %g/s, out %d, budget %s, "
-        "max batch %d, seed %llu",
-        a.n_docs, a.alpha, a.k, a.n_requests, a.rate, a.out_len,
-        a.budget_s ? a.budget_s : "default", a.max_batch, (unsigned long long)a.seed);
-    printf("%s\n", title);
-    printf("samples: %s (%d passages, %d queries)\n", dir, c.n_docs, c.n_queries);
-    if (a.dry_run) goto done;
-    printf("model: %s\n\n", a.model ? a.model : cli_default_model());
-    fflush(stdout);
-    for (int i = 0; i < n_modes; i++) {
-        fprintf(stderr, "bench rag: mode %s (load average %.2f)\n", li_cache_mode_name(modes[i]),
-                loadavg1());
-        if (run_mode(&a, &c, tr, budget, modes[i], out, &rows[i]) != LI_OK) {
+    // Opened before the runs: a path that cannot be written fails now, not after a long sweep.
+    if (a.csv && !a.dry_run) {
+        if (!(csv = fopen(a.csv, "w"))) {
+            li_error_set(LI_ERR_IO, "cannot write --csv '%s': %s", a.csv, strerror(errno));
             status = cli_fail("bench rag");
             goto done;
         }
-        n_rows++;
-        for (int q = 0; q < a.n_requests; q++) {
-            if (i == 0) hash0[q] = out[q].tok_hash;
-            rows[i].n_same += out[q].res.status == LI_OK && out[q].tok_hash == hash0[q];
-        }
-        fprintf(stderr, "bench rag: mode %s: %.1f s (load %.1f s excluded)\n",
-                li_cache_mode_name(modes[i]), rows[i].wall_s, rows[i].load_ms / 1e3);
+        csv_header(csv);
     }
-    if (n_rows > 0 && rows[0].page_bytes > 0) {
+    for (int ri = 0; ri < n_rates; ri++) { // the traces, one per rate (a dry run's output)
+        a.rate = (float)rates[ri];
+        if (make_trace(&a, c.n_queries, sweep, tr) != LI_OK) {
+            status = cli_fail("bench rag: trace");
+            goto done;
+        }
+        if (!a.trace) continue;
+        char path[PATH_MAX + 64];
+        if (n_rates > 1)
+            snprintf(path, sizeof path, "%s.rate-%g", a.trace, rates[ri]);
+        else
+            snprintf(path, sizeof path, "%s", a.trace);
+        if (write_trace(path, &a, tr) != LI_OK) {
+            status = cli_fail("bench rag");
+            goto done;
+        }
+    }
+    char title[3072];
+    char rate_s[1100], budget_s[1100];
+    if (a.rates_s)
+        snprintf(rate_s, sizeof rate_s, "rates %s/s", a.rates_s);
+    else
+        snprintf(rate_s, sizeof rate_s, "rate %g/s", a.rate);
+    if (a.budgets_s)
+        snprintf(budget_s, sizeof budget_s, "budgets %s", a.budgets_s);
+    else
+        snprintf(budget_s, sizeof budget_s, "budget %s", a.budget_s ? a.budget_s : "default");
+    snprintf(title, sizeof title,
+             "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, %s, out %d, %s, "
+             "max batch %d, seed %llu",
+             a.n_docs, a.alpha, a.k, a.n_requests, rate_s, a.out_len, budget_s, a.max_batch,
+             (unsigned long long)a.seed);
+    printf("%s\n", title);
+    if (!a.synthetic)
+        printf("samples: %s (%d passages, %d queries)\n", dir, c.n_docs, c.n_queries);
+    else if (a.dry_run)
+        printf("workload: synthetic, %d documents of %d random token ids, queries of %d tokens "
+               "(random lowercase words)\n",
+               a.n_docs, a.doc_len, a.query_len);
+    else
+        printf("workload: synthetic, %d documents of %d random token ids (the %d ordinary ids "
+               "of [%d, %d)), queries of %d tokens (random lowercase words); context %d tokens "
+               "per request\n",
+               a.n_docs, a.doc_len, n_ok_ids, SYN_ID_LO, id_hi, a.query_len,
+               a.n_ctx ? a.n_ctx : def_ctx);
+    if (a.dry_run) goto done;
+    printf("model: %s\n\n", a.model ? a.model : cli_default_model());
+    if (sweep) print_sweep_header();
+    fflush(stdout);
+    for (int ri = 0; ri < n_rates; ri++) {
+        a.rate = (float)rates[ri];
+        if (n_rates > 1 && make_trace(&a, c.n_queries, sweep, tr) != LI_OK) {
+            status = cli_fail("bench rag: trace");
+            goto done;
+        }
+        for (int bi = 0; bi < n_budgets; bi++) {
+            for (int mi = 0; mi < n_modes; mi++) {
+                mode_row *row = &rows[n_rows];
+                if (sweep)
+                    fprintf(stderr,
+                            "bench rag: run %d of %d: mode %s, rate %g/s, budget %s (load "
+                            "average %.2f)\n",
+                            n_rows + 1, n_runs, li_cache_mode_name(modes[mi]), rates[ri],
+                            budget_names[bi], loadavg1());
+                else
+                    fprintf(stderr, "bench rag: mode %s (load average %.2f)\n",
+                            li_cache_mode_name(modes[mi]), loadavg1());
+                if (run_mode(&a, &c, tr, budgets[bi], modes[mi], out, row) != LI_OK) {
+                    status = cli_fail("bench rag");
+                    goto done;
+                }
+                row->rate = rates[ri];
+                row->budget = budget_names[bi];
+                row->budget_bytes = budgets[bi];
+                if (sweep) {
+                    snprintf(row->label, sizeof row->label, "%s %g/s %s",
+                             li_cache_mode_name(modes[mi]), rates[ri], budget_names[bi]);
+                    row->lc = mi + 1; // a colour per mode, a dash pattern per rate × budget
+                    row->dt = (ri * n_budgets + bi) % 5 + 1;
+                } else
+                    snprintf(row->label, sizeof row->label, "%s", li_cache_mode_name(modes[mi]));
+                // The same requests (documents and query) in every run of a sweep too: the
+                // traces of all rates draw the same documents (make_trace's every_gap). A sweep
+                // compares with the first run where the request finished (a small budget can
+                // fail every request of a run); a single run keeps its first-mode reference.
+                for (int q = 0; q < a.n_requests; q++) {
+                    bool ok = out[q].res.status == LI_OK;
+                    if (sweep ? ok && !have0[q] : n_rows == 0) {
+                        hash0[q] = out[q].tok_hash;
+                        have0[q] = true;
+                    }
+                    row->n_same += ok && out[q].tok_hash == hash0[q];
+                }
+                n_rows++;
+                fprintf(stderr, "bench rag: mode %s: %.1f s (load %.1f s excluded)\n",
+                        li_cache_mode_name(modes[mi]), row->wall_s, row->load_ms / 1e3);
+                if (sweep) {
+                    if (row->n_same != row->n_ok)
+                        fprintf(stderr,
+                                "bench rag: %s: %d of %d requests generated other tokens than "
+                                "in the first run\n",
+                                row->label, row->n_ok - row->n_same, row->n_ok);
+                    print_sweep_row(row, a.n_requests);
+                    fflush(stdout);
+                }
+                if (csv) csv_row(csv, row, a.n_requests);
+            }
+        }
+    }
+    if (!sweep && n_rows > 0 && rows[0].page_bytes > 0) {
         const mode_row *r0 = &rows[0];
         printf("documents: %.0f tokens on average (%.1f pages); KV pool: %lld pages of %lld bytes "
                "(%.1f MiB) = %.1f average documents\n\n",
@@ -857,14 +1335,41 @@ int cmd_bench_rag(int argc, char **argv) {
                (long long)r0->page_bytes, r0->pages_total * r0->page_bytes / 1048576.0,
                r0->avg_doc_pages > 0 ? r0->pages_total / r0->avg_doc_pages : 0.0);
     }
-    print_table(rows, n_rows, a.n_requests);
+    if (!sweep) {
+        print_table(rows, n_rows, a.n_requests);
+    } else {
+        if (n_rows > 0 && rows[0].page_bytes > 0)
+            printf("\ndocuments: %.0f tokens on average (%.1f pages of %lld bytes)\n",
+                   rows[0].avg_doc_tokens, rows[0].avg_doc_pages, (long long)rows[0].page_bytes);
+        bool first = true;
+        for (int i = 0; i < n_rows; i++)
+            if (rows[i].n_failed) {
+                printf("%s%s: %d request(s) failed, first: %s\n", first ? "\n" : "", rows[i].label,
+                       rows[i].n_failed, rows[i].first_error);
+                first = false;
+            }
+    }
+    if (csv) {
+        FILE *f = csv;
+        csv = NULL;
+        if (fclose(f) != 0) {
+            li_error_set(LI_ERR_IO, "cannot write --csv '%s'", a.csv);
+            status = cli_fail("bench rag");
+            goto done;
+        }
+        fprintf(stderr, "wrote %s\n", a.csv);
+    }
     if (a.plot && n_rows > 0) status = plot_cdf(a.plot, rows, n_rows, title);
 done:
-    for (int i = 0; i < MAX_MODES; i++)
+    if (csv) fclose(csv);
+    for (int i = 0; rows && i < n_runs; i++)
         free(rows[i].ttft_sorted);
+    free(rows);
     free(tr);
     free(out);
     free(hash0);
+    free(have0);
+    free(ok_ids);
     corpus_free(&c);
     return status;
 }

@@ -101,6 +101,8 @@ __global__ void __launch_bounds__(PF_THREADS)
           *row_alpha = row_l + PF_ROWS;
     float *cs = (float *)(sm + L::cs);  // [i] cos, [DH/2 + i] sin of the tile's Δ
     __shared__ int kmin_s, kmax_s;
+    __shared__ long long key_off[PF_KEYS];  // float offset of the key's K row in the pool; -1: none
+    __shared__ int key_delta[PF_KEYS];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y, G = a.H / a.Hkv, hk = h / G;
@@ -138,6 +140,7 @@ __global__ void __launch_bounds__(PF_THREADS)
     const size_t kv_off = ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH;  // K of (il, hk) in a page
     const size_t v_off = (size_t)a.Hkv * a.P * DH;                    // V after K
     const int half = r.n_dims / 2;
+    const bool vec = !a.rotate || r.n_dims % 8 == 0;  // float4 chunks never straddle a pair half
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
         const int nk = min(PF_KEYS, kmax - j0);
@@ -149,42 +152,96 @@ __global__ void __launch_bounds__(PF_THREADS)
             for (int i = tid; i < half; i += PF_THREADS)
                 rope_sincos((double)delta0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
         __syncthreads();
-        // 1. K (rotated by Δ) and V of the tile -> bf16 shared memory; keys past nk are zeros
-        for (int i = tid; i < PF_KEYS * DH; i += PF_THREADS) {
-            int jj = i / DH, d = i % DH;
-            float kx = 0.0f, vx = 0.0f;
-            if (jj < nk) {
-                uint64_t w = keys[j0 + jj];
-                const float *row = a.kv + (size_t)(w & ((1ull << 26) - 1)) * page_stride + kv_off +
-                                   (size_t)((w >> 26) & 511) * DH;
-                kx = row[d];
-                vx = row[v_off + d];
-                int delta = a.rotate ? (int)(w >> 35) : 0;
-                if (delta != 0 && d < r.n_dims) {
-                    int pi, is_b, partner;  // pair index, second element?, the other element
-                    if (r.gptj) {
-                        pi = d >> 1;
-                        is_b = d & 1;
-                        partner = d ^ 1;
-                    } else {
-                        pi = d < half ? d : d - half;
-                        is_b = d >= half;
-                        partner = is_b ? d - half : d + half;
-                    }
-                    float c, s;
-                    if (uniform) {
-                        c = cs[pi];
-                        s = cs[DH / 2 + pi];
-                    } else {
-                        rope_sincos((double)delta, r.inv_freq[pi], &c, &s);
-                    }
-                    float o = row[partner];
-                    // (a, b) -> (a c - b s, a s + b c)
-                    kx = is_b ? o * s + kx * c : kx * c - o * s;
-                }
+        // 1. K (rotated by Δ) and V of the tile -> bf16 shared memory; keys past nk are zeros.
+        // The rows' pool offsets first (one word per key), then float4 loads, unrolled so that
+        // each thread has 2 x PER loads in flight: the loop is bound by load latency otherwise.
+        if (tid < PF_KEYS) {
+            long long off = -1;
+            int dl = 0;
+            if (tid < nk) {
+                uint64_t w = keys[j0 + tid];
+                off = (long long)((w & ((1ull << 26) - 1)) * page_stride + kv_off +
+                                  ((w >> 26) & 511) * DH);
+                dl = a.rotate ? (int)(w >> 35) : 0;
             }
-            ks[jj * L::LDQ + d] = __float2bfloat16_rn(kx);
-            vs[jj * L::LDQ + d] = __float2bfloat16_rn(vx);
+            key_off[tid] = off;
+            key_delta[tid] = dl;
+        }
+        __syncthreads();
+        if (vec) {
+            constexpr int CH = DH / 4, PER = PF_KEYS * CH / PF_THREADS;
+            const float4 *pool4 = (const float4 *)a.kv;
+#pragma unroll
+            for (int k = 0; k < PER; k++) {
+                const int i = tid + k * PF_THREADS, jj = i / CH, c4 = i % CH, d = 4 * c4;
+                const long long off = key_off[jj];
+                float4 x = make_float4(0.f, 0.f, 0.f, 0.f), v = x;
+                if (off >= 0) {
+                    x = __ldg(pool4 + off / 4 + c4);
+                    v = __ldg(pool4 + (off + (long long)v_off) / 4 + c4);
+                    const int delta = key_delta[jj];
+                    if (delta != 0 && d < r.n_dims) {
+                        // NEOX pairs (i, i + n_dims/2): the other half's chunk; GPT-J pairs
+                        // (2i, 2i + 1): inside this chunk
+                        const bool upper = !r.gptj && d >= half;
+                        float4 o = r.gptj ? x : __ldg(pool4 + off / 4 + (upper ? c4 - half / 4
+                                                                                : c4 + half / 4));
+                        float xs[4] = {x.x, x.y, x.z, x.w}, os4[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            int de = d + e, pi = r.gptj ? de >> 1 : (upper ? de - half : de);
+                            bool is_b = r.gptj ? (de & 1) : upper;
+                            float partner = r.gptj ? xs[e ^ 1] : os4[e];
+                            float c, sn;
+                            if (uniform) {
+                                c = cs[pi];
+                                sn = cs[DH / 2 + pi];
+                            } else {
+                                rope_sincos((double)delta, r.inv_freq[pi], &c, &sn);
+                            }
+                            // (a, b) -> (a c - b s, a s + b c)
+                            os4[e] = is_b ? partner * sn + xs[e] * c : xs[e] * c - partner * sn;
+                        }
+                        x = make_float4(os4[0], os4[1], os4[2], os4[3]);
+                    }
+                }
+                __nv_bfloat162 *kd = (__nv_bfloat162 *)(ks + jj * L::LDQ + d);
+                __nv_bfloat162 *vd = (__nv_bfloat162 *)(vs + jj * L::LDQ + d);
+                kd[0] = __floats2bfloat162_rn(x.x, x.y);
+                kd[1] = __floats2bfloat162_rn(x.z, x.w);
+                vd[0] = __floats2bfloat162_rn(v.x, v.y);
+                vd[1] = __floats2bfloat162_rn(v.z, v.w);
+            }
+        } else {  // rotary dims not a multiple of 8: one element at a time
+            for (int i = tid; i < PF_KEYS * DH; i += PF_THREADS) {
+                int jj = i / DH, d = i % DH;
+                float kx = 0.0f, vx = 0.0f;
+                const long long off = key_off[jj];
+                if (off >= 0) {
+                    const float *row = a.kv + off;
+                    kx = row[d];
+                    vx = row[v_off + d];
+                    int delta = key_delta[jj];
+                    if (delta != 0 && d < r.n_dims) {
+                        int pi, is_b, partner;  // pair index, second element?, the other element
+                        if (r.gptj) {
+                            pi = d >> 1;
+                            is_b = d & 1;
+                            partner = d ^ 1;
+                        } else {
+                            pi = d < half ? d : d - half;
+                            is_b = d >= half;
+                            partner = is_b ? d - half : d + half;
+                        }
+                        float c, sn;
+                        rope_sincos((double)delta, r.inv_freq[pi], &c, &sn);
+                        float o = row[partner];
+                        kx = is_b ? o * sn + kx * c : kx * c - o * sn;
+                    }
+                }
+                ks[jj * L::LDQ + d] = __float2bfloat16_rn(kx);
+                vs[jj * L::LDQ + d] = __float2bfloat16_rn(vx);
+            }
         }
         __syncthreads();
 

@@ -16,6 +16,7 @@
 #include "attention.cuh"
 #include "backend-cuda.h"
 #include "dllm.cuh"
+#include "gemv.cuh"
 #include "pointwise.cuh"
 #include "sample.cuh"
 
@@ -396,6 +397,10 @@ static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight 
                li_dtype_name(W->dtype));
         return;
     }
+    if (li_cuda_gemv_ok(T, K, W->data, x)) {  // one row (decode): stream W at full bandwidth
+        cu_fail(im, "matmul (gemv)", li_cuda_gemv_bf16(im->stream, y, W->data, x, N, K));
+        return;
+    }
     uint16_t *xb = scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
     if (!xb) return;
     if (cu_fail(im, "matmul (f32 -> bf16)", li_cuda_f32_to_bf16(im->stream, xb, x, (int64_t)T * K)))
@@ -565,6 +570,10 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
     li_cuda_impl *im = be->impl;
     cu_fail(im, "matmul_fp8", li_cuda_matmul_fp8(im->stream, y, qa, sa, T, W->q, W->scale,
                                                  W->n_rows, W->n_cols));
+}
+
+bool li_backend_cuda_matmul_gemv(int T, int64_t K, const void *W, const void *x) {
+    return li_cuda_gemv_ok(T, K, W, x) != 0;
 }
 
 bool li_backend_cuda_attention_tc(int T, int head_dim) {
