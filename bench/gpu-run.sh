@@ -51,11 +51,11 @@ has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8
 # 16 / 48 of them. `none` re-prefills every document of every request: one point only.
 RAG="$LI bench rag --backend cuda -m synth:llama-3.1-8b --synthetic --docs 100 --doc-len 2048 --k 5
      --query-len 64 --out-len 32 --max-batch 8 --requests ${RAG_REQUESTS:-16}"
-has ragbench && run ragbench-zipf 150 $RAG --alpha 2.1 --mode lazy,copy,prefix --rates 4,16 \
+has ragbench && run ragbench-zipf 120 $RAG --alpha 2.1 --mode lazy,copy,prefix --rates 4,16 \
   --budgets 8G,24G --csv "$OUT/ragbench-zipf.csv"
-has ragbench && run ragbench-none 60 $RAG --alpha 2.1 --mode none --rates 16 --budgets 24G \
+has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates 16 --budgets 24G \
   --csv "$OUT/ragbench-none.csv"
-has ragbench && run ragbench-uniform 60 $RAG --alpha 0 --mode lazy,copy --rates 16 --budgets 24G \
+has ragbench && run ragbench-uniform 45 $RAG --alpha 0 --mode lazy,copy --rates 16 --budgets 24G \
   --csv "$OUT/ragbench-uniform.csv"
 has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.jsonl"
 exit $status
