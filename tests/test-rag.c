@@ -6,6 +6,7 @@
 //   (a budget too small to keep everything) and many requests interleaved in one batch.
 //   lazy holds exactly one physical copy per resident document; the pool returns to full (minus
 //   what the caches keep) when idle. With SmolLM2 (when the model file is present) on real text.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +20,16 @@
 // (copy/none/prefix) and re-rotation of copied pages (copy) differ by a few ulps per element;
 // through 2-30 layers that is NMSE ~1e-14..1e-12. 1e-10 is the bound DESIGN.md §3 sets.
 #define NMSE_TOL 1e-10
-// LI_TEST_BACKEND=cuda runs the suite on the GPU (make CUDA=1 gpu-check does): the matmuls round
-// their inputs to bf16, so a few-ulp fp32 difference between modes can flip a bf16 rounding and
-// the modes then agree to bf16 level: NMSE_TOL_BF16 there (greedy tokens must still be equal).
-// Measured on the H200: most fixtures bit-identical, the worst 1.2e-5 (a chat request whose
-// logits are near zero, GPT-J layout).
+// LI_TEST_BACKEND=cuda runs the suite on the GPU (make CUDA=1 gpu-check does): the matmuls and the
+// prefill attention round their inputs to bf16, so a few-ulp fp32 difference between modes (K
+// rotated on the fly vs stored rotated) can flip a bf16 rounding and the modes then agree to bf16
+// level: NMSE_TOL_BF16 there. Measured on the H200: first-token logits 0..1.2e-5 apart; greedy
+// continuations of these random tiny models sometimes part at a near tie (one request of
+// tiny-llama-gqa4-linear in one run): allowed after the first token, counted and bounded.
 #define NMSE_TOL_BF16 1e-4
 static const char *g_backend = "cpu";
 static double g_tol = NMSE_TOL;
+static int g_bf16_flips;  // requests whose greedy tokens differ at a near tie (bf16 backends)
 
 enum { N_MODES = 4, N_PREDICT = 8, MAX_REQ = 8, MAX_DOCS = 4 };
 static const char *modes[N_MODES] = {"lazy", "copy", "prefix", "none"};
@@ -141,8 +144,33 @@ static double compare(const char *what, run_out *outs, int n_req, int V) {
             CHECK(e <= g_tol, "%s: %s vs lazy, request %d: nmse %g", what, modes[mi], i, e);
             CHECK(outs[mi].n_toks[i] == N_PREDICT && outs[0].n_toks[i] == N_PREDICT,
                   "%s: %s request %d generated %d", what, modes[mi], i, outs[mi].n_toks[i]);
-            CHECK(!memcmp(outs[mi].toks[i], outs[0].toks[i], sizeof outs[0].toks[i]),
-                  "%s: %s vs lazy, request %d: greedy tokens differ", what, modes[mi], i);
+            if (g_tol == NMSE_TOL) {
+                CHECK(!memcmp(outs[mi].toks[i], outs[0].toks[i], sizeof outs[0].toks[i]),
+                      "%s: %s vs lazy, request %d: greedy tokens differ", what, modes[mi], i);
+                continue;
+            }
+            // bf16 attention (GPU): a logit difference of ~1e-6 NMSE can flip a greedy choice
+            // between two near-equal candidates of these random models, after which the
+            // continuations differ. Allowed only after the first token or at a near tie of the
+            // first token, and reported.
+            int k = 0;
+            while (k < N_PREDICT && outs[mi].toks[i][k] == outs[0].toks[i][k]) k++;
+            if (k == N_PREDICT) continue;
+            float m1 = -INFINITY, m2 = -INFINITY;
+            for (int v = 0; v < V; v++) {
+                float x = outs[0].logits[i][v];
+                if (x > m1) {
+                    m2 = m1;
+                    m1 = x;
+                } else if (x > m2) {
+                    m2 = x;
+                }
+            }
+            printf("#   %s: %s vs lazy, request %d: greedy tokens differ from step %d (first-token "
+                   "top-2 margin %.3g)\n", what, modes[mi], i, k, m1 - m2);
+            CHECK(k > 0 || m1 - m2 < 1e-2f * fabsf(m1), "%s: %s vs lazy, request %d: first token "
+                  "differs without a near tie", what, modes[mi], i);
+            g_bf16_flips++;
         }
     return worst;
 }
@@ -372,5 +400,12 @@ int main(void) {
           "bad id: %s", li_last_error());
     li_model_free(m);
     TEST_END();
+    if (g_tol != NMSE_TOL) {
+        // 5 models x 5 fixtures x 2 (sequential, batch) x 7 requests x 3 modes: ~1050 comparisons
+        TEST_BEGIN("bf16 backend: greedy continuations that part at a near tie are rare");
+        printf("#   %d of 1050 mode-vs-lazy continuations parted after a near tie\n", g_bf16_flips);
+        CHECK(g_bf16_flips <= 60, "%d continuations parted (more than 60 of 1050)", g_bf16_flips);
+        TEST_END();
+    }
     return test_summary();
 }
