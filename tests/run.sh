@@ -24,6 +24,7 @@ done
 # the CPU standing in for a GPU: bit-identical to the CPU, and the LazyAttention suite on it.
 run_test gpu-model-devsim LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu "$BUILD/tests/gpu-model"
 run_test test-rag-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-rag"
+run_test test-dllm-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-dllm"
 # The CUDA backend must keep compiling even where no GPU runs it (make CUDA=1, sm_90a).
 echo "== cuda build"
 if [ -n "${LI_SKIP_CUDA_BUILD:-}" ]; then

@@ -405,6 +405,7 @@ static void test_model(li_rng *rng, bool full) {
     li_model_params mp = li_model_default_params();
     mp.path = path;
     mp.n_threads = 1; // tiny shapes: worker hand-offs would cost more than the work
+    mp.backend = getenv("LI_TEST_BACKEND");  // e.g. cpu-devsim: the device data path (run.sh)
     li_model *m = NULL;
     if (li_model_load(&m, &mp) != LI_OK) {
         TEST_BEGIN("load synth:tiny-llada");
@@ -721,6 +722,7 @@ static void test_reference(void) {
     li_model_params mp = li_model_default_params();
     mp.path = REF_DIR "/model";
     mp.n_threads = 1;
+    mp.backend = getenv("LI_TEST_BACKEND");
     li_model *m = NULL;
     TEST_BEGIN("Python reference cases: same tokens, NFE and steps (caches off and all on)");
     li_status rc = li_model_load(&m, &mp);

@@ -33,6 +33,14 @@ void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes) {
     else if (n_bytes) memmove(dst, src, n_bytes);
 }
 
+void li_be_fill(li_backend *be, float *x, float value, int64_t n) {
+    if (li_be_is_device(be)) {
+        be->ops->fill(be, x, value, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) x[i] = value;
+}
+
 li_status li_be_sync(li_backend *be) {
     return li_be_is_device(be) && be->ops->sync ? be->ops->sync(be) : LI_OK;
 }

@@ -221,6 +221,8 @@ typedef struct {
     li_status (*download)(li_backend *be, void *dst_host, const void *src, size_t n_bytes);
     // dst = src inside backend memory, queued like an op (regions must not overlap).
     void (*copy)(li_backend *be, void *dst, const void *src, size_t n_bytes);
+    // x (n) = value, queued like an op.
+    void (*fill)(li_backend *be, float *x, float value, int64_t n);
     // Waits for every queued op: LI_OK or the first error one of them hit.
     li_status (*sync)(li_backend *be);
     // x (n) = mean + uniform [-a, a), stored as dtype (F32 or BF16), a pure function of (seed,
@@ -247,6 +249,7 @@ void li_be_free(li_backend *be, void *p);
 li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
 li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t n_bytes);
 void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes);
+void li_be_fill(li_backend *be, float *x, float value, int64_t n);
 li_status li_be_sync(li_backend *be);
 
 // The CPU tables (src/backend/cpu/).

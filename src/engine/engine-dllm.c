@@ -185,6 +185,10 @@ typedef struct {
     double *dpad_prob; // (dpad_window)
     float *logits;     // (B, V) block logits (combined with CFG)
     float *ulogits;    // (B, V) unconditional block logits, CFG only
+    // Device backends: the forward writes the block logits here (backend memory), the step reads
+    // the host copies above after one download each (the selection runs on the host for now).
+    li_backend *be;
+    float *dlogits, *dulogits;
     int32_t *x0;       // (B) predicted token per block row
     double *conf;      // (B) confidence per block row, -inf for non-candidates
     int *sel;          // (B) selected rows
@@ -209,6 +213,8 @@ static void state_free(req_state *r) {
     li_free(r->dpad_prob);
     li_free(r->logits);
     li_free(r->ulogits);
+    li_be_free(r->be, r->dlogits);
+    li_be_free(r->be, r->dulogits);
     li_free(r->x0);
     li_free(r->conf);
     li_free(r->sel);
@@ -217,7 +223,7 @@ static void state_free(req_state *r) {
 }
 
 static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *lm,
-                            const specials *sp) {
+                            li_backend *be, const specials *sp) {
     const li_dllm_params *p = &req->params;
     r->req = req;
     r->p = p;
@@ -242,6 +248,13 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
     if (r->cfg && (!(r->utok = li_alloc(T * sizeof *r->utok, "dllm uncond canvas")) ||
                    !(r->ulogits = li_alloc(BV * sizeof *r->ulogits, "dllm uncond logits"))))
         return LI_ERR_OOM;
+    if (li_be_is_device(be)) {
+        r->be = be;
+        if (!(r->dlogits = li_be_alloc(be, BV * sizeof(float), "dllm logits (device)")) ||
+            (r->cfg && !(r->dulogits = li_be_alloc(be, BV * sizeof(float), "dllm uncond logits "
+                                                   "(device)"))))
+            return LI_ERR_OOM;
+    }
     if (p->dpad) {
         if (!(r->dpad_prob = li_alloc((size_t)p->dpad_window * sizeof *r->dpad_prob, "dpad")))
             return LI_ERR_OOM;
@@ -515,7 +528,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
     }
     int64_t max_rows = 0;
     for (int q = 0; q < n; q++) {
-        if ((rc = state_init(&rs[q], &reqs[q], m->llada, &sp)) != LI_OK) goto done;
+        if ((rc = state_init(&rs[q], &reqs[q], m->llada, m->be, &sp)) != LI_OK) goto done;
         max_rows += (int64_t)rs[q].T * (rs[q].cfg ? 2 : 1);
     }
     if (max_rows > (1 << 28)) {
@@ -539,13 +552,13 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, lo, lo + r->B, start};
             canv[nc] = c;
             caches[nc] = r->cache;
-            outs[nc] = r->logits;
+            outs[nc] = r->dlogits ? r->dlogits : r->logits;
             owner[nc++] = q;
             if (r->cfg) {
                 c.tokens = r->utok;
                 canv[nc] = c;
                 caches[nc] = r->ucache;
-                outs[nc] = r->ulogits;
+                outs[nc] = r->dulogits ? r->dulogits : r->ulogits;
                 owner[nc++] = q;
             }
         }
@@ -556,6 +569,14 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             li_error_wrap(rc, "dllm step %d: ", tot.steps + 1);
             goto done;
         }
+        for (int c = 0; c < nc && rc == LI_OK; c++) {  // device logits -> the host copies
+            req_state *r = &rs[owner[c]];
+            if (!r->dlogits) continue;
+            bool uncond = c > 0 && owner[c] == owner[c - 1];
+            rc = li_be_download(m->be, uncond ? r->ulogits : r->logits, outs[c],
+                                (size_t)r->B * sp.V * sizeof(float));
+        }
+        if (rc != LI_OK) goto done;
         add_info(&tot, &info);
         tot.nfe += nc;
         tot.steps++;

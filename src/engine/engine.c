@@ -121,9 +121,6 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     if (is_synth) {
         if (li_llama_synth_known(synth_name)) {
             rc = li_llama_synth(&m->llama, synth_name, seed, m->be, p->metadata_only);
-        } else if (li_llada_synth_known(synth_name) && li_be_is_device(m->be)) {
-            rc = li_error_set(LI_ERR_UNSUPPORTED, "synth:%s: LLaDA models do not run on the '%s' "
-                              "backend yet (use the CPU backend)", synth_name, m->be->ops->name);
         } else if (li_llada_synth_known(synth_name)) {
             rc = li_llada_synth(&m->llada, synth_name, seed, m->be, p->metadata_only);
         } else {
@@ -133,9 +130,6 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
                               "tiny-llama-mha-gptj, -gqa4-linear, -gqa8-llama3, -gqa2-yarn)",
                               synth_name);
         }
-    } else if (li_be_is_device(m->be) && is_llada_dir(p->path)) {
-        rc = li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA models do not run on the '%s' backend "
-                          "yet (use the CPU backend)", p->path, m->be->ops->name);
     } else if (is_llada_dir(p->path)) {
         rc = li_llada_load(&m->llada, p->path, m->be, p->metadata_only);
     } else {

@@ -39,6 +39,7 @@
 #define HEAD_CHUNK 32 // rows per LM-head GEMM when truncation is off
 
 struct li_llada_cache {
+    li_backend *be;  // the buffers below (not tokens/pos, host bookkeeping) are in its memory
     int max_tokens;
     // Layout the caches were filled for (valid when has_layout).
     bool has_layout;
@@ -57,11 +58,15 @@ struct li_llada_cache {
     int fa_tile;
 };
 
+// Every buffer is in the backend's memory except idx_host. Per forward, the canvases' tokens and
+// positions and the gathered rows' positions are packed into idx_host and uploaded to idx in one
+// copy: idx = [tokens (R) | positions (R) | gathered positions (R)].
 struct li_llada_scratch {
+    li_backend *be;
     int max_rows;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp; // (R, ·) as in li_llama_scratch
     float *fm, *fl, *fo;                               // flash state (R, H), (R, H*Dh)
-    int32_t *gtok, *gpos, *grow;                       // gathered rows (R)
+    int32_t *idx, *idx_host;                           // (3 R) index arrays, see above
     uint8_t *qa;                                       // FP8 activations (R, max(D, F))
     float *sa;                                         // their scales (R, ceil(max(D, F)/128))
     float *head;                                       // (HEAD_CHUNK, V)
@@ -75,6 +80,7 @@ li_status li_llada_cache_init(li_llada_cache **out, const li_llada *m, int max_t
         return li_error_set(LI_ERR_INVALID_ARG, "LLaDA cache for %d tokens", max_tokens);
     li_llada_cache *c = calloc(1, sizeof *c);
     if (!c) return li_error_set(LI_ERR_OOM, "out of memory");
+    c->be = m->be;
     c->max_tokens = max_tokens;
     c->tokens = li_alloc((size_t)max_tokens * sizeof(int32_t), "llada cache tokens");
     c->pos = li_alloc((size_t)max_tokens * sizeof(int32_t), "llada cache positions");
@@ -82,7 +88,6 @@ li_status li_llada_cache_init(li_llada_cache **out, const li_llada *m, int max_t
         li_llada_cache_free(c);
         return LI_ERR_OOM;
     }
-    (void)m;
     *out = c;
     return LI_OK;
 }
@@ -91,20 +96,15 @@ void li_llada_cache_free(li_llada_cache *c) {
     if (!c) return;
     li_free(c->tokens);
     li_free(c->pos);
-    li_free(c->emb);
-    li_free(c->q);
-    li_free(c->k);
-    li_free(c->v);
-    li_free(c->fm);
-    li_free(c->fl);
-    li_free(c->fo);
+    float *dev[] = {c->emb, c->q, c->k, c->v, c->fm, c->fl, c->fo};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) li_be_free(c->be, dev[i]);
     free(c);
 }
 
-// Allocates a cache component on first use.
-static li_status cache_buf(float **p, size_t n, const char *what) {
+// Allocates a cache component on first use (in the backend's memory).
+static li_status cache_buf(li_llada_cache *c, float **p, size_t n, const char *what) {
     if (*p) return LI_OK;
-    *p = li_alloc(n * sizeof(float), what);
+    *p = li_be_alloc(c->be, n * sizeof(float), what);
     return *p ? LI_OK : LI_ERR_OOM;
 }
 
@@ -115,6 +115,7 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     const li_hparams *hp = &m->hp;
     li_llada_scratch *s = calloc(1, sizeof *s);
     if (!s) return li_error_set(LI_ERR_OOM, "out of memory");
+    s->be = m->be;
     s->max_rows = max_rows;
     size_t R = (size_t)max_rows, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
     size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
@@ -136,19 +137,22 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
         {(void **)&s->fm, R * hp->n_head * 4, "flash row max"},
         {(void **)&s->fl, R * hp->n_head * 4, "flash row sum"},
         {(void **)&s->fo, R * HDh * 4, "flash accumulator"},
-        {(void **)&s->gtok, R * 4, "gathered tokens"},
-        {(void **)&s->gpos, R * 4, "gathered positions"},
-        {(void **)&s->grow, R * 4, "gathered rows"},
+        {(void **)&s->idx, 3 * R * 4, "index arrays"},
         {(void **)&s->qa, R * KM, "fp8 activations"},
         {(void **)&s->sa, R * GM * 4, "fp8 activation scales"},
         {(void **)&s->head, (size_t)HEAD_CHUNK * hp->n_vocab * 4, "head logits"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        *bufs[i].p = li_alloc(bufs[i].bytes, bufs[i].what);
+        *bufs[i].p = li_be_alloc(s->be, bufs[i].bytes, bufs[i].what);
         if (!*bufs[i].p) {
             li_llada_scratch_free(s);
             return LI_ERR_OOM;
         }
+    }
+    s->idx_host = li_alloc(3 * R * 4, "index staging");
+    if (!s->idx_host) {
+        li_llada_scratch_free(s);
+        return LI_ERR_OOM;
     }
     *out = s;
     return LI_OK;
@@ -156,10 +160,11 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
 
 void li_llada_scratch_free(li_llada_scratch *s) {
     if (!s) return;
-    void *ps[] = {s->x,  s->xn, s->q,  s->k,    s->v,    s->att,  s->gate, s->up, s->tmp,
-                  s->fm, s->fl, s->fo, s->gtok, s->gpos, s->grow, s->qa,   s->sa, s->head};
+    void *ps[] = {s->x,  s->xn, s->q,  s->k,   s->v,  s->att, s->gate, s->up,
+                  s->tmp, s->fm, s->fl, s->fo, s->idx, s->qa,  s->sa,   s->head};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
-        li_free(ps[i]);
+        li_be_free(s->be, ps[i]);
+    li_free(s->idx_host);
     free(s);
 }
 
@@ -194,21 +199,19 @@ static void stream(const fwd *f, float *fo, float *fm, float *fl, const float *q
 }
 
 static void state_reset(const fwd *f, float *fo, float *fm, float *fl, int r0, int r1) {
-    int H = f->H;
-    for (int64_t i = (int64_t)r0 * H; i < (int64_t)r1 * H; i++) {
-        fm[i] = -INFINITY;
-        fl[i] = 0.0f;
-    }
-    memset(fo + (size_t)r0 * H * f->Dh, 0, (size_t)(r1 - r0) * H * f->Dh * sizeof(float));
+    int64_t H = f->H, n = (int64_t)(r1 - r0);
+    li_be_fill(f->be, fm + r0 * H, -INFINITY, n * H);
+    li_be_fill(f->be, fl + r0 * H, 0.0f, n * H);
+    li_be_fill(f->be, fo + r0 * H * f->Dh, 0.0f, n * H * f->Dh);
 }
 
 static void state_copy(const fwd *f, float *dfo, float *dfm, float *dfl, const float *sfo,
                        const float *sfm, const float *sfl, int r0, int r1) {
     if (r1 <= r0) return;
     size_t H = (size_t)f->H, HDh = H * f->Dh, n = (size_t)(r1 - r0);
-    memcpy(dfm + r0 * H, sfm + r0 * H, n * H * sizeof(float));
-    memcpy(dfl + r0 * H, sfl + r0 * H, n * H * sizeof(float));
-    memcpy(dfo + r0 * HDh, sfo + r0 * HDh, n * HDh * sizeof(float));
+    li_be_copy(f->be, dfm + r0 * H, sfm + r0 * H, n * H * sizeof(float));
+    li_be_copy(f->be, dfl + r0 * H, sfl + r0 * H, n * H * sizeof(float));
+    li_be_copy(f->be, dfo + r0 * HDh, sfo + r0 * HDh, n * HDh * sizeof(float));
 }
 
 // Layer-0 attention of one canvas: q, k, v (T, ·) → out (T, H*Dh), state in fo/fm/fl (T rows).
@@ -236,9 +239,9 @@ static li_status attention0(const fwd *f, const li_lacache *lc, li_llada_cache *
         stream(f, fo, fm, fl, q, k, v, Khi, T, Khi, T, true);
         if (lc->fa) {
             size_t H = (size_t)f->H;
-            LI_TRY(cache_buf(&c->fm, (size_t)c->max_tokens * H, "FACache row max"));
-            LI_TRY(cache_buf(&c->fl, (size_t)c->max_tokens * H, "FACache row sum"));
-            LI_TRY(cache_buf(&c->fo, (size_t)c->max_tokens * H * f->Dh, "FACache accumulator"));
+            LI_TRY(cache_buf(c, &c->fm, (size_t)c->max_tokens * H, "FACache row max"));
+            LI_TRY(cache_buf(c, &c->fl, (size_t)c->max_tokens * H, "FACache row sum"));
+            LI_TRY(cache_buf(c, &c->fo, (size_t)c->max_tokens * H * f->Dh, "FACache accumulator"));
             state_copy(f, c->fo, c->fm, c->fl, fo, fm, fl, 0, Klo);
             state_copy(f, c->fo, c->fm, c->fl, fo, fm, fl, Khi, T);
             c->fa_ok = true;
@@ -378,67 +381,86 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
         }
     }
 
+    // ---- index arrays: tokens and positions of every canvas, positions of the layer-0 rows ----
+    // Layer 0 computes q/k/v for the rows that need them ("gathered"): with RoPECache after the
+    // block start only the block rows [lo, hi), else all rows; per canvas a contiguous range.
+    const int MR = s->max_rows;
+    int *g_lo = malloc(2 * (size_t)n * sizeof(int)), *g_hi = g_lo ? g_lo + n : NULL;
+    if (!g_lo) return li_error_set(LI_ERR_OOM, "out of memory");
+    int G = 0;
+    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
+        const li_llada_canvas *cv = &canvases[i];
+        memcpy(s->idx_host + r0, cv->tokens, (size_t)cv->n_tokens * sizeof(int32_t));
+        memcpy(s->idx_host + MR + r0, cv->pos, (size_t)cv->n_tokens * sizeof(int32_t));
+        bool part = lc->rope && caches[i]->rope_ok;
+        g_lo[i] = part ? cv->block_lo : 0;
+        g_hi[i] = part ? cv->block_hi : cv->n_tokens;
+        memcpy(s->idx_host + 2 * MR + G, cv->pos + g_lo[i],
+               (size_t)(g_hi[i] - g_lo[i]) * sizeof(int32_t));
+        G += g_hi[i] - g_lo[i];
+    }
+    li_status rc = li_be_upload(be, s->idx, s->idx_host, 3 * (size_t)MR * sizeof(int32_t));
+    if (rc != LI_OK) {
+        free(g_lo);
+        return rc;
+    }
+    const int32_t *tok_d = s->idx, *pos_d = s->idx + MR, *gpos_d = s->idx + 2 * MR;
+
     // ---- embeddings: x (R, D) ----
     for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
         li_llada_cache *c = caches[i];
         const li_llada_canvas *cv = &canvases[i];
         int T = cv->n_tokens;
         if (!lc->embed) {
-            op->embed(be, s->x + (size_t)r0 * D, &m->w.tok_embd, cv->tokens, T);
+            op->embed(be, s->x + (size_t)r0 * D, &m->w.tok_embd, tok_d + r0, T);
             if (info) info->embed_rows += T;
             continue;
         }
-        LI_TRY(cache_buf(&c->emb, (size_t)c->max_tokens * D, "EmbedCache"));
+        if ((rc = cache_buf(c, &c->emb, (size_t)c->max_tokens * D, "EmbedCache")) != LI_OK) break;
         int a = c->emb_ok ? cv->block_lo : 0, b = c->emb_ok ? cv->block_hi : T;
-        op->embed(be, c->emb + (size_t)a * D, &m->w.tok_embd, cv->tokens + a, b - a);
+        op->embed(be, c->emb + (size_t)a * D, &m->w.tok_embd, tok_d + r0 + a, b - a);
         if (info) info->embed_rows += b - a;
         c->emb_ok = true;
-        memcpy(s->x + (size_t)r0 * D, c->emb, (size_t)T * D * sizeof(float));
+        li_be_copy(be, s->x + (size_t)r0 * D, c->emb, (size_t)T * D * sizeof(float));
     }
 
-    // ---- layer 0: norm -> q, k, v -> RoPE on the rows that need it, gathered over canvases ----
+    // ---- layer 0: norm -> q, k, v -> RoPE on the gathered rows ----
     const li_llama_layer *l0 = &m->w.layers[0];
-    int G = 0;
-    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
-        const li_llada_canvas *cv = &canvases[i];
-        bool part = lc->rope && caches[i]->rope_ok;
-        int a = part ? cv->block_lo : 0, b = part ? cv->block_hi : cv->n_tokens;
-        for (int t = a; t < b; t++, G++) {
-            s->grow[G] = r0 + t;
-            s->gpos[G] = cv->pos[t];
-            memcpy(s->xn + (size_t)G * D, s->x + (size_t)(r0 + t) * D, (size_t)D * sizeof(float));
+    for (int i = 0, r0 = 0, g = 0; i < n && rc == LI_OK; r0 += canvases[i].n_tokens, i++) {
+        int k = g_hi[i] - g_lo[i];
+        li_be_copy(be, s->xn + (size_t)g * D, s->x + (size_t)(r0 + g_lo[i]) * D,
+                   (size_t)k * D * sizeof(float));
+        g += k;
+    }
+    if (rc == LI_OK) {
+        op->rmsnorm(be, s->xn, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
+        op->matmul(be, s->q, s->xn, &l0->wq, G);
+        op->matmul(be, s->k, s->xn, &l0->wk, G);
+        op->matmul(be, s->v, s->xn, &l0->wv, G);
+        op->rope(be, s->q, gpos_d, G, H, Dh, &m->rope);
+        op->rope(be, s->k, gpos_d, G, Hkv, Dh, &m->rope);
+        count_mm(info, G, &l0->wq);
+        count_mm(info, G, &l0->wk);
+        count_mm(info, G, &l0->wv);
+        if (info) info->qkv_rows += G;
+    }
+    if (rc == LI_OK && lc->rope) { // scatter into the canvases' RoPECache
+        for (int i = 0, g = 0; i < n && rc == LI_OK; i++) {
+            li_llada_cache *c = caches[i];
+            size_t T = (size_t)c->max_tokens, a = (size_t)g_lo[i], k = (size_t)(g_hi[i] - g_lo[i]);
+            if ((rc = cache_buf(c, &c->q, T * HDh, "RoPECache queries")) != LI_OK ||
+                (rc = cache_buf(c, &c->k, T * KDh, "RoPECache keys")) != LI_OK ||
+                (rc = cache_buf(c, &c->v, T * KDh, "RoPECache values")) != LI_OK)
+                break;
+            li_be_copy(be, c->q + a * HDh, s->q + (size_t)g * HDh, k * HDh * sizeof(float));
+            li_be_copy(be, c->k + a * KDh, s->k + (size_t)g * KDh, k * KDh * sizeof(float));
+            li_be_copy(be, c->v + a * KDh, s->v + (size_t)g * KDh, k * KDh * sizeof(float));
+            c->rope_ok = true;
+            g += (int)k;
         }
     }
-    op->rmsnorm(be, s->xn, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
-    op->matmul(be, s->q, s->xn, &l0->wq, G);
-    op->matmul(be, s->k, s->xn, &l0->wk, G);
-    op->matmul(be, s->v, s->xn, &l0->wv, G);
-    op->rope(be, s->q, s->gpos, G, H, Dh, &m->rope);
-    op->rope(be, s->k, s->gpos, G, Hkv, Dh, &m->rope);
-    count_mm(info, G, &l0->wq);
-    count_mm(info, G, &l0->wk);
-    count_mm(info, G, &l0->wv);
-    if (info) info->qkv_rows += G;
-    if (lc->rope) { // scatter into the canvases' RoPECache
-        for (int i = 0; i < n; i++) {
-            li_llada_cache *c = caches[i];
-            size_t T = (size_t)c->max_tokens;
-            LI_TRY(cache_buf(&c->q, T * HDh, "RoPECache queries"));
-            LI_TRY(cache_buf(&c->k, T * KDh, "RoPECache keys"));
-            LI_TRY(cache_buf(&c->v, T * KDh, "RoPECache values"));
-        }
-        for (int g = 0, i = 0, r0 = 0; g < G; g++) {
-            while (s->grow[g] >= r0 + canvases[i].n_tokens)
-                r0 += canvases[i++].n_tokens;
-            li_llada_cache *c = caches[i];
-            size_t t = (size_t)(s->grow[g] - r0);
-            memcpy(c->q + t * HDh, s->q + (size_t)g * HDh, HDh * sizeof(float));
-            memcpy(c->k + t * KDh, s->k + (size_t)g * KDh, KDh * sizeof(float));
-            memcpy(c->v + t * KDh, s->v + (size_t)g * KDh, KDh * sizeof(float));
-        }
-        for (int i = 0; i < n; i++)
-            caches[i]->rope_ok = true;
-    }
+    free(g_lo);
+    if (rc != LI_OK) return rc;
     // (without RoPECache every row was computed, in canvas order: s->q/k/v rows are batch rows)
 
     // ---- layer-0 attention per canvas, with FACache ----
@@ -467,7 +489,7 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
         count_mm(info, R, &l->wk);
         count_mm(info, R, &l->wv);
         for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
-            const int32_t *pos = canvases[i].pos;
+            const int32_t *pos = pos_d + r0;
             int T = canvases[i].n_tokens;
             op->rope(be, s->q + (size_t)r0 * HDh, pos, T, H, Dh, &m->rope);
             op->rope(be, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
@@ -501,12 +523,12 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
                         hp->rms_eps);
             op->matmul(be, s->head, s->xn, &m->w.output, nr);
             count_mm(info, nr, &m->w.output);
-            for (int t = t0; t < t0 + nr; t++)
-                if (t >= lo && t < hi)
-                    memcpy(logits[i] + (size_t)(t - lo) * V, s->head + (size_t)(t - t0) * V,
-                           (size_t)V * sizeof(float));
+            int a = t0 > lo ? t0 : lo, b = t0 + nr < hi ? t0 + nr : hi;  // block rows here
+            if (a < b)
+                li_be_copy(be, logits[i] + (size_t)(a - lo) * V, s->head + (size_t)(a - t0) * V,
+                           (size_t)(b - a) * V * sizeof(float));
         }
         if (info) info->head_rows += T;
     }
-    return LI_OK;
+    return li_be_sync(be);  // a device backend reports the ops' first error here
 }

@@ -69,6 +69,10 @@ li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool m
         return rc;
     }
     m->has_weights = !metadata_only;
+    if (m->has_weights && (rc = li_weights_to_device(&m->store, &m->w, m->hp.n_layer, be)) != LI_OK) {
+        li_llada_free(m);
+        return rc;
+    }
     *out = m;
     return LI_OK;
 }
@@ -153,13 +157,22 @@ li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_bac
     if (rc != LI_OK) goto fail;
     snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "random");
 
-    li_rng rng;
-    li_rng_seed(&rng, seed);
     const li_hparams *hp = &m->hp;
     bool bf16 = li_llama_keeps_bf16(hp);
+    if (!metadata_only && bf16 && li_be_is_device(be)) {
+        // too big for a host copy (llada-8b): built in device memory (other values than the CPU's)
+        if ((rc = li_weights_synth_on_device(&m->store, &m->w, hp, be, seed)) != LI_OK) goto fail;
+        m->has_weights = true;
+        *out = m;
+        return LI_OK;
+    }
+    li_rng rng;
+    li_rng_seed(&rng, seed);
     if ((rc = li_synth_llama_weights(&m->store, &m->w, hp, &rng, bf16, metadata_only)) != LI_OK)
         goto fail;
     m->has_weights = !metadata_only;
+    if (m->has_weights && (rc = li_weights_to_device(&m->store, &m->w, hp->n_layer, be)) != LI_OK)
+        goto fail;
     *out = m;
     return LI_OK;
 fail:
@@ -169,14 +182,25 @@ fail:
 
 // ---- accessors and free ---------------------------------------------------------------------
 
+static void fp8_free(const li_llada *m, li_fp8_weight *w) {
+    if (li_be_is_device(m->be)) {
+        li_be_free(m->be, w->q);
+        li_be_free(m->be, w->scale);
+        memset(w, 0, sizeof *w);
+    } else {
+        li_fp8_weight_free(w);
+    }
+}
+
 void li_llada_free(li_llada *m) {
     if (!m) return;
     if (m->fp8) {
         for (int i = 0; i < 3 * m->hp.n_layer; i++)
-            li_fp8_weight_free(&m->fp8[i]);
+            fp8_free(m, &m->fp8[i]);
         free(m->fp8);
     }
     pthread_mutex_destroy(&m->fp8_lock);
+    li_weight_store_free_device(&m->store);
     li_weight_store_free(&m->store);
     free(m->w.layers);
     free(m);
@@ -249,6 +273,31 @@ void li_fp8_weight_free(li_fp8_weight *w) {
     memset(w, 0, sizeof *w);
 }
 
+// Device backends: W is in device memory. Quantise a host copy (the same code, so the codes and
+// scales are the CPU's bit for bit), then move the result into device memory.
+static li_status fp8_quantize_device(const li_llada *m, li_fp8_weight *out, const li_weight *W) {
+    size_t esz = W->dtype == LI_DTYPE_BF16 ? 2 : 4, n = (size_t)(W->n_rows * W->n_cols);
+    li_weight hw = *W;
+    hw.data = li_alloc(n * esz, "fp8: host copy of a weight");
+    if (!hw.data) return LI_ERR_OOM;
+    li_fp8_weight h;
+    li_status rc = li_be_download(m->be, hw.data, W->data, n * esz);
+    if (rc == LI_OK) rc = li_fp8_weight_quantize(&h, &hw, m->be->tp);
+    li_free(hw.data);
+    if (rc != LI_OK) return rc;
+    size_t ns = (size_t)((W->n_rows + LI_FP8_GROUP - 1) / LI_FP8_GROUP *
+                         ((W->n_cols + LI_FP8_GROUP - 1) / LI_FP8_GROUP)) * sizeof(float);
+    *out = (li_fp8_weight){.n_rows = W->n_rows, .n_cols = W->n_cols};
+    out->q = li_be_alloc(m->be, n, "fp8 weight codes");
+    out->scale = out->q ? li_be_alloc(m->be, ns, "fp8 weight scales") : NULL;
+    rc = out->scale ? LI_OK : LI_ERR_OOM;
+    if (rc == LI_OK) rc = li_be_upload(m->be, out->q, h.q, n);
+    if (rc == LI_OK) rc = li_be_upload(m->be, out->scale, h.scale, ns);
+    li_fp8_weight_free(&h);
+    if (rc != LI_OK) fp8_free(m, out);
+    return rc;
+}
+
 li_status li_llada_fp8_prepare(const li_llada *cm) {
     li_llada *m = (li_llada *)cm; // the FP8 copies are a cache: filled once, then read-only
     if (!m->has_weights)
@@ -263,13 +312,15 @@ li_status li_llada_fp8_prepare(const li_llada *cm) {
             const li_llama_layer *l = &m->w.layers[il];
             const li_weight *ws[3] = {&l->w_gate, &l->w_up, &l->w_down};
             for (int j = 0; j < 3 && rc == LI_OK; j++)
-                rc = li_fp8_weight_quantize(&m->fp8[3 * il + j], ws[j], m->be->tp);
+                rc = li_be_is_device(m->be)
+                         ? fp8_quantize_device(m, &m->fp8[3 * il + j], ws[j])
+                         : li_fp8_weight_quantize(&m->fp8[3 * il + j], ws[j], m->be->tp);
         }
         if (rc == LI_OK) {
             m->fp8_ready = true;
         } else if (m->fp8) {
             for (int i = 0; i < 3 * L; i++)
-                li_fp8_weight_free(&m->fp8[i]);
+                fp8_free(m, &m->fp8[i]);
             free(m->fp8);
             m->fp8 = NULL;
         }

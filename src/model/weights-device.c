@@ -104,18 +104,17 @@ static li_status move_group(li_weight_store *st, li_weight *fused, li_weight *co
     return LI_OK;
 }
 
-li_status li_llama_weights_to_device(li_llama *m) {
-    if (!li_be_is_device(m->be) || !m->has_weights) return LI_OK;
-    li_weight_store *st = &m->store;
-    st->dev = m->be;
-    li_llama_weights *w = &m->w;
+li_status li_weights_to_device(li_weight_store *st, li_llama_weights *w, int n_layer,
+                               li_backend *be) {
+    if (!li_be_is_device(be)) return LI_OK;
+    st->dev = be;
     bool tied = w->output.data == w->tok_embd.data;
     // The embedding is read as rows (bf16 or f32 both fine); bf16 so a tied head can share it.
     LI_TRY(move_one(st, &w->tok_embd, "token embeddings"));
     if (tied) w->output = w->tok_embd;
     else LI_TRY(move_one(st, &w->output, "output head"));
     LI_TRY(move_one(st, &w->out_norm, "output norm"));
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    for (int il = 0; il < n_layer; il++) {
         li_llama_layer *l = &w->layers[il];
         li_weight *qkv[] = {&l->wq, &l->wk, &l->wv}, *gu[] = {&l->w_gate, &l->w_up};
         LI_TRY(move_one(st, &l->attn_norm, "attention norm"));
@@ -124,9 +123,9 @@ li_status li_llama_weights_to_device(li_llama *m) {
         LI_TRY(move_one(st, &l->ffn_norm, "ffn norm"));
         LI_TRY(move_group(st, &l->w_gate_up, gu, 2));
         LI_TRY(move_one(st, &l->w_down, "ffn down"));
-        li_progress("uploading weights", il + 1, m->hp.n_layer);
+        li_progress("uploading weights", il + 1, n_layer);
     }
-    LI_TRY(li_be_sync(m->be));
+    LI_TRY(li_be_sync(be));
     // The host copies are no longer needed. The files stay open: the tokenizer (GGUF metadata)
     // and `info` read them after the weights are loaded; a mapping costs no memory of its own.
     for (int i = 0; i < st->n_owned; i++) li_free(st->owned[i]);
@@ -134,18 +133,23 @@ li_status li_llama_weights_to_device(li_llama *m) {
     return LI_OK;
 }
 
+li_status li_llama_weights_to_device(li_llama *m) {
+    if (!m->has_weights) return LI_OK;
+    return li_weights_to_device(&m->store, &m->w, m->hp.n_layer, m->be);
+}
+
 // ---- random weights in place -----------------------------------------------------------------
 
 // A (rows, cols) weight of n_parts consecutive row groups filled with U(mean ± std·√3) — the
 // distribution li_fill_random draws from — each from its own seed.
-static li_status synth_dev(li_llama *m, li_weight *W, int64_t rows, int64_t cols, float std,
-                           float mean, uint64_t seed) {
-    li_weight_store *st = &m->store;
+static li_status synth_dev(li_weight_store *st, li_weight *W, int64_t rows, int64_t cols,
+                           float std, float mean, uint64_t seed) {
     li_dtype dt = rows == 1 ? LI_DTYPE_F32 : LI_DTYPE_BF16;
     *W = (li_weight){.dtype = dt, .n_rows = rows, .n_cols = cols};
     W->data = dev_alloc(st, (size_t)(rows * cols) * esize(dt), "synthetic weights");
     if (!W->data) return LI_ERR_OOM;
-    return m->be->ops->fill_random(m->be, W->data, dt, rows * cols, seed, std * 1.7320508f, mean);
+    return st->dev->ops->fill_random(st->dev, W->data, dt, rows * cols, seed, std * 1.7320508f,
+                                     mean);
 }
 
 static void view(li_weight *part, const li_weight *fused, int64_t row0, int64_t rows) {
@@ -154,37 +158,40 @@ static void view(li_weight *part, const li_weight *fused, int64_t row0, int64_t 
                                 (size_t)(row0 * fused->n_cols) * esize(fused->dtype)};
 }
 
-li_status li_llama_synth_on_device(li_llama *m, uint64_t seed) {
-    if (!li_be_is_device(m->be) || !m->be->ops->fill_random)
+li_status li_weights_synth_on_device(li_weight_store *st, li_llama_weights *w,
+                                     const li_hparams *hp, li_backend *be, uint64_t seed) {
+    if (!li_be_is_device(be) || !be->ops->fill_random)
         return li_error_set(LI_ERR_UNSUPPORTED, "backend '%s' cannot build weights in place",
-                            m->be->ops->name);
-    const li_hparams *hp = &m->hp;
-    m->store.dev = m->be;
+                            be->ops->name);
+    st->dev = be;
     int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
     int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
     float sD = 1.0f / sqrtf((float)D), sF = 1.0f / sqrtf((float)F), sQ = 1.0f / sqrtf((float)qo);
     uint64_t k = seed * 1000003u;  // one seed per tensor: k++
-    li_llama_weights *w = &m->w;
-    LI_TRY(synth_dev(m, &w->tok_embd, V, D, 1.0f, 0.0f, k++));
-    LI_TRY(synth_dev(m, &w->out_norm, 1, D, 0.1f, 1.0f, k++));
+    LI_TRY(synth_dev(st, &w->tok_embd, V, D, 1.0f, 0.0f, k++));
+    LI_TRY(synth_dev(st, &w->out_norm, 1, D, 0.1f, 1.0f, k++));
     if (hp->tied_embeddings) w->output = w->tok_embd;
-    else LI_TRY(synth_dev(m, &w->output, V, D, sD, 0.0f, k++));
+    else LI_TRY(synth_dev(st, &w->output, V, D, sD, 0.0f, k++));
     for (int il = 0; il < hp->n_layer; il++) {
         li_llama_layer *l = &w->layers[il];
-        LI_TRY(synth_dev(m, &l->attn_norm, 1, D, 0.1f, 1.0f, k++));
+        LI_TRY(synth_dev(st, &l->attn_norm, 1, D, 0.1f, 1.0f, k++));
         // q, k and v share a std (1/sqrt(D)), so the fused buffer is one fill; so are gate/up
-        LI_TRY(synth_dev(m, &l->wqkv, qo + 2 * kv, D, sD, 0.0f, k++));
+        LI_TRY(synth_dev(st, &l->wqkv, qo + 2 * kv, D, sD, 0.0f, k++));
         view(&l->wq, &l->wqkv, 0, qo);
         view(&l->wk, &l->wqkv, qo, kv);
         view(&l->wv, &l->wqkv, qo + kv, kv);
-        LI_TRY(synth_dev(m, &l->wo, D, qo, sQ, 0.0f, k++));
-        LI_TRY(synth_dev(m, &l->ffn_norm, 1, D, 0.1f, 1.0f, k++));
-        LI_TRY(synth_dev(m, &l->w_gate_up, 2 * F, D, sD, 0.0f, k++));
+        LI_TRY(synth_dev(st, &l->wo, D, qo, sQ, 0.0f, k++));
+        LI_TRY(synth_dev(st, &l->ffn_norm, 1, D, 0.1f, 1.0f, k++));
+        LI_TRY(synth_dev(st, &l->w_gate_up, 2 * F, D, sD, 0.0f, k++));
         view(&l->w_gate, &l->w_gate_up, 0, F);
         view(&l->w_up, &l->w_gate_up, F, F);
-        LI_TRY(synth_dev(m, &l->w_down, D, F, sF, 0.0f, k++));
+        LI_TRY(synth_dev(st, &l->w_down, D, F, sF, 0.0f, k++));
     }
-    LI_TRY(li_be_sync(m->be));
+    return li_be_sync(be);
+}
+
+li_status li_llama_synth_on_device(li_llama *m, uint64_t seed) {
+    LI_TRY(li_weights_synth_on_device(&m->store, &m->w, &m->hp, m->be, seed));
     m->has_weights = true;
     return LI_OK;
 }

@@ -49,6 +49,13 @@ li_status li_synth_llama_weights(li_weight_store *store, li_llama_weights *w, co
 void li_weight_store_free(li_weight_store *st);
 // Frees the store's device buffers (weights-device.c).
 void li_weight_store_free_device(li_weight_store *st);
+// Device backends: every weight of w into be's memory (matrices bf16 where the backend asks,
+// norms f32; fused views and a tied head kept), host copies freed. No-op on host backends.
+li_status li_weights_to_device(li_weight_store *st, li_llama_weights *w, int n_layer,
+                               li_backend *be);
+// Random weights of hp's shapes built in be's memory (fill_random), wqkv / w_gate_up fused.
+li_status li_weights_synth_on_device(li_weight_store *st, li_llama_weights *w,
+                                     const li_hparams *hp, li_backend *be, uint64_t seed);
 
 // FP8 (e4m3) copy of W (f32 or bf16) per 128 x 128 block (backend.h li_fp8_weight): scale =
 // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division). Work is spread over

@@ -52,6 +52,9 @@ static void devsim_copy(li_backend *be, void *dst, const void *src, size_t n) {
     if (n) memcpy(dst, src, n);
 }
 static li_status devsim_sync(li_backend *be) { return LI_OK; }
+static void devsim_fill(li_backend *be, float *x, float value, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = value;
+}
 
 static li_backend_ops devsim_ops[2];  // [0] loader dtypes, [1] bf16 matrices
 static pthread_once_t devsim_once = PTHREAD_ONCE_INIT;
@@ -67,6 +70,7 @@ static void devsim_make_ops(void) {
         o->download = devsim_copy_in;
         o->copy = devsim_copy;
         o->sync = devsim_sync;
+        o->fill = devsim_fill;
     }
 }
 

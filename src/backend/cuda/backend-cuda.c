@@ -604,6 +604,11 @@ static void cu_copy(li_backend *be, void *dst, const void *src, size_t n) {
     if (n) cu_fail(im, "copy", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, im->stream));
 }
 
+static void cu_fill(li_backend *be, float *x, float value, int64_t n) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "fill", li_cuda_fill_f32(im->stream, x, n, value));
+}
+
 static li_status cu_fill_random(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
                                 float a, float mean) {
     li_cuda_impl *im = be->impl;
@@ -641,6 +646,7 @@ const li_backend_ops li_cuda_ops = {
     .upload = li_backend_cuda_upload,
     .download = li_backend_cuda_download,
     .copy = cu_copy,
+    .fill = cu_fill,
     .sync = li_backend_cuda_check,
     .fill_random = cu_fill_random,
 };

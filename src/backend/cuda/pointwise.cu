@@ -277,6 +277,18 @@ __global__ void fill_uniform_bf16_kernel(__nv_bfloat16 *x, int64_t n, uint64_t s
     }
 }
 
+__global__ void fill_f32_kernel(float *x, int64_t n, float v) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = v;
+}
+
+extern "C" cudaError_t li_cuda_fill_f32(cudaStream_t st, float *x, int64_t n, float v) {
+    if (n <= 0) return cudaSuccess;
+    fill_f32_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, n, v);
+    return cudaGetLastError();
+}
+
 __global__ void add_scalar_kernel(float *x, int64_t n, float c) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
