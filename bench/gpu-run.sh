@@ -9,10 +9,12 @@
 #   ragbench lazyinfer bench rag, the paper's setting (CSV per sweep)
 #   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
 #           ceilings, in the same call
+#   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
-# Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag} when present (built on the dev
-# machine with `make CUDA=1`, carried with the shared libraries of .gpu/libs.tar.xz, which the GPU
-# image lacks), otherwise built here with `make CUDA=1`.
+# Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag,test-dllm} when present (made by
+# bench/gpu-pack.sh on the dev machine, carried with the shared libraries of .gpu/libs.tar.xz,
+# which the GPU image lacks), otherwise built here with `make CUDA=1`. Only 8 files come back from
+# $OUT: pack the logs (tar) when running many steps.
 set -u
 OUT=${OUT:-/tmp/lazyinfer-out}
 mkdir -p "$OUT"
@@ -25,7 +27,8 @@ if [ -d .gpu/bin ]; then
   LI=$B/lazyinfer-cuda
 else
   make -j16 CUDA=1 all build/release-cuda/tests/gpu-check build/release-cuda/tests/gpu-model \
-    build/release-cuda/tests/test-rag >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+    build/release-cuda/tests/test-rag build/release-cuda/tests/test-dllm >"$OUT/build.log" 2>&1 ||
+    { tail -30 "$OUT/build.log"; exit 1; }
   B=build/release-cuda/tests
   LI=./lazyinfer-cuda
 fi
@@ -58,4 +61,9 @@ has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates 16 --b
 has ragbench && run ragbench-uniform 45 $RAG --alpha 0 --mode lazy,copy --rates 16 --budgets 24G \
   --csv "$OUT/ragbench-uniform.csv"
 has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.jsonl"
+# LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a
+# benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
+has dllm && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
+has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b --prompts .gpu/gsm8k.jsonl \
+  -n 1 --shots 4 --gen-length 256 --block-length 32 --steps 256 --commit-per-step 2 ${DLLM_ARGS:-}
 exit $status
