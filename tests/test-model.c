@@ -37,17 +37,6 @@ static bool collect_tok(void *u, int32_t t) {
     return true;
 }
 
-static int argmax_gap(const float *x, int n, float *gap) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    float second = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != best && x[i] > second) second = x[i];
-    *gap = x[best] - second;
-    return best;
-}
-
 int main(void) {
     uint64_t seed = (uint64_t)time(NULL);
     printf("# seed %llu\n", (unsigned long long)seed);
@@ -97,7 +86,7 @@ int main(void) {
     int checked = 0;
     for (int i = 0; i < 40; i++) {
         float gap;
-        int am = argmax_gap(a + (size_t)(19 + i) * V, V, &gap);
+        int am = test_argmax_gap(a + (size_t)(19 + i) * V, V, &gap);
         if (gap < 1e-4f) continue;  // a near-tie may flip between two summation orders
         checked++;
         CHECK(am == c.toks[i], "step %d: cached decode chose %d, recomputation %d", i, c.toks[i], am);

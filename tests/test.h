@@ -60,6 +60,18 @@ static inline double test_nmse(const float *a, const float *ref, long n) {
     return den > 0 ? num / den : num;
 }
 
+// Index of the largest of x[0..n) (the first on ties) and its lead over the second largest.
+static inline int test_argmax_gap(const float *x, int n, float *gap) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    float second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != best && x[i] > second) second = x[i];
+    *gap = x[best] - second;
+    return best;
+}
+
 static inline int test_has_nan(const float *a, long n) {
     for (long i = 0; i < n; i++)
         if (isnan(a[i])) return 1;

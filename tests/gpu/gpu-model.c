@@ -69,17 +69,6 @@ static li_status greedy(li_model *m, const int32_t *prompt, int n, collect *out)
     return li_generate(m, prompt, n, &g, NULL);
 }
 
-static int argmax(const float *x, int n, float *margin) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    float second = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != best && x[i] > second) second = x[i];
-    *margin = x[best] - second;
-    return best;
-}
-
 static void check_model(const char *path, li_rng *rng) {
     char name[256];
     snprintf(name, sizeof name, "%s: %s logits and greedy tokens = %s", path, g_backend, g_oracle);
@@ -122,8 +111,8 @@ static void check_model(const char *path, li_rng *rng) {
         int near_ties = 0, first_tie = N_GEN;
         for (int s = 0; s < N_GEN; s++) {  // the token after position N_PROMPT - 1 + s
             float mc, mg;
-            int tc = argmax(lc + (size_t)(N_PROMPT - 1 + s) * V, V, &mc);
-            int tg = argmax(lg + (size_t)(N_PROMPT - 1 + s) * V, V, &mg);
+            int tc = test_argmax_gap(lc + (size_t)(N_PROMPT - 1 + s) * V, V, &mc);
+            int tg = test_argmax_gap(lg + (size_t)(N_PROMPT - 1 + s) * V, V, &mg);
             CHECK(tc == gc.toks[s], "cpu eval and cpu generate disagree at step %d", s);
             if (tg != tc) {
                 near_ties++;
