@@ -328,6 +328,43 @@ static void test_rmsnorm(void) {
             }
 }
 
+// add_rmsnorm: the fast fused op equals the fast add + rmsnorm bit for bit (backend.h), and the
+// oracle's (li_add_rmsnorm falls back to its add and rmsnorm) within TOL_POINTWISE.
+static void test_add_rmsnorm(void) {
+    for (size_t it = 0; it < 3; it++)
+        for (size_t id = 0; id < 4; id++) {
+            int T = Ts[it], D = id == 3 && it == 2 ? 4099 : Ds[id];  // last: the threaded path
+            TEST_BEGIN(NAME("add_rmsnorm T=%d D=%d", T, D));
+            long n = (long)T * D;
+            float eps = 1e-5f;
+            gbuf gx1, gx2, gx3, gy, gw, g1, g2, g3;
+            float *x1 = gnew(&gx1, n), *x2 = gnew(&gx2, n), *x3 = gnew(&gx3, n);
+            float *y = gnew(&gy, n), *w = gnew(&gw, D);
+            float *o1 = gnew(&g1, n), *o2 = gnew(&g2, n), *o3 = gnew(&g3, n);
+            fill(x1, n, 2.0f);
+            fill(y, n, 1.0f);
+            fill(w, D, 1.0f);
+            memcpy(x2, x1, sizeof(float) * n);
+            memcpy(x3, x1, sizeof(float) * n);
+            li_add_rmsnorm(be_ref, o1, x1, y, w, T, D, eps);
+            be_fast->ops->add_rmsnorm(be_fast, o2, x2, y, w, T, D, eps);
+            be_fast->ops->add(be_fast, x3, y, n);
+            be_fast->ops->rmsnorm(be_fast, o3, x3, w, T, D, eps);
+            CHECK(!memcmp(o2, o3, sizeof(float) * n) && !memcmp(x2, x3, sizeof(float) * n),
+                  "fused != add + rmsnorm; seed %llu", g_seed);
+            double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x1, n);
+            CHECK(e <= TOL_POINTWISE && ex <= TOL_POINTWISE, "nmse %g (x %g); seed %llu", e, ex,
+                  g_seed);
+            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
+            CHECK(gok(&gx1) && gok(&gx2) && gok(&gx3) && gok(&gy) && gok(&gw) && gok(&g1) &&
+                      gok(&g2) && gok(&g3),
+                  "guard damaged; seed %llu", g_seed);
+            gbuf *all[] = {&gx1, &gx2, &gx3, &gy, &gw, &g1, &g2, &g3};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gfree(all[i]);
+            TEST_END();
+        }
+}
+
 static void test_add_swiglu(void) {
     const long ns[] = {1, 31, 577, 100003};
     for (size_t i = 0; i < 4; i++) {
@@ -1164,6 +1201,7 @@ int main(void) {
     test_rope_table();
     test_embed();
     test_rmsnorm();
+    test_add_rmsnorm();
     test_add_swiglu();
     test_softmax();
     test_matmul();

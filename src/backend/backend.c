@@ -6,6 +6,16 @@
 
 bool li_be_is_device(const li_backend *be) { return be && be->ops && be->ops->alloc; }
 
+void li_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w, int T,
+                    int D, float eps) {
+    if (be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, out, x, y, w, T, D, eps);
+        return;
+    }
+    be->ops->add(be, x, y, (int64_t)T * D);
+    be->ops->rmsnorm(be, out, x, w, T, D, eps);
+}
+
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what) {
     return li_be_is_device(be) ? be->ops->alloc(be, n_bytes, what) : li_alloc(n_bytes, what);
 }

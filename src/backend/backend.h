@@ -139,6 +139,12 @@ typedef struct {
     // x (n) += y (n): residual add.
     void (*add)(li_backend *be, float *x, const float *y, int64_t n);
 
+    // Residual add fused with the next norm: x (T, D) += y (T, D), then out (T, D) =
+    // rmsnorm(x) * w, exactly add followed by rmsnorm (same results bit for bit on a backend).
+    // out aliases neither x nor y. NULL: li_add_rmsnorm runs the two ops.
+    void (*add_rmsnorm)(li_backend *be, float *out, float *x, const float *y, const float *w,
+                        int T, int D, float eps);
+
     // In place: x (T, nh, Dh) rotated at positions pos (T). Only the first table->n_dims of each
     // head are rotated; the rest pass through.
     void (*rope)(li_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
@@ -244,6 +250,9 @@ struct li_backend {
 // when the backend has no memory ops (the CPU), the backend's own otherwise (CUDA device memory).
 // Host code must never dereference a buffer of a backend where li_be_is_device is true.
 bool li_be_is_device(const li_backend *be);
+// The fused op when the backend has it, add then rmsnorm otherwise.
+void li_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w, int T,
+                    int D, float eps);
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what);  // zeroed; NULL + error
 void li_be_free(li_backend *be, void *p);
 li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n_bytes);

@@ -188,8 +188,8 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
     for (int il = 0; il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
 
-        // ---- attention block ----
-        op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, T, D, hp->rms_eps);
+        // ---- attention block (xn = norm(x): layer 0 here, later layers fused with the add) ----
+        if (il == 0) op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, T, D, hp->rms_eps);
         float *q = s->q, *k = s->k, *v = s->v;
         if (T == 1 && l->wqkv.data) {
             // decode: one matmul over the fused rows; q, k, v are consecutive slices of a row
@@ -213,10 +213,9 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
                           b->n_visible + sq->t0, scale, &m->rope);
         }
         op->matmul(be, s->tmp, s->att, &l->wo, T);  // (T, D)
-        op->add(be, s->x, s->tmp, (int64_t)T * D);
 
-        // ---- feed-forward block: down(silu(gate(x)) * up(x)) ----
-        op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, T, D, hp->rms_eps);
+        // ---- feed-forward block: x += attention; down(silu(gate(n(x))) * up(n(x))) ----
+        li_add_rmsnorm(be, s->xn, s->x, s->tmp, l->ffn_norm.data, T, D, hp->rms_eps);
         if (m->fp8_ffn && il >= 1) {  // same GEMMs in block-scaled FP8
             const li_fp8_weight *w8 = &m->fp8_ffn[3 * il];
             op->fp8_quant_rows(be, qa, sa, s->xn, T, D);
@@ -236,7 +235,12 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
             op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
             op->matmul(be, s->tmp, s->gate, &l->w_down, T);  // (T, D)
         }
-        op->add(be, s->x, s->tmp, (int64_t)T * D);
+        // x += ffn, and the next layer's attention norm in the same pass
+        if (il + 1 < hp->n_layer)
+            li_add_rmsnorm(be, s->xn, s->x, s->tmp, m->w.layers[il + 1].attn_norm.data, T, D,
+                           hp->rms_eps);
+        else
+            op->add(be, s->x, s->tmp, (int64_t)T * D);
     }
     free(qa);
     free(sa);

@@ -227,6 +227,48 @@ static void test_rmsnorm(void) {
             }
 }
 
+// add_rmsnorm: x += y and out = rmsnorm(x) * w against the oracle's add then rmsnorm.
+static void test_add_rmsnorm(void) {
+    for (int it = 0; it < 3; it++)
+        for (int id = 0; id < 5; id++) {
+            int T = Ts[it], D = Ds[id];
+            TEST_BEGIN(NAME("add_rmsnorm T=%d D=%d", T, D));
+            long n = (long)T * D;
+            float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+            float *w = xmalloc(sizeof(float) * D), *o1 = xmalloc(sizeof(float) * n);
+            float *o2 = xmalloc(sizeof(float) * n), *x2 = xmalloc(sizeof(float) * n);
+            fill(x, n, 2.0f);
+            fill(y, n, 1.0f);
+            fill(w, D, 1.0f);
+            dbuf gx, gy, gw, go;
+            float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, y);
+            float *dw = dnew(&gw, sizeof(float) * D, w), *dout = dnew(&go, sizeof(float) * n, NULL);
+            ref->ops->add(ref, x, y, n);
+            ref->ops->rmsnorm(ref, o1, x, w, T, D, 1e-5f);
+            gpu->ops->add_rmsnorm(gpu, dout, dx, dy, dw, T, D, 1e-5f);
+            CHECK_BACKEND();
+            dget(o2, &go);
+            dget(x2, &gx);
+            double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x, n);
+            CHECK(e <= TOL_POINTWISE && ex <= TOL_POINTWISE, "nmse %g (x %g); seed %llu", e, ex,
+                  g_seed);
+            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
+            CHECK(dguard_ok(&gx) && dguard_ok(&gy) && dguard_ok(&gw) && dguard_ok(&go),
+                  "guard damaged; seed %llu", g_seed);
+            dfree(&gx);
+            dfree(&gy);
+            dfree(&gw);
+            dfree(&go);
+            free(x);
+            free(y);
+            free(w);
+            free(o1);
+            free(o2);
+            free(x2);
+            TEST_END();
+        }
+}
+
 static void test_add_swiglu(void) {
     const long ns[] = {1, 37, 1535, 8193 * 3, 1 << 20};
     for (int i = 0; i < 5; i++) {
@@ -1157,7 +1199,7 @@ int main(void) {
     const struct {
         const char *name;
         void (*fn)(void);
-    } groups[] = {{"embed", test_embed},     {"rmsnorm", test_rmsnorm},
+    } groups[] = {{"embed", test_embed},     {"rmsnorm", test_rmsnorm}, {"add_rmsnorm", test_add_rmsnorm},
                   {"add", test_add_swiglu},  {"softmax", test_softmax},
                   {"matmul", test_matmul},   {"rope", test_rope},
                   {"kv_store", test_kv_store}, {"kv_copy_rotate", test_kv_copy_rotate},

@@ -237,6 +237,33 @@ static void rmsnorm_rows(void *p, int64_t b, int64_t e, int tid) {
 // Threads only pay off above ~64K elements (a wake-up of the pool costs a few µs).
 #define PAR_MIN_ELEMS 65536
 
+typedef struct {
+    rmsnorm_ctx n;
+    float *x;
+    const float *y;
+} add_rmsnorm_ctx;
+
+// One pass per row while it is in L1: x += y, then the row's norm (rmsnorm_rows' arithmetic).
+static void add_rmsnorm_rows(void *p, int64_t b, int64_t e, int tid) {
+    add_rmsnorm_ctx *c = p;
+    const int64_t D = c->n.D;
+    for (int64_t t = b; t < e; t++) {
+        float *x = c->x + t * D;
+        const float *y = c->y + t * D;
+        for (int64_t d = 0; d < D; d++) x[d] += y[d];
+        rmsnorm_rows(&c->n, t, t + 1, tid);
+    }
+}
+
+static void cpu_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w,
+                            int T, int D, float eps) {
+    add_rmsnorm_ctx c = {{out, x, w, D, eps}, x, y};
+    if ((int64_t)T * D >= PAR_MIN_ELEMS && T > 1)
+        li_parallel_for(be->tp, T, add_rmsnorm_rows, &c);
+    else
+        add_rmsnorm_rows(&c, 0, T, 0);
+}
+
 static void cpu_rmsnorm(li_backend *be, float *out, const float *x, const float *w, int T, int D,
                         float eps) {
     rmsnorm_ctx c = {out, x, w, D, eps};
@@ -1089,6 +1116,7 @@ const li_backend_ops li_cpu_fast_ops = {
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
     .add = cpu_add,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .rope = cpu_rope,
     .kv_store = cpu_kv_store,
     .kv_copy_rotate = cpu_kv_copy_rotate,

@@ -437,6 +437,12 @@ static void cu_add(li_backend *be, float *x, const float *y, int64_t n) {
     cu_fail(im, "add", li_cuda_add(im->stream, x, y, n));
 }
 
+static void cu_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w,
+                           int T, int D, float eps) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "add_rmsnorm", li_cuda_add_rmsnorm(im->stream, out, x, y, w, T, D, eps));
+}
+
 static void cu_rope(li_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
                     const li_rope_table *table) {
     li_cuda_impl *im = be->impl;
@@ -629,6 +635,7 @@ const li_backend_ops li_cuda_ops = {
     .rmsnorm = cu_rmsnorm,
     .matmul = cu_matmul,
     .add = cu_add,
+    .add_rmsnorm = cu_add_rmsnorm,
     .rope = cu_rope,
     .kv_store = cu_kv_store,
     .kv_copy_rotate = cu_kv_copy_rotate,

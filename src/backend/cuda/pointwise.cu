@@ -67,6 +67,33 @@ extern "C" cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float 
     return cudaGetLastError();
 }
 
+// x += y, then out = rmsnorm(x) * w: one block per row, the row read once from HBM (the second
+// pass re-reads it from L1/L2), the same arithmetic as add_kernel + rmsnorm_kernel.
+__global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int D,
+                                   float eps) {
+    __shared__ float sh[32];
+    float *xr = x + (int64_t)blockIdx.x * D;
+    const float *yr = y + (int64_t)blockIdx.x * D;
+    float *orow = out + (int64_t)blockIdx.x * D;
+    float ss = 0;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float v = xr[d] + yr[d];
+        xr[d] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) orow[d] = xr[d] * r * w[d];
+}
+
+extern "C" cudaError_t li_cuda_add_rmsnorm(cudaStream_t st, float *out, float *x, const float *y,
+                                           const float *w, int T, int D, float eps) {
+    if (T <= 0 || D <= 0) return cudaSuccess;
+    int block = D >= 1024 ? 1024 : D >= 256 ? 256 : 64;
+    add_rmsnorm_kernel<<<T, block, 0, st>>>(out, x, y, w, D, eps);
+    return cudaGetLastError();
+}
+
 // ---- add, swiglu ---------------------------------------------------------------------------
 
 __global__ void add_kernel(float *x, const float *y, int64_t n) {

@@ -13,6 +13,9 @@ LI_CUDA_API cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W
 // out (T, D) = x / sqrt(mean(x^2) + eps) * w. out may alias x.
 LI_CUDA_API cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float *x,
                                         const float *w, int T, int D, float eps);
+// x (T, D) += y (T, D); out (T, D) = rmsnorm(x) * w. out aliases neither.
+LI_CUDA_API cudaError_t li_cuda_add_rmsnorm(cudaStream_t st, float *out, float *x, const float *y,
+                                            const float *w, int T, int D, float eps);
 // x (n) += y (n)
 LI_CUDA_API cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n);
 // out (n) = silu(gate) * up. out may alias gate.
