@@ -68,6 +68,23 @@ __global__ void __launch_bounds__(1024)
 
 // ---- the tile kernel --------------------------------------------------------------------------
 
+// (a, b) -> (a c - b s, a s + b c): pair pi of a K row rotated by Δ. cos/sin from the tile's table
+// (cs[pi], cs[sin_off + pi]) when every key of the tile shares Δ, else computed here.
+__device__ __forceinline__ void rotate_pair(float &a, float &b, int pi, int delta, bool uniform,
+                                            const float *cs, int sin_off,
+                                            const li_cuda_rope_args &r) {
+    float c, sn;
+    if (uniform) {
+        c = cs[pi];
+        sn = cs[sin_off + pi];
+    } else {
+        rope_sincos((double)delta, r.inv_freq[pi], &c, &sn);
+    }
+    const float ra = a * c - b * sn, rb = a * sn + b * c;
+    a = ra;
+    b = rb;
+}
+
 template <int DH>
 struct pf_smem {
     static constexpr int LDQ = DH + 8;           // bf16 row strides: +8 breaks bank conflicts
@@ -169,48 +186,58 @@ __global__ void __launch_bounds__(PF_THREADS)
         }
         __syncthreads();
         if (vec) {
-            constexpr int CH = DH / 4, PER = PF_KEYS * CH / PF_THREADS;
+            // Work units of a key row, all loads issued up front (no load behind a branch):
+            // with NEOX rotation a unit is a pair of float4 chunks half a rotation apart (chunk u
+            // and u + n_dims/8: every pair (i, i + n_dims/2) inside one unit, each element read
+            // once), then the unrotated tail one chunk per unit; otherwise one chunk per unit
+            // (GPT-J pairs (2i, 2i + 1) lie inside a chunk).
+            const int n_pair = a.rotate && !r.gptj ? half / 4 : 0;
+            const int n_units = DH / 4 - n_pair;  // pairs + single chunks per key
+            const int tail0 = 2 * n_pair;         // first single chunk
             const float4 *pool4 = (const float4 *)a.kv;
-#pragma unroll
-            for (int k = 0; k < PER; k++) {
-                const int i = tid + k * PF_THREADS, jj = i / CH, c4 = i % CH, d = 4 * c4;
+#pragma unroll 2
+            for (int i = tid; i < PF_KEYS * n_units; i += PF_THREADS) {
+                const int jj = i / n_units, u = i % n_units;
+                const bool pair = u < n_pair;
+                const int c0 = pair ? u : tail0 + (u - n_pair), c1 = c0 + half / 4;
                 const long long off = key_off[jj];
-                float4 x = make_float4(0.f, 0.f, 0.f, 0.f), v = x;
+                float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0, v0 = x0, v1 = x0;
                 if (off >= 0) {
-                    x = __ldg(pool4 + off / 4 + c4);
-                    v = __ldg(pool4 + (off + (long long)v_off) / 4 + c4);
+                    const float4 *krow = pool4 + off / 4, *vrow = pool4 + (off + (long long)v_off) / 4;
+                    x0 = __ldg(krow + c0);
+                    v0 = __ldg(vrow + c0);
+                    if (pair) {
+                        x1 = __ldg(krow + c1);
+                        v1 = __ldg(vrow + c1);
+                    }
                     const int delta = key_delta[jj];
-                    if (delta != 0 && d < r.n_dims) {
-                        // NEOX pairs (i, i + n_dims/2): the other half's chunk; GPT-J pairs
-                        // (2i, 2i + 1): inside this chunk
-                        const bool upper = !r.gptj && d >= half;
-                        float4 o = r.gptj ? x : __ldg(pool4 + off / 4 + (upper ? c4 - half / 4
-                                                                                : c4 + half / 4));
-                        float xs[4] = {x.x, x.y, x.z, x.w}, os4[4] = {o.x, o.y, o.z, o.w};
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            int de = d + e, pi = r.gptj ? de >> 1 : (upper ? de - half : de);
-                            bool is_b = r.gptj ? (de & 1) : upper;
-                            float partner = r.gptj ? xs[e ^ 1] : os4[e];
-                            float c, sn;
-                            if (uniform) {
-                                c = cs[pi];
-                                sn = cs[DH / 2 + pi];
-                            } else {
-                                rope_sincos((double)delta, r.inv_freq[pi], &c, &sn);
-                            }
-                            // (a, b) -> (a c - b s, a s + b c)
-                            os4[e] = is_b ? partner * sn + xs[e] * c : xs[e] * c - partner * sn;
+                    const int d0 = 4 * c0;
+                    if (delta != 0 && (pair || (r.gptj && d0 < r.n_dims))) {
+                        if (r.gptj) {  // pairs (2i, 2i + 1) inside the chunk
+                            rotate_pair(x0.x, x0.y, d0 / 2, delta, uniform, cs, DH / 2, r);
+                            rotate_pair(x0.z, x0.w, d0 / 2 + 1, delta, uniform, cs, DH / 2, r);
+                        } else {  // NEOX pairs (i, i + n_dims/2) across the two chunks
+                            rotate_pair(x0.x, x1.x, d0, delta, uniform, cs, DH / 2, r);
+                            rotate_pair(x0.y, x1.y, d0 + 1, delta, uniform, cs, DH / 2, r);
+                            rotate_pair(x0.z, x1.z, d0 + 2, delta, uniform, cs, DH / 2, r);
+                            rotate_pair(x0.w, x1.w, d0 + 3, delta, uniform, cs, DH / 2, r);
                         }
-                        x = make_float4(os4[0], os4[1], os4[2], os4[3]);
                     }
                 }
-                __nv_bfloat162 *kd = (__nv_bfloat162 *)(ks + jj * L::LDQ + d);
-                __nv_bfloat162 *vd = (__nv_bfloat162 *)(vs + jj * L::LDQ + d);
-                kd[0] = __floats2bfloat162_rn(x.x, x.y);
-                kd[1] = __floats2bfloat162_rn(x.z, x.w);
-                vd[0] = __floats2bfloat162_rn(v.x, v.y);
-                vd[1] = __floats2bfloat162_rn(v.z, v.w);
+                __nv_bfloat162 *kd = (__nv_bfloat162 *)(ks + jj * L::LDQ + 4 * c0);
+                __nv_bfloat162 *vd = (__nv_bfloat162 *)(vs + jj * L::LDQ + 4 * c0);
+                kd[0] = __floats2bfloat162_rn(x0.x, x0.y);
+                kd[1] = __floats2bfloat162_rn(x0.z, x0.w);
+                vd[0] = __floats2bfloat162_rn(v0.x, v0.y);
+                vd[1] = __floats2bfloat162_rn(v0.z, v0.w);
+                if (pair) {
+                    kd = (__nv_bfloat162 *)(ks + jj * L::LDQ + 4 * c1);
+                    vd = (__nv_bfloat162 *)(vs + jj * L::LDQ + 4 * c1);
+                    kd[0] = __floats2bfloat162_rn(x1.x, x1.y);
+                    kd[1] = __floats2bfloat162_rn(x1.z, x1.w);
+                    vd[0] = __floats2bfloat162_rn(v1.x, v1.y);
+                    vd[1] = __floats2bfloat162_rn(v1.z, v1.w);
+                }
             }
         } else {  // rotary dims not a multiple of 8: one element at a time
             for (int i = tid; i < PF_KEYS * DH; i += PF_THREADS) {
