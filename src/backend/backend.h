@@ -116,6 +116,18 @@ typedef struct {
     float *scale;
 } li_fp8_weight;
 
+// The largest work a model will give a backend's ops, so that a backend with internal scratch
+// (CUDA: bf16 activations for the GEMMs, split-K partials, the key index, sampling buffers) can
+// allocate it once at load instead of while generating.
+typedef struct {
+    int max_rows;      // T of one forward
+    int64_t max_in;    // the widest matmul input (K): max(D, F, H*Dh)
+    int max_heads;     // H
+    int head_dim;      // Dh
+    int64_t max_keys;  // keys one sequence's attention can see (page slots)
+    int n_vocab;       // V (sampling)
+} li_backend_reserve;
+
 // Largest key tile of flash_attn_tiles (the per-row scores of one tile live on the stack).
 #define LI_FA_MAX_TILE 1024
 
@@ -231,6 +243,8 @@ typedef struct {
     void (*fill)(li_backend *be, float *x, float value, int64_t n);
     // Waits for every queued op: LI_OK or the first error one of them hit.
     li_status (*sync)(li_backend *be);
+    // Allocates the backend's internal scratch for work up to r (NULL: nothing to allocate).
+    li_status (*reserve)(li_backend *be, const li_backend_reserve *r);
     // x (n) = mean + uniform [-a, a), stored as dtype (F32 or BF16), a pure function of (seed,
     // index): random weights built where they live, without a host copy (synth models).
     li_status (*fill_random)(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,

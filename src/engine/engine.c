@@ -198,6 +198,14 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         rc = LI_ERR_OOM;
         goto fail;
     }
+    if (m->be->ops->reserve) {  // the backend's own scratch, also allocated now
+        int64_t qo = (int64_t)hp->n_head * hp->head_dim, in = hp->n_embd;
+        if (hp->n_ff > in) in = hp->n_ff;
+        if (qo > in) in = qo;
+        li_backend_reserve r = {m->n_batch, in, hp->n_head, hp->head_dim,
+                                (int64_t)(table_words) * page_size, hp->n_vocab};
+        if ((rc = m->be->ops->reserve(m->be, &r)) != LI_OK) goto fail;
+    }
     // Cache keys name the weights and the tokenizer: the path (or synth spec) given.
     snprintf(m->model_id, sizeof m->model_id, "%s", p->path);
     snprintf(m->tokenizer_id, sizeof m->tokenizer_id, "%s",

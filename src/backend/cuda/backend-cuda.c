@@ -615,6 +615,27 @@ static void cu_fill(li_backend *be, float *x, float value, int64_t n) {
     cu_fail(im, "fill", li_cuda_fill_f32(im->stream, x, n, value));
 }
 
+// Sizes every grow-only scratch for the largest work (li_backend_reserve) so that generating
+// allocates nothing: the matmul's bf16 copy of x, the decode attention's split-K partials (rows
+// below the tensor-core threshold, up to 256 key ranges), the prefill attention's key index and
+// the sampler's buffers.
+static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
+    li_cuda_impl *im = be->impl;
+    int split_rows = r->max_rows < LI_CUDA_ATTN_TC_MIN_T ? r->max_rows : LI_CUDA_ATTN_TC_MIN_T - 1;
+    size_t xbf = (size_t)r->max_rows * (size_t)r->max_in * 2;
+    size_t part = (size_t)split_rows * r->max_heads * 256 * ((size_t)r->head_dim + 2) * 4;
+    size_t keys = (size_t)r->max_keys * 8;
+    if (!scratch_get(im, &im->xbf, xbf, "matmul (bf16 scratch)") ||
+        !scratch_get(im, &im->attn, part, "attention (split-K partials)") ||
+        !scratch_get(im, &im->keys, keys, "attention (key index)"))
+        return li_error_set(LI_ERR_OOM, "%s", im->err_msg);
+    cudaError_t e = r->n_vocab > 0 ? li_cuda_sampler_reserve(&im->sampler, r->n_vocab) : cudaSuccess;
+    if (e != cudaSuccess)
+        return li_error_set(LI_ERR_OOM, "cuda: sampler scratch for %d tokens: %s", r->n_vocab,
+                            cudaGetErrorString(e));
+    return LI_OK;
+}
+
 static li_status cu_fill_random(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
                                 float a, float mean) {
     li_cuda_impl *im = be->impl;
@@ -655,5 +676,6 @@ const li_backend_ops li_cuda_ops = {
     .copy = cu_copy,
     .fill = cu_fill,
     .sync = li_backend_cuda_check,
+    .reserve = cu_reserve,
     .fill_random = cu_fill_random,
 };
