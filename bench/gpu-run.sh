@@ -11,6 +11,7 @@
 #           ceilings, in the same call
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
+# Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
 # Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag,test-dllm} when present (made by
 # bench/gpu-pack.sh on the dev machine, carried with the shared libraries of .gpu/libs.tar.xz,
 # which the GPU image lacks), otherwise built here with `make CUDA=1`. Only 8 files come back from
@@ -18,6 +19,11 @@
 set -u
 OUT=${OUT:-/tmp/lazyinfer-out}
 mkdir -p "$OUT"
+# Logs go to W and come back packed as $OUT/results.tgz plus $OUT/summary.txt: the device tool
+# returns at most 8 files.
+FINAL=$OUT
+OUT=$(mktemp -d)
+trap 'tar czf "$FINAL/results.tgz" -C "$OUT" . && cp "$OUT/summary.txt" "$FINAL/" 2>/dev/null' EXIT
 STEPS=${STEPS:-check,model,rag,e2e,torch}
 has() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 if [ -d .gpu/bin ]; then
@@ -32,6 +38,7 @@ else
   B=build/release-cuda/tests
   LI=./lazyinfer-cuda
 fi
+exec > >(tee "$OUT/summary.txt") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
 date -u | tee -a "$OUT/gpu.txt"
 status=0
