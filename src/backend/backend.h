@@ -225,6 +225,11 @@ typedef struct {
     //   y[t,n] = acc.
     void (*matmul_fp8)(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
                        const li_fp8_weight *W);
+    // Quantises W (f32 or bf16, backend memory) per 128 x 128 block into out->q and out->scale
+    // (allocated by the caller in backend memory, shapes of li_fp8_weight): scale =
+    // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what
+    // li_fp8_weight_quantize computes on the host. NULL: the host does it.
+    void (*fp8_quant_weight)(li_backend *be, li_fp8_weight *out, const li_weight *W);
 
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
 

@@ -277,6 +277,19 @@ void li_fp8_weight_free(li_fp8_weight *w) {
 // scales are the CPU's bit for bit), then move the result into device memory.
 static li_status fp8_quantize_device(const li_llada *m, li_fp8_weight *out, const li_weight *W) {
     size_t esz = W->dtype == LI_DTYPE_BF16 ? 2 : 4, n = (size_t)(W->n_rows * W->n_cols);
+    if (m->be->ops->fp8_quant_weight) {  // on the device, bit-exact with the host code below
+        size_t ns = (size_t)((W->n_rows + LI_FP8_GROUP - 1) / LI_FP8_GROUP *
+                             ((W->n_cols + LI_FP8_GROUP - 1) / LI_FP8_GROUP)) * sizeof(float);
+        *out = (li_fp8_weight){.n_rows = W->n_rows, .n_cols = W->n_cols};
+        out->q = li_be_alloc(m->be, n, "fp8 weight codes");
+        out->scale = out->q ? li_be_alloc(m->be, ns, "fp8 weight scales") : NULL;
+        if (!out->scale) {
+            fp8_free(m, out);
+            return LI_ERR_OOM;
+        }
+        m->be->ops->fp8_quant_weight(m->be, out, W);
+        return LI_OK;
+    }
     li_weight hw = *W;
     hw.data = li_alloc(n * esz, "fp8: host copy of a weight");
     if (!hw.data) return LI_ERR_OOM;

@@ -909,7 +909,59 @@ static void test_flash_attn(void) {
 }
 
 // Bit-exact per backend.h: codes and scales of fp8_quant_rows, every bit of matmul_fp8.
+// fp8_quant_weight against the block quantisation written out here from core's li_fp8_scale and
+// li_f32_to_e4m3 (what li_fp8_weight_quantize does): codes and scales bit for bit, f32 and bf16.
+static void test_fp8_weight(void) {
+    const int shapes[][2] = {{1, 1}, {129, 127}, {300, 257}, {256, 4096}, {128, 128}};
+    for (int si = 0; si < 5; si++)
+        for (int bf = 0; bf < 2; bf++) {
+            int64_t N = shapes[si][0], K = shapes[si][1], n = N * K;
+            int64_t GN = (N + 127) / 128, GK = (K + 127) / 128;
+            TEST_BEGIN(NAME("fp8_quant_weight N=%lld K=%lld %s (bit-exact)", (long long)N,
+                            (long long)K, bf ? "bf16" : "f32"));
+            float *w = xmalloc(sizeof(float) * n);
+            uint16_t *wb = xmalloc(sizeof(uint16_t) * n);
+            for (int64_t i = 0; i < n; i++) {
+                w[i] = randn() * (float)pow(10, randint(-5, 2));
+                wb[i] = li_f32_to_bf16(w[i]);
+                if (bf) w[i] = li_bf16_to_f32(wb[i]);
+            }
+            if (n > 3) w[3] = bf ? li_bf16_to_f32(wb[3] = li_f32_to_bf16(1e6f)) : 1e6f;
+            uint8_t *q1 = xmalloc((size_t)n), *q2 = xmalloc((size_t)n);
+            float *s1 = xmalloc(sizeof(float) * GN * GK), *s2 = xmalloc(sizeof(float) * GN * GK);
+            for (int64_t bn = 0; bn < GN; bn++)
+                for (int64_t bk = 0; bk < GK; bk++) {
+                    float amax = 0;
+                    for (int64_t r = bn * 128; r < N && r < bn * 128 + 128; r++)
+                        for (int64_t c = bk * 128; c < K && c < bk * 128 + 128; c++)
+                            amax = fmaxf(amax, fabsf(w[r * K + c]));
+                    float sc = li_fp8_scale(amax);
+                    s1[bn * GK + bk] = sc;
+                    for (int64_t r = bn * 128; r < N && r < bn * 128 + 128; r++)
+                        for (int64_t c = bk * 128; c < K && c < bk * 128 + 128; c++)
+                            q1[r * K + c] = li_f32_to_e4m3(w[r * K + c] / sc);
+                }
+            dbuf gw, gq, gs;
+            li_weight W = {bf ? LI_DTYPE_BF16 : LI_DTYPE_F32, N, K,
+                           dnew(&gw, (size_t)n * (bf ? 2 : 4), bf ? (void *)wb : (void *)w)};
+            li_fp8_weight out = {N, K, dnew(&gq, (size_t)n, NULL),
+                                 dnew(&gs, sizeof(float) * GN * GK, NULL)};
+            gpu->ops->fp8_quant_weight(gpu, &out, &W);
+            CHECK_BACKEND();
+            dget(q2, &gq);
+            dget(s2, &gs);
+            CHECK(memcmp(q1, q2, (size_t)n) == 0, "codes differ; seed %llu", g_seed);
+            CHECK(memcmp(s1, s2, sizeof(float) * GN * GK) == 0, "scales differ; seed %llu", g_seed);
+            CHECK(dguard_ok(&gw) && dguard_ok(&gq) && dguard_ok(&gs), "guard damaged; seed %llu",
+                  g_seed);
+            dfree(&gw), dfree(&gq), dfree(&gs);
+            free(w), free(wb), free(q1), free(q2), free(s1), free(s2);
+            TEST_END();
+        }
+}
+
 static void test_fp8(void) {
+    test_fp8_weight();
     const int Ks[] = {1, 127, 128, 129, 300, 4096};
     for (int it = 0; it < 3; it++)
         for (int ik = 0; ik < 6; ik++) {

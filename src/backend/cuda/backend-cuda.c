@@ -647,6 +647,17 @@ static li_status cu_fill_random(li_backend *be, void *x, li_dtype dtype, int64_t
     return LI_OK;
 }
 
+static void cu_fp8_quant_weight(li_backend *be, li_fp8_weight *out, const li_weight *W) {
+    li_cuda_impl *im = be->impl;
+    if (W->dtype != LI_DTYPE_BF16 && W->dtype != LI_DTYPE_F32) {
+        record(im, LI_ERR_UNSUPPORTED, "cuda fp8_quant_weight: dtype %s", li_dtype_name(W->dtype));
+        return;
+    }
+    cu_fail(im, "fp8_quant_weight",
+            li_cuda_fp8_quant_weight(im->stream, out->q, out->scale, W->data,
+                                     W->dtype == LI_DTYPE_BF16, W->n_rows, W->n_cols));
+}
+
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
 
@@ -668,6 +679,7 @@ const li_backend_ops li_cuda_ops = {
     .flash_attn_finalize = cu_flash_attn_finalize,
     .fp8_quant_rows = cu_fp8_quant_rows,
     .matmul_fp8 = cu_matmul_fp8,
+    .fp8_quant_weight = cu_fp8_quant_weight,
     .matrices_bf16 = true,
     .alloc = cu_alloc,
     .free = cu_free,

@@ -11,6 +11,7 @@
 //     fast version is a wgmma FP8 GEMM with per-group promotion (DeepGEMM-style), whose fp32
 //     partial sums differ from this order — backend.h's bit-exact contract would have to allow it.
 // Tested by tests/gpu/gpu-check.c against ops-ref.c (bit-exact where backend.h says so).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "cuda-device.cuh"
@@ -146,6 +147,39 @@ __global__ void fp8_quant_kernel_rows(uint8_t *q, float *scale, const float *x, 
     const float sc = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);
     if (threadIdx.x == 0) scale[(int64_t)t * G + g] = sc;
     if (in) q[(int64_t)t * K + k] = f32_to_e4m3(__fdiv_rn(xv, sc));
+}
+
+// One block per 128 x 128 weight block (grid (blocks per row, block rows)), 256 threads: the
+// block's amax (exact in any order), its scale, then every code — li_fp8_weight_quantize's
+// arithmetic (llada-load.c), so the codes and scales equal the host's bit for bit.
+__global__ void fp8_quant_kernel_weight(uint8_t *q, float *scale, const void *w, int bf16,
+                                        int64_t N, int64_t K, int GK) {
+    __shared__ float red[32];
+    const int64_t n0 = (int64_t)blockIdx.y * LI_FP8_GROUP_, k0 = (int64_t)blockIdx.x * LI_FP8_GROUP_;
+    const int64_t n1 = n0 + LI_FP8_GROUP_ < N ? n0 + LI_FP8_GROUP_ : N;
+    const int64_t k1 = k0 + LI_FP8_GROUP_ < K ? k0 + LI_FP8_GROUP_ : K;
+    const int64_t cols = k1 - k0, n_el = (n1 - n0) * cols;
+    auto at = [&](int64_t i) -> float {
+        int64_t idx = (n0 + i / cols) * K + k0 + i % cols;
+        return bf16 ? __bfloat162float(((const __nv_bfloat16 *)w)[idx]) : ((const float *)w)[idx];
+    };
+    float amax = 0.0f;
+    for (int64_t i = threadIdx.x; i < n_el; i += blockDim.x) amax = fmaxf(amax, fabsf(at(i)));
+    amax = block_max(amax, red);
+    const float sc = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);  // li_fp8_scale
+    if (threadIdx.x == 0) scale[(int64_t)blockIdx.y * GK + blockIdx.x] = sc;
+    for (int64_t i = threadIdx.x; i < n_el; i += blockDim.x)
+        q[(n0 + i / cols) * K + k0 + i % cols] = f32_to_e4m3(__fdiv_rn(at(i), sc));
+}
+
+extern "C" cudaError_t li_cuda_fp8_quant_weight(cudaStream_t st, uint8_t *q, float *scale,
+                                                const void *w, int bf16, int64_t N, int64_t K) {
+    if (N <= 0 || K <= 0) return cudaSuccess;
+    int64_t GN = (N + LI_FP8_GROUP_ - 1) / LI_FP8_GROUP_, GK = (K + LI_FP8_GROUP_ - 1) / LI_FP8_GROUP_;
+    if (GN > 65535 || GK > 0x7fffffff) return cudaErrorInvalidValue;
+    fp8_quant_kernel_weight<<<dim3((unsigned)GK, (unsigned)GN), 256, 0, st>>>(q, scale, w, bf16, N,
+                                                                            K, (int)GK);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float *scale,

@@ -17,6 +17,10 @@ LI_CUDA_API cudaError_t li_cuda_flash_attn_finalize(cudaStream_t st, float *out,
 // q (T, K) e4m3 codes, scale (T, ceil(K/128)) from x (T, K).
 LI_CUDA_API cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float *scale,
                                                const float *x, int T, int K);
+// W (N, K) (bf16 when bf16, else f32) per 128 x 128 block: q (N, K) codes, scale (ceil(N/128),
+// ceil(K/128)), bit-exact with li_fp8_weight_quantize.
+LI_CUDA_API cudaError_t li_cuda_fp8_quant_weight(cudaStream_t st, uint8_t *q, float *scale,
+                                                 const void *w, int bf16, int64_t N, int64_t K);
 // y (T, N) from qa (T, K), sa (T, ceil(K/128)) and W: wq (N, K), wscale (ceil(N/128), ceil(K/128)).
 LI_CUDA_API cudaError_t li_cuda_matmul_fp8(cudaStream_t st, float *y, const uint8_t *qa,
                                            const float *sa, int T, const uint8_t *wq,
