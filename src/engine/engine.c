@@ -202,8 +202,8 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         int64_t qo = (int64_t)hp->n_head * hp->head_dim, in = hp->n_embd;
         if (hp->n_ff > in) in = hp->n_ff;
         if (qo > in) in = qo;
-        li_backend_reserve r = {m->n_batch, in, hp->n_head, hp->head_dim,
-                                (int64_t)(table_words) * page_size, hp->n_vocab};
+        int64_t seq_keys = ((int64_t)(m->n_ctx + page_size - 1) / page_size + 64) * page_size;
+        li_backend_reserve r = {m->n_batch, in, hp->n_head, hp->head_dim, seq_keys, hp->n_vocab};
         if ((rc = m->be->ops->reserve(m->be, &r)) != LI_OK) goto fail;
     }
     // Cache keys name the weights and the tokenizer: the path (or synth spec) given.

@@ -764,6 +764,8 @@ li_status li_step(li_model *m, int *n_unfinished) {
                       .seqs = S->seqs, .n_logits = n_log, .logit_rows = S->rows};
         if ((rc = li_llama_forward(&m->llama, &m->scratch, &m->kv.storage, &b, m->logits)) != LI_OK)
             return rc;
+        // a device backend records op failures: catch them before any token is sampled
+        if ((rc = li_be_sync(m->be)) != LI_OK) return rc;
     }
 
     // 5. bookkeeping
@@ -794,7 +796,7 @@ li_status li_step(li_model *m, int *n_unfinished) {
         const float *lg = m->logits + (size_t)i * V;
         take_token(m, r, li_sampler_sample(&r->sampler, m->be, lg, V), lg);
     }
-    // a device backend records op failures (sampling included) instead of returning them
+    // and the sampling's
     if ((rc = li_be_sync(m->be)) != LI_OK) return rc;
     for (request *r = S->reqs; r; r = r->next)
         if (r->state != RQ_DONE && r->finished_tokens) finish(m, r);

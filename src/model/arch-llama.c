@@ -158,6 +158,9 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
             return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
                                 b->tokens[t], hp->n_vocab);
+    if (b->n_logits < 0 || b->n_logits > T)
+        return li_error_set(LI_ERR_INVALID_ARG, "%d logit rows for a batch of %d tokens",
+                            b->n_logits, T);
     for (int i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
             return li_error_set(LI_ERR_INVALID_ARG, "logit row %d out of range [0, %d)",

@@ -159,7 +159,7 @@ li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_bac
 
     const li_hparams *hp = &m->hp;
     bool bf16 = li_llama_keeps_bf16(hp);
-    if (!metadata_only && bf16 && li_be_is_device(be)) {
+    if (!metadata_only && bf16 && li_be_is_device(be) && be->ops->fill_random) {
         // too big for a host copy (llada-8b): built in device memory (other values than the CPU's)
         if ((rc = li_weights_synth_on_device(&m->store, &m->w, hp, be, seed)) != LI_OK) goto fail;
         m->has_weights = true;
@@ -273,8 +273,8 @@ void li_fp8_weight_free(li_fp8_weight *w) {
     memset(w, 0, sizeof *w);
 }
 
-// Device backends: W is in device memory. Quantise a host copy (the same code, so the codes and
-// scales are the CPU's bit for bit), then move the result into device memory.
+// Device backends: W is in device memory. The backend's fp8_quant_weight op when it has one (bit
+// for bit the host's result), else a host copy quantised by the same code and moved back.
 static li_status fp8_quantize_device(const li_llada *m, li_fp8_weight *out, const li_weight *W) {
     size_t esz = W->dtype == LI_DTYPE_BF16 ? 2 : 4, n = (size_t)(W->n_rows * W->n_cols);
     if (m->be->ops->fp8_quant_weight) {  // on the device, bit-exact with the host code below

@@ -439,7 +439,7 @@ li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backen
     const li_hparams *hp = &m->hp;
     // A device backend builds big models in place (no 16 GB host copy); small ones are made on
     // the host as for the CPU and uploaded, so that CPU and GPU runs of one seed compare.
-    if (!metadata_only && li_be_is_device(be) && li_llama_keeps_bf16(hp)) {
+    if (!metadata_only && li_be_is_device(be) && be->ops->fill_random && li_llama_keeps_bf16(hp)) {
         if ((rc = li_llama_synth_on_device(m, seed)) != LI_OK) goto fail;
         return LI_OK;
     }

@@ -35,11 +35,13 @@ using namespace nvcuda;
 
 // ---- page table -> per-key words -----------------------------------------------------------------
 
-// keys[j] = the page word of logical key j with its count field replaced by the key's slot. One
-// block: chunks of 1024 pages, an inclusive scan of their counts in shared memory, each thread
-// writing its page's keys. n_pages is a few thousand at most (20K keys / P 16): ~10 µs.
+// keys[j] = the page word of logical key j with its count field replaced by the key's slot, and
+// keys[n_pages * P] = the number of keys (the kernel clamps the rows' bounds to it: a key index
+// past it would read a stale word). One block: chunks of 1024 pages, an inclusive scan of their
+// counts in shared memory, each thread writing its page's keys. n_pages is a few thousand at most
+// (20K keys / P 16): ~10 µs.
 __global__ void __launch_bounds__(1024)
-    unpack_keys_kernel(const uint64_t *pages, int n_pages, uint64_t *keys) {
+    unpack_keys_kernel(const uint64_t *pages, int n_pages, int P, uint64_t *keys) {
     __shared__ int scan[1024];
     __shared__ int base;
     const int tid = threadIdx.x;
@@ -64,6 +66,7 @@ __global__ void __launch_bounds__(1024)
         if (tid == 1023) base += scan[1023];
         __syncthreads();
     }
+    if (tid == 0) keys[(size_t)n_pages * P] = (uint64_t)base;
 }
 
 // ---- the tile kernel --------------------------------------------------------------------------
@@ -142,7 +145,7 @@ __global__ void __launch_bounds__(PF_THREADS)
         int lo = 0, hi = 0;
         if (tid < n_rows) {
             lo = a.kv_first ? a.kv_first[t0 + tid] : 0;
-            hi = a.n_visible[t0 + tid];
+            hi = a.n_visible[t0 + tid];  // clamped to the keys below (kmax)
             atomicMin(&kmin_s, lo);
             atomicMax(&kmax_s, hi);
         }
@@ -152,7 +155,9 @@ __global__ void __launch_bounds__(PF_THREADS)
         row_l[tid] = 0.0f;
     }
     __syncthreads();
-    const int kmin = kmin_s, kmax = kmax_s;
+    // never past the keys the page table holds (a bad n_visible must not read stale index words)
+    const int n_keys = (int)keys[(size_t)a.n_pages * a.P];
+    const int kmin = kmin_s, kmax = min(kmax_s, n_keys);
     const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;  // floats per page
     const size_t kv_off = ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH;  // K of (il, hk) in a page
     const size_t v_off = (size_t)a.Hkv * a.P * DH;                    // V after K
@@ -381,11 +386,15 @@ static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
 
 extern "C" cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,
                                                  const li_cuda_rope_args *rope, uint64_t *keys) {
-    if (a->n_pages > 0) {
-        unpack_keys_kernel<<<1, 1024, 0, st>>>(a->pages, a->n_pages, keys);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-    }
+    // the fp32 launcher's checks (attention.cu), and the cos/sin table holds Dh floats
+    if (a->T <= 0) return cudaSuccess;
+    if (a->n_pages < 1 || a->Hkv <= 0 || a->H % a->Hkv || a->H > 65535 ||
+        (a->T + PF_ROWS - 1) / PF_ROWS > 0x7fffffff || a->P < 1)
+        return cudaErrorInvalidValue;
+    if (a->rotate && (rope->n_dims > a->Dh || rope->n_dims % 2)) return cudaErrorInvalidValue;
+    unpack_keys_kernel<<<1, 1024, 0, st>>>(a->pages, a->n_pages, a->P, keys);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
     if (a->Dh == 128) return launch_tc<128>(st, a, rope, keys);
     if (a->Dh == 64) return launch_tc<64>(st, a, rope, keys);
     return cudaErrorInvalidValue;

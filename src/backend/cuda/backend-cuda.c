@@ -81,6 +81,16 @@ static int cu_fail(li_cuda_impl *im, const char *op, cudaError_t e) {
     return 1;
 }
 
+// The recorded error as a status (LI_OK if none), then cleared: a request that failed (an
+// unsupported shape, an allocation) does not fail every later one. A CUDA error that breaks the
+// context (an illegal address) is reported again by the next call that touches the device.
+static li_status take_error(li_cuda_impl *im) {
+    if (im->err == LI_OK) return LI_OK;
+    li_status st = li_error_set(im->err, "%s", im->err_msg);
+    im->err = LI_OK;
+    return st;
+}
+
 static int lt_fail(li_cuda_impl *im, const char *op, cublasStatus_t s) {
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
     record(im, LI_ERR_BACKEND, "cuda %s: cuBLASLt %s", op, cublasLtGetStatusString(s));
@@ -206,8 +216,7 @@ li_status li_backend_cuda_check(li_backend *be) {
     li_cuda_impl *im = be->impl;
     cudaError_t e = cudaStreamSynchronize(im->stream);
     if (e != cudaSuccess) cu_fail(im, "(asynchronous, after the ops queued so far)", e);
-    if (im->err != LI_OK) return li_error_set(im->err, "%s", im->err_msg);
-    return LI_OK;
+    return take_error(im);
 }
 
 // ---- memory helpers ---------------------------------------------------------------------------
@@ -239,8 +248,7 @@ static li_status copy(li_backend *be, void *dst, const void *src, size_t n, int 
     if (e != cudaSuccess)
         return li_error_set(LI_ERR_BACKEND, "cuda: %s of %zu bytes: %s", up ? "upload" : "download",
                             n, cudaGetErrorString(e));
-    if (im->err != LI_OK) return li_error_set(im->err, "%s", im->err_msg);  // an earlier op's
-    return LI_OK;
+    return take_error(im);  // an earlier op's
 }
 
 li_status li_backend_cuda_upload(li_backend *be, void *dst_dev, const void *src_host, size_t n) {
@@ -505,8 +513,12 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
     li_cuda_rope_args r;
     if (rope) r = rope_args(rope);
     if (li_cuda_attention_uses_tc(T, a.Dh)) {  // many rows: the tensor-core tile kernel
-        if (seq->n_pages < 1) return;
-        uint64_t *keys = scratch_get(im, &im->keys, (size_t)seq->n_pages * kv->page_size * 8,
+        if (seq->n_pages < 1) {
+            record(im, LI_ERR_INVALID_ARG, "cuda attention: a sequence without pages");
+            return;
+        }
+        // one word per page slot, then the number of keys the page table holds
+        uint64_t *keys = scratch_get(im, &im->keys, ((size_t)seq->n_pages * kv->page_size + 1) * 8,
                                      "attention (key index)");
         if (!keys) return;
         a.n_split = 1;
@@ -624,7 +636,7 @@ static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
     int split_rows = r->max_rows < LI_CUDA_ATTN_TC_MIN_T ? r->max_rows : LI_CUDA_ATTN_TC_MIN_T - 1;
     size_t xbf = (size_t)r->max_rows * (size_t)r->max_in * 2;
     size_t part = (size_t)split_rows * r->max_heads * 256 * ((size_t)r->head_dim + 2) * 4;
-    size_t keys = (size_t)r->max_keys * 8;
+    size_t keys = ((size_t)r->max_keys + 1) * 8;
     if (!scratch_get(im, &im->xbf, xbf, "matmul (bf16 scratch)") ||
         !scratch_get(im, &im->attn, part, "attention (split-K partials)") ||
         !scratch_get(im, &im->keys, keys, "attention (key index)"))

@@ -5,8 +5,8 @@
 // Not here: GEMMs (cuBLASLt, backend-cuda.c), attention (attention.cu), sampling (sample.cu).
 // Napkin maths: each of these reads and writes every element once, so the ceiling is the H200's
 // ~4.8 TB/s HBM3e; none is tuned yet (plain coalesced loads, one element per thread or one block
-// per row), which is enough while GEMMs and attention dominate. The fused residual-add + RMSNorm
-// of issue 4 goes here. Tested by tests/gpu/gpu-check.c against the CPU oracle (ops-ref.c).
+// per row), which is enough while GEMMs and attention dominate; the residual add fused with the
+// next RMSNorm saves a pass and a launch per norm. Tested by tests/gpu/gpu-check.c against the CPU oracle (ops-ref.c).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
