@@ -10,6 +10,7 @@
 #   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
 #           ceilings, in the same call
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
+#   mma     gpu-model and e2e with the mma.sync prefill attention (LI_CUDA_ATTN_MMA=1)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
 # Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
 # Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag,test-dllm} when present (made by
@@ -56,6 +57,10 @@ has check && run gpu-check 300 env $nobench $B/gpu-check
 has model && run gpu-model 300 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
+# the mma.sync prefill attention (LI_CUDA_ATTN_MMA=1), not yet the default: whole models and e2e
+has mma && run gpu-model-mma 300 env LI_CUDA_ATTN_MMA=1 $B/gpu-model
+has mma && run e2e-8b-mma 300 env LI_CUDA_ATTN_MMA=1 $LI bench generate --backend cuda \
+  -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # The paper's RAG setting (DESIGN.md §3): 100 documents x 2048 tokens, 5 per request in random
 # order, 64-token queries, 32 output tokens; f32 KV, so a document is 512 MiB and 8G / 24G hold
 # 16 / 48 of them. `none` re-prefills every document of every request: one point only.

@@ -654,8 +654,11 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     int H = G * Hkv, il = 1;
     li_rope_table tab = table_for((P + G) % 3, (G % 2) ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
     if (T > s.n_keys - 1) T = s.n_keys - 1;
-    TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d", mode_name, P, H,
-                    Hkv, Dh, T, s.n_keys, s.n_pages));
+    const char *mma = getenv("LI_CUDA_ATTN_MMA");
+    TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d%s", mode_name, P, H,
+                    Hkv, Dh, T, s.n_keys, s.n_pages,
+                    mma && mma[0] == '1' && li_backend_cuda_attention_tc(T, Dh) ? " (mma kernel)"
+                                                                                : ""));
     int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
     int n_past = s.n_keys - T;
     int f0 = mode == 3 ? randint(0, n_past) : 0;  // often mid-page
@@ -731,11 +734,16 @@ static void test_attention(void) {
     attention_case(16, 8, 1, 128, 1, 3000, 2, 700);
     // many rows: the tensor-core kernel (64-row query tiles, 64-key tiles across pages, partial
     // pages and documents, rows that end mid-tile)
-    for (int i = 0; i < 12; i++) {
-        int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4], Dh = i % 2 ? 128 : 64;
-        int T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
-        attention_case(P, G, randint(1, 2), Dh, T, randint(T + 1, P == 1 ? 400 : 1500), mode,
-                       i % 2 ? 3 * P + 5 : 200);
+    // ... on both tensor-core kernels: WMMA (default) and mma.sync (LI_CUDA_ATTN_MMA=1)
+    for (int kernel = 0; kernel < 2; kernel++) {
+        if (kernel) setenv("LI_CUDA_ATTN_MMA", "1", 1);
+        for (int i = 0; i < 12; i++) {
+            int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4];
+            int Dh = i % 2 ? 128 : 64, T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
+            attention_case(P, G, randint(1, 2), Dh, T, randint(T + 1, P == 1 ? 400 : 1500), mode,
+                           i % 2 ? 3 * P + 5 : 200);
+        }
+        if (kernel) unsetenv("LI_CUDA_ATTN_MMA");
     }
     // shapes the warp kernel does not take (G 3 and 12, Dh 96): the generic kernel, split or not
     attention_case(16, 3, 4, 128, 1, 3000, 0, 700);
@@ -1155,7 +1163,10 @@ static void bench_prefill_attention(void) {
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     double flops = 4.0 * T * (double)T * H * Dh / 2;
+    for (int kernel = 0; kernel < 2; kernel++)
     for (int rot = 1; rot >= 0; rot--) {
+        if (kernel) setenv("LI_CUDA_ATTN_MMA", "1", 1);
+        else unsetenv("LI_CUDA_ATTN_MMA");
         prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
         double ms = 0;
         li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);
@@ -1164,10 +1175,11 @@ static void bench_prefill_attention(void) {
             printf("  bench: prefill attention failed: %s\n", li_error_msg());
             break;
         }
-        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-12s %8.3f ms "
-               "%7.1f TFLOP/s\n", T, H, Hkv, Dh, P, rot ? "(Δ rotation)" : "(no Δ)", ms,
-               flops / (ms * 1e-3) / 1e12);
+        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-5s %-12s %8.3f ms "
+               "%7.1f TFLOP/s\n", T, H, Hkv, Dh, P, kernel ? "mma" : "wmma",
+               rot ? "(Δ rotation)" : "(no Δ)", ms, flops / (ms * 1e-3) / 1e12);
     }
+    unsetenv("LI_CUDA_ATTN_MMA");
     free(words);
     free(nv);
     li_backend_cuda_free(gpu, pool);

@@ -20,6 +20,7 @@
 // mma.sync, without wgmma/TMA pipelining, should land around 100-200 TFLOP/s. SDPA's flash kernel
 // measured 273 TFLOP/s (cuDNN 533) on the same shape: the wgmma version is the next step.
 #include <mma.h>
+#include <stdlib.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -88,6 +89,142 @@ __device__ __forceinline__ void rotate_pair(float &a, float &b, int pi, int delt
     b = rb;
 }
 
+// Step 1 of both tile kernels: the keys [j0, j0 + nk) of a 64-key tile, K rotated by its page's
+// Δ, rounded to bf16 into ks (key-major, row stride ldq) and vs (key-major with stride ldv, or
+// dim-major when V_T: vs[d * ldv + key], the B-operand layout mma.sync wants for P·V). Keys past nk
+// are zeros. The rows' pool offsets first (one word per key), then float4 loads issued before
+// any arithmetic: the loop is bound by load latency otherwise. Ends with a barrier.
+template <int DH, bool V_T>
+__device__ __forceinline__ void store4(__nv_bfloat16 *ks, __nv_bfloat16 *vs, int ldq, int ldv,
+                                       int jj, int d, float4 k, float4 v) {
+    __nv_bfloat162 *kd = (__nv_bfloat162 *)(ks + jj * ldq + d);
+    kd[0] = __floats2bfloat162_rn(k.x, k.y);
+    kd[1] = __floats2bfloat162_rn(k.z, k.w);
+    if (V_T) {
+        vs[(d + 0) * ldv + jj] = __float2bfloat16_rn(v.x);
+        vs[(d + 1) * ldv + jj] = __float2bfloat16_rn(v.y);
+        vs[(d + 2) * ldv + jj] = __float2bfloat16_rn(v.z);
+        vs[(d + 3) * ldv + jj] = __float2bfloat16_rn(v.w);
+    } else {
+        __nv_bfloat162 *vd = (__nv_bfloat162 *)(vs + jj * ldv + d);
+        vd[0] = __floats2bfloat162_rn(v.x, v.y);
+        vd[1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
+template <int DH, bool V_T>
+__device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
+                                             const li_cuda_rope_args &r, const uint64_t *keys,
+                                             int j0, int nk, __nv_bfloat16 *ks, __nv_bfloat16 *vs,
+                                             int ldq, int ldv, float *cs, long long *key_off,
+                                             int *key_delta) {
+    const int tid = threadIdx.x, G = a.H / a.Hkv, hk = blockIdx.y / G;
+    const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;  // floats per page
+    const size_t kv_off = ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH;  // K of (il, hk) in a page
+    const size_t v_off = (size_t)a.Hkv * a.P * DH;                    // V after K
+    const int half = r.n_dims / 2;
+    const bool vec = !a.rotate || r.n_dims % 8 == 0;  // float4 chunks never straddle a pair half
+    // the tile's Δ: one cos/sin table when every key shares it (tiles inside a document)
+    const int delta0 = a.rotate ? (int)(keys[j0] >> 35) : 0;
+    const bool uniform = __syncthreads_and(
+        tid >= nk || !a.rotate || (int)(keys[j0 + tid] >> 35) == delta0);
+    if (uniform && delta0 != 0)
+        for (int i = tid; i < half; i += PF_THREADS)
+            rope_sincos((double)delta0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
+    __syncthreads();
+    // 1. K (rotated by Δ) and V of the tile -> bf16 shared memory; keys past nk are zeros.
+    // The rows' pool offsets first (one word per key), then float4 loads, unrolled so that
+    // each thread has 2 x PER loads in flight: the loop is bound by load latency otherwise.
+    if (tid < PF_KEYS) {
+        long long off = -1;
+        int dl = 0;
+        if (tid < nk) {
+            uint64_t w = keys[j0 + tid];
+            off = (long long)((w & ((1ull << 26) - 1)) * page_stride + kv_off +
+                              ((w >> 26) & 511) * DH);
+            dl = a.rotate ? (int)(w >> 35) : 0;
+        }
+        key_off[tid] = off;
+        key_delta[tid] = dl;
+    }
+    __syncthreads();
+    if (vec) {
+        // Work units of a key row, all loads issued up front (no load behind a branch):
+        // with NEOX rotation a unit is a pair of float4 chunks half a rotation apart (chunk u
+        // and u + n_dims/8: every pair (i, i + n_dims/2) inside one unit, each element read
+        // once), then the unrotated tail one chunk per unit; otherwise one chunk per unit
+        // (GPT-J pairs (2i, 2i + 1) lie inside a chunk).
+        const int n_pair = a.rotate && !r.gptj ? half / 4 : 0;
+        const int n_units = DH / 4 - n_pair;  // pairs + single chunks per key
+        const int tail0 = 2 * n_pair;         // first single chunk
+        const float4 *pool4 = (const float4 *)a.kv;
+#pragma unroll 2
+        for (int i = tid; i < PF_KEYS * n_units; i += PF_THREADS) {
+            const int jj = i / n_units, u = i % n_units;
+            const bool pair = u < n_pair;
+            const int c0 = pair ? u : tail0 + (u - n_pair), c1 = c0 + half / 4;
+            const long long off = key_off[jj];
+            float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0, v0 = x0, v1 = x0;
+            if (off >= 0) {
+                const float4 *krow = pool4 + off / 4, *vrow = pool4 + (off + (long long)v_off) / 4;
+                x0 = __ldg(krow + c0);
+                v0 = __ldg(vrow + c0);
+                if (pair) {
+                    x1 = __ldg(krow + c1);
+                    v1 = __ldg(vrow + c1);
+                }
+                const int delta = key_delta[jj];
+                const int d0 = 4 * c0;
+                if (delta != 0 && (pair || (r.gptj && d0 < r.n_dims))) {
+                    if (r.gptj) {  // pairs (2i, 2i + 1) inside the chunk
+                        rotate_pair(x0.x, x0.y, d0 / 2, delta, uniform, cs, DH / 2, r);
+                        rotate_pair(x0.z, x0.w, d0 / 2 + 1, delta, uniform, cs, DH / 2, r);
+                    } else {  // NEOX pairs (i, i + n_dims/2) across the two chunks
+                        rotate_pair(x0.x, x1.x, d0, delta, uniform, cs, DH / 2, r);
+                        rotate_pair(x0.y, x1.y, d0 + 1, delta, uniform, cs, DH / 2, r);
+                        rotate_pair(x0.z, x1.z, d0 + 2, delta, uniform, cs, DH / 2, r);
+                        rotate_pair(x0.w, x1.w, d0 + 3, delta, uniform, cs, DH / 2, r);
+                    }
+                }
+            }
+            store4<DH, V_T>(ks, vs, ldq, ldv, jj, 4 * c0, x0, v0);
+            if (pair) store4<DH, V_T>(ks, vs, ldq, ldv, jj, 4 * c1, x1, v1);
+        }
+    } else {  // rotary dims not a multiple of 8: one element at a time
+        for (int i = tid; i < PF_KEYS * DH; i += PF_THREADS) {
+            int jj = i / DH, d = i % DH;
+            float kx = 0.0f, vx = 0.0f;
+            const long long off = key_off[jj];
+            if (off >= 0) {
+                const float *row = a.kv + off;
+                kx = row[d];
+                vx = row[v_off + d];
+                int delta = key_delta[jj];
+                if (delta != 0 && d < r.n_dims) {
+                    int pi, is_b, partner;  // pair index, second element?, the other element
+                    if (r.gptj) {
+                        pi = d >> 1;
+                        is_b = d & 1;
+                        partner = d ^ 1;
+                    } else {
+                        pi = d < half ? d : d - half;
+                        is_b = d >= half;
+                        partner = is_b ? d - half : d + half;
+                    }
+                    float c, sn;
+                    rope_sincos((double)delta, r.inv_freq[pi], &c, &sn);
+                    float o = row[partner];
+                    kx = is_b ? o * sn + kx * c : kx * c - o * sn;
+                }
+            }
+            ks[jj * ldq + d] = __float2bfloat16_rn(kx);
+            vs[V_T ? d * ldv + jj : jj * ldv + d] = __float2bfloat16_rn(vx);
+        }
+    }
+    __syncthreads();
+
+}
+
 template <int DH>
 struct pf_smem {
     static constexpr int LDQ = DH + 8;           // bf16 row strides: +8 breaks bank conflicts
@@ -125,7 +262,7 @@ __global__ void __launch_bounds__(PF_THREADS)
     __shared__ int key_delta[PF_KEYS];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y, G = a.H / a.Hkv, hk = h / G;
+    const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
     const int n_rows = min(PF_ROWS, a.T - t0);
     const float qscale = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
 
@@ -158,124 +295,10 @@ __global__ void __launch_bounds__(PF_THREADS)
     // never past the keys the page table holds (a bad n_visible must not read stale index words)
     const int n_keys = (int)keys[(size_t)a.n_pages * a.P];
     const int kmin = kmin_s, kmax = min(kmax_s, n_keys);
-    const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;  // floats per page
-    const size_t kv_off = ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH;  // K of (il, hk) in a page
-    const size_t v_off = (size_t)a.Hkv * a.P * DH;                    // V after K
-    const int half = r.n_dims / 2;
-    const bool vec = !a.rotate || r.n_dims % 8 == 0;  // float4 chunks never straddle a pair half
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
         const int nk = min(PF_KEYS, kmax - j0);
-        // the tile's Δ: one cos/sin table when every key shares it (tiles inside a document)
-        const int delta0 = a.rotate ? (int)(keys[j0] >> 35) : 0;
-        const bool uniform = __syncthreads_and(
-            tid >= nk || !a.rotate || (int)(keys[j0 + tid] >> 35) == delta0);
-        if (uniform && delta0 != 0)
-            for (int i = tid; i < half; i += PF_THREADS)
-                rope_sincos((double)delta0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
-        __syncthreads();
-        // 1. K (rotated by Δ) and V of the tile -> bf16 shared memory; keys past nk are zeros.
-        // The rows' pool offsets first (one word per key), then float4 loads, unrolled so that
-        // each thread has 2 x PER loads in flight: the loop is bound by load latency otherwise.
-        if (tid < PF_KEYS) {
-            long long off = -1;
-            int dl = 0;
-            if (tid < nk) {
-                uint64_t w = keys[j0 + tid];
-                off = (long long)((w & ((1ull << 26) - 1)) * page_stride + kv_off +
-                                  ((w >> 26) & 511) * DH);
-                dl = a.rotate ? (int)(w >> 35) : 0;
-            }
-            key_off[tid] = off;
-            key_delta[tid] = dl;
-        }
-        __syncthreads();
-        if (vec) {
-            // Work units of a key row, all loads issued up front (no load behind a branch):
-            // with NEOX rotation a unit is a pair of float4 chunks half a rotation apart (chunk u
-            // and u + n_dims/8: every pair (i, i + n_dims/2) inside one unit, each element read
-            // once), then the unrotated tail one chunk per unit; otherwise one chunk per unit
-            // (GPT-J pairs (2i, 2i + 1) lie inside a chunk).
-            const int n_pair = a.rotate && !r.gptj ? half / 4 : 0;
-            const int n_units = DH / 4 - n_pair;  // pairs + single chunks per key
-            const int tail0 = 2 * n_pair;         // first single chunk
-            const float4 *pool4 = (const float4 *)a.kv;
-#pragma unroll 2
-            for (int i = tid; i < PF_KEYS * n_units; i += PF_THREADS) {
-                const int jj = i / n_units, u = i % n_units;
-                const bool pair = u < n_pair;
-                const int c0 = pair ? u : tail0 + (u - n_pair), c1 = c0 + half / 4;
-                const long long off = key_off[jj];
-                float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0, v0 = x0, v1 = x0;
-                if (off >= 0) {
-                    const float4 *krow = pool4 + off / 4, *vrow = pool4 + (off + (long long)v_off) / 4;
-                    x0 = __ldg(krow + c0);
-                    v0 = __ldg(vrow + c0);
-                    if (pair) {
-                        x1 = __ldg(krow + c1);
-                        v1 = __ldg(vrow + c1);
-                    }
-                    const int delta = key_delta[jj];
-                    const int d0 = 4 * c0;
-                    if (delta != 0 && (pair || (r.gptj && d0 < r.n_dims))) {
-                        if (r.gptj) {  // pairs (2i, 2i + 1) inside the chunk
-                            rotate_pair(x0.x, x0.y, d0 / 2, delta, uniform, cs, DH / 2, r);
-                            rotate_pair(x0.z, x0.w, d0 / 2 + 1, delta, uniform, cs, DH / 2, r);
-                        } else {  // NEOX pairs (i, i + n_dims/2) across the two chunks
-                            rotate_pair(x0.x, x1.x, d0, delta, uniform, cs, DH / 2, r);
-                            rotate_pair(x0.y, x1.y, d0 + 1, delta, uniform, cs, DH / 2, r);
-                            rotate_pair(x0.z, x1.z, d0 + 2, delta, uniform, cs, DH / 2, r);
-                            rotate_pair(x0.w, x1.w, d0 + 3, delta, uniform, cs, DH / 2, r);
-                        }
-                    }
-                }
-                __nv_bfloat162 *kd = (__nv_bfloat162 *)(ks + jj * L::LDQ + 4 * c0);
-                __nv_bfloat162 *vd = (__nv_bfloat162 *)(vs + jj * L::LDQ + 4 * c0);
-                kd[0] = __floats2bfloat162_rn(x0.x, x0.y);
-                kd[1] = __floats2bfloat162_rn(x0.z, x0.w);
-                vd[0] = __floats2bfloat162_rn(v0.x, v0.y);
-                vd[1] = __floats2bfloat162_rn(v0.z, v0.w);
-                if (pair) {
-                    kd = (__nv_bfloat162 *)(ks + jj * L::LDQ + 4 * c1);
-                    vd = (__nv_bfloat162 *)(vs + jj * L::LDQ + 4 * c1);
-                    kd[0] = __floats2bfloat162_rn(x1.x, x1.y);
-                    kd[1] = __floats2bfloat162_rn(x1.z, x1.w);
-                    vd[0] = __floats2bfloat162_rn(v1.x, v1.y);
-                    vd[1] = __floats2bfloat162_rn(v1.z, v1.w);
-                }
-            }
-        } else {  // rotary dims not a multiple of 8: one element at a time
-            for (int i = tid; i < PF_KEYS * DH; i += PF_THREADS) {
-                int jj = i / DH, d = i % DH;
-                float kx = 0.0f, vx = 0.0f;
-                const long long off = key_off[jj];
-                if (off >= 0) {
-                    const float *row = a.kv + off;
-                    kx = row[d];
-                    vx = row[v_off + d];
-                    int delta = key_delta[jj];
-                    if (delta != 0 && d < r.n_dims) {
-                        int pi, is_b, partner;  // pair index, second element?, the other element
-                        if (r.gptj) {
-                            pi = d >> 1;
-                            is_b = d & 1;
-                            partner = d ^ 1;
-                        } else {
-                            pi = d < half ? d : d - half;
-                            is_b = d >= half;
-                            partner = is_b ? d - half : d + half;
-                        }
-                        float c, sn;
-                        rope_sincos((double)delta, r.inv_freq[pi], &c, &sn);
-                        float o = row[partner];
-                        kx = is_b ? o * sn + kx * c : kx * c - o * sn;
-                    }
-                }
-                ks[jj * L::LDQ + d] = __float2bfloat16_rn(kx);
-                vs[jj * L::LDQ + d] = __float2bfloat16_rn(vx);
-            }
-        }
-        __syncthreads();
+        load_kv_tile<DH, false>(a, r, keys, j0, nk, ks, vs, L::LDQ, L::LDQ, cs, key_off, key_delta);
 
         // 2. S (16 x 64 per warp) = Q Kᵀ
         const int r0 = warp * 16;
@@ -359,6 +382,203 @@ __global__ void __launch_bounds__(PF_THREADS)
     }
 }
 
+// ---- the register kernel (mma.sync) ---------------------------------------------------------------
+//
+// The same tiles, with S, P and O in registers (FlashAttention-2's layout): per warp 16 query rows,
+// mma.sync.m16n8k16 bf16 -> fp32. Fragment ownership (PTX ISA, m16n8k16): with g = lane / 4 and
+// c = lane % 4, a thread holds rows g and g + 8; of an 8-column accumulator block the columns
+// 2c, 2c + 1. So the softmax of a row is a reduction over the 4 lanes of a quad, the rescale by
+// exp2(m_old - m_new) happens in registers, and two adjacent 8-key blocks of P are exactly the A
+// operand of one 16-key step of P·V. K stays key-major (B operand of Q·Kᵀ), V is stored dim-major
+// (B operand of P·V). No shared-memory round trip for S or O (the WMMA kernel's cost).
+// Selected with LI_CUDA_ATTN_MMA=1 until checked on a GPU (gpu-check runs both).
+
+template <int DH>
+struct pfm_smem {
+    static constexpr int LDQ = DH + 8;        // bf16; (LDQ / 2) % 32 == 4: conflict-free fragments
+    static constexpr int LDV = PF_KEYS + 8;   // bf16, V dim-major
+    static constexpr size_t q = 0;
+    static constexpr size_t k = q + (size_t)PF_ROWS * LDQ * 2;
+    static constexpr size_t v = k + (size_t)PF_KEYS * LDQ * 2;
+    static constexpr size_t rows = v + (size_t)DH * LDV * 2;       // lo, hi (int)
+    static constexpr size_t cs = rows + (size_t)PF_ROWS * 2 * 4;   // (DH / 2) cos, sin
+    static constexpr size_t bytes = cs + (size_t)DH * 4;
+};
+
+// d (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col)
+__device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
+    return *(const uint32_t *)p;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+    return *(uint32_t *)&v;
+}
+
+template <int DH>
+__global__ void __launch_bounds__(PF_THREADS)
+    attention_prefill_mma(const li_cuda_attn_args a, const li_cuda_rope_args r,
+                          const uint64_t *keys) {
+    typedef pfm_smem<DH> L;
+    constexpr int NB = PF_KEYS / 8;  // 8-key accumulator blocks per tile
+    constexpr int ND = DH / 8;       // 8-dim output blocks
+    constexpr int KQ = DH / 16;      // 16-dim steps of Q·Kᵀ
+    extern __shared__ __align__(128) unsigned char sm[];
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)(sm + L::q);
+    __nv_bfloat16 *ks = (__nv_bfloat16 *)(sm + L::k);
+    __nv_bfloat16 *vt = (__nv_bfloat16 *)(sm + L::v);
+    int *row_lo = (int *)(sm + L::rows), *row_hi = row_lo + PF_ROWS;
+    float *cs = (float *)(sm + L::cs);
+    __shared__ int kmin_s, kmax_s;
+    __shared__ long long key_off[PF_KEYS];
+    __shared__ int key_delta[PF_KEYS];
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
+    const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
+    const int n_rows = min(PF_ROWS, a.T - t0);
+    const float qscale = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
+
+    for (int i = tid; i < PF_ROWS * DH; i += PF_THREADS) {
+        int rr = i / DH, d = i % DH;
+        float x = rr < n_rows ? a.q[((size_t)(t0 + rr) * a.H + h) * DH + d] * qscale : 0.0f;
+        qs[rr * L::LDQ + d] = __float2bfloat16_rn(x);
+    }
+    if (tid == 0) {
+        kmin_s = 0x7fffffff;
+        kmax_s = 0;
+    }
+    __syncthreads();
+    if (tid < PF_ROWS) {
+        int lo = 0, hi = 0;
+        if (tid < n_rows) {
+            lo = a.kv_first ? a.kv_first[t0 + tid] : 0;
+            hi = a.n_visible[t0 + tid];
+            atomicMin(&kmin_s, lo);
+            atomicMax(&kmax_s, hi);
+        }
+        row_lo[tid] = lo;
+        row_hi[tid] = hi;
+    }
+    __syncthreads();
+    const int n_keys = (int)keys[(size_t)a.n_pages * a.P];
+    const int kmin = kmin_s, kmax = min(kmax_s, n_keys);
+
+    // this thread's Q fragments for the whole kernel: rows r0 + g (+ 8), dims 16 kk + 2c (+ 8)
+    uint32_t qf[KQ][4];
+#pragma unroll
+    for (int kk = 0; kk < KQ; kk++) {
+        const __nv_bfloat16 *q0 = qs + (r0 + g) * L::LDQ + kk * 16 + 2 * c;
+        qf[kk][0] = ld32(q0);
+        qf[kk][1] = ld32(q0 + 8 * L::LDQ);
+        qf[kk][2] = ld32(q0 + 8);
+        qf[kk][3] = ld32(q0 + 8 * L::LDQ + 8);
+    }
+    const int lo0 = row_lo[r0 + g], hi0 = row_hi[r0 + g];          // row g
+    const int lo1 = row_lo[r0 + g + 8], hi1 = row_hi[r0 + g + 8];  // row g + 8
+    float o[ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
+        const int nk = min(PF_KEYS, kmax - j0);
+        load_kv_tile<DH, true>(a, r, keys, j0, nk, ks, vt, L::LDQ, L::LDV, cs, key_off, key_delta);
+
+        // S (16 x 64 per warp) = Q Kᵀ: 8 accumulator blocks of 8 keys
+        float sacc[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            sacc[nb][0] = sacc[nb][1] = sacc[nb][2] = sacc[nb][3] = 0.0f;
+            const __nv_bfloat16 *kr = ks + (nb * 8 + g) * L::LDQ + 2 * c;  // key nb*8+g
+#pragma unroll
+            for (int kk = 0; kk < KQ; kk++)
+                mma_bf16(sacc[nb], qf[kk], ld32(kr + kk * 16), ld32(kr + kk * 16 + 8));
+        }
+        // mask, row max over the tile (a quad holds a row), online-softmax update
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int jj = nb * 8 + 2 * c + e, j = j0 + jj;
+                if (!(jj < nk && j >= lo0 && j < hi0)) sacc[nb][e] = -INFINITY;
+                if (!(jj < nk && j >= lo1 && j < hi1)) sacc[nb][2 + e] = -INFINITY;
+                mx0 = fmaxf(mx0, sacc[nb][e]);
+                mx1 = fmaxf(mx1, sacc[nb][2 + e]);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        // no visible key yet: everything stays zero (exp2(-inf - -inf) would be NaN)
+        const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
+        const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);  // m = -inf: 0
+        m0 = mn0;
+        m1 = mn1;
+        // P = exp2(S - m) rounded to bf16 (the sum adds what P·V will use), as A fragments
+        uint32_t pf[PF_KEYS / 16][4];
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            __nv_bfloat162 p0 = __floats2bfloat162_rn(exp2f(sacc[nb][0] - b0), exp2f(sacc[nb][1] - b0));
+            __nv_bfloat162 p1 = __floats2bfloat162_rn(exp2f(sacc[nb][2] - b1), exp2f(sacc[nb][3] - b1));
+            s0 += __low2float(p0) + __high2float(p0);
+            s1 += __low2float(p1) + __high2float(p1);
+            // keys 16 kk + [0, 8) are block 2 kk (a0, a1), keys 16 kk + [8, 16) block 2 kk + 1
+            pf[nb / 2][(nb & 1) * 2 + 0] = *(uint32_t *)&p0;
+            pf[nb / 2][(nb & 1) * 2 + 1] = *(uint32_t *)&p1;
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        l0 = l0 * al0 + s0;
+        l1 = l1 * al1 + s1;
+        // O = O * alpha + P V
+#pragma unroll
+        for (int jd = 0; jd < ND; jd++) {
+            o[jd][0] *= al0;
+            o[jd][1] *= al0;
+            o[jd][2] *= al1;
+            o[jd][3] *= al1;
+            const __nv_bfloat16 *vr = vt + (jd * 8 + g) * L::LDV + 2 * c;  // dim jd*8+g
+#pragma unroll
+            for (int kk = 0; kk < PF_KEYS / 16; kk++)
+                mma_bf16(o[jd], pf[kk], ld32(vr + kk * 16), ld32(vr + kk * 16 + 8));
+        }
+        __syncthreads();  // ks / vt are overwritten by the next tile
+    }
+
+    // out = O / l (rows with no visible key: 0); thread: rows g, g + 8, dims 8 jd + 2c (+1)
+    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const int ra = r0 + g, rb = r0 + g + 8;
+#pragma unroll
+    for (int jd = 0; jd < ND; jd++) {
+        const int d = jd * 8 + 2 * c;
+        if (ra < n_rows) {
+            float *op = a.out + ((size_t)(t0 + ra) * a.H + h) * DH + d;
+            op[0] = o[jd][0] * inv0;
+            op[1] = o[jd][1] * inv0;
+        }
+        if (rb < n_rows) {
+            float *op = a.out + ((size_t)(t0 + rb) * a.H + h) * DH + d;
+            op[0] = o[jd][2] * inv1;
+            op[1] = o[jd][3] * inv1;
+        }
+    }
+}
+
 // ---- launch -------------------------------------------------------------------------------------
 
 extern "C" int li_cuda_attention_uses_tc(int T, int Dh) {
@@ -370,17 +590,24 @@ extern "C" int li_cuda_attention_uses_tc(int T, int Dh) {
 template <int DH>
 static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
                              const li_cuda_rope_args *r, const uint64_t *keys) {
-    const size_t smem = pf_smem<DH>::bytes;
-    static bool attr_set = false;  // once per DH (benign race: same value)
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(attention_prefill_tc<DH>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)smem);
+    // LI_CUDA_ATTN_MMA=1: the register kernel (read per call, so a test can switch)
+    const char *env = getenv("LI_CUDA_ATTN_MMA");
+    const bool mma = env && env[0] == '1';
+    const size_t smem = mma ? pfm_smem<DH>::bytes : pf_smem<DH>::bytes;
+    static bool attr_set[2] = {false, false};  // once per kernel and DH (benign race)
+    if (!attr_set[mma]) {
+        cudaError_t e = mma ? cudaFuncSetAttribute(attention_prefill_mma<DH>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)smem)
+                            : cudaFuncSetAttribute(attention_prefill_tc<DH>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)smem);
         if (e != cudaSuccess) return e;
-        attr_set = true;
+        attr_set[mma] = true;
     }
     dim3 grid((unsigned)((a->T + PF_ROWS - 1) / PF_ROWS), (unsigned)a->H);
-    attention_prefill_tc<DH><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
+    if (mma) attention_prefill_mma<DH><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
+    else attention_prefill_tc<DH><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     return cudaGetLastError();
 }
 
