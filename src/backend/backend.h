@@ -230,6 +230,15 @@ typedef struct {
     // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what
     // li_fp8_weight_quantize computes on the host. NULL: the host does it.
     void (*fp8_quant_weight)(li_backend *be, li_fp8_weight *out, const li_weight *W);
+    // LLaDA's greedy step over B block rows (DESIGN.md §4 steps 1-5 at temperature 0 with
+    // low-confidence remasking) on logits (B, V), changed in place, ulogits (B, V) or NULL:
+    //   1. CFG when ulogits: l = u + w (l - u) (fp32);  2. l[eos] = -inf when eos >= 0;
+    //   3. x0[b] = argmax_v l[b, v], the lowest id on ties;  4. l[eot] = -inf when eot >= 0;
+    //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in fp32 (the CPU sums in index
+    //      order; a GPU's reduction order differs in the last bits).
+    // x0 (B) and conf (B) in backend memory: only these 8 B bytes need to reach the host.
+    void (*dllm_greedy)(li_backend *be, int32_t *x0, float *conf, float *logits,
+                        const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot);
 
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
 

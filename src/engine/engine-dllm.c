@@ -189,6 +189,12 @@ typedef struct {
     // the host copies above after one download each (the selection runs on the host for now).
     li_backend *be;
     float *dlogits, *dulogits;
+    // Greedy steps (temperature 0, low-confidence remasking) run the backend's dllm_greedy op:
+    // x0 and fconf (B) come back (host), through dx0 / dconf (B) on a device backend.
+    bool greedy;
+    float *fconf;
+    int32_t *dx0;
+    float *dconf;
     int32_t *x0;       // (B) predicted token per block row
     double *conf;      // (B) confidence per block row, -inf for non-candidates
     int *sel;          // (B) selected rows
@@ -215,6 +221,9 @@ static void state_free(req_state *r) {
     li_free(r->ulogits);
     li_be_free(r->be, r->dlogits);
     li_be_free(r->be, r->dulogits);
+    li_be_free(r->be, r->dx0);
+    li_be_free(r->be, r->dconf);
+    li_free(r->fconf);
     li_free(r->x0);
     li_free(r->conf);
     li_free(r->sel);
@@ -248,8 +257,15 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
     if (r->cfg && (!(r->utok = li_alloc(T * sizeof *r->utok, "dllm uncond canvas")) ||
                    !(r->ulogits = li_alloc(BV * sizeof *r->ulogits, "dllm uncond logits"))))
         return LI_ERR_OOM;
+    r->greedy = p->temperature <= 0 && p->remasking == LI_DLLM_REMASK_LOW_CONFIDENCE &&
+                be->ops->dllm_greedy;
+    if (r->greedy && !(r->fconf = li_alloc(B * sizeof *r->fconf, "dllm confidences (f32)")))
+        return LI_ERR_OOM;
     if (li_be_is_device(be)) {
         r->be = be;
+        if (r->greedy && (!(r->dx0 = li_be_alloc(be, B * sizeof(int32_t), "dllm x0 (device)")) ||
+                          !(r->dconf = li_be_alloc(be, B * sizeof(float), "dllm conf (device)"))))
+            return LI_ERR_OOM;
         if (!(r->dlogits = li_be_alloc(be, BV * sizeof(float), "dllm logits (device)")) ||
             (r->cfg && !(r->dulogits = li_be_alloc(be, BV * sizeof(float), "dllm uncond logits "
                                                    "(device)"))))
@@ -308,6 +324,11 @@ static void build_canvas(req_state *r, int32_t mask) {
 static int step_commit(req_state *r, const specials *sp) {
     const li_dllm_params *p = r->p;
     const int B = r->B, V = sp->V, lo = r->P + r->block * r->B;
+    if (r->greedy) {  // steps 1-5 ran as the backend's dllm_greedy op: x0 and fconf are here
+        for (int b = 0; b < B; b++)
+            r->conf[b] = r->x[lo + b] == sp->mask ? (double)r->fconf[b] : -INFINITY;
+        goto commit;
+    }
     // 1. CFG: un + (cfg + 1) * (cond - un), fp32 like the reference's tensors.
     if (r->cfg) {
         float w = (float)(p->cfg + 1.0);
@@ -372,6 +393,7 @@ static int step_commit(req_state *r, const specials *sp) {
             sum += expf(l[v] - mx);
         r->conf[b] = (double)(expf(l[r->x0[b]] - mx) / sum);
     }
+commit:;
     // 6. Commit.
     int n_sel;
     if (p->threshold > 0)
@@ -569,10 +591,25 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             li_error_wrap(rc, "dllm step %d: ", tot.steps + 1);
             goto done;
         }
-        for (int c = 0; c < nc && rc == LI_OK; c++) {  // device logits -> the host copies
+        for (int c = 0; c < nc && rc == LI_OK; c++) {
             req_state *r = &rs[owner[c]];
-            if (!r->dlogits) continue;
             bool uncond = c > 0 && owner[c] == owner[c - 1];
+            if (r->greedy) {  // steps 1-5 where the logits are; only x0 and conf come back
+                if (uncond) continue;  // (consumed with its conditional twin)
+                const float *un = r->cfg ? outs[c + 1] : NULL;
+                const float w = r->cfg ? (float)(r->p->cfg + 1.0) : 0.0f;
+                int32_t eos = r->p->logits_eos_inf ? sp.eos : -1;
+                int32_t eot = r->p->confidence_eos_eot_inf ? sp.eot : -1;
+                int32_t *x0 = r->dx0 ? r->dx0 : r->x0;
+                float *cf = r->dconf ? r->dconf : r->fconf;
+                m->be->ops->dllm_greedy(m->be, x0, cf, outs[c], un, r->B, sp.V, w, eos, eot);
+                if (r->dx0 &&
+                    (rc = li_be_download(m->be, r->x0, r->dx0, (size_t)r->B * sizeof(int32_t))) ==
+                        LI_OK)
+                    rc = li_be_download(m->be, r->fconf, r->dconf, (size_t)r->B * sizeof(float));
+                continue;
+            }
+            if (!r->dlogits) continue;  // device logits -> the host copies
             rc = li_be_download(m->be, uncond ? r->ulogits : r->logits, outs[c],
                                 (size_t)r->B * sp.V * sizeof(float));
         }

@@ -968,8 +968,48 @@ static void test_fp8_weight(void) {
         }
 }
 
+// dllm_greedy against the oracle's (the CPU decoder's own code): the same x0 and logits after
+// CFG / bans; conf within fp32 reduction-order noise (the CPU sums V terms in index order).
+static void test_dllm_greedy(void) {
+    const int Vs[] = {1000, 126464};
+    for (int iv = 0; iv < 2; iv++)
+        for (int cfg = 0; cfg < 2; cfg++) {
+            int B = 7, V = Vs[iv];
+            long n = (long)B * V;
+            TEST_BEGIN(NAME("dllm_greedy B=%d V=%d%s", B, V, cfg ? " cfg" : ""));
+            float *l = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
+            float *l2 = xmalloc(sizeof(float) * n);
+            fill(l, n, 8.0f);
+            fill(u, n, 8.0f);
+            int32_t x1[7], x2[7];
+            float c1[7], c2[7];
+            dbuf gl, gu, gx, gc;
+            float *dl = dnew(&gl, sizeof(float) * n, l), *du = dnew(&gu, sizeof(float) * n, u);
+            int32_t *dx = dnew(&gx, sizeof(x2), NULL);
+            float *dc = dnew(&gc, sizeof(c2), NULL);
+            int32_t eos = V / 3, eot = cfg ? V / 5 : -1;
+            ref->ops->dllm_greedy(ref, x1, c1, l, cfg ? u : NULL, B, V, 2.5f, eos, eot);
+            gpu->ops->dllm_greedy(gpu, dx, dc, dl, cfg ? du : NULL, B, V, 2.5f, eos, eot);
+            CHECK_BACKEND();
+            dget(x2, &gx);
+            dget(c2, &gc);
+            dget(l2, &gl);
+            CHECK(!memcmp(x1, x2, sizeof x1), "x0 differs; seed %llu", g_seed);
+            double e = 0;
+            for (int b = 0; b < B; b++) e = fmax(e, fabs((double)c2[b] - c1[b]) / c1[b]);
+            CHECK(e < 1e-4, "conf relative error %g; seed %llu", e, g_seed);
+            CHECK(test_nmse(l2, l, n) < 1e-12, "logits after CFG / bans differ; seed %llu", g_seed);
+            CHECK(dguard_ok(&gl) && dguard_ok(&gu) && dguard_ok(&gx) && dguard_ok(&gc),
+                  "guard damaged; seed %llu", g_seed);
+            dfree(&gl), dfree(&gu), dfree(&gx), dfree(&gc);
+            free(l), free(u), free(l2);
+            TEST_END();
+        }
+}
+
 static void test_fp8(void) {
     test_fp8_weight();
+    test_dllm_greedy();
     const int Ks[] = {1, 127, 128, 129, 300, 4096};
     for (int it = 0; it < 3; it++)
         for (int ik = 0; ik < 6; ik++) {

@@ -670,6 +670,13 @@ static void cu_fp8_quant_weight(li_backend *be, li_fp8_weight *out, const li_wei
                                      W->dtype == LI_DTYPE_BF16, W->n_rows, W->n_cols));
 }
 
+static void cu_dllm_greedy(li_backend *be, int32_t *x0, float *conf, float *logits,
+                           const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "dllm_greedy",
+            li_cuda_dllm_greedy(im->stream, x0, conf, logits, ulogits, B, V, w, eos, eot));
+}
+
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
 
@@ -692,6 +699,7 @@ const li_backend_ops li_cuda_ops = {
     .fp8_quant_rows = cu_fp8_quant_rows,
     .matmul_fp8 = cu_matmul_fp8,
     .fp8_quant_weight = cu_fp8_quant_weight,
+    .dllm_greedy = cu_dllm_greedy,
     .matrices_bf16 = true,
     .alloc = cu_alloc,
     .free = cu_free,
