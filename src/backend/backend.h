@@ -208,6 +208,12 @@ typedef struct {
     void (*flash_attn_tiles)(li_backend *be, float *o, float *m, float *l, const float *q, int nq,
                              int H, const float *k, const float *v, int nk, int Hkv, int Dh,
                              int tile, float scale);
+    // Bidirectional attention over dense K/V for Dh 64 or 128 (LLaDA's layers >= 1): out (T, H,
+    // Dh) from q (T, H, Dh) and k, v (nk, Hkv, Dh), every row over every key, GQA: what
+    // flash_attn_tiles over all keys + finalize compute, here on tensor cores (bf16 inputs, fp32
+    // accumulation, so within bf16 rounding of them). NULL: the model uses flash_attn_tiles.
+    void (*attention_dense)(li_backend *be, float *out, const float *q, int T, int H,
+                            const float *k, const float *v, int nk, int Hkv, int Dh, float scale);
     // out (n, Dh) = o (n, Dh) / l (n): the final normalisation (n = rows * heads). out may alias o.
     void (*flash_attn_finalize)(li_backend *be, float *out, const float *o, const float *l,
                                 int64_t n, int Dh);

@@ -259,9 +259,16 @@ static li_status attention0(const fwd *f, const li_lacache *lc, li_llada_cache *
     return LI_OK;
 }
 
-// Plain bidirectional tiled attention (layers >= 1): all rows over all key tiles in order.
+// Plain bidirectional tiled attention (layers >= 1): all rows over all key tiles in order — or
+// the backend's dense attention kernel when it has one (tensor cores; no cache depends on these
+// layers' tile order, so every LaCache flag combination still sees the same values).
 static void attention_plain(const fwd *f, int T, const float *q, const float *k, const float *v,
                             float *out, float *fo, float *fm, float *fl) {
+    if (f->op->attention_dense && (f->Dh == 64 || f->Dh == 128)) {
+        f->op->attention_dense(f->be, out, q, T, f->H, k, v, T, f->Hkv, f->Dh, f->scale);
+        if (f->info) f->info->flops += 4.0 * f->Dh * f->H * (double)T * T;
+        return;
+    }
     state_reset(f, fo, fm, fl, 0, T);
     stream(f, fo, fm, fl, q, k, v, 0, T, 0, T, false);
     f->op->flash_attn_finalize(f->be, out, fo, fl, (int64_t)T * f->H, f->Dh);

@@ -858,7 +858,55 @@ static void test_sample(void) {
 
 // ---- diffusion / FP8 ops ------------------------------------------------------------------------
 
+// attention_dense (tensor cores, both kernels) against the oracle's flash_attn_tiles over all keys
+// + finalize: bf16 inputs, so TOL_ATTENTION_TC.
+static void test_attention_dense(void) {
+    const int cases[][5] = {  // T, H, Hkv, Dh, nk
+        {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333}};
+    for (int kernel = 0; kernel < 2; kernel++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
+            int nk = cases[c][4];
+            if (kernel) setenv("LI_CUDA_ATTN_MMA", "1", 1);
+            else unsetenv("LI_CUDA_ATTN_MMA");
+            TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d (%s kernel)", T, H, Hkv,
+                            Dh, nk, kernel ? "mma" : "wmma"));
+            long rows = (long)T * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
+            float *q = xmalloc(sizeof(float) * on), *k = xmalloc(sizeof(float) * kn);
+            float *v = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
+            float *m = xmalloc(sizeof(float) * rows), *l = xmalloc(sizeof(float) * rows);
+            float *o2 = xmalloc(sizeof(float) * on);
+            fill(q, on, 1.0f);
+            fill(k, kn, 1.0f);
+            fill(v, kn, 1.0f);
+            for (long i = 0; i < rows; i++) {
+                m[i] = -INFINITY;
+                l[i] = 0.0f;
+            }
+            memset(o, 0, sizeof(float) * on);
+            float scale = 1.0f / sqrtf((float)Dh);
+            ref->ops->flash_attn_tiles(ref, o, m, l, q, T, H, k, v, nk, Hkv, Dh, 64, scale);
+            ref->ops->flash_attn_finalize(ref, o, o, l, rows, Dh);
+            dbuf gq, gk, gv, go;
+            float *dq = dnew(&gq, sizeof(float) * on, q), *dk = dnew(&gk, sizeof(float) * kn, k);
+            float *dv = dnew(&gv, sizeof(float) * kn, v), *dout = dnew(&go, sizeof(float) * on, NULL);
+            gpu->ops->attention_dense(gpu, dout, dq, T, H, dk, dv, nk, Hkv, Dh, scale);
+            CHECK_BACKEND();
+            dget(o2, &go);
+            double e = test_nmse(o2, o, on);
+            CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
+            CHECK(!test_has_nan(o2, on), "NaN; seed %llu", g_seed);
+            CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&go),
+                  "guard damaged; seed %llu", g_seed);
+            dfree(&gq), dfree(&gk), dfree(&gv), dfree(&go);
+            free(q), free(k), free(v), free(o), free(m), free(l), free(o2);
+            TEST_END();
+        }
+    unsetenv("LI_CUDA_ATTN_MMA");
+}
+
 static void test_flash_attn(void) {
+    test_attention_dense();
     const int cases[][6] = {  // nq, H, Hkv, Dh, nk, tile
         {1, 1, 1, 18, 1, 1},      {3, 4, 2, 64, 37, 16},      {5, 8, 1, 128, 300, 64},
         {2, 32, 8, 128, 1500, 1024}, {7, 6, 3, 64, 1029, 256}, {4, 2, 2, 96, 77, 7}};

@@ -138,7 +138,9 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
     if (tid < PF_KEYS) {
         long long off = -1;
         int dl = 0;
-        if (tid < nk) {
+        if (tid < nk && a.n_dense) {  // dense rows (nk, Hkv, Dh) of kd / vd
+            off = ((long long)(j0 + tid) * a.Hkv + hk) * DH;
+        } else if (tid < nk) {
             uint64_t w = keys[j0 + tid];
             off = (long long)((w & ((1ull << 26) - 1)) * page_stride + kv_off +
                               ((w >> 26) & 511) * DH);
@@ -157,7 +159,9 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
         const int n_pair = a.rotate && !r.gptj ? half / 4 : 0;
         const int n_units = DH / 4 - n_pair;  // pairs + single chunks per key
         const int tail0 = 2 * n_pair;         // first single chunk
-        const float4 *pool4 = (const float4 *)a.kv;
+        // K rows at k4 + off / 4, V rows at v4 + off / 4 (the pool's V follows its K by v_off)
+        const float4 *k4 = (const float4 *)(a.n_dense ? a.kd : a.kv);
+        const float4 *v4 = (const float4 *)(a.n_dense ? a.vd : a.kv + v_off);
 #pragma unroll 2
         for (int i = tid; i < PF_KEYS * n_units; i += PF_THREADS) {
             const int jj = i / n_units, u = i % n_units;
@@ -166,7 +170,7 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
             const long long off = key_off[jj];
             float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0, v0 = x0, v1 = x0;
             if (off >= 0) {
-                const float4 *krow = pool4 + off / 4, *vrow = pool4 + (off + (long long)v_off) / 4;
+                const float4 *krow = k4 + off / 4, *vrow = v4 + off / 4;
                 x0 = __ldg(krow + c0);
                 v0 = __ldg(vrow + c0);
                 if (pair) {
@@ -196,9 +200,9 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
             float kx = 0.0f, vx = 0.0f;
             const long long off = key_off[jj];
             if (off >= 0) {
-                const float *row = a.kv + off;
+                const float *row = (a.n_dense ? a.kd : a.kv) + off;
                 kx = row[d];
-                vx = row[v_off + d];
+                vx = (a.n_dense ? a.vd : a.kv + v_off)[off + d];
                 int delta = key_delta[jj];
                 if (delta != 0 && d < r.n_dims) {
                     int pi, is_b, partner;  // pair index, second element?, the other element
@@ -282,7 +286,7 @@ __global__ void __launch_bounds__(PF_THREADS)
         int lo = 0, hi = 0;
         if (tid < n_rows) {
             lo = a.kv_first ? a.kv_first[t0 + tid] : 0;
-            hi = a.n_visible[t0 + tid];  // clamped to the keys below (kmax)
+            hi = a.n_dense ? a.n_dense : a.n_visible[t0 + tid];  // clamped below (kmax)
             atomicMin(&kmin_s, lo);
             atomicMax(&kmax_s, hi);
         }
@@ -293,7 +297,7 @@ __global__ void __launch_bounds__(PF_THREADS)
     }
     __syncthreads();
     // never past the keys the page table holds (a bad n_visible must not read stale index words)
-    const int n_keys = (int)keys[(size_t)a.n_pages * a.P];
+    const int n_keys = a.n_dense ? a.n_dense : (int)keys[(size_t)a.n_pages * a.P];
     const int kmin = kmin_s, kmax = min(kmax_s, n_keys);
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
@@ -462,7 +466,7 @@ __global__ void __launch_bounds__(PF_THREADS)
         int lo = 0, hi = 0;
         if (tid < n_rows) {
             lo = a.kv_first ? a.kv_first[t0 + tid] : 0;
-            hi = a.n_visible[t0 + tid];
+            hi = a.n_dense ? a.n_dense : a.n_visible[t0 + tid];
             atomicMin(&kmin_s, lo);
             atomicMax(&kmax_s, hi);
         }
@@ -470,7 +474,7 @@ __global__ void __launch_bounds__(PF_THREADS)
         row_hi[tid] = hi;
     }
     __syncthreads();
-    const int n_keys = (int)keys[(size_t)a.n_pages * a.P];
+    const int n_keys = a.n_dense ? a.n_dense : (int)keys[(size_t)a.n_pages * a.P];
     const int kmin = kmin_s, kmax = min(kmax_s, n_keys);
 
     // this thread's Q fragments for the whole kernel: rows r0 + g (+ 8), dims 16 kk + 2c (+ 8)
@@ -609,6 +613,30 @@ static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
     if (mma) attention_prefill_mma<DH><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     else attention_prefill_tc<DH><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
+                                               int H, const float *k, const float *v, int nk,
+                                               int Hkv, int Dh, float scale) {
+    if (T <= 0) return cudaSuccess;
+    if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128))
+        return cudaErrorInvalidValue;
+    li_cuda_attn_args a = {};
+    a.out = out;
+    a.q = q;
+    a.T = T;
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.P = 1;
+    a.L = 1;
+    a.scale = scale;
+    a.n_split = 1;
+    a.kd = k;
+    a.vd = v;
+    a.n_dense = nk;
+    li_cuda_rope_args none = {};
+    return Dh == 128 ? launch_tc<128>(st, &a, &none, NULL) : launch_tc<64>(st, &a, &none, NULL);
 }
 
 extern "C" cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,

@@ -21,6 +21,10 @@ typedef struct {
     int pages_per_split;
     float *part_o;             // (T, H, n_split, Dh) unnormalised partial outputs (n_split > 1)
     float *part_ml;            // (T, H, n_split, 2) partial (max, sum) (n_split > 1)
+    // Dense mode of the tensor-core kernels (n_dense > 0): keys are rows of kd / vd (n_dense,
+    // Hkv, Dh) instead of pages, every query row sees all of them (bidirectional), no rotation.
+    const float *kd, *vd;
+    int n_dense;
 } li_cuda_attn_args;
 
 // Host-side plan: how many key ranges (split-K) for T rows, Hkv kv heads of G query heads each,
@@ -36,6 +40,11 @@ LI_CUDA_API int li_cuda_attention_uses_tc(int T, int Dh);
 // a->n_split is ignored (no partials).
 LI_CUDA_API cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,
                                                   const li_cuda_rope_args *rope, uint64_t *keys);
+// out (T, H, Dh) = bidirectional attention of q (T, H, Dh) over dense k, v (nk, Hkv, Dh), on the
+// tensor-core kernels (Dh 64 or 128).
+LI_CUDA_API cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
+                                                int H, const float *k, const float *v, int nk,
+                                                int Hkv, int Dh, float scale);
 // rope may be NULL when a->rotate == 0.
 LI_CUDA_API cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_args *a,
                                           const li_cuda_rope_args *rope);

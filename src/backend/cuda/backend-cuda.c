@@ -670,6 +670,14 @@ static void cu_fp8_quant_weight(li_backend *be, li_fp8_weight *out, const li_wei
                                      W->dtype == LI_DTYPE_BF16, W->n_rows, W->n_cols));
 }
 
+static void cu_attention_dense(li_backend *be, float *out, const float *q, int T, int H,
+                               const float *k, const float *v, int nk, int Hkv, int Dh,
+                               float scale) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "attention_dense",
+            li_cuda_attention_dense(im->stream, out, q, T, H, k, v, nk, Hkv, Dh, scale));
+}
+
 static void cu_dllm_greedy(li_backend *be, int32_t *x0, float *conf, float *logits,
                            const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot) {
     li_cuda_impl *im = be->impl;
@@ -700,6 +708,7 @@ const li_backend_ops li_cuda_ops = {
     .matmul_fp8 = cu_matmul_fp8,
     .fp8_quant_weight = cu_fp8_quant_weight,
     .dllm_greedy = cu_dllm_greedy,
+    .attention_dense = cu_attention_dense,
     .matrices_bf16 = true,
     .alloc = cu_alloc,
     .free = cu_free,
