@@ -324,12 +324,17 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
     int D = hp->n_embd, F = hp->n_ff;
     op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
     if (fp8) {
+        // the vendor's block-scaled GEMM where the backend has one (CUDA: cuBLASLt), else the
+        // exact kernel of backend.h's accumulation order
+        void (*mm8)(li_backend *, float *, const uint8_t *, const float *, int,
+                    const li_fp8_weight *) = op->matmul_fp8_fast ? op->matmul_fp8_fast
+                                                                 : op->matmul_fp8;
         op->fp8_quant_rows(be, s->qa, s->sa, s->xn, R, D);
-        op->matmul_fp8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
-        op->matmul_fp8(be, s->up, s->qa, s->sa, R, &fp8[1]);
+        mm8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
+        mm8(be, s->up, s->qa, s->sa, R, &fp8[1]);
         op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
         op->fp8_quant_rows(be, s->qa, s->sa, s->gate, R, F);
-        op->matmul_fp8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
+        mm8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
     } else {
         op->matmul(be, s->gate, s->xn, &l->w_gate, R);

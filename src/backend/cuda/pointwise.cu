@@ -316,6 +316,22 @@ extern "C" cudaError_t li_cuda_fill_f32(cudaStream_t st, float *x, int64_t n, fl
     return cudaGetLastError();
 }
 
+__global__ void transpose_f32_kernel(float *dst, const float *src, int rows, int cols) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)rows * cols;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int r = (int)(i / cols), c = (int)(i % cols);
+        dst[(int64_t)c * rows + r] = src[i];
+    }
+}
+
+extern "C" cudaError_t li_cuda_transpose_f32(cudaStream_t st, float *dst, const float *src,
+                                             int rows, int cols) {
+    int64_t n = (int64_t)rows * cols;
+    if (n <= 0) return cudaSuccess;
+    transpose_f32_kernel<<<grid_for(n, 256), 256, 0, st>>>(dst, src, rows, cols);
+    return cudaGetLastError();
+}
+
 __global__ void add_scalar_kernel(float *x, int64_t n, float c) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
