@@ -1046,7 +1046,9 @@ static void test_dllm_greedy(void) {
             double e = 0;
             for (int b = 0; b < B; b++) e = fmax(e, fabs((double)c2[b] - c1[b]) / c1[b]);
             CHECK(e < 1e-4, "conf relative error %g; seed %llu", e, g_seed);
-            CHECK(test_nmse(l2, l, n) < 1e-12, "logits after CFG / bans differ; seed %llu", g_seed);
+            long diff = 0;  // the same values (the banned ones -inf on both sides)
+            for (long i = 0; i < n; i++) diff += !(l2[i] == l[i]);
+            CHECK(diff == 0, "%ld logits differ after CFG / bans; seed %llu", diff, g_seed);
             CHECK(dguard_ok(&gl) && dguard_ok(&gu) && dguard_ok(&gx) && dguard_ok(&gc),
                   "guard damaged; seed %llu", g_seed);
             dfree(&gl), dfree(&gu), dfree(&gx), dfree(&gc);
@@ -1061,8 +1063,11 @@ static void test_dllm_greedy(void) {
 // is bit-exact.
 static void test_fp8_fast(void) {
     printf("# fp8 GEMM path: %s\n", li_backend_cuda_fp8_note(gpu));
-    const int cases[][3] = {{256, 384, 40}, {512, 1024, 1}, {1024, 512, 300}, {129, 127, 5}};
-    for (int ci = 0; ci < 4; ci++) {
+    // LLaDA-like shapes (K a multiple of 512: cuBLASLt), T odd / 1 / large, and shapes the
+    // library is not given (the exact kernel's fallback)
+    const int cases[][3] = {{1024, 4096, 37}, {512, 1024, 1}, {1024, 512, 300}, {129, 127, 5},
+                            {256, 384, 40}};
+    for (int ci = 0; ci < 5; ci++) {
         int N = cases[ci][0], K = cases[ci][1], T = cases[ci][2];
         int GN = (N + 127) / 128, GK = (K + 127) / 128;
         TEST_BEGIN(NAME("matmul_fp8_fast N=%d K=%d T=%d", N, K, T));
@@ -1290,8 +1295,8 @@ static void bench_prefill_attention(void) {
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     double flops = 4.0 * T * (double)T * H * Dh / 2;
-    for (int kernel = 0; kernel < 2; kernel++)
-    for (int rot = 1; rot >= 0; rot--) {
+    for (int kernel = 0; kernel < 2; kernel++) {
+      for (int rot = 1; rot >= 0; rot--) {
         if (kernel) setenv("LI_CUDA_ATTN_MMA", "1", 1);
         else unsetenv("LI_CUDA_ATTN_MMA");
         prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
@@ -1305,6 +1310,7 @@ static void bench_prefill_attention(void) {
         printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-5s %-12s %8.3f ms "
                "%7.1f TFLOP/s\n", T, H, Hkv, Dh, P, kernel ? "mma" : "wmma",
                rot ? "(Δ rotation)" : "(no Δ)", ms, flops / (ms * 1e-3) / 1e12);
+      }
     }
     unsetenv("LI_CUDA_ATTN_MMA");
     free(words);

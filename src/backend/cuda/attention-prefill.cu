@@ -619,7 +619,8 @@ extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, cons
                                                int H, const float *k, const float *v, int nk,
                                                int Hkv, int Dh, float scale) {
     if (T <= 0) return cudaSuccess;
-    if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128))
+    if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) ||
+        ((uintptr_t)k & 15) || ((uintptr_t)v & 15))  // float4 row loads
         return cudaErrorInvalidValue;
     li_cuda_attn_args a = {};
     a.out = out;

@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(1024)
     int bi = 0x7fffffff;
     for (int v = threadIdx.x; v < V; v += blockDim.x) {
         float x = l[v];
-        if (u) {
-            x = u[v] + w * (x - u[v]);
+        if (u) {  // u + w (x - u) as the CPU rounds it: no fused multiply-add
+            x = __fadd_rn(u[v], __fmul_rn(w, __fsub_rn(x, u[v])));
             l[v] = x;
         }
         if (v == eos) l[v] = x = -INFINITY;
