@@ -90,33 +90,24 @@ __device__ __forceinline__ void rotate_pair(float &a, float &b, int pi, int delt
 }
 
 // Step 1 of both tile kernels: the keys [j0, j0 + nk) of a 64-key tile, K rotated by its page's
-// Δ, rounded to bf16 into ks (key-major, row stride ldq) and vs (key-major with stride ldv, or
-// dim-major when V_T: vs[d * ldv + key], the B-operand layout mma.sync wants for P·V). Keys past nk
-// are zeros. The rows' pool offsets first (one word per key), then float4 loads issued before
-// any arithmetic: the loop is bound by load latency otherwise. Ends with a barrier.
-template <int DH, bool V_T>
-__device__ __forceinline__ void store4(__nv_bfloat16 *ks, __nv_bfloat16 *vs, int ldq, int ldv,
-                                       int jj, int d, float4 k, float4 v) {
-    __nv_bfloat162 *kd = (__nv_bfloat162 *)(ks + jj * ldq + d);
+// Δ, rounded to bf16 into ks and vs (key-major, row stride ld). Keys past nk are zeros. The rows'
+// pool offsets first (one word per key), then float4 loads issued before any arithmetic: the
+// loop is bound by load latency otherwise. Ends with a barrier.
+__device__ __forceinline__ void store4(__nv_bfloat16 *ks, __nv_bfloat16 *vs, int ld, int jj,
+                                       int d, float4 k, float4 v) {
+    __nv_bfloat162 *kd = (__nv_bfloat162 *)(ks + jj * ld + d);
     kd[0] = __floats2bfloat162_rn(k.x, k.y);
     kd[1] = __floats2bfloat162_rn(k.z, k.w);
-    if (V_T) {
-        vs[(d + 0) * ldv + jj] = __float2bfloat16_rn(v.x);
-        vs[(d + 1) * ldv + jj] = __float2bfloat16_rn(v.y);
-        vs[(d + 2) * ldv + jj] = __float2bfloat16_rn(v.z);
-        vs[(d + 3) * ldv + jj] = __float2bfloat16_rn(v.w);
-    } else {
-        __nv_bfloat162 *vd = (__nv_bfloat162 *)(vs + jj * ldv + d);
-        vd[0] = __floats2bfloat162_rn(v.x, v.y);
-        vd[1] = __floats2bfloat162_rn(v.z, v.w);
-    }
+    __nv_bfloat162 *vd = (__nv_bfloat162 *)(vs + jj * ld + d);
+    vd[0] = __floats2bfloat162_rn(v.x, v.y);
+    vd[1] = __floats2bfloat162_rn(v.z, v.w);
 }
 
-template <int DH, bool V_T>
+template <int DH>
 __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
                                              const li_cuda_rope_args &r, const uint64_t *keys,
                                              int j0, int nk, __nv_bfloat16 *ks, __nv_bfloat16 *vs,
-                                             int ldq, int ldv, float *cs, long long *key_off,
+                                             int ld, float *cs, long long *key_off,
                                              int *key_delta) {
     const int tid = threadIdx.x, G = a.H / a.Hkv, hk = blockIdx.y / G;
     const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;  // floats per page
@@ -191,8 +182,8 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
                     }
                 }
             }
-            store4<DH, V_T>(ks, vs, ldq, ldv, jj, 4 * c0, x0, v0);
-            if (pair) store4<DH, V_T>(ks, vs, ldq, ldv, jj, 4 * c1, x1, v1);
+            store4(ks, vs, ld, jj, 4 * c0, x0, v0);
+            if (pair) store4(ks, vs, ld, jj, 4 * c1, x1, v1);
         }
     } else {  // rotary dims not a multiple of 8: one element at a time
         for (int i = tid; i < PF_KEYS * DH; i += PF_THREADS) {
@@ -221,8 +212,8 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
                     kx = is_b ? o * sn + kx * c : kx * c - o * sn;
                 }
             }
-            ks[jj * ldq + d] = __float2bfloat16_rn(kx);
-            vs[V_T ? d * ldv + jj : jj * ldv + d] = __float2bfloat16_rn(vx);
+            ks[jj * ld + d] = __float2bfloat16_rn(kx);
+            vs[jj * ld + d] = __float2bfloat16_rn(vx);
         }
     }
     __syncthreads();
@@ -302,7 +293,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
         const int nk = min(PF_KEYS, kmax - j0);
-        load_kv_tile<DH, false>(a, r, keys, j0, nk, ks, vs, L::LDQ, L::LDQ, cs, key_off, key_delta);
+        load_kv_tile<DH>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
 
         // 2. S (16 x 64 per warp) = Q Kᵀ
         const int r0 = warp * 16;
@@ -393,18 +384,17 @@ __global__ void __launch_bounds__(PF_THREADS)
 // c = lane % 4, a thread holds rows g and g + 8; of an 8-column accumulator block the columns
 // 2c, 2c + 1. So the softmax of a row is a reduction over the 4 lanes of a quad, the rescale by
 // exp2(m_old - m_new) happens in registers, and two adjacent 8-key blocks of P are exactly the A
-// operand of one 16-key step of P·V. K stays key-major (B operand of Q·Kᵀ), V is stored dim-major
-// (B operand of P·V). No shared-memory round trip for S or O (the WMMA kernel's cost).
+// operand of one 16-key step of P·V. K and V are key-major; K is the B operand of Q·Kᵀ as it is,
+// V's B fragments for P·V come from ldmatrix.trans. No shared-memory round trip for S or O (the WMMA kernel's cost).
 // Selected with LI_CUDA_ATTN_MMA=1 until checked on a GPU (gpu-check runs both).
 
 template <int DH>
 struct pfm_smem {
     static constexpr int LDQ = DH + 8;        // bf16; (LDQ / 2) % 32 == 4: conflict-free fragments
-    static constexpr int LDV = PF_KEYS + 8;   // bf16, V dim-major
     static constexpr size_t q = 0;
     static constexpr size_t k = q + (size_t)PF_ROWS * LDQ * 2;
     static constexpr size_t v = k + (size_t)PF_KEYS * LDQ * 2;
-    static constexpr size_t rows = v + (size_t)DH * LDV * 2;       // lo, hi (int)
+    static constexpr size_t rows = v + (size_t)PF_KEYS * LDQ * 2;  // lo, hi (int)
     static constexpr size_t cs = rows + (size_t)PF_ROWS * 2 * 4;   // (DH / 2) cos, sin
     static constexpr size_t bytes = cs + (size_t)DH * 4;
 };
@@ -417,6 +407,17 @@ __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// B fragment of P·V from key-major V: two 8x8 bf16 matrices (keys k..k+7 and k+8..k+15, 8 dims
+// each) loaded transposed, so a thread gets (keys 2c, 2c+1; dim g) of each: b0, b1. Lanes 0-15 give
+// the 16 row addresses (16-byte aligned: LDQ * 2 and 8 dims * 2 bytes are multiples of 16).
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t &b0, uint32_t &b1,
+                                                  const __nv_bfloat16 *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b0), "=r"(b1)
+                 : "r"(a));
 }
 
 __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
@@ -439,7 +440,7 @@ __global__ void __launch_bounds__(PF_THREADS)
     extern __shared__ __align__(128) unsigned char sm[];
     __nv_bfloat16 *qs = (__nv_bfloat16 *)(sm + L::q);
     __nv_bfloat16 *ks = (__nv_bfloat16 *)(sm + L::k);
-    __nv_bfloat16 *vt = (__nv_bfloat16 *)(sm + L::v);
+    __nv_bfloat16 *vs = (__nv_bfloat16 *)(sm + L::v);
     int *row_lo = (int *)(sm + L::rows), *row_hi = row_lo + PF_ROWS;
     float *cs = (float *)(sm + L::cs);
     __shared__ int kmin_s, kmax_s;
@@ -496,7 +497,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
         const int nk = min(PF_KEYS, kmax - j0);
-        load_kv_tile<DH, true>(a, r, keys, j0, nk, ks, vt, L::LDQ, L::LDV, cs, key_off, key_delta);
+        load_kv_tile<DH>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
 
         // S (16 x 64 per warp) = Q Kᵀ: 8 accumulator blocks of 8 keys
         float sacc[NB][4];
@@ -556,12 +557,16 @@ __global__ void __launch_bounds__(PF_THREADS)
             o[jd][1] *= al0;
             o[jd][2] *= al1;
             o[jd][3] *= al1;
-            const __nv_bfloat16 *vr = vt + (jd * 8 + g) * L::LDV + 2 * c;  // dim jd*8+g
+            // lane l addresses key kk*16 + l % 16 at dims [8 jd, 8 jd + 8)
+            const __nv_bfloat16 *vr = vs + (lane & 15) * L::LDQ + jd * 8;
 #pragma unroll
-            for (int kk = 0; kk < PF_KEYS / 16; kk++)
-                mma_bf16(o[jd], pf[kk], ld32(vr + kk * 16), ld32(vr + kk * 16 + 8));
+            for (int kk = 0; kk < PF_KEYS / 16; kk++) {
+                uint32_t b0, b1;
+                ldmatrix_x2_trans(b0, b1, vr + kk * 16 * L::LDQ);
+                mma_bf16(o[jd], pf[kk], b0, b1);
+            }
         }
-        __syncthreads();  // ks / vt are overwritten by the next tile
+        __syncthreads();  // ks / vs are overwritten by the next tile
     }
 
     // out = O / l (rows with no visible key: 0); thread: rows g, g + 8, dims 8 jd + 2c (+1)
