@@ -220,6 +220,45 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
 
 }
 
+// The start of both tile kernels: the block's query rows (scaled by scale·log2 e, bf16) into qs
+// (row stride ldq), each row's visible keys [row_lo, row_hi) (dense mode: all), and the block's key
+// range [*kmin, *kmax), never past the keys the page table holds (a bad n_visible must not read
+// stale index words). Ends with a barrier.
+template <int DH>
+__device__ __forceinline__ void tile_setup(const li_cuda_attn_args &a, const uint64_t *keys,
+                                           __nv_bfloat16 *qs, int ldq, int *row_lo, int *row_hi,
+                                           int *kmin, int *kmax) {
+    __shared__ int kmin_s, kmax_s;
+    const int tid = threadIdx.x, t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
+    const int n_rows = min(PF_ROWS, a.T - t0);
+    const float qscale = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
+    for (int i = tid; i < PF_ROWS * DH; i += PF_THREADS) {
+        int rr = i / DH, d = i % DH;
+        float x = rr < n_rows ? a.q[((size_t)(t0 + rr) * a.H + h) * DH + d] * qscale : 0.0f;
+        qs[rr * ldq + d] = __float2bfloat16_rn(x);
+    }
+    if (tid == 0) {
+        kmin_s = 0x7fffffff;
+        kmax_s = 0;
+    }
+    __syncthreads();
+    if (tid < PF_ROWS) {
+        int lo = 0, hi = 0;
+        if (tid < n_rows) {
+            lo = a.kv_first ? a.kv_first[t0 + tid] : 0;
+            hi = a.n_dense ? a.n_dense : a.n_visible[t0 + tid];
+            atomicMin(&kmin_s, lo);
+            atomicMax(&kmax_s, hi);
+        }
+        row_lo[tid] = lo;
+        row_hi[tid] = hi;
+    }
+    __syncthreads();
+    const int n_keys = a.n_dense ? a.n_dense : (int)keys[(size_t)a.n_pages * a.P];
+    *kmin = kmin_s;
+    *kmax = min(kmax_s, n_keys);
+}
+
 template <int DH>
 struct pf_smem {
     static constexpr int LDQ = DH + 8;           // bf16 row strides: +8 breaks bank conflicts
@@ -252,44 +291,21 @@ __global__ void __launch_bounds__(PF_THREADS)
     float *row_m = (float *)(row_hi + PF_ROWS), *row_l = row_m + PF_ROWS,
           *row_alpha = row_l + PF_ROWS;
     float *cs = (float *)(sm + L::cs);  // [i] cos, [DH/2 + i] sin of the tile's Δ
-    __shared__ int kmin_s, kmax_s;
     __shared__ long long key_off[PF_KEYS];  // float offset of the key's K row in the pool; -1: none
     __shared__ int key_delta[PF_KEYS];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
     const int n_rows = min(PF_ROWS, a.T - t0);
-    const float qscale = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
 
-    // Q rows (scaled, bf16), row bounds, fresh softmax state, O = 0
-    for (int i = tid; i < PF_ROWS * DH; i += PF_THREADS) {
-        int rr = i / DH, d = i % DH;
-        float x = rr < n_rows ? a.q[((size_t)(t0 + rr) * a.H + h) * DH + d] * qscale : 0.0f;
-        qs[rr * L::LDQ + d] = __float2bfloat16_rn(x);
-    }
+    // Q rows, row bounds, fresh softmax state, O = 0
     for (int i = tid; i < PF_ROWS * L::LDO; i += PF_THREADS) os[i] = 0.0f;
-    if (tid == 0) {
-        kmin_s = 0x7fffffff;
-        kmax_s = 0;
-    }
-    __syncthreads();
     if (tid < PF_ROWS) {
-        int lo = 0, hi = 0;
-        if (tid < n_rows) {
-            lo = a.kv_first ? a.kv_first[t0 + tid] : 0;
-            hi = a.n_dense ? a.n_dense : a.n_visible[t0 + tid];  // clamped below (kmax)
-            atomicMin(&kmin_s, lo);
-            atomicMax(&kmax_s, hi);
-        }
-        row_lo[tid] = lo;
-        row_hi[tid] = hi;
         row_m[tid] = -INFINITY;
         row_l[tid] = 0.0f;
     }
-    __syncthreads();
-    // never past the keys the page table holds (a bad n_visible must not read stale index words)
-    const int n_keys = a.n_dense ? a.n_dense : (int)keys[(size_t)a.n_pages * a.P];
-    const int kmin = kmin_s, kmax = min(kmax_s, n_keys);
+    int kmin, kmax;
+    tile_setup<DH>(a, keys, qs, L::LDQ, row_lo, row_hi, &kmin, &kmax);
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
         const int nk = min(PF_KEYS, kmax - j0);
@@ -443,7 +459,6 @@ __global__ void __launch_bounds__(PF_THREADS)
     __nv_bfloat16 *vs = (__nv_bfloat16 *)(sm + L::v);
     int *row_lo = (int *)(sm + L::rows), *row_hi = row_lo + PF_ROWS;
     float *cs = (float *)(sm + L::cs);
-    __shared__ int kmin_s, kmax_s;
     __shared__ long long key_off[PF_KEYS];
     __shared__ int key_delta[PF_KEYS];
 
@@ -451,32 +466,8 @@ __global__ void __launch_bounds__(PF_THREADS)
     const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
     const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
     const int n_rows = min(PF_ROWS, a.T - t0);
-    const float qscale = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
-
-    for (int i = tid; i < PF_ROWS * DH; i += PF_THREADS) {
-        int rr = i / DH, d = i % DH;
-        float x = rr < n_rows ? a.q[((size_t)(t0 + rr) * a.H + h) * DH + d] * qscale : 0.0f;
-        qs[rr * L::LDQ + d] = __float2bfloat16_rn(x);
-    }
-    if (tid == 0) {
-        kmin_s = 0x7fffffff;
-        kmax_s = 0;
-    }
-    __syncthreads();
-    if (tid < PF_ROWS) {
-        int lo = 0, hi = 0;
-        if (tid < n_rows) {
-            lo = a.kv_first ? a.kv_first[t0 + tid] : 0;
-            hi = a.n_dense ? a.n_dense : a.n_visible[t0 + tid];
-            atomicMin(&kmin_s, lo);
-            atomicMax(&kmax_s, hi);
-        }
-        row_lo[tid] = lo;
-        row_hi[tid] = hi;
-    }
-    __syncthreads();
-    const int n_keys = a.n_dense ? a.n_dense : (int)keys[(size_t)a.n_pages * a.P];
-    const int kmin = kmin_s, kmax = min(kmax_s, n_keys);
+    int kmin, kmax;
+    tile_setup<DH>(a, keys, qs, L::LDQ, row_lo, row_hi, &kmin, &kmax);
 
     // this thread's Q fragments for the whole kernel: rows r0 + g (+ 8), dims 16 kk + 2c (+ 8)
     uint32_t qf[KQ][4];
