@@ -31,6 +31,43 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
     return v;
 }
 
+// Block-wide argmax of each thread's (v, i) candidate: the largest v, the lowest i among equals
+// (i = INT_MAX: no candidate). Returns the winning index to every thread, 0 when no thread had a
+// candidate (all -inf or NaN), as the CPU's scans do. sv, si: >= 32 entries of shared memory.
+__device__ __forceinline__ int block_argmax(float v, int i, float *sv, int *si) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (ov > v || (ov == v && oi < i)) {
+            v = ov;
+            i = oi;
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if (lane == 0) {
+        sv[warp] = v;
+        si[warp] = i;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < nw ? sv[lane] : -INFINITY;
+        i = lane < nw ? si[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            int oi = __shfl_xor_sync(0xffffffffu, i, o);
+            if (ov > v || (ov == v && oi < i)) {
+                v = ov;
+                i = oi;
+            }
+        }
+        if (lane == 0) si[0] = i == 0x7fffffff ? 0 : i;
+    }
+    __syncthreads();
+    const int r = si[0];
+    __syncthreads();  // si may be reused right after
+    return r;
+}
+
 // Element indices (ia, ib) of rotation pair i within a head (see li_rope_layout).
 __device__ __forceinline__ void rope_pair(const li_cuda_rope_args &r, int i, int *ia, int *ib) {
     if (r.gptj) {

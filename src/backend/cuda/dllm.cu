@@ -209,36 +209,7 @@ __global__ void __launch_bounds__(1024)
             bi = v;
         }
     }
-    // (value, id) max with the lowest id on ties: warp, then the block's warps
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > best || (ov == best && oi < bi)) {
-            best = ov;
-            bi = oi;
-        }
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) {
-        sv[warp] = best;
-        si[warp] = bi;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        best = lane < nw ? sv[lane] : -INFINITY;
-        bi = lane < nw ? si[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > best || (ov == best && oi < bi)) {
-                best = ov;
-                bi = oi;
-            }
-        }
-        if (lane == 0) si[0] = bi == 0x7fffffff ? 0 : bi;  // all -inf / NaN: id 0, as the CPU
-    }
-    __syncthreads();
-    const int arg = si[0];
+    const int arg = block_argmax(best, bi, sv, si);  // lowest id on ties; none: 0, as the CPU
     if (eot >= 0 && threadIdx.x == 0) l[eot] = -INFINITY;
     __syncthreads();
     float mx = -INFINITY;

@@ -19,6 +19,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
 
+#include "cuda-device.cuh"
 #include "sample.cuh"
 
 #define SAMPLE_THREADS 1024
@@ -52,33 +53,8 @@ __global__ void sample_kernel_argmax(const float *x, int V, int32_t *tok) {
             bv = x[i];
             bi = i;
         }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) {
-        sv[warp] = bv;
-        si[warp] = bi;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        bv = lane < nw ? sv[lane] : -INFINITY;
-        bi = lane < nw ? si[lane] : INT_MAX;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
-        if (lane == 0) *tok = bi == INT_MAX ? 0 : bi;
-    }
+    const int best = block_argmax(bv, bi, sv, si);
+    if (threadIdx.x == 0) *tok = best;
 }
 
 __global__ void sample_kernel_prep(float *keys, int32_t *ids, const float *logits, int V) {
