@@ -602,9 +602,11 @@ static void kv_strs(wbuf *b, const char *k, const char *const *v, int n) {
 }
 
 // A byte-level vocabulary: "a", "b", "ab", "Ġ", "Ġab", <|c|> (control) and <u> (user-defined).
-static li_status gguf_vocab(const char *model, const char *pre, const char *merge2, uint32_t eos,
-                            li_tokenizer **t) {
-    static const char *toks[] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0\x61\x62", "<|c|>", "<u>"};
+// A 7-token GGUF vocabulary; user_tok (NULL: "<u>") is the text of its user-defined token, id 6.
+static li_status gguf_vocab_u(const char *model, const char *pre, const char *merge2, uint32_t eos,
+                              const char *user_tok, li_tokenizer **t) {
+    const char *toks[] = {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0\x61\x62", "<|c|>",
+                          user_tok ? user_tok : "<u>"};
     const char *merges[] = {"a b", merge2};
     wbuf b = {0};
     w(&b, "GGUF", 4);
@@ -628,6 +630,11 @@ static li_status gguf_vocab(const char *model, const char *pre, const char *merg
     li_gguf_close(g);
     free(b.p);
     return st;
+}
+
+static li_status gguf_vocab(const char *model, const char *pre, const char *merge2, uint32_t eos,
+                            li_tokenizer **t) {
+    return gguf_vocab_u(model, pre, merge2, eos, NULL, t);
 }
 
 static void test_gguf_mem(void) {
@@ -658,6 +665,20 @@ static void test_gguf_mem(void) {
     st = gguf_vocab("gpt2", "default", "\xC4\xA0 ab", 99, &t);
     CHECK(st == LI_ERR_FORMAT && !t && strstr(li_error_msg(), "eos_token_id"), "bad eos: %s",
           li_error_msg());
+    // An added token that is not valid UTF-8 (here a lone continuation byte) is never matched in
+    // the text: it would split "é" (C3 A9) and hand the pre-tokenizer half a character (found by
+    // fuzz-gguf-tokenizer: the regex then read past the segment).
+    st = gguf_vocab_u("gpt2", "default", "\xC4\xA0 ab", 5, "\xA9", &t);
+    CHECK(st == LI_OK && t, "invalid-UTF-8 added token: %s", li_error_msg());
+    if (t) {
+        int32_t *ids = NULL;
+        int n = 0;
+        CHECK(li_tokenizer_encode(t, "ab\xC3\xA9" "ab", 6, false, true, &ids, &n) == LI_OK,
+              "encode: %s", li_error_msg());
+        for (int i = 0; i < n; i++) CHECK(ids[i] != 6, "the invalid-UTF-8 token matched");
+        li_free_tokens(ids);
+        li_tokenizer_free(t);
+    }
     TEST_END();
 }
 

@@ -205,12 +205,20 @@ static int cmp_added(const void *pa, const void *pb) {
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+// An added token the encoder looks for in the text: non-empty and valid UTF-8. The text is valid
+// UTF-8, so a token that is not could only match across a character boundary, and would leave the
+// pre-tokenizer regex (run without UTF checks) a split character. Such tokens still decode.
+static bool matchable_added(const li_tokenizer *t, int i) {
+    return TOK_HAS(t, i) && (t->tok_attr[i] & TOK_ADDED) && t->tok_len[i] > 0 &&
+           utf8_check(TOK_TEXT(t, i), t->tok_len[i]) == t->tok_len[i];
+}
+
 li_status li_tok_build_index(li_tokenizer *t, const char *what) {
     int n_model = 0, n_added = 0;
     for (int i = 0; i < t->n_vocab; i++) {
         if (!TOK_HAS(t, i)) continue;
         if (t->tok_attr[i] & TOK_MODEL) n_model++;
-        if ((t->tok_attr[i] & TOK_ADDED) && t->tok_len[i] > 0) n_added++;
+        if (matchable_added(t, i)) n_added++;
     }
     uint32_t cap = 16;
     while (cap < (uint32_t)n_model * 2) cap *= 2;
@@ -237,7 +245,7 @@ li_status li_tok_build_index(li_tokenizer *t, const char *what) {
     if (!keys) return li_error_set(LI_ERR_OOM, "%s: out of memory for the vocabulary index", what);
     t->n_added = 0;
     for (int i = 0; i < t->n_vocab; i++)
-        if (TOK_HAS(t, i) && (t->tok_attr[i] & TOK_ADDED) && t->tok_len[i] > 0)
+        if (matchable_added(t, i))
             keys[t->n_added++] = (added_key){(uint8_t)TOK_TEXT(t, i)[0], t->tok_len[i], i};
     qsort(keys, (size_t)t->n_added, sizeof *keys, cmp_added);
     for (int i = 0; i < t->n_added; i++) t->added[i] = keys[i].id;
