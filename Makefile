@@ -155,7 +155,9 @@ fuzz: $(FUZZ_BIN)
 	  n=$$(basename $$f); mkdir -p fuzz-out/$$n; \
 	  echo "== $$n: $(FUZZ_RUNS) runs"; \
 	  $$f -runs=$(FUZZ_RUNS) -max_len=65536 -print_final_stats=1 fuzz-out/$$n tests/fuzz/corpus/$$n \
-	    2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY" || exit 1; \
+	    > fuzz-out/$$n.log 2>&1; rc=$$?; \
+	  grep -E "stat::number_of_executed_units|ERROR|SUMMARY" fuzz-out/$$n.log; \
+	  if [ $$rc -ne 0 ]; then echo "$$n failed (fuzz-out/$$n.log; the input is in crash-*)"; exit 1; fi; \
 	done
 
 demo: setup all
