@@ -10,6 +10,8 @@
 #   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
 #           ceilings, in the same call
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
+#   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
+#   torchllada bench/torch_baselines.py --only eager_llada8b (after dllm: same prompt length)
 #   mma     gpu-model and e2e with the mma.sync prefill attention (LI_CUDA_ATTN_MMA=1)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
 # Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
@@ -43,8 +45,14 @@ exec > >(tee "$OUT/summary.txt") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
 date -u | tee -a "$OUT/gpu.txt"
 status=0
+# The device tool stops a call at 600 s and then nothing is packed: every step ends by
+# DEADLINE_S (default 560) seconds after the start, whatever its own limit.
+T_END=$(( $(date +%s) + ${DEADLINE_S:-560} ))
 run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, print its last lines
   local name=$1 t=$2; shift 2
+  local left=$(( T_END - $(date +%s) ))
+  [ "$left" -lt "$t" ] && t=$left
+  [ "$t" -le 0 ] && { echo "== $name: skipped, no time left"; status=1; return; }
   local t0=$(date +%s%N)
   timeout "$t" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
   echo "== $name: rc $rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms"
@@ -76,6 +84,15 @@ has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.js
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a
 # benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
 has dllm && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
+# one denoising step at canvas 512/1024/2048, each LaCache component and FP8 (issue 5's table)
+has dllmstep && run bench-dllm-canvas 240 $LI bench dllm --backend cuda -m synth:llada-8b \
+  --canvas 512,1024,2048 --block-length 32
 has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b --prompts .gpu/gsm8k.jsonl \
-  -n 1 --shots 4 --gen-length 256 --block-length 32 --steps 256 --commit-per-step 2 ${DLLM_ARGS:-}
+  -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
+  --commit-per-step 2 ${DLLM_ARGS:-}
+# the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding after
+# a prompt as long as the engine's GSM8K one (bench-dllm's "mean prompt")
+LLADA_P=$(grep -o 'mean prompt [0-9]*' "$OUT/bench-dllm.log" 2>/dev/null | awk '{print $3}')
+has torchllada && run torch-llada 300 python3 bench/torch_baselines.py --only eager_llada8b \
+  --llada-prompt "${LLADA_P:-1000}" --out "$OUT/torch-llada.jsonl"
 exit $status

@@ -40,6 +40,17 @@ F=14336, L=32, V=128256, rope theta 500000 with llama3 scaling):
                  DynamicCache (greedy argmax feeds the next token, all on the GPU),
                  each forward timed separately: median and mean ms/token.  Peak
                  memory is torch.cuda.max_memory_allocated per phase.
+  eager_llada8b  A plain PyTorch LLaDA-8B (GSAI-ML/LLaDA-8B shapes: L=32, D=4096,
+                 H=Hkv=32, Dh=128, F=12288 SwiGLU, V=126464, RMSNorm, RoPE theta
+                 500000), bf16 random weights (normal std 0.02) on the GPU, eager,
+                 bidirectional F.scaled_dot_product_attention, the LM head over the
+                 whole canvas (as the reference LLaDA generate does).  (a) one
+                 denoising step (forward + argmax/softmax confidence/top-1 commit of
+                 the last 32-token block) at canvas 512/1024/2048: "step_ms" per
+                 size; (b) vanilla SAR decoding (gen 256, block 32, 256 steps, one
+                 token per step, low-confidence remasking) after a prompt of
+                 --llada-prompt tokens (the engine's GSM8K 4-shot mean): latency
+                 and tokens/s, the e2e baseline.
   copy_bw        Device-to-device dst.copy_(src) of a 4 GiB buffer; bytes counted
                  = read + written = 2 * 4 GiB.  The bandwidth ceiling of this run.
   gemm_bf16      8192x8192x8192 bf16 matmul into a preallocated output;
@@ -89,6 +100,8 @@ ROPE_LLAMA3 = {
 MAX_POS = 131072
 
 BENCH_NAMES = ["sdpa_decode", "sdpa_prefill", "eager_llama8b", "copy_bw", "gemm_bf16"]
+# not in the default run (issue 5's baselines): --only eager_llada8b
+EXTRA_BENCHES = ["eager_llada8b"]
 
 
 def log(msg):
@@ -113,6 +126,7 @@ class Ctx:
             self.device_name = torch.cuda.get_device_name()
         # bf16 benches run in float32 in the CPU smoke test.
         self.half = torch.float32 if self.smoke else torch.bfloat16
+        self.llada_prompt = getattr(args, "llada_prompt", 1000)
 
     def iters(self, warmup, iters):
         """Scale iteration counts for --quick / --cpu-smoke."""
@@ -544,6 +558,128 @@ def bench_eager_llama8b(ctx):
     ctx.emit(rec)
 
 
+
+# ---------------------------------------------------------------------------
+# eager_llada8b
+# ---------------------------------------------------------------------------
+class _LLaDA(torch.nn.Module):
+    """LLaDA's forward written plainly: pre-norm blocks, bidirectional attention."""
+
+    def __init__(self, L, D, H, Dh, Fd, V, dtype, dev):
+        super().__init__()
+        g = torch.Generator(device=dev).manual_seed(0)
+
+        def w(*shape):
+            return (torch.randn(*shape, device=dev, dtype=torch.float32, generator=g) * 0.02
+                    ).to(dtype)
+        self.H, self.Dh = H, Dh
+        self.emb = w(V, D)
+        self.layers = []
+        for _ in range(L):
+            self.layers.append({
+                "attn_norm": torch.ones(D, device=dev, dtype=dtype),
+                "wqkv": w(3 * H * Dh, D), "wo": w(D, H * Dh),
+                "ff_norm": torch.ones(D, device=dev, dtype=dtype),
+                "wgu": w(2 * Fd, D), "wd": w(D, Fd)})
+        self.norm = torch.ones(D, device=dev, dtype=dtype)
+        self.head = w(V, D)
+        inv = 1.0 / (500000.0 ** (torch.arange(0, Dh, 2, device=dev, dtype=torch.float32) / Dh))
+        self.inv_freq = inv
+
+    @staticmethod
+    def rms(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype) * w
+
+    def rope(self, x, cos, sin):  # x (1, H, T, Dh), rotate-half convention
+        x1, x2 = x[..., : self.Dh // 2], x[..., self.Dh // 2:]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+
+    def forward(self, ids):
+        T = ids.shape[-1]
+        pos = torch.arange(T, device=ids.device, dtype=torch.float32)
+        ang = torch.outer(pos, self.inv_freq)
+        cos, sin = ang.cos().to(self.emb.dtype), ang.sin().to(self.emb.dtype)
+        x = F.embedding(ids, self.emb)  # (1, T, D)
+        for ly in self.layers:
+            h = self.rms(x, ly["attn_norm"])
+            q, k, v = (h @ ly["wqkv"].t()).view(1, T, 3, self.H, self.Dh).permute(2, 0, 3, 1, 4)
+            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=False)
+            x = x + a.transpose(1, 2).reshape(1, T, -1) @ ly["wo"].t()
+            h = self.rms(x, ly["ff_norm"])
+            gu = h @ ly["wgu"].t()
+            g_, u_ = gu.chunk(2, -1)
+            x = x + (F.silu(g_) * u_) @ ly["wd"].t()
+        return self.rms(x, self.norm) @ self.head.t()  # (1, T, V): the whole canvas
+
+
+def _llada_step(model, x, lo, hi, mask_id):
+    """One vanilla denoising step: logits of the canvas, greedy x0 and confidence in the
+    block, commit the most confident masked position (low-confidence remasking, 1/step)."""
+    logits = model(x)[0, lo:hi].float()
+    p = torch.softmax(logits, -1)
+    conf, x0 = p.max(-1)
+    masked = x[0, lo:hi] == mask_id
+    conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
+    j = conf.argmax()
+    x[0, lo + j] = x0[j]
+
+
+def bench_eager_llada8b(ctx):
+    rec = {"bench": "eager_llada8b", "dtype": str(ctx.half).replace("torch.", ""),
+           "attention": "sdpa (bidirectional)", "cuda_graphs": False, "compile": False}
+    if ctx.smoke:
+        L, D, H, Dh, Fd, V, sizes, gen, block, P = 2, 64, 4, 16, 128, 512, [64], 16, 8, 24
+    else:
+        L, D, H, Dh, Fd, V, sizes, gen, block = 32, 4096, 32, 128, 12288, 126464, \
+            [512, 1024, 2048], 256, 32
+        P = ctx.llada_prompt
+    rec["shape"] = {"layers": L, "d_model": D, "heads": H, "head_dim": Dh, "d_ff": Fd,
+                    "vocab": V}
+    model = None
+    try:
+        t0 = time.perf_counter()
+        model = _LLaDA(L, D, H, Dh, Fd, V, ctx.half, ctx.dev)
+        ctx.sync()
+        rec["build_s"] = time.perf_counter() - t0
+        mask_id = V - 1
+        gen_ = torch.Generator(device=ctx.dev).manual_seed(1)
+        warmup, iters = ctx.iters(2, 10)
+        rec["step_ms"] = {}
+        with torch.inference_mode():
+            for N in sizes:
+                x = torch.randint(0, V - 2, (1, N), device=ctx.dev, generator=gen_)
+                x[0, N - 32:] = mask_id
+                times = ctx.time_ms(lambda: _llada_step(model, x.clone(), N - 32, N, mask_id),
+                                    warmup, iters)
+                rec["step_ms"][str(N)] = summarize(times, warmup)
+                log(f"eager_llada8b: step at canvas {N}: {rec['step_ms'][str(N)]['ms']:.2f} ms")
+            # (b) vanilla SAR decoding of gen tokens after P prompt tokens
+            T = P + gen
+            x = torch.randint(0, V - 2, (1, T), device=ctx.dev, generator=gen_)
+            x[0, P:] = mask_id
+            ctx.sync()
+            t0 = time.perf_counter()
+            steps = 0
+            for b in range(gen // block):
+                lo, hi = P + b * block, P + (b + 1) * block
+                for _ in range(block):
+                    _llada_step(model, x, lo, hi, mask_id)
+                    steps += 1
+            ctx.sync()
+            lat = (time.perf_counter() - t0) * 1e3
+        rec["e2e"] = {"prompt_tokens": P, "gen_length": gen, "block_length": block,
+                      "steps": steps, "latency_ms": lat, "tok_per_s": gen / (lat * 1e-3),
+                      "ms_per_step": lat / steps}
+    except Exception as e:  # noqa: BLE001
+        rec["error"] = f"{type(e).__name__}: {e}"[:500]
+        log(traceback.format_exc())
+    finally:
+        model = None
+        ctx.free()
+    ctx.emit(rec)
+
 # ---------------------------------------------------------------------------
 # 4. copy_bw
 # ---------------------------------------------------------------------------
@@ -598,6 +734,7 @@ BENCHES = {
     "eager_llama8b": bench_eager_llama8b,
     "copy_bw": bench_copy_bw,
     "gemm_bf16": bench_gemm_bf16,
+    "eager_llada8b": bench_eager_llada8b,
 }
 
 
@@ -605,7 +742,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None, help="append JSON lines to this file too")
     ap.add_argument("--only", default=None,
-                    help="comma-separated bench names: " + ",".join(BENCH_NAMES))
+                    help="comma-separated bench names: " + ",".join(BENCH_NAMES + EXTRA_BENCHES))
+    ap.add_argument("--llada-prompt", type=int, default=1000,
+                    help="eager_llada8b: prompt tokens before the 256 generated (default 1000)")
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny shapes on CPU (float32, perf_counter) to check the script runs")
@@ -616,7 +755,7 @@ def main():
         names = [s.strip() for s in args.only.split(",") if s.strip()]
         bad = [s for s in names if s not in BENCHES]
         if bad:
-            ap.error(f"unknown bench(es) {bad}; choose from {BENCH_NAMES}")
+            ap.error(f"unknown bench(es) {bad}; choose from {BENCH_NAMES + EXTRA_BENCHES}")
 
     ctx = Ctx(args)
     torch.manual_seed(0)

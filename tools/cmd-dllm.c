@@ -488,14 +488,132 @@ typedef struct {
     int same_as_vanilla, n;
 } method_sum;
 
+// One row of bench dllm's table, printed as soon as the method has run (a long GPU run that is
+// cut short still shows the methods it finished).
+static void print_method_row(const char *name, int k, const method_sum *s, double v_flops,
+                             int n_prompts) {
+    double lat = s->latency_ms / n_prompts;
+    printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld / %lld | %lld | "
+           "%.3f | %.1f%% | %s |\n",
+           name, lat, s->latency_ms > 0 ? 1e3 * s->tok_fast / s->latency_ms : 0,
+           s->latency_ms > 0 ? 1e3 * s->tok_dinfer / s->latency_ms : 0, (double)s->nfe / n_prompts,
+           s->steps ? s->latency_ms / s->steps : 0, (long long)s->canvas_rows,
+           (long long)s->embed_rows, (long long)s->qkv_rows, (long long)s->fa_tiles,
+           (long long)s->fa_skipped, (long long)s->head_rows, s->flops / 1e9,
+           v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
+           k == 0               ? "—"
+           : s->same_as_vanilla ? "yes"
+                                : "no");
+    fflush(stdout);
+}
+
+// `bench dllm --canvas 512,1024,2048`: the cost of one denoising step at fixed canvas sizes, the
+// issue's per-step comparison (a PyTorch eager model of the same shapes is timed by
+// bench/torch_baselines.py --only llada). For each size N: random prompt tokens (no special
+// token), one block of B = --block-length masks at the end (P = N - B), B steps committing one
+// token each, so "ms/step" is the mean over a whole block: its first step fills the caches, the
+// others reuse them. A vanilla run first warms up (GEMM plans, FP8 calibration) untimed.
+static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_params *base,
+                             const char *list) {
+    static const struct {
+        const char *name;
+        unsigned lacache;
+        bool fp8;
+    } rows[] = {
+        {"vanilla", 0, false},
+        {"+EmbedCache", LI_DLLM_LACACHE_EMBED, false},
+        {"+RoPECache", LI_DLLM_LACACHE_ROPE, false},
+        {"+FACache", LI_DLLM_LACACHE_FA, false},
+        {"+LM-head trunc", LI_DLLM_LACACHE_TRUNC, false},
+        {"+FP8 FFN", 0, true},
+        {"LaCache (caches + trunc)", LI_DLLM_LACACHE_ALL, false},
+        {"LaCache + FP8", LI_DLLM_LACACHE_ALL, true},
+    };
+    int32_t MASK, EOS, EOT;
+    if (li_dllm_special_tokens(m, &MASK, &EOS, &EOT) != LI_OK) return cli_fail("special tokens");
+    li_model_info info;
+    li_model_get_info(m, &info);
+    const int B = base->block_length;
+    printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->model, info.name,
+           a->backend ? a->backend : "cpu");
+    printf("One block of %d masks after N - %d random prompt tokens, %d steps of one token; "
+           "ms/step = the block's latency / %d (its first step fills the caches). FLOPs: the "
+           "engine's count of the block's work.\n\n",
+           B, B, B, B);
+    printf("| canvas | method | ms/step | speed-up vs vanilla | GFLOP/step | FLOPs saved | "
+           "= vanilla |\n|---:|---|---:|---:|---:|---:|:-:|\n");
+    fflush(stdout);
+    const char *p = list;
+    int status = 0;
+    while (*p && !status) {
+        char *end;
+        long N = strtol(p, &end, 10);
+        if (end == p || N <= B || N > 1 << 20 || (*end && *end != ',')) {
+            fprintf(stderr, "lazyinfer bench dllm: --canvas wants sizes > block length %d, "
+                            "comma-separated (at '%s')\n", B, p);
+            return 2;
+        }
+        p = *end ? end + 1 : end;
+        int P = (int)N - B;
+        int32_t *prompt = malloc((size_t)P * sizeof *prompt), *gen = malloc((size_t)B * 4),
+                *ref = malloc((size_t)B * 4);
+        if (!prompt || !gen || !ref) {
+            free(prompt), free(gen), free(ref);
+            return cli_fail("out of memory");
+        }
+        li_rng rng;
+        li_rng_seed(&rng, a->seed ^ (uint64_t)N);
+        int lo = 100 < info.n_vocab / 4 ? 100 : 0, span = info.n_vocab / 2;
+        for (int i = 0; i < P; i++) {
+            int32_t t;
+            do t = lo + (int32_t)(li_rng_u64(&rng) % (uint64_t)span);
+            while (t == MASK || t == EOS || t == EOT);
+            prompt[i] = t;
+        }
+        li_dllm_params q = *base;
+        q.gen_length = q.block_length = q.steps = B;
+        q.threshold = q.factor = 0;
+        q.commit_per_step = 0;
+        q.dpad = false;
+        double v_ms = 0, v_flops = 0;
+        li_dllm_stats st;
+        q.lacache = 0;
+        q.fp8 = false;
+        if (li_dllm_generate(m, prompt, P, &q, ref, &st) != LI_OK) { // warm-up
+            fprintf(stderr, "lazyinfer bench dllm: canvas %ld warm-up: %s\n", N, li_last_error());
+            status = 1;
+        }
+        for (size_t k = 0; k < sizeof rows / sizeof rows[0] && !status; k++) {
+            q.lacache = rows[k].lacache;
+            q.fp8 = rows[k].fp8;
+            if (li_dllm_generate(m, prompt, P, &q, gen, &st) != LI_OK) {
+                fprintf(stderr, "lazyinfer bench dllm: canvas %ld, %s: %s\n", N, rows[k].name,
+                        li_last_error());
+                status = 1;
+                break;
+            }
+            double ms = st.latency_ms / st.steps, fl = st.flops / st.steps;
+            if (k == 0) v_ms = ms, v_flops = fl;
+            printf("| %ld | %s | %.2f | %.2fx | %.3g | %.1f%% | %s |\n", N, rows[k].name, ms,
+                   v_ms / ms, fl / 1e9, 100.0 * (1.0 - fl / v_flops),
+                   memcmp(gen, ref, (size_t)B * 4) ? "no" : "yes");
+            fflush(stdout);
+        }
+        free(prompt), free(gen), free(ref);
+    }
+    printf("\n= vanilla: the block's committed tokens equal the vanilla run's (FP8 is approximate: "
+           "a difference there is expected, not a failure).\n");
+    return status;
+}
+
 int cmd_bench_dllm(int argc, char **argv) {
     dllm_args a;
     args_init(&a);
     a.gen_length = 64;
     a.block_length = 16;
     a.steps = 64;
-    const char *prompts = NULL, *only = NULL;
-    int n_prompts = 2, shots = 0;
+    const char *prompts = NULL, *only = NULL, *canvas = NULL;
+    int n_prompts = 2, shots = 0, prompt_tokens = 0;
     const opt opts[] = {
         {"--prompts", NULL, OPT_STR, &prompts,
          "GSM8K jsonl (default ../shared/data/gsm8k/test.jsonl)"},
@@ -503,6 +621,12 @@ int cmd_bench_dllm(int argc, char **argv) {
         {"--shots", NULL, OPT_INT, &shots,
          "few-shot examples before each question: 0 (default), 1 or 4"},
         {"--methods", NULL, OPT_STR, &only, "comma-separated subset of the method names"},
+        {"--prompt-tokens", NULL, OPT_INT, &prompt_tokens,
+         "keep only each prompt's last N tokens (synthetic models' byte tokenizer makes a "
+         "prompt ~3.3x longer than a real one; 575 = the Llama-3 count of the 4-shot prompt)"},
+        {"--canvas", NULL, OPT_STR, &canvas,
+         "instead: time denoising steps at these canvas sizes (e.g. 512,1024,2048), one block "
+         "of --block-length at the end, each LaCache component and FP8"},
         DLLM_DECODE_OPTS(a),
     };
     const char *pos[1];
@@ -521,6 +645,11 @@ int cmd_bench_dllm(int argc, char **argv) {
     if (r) return r == 1 ? 0 : 2;
     if (n_prompts < 1 || n_prompts > 10000) {
         fprintf(stderr, "lazyinfer bench dllm: --n-prompts %d must be in 1..10000\n", n_prompts);
+        return 2;
+    }
+    if (prompt_tokens < 0) {
+        fprintf(stderr, "lazyinfer bench dllm: --prompt-tokens %d must not be negative\n",
+                prompt_tokens);
         return 2;
     }
     if (shots < 0 || shots > 8) {
@@ -547,6 +676,13 @@ int cmd_bench_dllm(int argc, char **argv) {
     if (!dp.dpad) dp.dpad = true; // DPad with the given (or default) window, k, scale
     base.dpad = false;
 
+    if (canvas) {
+        li_model *m = NULL;
+        if ((r = load_model("bench dllm", &a, &m))) return r;
+        r = bench_dllm_canvas(m, &a, &base, canvas);
+        li_model_free(m);
+        return r;
+    }
     if (!prompts) prompts = default_prompts();
     if (!prompts) {
         fprintf(stderr, "lazyinfer bench dllm: no GSM8K file at ../shared/data/gsm8k/test.jsonl "
@@ -609,8 +745,40 @@ int cmd_bench_dllm(int argc, char **argv) {
             status = cli_fail("cannot tokenize a prompt");
             goto out;
         }
+        if (prompt_tokens > 0 && n_ids[i] > prompt_tokens) {  // its tail: the question last
+            memmove(ids[i], ids[i] + (n_ids[i] - prompt_tokens),
+                    (size_t)prompt_tokens * sizeof *ids[i]);
+            n_ids[i] = prompt_tokens;
+        }
         total_prompt += n_ids[i];
     }
+    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.model, info.name,
+           info.n_params / 1e6, m->be->n_threads);
+    printf(
+        "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens%s; gen_length %d, "
+        "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; fp8 %s; seed %llu.\n",
+        n_prompts, prompts, shots, a.chat ? ", chat format" : "", (double)total_prompt / n_prompts,
+        prompt_tokens > 0 ? " (each cut to its last --prompt-tokens)" : "",
+        base.gen_length, base.block_length, base.steps,
+        par.threshold > 0 ? "threshold"
+        : par.factor > 0  ? "factor"
+                          : "commit-per-step",
+        dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
+        (unsigned long long)a.seed);
+    if (par.threshold > 0)
+        printf("Threshold tau = %g.", par.threshold);
+    else if (par.factor > 0)
+        printf("Factor f = %g.", par.factor);
+    else
+        printf("Commit exactly %d per step (a fixed schedule, not confidence-driven).",
+               par.commit_per_step);
+    printf(" tok/s F = Fast-dLLM count (generated tokens that are not EOS) / latency; tok/s D = "
+           "dInfer count (all gen_length positions, prompt excluded) / latency. Latency, NFE and "
+           "steps are per question (mean); work columns are totals over the questions. FLOPs "
+           "saved: against vanilla's total. = vanilla: the committed tokens equal vanilla's.\n\n");
+    printf("| method | latency ms | tok/s F | tok/s D | NFE | ms/step | canvas rows | embed rows | "
+           "QKV rows | FA tiles done / served | head rows | GFLOP | FLOPs saved | = vanilla |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
     int n_run = 0;
     for (int k = 0; k < n_methods; k++) {
         if (only) {
@@ -663,52 +831,9 @@ int cmd_bench_dllm(int argc, char **argv) {
             s->fp8_rows += st.fp8_gemm_rows;
             li_progress("bench dllm", ++n_run, (int64_t)n_methods * n_prompts);
         }
+        print_method_row(methods[k].name, k, s, sum[0].flops, n_prompts);  // as it finishes
     }
 
-    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.model, info.name,
-           info.n_params / 1e6, m->be->n_threads);
-    printf(
-        "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens; gen_length %d, "
-        "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; fp8 %s; seed %llu.\n",
-        n_prompts, prompts, shots, a.chat ? ", chat format" : "", (double)total_prompt / n_prompts,
-        base.gen_length, base.block_length, base.steps,
-        par.threshold > 0 ? "threshold"
-        : par.factor > 0  ? "factor"
-                          : "commit-per-step",
-        dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
-        (unsigned long long)a.seed);
-    if (par.threshold > 0)
-        printf("Threshold tau = %g.", par.threshold);
-    else if (par.factor > 0)
-        printf("Factor f = %g.", par.factor);
-    else
-        printf("Commit exactly %d per step (a fixed schedule, not confidence-driven).",
-               par.commit_per_step);
-    printf(" tok/s F = Fast-dLLM count (generated tokens that are not EOS) / latency; tok/s D = "
-           "dInfer count (all gen_length positions, prompt excluded) / latency. Latency, NFE and "
-           "steps are per question (mean); work columns are totals over the questions. FLOPs "
-           "saved: against vanilla's total. = vanilla: the committed tokens equal vanilla's.\n\n");
-    printf("| method | latency ms | tok/s F | tok/s D | NFE | ms/step | canvas rows | embed rows | "
-           "QKV rows | FA tiles done / served | head rows | GFLOP | FLOPs saved | = vanilla |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
-    double v_flops = sum[0].flops;
-    for (int k = 0; k < n_methods; k++) {
-        const method_sum *s = &sum[k];
-        if (!s->n) continue;
-        double lat = s->latency_ms / n_prompts;
-        printf(
-            "| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld / %lld | %lld | "
-            "%.3f | %.1f%% | %s |\n",
-            methods[k].name, lat, s->latency_ms > 0 ? 1e3 * s->tok_fast / s->latency_ms : 0,
-            s->latency_ms > 0 ? 1e3 * s->tok_dinfer / s->latency_ms : 0, (double)s->nfe / n_prompts,
-            s->steps ? s->latency_ms / s->steps : 0, (long long)s->canvas_rows,
-            (long long)s->embed_rows, (long long)s->qkv_rows, (long long)s->fa_tiles,
-            (long long)s->fa_skipped, (long long)s->head_rows, s->flops / 1e9,
-            v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
-            k == 0               ? "—"
-            : s->same_as_vanilla ? "yes"
-                                 : "no");
-    }
     if (!strncmp(a.model, "synth:", 6))
         printf("\nSynthetic model: random weights, so confidences are flat and the text is noise; "
                "threshold/factor then commit about one token per step — use --commit-per-step K "

@@ -34,6 +34,7 @@ typedef struct {
     int64_t N, K;
     int T;
     uint32_t align_w, align_y;
+    cudaDataType_t d_type;  // FP8 plans: the output's type (f32, or bf16 then widened)
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t lw, lx, ly;  // W^T as (K, N) col-major, x as (K, T), y as (N, T)
     cublasLtMatmulAlgo_t algo;
@@ -66,10 +67,13 @@ typedef struct {
     // transposed)
     int fp8_mode;
     bool fp8_t4;  // the library took the activation scales only with T a multiple of 4
-    char fp8_note[600];
+    cudaDataType_t fp8_d_type;  // the output type the library took: f32, else bf16 (widened)
+    int fp8_status;             // the last heuristic query's cublasStatus_t (for the note)
+    char fp8_note[1200];
     gemm_plan fp8_plans[LI_FP8_PLANS];
     int n_fp8_plans, fp8_next_evict;
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
+    dev_scratch fp8_y;           // (T, N) bf16 output when the library writes only bf16
     li_cuda_sampler *sampler;
     li_status err;     // first error since init
     char err_msg[512];
@@ -221,6 +225,7 @@ void li_backend_cuda_destroy(li_backend *be) {
         cudaFree(im->keys.p);
         cudaFree(im->fp8_ws.p);
         cudaFree(im->fp8_as.p);
+        cudaFree(im->fp8_y.p);
         for (int i = 0; i < im->n_fp8_plans; i++) plan_destroy(&im->fp8_plans[i]);
         cudaFree(im->ws);
         if (im->lt) cublasLtDestroy(im->lt);
@@ -623,10 +628,11 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // A cached plan for (N, K, T), or NULL when cuBLASLt cannot serve the shape (not an error: the
 // caller falls back to the exact kernel). Pointers are 16-byte aligned (cu_matmul_fp8_fast
 // checks), which the preference states so that the heuristic does not assume 256.
-static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T) {
+static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T,
+                               cudaDataType_t d_type) {
     for (int i = 0; i < im->n_fp8_plans; i++) {
         gemm_plan *p = &im->fp8_plans[i];
-        if (p->N == N && p->K == K && p->T == T) return p;
+        if (p->N == N && p->K == K && p->T == T && p->d_type == d_type) return p;
     }
     gemm_plan *p;
     if (im->n_fp8_plans < LI_FP8_PLANS) {
@@ -645,6 +651,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T) {
     uint32_t al = 16;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
+    cublasStatus_t hs = CUBLAS_STATUS_NOT_INITIALIZED;
     bool ok =
         cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0 &&
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == 0 &&
@@ -655,7 +662,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T) {
                                        sizeof mb) == 0 &&
         cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) == 0 &&
         cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) == 0 &&
-        cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) == 0 &&
+        cublasLtMatrixLayoutCreate(&p->ly, d_type, (uint64_t)N, (uint64_t)T, N) == 0 &&
         cublasLtMatmulPreferenceCreate(&pref) == 0 &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                              sizeof ws) == 0 &&
@@ -667,9 +674,10 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T) {
                                              sizeof al) == 0 &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
                                              sizeof al) == 0 &&
-        cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref, 1, &res,
-                                       &n_res) == 0 &&
+        (hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref,
+                                             1, &res, &n_res)) == 0 &&
         n_res > 0;
+    im->fp8_status = hs == 0 && n_res == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : (int)hs;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (!ok) {
         plan_destroy(p);  // N = 0: never matches a lookup, so the shape is tried again later
@@ -679,14 +687,15 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T) {
     p->N = N;
     p->K = K;
     p->T = T;
+    p->d_type = d_type;
     return p;
 }
 
 // One cuBLASLt FP8 GEMM with the scale tables in the orientation `mode` says (1 + bits). false
 // when the library refused (nothing recorded: the caller falls back); a failed transposition is
 // recorded like any op's error.
-static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, const float *sa,
-                       int T, const li_fp8_weight *W) {
+static bool fp8_lt_run(li_cuda_impl *im, int mode, cudaDataType_t d_type, float *y,
+                       const uint8_t *qa, const float *sa, int T, const li_fp8_weight *W) {
     int64_t N = W->n_rows, K = W->n_cols, GN = N / 128, GK = K / 128;
     const float *ws = W->scale, *as = sa;
     if ((mode - 1) & 1) {  // weight scales as (K/128, N/128)
@@ -703,15 +712,23 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, 
             return true;
         as = t;
     }
-    gemm_plan *p = fp8_plan_get(im, N, K, T);
+    gemm_plan *p = fp8_plan_get(im, N, K, T, d_type);
     if (!p) return false;
+    void *d = y;  // bf16 output: a (T, N) scratch, widened into y afterwards (6 bytes/element)
+    if (d_type == CUDA_R_16BF &&
+        !(d = scratch_get(im, &im->fp8_y, (size_t)T * N * 2, "matmul_fp8_fast (bf16 output)")))
+        return true;  // recorded
     const float alpha = 1.0f, beta = 0.0f;
-    return cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws,
-                                          sizeof ws) == 0 &&
-           cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &as,
-                                          sizeof as) == 0 &&
-           cublasLtMatmul(im->lt, p->desc, &alpha, W->q, p->lw, qa, p->lx, &beta, y, p->ly, y,
-                          p->ly, &p->algo, im->ws, CUDA_GEMM_WORKSPACE, im->stream) == 0;
+    bool ok =
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws,
+                                       sizeof ws) == 0 &&
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &as,
+                                       sizeof as) == 0 &&
+        cublasLtMatmul(im->lt, p->desc, &alpha, W->q, p->lw, qa, p->lx, &beta, d, p->ly, d, p->ly,
+                       &p->algo, im->ws, CUDA_GEMM_WORKSPACE, im->stream) == 0;
+    if (ok && d != y)
+        cu_fail(im, "matmul_fp8_fast (widen)", li_cuda_bf16_to_f32(im->stream, y, d, T * N));
+    return ok;
 }
 
 // Shapes cuBLASLt's block scaling is asked to serve: whole 128-blocks, and weight-scale tables
@@ -730,8 +747,14 @@ static void fp8_calibrate_at(li_cuda_impl *im, int Tc);
 static void fp8_calibrate(li_cuda_impl *im) {
     fp8_calibrate_at(im, 37);
     if (im->fp8_mode == 0) {
+        char first[sizeof im->fp8_note];
+        memcpy(first, im->fp8_note, sizeof first);
         fp8_calibrate_at(im, 40);
         im->fp8_t4 = im->fp8_mode > 0;
+        if (im->fp8_mode == 0) {  // both failed: keep what each size gave
+            size_t n = strlen(im->fp8_note);
+            snprintf(im->fp8_note + n, sizeof im->fp8_note - n, " | %s", first);
+        }
     }
 }
 
@@ -778,40 +801,58 @@ static void fp8_calibrate_at(li_cuda_impl *im, int Tc) {
         goto done;
     }
     li_fp8_weight W = {N, K, dq, dws};
-    for (int mode = 1; mode <= 4; mode++) {
-        bool ran = fp8_lt_run(im, mode, dy, dqa, das, T, &W);
-        e = cudaMemcpyAsync(h->got, dy, (size_t)T * N * 4, cudaMemcpyDeviceToHost, st);
-        if (!e) e = cudaStreamSynchronize(st);
-        if (im->err != LI_OK || e) {  // a transposition failed or the device did
-            snprintf(im->fp8_note, sizeof im->fp8_note, "exact kernel: the check failed (%s)",
-                     im->err != LI_OK ? im->err_msg : cudaGetErrorString(e));
-            im->err = LI_OK;
-            cudaGetLastError();
-            break;
+    // Output f32 first (no widening pass), then bf16; the note lists what each attempt gave.
+    const cudaDataType_t d_types[2] = {CUDA_R_32F, CUDA_R_16BF};
+    char tried[400] = "";
+    size_t tl = 0;
+    for (int di = 0; di < 2 && im->fp8_mode == 0; di++) {
+        for (int mode = 1; mode <= 4; mode++) {
+            bool ran = fp8_lt_run(im, mode, d_types[di], dy, dqa, das, T, &W);
+            e = cudaMemcpyAsync(h->got, dy, (size_t)T * N * 4, cudaMemcpyDeviceToHost, st);
+            if (!e) e = cudaStreamSynchronize(st);
+            if (im->err != LI_OK || e) {  // a transposition failed or the device did
+                snprintf(im->fp8_note, sizeof im->fp8_note, "exact kernel: the check failed (%s)",
+                         im->err != LI_OK ? im->err_msg : cudaGetErrorString(e));
+                im->err = LI_OK;
+                cudaGetLastError();
+                goto done;
+            }
+            if (!ran) {  // the heuristic has no kernel for the descriptors: the same for any mode
+                tl += (size_t)snprintf(tried + tl, sizeof tried - tl < 1 ? 0 : sizeof tried - tl,
+                                       "%s out: no algorithm (status %d); ",
+                                       di ? "bf16" : "f32", im->fp8_status);
+                break;
+            }
+            double num = 0, den = 0;
+            for (int i = 0; i < T * N; i++) {
+                double d = (double)h->got[i] - h->ref[i];
+                num += d * d;
+                den += (double)h->ref[i] * h->ref[i];
+            }
+            // Right scales: only accumulation (Hopper's FP8 MMA adds inside a 128-wide block
+            // with fewer than fp32's bits: NMSE ~1e-9..1e-7) and, for bf16 output, its rounding
+            // (~1e-6) differ; a wrong orientation pairs blocks with other blocks' scales in
+            // [0.25, 1.25): NMSE ~1e-2..1
+            if (den > 0 && num / den < 1e-4) {
+                im->fp8_mode = mode;
+                im->fp8_d_type = d_types[di];
+                snprintf(im->fp8_note, sizeof im->fp8_note,
+                         "cuBLASLt %zu block-scaled FP8 (scales: weight %s, activation %s; "
+                         "output %s; check NMSE %.2g)%s%s",
+                         cublasLtGetVersion(), (mode - 1) & 1 ? "(K/128, N/128)" : "(N/128, K/128)",
+                         (mode - 1) & 2 ? "(K/128, T)" : "(T, K/128)",
+                         di ? "bf16, widened" : "f32", num / den, tl ? "; before: " : "", tried);
+                goto done;
+            }
+            tl += (size_t)snprintf(tried + tl, sizeof tried - tl < 1 ? 0 : sizeof tried - tl,
+                                   "%s out mode %d: NMSE %.2g; ", di ? "bf16" : "f32", mode,
+                                   num / den);
+            if (tl >= sizeof tried) tl = sizeof tried - 1;
         }
-        if (!ran) {
-            snprintf(im->fp8_note, sizeof im->fp8_note, "exact kernel: cuBLASLt has no block-"
-                     "scaled FP8 algorithm here");
-            continue;
-        }
-        double num = 0, den = 0;
-        for (int i = 0; i < T * N; i++) {
-            double d = (double)h->got[i] - h->ref[i];
-            num += d * d;
-            den += (double)h->ref[i] * h->ref[i];
-        }
-        // Right scales: only accumulation differs (Hopper's FP8 MMA adds inside a 128-wide block
-        // with fewer than fp32's bits: NMSE ~1e-9..1e-7); a wrong orientation pairs blocks with
-        // other blocks' scales in [0.25, 1.25): NMSE ~1e-2..1
-        if (den > 0 && num / den < 1e-4) {
-            im->fp8_mode = mode;
-            snprintf(im->fp8_note, sizeof im->fp8_note, "cuBLASLt block-scaled FP8 (scales: weight "
-                     "%s, activation %s; check NMSE %.2g)",
-                     (mode - 1) & 1 ? "(K/128, N/128)" : "(N/128, K/128)",
-                     (mode - 1) & 2 ? "(K/128, T)" : "(T, K/128)", num / den);
-            break;
-        }
+        if (tl >= sizeof tried) tl = sizeof tried - 1;
     }
+    snprintf(im->fp8_note, sizeof im->fp8_note, "exact kernel: cuBLASLt %zu, T %d: %s",
+             cublasLtGetVersion(), T, tried);
 done:
     free(h);
     cudaFree(dq);
@@ -831,7 +872,8 @@ static void cu_matmul_fp8_fast(li_backend *be, float *y, const uint8_t *qa, cons
               ((uintptr_t)y & 15) == 0 && ((uintptr_t)W->scale & 15) == 0 &&
               ((uintptr_t)sa & 15) == 0;
     // the exact kernel serves what the library cannot (shape, alignment, a refused plan)
-    if (!ok || !fp8_lt_run(im, im->fp8_mode, y, qa, sa, T, W)) cu_matmul_fp8(be, y, qa, sa, T, W);
+    if (!ok || !fp8_lt_run(im, im->fp8_mode, im->fp8_d_type, y, qa, sa, T, W))
+        cu_matmul_fp8(be, y, qa, sa, T, W);
 }
 
 const char *li_backend_cuda_fp8_note(li_backend *be) {
