@@ -12,7 +12,9 @@
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   torchllada bench/torch_baselines.py --only eager_llada8b (after dllm: same prompt length)
-#   mma     gpu-model and e2e with the mma.sync prefill attention (LI_CUDA_ATTN_MMA=1)
+#   opsbench gpu-check's FP8 GEMM and prefill attention timings only
+#   profile LI_CUDA_PROFILE=1 runs: per-op time of a LLaDA step and of Llama decode
+#   wmma    gpu-model and e2e with the older WMMA prefill attention (LI_CUDA_ATTN_MMA=0)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
 # Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
 # Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag,test-dllm} when present (made by
@@ -61,13 +63,16 @@ run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, print its last lines
   [ "$rc" -eq 0 ] || status=1
 }
 if [ -n "${BENCH_OPS:-}" ]; then nobench="-u LI_GPU_CHECK_NO_BENCH"; else nobench="LI_GPU_CHECK_NO_BENCH=1"; fi
-has check && run gpu-check 300 env $nobench $B/gpu-check
+has check && run gpu-check 300 env $nobench CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-2} $B/gpu-check
+# the FP8 GEMM timings (and which path cuBLASLt gave) and the prefill attention kernels alone
+has opsbench && run gpu-check-bench 200 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=bench-fp8,bench-prefill \
+  CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-2} $B/gpu-check
 has model && run gpu-model 300 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
-# the mma.sync prefill attention (LI_CUDA_ATTN_MMA=1), not yet the default: whole models and e2e
-has mma && run gpu-model-mma 300 env LI_CUDA_ATTN_MMA=1 $B/gpu-model
-has mma && run e2e-8b-mma 300 env LI_CUDA_ATTN_MMA=1 $LI bench generate --backend cuda \
+# the WMMA prefill attention (LI_CUDA_ATTN_MMA=0; mma.sync is the default): whole models and e2e
+has wmma && run gpu-model-wmma 300 env LI_CUDA_ATTN_MMA=0 $B/gpu-model
+has wmma && run e2e-8b-wmma 300 env LI_CUDA_ATTN_MMA=0 $LI bench generate --backend cuda \
   -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # The paper's RAG setting (DESIGN.md §3): 100 documents x 2048 tokens, 5 per request in random
 # order, 64-token queries, 32 output tokens; f32 KV, so a document is 512 MiB and 8G / 24G hold
@@ -84,6 +89,12 @@ has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.js
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a
 # benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
 has dllm && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
+# where a step's time goes (LI_CUDA_PROFILE: per op, printed at exit): a LLaDA step at canvas
+# 1024 and Llama decode
+has profile && run profile-dllm 120 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
+  --canvas 1024 --block-length 32 --methods "LaCache (caches + trunc)"
+has profile && run profile-decode 120 env LI_CUDA_PROFILE=1 $LI bench generate --backend cuda \
+  -m synth:llama-3.1-8b -p 512 -n 128 -r 1
 # one denoising step at canvas 512/1024/2048, each LaCache component and FP8 (issue 5's table)
 has dllmstep && run bench-dllm-canvas 240 $LI bench dllm --backend cuda -m synth:llada-8b \
   --canvas 512,1024,2048 --block-length 32

@@ -29,6 +29,12 @@
 #include "test.h"
 
 static uint64_t g_seed;
+// bf16 backends (the GPU): the cached paths add in another order (FACache's tiles, a head GEMM of
+// fewer rows), a few-ulp difference that a bf16 rounding can turn into a flipped near tie; the
+// issue's bar is the all-off tokens on at least 99 of 100 prompts, so parted runs are counted
+// and bounded (g_parted of g_compared) instead of failing one by one.
+static bool g_bf16;
+static int g_compared, g_parted;
 
 // ---- schedule ----------------------------------------------------------------------------------
 
@@ -408,6 +414,43 @@ static void random_prompt(li_rng *rng, int32_t *p, int n) {
         p[i] = (int32_t)(li_rng_u64(rng) % 256); // byte tokens
 }
 
+// The exactness bar, counted: 100 random prompts (5..44 tokens), vanilla decoding, every
+// LaCache component on (FACache tile 5) against all off; at least 99 must commit the same tokens
+// (on the CPU all 100 do: the paths are exact up to fp32 rounding of an equal order).
+static void test_hundred_prompts(li_rng *rng) {
+    li_model_params mp = li_model_default_params();
+    mp.path = "synth:tiny-llada:7";
+    mp.n_threads = 1;
+    mp.backend = getenv("LI_TEST_BACKEND");
+    li_model *m = NULL;
+    TEST_BEGIN("100 prompts: all LaCache on commits the all-off tokens on >= 99");
+    li_status rc = li_model_load(&m, &mp);
+    CHECK(rc == LI_OK, "%s", li_last_error());
+    int same = 0, n = 0;
+    for (int i = 0; rc == LI_OK && i < 100; i++) {
+        int32_t prompt[64], off[64], on[64];
+        int P = 5 + (int)(li_rng_u64(rng) % 40);
+        random_prompt(rng, prompt, P);
+        li_dllm_params p = make_config("", 24, 8, 12).p;
+        p.seed = li_rng_u64(rng);
+        p.lacache = 0;
+        if ((rc = li_dllm_generate(m, prompt, P, &p, off, NULL)) != LI_OK) break;
+        p.lacache = LI_DLLM_LACACHE_ALL;
+        p.fa_tile = 5;
+        if ((rc = li_dllm_generate(m, prompt, P, &p, on, NULL)) != LI_OK) break;
+        int d = first_diff(on, off, p.gen_length);
+        n++;
+        same += d < 0;
+        if (d >= 0) printf("#   prompt %d (P %d): first difference at %d (%d vs %d)\n", i, P, d,
+                           on[d], off[d]);
+    }
+    CHECK(rc == LI_OK, "%s", li_last_error());
+    printf("#   %d of %d prompts commit the same tokens with every cache on\n", same, n);
+    CHECK(n == 100 && same >= 99, "%d of %d", same, n);
+    TEST_END();
+    li_model_free(m);
+}
+
 // full: every LaCache combination per configuration, then the seed, batch, error and detokenize
 // tests; otherwise (a second model) the oracle comparison and all caches on only.
 static void test_model(li_rng *rng, bool full) {
@@ -533,6 +576,14 @@ static void test_model(li_rng *rng, bool full) {
                 CHECK(rc == LI_OK, "flags %u: %s", flags, li_last_error());
                 if (rc != LI_OK) continue;
                 d = first_diff(got, base, p.gen_length);
+                g_compared++;
+                if (g_bf16 && d >= 0) {
+                    g_parted++;
+                    printf("#   parted (bf16 backend): %s, flags 0x%x tile %d: first difference "
+                           "at %d (%d vs %d)\n",
+                           cfgs[ci].name, flags, p.fa_tile, d, got[d], base[d]);
+                    continue;
+                }
                 CHECK(d < 0, "test seed %llu flags 0x%x tile %d: first difference at %d (%d vs %d)",
                       (unsigned long long)g_seed, flags, p.fa_tile, d, d >= 0 ? got[d] : 0,
                       d >= 0 ? base[d] : 0);
@@ -808,8 +859,18 @@ int main(void) {
     test_schedule(&rng);
     test_select(&rng);
     test_dpad(&rng);
+    const char *be = getenv("LI_TEST_BACKEND");
+    g_bf16 = be && strcmp(be, "cpu") && strcmp(be, "cpu-ref") && strcmp(be, "cpu-devsim");
     test_model(&rng, true);
     test_model(&rng, false);
+    test_hundred_prompts(&rng);
+    if (g_bf16) {
+        TEST_BEGIN("bf16 backend: LaCache combinations commit the all-off tokens on >= 99%");
+        printf("#   %d of %d combination runs parted from all off\n", g_parted, g_compared);
+        CHECK(g_compared > 0 && 100 * g_parted <= g_compared, "%d of %d parted", g_parted,
+              g_compared);
+        TEST_END();
+    }
     test_reference();
     return test_summary();
 }

@@ -513,8 +513,19 @@ static void print_method_row(const char *name, int k, const method_sum *s, doubl
 // token), one block of B = --block-length masks at the end (P = N - B), B steps committing one
 // token each, so "ms/step" is the mean over a whole block: its first step fills the caches, the
 // others reuse them. A vanilla run first warms up (GEMM plans, FP8 calibration) untimed.
+// true when `name` is one of the comma-separated names in `only` (NULL: every name)
+static bool method_selected(const char *only, const char *name) {
+    if (!only) return true;
+    for (const char *p = only; *p;) {
+        size_t n = strcspn(p, ",");
+        if (strlen(name) == n && !strncmp(p, name, n)) return true;
+        p += n + (p[n] == ',');
+    }
+    return false;
+}
+
 static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_params *base,
-                             const char *list) {
+                             const char *list, const char *only) {
     static const struct {
         const char *name;
         unsigned lacache;
@@ -584,6 +595,7 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
             status = 1;
         }
         for (size_t k = 0; k < sizeof rows / sizeof rows[0] && !status; k++) {
+            if (k > 0 && !method_selected(only, rows[k].name)) continue;  // vanilla: the baseline
             q.lacache = rows[k].lacache;
             q.fp8 = rows[k].fp8;
             if (li_dllm_generate(m, prompt, P, &q, gen, &st) != LI_OK) {
@@ -679,7 +691,7 @@ int cmd_bench_dllm(int argc, char **argv) {
     if (canvas) {
         li_model *m = NULL;
         if ((r = load_model("bench dllm", &a, &m))) return r;
-        r = bench_dllm_canvas(m, &a, &base, canvas);
+        r = bench_dllm_canvas(m, &a, &base, canvas, only);
         li_model_free(m);
         return r;
     }
@@ -781,17 +793,7 @@ int cmd_bench_dllm(int argc, char **argv) {
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
     int n_run = 0;
     for (int k = 0; k < n_methods; k++) {
-        if (only) {
-            // exact names, comma-separated
-            const char *p = only;
-            bool hit = false;
-            while (*p && !hit) {
-                size_t n = strcspn(p, ",");
-                hit = strlen(methods[k].name) == n && !strncmp(p, methods[k].name, n);
-                p += n + (p[n] == ',');
-            }
-            if (!hit && k > 0) continue; // vanilla always runs: it is the baseline
-        }
+        if (k > 0 && !method_selected(only, methods[k].name)) continue;  // vanilla: baseline
         li_dllm_params p = methods[k].parallel ? par : base;
         if (methods[k].dpad) {
             p.dpad = true;

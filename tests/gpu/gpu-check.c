@@ -657,8 +657,9 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     const char *mma = getenv("LI_CUDA_ATTN_MMA");
     TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d%s", mode_name, P, H,
                     Hkv, Dh, T, s.n_keys, s.n_pages,
-                    mma && mma[0] == '1' && li_backend_cuda_attention_tc(T, Dh) ? " (mma kernel)"
-                                                                                : ""));
+                    li_backend_cuda_attention_tc(T, Dh)
+                        ? (mma && mma[0] == '0' ? " (wmma kernel)" : " (mma kernel)")
+                        : ""));
     int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
     int n_past = s.n_keys - T;
     int f0 = mode == 3 ? randint(0, n_past) : 0;  // often mid-page
@@ -734,16 +735,16 @@ static void test_attention(void) {
     attention_case(16, 8, 1, 128, 1, 3000, 2, 700);
     // many rows: the tensor-core kernel (64-row query tiles, 64-key tiles across pages, partial
     // pages and documents, rows that end mid-tile)
-    // ... on both tensor-core kernels: WMMA (default) and mma.sync (LI_CUDA_ATTN_MMA=1)
+    // ... on both tensor-core kernels: mma.sync (default) and WMMA (LI_CUDA_ATTN_MMA=0)
     for (int kernel = 0; kernel < 2; kernel++) {
-        if (kernel) setenv("LI_CUDA_ATTN_MMA", "1", 1);
+        setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
         for (int i = 0; i < 12; i++) {
             int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4];
             int Dh = i % 2 ? 128 : 64, T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
             attention_case(P, G, randint(1, 2), Dh, T, randint(T + 1, P == 1 ? 400 : 1500), mode,
                            i % 2 ? 3 * P + 5 : 200);
         }
-        if (kernel) unsetenv("LI_CUDA_ATTN_MMA");
+        unsetenv("LI_CUDA_ATTN_MMA");
     }
     // shapes the warp kernel does not take (G 3 and 12, Dh 96): the generic kernel, split or not
     attention_case(16, 3, 4, 128, 1, 3000, 0, 700);
@@ -867,8 +868,7 @@ static void test_attention_dense(void) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
             int nk = cases[c][4];
-            if (kernel) setenv("LI_CUDA_ATTN_MMA", "1", 1);
-            else unsetenv("LI_CUDA_ATTN_MMA");
+            setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
             TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d (%s kernel)", T, H, Hkv,
                             Dh, nk, kernel ? "mma" : "wmma"));
             long rows = (long)T * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
@@ -1297,8 +1297,7 @@ static void bench_prefill_attention(void) {
     double flops = 4.0 * T * (double)T * H * Dh / 2;
     for (int kernel = 0; kernel < 2; kernel++) {
       for (int rot = 1; rot >= 0; rot--) {
-        if (kernel) setenv("LI_CUDA_ATTN_MMA", "1", 1);
-        else unsetenv("LI_CUDA_ATTN_MMA");
+        setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
         prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
         double ms = 0;
         li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);

@@ -402,7 +402,8 @@ __global__ void __launch_bounds__(PF_THREADS)
 // exp2(m_old - m_new) happens in registers, and two adjacent 8-key blocks of P are exactly the A
 // operand of one 16-key step of P·V. K and V are key-major; K is the B operand of Q·Kᵀ as it is,
 // V's B fragments for P·V come from ldmatrix.trans. No shared-memory round trip for S or O (the WMMA kernel's cost).
-// Selected with LI_CUDA_ATTN_MMA=1 until checked on a GPU (gpu-check runs both).
+// The default since it passed gpu-check and gpu-model on the H200 (2026-11-30: 86 vs 37 TFLOP/s
+// for the WMMA kernel at T = 4096 causal); LI_CUDA_ATTN_MMA=0 selects the WMMA kernel.
 
 template <int DH>
 struct pfm_smem {
@@ -590,9 +591,10 @@ extern "C" int li_cuda_attention_uses_tc(int T, int Dh) {
 template <int DH>
 static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
                              const li_cuda_rope_args *r, const uint64_t *keys) {
-    // LI_CUDA_ATTN_MMA=1: the register kernel (read per call, so a test can switch)
+    // LI_CUDA_ATTN_MMA=0: the WMMA kernel instead of the register one (read per call, so a
+    // test can switch)
     const char *env = getenv("LI_CUDA_ATTN_MMA");
-    const bool mma = env && env[0] == '1';
+    const bool mma = !(env && env[0] == '0');
     const size_t smem = mma ? pfm_smem<DH>::bytes : pf_smem<DH>::bytes;
     static bool attr_set[2] = {false, false};  // once per kernel and DH (benign race)
     if (!attr_set[mma]) {

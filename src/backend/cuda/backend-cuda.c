@@ -27,6 +27,8 @@ _Static_assert(LI_CUDA_ROPE_MAX_PAIRS == LI_ROPE_MAX_PAIRS, "rope table sizes di
 #define CUDA_GEMM_WORKSPACE (32u << 20)
 #define CUDA_MAX_PLANS 64
 #define LI_FP8_PLANS 64
+#define LI_PROF_EVENTS 2048
+#define LI_PROF_ROWS 64
 
 // One cached GEMM: descriptors and the heuristic's algorithm for one (N, K, T) and pointer
 // alignment (alignments change which kernels are legal).
@@ -35,6 +37,7 @@ typedef struct {
     int T;
     uint32_t align_w, align_y;
     cudaDataType_t d_type;  // FP8 plans: the output's type (f32, or bf16 then widened)
+    char name[64];          // "matmul bf16 N=… K=…": the op's name in LI_CUDA_PROFILE
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t lw, lx, ly;  // W^T as (K, N) col-major, x as (K, T), y as (N, T)
     cublasLtMatmulAlgo_t algo;
@@ -68,13 +71,26 @@ typedef struct {
     int fp8_mode;
     bool fp8_t4;  // the library took the activation scales only with T a multiple of 4
     cudaDataType_t fp8_d_type;  // the output type the library took: f32, else bf16 (widened)
-    int fp8_status;             // the last heuristic query's cublasStatus_t (for the note)
+    int fp8_status, fp8_status2;  // the last heuristic queries' cublasStatus_t (for the note):
+                                  // with the alignment preferences, then without
     char fp8_note[1200];
     gemm_plan fp8_plans[LI_FP8_PLANS];
     int n_fp8_plans, fp8_next_evict;
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
     dev_scratch fp8_y;           // (T, N) bf16 output when the library writes only bf16
     li_cuda_sampler *sampler;
+    // LI_CUDA_PROFILE=1: an event after every op; the time between two events is the later
+    // op's (host gaps included), summed per op name and printed on stderr at the end.
+    bool prof;
+    cudaEvent_t prof_ev[LI_PROF_EVENTS];
+    const char *prof_op[LI_PROF_EVENTS];
+    int n_prof_ev;
+    struct {
+        char op[48];
+        double ms;
+        int64_t calls;
+    } prof_rows[LI_PROF_ROWS];
+    int n_prof_rows;
     li_status err;     // first error since init
     char err_msg[512];
 } li_cuda_impl;
@@ -92,9 +108,66 @@ static void record(li_cuda_impl *im, li_status st, const char *fmt, ...) {
     va_end(ap);
 }
 
+// ---- LI_CUDA_PROFILE ----------------------------------------------------------------------------
+
+// Waits for the recorded events and adds each interval to its op's row; the last event stays as
+// the start of the next interval.
+static void prof_flush(li_cuda_impl *im) {
+    if (im->n_prof_ev < 2) return;
+    cudaEventSynchronize(im->prof_ev[im->n_prof_ev - 1]);
+    for (int i = 1; i < im->n_prof_ev; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, im->prof_ev[i - 1], im->prof_ev[i]) != cudaSuccess) continue;
+        int r = 0;
+        while (r < im->n_prof_rows && strncmp(im->prof_rows[r].op, im->prof_op[i],
+                                              sizeof im->prof_rows[r].op - 1))
+            r++;
+        if (r == im->n_prof_rows) {
+            if (r == LI_PROF_ROWS) continue;
+            im->n_prof_rows++;
+            snprintf(im->prof_rows[r].op, sizeof im->prof_rows[r].op, "%s", im->prof_op[i]);
+        }
+        im->prof_rows[r].ms += ms;
+        im->prof_rows[r].calls++;
+    }
+    cudaEvent_t last = im->prof_ev[im->n_prof_ev - 1];
+    im->prof_ev[im->n_prof_ev - 1] = im->prof_ev[0];
+    im->prof_ev[0] = last;
+    im->n_prof_ev = 1;
+}
+
+static void prof_mark(li_cuda_impl *im, const char *op) {
+    if (!im->prof) return;
+    if (im->n_prof_ev == LI_PROF_EVENTS) prof_flush(im);
+    if (cudaEventRecord(im->prof_ev[im->n_prof_ev], im->stream) == cudaSuccess)
+        im->prof_op[im->n_prof_ev++] = op;
+}
+
+static void prof_report(li_cuda_impl *im) {
+    prof_flush(im);
+    double total = 0;
+    for (int r = 0; r < im->n_prof_rows; r++) total += im->prof_rows[r].ms;
+    fprintf(stderr, "cuda profile (LI_CUDA_PROFILE): %.1f ms in all\n%-44s %9s %10s %6s\n",
+            total, "op", "calls", "ms", "%");
+    for (int k = 0; k < im->n_prof_rows; k++) {  // largest first
+        int b = k;
+        for (int r = k + 1; r < im->n_prof_rows; r++)
+            if (im->prof_rows[r].ms > im->prof_rows[b].ms) b = r;
+        __typeof__(im->prof_rows[0]) t = im->prof_rows[k];
+        im->prof_rows[k] = im->prof_rows[b];
+        im->prof_rows[b] = t;
+        fprintf(stderr, "%-44s %9lld %10.2f %6.1f\n", im->prof_rows[k].op,
+                (long long)im->prof_rows[k].calls, im->prof_rows[k].ms,
+                total > 0 ? 100 * im->prof_rows[k].ms / total : 0);
+    }
+}
+
 // Records e (if not cudaSuccess) for op; returns 1 when it was an error.
 static int cu_fail(li_cuda_impl *im, const char *op, cudaError_t e) {
-    if (e == cudaSuccess) return 0;
+    if (e == cudaSuccess) {
+        prof_mark(im, op);
+        return 0;
+    }
     record(im, LI_ERR_BACKEND, "cuda %s: %s (%s)", op, cudaGetErrorName(e), cudaGetErrorString(e));
     return 1;
 }
@@ -110,7 +183,10 @@ static li_status take_error(li_cuda_impl *im) {
 }
 
 static int lt_fail(li_cuda_impl *im, const char *op, cublasStatus_t s) {
-    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        prof_mark(im, op);
+        return 0;
+    }
     record(im, LI_ERR_BACKEND, "cuda %s: cuBLASLt %s", op, cublasLtGetStatusString(s));
     return 1;
 }
@@ -195,6 +271,12 @@ li_status li_backend_cuda_init(li_backend **out, int device) {
                           cublasLtGetStatusString(cs));
         goto fail;
     }
+    const char *prof = getenv("LI_CUDA_PROFILE");
+    if (prof && *prof && strcmp(prof, "0")) {
+        im->prof = true;
+        for (int i = 0; i < LI_PROF_EVENTS && im->prof; i++)
+            im->prof = cudaEventCreate(&im->prof_ev[i]) == cudaSuccess;
+    }
     if ((e = cudaMalloc(&im->ws, CUDA_GEMM_WORKSPACE)) != cudaSuccess) {
         st = li_error_set(LI_ERR_OOM, "cuda backend: GEMM workspace (%u MiB): %s",
                           CUDA_GEMM_WORKSPACE >> 20, cudaGetErrorString(e));
@@ -212,6 +294,9 @@ void li_backend_cuda_destroy(li_backend *be) {
     li_cuda_impl *im = be->impl;
     if (im) {
         if (im->stream) cudaStreamSynchronize(im->stream);
+        if (im->prof) prof_report(im);
+        for (int i = 0; i < LI_PROF_EVENTS; i++)
+            if (im->prof_ev[i]) cudaEventDestroy(im->prof_ev[i]);
         for (int i = 0; i < im->n_plans; i++) {
             gemm_plan *p = &im->plans[i];
             cublasLtMatrixLayoutDestroy(p->lw);
@@ -410,6 +495,8 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
     p->N = N;
     p->K = K;
     p->T = T;
+    snprintf(p->name, sizeof p->name, "matmul bf16 N=%lld K=%lld",
+             (long long)N, (long long)K);
     p->align_w = aw;
     p->align_y = ay;
     return p;
@@ -439,7 +526,7 @@ static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight 
     gemm_plan *p = plan_get(im, N, K, T, ptr_align(W->data), ptr_align(y));
     if (!p) return;
     const float alpha = 1.0f, beta = 0.0f;
-    lt_fail(im, "matmul", cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, xb, p->lx,
+    lt_fail(im, p->name, cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, xb, p->lx,
                                          &beta, y, p->ly, y, p->ly, &p->algo, im->ws,
                                          CUDA_GEMM_WORKSPACE, im->stream));
 }
@@ -629,7 +716,7 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // caller falls back to the exact kernel). Pointers are 16-byte aligned (cu_matmul_fp8_fast
 // checks), which the preference states so that the heuristic does not assume 256.
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T,
-                               cudaDataType_t d_type) {
+                               cudaDataType_t d_type, const float *ws, const float *as) {
     for (int i = 0; i < im->n_fp8_plans; i++) {
         gemm_plan *p = &im->fp8_plans[i];
         if (p->N == N && p->K == K && p->T == T && p->d_type == d_type) return p;
@@ -647,7 +734,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T,
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     int32_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    uint64_t ws = CUDA_GEMM_WORKSPACE;
+    uint64_t wsb = CUDA_GEMM_WORKSPACE;
     uint32_t al = 16;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
@@ -660,12 +747,17 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T,
                                        sizeof ma) == 0 &&
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb,
                                        sizeof mb) == 0 &&
+        // block scaling: the heuristic checks the scale pointers too (run sets them each call)
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws,
+                                       sizeof ws) == 0 &&
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &as,
+                                       sizeof as) == 0 &&
         cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) == 0 &&
         cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) == 0 &&
         cublasLtMatrixLayoutCreate(&p->ly, d_type, (uint64_t)N, (uint64_t)T, N) == 0 &&
         cublasLtMatmulPreferenceCreate(&pref) == 0 &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                             sizeof ws) == 0 &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                             sizeof wsb) == 0 &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al,
                                              sizeof al) == 0 &&
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al,
@@ -679,6 +771,17 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T,
         n_res > 0;
     im->fp8_status = hs == 0 && n_res == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : (int)hs;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    pref = NULL;
+    if (!ok && p->desc && p->lw && p->lx && p->ly &&  // again with only the workspace stated
+        cublasLtMatmulPreferenceCreate(&pref) == 0 &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                             sizeof wsb) == 0) {
+        hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref, 1,
+                                            &res, &n_res);
+        ok = hs == 0 && n_res > 0;
+        im->fp8_status2 = hs == 0 && n_res == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : (int)hs;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (!ok) {
         plan_destroy(p);  // N = 0: never matches a lookup, so the shape is tried again later
         return NULL;
@@ -687,6 +790,8 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T,
     p->N = N;
     p->K = K;
     p->T = T;
+    snprintf(p->name, sizeof p->name, "matmul fp8 N=%lld K=%lld",
+             (long long)N, (long long)K);
     p->d_type = d_type;
     return p;
 }
@@ -712,7 +817,7 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, cudaDataType_t d_type, float 
             return true;
         as = t;
     }
-    gemm_plan *p = fp8_plan_get(im, N, K, T, d_type);
+    gemm_plan *p = fp8_plan_get(im, N, K, T, d_type, ws, as);
     if (!p) return false;
     void *d = y;  // bf16 output: a (T, N) scratch, widened into y afterwards (6 bytes/element)
     if (d_type == CUDA_R_16BF &&
@@ -726,6 +831,7 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, cudaDataType_t d_type, float 
                                        sizeof as) == 0 &&
         cublasLtMatmul(im->lt, p->desc, &alpha, W->q, p->lw, qa, p->lx, &beta, d, p->ly, d, p->ly,
                        &p->algo, im->ws, CUDA_GEMM_WORKSPACE, im->stream) == 0;
+    if (ok) prof_mark(im, p->name);
     if (ok && d != y)
         cu_fail(im, "matmul_fp8_fast (widen)", li_cuda_bf16_to_f32(im->stream, y, d, T * N));
     return ok;
@@ -819,8 +925,8 @@ static void fp8_calibrate_at(li_cuda_impl *im, int Tc) {
             }
             if (!ran) {  // the heuristic has no kernel for the descriptors: the same for any mode
                 tl += (size_t)snprintf(tried + tl, sizeof tried - tl < 1 ? 0 : sizeof tried - tl,
-                                       "%s out: no algorithm (status %d); ",
-                                       di ? "bf16" : "f32", im->fp8_status);
+                                       "%s out: no algorithm (status %d, %d); ",
+                                       di ? "bf16" : "f32", im->fp8_status, im->fp8_status2);
                 break;
             }
             double num = 0, den = 0;
