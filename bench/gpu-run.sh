@@ -101,6 +101,10 @@ has dllmstep && run bench-dllm-canvas 240 $LI bench dllm --backend cuda -m synth
 has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b --prompts .gpu/gsm8k.jsonl \
   -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
   --commit-per-step 2 ${DLLM_ARGS:-}
+# parallel decoding with a larger fixed schedule (4 per step) for the combinations that use it
+has dllm && run bench-dllm-k4 200 $LI bench dllm --backend cuda -m synth:llada-8b --prompts .gpu/gsm8k.jsonl \
+  -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
+  --commit-per-step 4 --methods "+parallel,all combined"
 # the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding after
 # a prompt as long as the engine's GSM8K one (bench-dllm's "mean prompt")
 LLADA_P=$(grep -o 'mean prompt [0-9]*' "$OUT/bench-dllm.log" 2>/dev/null | awk '{print $3}')

@@ -909,7 +909,10 @@ static void test_flash_attn(void) {
     test_attention_dense();
     const int cases[][6] = {  // nq, H, Hkv, Dh, nk, tile
         {1, 1, 1, 18, 1, 1},      {3, 4, 2, 64, 37, 16},      {5, 8, 1, 128, 300, 64},
-        {2, 32, 8, 128, 1500, 1024}, {7, 6, 3, 64, 1029, 256}, {4, 2, 2, 96, 77, 7}};
+        {2, 32, 8, 128, 1500, 1024}, {7, 6, 3, 64, 1029, 256}, {4, 2, 2, 96, 77, 7},
+        // the 16-rows-per-block kernel: partial row blocks, tiles not dividing the 64-key chunks
+        {37, 4, 2, 128, 333, 64}, {40, 8, 8, 64, 100, 1}, {16, 4, 4, 128, 1029, 1024},
+        {70, 2, 1, 64, 250, 100}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int nq = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
         int nk = cases[c][4], tile = cases[c][5];
