@@ -63,10 +63,10 @@ run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, print its last lines
   [ "$rc" -eq 0 ] || status=1
 }
 if [ -n "${BENCH_OPS:-}" ]; then nobench="-u LI_GPU_CHECK_NO_BENCH"; else nobench="LI_GPU_CHECK_NO_BENCH=1"; fi
-has check && run gpu-check 300 env $nobench CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-2} $B/gpu-check
+has check && run gpu-check 300 env $nobench CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
 # the FP8 GEMM timings (and which path cuBLASLt gave) and the prefill attention kernels alone
 has opsbench && run gpu-check-bench 200 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=bench-fp8,bench-prefill \
-  CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-2} $B/gpu-check
+  CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
 has model && run gpu-model 300 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
