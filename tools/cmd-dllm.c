@@ -540,11 +540,26 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
         {"LaCache (caches + trunc)", LI_DLLM_LACACHE_ALL, false},
         {"LaCache + FP8", LI_DLLM_LACACHE_ALL, true},
     };
+    const int B = base->block_length;
+    int n_sizes = 0;  // the whole list is checked before anything is printed
+    for (const char *p = list; *p; n_sizes++) {
+        char *end;
+        long N = strtol(p, &end, 10);
+        if (end == p || N <= B || N > 1 << 20 || (*end && *end != ',')) {
+            fprintf(stderr, "lazyinfer bench dllm: --canvas wants sizes > block length %d and at "
+                            "most 1048576, comma-separated (at '%s')\n", B, p);
+            return 2;
+        }
+        p = *end ? end + 1 : end;
+    }
+    if (!n_sizes) {
+        fprintf(stderr, "lazyinfer bench dllm: --canvas wants at least one size\n");
+        return 2;
+    }
     int32_t MASK, EOS, EOT;
     if (li_dllm_special_tokens(m, &MASK, &EOS, &EOT) != LI_OK) return cli_fail("special tokens");
     li_model_info info;
     li_model_get_info(m, &info);
-    const int B = base->block_length;
     printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->model, info.name,
            a->backend ? a->backend : "cpu");
     printf("One block of %d masks after N - %d random prompt tokens, %d steps of one token; "
