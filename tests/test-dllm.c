@@ -470,6 +470,7 @@ static void test_model(li_rng *rng, bool full) {
     }
     int32_t MASK, EOS, EOT;
     li_dllm_special_tokens(m, &MASK, &EOS, &EOT);
+    g_bf16 = m->be->ops->matrices_bf16;  // the GPU, cpu-devsim-bf16
 
     config cfgs[10];
     int nc = 0;
@@ -791,6 +792,7 @@ static void test_reference(void) {
                "on a bf16 backend: all on = off)");
     li_status rc = li_model_load(&m, &mp);
     CHECK(rc == LI_OK, "%s: %s", mp.path, li_last_error());
+    if (rc == LI_OK) g_bf16 = m->be->ops->matrices_bf16;
     static int32_t prompt[1024], want[1024], got[1024];
     int n_cases = 0;
     for (size_t i = 0; rc == LI_OK && i < g.gl_pathc; i++) {
@@ -812,7 +814,6 @@ static void test_reference(void) {
         // A backend whose matrices are bf16 (the GPU) cannot reproduce an fp32 reference's
         // tokens past the first near tie; there the caches-on run must equal the caches-off run
         // of the same backend exactly, and the distance from the reference is printed.
-        bool bf16 = m->be->ops->matrices_bf16;
         int32_t off_tokens[1024];
         int off_nfe = 0, off_steps = 0;
         for (int lc = 0; lc < 2; lc++) {
@@ -823,7 +824,7 @@ static void test_reference(void) {
             CHECK(rc == LI_OK, "%s: %s", g.gl_pathv[i], li_last_error());
             if (rc != LI_OK) break;
             int d0 = first_diff(got, want, p.gen_length);
-            if (bf16) {
+            if (g_bf16) {
                 printf("#   %s, caches %s (bf16 backend): first difference from the fp32 "
                        "reference at %d of %d\n",
                        g.gl_pathv[i], lc ? "on" : "off", d0, p.gen_length);
@@ -859,8 +860,6 @@ int main(void) {
     test_schedule(&rng);
     test_select(&rng);
     test_dpad(&rng);
-    const char *be = getenv("LI_TEST_BACKEND");
-    g_bf16 = be && strcmp(be, "cpu") && strcmp(be, "cpu-ref") && strcmp(be, "cpu-devsim");
     test_model(&rng, true);
     test_model(&rng, false);
     test_hundred_prompts(&rng);

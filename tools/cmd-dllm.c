@@ -524,8 +524,31 @@ static bool method_selected(const char *only, const char *name) {
     return false;
 }
 
+#define MAX_CANVAS_SIZES 32
+
+// --canvas "512,1024,...": sizes > the block length B, at most 2^20; the count, or -1 after a
+// message.
+static int parse_canvas_list(const char *list, int B, long *sizes) {
+    int n = 0;
+    for (const char *p = list; *p; n++) {
+        char *end;
+        long N = strtol(p, &end, 10);
+        if (end == p || N <= B || N > 1 << 20 || (*end && *end != ',') ||
+            n == MAX_CANVAS_SIZES) {
+            fprintf(stderr, "lazyinfer bench dllm: --canvas wants at most %d sizes > block "
+                            "length %d and <= 1048576, comma-separated (at '%s')\n",
+                    MAX_CANVAS_SIZES, B, p);
+            return -1;
+        }
+        sizes[n] = N;
+        p = *end ? end + 1 : end;
+    }
+    if (!n) fprintf(stderr, "lazyinfer bench dllm: --canvas wants at least one size\n");
+    return n ? n : -1;
+}
+
 static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_params *base,
-                             const char *list, const char *only) {
+                             const long *sizes, int n_sizes, const char *only) {
     static const struct {
         const char *name;
         unsigned lacache;
@@ -541,21 +564,6 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
         {"LaCache + FP8", LI_DLLM_LACACHE_ALL, true},
     };
     const int B = base->block_length;
-    int n_sizes = 0;  // the whole list is checked before anything is printed
-    for (const char *p = list; *p; n_sizes++) {
-        char *end;
-        long N = strtol(p, &end, 10);
-        if (end == p || N <= B || N > 1 << 20 || (*end && *end != ',')) {
-            fprintf(stderr, "lazyinfer bench dllm: --canvas wants sizes > block length %d and at "
-                            "most 1048576, comma-separated (at '%s')\n", B, p);
-            return 2;
-        }
-        p = *end ? end + 1 : end;
-    }
-    if (!n_sizes) {
-        fprintf(stderr, "lazyinfer bench dllm: --canvas wants at least one size\n");
-        return 2;
-    }
     int32_t MASK, EOS, EOT;
     if (li_dllm_special_tokens(m, &MASK, &EOS, &EOT) != LI_OK) return cli_fail("special tokens");
     li_model_info info;
@@ -569,17 +577,9 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
     printf("| canvas | method | ms/step | speed-up vs vanilla | GFLOP/step | FLOPs saved | "
            "= vanilla |\n|---:|---|---:|---:|---:|---:|:-:|\n");
     fflush(stdout);
-    const char *p = list;
     int status = 0;
-    while (*p && !status) {
-        char *end;
-        long N = strtol(p, &end, 10);
-        if (end == p || N <= B || N > 1 << 20 || (*end && *end != ',')) {
-            fprintf(stderr, "lazyinfer bench dllm: --canvas wants sizes > block length %d, "
-                            "comma-separated (at '%s')\n", B, p);
-            return 2;
-        }
-        p = *end ? end + 1 : end;
+    for (int si = 0; si < n_sizes && !status; si++) {
+        const long N = sizes[si];
         int P = (int)N - B;
         int32_t *prompt = malloc((size_t)P * sizeof *prompt), *gen = malloc((size_t)B * 4),
                 *ref = malloc((size_t)B * 4);
@@ -703,10 +703,13 @@ int cmd_bench_dllm(int argc, char **argv) {
     if (!dp.dpad) dp.dpad = true; // DPad with the given (or default) window, k, scale
     base.dpad = false;
 
-    if (canvas) {
+    if (canvas) {  // the list is checked before the model loads
+        long sizes[MAX_CANVAS_SIZES];
+        int n_sizes = parse_canvas_list(canvas, base.block_length, sizes);
+        if (n_sizes < 0) return 2;
         li_model *m = NULL;
         if ((r = load_model("bench dllm", &a, &m))) return r;
-        r = bench_dllm_canvas(m, &a, &base, canvas, only);
+        r = bench_dllm_canvas(m, &a, &base, sizes, n_sizes, only);
         li_model_free(m);
         return r;
     }

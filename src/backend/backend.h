@@ -16,6 +16,7 @@
 
 #include "../core/core.h"
 #include "../format/hparams.h"
+#include "page-word.h"
 
 // ---- weights --------------------------------------------------------------------------------
 
@@ -62,29 +63,7 @@ static inline size_t li_kv_offset(const li_kv_storage *kv, int64_t page, int il,
            (size_t)slot * kv->head_dim;
 }
 
-// A sequence's page table is an array of 64-bit words, one per page, in logical order:
-//   bits  0..25  physical page id      (< 2^26 pages)
-//   bits 26..34  valid tokens in page  (1..P, P <= 256)
-//   bits 35..63  Δ: RoPE offset to apply to this page's K at attention time (< 2^29)
-// Keys are numbered logically across the table (page 0's valid tokens first, then page 1's, …).
-#define LI_PAGE_ID_BITS 26
-#define LI_PAGE_COUNT_BITS 9
-#define LI_PAGE_DELTA_BITS 29
-#define LI_PAGE_MAX_ID ((1ll << LI_PAGE_ID_BITS) - 1)
-#define LI_PAGE_MAX_SIZE 256
-#define LI_PAGE_MAX_DELTA ((1ll << LI_PAGE_DELTA_BITS) - 1)
-
-static inline uint64_t li_page_word(int64_t page, int count, int64_t delta) {
-    return (uint64_t)page | ((uint64_t)count << LI_PAGE_ID_BITS) |
-           ((uint64_t)delta << (LI_PAGE_ID_BITS + LI_PAGE_COUNT_BITS));
-}
-static inline int64_t li_page_id(uint64_t w) { return (int64_t)(w & LI_PAGE_MAX_ID); }
-static inline int li_page_count(uint64_t w) {
-    return (int)((w >> LI_PAGE_ID_BITS) & ((1u << LI_PAGE_COUNT_BITS) - 1));
-}
-static inline int64_t li_page_delta(uint64_t w) {
-    return (int64_t)(w >> (LI_PAGE_ID_BITS + LI_PAGE_COUNT_BITS));
-}
+// A sequence's page table: 64-bit words, one per page (layout and helpers: page-word.h).
 
 // One sequence's keys for attention: its page table (n_pages words).
 typedef struct {

@@ -48,11 +48,11 @@ __global__ void __launch_bounds__(1024)
     const int tid = threadIdx.x;
     if (tid == 0) base = 0;
     __syncthreads();
-    const uint64_t count_mask = ((1ull << 9) - 1) << 26;
+    const uint64_t count_mask = ((1ull << LI_PAGE_COUNT_BITS) - 1) << LI_PAGE_ID_BITS;
     for (int c0 = 0; c0 < n_pages; c0 += 1024) {
         int p = c0 + tid;
         uint64_t w = p < n_pages ? pages[p] : 0;
-        int cnt = (int)((w >> 26) & 511);
+        int cnt = li_page_count(w);
         scan[tid] = cnt;
         __syncthreads();
         for (int off = 1; off < 1024; off <<= 1) {
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(1024)
             __syncthreads();
         }
         int start = base + scan[tid] - cnt;
-        for (int s = 0; s < cnt; s++) keys[start + s] = (w & ~count_mask) | ((uint64_t)s << 26);
+        for (int s = 0; s < cnt; s++) keys[start + s] = (w & ~count_mask) | ((uint64_t)s << LI_PAGE_ID_BITS);
         __syncthreads();
         if (tid == 1023) base += scan[1023];
         __syncthreads();
@@ -116,9 +116,9 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
     const int half = r.n_dims / 2;
     const bool vec = !a.rotate || r.n_dims % 8 == 0;  // float4 chunks never straddle a pair half
     // the tile's Δ: one cos/sin table when every key shares it (tiles inside a document)
-    const int delta0 = a.rotate ? (int)(keys[j0] >> 35) : 0;
+    const int delta0 = a.rotate ? (int)li_page_delta(keys[j0]) : 0;
     const bool uniform = __syncthreads_and(
-        tid >= nk || !a.rotate || (int)(keys[j0 + tid] >> 35) == delta0);
+        tid >= nk || !a.rotate || (int)li_page_delta(keys[j0 + tid]) == delta0);
     if (uniform && delta0 != 0)
         for (int i = tid; i < half; i += PF_THREADS)
             rope_sincos((double)delta0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
@@ -133,9 +133,9 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
             off = ((long long)(j0 + tid) * a.Hkv + hk) * DH;
         } else if (tid < nk) {
             uint64_t w = keys[j0 + tid];
-            off = (long long)((w & ((1ull << 26) - 1)) * page_stride + kv_off +
-                              ((w >> 26) & 511) * DH);
-            dl = a.rotate ? (int)(w >> 35) : 0;
+            // a per-key word: the count field holds the key's slot in its page
+            off = (long long)(li_page_id(w) * page_stride + kv_off + li_page_count(w) * DH);
+            dl = a.rotate ? (int)li_page_delta(w) : 0;
         }
         key_off[tid] = off;
         key_delta[tid] = dl;

@@ -44,6 +44,18 @@
 // per key)
 #define ATT_CHUNK 32
 
+// Logical index of page p0's first key: Σ valid counts of the pages before it, for every thread
+// of the block (sh: one shared int). Has barriers: call it from all threads.
+__device__ __forceinline__ int keys_before_page(const uint64_t *pages, int p0, int *sh) {
+    if (threadIdx.x == 0) *sh = 0;
+    __syncthreads();
+    int before = 0;
+    for (int p = threadIdx.x; p < p0; p += blockDim.x) before += li_page_count(pages[p]);
+    if (before) atomicAdd(sh, before);
+    __syncthreads();
+    return *sh;
+}
+
 // Dynamic shared memory of attention_kernel_paged, in floats.
 static size_t attn_smem_floats(int G, int Dh) {
     return 3 * (size_t)G * Dh + (size_t)ATT_CHUNK * (Dh + 1) + (size_t)ATT_CHUNK * Dh +
@@ -71,12 +83,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int p0 = sp * a.pages_per_split;
     const int p1 = min(a.n_pages, p0 + a.pages_per_split);
 
-    // Logical index of page p0's first key: Σ valid counts of the pages before it.
-    if (tid == 0) j0_sh = 0;
-    __syncthreads();
-    int before = 0;
-    for (int p = tid; p < p0; p += nth) before += (int)((a.pages[p] >> 26) & 511u);
-    if (before) atomicAdd(&j0_sh, before);
     const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;  // G heads, contiguous
     for (int i = tid; i < G * Dh; i += nth) {
         qs[i] = qsrc[i];
@@ -87,16 +93,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
         lrow[g] = 0.0f;
     }
     __syncthreads();
-    int j0 = j0_sh;
+    int j0 = keys_before_page(a.pages, p0, &j0_sh);
     int64_t cur_delta = -1;
     const int64_t head_stride = (int64_t)a.P * Dh;  // one (kv head) block of a page: P rows
 
     for (int p = p0; p < p1 && j0 < nv; p++) {
-        // page metadata unpacked from one 64-bit word (backend.h: id 26 bits, count 9, Δ 29)
+        // page metadata unpacked from one 64-bit word (page-word.h)
         const uint64_t w = a.pages[p];
-        const int cnt = (int)((w >> 26) & 511u);
-        const int64_t id = (int64_t)(w & ((1ull << 26) - 1));
-        const int64_t delta = a.rotate ? (int64_t)(w >> 35) : 0;
+        const int cnt = li_page_count(w);
+        const int64_t id = li_page_id(w);
+        const int64_t delta = a.rotate ? li_page_delta(w) : 0;
         if (j0 + cnt <= first) {  // wholly before the first visible key: never read
             j0 += cnt;
             continue;
@@ -216,11 +222,6 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int p0 = sp * a.pages_per_split;
     const int p1 = min(a.n_pages, p0 + a.pages_per_split);
 
-    if (tid == 0) j0_sh = 0;
-    __syncthreads();
-    int before = 0;
-    for (int p = tid; p < p0; p += ATT_THREADS) before += (int)((a.pages[p] >> 26) & 511u);
-    if (before) atomicAdd(&j0_sh, before);
     const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
     for (int i = tid; i < G * Dh; i += ATT_THREADS) qsh[i] = qsrc[i];
     __syncthreads();
@@ -233,20 +234,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
         for (int i = 0; i < DV; i++) acc[g][i] = qreg[g][i] = 0.0f;
     }
-    int j0 = j0_sh;
+    int j0 = keys_before_page(a.pages, p0, &j0_sh);
     int64_t cur_delta = -1;
     const int64_t head_stride = (int64_t)a.P * Dh;
     float *qr = qw[warp];
 
     for (int p = p0; p < p1 && j0 < nv; p++) {
         const uint64_t w = a.pages[p];
-        const int cnt = (int)((w >> 26) & 511u);
+        const int cnt = li_page_count(w);
         if ((p - p0) % NW != warp || j0 + cnt <= first) {  // another warp's page, or wholly masked
             j0 += cnt;
             continue;
         }
-        const int64_t id = (int64_t)(w & ((1ull << 26) - 1));
-        const int64_t delta = a.rotate ? (int64_t)(w >> 35) : 0;
+        const int64_t id = li_page_id(w);
+        const int64_t delta = a.rotate ? li_page_delta(w) : 0;
         const float *kbase = a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
         const float *vbase = kbase + (int64_t)a.Hkv * head_stride;
         for (int c0 = 0; c0 < cnt; c0 += KB) {

@@ -1,10 +1,11 @@
 // cuda-device.cuh — device-side helpers shared by the CUDA kernels (C++ only, never included by
-// C files): block reductions and the RoPE rotation of one pair.
+// C files): block reductions and the RoPE rotation of one pair; page-word.h for the page table.
 #ifndef LI_CUDA_DEVICE_CUH
 #define LI_CUDA_DEVICE_CUH
 
 #include <math.h>
 
+#include "../page-word.h"
 #include "cuda-common.cuh"
 
 // Sum over the block; every thread gets the result. `sh` holds >= 32 floats of shared memory and

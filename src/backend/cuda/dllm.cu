@@ -198,22 +198,25 @@ __global__ void __launch_bounds__(FA_NT)
     }
 }
 
+// Dynamic shared memory of flash_attn_kernel_rows for tiles of tile_eff keys: q, one K/V chunk,
+// the tile's scores (105 KB at Dh 128 and the largest tile).
+static size_t rows_smem(int dh, int tile_eff) {
+    return sizeof(float) * ((size_t)FA_QR * dh + (size_t)FA_KC * (dh + 1) + (size_t)FA_QR * tile_eff);
+}
+
 template <int DH>
 static cudaError_t launch_rows(cudaStream_t st, float *o, float *m, float *l, const float *q,
                                int nq, int H, const float *k, const float *v, int nk, int Hkv,
                                int tile, float scale) {
-    const size_t smem =
-        sizeof(float) * ((size_t)FA_QR * DH + (size_t)FA_KC * (DH + 1) + (size_t)FA_QR * min(tile, nk));
     static bool attr_set = false;  // once per DH (benign race: same value)
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(flash_attn_kernel_rows<DH>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(sizeof(float) * ((size_t)FA_QR * DH +
-                                                                    (size_t)FA_KC * (DH + 1) +
-                                                                    (size_t)FA_QR * FA_MAX_TILE)));
+                                             (int)rows_smem(DH, FA_MAX_TILE));
         if (e != cudaSuccess) return e;
         attr_set = true;
     }
+    const size_t smem = rows_smem(DH, min(tile, nk));
     flash_attn_kernel_rows<DH><<<dim3((nq + FA_QR - 1) / FA_QR, H), FA_NT, smem, st>>>(
         o, m, l, q, nq, H, k, v, nk, Hkv, tile, scale);
     return cudaGetLastError();

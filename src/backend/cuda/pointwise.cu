@@ -269,19 +269,6 @@ extern "C" cudaError_t li_cuda_f32_to_bf16(cudaStream_t st, uint16_t *dst, const
     return cudaGetLastError();
 }
 
-__global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __bfloat162float(src[i]);
-}
-
-extern "C" cudaError_t li_cuda_bf16_to_f32(cudaStream_t st, float *dst, const uint16_t *src,
-                                           int64_t n) {
-    if (n <= 0) return cudaSuccess;
-    bf16_to_f32_kernel<<<grid_for(n, 256), 256, 0, st>>>(dst, (const __nv_bfloat16 *)src, n);
-    return cudaGetLastError();
-}
-
 // splitmix64 of (seed, i): a stateless generator, so the fill is the same for any launch shape.
 __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
     z += 0x9e3779b97f4a7c15ull;

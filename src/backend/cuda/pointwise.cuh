@@ -41,9 +41,6 @@ LI_CUDA_API cudaError_t li_cuda_f32_to_bf16(cudaStream_t st, uint16_t *dst, cons
 // x (n) = uniform in [-scale, scale), a counter-based hash of (seed, i): reproducible, no state.
 LI_CUDA_API cudaError_t li_cuda_fill_uniform(cudaStream_t st, float *x, int64_t n, uint64_t seed,
                                              float scale);
-// dst[i] = src[i] widened (n bf16 values -> f32).
-LI_CUDA_API cudaError_t li_cuda_bf16_to_f32(cudaStream_t st, float *dst, const uint16_t *src,
-                                           int64_t n);
 // dst (cols, rows) = src (rows, cols)ᵀ, f32, row-major both (small matrices: scale tables).
 LI_CUDA_API cudaError_t li_cuda_transpose_f32(cudaStream_t st, float *dst, const float *src,
                                               int rows, int cols);
