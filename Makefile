@@ -123,12 +123,15 @@ ifeq ($(CUDA),1)
 GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backend/rope.c \
                    src/backend/cpu/ops-ref.c) $(CU_OBJ)
 
-# Then the whole model on the GPU against the CPU (gpu-model) and the LazyAttention exactness
-# suite on the GPU (test-rag with LI_TEST_BACKEND=cuda); these link the full library.
-gpu-check: $(BUILD)/tests/gpu-check $(BUILD)/tests/gpu-model $(BUILD)/tests/test-rag
+# Then the whole model on the GPU against the CPU (gpu-model), the LazyAttention exactness
+# suite on the GPU (test-rag with LI_TEST_BACKEND=cuda) and the diffusion decoder suite on the
+# GPU (test-dllm: every LaCache combination = all off); these link the full library.
+gpu-check: $(BUILD)/tests/gpu-check $(BUILD)/tests/gpu-model $(BUILD)/tests/test-rag \
+           $(BUILD)/tests/test-dllm
 	$(BUILD)/tests/gpu-check
 	$(BUILD)/tests/gpu-model
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-rag
+	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-dllm
 
 
 $(BUILD)/tests/gpu-check: tests/gpu/gpu-check.c tests/test.h $(GPU_CHECK_OBJ)

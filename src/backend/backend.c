@@ -54,3 +54,12 @@ void li_be_fill(li_backend *be, float *x, float value, int64_t n) {
 li_status li_be_sync(li_backend *be) {
     return li_be_is_device(be) && be->ops->sync ? be->ops->sync(be) : LI_OK;
 }
+
+bool li_be_graph_begin(li_backend *be, uint64_t key) {
+    return be && be->ops && be->ops->graph_begin && be->ops->graph_begin(be, key);
+}
+
+li_status li_be_graph_end(li_backend *be, bool *rerun) {
+    *rerun = false;
+    return be && be->ops && be->ops->graph_end ? be->ops->graph_end(be, rerun) : LI_OK;
+}

@@ -250,6 +250,16 @@ typedef struct {
     li_status (*sync)(li_backend *be);
     // Allocates the backend's internal scratch for work up to r (NULL: nothing to allocate).
     li_status (*reserve)(li_backend *be, const li_backend_reserve *r);
+    // Step graphs (CUDA graphs; NULL: ops always run as queued). The ops between graph_begin and
+    // graph_end form one step. graph_begin(key) returns true when they are being recorded rather
+    // than run: graph_end then runs the recording as one graph (replacing the parameters of the
+    // graph kept for `key` when the steps have the same shape, instantiating otherwise). A key
+    // seen for the first time runs eagerly (scratch, plans, caches allocated outside recording).
+    // graph_end sets *rerun when the recording failed (an op cannot be recorded): nothing ran,
+    // the caller queues the same ops again, eagerly. Steps must not read or write host memory
+    // between the two calls; the key names the step's shape (e.g. batch rows, sequences).
+    bool (*graph_begin)(li_backend *be, uint64_t key);
+    li_status (*graph_end)(li_backend *be, bool *rerun);
     // x (n) = mean + uniform [-a, a), stored as dtype (F32 or BF16), a pure function of (seed,
     // index): random weights built where they live, without a host copy (synth models).
     li_status (*fill_random)(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
@@ -279,6 +289,9 @@ li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t
 void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes);
 void li_be_fill(li_backend *be, float *x, float value, int64_t n);
 li_status li_be_sync(li_backend *be);
+// Step graphs (ops.graph_begin): false / LI_OK with *rerun false where the backend has none.
+bool li_be_graph_begin(li_backend *be, uint64_t key);
+li_status li_be_graph_end(li_backend *be, bool *rerun);
 
 // The CPU tables (src/backend/cpu/).
 extern const li_backend_ops li_cpu_ref_ops;   // scalar oracle, fp64 accumulation

@@ -348,75 +348,24 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
     op->add(be, s->x, s->tmp, (int64_t)R * D);
 }
 
-li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scratch *s,
-                           li_llada_cache *const *caches, const li_llada_canvas *canvases, int n,
-                           float *const *logits, li_llada_step_info *info) {
+// The ops of one step over the canvases (index arrays uploaded, layouts recorded): embeddings,
+// layer 0 with the caches, layers >= 1, the head. g_lo/g_hi (n): each canvas's layer-0 rows, G
+// of them in all; R canvas rows in all.
+static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_scratch *s,
+                             li_llada_cache *const *caches, const li_llada_canvas *canvases,
+                             int n, float *const *logits, li_llada_step_info *info,
+                             const int *g_lo, const int *g_hi, int G, int R) {
     const li_hparams *hp = &m->hp;
     li_backend *be = m->be;
     const li_backend_ops *op = be->ops;
     const int D = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, Dh = hp->head_dim;
     const int V = hp->n_vocab;
     const size_t HDh = (size_t)H * Dh, KDh = (size_t)Hkv * Dh;
-    if (!m->has_weights)
-        return li_error_set(LI_ERR_INVALID_ARG, "%s: loaded for metadata only", hp->name);
-    if (!op->flash_attn_tiles || !op->flash_attn_finalize ||
-        (lc->fp8 && (!op->fp8_quant_rows || !op->matmul_fp8)))
-        return li_error_set(LI_ERR_UNSUPPORTED, "backend '%s' lacks the LLaDA ops", op->name);
-    if (n <= 0) return li_error_set(LI_ERR_INVALID_ARG, "LLaDA forward over %d canvases", n);
-    int ft = lc->fa_tile ? lc->fa_tile : DEFAULT_FA_TILE;
-    if (ft < 1 || ft > LI_FA_MAX_TILE)
-        return li_error_set(LI_ERR_INVALID_ARG, "fa_tile %d outside [1, %d]", lc->fa_tile,
-                            LI_FA_MAX_TILE);
-    int R = 0;
-    for (int i = 0; i < n; i++) {
-        LI_TRY(check_canvas(m, lc, caches[i], &canvases[i], i));
-        R += canvases[i].n_tokens;
-        if (R > s->max_rows)
-            return li_error_set(LI_ERR_INVALID_ARG, "%d canvas rows (the scratch holds %d)", R,
-                                s->max_rows);
-    }
-    if (lc->fp8) LI_TRY(li_llada_fp8_prepare(m));
-    fwd f = {m, be, op, info, H, Hkv, Dh, ft, 1.0f / sqrtf((float)Dh)};
-
-    // ---- layouts: a block start (or first use) records the canvas the caches are filled for ----
-    for (int i = 0; i < n; i++) {
-        li_llada_cache *c = caches[i];
-        const li_llada_canvas *cv = &canvases[i];
-        if (cv->block_start || !c->has_layout) {
-            c->has_layout = true;
-            c->T = cv->n_tokens;
-            c->lo = cv->block_lo;
-            c->hi = cv->block_hi;
-            memcpy(c->tokens, cv->tokens, (size_t)cv->n_tokens * sizeof(int32_t));
-            memcpy(c->pos, cv->pos, (size_t)cv->n_tokens * sizeof(int32_t));
-            c->emb_ok = c->rope_ok = c->fa_ok = false;
-        }
-    }
-
-    // ---- index arrays: tokens and positions of every canvas, positions of the layer-0 rows ----
-    // Layer 0 computes q/k/v for the rows that need them ("gathered"): with RoPECache after the
-    // block start only the block rows [lo, hi), else all rows; per canvas a contiguous range.
+    fwd f = {m, be, op, info, H, Hkv, Dh, lc->fa_tile ? lc->fa_tile : DEFAULT_FA_TILE,
+             1.0f / sqrtf((float)Dh)};
     const int MR = s->max_rows;
-    int *g_lo = malloc(2 * (size_t)n * sizeof(int)), *g_hi = g_lo ? g_lo + n : NULL;
-    if (!g_lo) return li_error_set(LI_ERR_OOM, "out of memory");
-    int G = 0;
-    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
-        const li_llada_canvas *cv = &canvases[i];
-        memcpy(s->idx_host + r0, cv->tokens, (size_t)cv->n_tokens * sizeof(int32_t));
-        memcpy(s->idx_host + MR + r0, cv->pos, (size_t)cv->n_tokens * sizeof(int32_t));
-        bool part = lc->rope && caches[i]->rope_ok;
-        g_lo[i] = part ? cv->block_lo : 0;
-        g_hi[i] = part ? cv->block_hi : cv->n_tokens;
-        memcpy(s->idx_host + 2 * MR + G, cv->pos + g_lo[i],
-               (size_t)(g_hi[i] - g_lo[i]) * sizeof(int32_t));
-        G += g_hi[i] - g_lo[i];
-    }
-    li_status rc = li_be_upload(be, s->idx, s->idx_host, 3 * (size_t)MR * sizeof(int32_t));
-    if (rc != LI_OK) {
-        free(g_lo);
-        return rc;
-    }
     const int32_t *tok_d = s->idx, *pos_d = s->idx + MR, *gpos_d = s->idx + 2 * MR;
+    li_status rc = LI_OK;
 
     // ---- embeddings: x (R, D) ----
     for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
@@ -471,7 +420,6 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
             g += (int)k;
         }
     }
-    free(g_lo);
     if (rc != LI_OK) return rc;
     // (without RoPECache every row was computed, in canvas order: s->q/k/v rows are batch rows)
 
@@ -541,6 +489,122 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
                            (size_t)(b - a) * V * sizeof(float));
         }
         if (info) info->head_rows += T;
+    }
+    return LI_OK;
+}
+
+li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scratch *s,
+                           li_llada_cache *const *caches, const li_llada_canvas *canvases, int n,
+                           float *const *logits, li_llada_step_info *info) {
+    const li_hparams *hp = &m->hp;
+    li_backend *be = m->be;
+    const li_backend_ops *op = be->ops;
+    if (!m->has_weights)
+        return li_error_set(LI_ERR_INVALID_ARG, "%s: loaded for metadata only", hp->name);
+    if (!op->flash_attn_tiles || !op->flash_attn_finalize ||
+        (lc->fp8 && (!op->fp8_quant_rows || !op->matmul_fp8)))
+        return li_error_set(LI_ERR_UNSUPPORTED, "backend '%s' lacks the LLaDA ops", op->name);
+    if (n <= 0) return li_error_set(LI_ERR_INVALID_ARG, "LLaDA forward over %d canvases", n);
+    int ft = lc->fa_tile ? lc->fa_tile : DEFAULT_FA_TILE;
+    if (ft < 1 || ft > LI_FA_MAX_TILE)
+        return li_error_set(LI_ERR_INVALID_ARG, "fa_tile %d outside [1, %d]", lc->fa_tile,
+                            LI_FA_MAX_TILE);
+    int R = 0;
+    for (int i = 0; i < n; i++) {
+        LI_TRY(check_canvas(m, lc, caches[i], &canvases[i], i));
+        R += canvases[i].n_tokens;
+        if (R > s->max_rows)
+            return li_error_set(LI_ERR_INVALID_ARG, "%d canvas rows (the scratch holds %d)", R,
+                                s->max_rows);
+    }
+    if (lc->fp8) LI_TRY(li_llada_fp8_prepare(m));
+
+    // ---- layouts: a block start (or first use) records the canvas the caches are filled for ----
+    for (int i = 0; i < n; i++) {
+        li_llada_cache *c = caches[i];
+        const li_llada_canvas *cv = &canvases[i];
+        if (cv->block_start || !c->has_layout) {
+            c->has_layout = true;
+            c->T = cv->n_tokens;
+            c->lo = cv->block_lo;
+            c->hi = cv->block_hi;
+            memcpy(c->tokens, cv->tokens, (size_t)cv->n_tokens * sizeof(int32_t));
+            memcpy(c->pos, cv->pos, (size_t)cv->n_tokens * sizeof(int32_t));
+            c->emb_ok = c->rope_ok = c->fa_ok = false;
+        }
+    }
+
+    // ---- index arrays: tokens and positions of every canvas, positions of the layer-0 rows ----
+    // Layer 0 computes q/k/v for the rows that need them ("gathered"): with RoPECache after the
+    // block start only the block rows [lo, hi), else all rows; per canvas a contiguous range.
+    const int MR = s->max_rows;
+    int *g_lo = malloc(2 * (size_t)n * sizeof(int)), *g_hi = g_lo ? g_lo + n : NULL;
+    if (!g_lo) return li_error_set(LI_ERR_OOM, "out of memory");
+    int G = 0;
+    for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
+        const li_llada_canvas *cv = &canvases[i];
+        memcpy(s->idx_host + r0, cv->tokens, (size_t)cv->n_tokens * sizeof(int32_t));
+        memcpy(s->idx_host + MR + r0, cv->pos, (size_t)cv->n_tokens * sizeof(int32_t));
+        bool part = lc->rope && caches[i]->rope_ok;
+        g_lo[i] = part ? cv->block_lo : 0;
+        g_hi[i] = part ? cv->block_hi : cv->n_tokens;
+        memcpy(s->idx_host + 2 * MR + G, cv->pos + g_lo[i],
+               (size_t)(g_hi[i] - g_lo[i]) * sizeof(int32_t));
+        G += g_hi[i] - g_lo[i];
+    }
+    li_status rc = li_be_upload(be, s->idx, s->idx_host, 3 * (size_t)MR * sizeof(int32_t));
+    if (rc != LI_OK) {
+        free(g_lo);
+        return rc;
+    }
+    // A device backend runs the step as one graph (backend.h graph_begin). The key is the step's
+    // shape: canvas sizes, which caches are filled (block start or not), the LaCache flags; the
+    // block bounds are arguments that each recording updates. The caches' flags change while
+    // the ops are queued: a recording that fails is queued again from the same flags.
+    uint64_t key = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) {
+        const li_llada_cache *c = caches[i];
+        uint64_t v = (uint64_t)canvases[i].n_tokens << 8 | (uint64_t)c->emb_ok << 1 |
+                     (uint64_t)c->rope_ok << 2 | (uint64_t)c->fa_ok << 3 |
+                     (uint64_t)(c->fa_tile == ft) << 4;
+        key = (key ^ v) * 1099511628211ull;
+    }
+    key = (key ^ ((uint64_t)lc->embed | (uint64_t)lc->rope << 1 | (uint64_t)lc->fa << 2 |
+                  (uint64_t)lc->trunc << 3 | (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8)) *
+          1099511628211ull;
+    bool recording = li_be_graph_begin(be, key), rerun = false;
+    li_llada_step_info info0 = info ? *info : (li_llada_step_info){0};
+    bool *flags0 = recording ? malloc((size_t)n * 4 * sizeof(bool)) : NULL;
+    int *tile0 = recording ? malloc((size_t)n * sizeof(int)) : NULL;
+    for (int i = 0; recording && flags0 && tile0 && i < n; i++) {
+        flags0[4 * i] = caches[i]->emb_ok;
+        flags0[4 * i + 1] = caches[i]->rope_ok;
+        flags0[4 * i + 2] = caches[i]->fa_ok;
+        tile0[i] = caches[i]->fa_tile;
+    }
+    rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
+    if (recording) {
+        li_status rc_end = li_be_graph_end(be, &rerun);
+        if (rc == LI_OK) rc = rc_end;
+        if (rc == LI_OK && rerun && (!flags0 || !tile0))
+            rc = li_error_set(LI_ERR_OOM, "out of memory (step graph fallback)");
+        if (rc == LI_OK && rerun) {  // not recorded: queue the step again from the same state
+            for (int i = 0; i < n; i++) {
+                caches[i]->emb_ok = flags0[4 * i];
+                caches[i]->rope_ok = flags0[4 * i + 1];
+                caches[i]->fa_ok = flags0[4 * i + 2];
+                caches[i]->fa_tile = tile0[i];
+            }
+            if (info) *info = info0;
+            rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
+        }
+    }
+    free(flags0);
+    free(tile0);
+    free(g_lo);
+    if (rc != LI_OK) {
+        li_be_sync(be);  // the error is rc's; drop what the backend recorded meanwhile
+        return rc;
     }
     return li_be_sync(be);  // a device backend reports the ops' first error here
 }

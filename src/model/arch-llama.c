@@ -144,46 +144,15 @@ static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *d
     return li_be_upload(s->be, s->idx_dev, s->idx_host, off);
 }
 
-li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
-                           const li_batch *b, float *logits) {
+// The ops of one forward over a (staged) batch: embedding, the layers, the head rows.
+static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
+                        const li_batch *b, float *logits, uint8_t *qa, float *sa) {
     const li_hparams *hp = &m->hp;
     const li_backend_ops *op = m->be->ops;
     li_backend *be = m->be;
     const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff, Dh = hp->head_dim;
     const int H = hp->n_head, Hkv = hp->n_head_kv;
-    if (T <= 0 || T > s->max_tokens)
-        return li_error_set(LI_ERR_INVALID_ARG, "batch of %d tokens (the scratch holds %d)", T,
-                            s->max_tokens);
-    for (int t = 0; t < T; t++)
-        if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
-            return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
-                                b->tokens[t], hp->n_vocab);
-    if (b->n_logits < 0 || b->n_logits > T)
-        return li_error_set(LI_ERR_INVALID_ARG, "%d logit rows for a batch of %d tokens",
-                            b->n_logits, T);
-    for (int i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
-            return li_error_set(LI_ERR_INVALID_ARG, "logit row %d out of range [0, %d)",
-                                b->logit_rows[i], T);
-    li_batch staged;
-    if (li_be_is_device(be)) {  // the ops read index arrays from device memory
-        LI_TRY(stage_batch(s, b, &staged));
-        b = &staged;
-    }
     const float scale = 1.0f / sqrtf((float)Dh);
-    // FP8 FFN (layers >= 1): activation codes (T, max(D, F)) and scales (T, groups)
-    uint8_t *qa = NULL;
-    float *sa = NULL;
-    if (m->fp8_ffn) {
-        int KM = D > F ? D : F;
-        qa = malloc((size_t)T * KM);
-        sa = malloc((size_t)T * ((KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP) * sizeof(float));
-        if (!qa || !sa) {
-            free(qa);
-            free(sa);
-            return li_error_set(LI_ERR_OOM, "out of memory (FP8 activations)");
-        }
-    }
 
     // x (T, D) = embedding rows
     op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
@@ -245,8 +214,6 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         else
             op->add(be, s->x, s->tmp, (int64_t)T * D);
     }
-    free(qa);
-    free(sa);
 
     // ---- head: only the rows that need logits ----
     if (b->n_logits > 0) {
@@ -256,5 +223,55 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         op->rmsnorm(be, s->xn, s->xn, m->w.out_norm.data, b->n_logits, D, hp->rms_eps);
         op->matmul(be, logits, s->xn, &m->w.output, b->n_logits);  // (n_logits, V)
     }
-    return LI_OK;
+}
+
+li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
+                           const li_batch *b, float *logits) {
+    const li_hparams *hp = &m->hp;
+    li_backend *be = m->be;
+    const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff;
+    if (T <= 0 || T > s->max_tokens)
+        return li_error_set(LI_ERR_INVALID_ARG, "batch of %d tokens (the scratch holds %d)", T,
+                            s->max_tokens);
+    for (int t = 0; t < T; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
+            return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
+                                b->tokens[t], hp->n_vocab);
+    if (b->n_logits < 0 || b->n_logits > T)
+        return li_error_set(LI_ERR_INVALID_ARG, "%d logit rows for a batch of %d tokens",
+                            b->n_logits, T);
+    for (int i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
+            return li_error_set(LI_ERR_INVALID_ARG, "logit row %d out of range [0, %d)",
+                                b->logit_rows[i], T);
+    li_batch staged;
+    if (li_be_is_device(be)) {  // the ops read index arrays from device memory
+        LI_TRY(stage_batch(s, b, &staged));
+        b = &staged;
+    }
+    // FP8 FFN (layers >= 1): activation codes (T, max(D, F)) and scales (T, groups)
+    uint8_t *qa = NULL;
+    float *sa = NULL;
+    if (m->fp8_ffn) {
+        int KM = D > F ? D : F;
+        qa = malloc((size_t)T * KM);
+        sa = malloc((size_t)T * ((KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP) * sizeof(float));
+        if (!qa || !sa) {
+            free(qa);
+            free(sa);
+            return li_error_set(LI_ERR_OOM, "out of memory (FP8 activations)");
+        }
+    }
+
+    // A device backend runs the ops as one step graph (backend.h graph_begin): the key is the
+    // step's shape, so decode steps of one batch size share an executable graph.
+    uint64_t key = (uint64_t)T | (uint64_t)b->n_seqs << 20 | (uint64_t)b->n_logits << 40 |
+                   (uint64_t)(b->kv_first != NULL) << 62;
+    bool recording = !m->fp8_ffn && li_be_graph_begin(be, key), rerun = false;
+    forward_ops(m, s, kv, b, logits, qa, sa);
+    li_status rc = recording ? li_be_graph_end(be, &rerun) : LI_OK;
+    if (rc == LI_OK && rerun) forward_ops(m, s, kv, b, logits, qa, sa);  // could not be recorded
+    free(qa);
+    free(sa);
+    return rc;
 }

@@ -427,6 +427,48 @@ static void test_matmul(void) {
         }
 }
 
+// Batch invariance (no split-K, backend-cuda.c plan_get): the first rows of a GEMM over T rows
+// are bit-identical to the same rows computed alone in a GEMM of fewer rows (T >= 2: T = 1 is the
+// GEMV, which keeps x in f32). LaCache's truncated head and block-only layer-0 Q/K/V rely on it
+// for cached = uncached on the GPU.
+static void test_matmul_batch_invariant(void) {
+    const int shapes[][2] = {{512, 64}, {4096, 4096}, {12288, 4096}, {4096, 12288}, {32768, 1024}};
+    const int rows[] = {2, 8, 32, 40, 200, 1024};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], K = shapes[s][1], Tmax = 1024;
+        TEST_BEGIN(NAME("matmul bf16 N=%d K=%d: rows bit-identical for T in 2..1024", N, K));
+        uint16_t *w = bf16_weights((int64_t)N * K, 1.0f);
+        float *x = xmalloc(sizeof(float) * Tmax * K);
+        float *yfull = xmalloc(sizeof(float) * Tmax * N), *yt = xmalloc(sizeof(float) * Tmax * N);
+        fill(x, (long)Tmax * K, 1.0f);
+        dbuf gw, gx, gy;
+        li_weight Wd = {LI_DTYPE_BF16, N, K, dnew(&gw, (size_t)N * K * 2, w)};
+        float *dx = dnew(&gx, sizeof(float) * Tmax * K, x);
+        float *dy = dnew(&gy, sizeof(float) * Tmax * N, NULL);
+        gpu->ops->matmul(gpu, dy, dx, &Wd, Tmax);
+        CHECK_BACKEND();
+        dget(yfull, &gy);
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            int T = rows[r];
+            gpu->ops->matmul(gpu, dy, dx, &Wd, T);
+            CHECK_BACKEND();
+            dget(yt, &gy);
+            long diff = 0;
+            for (long i = 0; i < (long)T * N; i++) diff += memcmp(&yt[i], &yfull[i], 4) != 0;
+            CHECK(diff == 0, "T %d: %ld of %ld outputs differ from the T %d GEMM's; seed %llu", T,
+                  diff, (long)T * N, Tmax, g_seed);
+        }
+        dfree(&gw);
+        dfree(&gx);
+        dfree(&gy);
+        free(w);
+        free(x);
+        free(yfull);
+        free(yt);
+        TEST_END();
+    }
+}
+
 // ---- rope -------------------------------------------------------------------------------------
 
 // Plain (theta 1e4), llama3 (Llama-3.1's), yarn (mscale != 1).
@@ -1473,7 +1515,7 @@ int main(void) {
         void (*fn)(void);
     } groups[] = {{"embed", test_embed},     {"rmsnorm", test_rmsnorm}, {"add_rmsnorm", test_add_rmsnorm},
                   {"add", test_add_swiglu},  {"softmax", test_softmax},
-                  {"matmul", test_matmul},   {"rope", test_rope},
+                  {"matmul", test_matmul}, {"invariant", test_matmul_batch_invariant},   {"rope", test_rope},
                   {"kv_store", test_kv_store}, {"kv_copy_rotate", test_kv_copy_rotate},
                   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8},

@@ -12,7 +12,8 @@
 //   2. teacher-forced argmax over the CPU's greedy continuation: the GPU picks the CPU's token at
 //      every step, except where the CPU's top-2 margin is within the logit error (a near tie:
 //      allowed, counted and printed);
-//   3. free-running greedy generation: the same tokens as the CPU up to the first near tie.
+//   3. free-running greedy generation: the same tokens as the CPU up to the first near tie (of
+//      the prefill, or where the decode path parts, of the CPU's own margin).
 // Without a usable GPU every case is skipped with the reason (exit 0).
 #include <math.h>
 #include <stdio.h>
@@ -126,8 +127,18 @@ static void check_model(const char *path, li_rng *rng) {
         printf("#   %s: teacher-forced argmax equal at %d/%d steps (near ties %d); free-running "
                "greedy equal for %d/%d tokens\n", path, N_GEN - near_ties, N_GEN, near_ties, same,
                N_GEN);
-        CHECK(same >= first_tie, "free-running greedy differs at token %d before any near tie",
-              same);
+        // Free-running decodes one token per step (the GEMV keeps x in f32, decode attention
+        // reads the f32 KV): another rounding than the teacher-forced prefill above, so it may
+        // part at a step where the prefill did not, but only where the CPU's own top-2 margin is
+        // within the logit error there too.
+        if (same < first_tie) {
+            float mc;
+            test_argmax_gap(lc + (size_t)(N_PROMPT - 1 + same) * V, V, &mc);
+            printf("#   %s: free-running parted at token %d, CPU top-2 margin %g (2 x max error "
+                   "%g)\n", path, same, mc, 2 * max_err);
+            CHECK(mc <= 2 * max_err, "free-running greedy differs at token %d, where the CPU's "
+                  "margin %g is no near tie (2 x max error %g)", same, mc, 2 * max_err);
+        }
     } else {
         CHECK(false, "eval_logits: %s", li_last_error());
     }

@@ -57,6 +57,16 @@ typedef struct {
     int n, next_evict;
 } plan_cache;
 
+// One step graph: the key its steps share and the executable graph (updated per step).
+typedef struct {
+    uint64_t key;
+    cudaGraphExec_t exec;
+} graph_slot;
+
+#define LI_GRAPH_SLOTS 16
+#define LI_GRAPH_SEEN 64
+#define LI_GRAPH_MAX_FAILURES 4
+
 // Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it
 // must not happen during graph capture: the engine sizes these at start.
 typedef struct {
@@ -80,6 +90,7 @@ typedef struct {
     // usable (fp8_note says why), else 1 + (weight scales transposed) + 2 (activation scales
     // transposed)
     int fp8_mode;
+    bool gemm_splitk;  // LI_CUDA_GEMM_SPLITK=1: split-K plans allowed (GEMMs no longer batch-invariant)
     bool fp8_t4;  // the library took the activation scales only with T a multiple of 4
     int fp8_status;  // the last heuristic query's cublasStatus_t (for the note)
     char fp8_note[1200];
@@ -94,6 +105,17 @@ typedef struct {
     int n_prof_ev;
     prof_row prof_rows[LI_PROF_ROWS];
     int n_prof_rows;
+    // Step graphs (graph_begin/graph_end): one instantiated graph per step key, updated in place
+    // with each new recording of that key; keys seen once (run eagerly the first time).
+    bool graphs_off;  // LI_CUDA_GRAPHS=0, LI_CUDA_PROFILE, or recording failed too often
+    bool capturing;
+    int graph_failures;
+    uint64_t cur_key;
+    graph_slot graphs[LI_GRAPH_SLOTS];
+    int n_graphs, graph_next_evict;
+    uint64_t seen[LI_GRAPH_SEEN];
+    int n_seen;
+    li_cuda_graph_stats gstats;
     li_status err;     // first error since init
     char err_msg[512];
 } li_cuda_impl;
@@ -196,6 +218,10 @@ static int lt_fail(li_cuda_impl *im, const char *op, cublasStatus_t s) {
 
 static void *scratch_get(li_cuda_impl *im, dev_scratch *s, size_t n, const char *what) {
     if (n <= s->cap) return s->p;
+    if (im->capturing) {  // cudaFree would wait for the device: record, graph_end reruns eagerly
+        record(im, LI_ERR_BACKEND, "cuda %s: scratch grows while a step graph is recorded", what);
+        return NULL;
+    }
     cudaFree(s->p);
     s->p = NULL;
     s->cap = 0;
@@ -274,9 +300,14 @@ li_status li_backend_cuda_init(li_backend **out, int device) {
                           cublasLtGetStatusString(cs));
         goto fail;
     }
+    const char *graphs = getenv("LI_CUDA_GRAPHS");
+    im->graphs_off = graphs && !strcmp(graphs, "0");
+    const char *splitk = getenv("LI_CUDA_GEMM_SPLITK");
+    im->gemm_splitk = splitk && *splitk && strcmp(splitk, "0");
     const char *prof = getenv("LI_CUDA_PROFILE");
     if (prof && *prof && strcmp(prof, "0")) {
         im->prof = true;
+        im->graphs_off = true;  // an event per op, read back between ops: no recording
         for (int i = 0; i < LI_PROF_EVENTS && im->prof; i++)
             im->prof = cudaEventCreate(&im->prof_ev[i]) == cudaSuccess;
     }
@@ -298,10 +329,23 @@ void li_backend_cuda_destroy(li_backend *be) {
     if (im) {
         if (im->stream) cudaStreamSynchronize(im->stream);
         if (im->prof) prof_report(im);
+        const char *gs = getenv("LI_CUDA_GRAPH_STATS");
+        if (gs && *gs && strcmp(gs, "0"))
+            fprintf(stderr, "cuda step graphs: %s; %lld steps as graphs (%lld instantiated, %lld "
+                    "updated in place), %lld eager (a key's first step), %lld recordings failed%s%s\n",
+                    im->graphs_off ? "off" : "on", im->gstats.launched, im->gstats.instantiated,
+                    im->gstats.updated, im->gstats.eager_steps, im->gstats.failed,
+                    im->gstats.note[0] ? "; " : "", im->gstats.note);
         for (int i = 0; i < LI_PROF_EVENTS; i++)
             if (im->prof_ev[i]) cudaEventDestroy(im->prof_ev[i]);
         for (int i = 0; i < im->plans.n; i++) plan_destroy(&im->plans.p[i]);
         for (int i = 0; i < im->fp8_plans.n; i++) plan_destroy(&im->fp8_plans.p[i]);
+        if (im->capturing) {  // a step abandoned mid-recording (an error path)
+            cudaGraph_t g = NULL;
+            cudaStreamEndCapture(im->stream, &g);
+            if (g) cudaGraphDestroy(g);
+        }
+        for (int i = 0; i < im->n_graphs; i++) cudaGraphExecDestroy(im->graphs[i].exec);
         li_cuda_sampler_free(im->sampler);
         cudaFree(im->xbf.p);
         cudaFree(im->attn.p);
@@ -465,6 +509,11 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     uint64_t ws = CUDA_GEMM_WORKSPACE;
     uint32_t ax = 256;  // x goes through the cudaMalloc'd bf16 scratch
+    // Batch invariance: without split-K every output element is one K loop in the same order
+    // whatever T is, so a row's result does not depend on how many rows share the GEMM. LaCache's
+    // truncated head and RoPECache's block-only Q/K/V then give the bits of the full-canvas GEMM
+    // (cached = uncached); gpu-check tests it. LI_CUDA_GEMM_SPLITK=1 lets the heuristic split K.
+    uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
     cublasStatus_t s;
@@ -491,6 +540,10 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
                             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof ay)) ||
         lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
                             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof ay)) ||
+        (!im->gemm_splitk &&
+         lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
+                             pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
+                             sizeof no_reduction))) ||
         lt_fail(im, op, s = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly,
                                                             p->ly, pref, 1, &res, &n_res)))
         goto fail;
@@ -1059,6 +1112,113 @@ static void cu_dllm_greedy(li_backend *be, int32_t *x0, float *conf, float *logi
             li_cuda_dllm_greedy(im->stream, x0, conf, logits, ulogits, B, V, w, eos, eot));
 }
 
+// ---- step graphs ------------------------------------------------------------------------------
+//
+// A decode step of Llama-8B is ~400 kernels of 5-40 µs; a LLaDA step ~450 larger ones. Launched
+// one by one each costs the host ~3-5 µs and the device a gap between kernels; as one CUDA graph
+// the device runs them back to back. Each step is recorded again (stream capture: the host
+// still walks the forward, ~1-2 µs per op, but nothing runs) and the recording replaces the
+// parameters of the executable graph kept for its key (cudaGraphExecUpdate: same kernels in
+// the same order, new arguments — page counts, split-K plans, block bounds); a step of another
+// shape under the same key fails the update and is instantiated afresh. Recording every step
+// keeps graphs correct by construction: no argument is ever replayed stale.
+
+bool li_backend_cuda_graph_stats(li_backend *be, li_cuda_graph_stats *out) {
+    li_cuda_impl *im = be->impl;
+    *out = im->gstats;
+    return !im->graphs_off;
+}
+
+static bool cu_graph_begin(li_backend *be, uint64_t key) {
+    li_cuda_impl *im = be->impl;
+    if (im->graphs_off || im->capturing || im->err != LI_OK) return false;
+    int i = 0;
+    while (i < im->n_seen && im->seen[i] != key) i++;
+    if (i == im->n_seen) {  // first time: eagerly, so that scratch and plans exist
+        im->seen[im->n_seen < LI_GRAPH_SEEN ? im->n_seen++ : (int)(key % LI_GRAPH_SEEN)] = key;
+        im->gstats.eager_steps++;
+        return false;
+    }
+    cudaError_t e = cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        im->graphs_off = true;
+        snprintf(im->gstats.note, sizeof im->gstats.note, "cudaStreamBeginCapture: %s",
+                 cudaGetErrorString(e));
+        return false;
+    }
+    im->capturing = true;
+    im->cur_key = key;
+    return true;
+}
+
+// The slot kept for key, or a free / evicted one (exec NULL).
+static graph_slot *graph_slot_for(li_cuda_impl *im, uint64_t key) {
+    for (int i = 0; i < im->n_graphs; i++)
+        if (im->graphs[i].key == key) return &im->graphs[i];
+    graph_slot *g;
+    if (im->n_graphs < LI_GRAPH_SLOTS) {
+        g = &im->graphs[im->n_graphs++];
+    } else {
+        g = &im->graphs[im->graph_next_evict];
+        im->graph_next_evict = (im->graph_next_evict + 1) % LI_GRAPH_SLOTS;
+        if (g->exec) cudaGraphExecDestroy(g->exec);
+    }
+    g->key = key;
+    g->exec = NULL;
+    return g;
+}
+
+static li_status cu_graph_end(li_backend *be, bool *rerun) {
+    li_cuda_impl *im = be->impl;
+    *rerun = false;
+    if (!im->capturing) return LI_OK;
+    im->capturing = false;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(im->stream, &graph);
+    if (e != cudaSuccess || im->err != LI_OK || !graph) {
+        // An op could not be recorded (scratch growth, an illegal call): nothing ran. Forget the
+        // key so that its next step runs eagerly first; give up after a few failures.
+        snprintf(im->gstats.note, sizeof im->gstats.note, "recording failed: %.200s",
+                 im->err != LI_OK ? im->err_msg : cudaGetErrorString(e));
+        if (graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        im->err = LI_OK;
+        for (int i = 0; i < im->n_seen; i++)
+            if (im->seen[i] == im->cur_key) im->seen[i] = im->seen[--im->n_seen];
+        if (++im->graph_failures >= LI_GRAPH_MAX_FAILURES) im->graphs_off = true;
+        im->gstats.failed++;
+        *rerun = true;
+        return LI_OK;
+    }
+    graph_slot *g = graph_slot_for(im, im->cur_key);
+    if (g->exec) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(g->exec, graph, &info) == cudaSuccess) {
+            im->gstats.updated++;
+        } else {  // another shape under this key
+            cudaGetLastError();
+            cudaGraphExecDestroy(g->exec);
+            g->exec = NULL;
+        }
+    }
+    if (!g->exec) {
+        e = cudaGraphInstantiate(&g->exec, graph, 0);
+        if (e != cudaSuccess) {
+            g->exec = NULL;  // the slot stays: the key's next step instantiates again
+            cudaGraphDestroy(graph);
+            cu_fail(im, "step graph (instantiate)", e);
+            return take_error(im);
+        }
+        im->gstats.instantiated++;
+    }
+    cudaGraphDestroy(graph);
+    im->gstats.launched++;
+    if (cu_fail(im, "step graph (launch)", cudaGraphLaunch(g->exec, im->stream)))
+        return take_error(im);
+    return LI_OK;
+}
+
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
 
@@ -1094,4 +1254,6 @@ const li_backend_ops li_cuda_ops = {
     .sync = li_backend_cuda_check,
     .reserve = cu_reserve,
     .fill_random = cu_fill_random,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
 };
