@@ -16,7 +16,7 @@
 #   opsbench gpu-check's FP8 GEMM and prefill attention timings only
 #   profile LI_CUDA_PROFILE=1 runs: per-op time of a LLaDA step and of Llama decode
 #   wmma    gpu-model and e2e with the older WMMA prefill attention (LI_CUDA_ATTN_MMA=0)
-#   graphs  step graphs on and off (LI_CUDA_GRAPHS=0): Llama-8B decode, a LLaDA step at 1024
+#   graphs  step graphs on (LI_CUDA_GRAPHS=1) and off: Llama-8B decode, a LLaDA step at 512/1024
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
 # Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
 # Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag,test-dllm} when present (made by
@@ -70,6 +70,8 @@ has check && run gpu-check 300 env $nobench CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LE
 has opsbench && run gpu-check-bench 200 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=bench-fp8,bench-prefill \
   CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
 has model && run gpu-model 300 env LI_CUDA_GRAPH_STATS=1 $B/gpu-model
+# the same with step graphs on (off by default)
+has model && run gpu-model-graphs 300 env LI_CUDA_GRAPHS=1 LI_CUDA_GRAPH_STATS=1 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # step graphs against the same steps launched op by op, in the same call
@@ -99,7 +101,9 @@ has ragbench && run ragbench-uniform 45 $RAG --alpha 0 --mode lazy,copy --rates 
 has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.jsonl"
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a
 # benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
-{ has dllm || has dllmtest; } && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda LI_CUDA_GRAPH_STATS=1 $B/test-dllm
+{ has dllm || has dllmtest; } && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
+{ has dllm || has dllmtest; } && run test-dllm-cuda-graphs 300 env LI_TEST_BACKEND=cuda LI_CUDA_GRAPHS=1 \
+  LI_CUDA_GRAPH_STATS=1 $B/test-dllm
 # where a step's time goes (LI_CUDA_PROFILE: per op, printed at exit): a LLaDA step at canvas
 # 1024 and Llama decode
 has profile && run profile-dllm 120 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \

@@ -108,6 +108,26 @@ static li_status cache_buf(li_llada_cache *c, float **p, size_t n, const char *w
     return *p ? LI_OK : LI_ERR_OOM;
 }
 
+// Every component lc turns on, allocated before a step is queued (a step graph records the ops,
+// and memory cannot be allocated while it does); the ops' own cache_buf calls then find them.
+static li_status cache_prepare(const li_llada *m, const li_lacache *lc, li_llada_cache *c) {
+    const li_hparams *hp = &m->hp;
+    size_t T = (size_t)c->max_tokens, H = (size_t)hp->n_head;
+    size_t HDh = H * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
+    if (lc->embed) LI_TRY(cache_buf(c, &c->emb, T * hp->n_embd, "EmbedCache"));
+    if (lc->rope) {
+        LI_TRY(cache_buf(c, &c->q, T * HDh, "RoPECache queries"));
+        LI_TRY(cache_buf(c, &c->k, T * KDh, "RoPECache keys"));
+        LI_TRY(cache_buf(c, &c->v, T * KDh, "RoPECache values"));
+    }
+    if (lc->fa) {
+        LI_TRY(cache_buf(c, &c->fm, T * H, "FACache row max"));
+        LI_TRY(cache_buf(c, &c->fl, T * H, "FACache row sum"));
+        LI_TRY(cache_buf(c, &c->fo, T * HDh, "FACache accumulator"));
+    }
+    return LI_OK;
+}
+
 li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int max_rows) {
     *out = NULL;
     if (max_rows <= 0)
@@ -237,11 +257,7 @@ static li_status attention0(const fwd *f, const li_lacache *lc, li_llada_cache *
         stream(f, fo, fm, fl, q, k, v, 0, Klo, Khi, T, true);
         stream(f, fo, fm, fl, q, k, v, Khi, T, 0, Klo, true);
         stream(f, fo, fm, fl, q, k, v, Khi, T, Khi, T, true);
-        if (lc->fa) {
-            size_t H = (size_t)f->H;
-            LI_TRY(cache_buf(c, &c->fm, (size_t)c->max_tokens * H, "FACache row max"));
-            LI_TRY(cache_buf(c, &c->fl, (size_t)c->max_tokens * H, "FACache row sum"));
-            LI_TRY(cache_buf(c, &c->fo, (size_t)c->max_tokens * H * f->Dh, "FACache accumulator"));
+        if (lc->fa) {  // (buffers allocated by cache_prepare)
             state_copy(f, c->fo, c->fm, c->fl, fo, fm, fl, 0, Klo);
             state_copy(f, c->fo, c->fm, c->fl, fo, fm, fl, Khi, T);
             c->fa_ok = true;
@@ -377,7 +393,6 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
             if (info) info->embed_rows += T;
             continue;
         }
-        if ((rc = cache_buf(c, &c->emb, (size_t)c->max_tokens * D, "EmbedCache")) != LI_OK) break;
         int a = c->emb_ok ? cv->block_lo : 0, b = c->emb_ok ? cv->block_hi : T;
         op->embed(be, c->emb + (size_t)a * D, &m->w.tok_embd, tok_d + r0 + a, b - a);
         if (info) info->embed_rows += b - a;
@@ -408,11 +423,7 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     if (rc == LI_OK && lc->rope) { // scatter into the canvases' RoPECache
         for (int i = 0, g = 0; i < n && rc == LI_OK; i++) {
             li_llada_cache *c = caches[i];
-            size_t T = (size_t)c->max_tokens, a = (size_t)g_lo[i], k = (size_t)(g_hi[i] - g_lo[i]);
-            if ((rc = cache_buf(c, &c->q, T * HDh, "RoPECache queries")) != LI_OK ||
-                (rc = cache_buf(c, &c->k, T * KDh, "RoPECache keys")) != LI_OK ||
-                (rc = cache_buf(c, &c->v, T * KDh, "RoPECache values")) != LI_OK)
-                break;
+            size_t a = (size_t)g_lo[i], k = (size_t)(g_hi[i] - g_lo[i]);  // (cache_prepare)
             li_be_copy(be, c->q + a * HDh, s->q + (size_t)g * HDh, k * HDh * sizeof(float));
             li_be_copy(be, c->k + a * KDh, s->k + (size_t)g * KDh, k * KDh * sizeof(float));
             li_be_copy(be, c->v + a * KDh, s->v + (size_t)g * KDh, k * KDh * sizeof(float));
@@ -518,6 +529,7 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
                                 s->max_rows);
     }
     if (lc->fp8) LI_TRY(li_llada_fp8_prepare(m));
+    for (int i = 0; i < n; i++) LI_TRY(cache_prepare(m, lc, caches[i]));
 
     // ---- layouts: a block start (or first use) records the canvas the caches are filled for ----
     for (int i = 0; i < n; i++) {

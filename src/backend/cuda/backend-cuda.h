@@ -69,7 +69,7 @@ void li_backend_cuda_describe(li_backend *be, char *buf, size_t n);
 // Step graphs (backend.h graph_begin/graph_end): how many steps ran eagerly (a key's first),
 // as graphs (launched; of them instantiated vs updated in place), recordings that failed, and
 // why graphs are off when they are. li_backend_cuda_graph_stats returns false when graphs are
-// off (LI_CUDA_GRAPHS=0, LI_CUDA_PROFILE=1, or recording failed repeatedly).
+// off (not LI_CUDA_GRAPHS=1, LI_CUDA_PROFILE=1, or recording failed repeatedly).
 typedef struct {
     long long eager_steps, launched, instantiated, updated, failed;
     char note[256];
