@@ -67,7 +67,7 @@ run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, print its last lines
 if [ -n "${BENCH_OPS:-}" ]; then nobench="-u LI_GPU_CHECK_NO_BENCH"; else nobench="LI_GPU_CHECK_NO_BENCH=1"; fi
 has check && run gpu-check 300 env $nobench CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
 # the FP8 GEMM timings (and which path cuBLASLt gave) and the prefill attention kernels alone
-has opsbench && run gpu-check-bench 200 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=bench-fp8,bench-prefill \
+has opsbench && run gpu-check-bench 200 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=bench-fp8,bench-prefill,bench-dllm-x0 \
   CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
 has model && run gpu-model 300 env LI_CUDA_GRAPH_STATS=1 $B/gpu-model
 # the same with step graphs on (off by default)

@@ -16,6 +16,27 @@ void li_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const 
     be->ops->rmsnorm(be, out, x, w, T, D, eps);
 }
 
+void li_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
+                        const float *y, const float *w, int T, int D, float eps) {
+    if (be->ops->add_rmsnorm_fp8) {
+        be->ops->add_rmsnorm_fp8(be, q, scale, xn, x, y, w, T, D, eps);
+        return;
+    }
+    if (y) be->ops->add(be, x, y, (int64_t)T * D);
+    be->ops->rmsnorm(be, xn, x, w, T, D, eps);
+    be->ops->fp8_quant_rows(be, q, scale, xn, T, D);
+}
+
+void li_swiglu_fp8(li_backend *be, uint8_t *q, float *scale, float *h, const float *gate,
+                   const float *up, int T, int F) {
+    if (be->ops->swiglu_fp8) {
+        be->ops->swiglu_fp8(be, q, scale, h, gate, up, T, F);
+        return;
+    }
+    be->ops->swiglu(be, h, gate, up, (int64_t)T * F);
+    be->ops->fp8_quant_rows(be, q, scale, h, T, F);
+}
+
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what) {
     return li_be_is_device(be) ? be->ops->alloc(be, n_bytes, what) : li_alloc(n_bytes, what);
 }

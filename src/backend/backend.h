@@ -201,6 +201,16 @@ typedef struct {
     // q (T, K) = li_f32_to_e4m3(x / scale) (fp32 division). Bit-exact on every backend.
     void (*fp8_quant_rows)(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
                            int K);
+    // The FP8 FFN's inputs quantised where they are made (NULL: the callers run add_rmsnorm /
+    // rmsnorm or swiglu, then fp8_quant_rows). add_rmsnorm_fp8: x += y (y NULL: no add), then
+    // q, scale of rmsnorm(x) * w (T, D), the f32 result never stored (xn: (T, D) scratch the op
+    // may use when it cannot fuse the shape); swiglu_fp8: q, scale of silu(gate) * up (T, F)
+    // (h: (T, F) scratch likewise). Codes and scales equal fp8_quant_rows of the unfused ops'
+    // f32 output on the same backend, bit for bit.
+    void (*add_rmsnorm_fp8)(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
+                            const float *y, const float *w, int T, int D, float eps);
+    void (*swiglu_fp8)(li_backend *be, uint8_t *q, float *scale, float *h, const float *gate,
+                       const float *up, int T, int F);
     // y (T, N) from activations quantised by fp8_quant_rows (qa (T, K), sa (T, ceil(K/128))) and a
     // block-quantised weight W (N, K). Accumulation, fixed so that backends agree bit for bit:
     //   acc = 0 (fp32); for each K-group g in ascending order:
@@ -230,6 +240,15 @@ typedef struct {
     // x0 (B) and conf (B) in backend memory: only these 8 B bytes need to reach the host.
     void (*dllm_greedy)(li_backend *be, int32_t *x0, float *conf, float *logits,
                         const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot);
+    // The same step at any temperature, for the rows masked[b] != 0 (masked (B) bytes in backend
+    // memory; other rows: x0 = 0, conf = -inf): step 3 at temperature > 0 is LLaDA's Gumbel-max
+    // in float64, x0 = argmax_v exp(l[v]) / (-log u)^T (lowest id on ties), u = uniform number
+    // b V + v of the stream *rng (li_rng_uniform; one draw per row and id, masked or not, as the
+    // CPU decoder consumes them). *rng is not advanced: the caller jumps it by B V draws
+    // (li_rng_jump) when temperature > 0. NULL: the decoder downloads the logits instead.
+    void (*dllm_x0)(li_backend *be, int32_t *x0, float *conf, float *logits,
+                    const float *ulogits, const uint8_t *masked, int B, int V, float w,
+                    int32_t eos, int32_t eot, double temperature, const li_rng *rng);
 
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
 
@@ -280,6 +299,12 @@ struct li_backend {
 // Host code must never dereference a buffer of a backend where li_be_is_device is true.
 bool li_be_is_device(const li_backend *be);
 // The fused op when the backend has it, add then rmsnorm otherwise.
+// ops.add_rmsnorm_fp8 / swiglu_fp8, or the unfused ops (add, rmsnorm / swiglu, fp8_quant_rows)
+// where the backend has none.
+void li_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
+                        const float *y, const float *w, int T, int D, float eps);
+void li_swiglu_fp8(li_backend *be, uint8_t *q, float *scale, float *h, const float *gate,
+                   const float *up, int T, int F);
 void li_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w, int T,
                     int D, float eps);
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what);  // zeroed; NULL + error

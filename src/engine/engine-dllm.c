@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/rng-jump.h"
 #include "engine-dllm.h"
 #include "engine.h"
 
@@ -183,18 +184,16 @@ typedef struct {
     int n_rows;        // rows of ctok in the current block's layout
     uint8_t *keep;     // (G) DPad keep flags of the suffix rows (index d = row - block end)
     double *dpad_prob; // (dpad_window)
-    float *logits;     // (B, V) block logits (combined with CFG)
-    float *ulogits;    // (B, V) unconditional block logits, CFG only
-    // Device backends: the forward writes the block logits here (backend memory), the step reads
-    // the host copies above after one download each (the selection runs on the host for now).
+    // Block logits (B, V), the unconditional twin (CFG only): host memory on the CPU, backend
+    // memory on a device (d*), where they stay: the backend's dllm_x0 op runs steps 1-5 there and
+    // only x0 and the confidences (B each) come back.
+    float *logits, *ulogits;
     li_backend *be;
     float *dlogits, *dulogits;
-    // Greedy steps (temperature 0, low-confidence remasking) run the backend's dllm_greedy op:
-    // x0 and fconf (B) come back (host), through dx0 / dconf (B) on a device backend.
-    bool greedy;
-    float *fconf;
-    int32_t *dx0;
-    float *dconf;
+    uint8_t *masked, *dmasked;  // (B) 1 where the block row is still a mask (host, device)
+    float *fconf;               // (B) dllm_x0's confidences (host)
+    int32_t *dx0;               // (B) device x0
+    float *dconf;               // (B) device confidences
     int32_t *x0;       // (B) predicted token per block row
     double *conf;      // (B) confidence per block row, -inf for non-candidates
     int *sel;          // (B) selected rows
@@ -223,7 +222,9 @@ static void state_free(req_state *r) {
     li_be_free(r->be, r->dulogits);
     li_be_free(r->be, r->dx0);
     li_be_free(r->be, r->dconf);
+    li_be_free(r->be, r->dmasked);
     li_free(r->fconf);
+    li_free(r->masked);
     li_free(r->x0);
     li_free(r->conf);
     li_free(r->sel);
@@ -244,29 +245,30 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
     r->S = p->steps / r->n_blocks;
     r->cfg = p->cfg > 0;
     size_t T = (size_t)r->T, B = (size_t)r->B, BV = B * (size_t)sp->V;
+    bool dev = li_be_is_device(be);
     if (!(r->x = li_alloc(T * sizeof *r->x, "dllm canvas")) ||
         !(r->ctok = li_alloc(T * sizeof *r->ctok, "dllm canvas")) ||
         !(r->cpos = li_alloc(T * sizeof *r->cpos, "dllm positions")) ||
         !(r->crow = li_alloc(T * sizeof *r->crow, "dllm rows")) ||
         !(r->keep = li_alloc((size_t)r->G + 1, "dllm dpad flags")) ||
-        !(r->logits = li_alloc(BV * sizeof *r->logits, "dllm logits")) ||
         !(r->x0 = li_alloc(B * sizeof *r->x0, "dllm x0")) ||
         !(r->conf = li_alloc(B * sizeof *r->conf, "dllm confidences")) ||
+        !(r->fconf = li_alloc(B * sizeof *r->fconf, "dllm confidences (f32)")) ||
+        !(r->masked = li_alloc(B, "dllm mask flags")) ||
         !(r->sel = li_alloc(B * sizeof *r->sel, "dllm selection")))
         return LI_ERR_OOM;
-    if (r->cfg && (!(r->utok = li_alloc(T * sizeof *r->utok, "dllm uncond canvas")) ||
-                   !(r->ulogits = li_alloc(BV * sizeof *r->ulogits, "dllm uncond logits"))))
+    if (r->cfg && !(r->utok = li_alloc(T * sizeof *r->utok, "dllm uncond canvas")))
         return LI_ERR_OOM;
-    r->greedy = p->temperature <= 0 && p->remasking == LI_DLLM_REMASK_LOW_CONFIDENCE &&
-                be->ops->dllm_greedy;
-    if (r->greedy && !(r->fconf = li_alloc(B * sizeof *r->fconf, "dllm confidences (f32)")))
+    if (!dev && (!(r->logits = li_alloc(BV * sizeof *r->logits, "dllm logits")) ||
+                 (r->cfg && !(r->ulogits = li_alloc(BV * sizeof *r->ulogits,
+                                                    "dllm uncond logits")))))
         return LI_ERR_OOM;
-    if (li_be_is_device(be)) {
+    if (dev) {
         r->be = be;
-        if (r->greedy && (!(r->dx0 = li_be_alloc(be, B * sizeof(int32_t), "dllm x0 (device)")) ||
-                          !(r->dconf = li_be_alloc(be, B * sizeof(float), "dllm conf (device)"))))
-            return LI_ERR_OOM;
-        if (!(r->dlogits = li_be_alloc(be, BV * sizeof(float), "dllm logits (device)")) ||
+        if (!(r->dx0 = li_be_alloc(be, B * sizeof(int32_t), "dllm x0 (device)")) ||
+            !(r->dconf = li_be_alloc(be, B * sizeof(float), "dllm conf (device)")) ||
+            !(r->dmasked = li_be_alloc(be, B, "dllm mask flags (device)")) ||
+            !(r->dlogits = li_be_alloc(be, BV * sizeof(float), "dllm logits (device)")) ||
             (r->cfg && !(r->dulogits = li_be_alloc(be, BV * sizeof(float), "dllm uncond logits "
                                                    "(device)"))))
             return LI_ERR_OOM;
@@ -319,81 +321,44 @@ static void build_canvas(req_state *r, int32_t mask) {
             r->utok[j] = r->crow[j] < r->P ? mask : r->ctok[j];
 }
 
-// Steps 1–6 of the contract for one request, on its block logits from the forward just run.
-// Returns the number of tokens committed.
-static int step_commit(req_state *r, const specials *sp) {
+// Steps 1-5 of the contract for one request on its block logits from the forward just run
+// (logits, ulogits: where the forward wrote them), through the backend's dllm_x0 op: x0 and the
+// confidence of every masked block row; only those (B each) come back from a device. The op
+// draws the Gumbel noise from the request's stream (one draw per row and id) without advancing
+// it: the stream jumps B V draws here, then random remasking draws one number per block row.
+static li_status step_x0(li_backend *be, req_state *r, const specials *sp, float *logits,
+                         const float *ulogits) {
     const li_dllm_params *p = r->p;
     const int B = r->B, V = sp->V, lo = r->P + r->block * r->B;
-    if (r->greedy) {  // steps 1-5 ran as the backend's dllm_greedy op: x0 and fconf are here
-        for (int b = 0; b < B; b++)
-            r->conf[b] = r->x[lo + b] == sp->mask ? (double)r->fconf[b] : -INFINITY;
-        goto commit;
+    for (int b = 0; b < B; b++) r->masked[b] = r->x[lo + b] == sp->mask;
+    if (r->dmasked) LI_TRY(li_be_upload(be, r->dmasked, r->masked, (size_t)B));
+    const float w = r->cfg ? (float)(p->cfg + 1.0) : 0.0f;
+    int32_t eos = p->logits_eos_inf ? sp->eos : -1;
+    int32_t eot = p->confidence_eos_eot_inf ? sp->eot : -1;
+    be->ops->dllm_x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->fconf, logits,
+                     ulogits, r->dmasked ? r->dmasked : r->masked, B, V, w, eos, eot,
+                     p->temperature, &r->rng);
+    if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)B * (uint64_t)V);
+    if (r->dx0) {
+        LI_TRY(li_be_download(be, r->x0, r->dx0, (size_t)B * sizeof(int32_t)));
+        LI_TRY(li_be_download(be, r->fconf, r->dconf, (size_t)B * sizeof(float)));
     }
-    // 1. CFG: un + (cfg + 1) * (cond - un), fp32 like the reference's tensors.
-    if (r->cfg) {
-        float w = (float)(p->cfg + 1.0);
-        for (size_t i = 0; i < (size_t)B * V; i++)
-            r->logits[i] = r->ulogits[i] + w * (r->logits[i] - r->ulogits[i]);
-    }
-    // 2. Ban EOS.
-    if (p->logits_eos_inf && sp->eos >= 0)
-        for (int b = 0; b < B; b++)
-            r->logits[(size_t)b * V + sp->eos] = -INFINITY;
-    // 3. x0. Gumbel draws cover every block row and every vocab id, masked or not.
     for (int b = 0; b < B; b++) {
-        const float *l = r->logits + (size_t)b * V;
-        bool masked = r->x[lo + b] == sp->mask;
-        if (p->temperature > 0) {
-            double best = -INFINITY;
-            int32_t arg = 0;
-            for (int v = 0; v < V; v++) {
-                double u = li_rng_uniform(&r->rng);
-                if (!masked) continue;
-                // LLaDA add_gumbel_noise: exp(l) / (-log u)^T in float64 (u == 0 gives 0).
-                double g = exp((double)l[v]) / pow(-log(u), p->temperature);
-                if (g > best) {
-                    best = g;
-                    arg = v;
-                }
-            }
-            r->x0[b] = arg;
-        } else if (masked) {
-            float best = l[0];
-            int32_t arg = 0;
-            for (int v = 1; v < V; v++)
-                if (l[v] > best) {
-                    best = l[v];
-                    arg = v;
-                }
-            r->x0[b] = arg;
-        }
-    }
-    // 4. EOT confidence 0: its logit leaves the softmax.
-    if (p->confidence_eos_eot_inf && sp->eot >= 0)
-        for (int b = 0; b < B; b++)
-            r->logits[(size_t)b * V + sp->eot] = -INFINITY;
-    // 5. Confidence of the masked block rows.
-    for (int b = 0; b < B; b++) {
-        bool masked = r->x[lo + b] == sp->mask;
         if (p->remasking == LI_DLLM_REMASK_RANDOM) {
-            double u = li_rng_uniform(&r->rng); // one per block row, masked or not
-            r->conf[b] = masked ? u : -INFINITY;
-            continue;
+            double u = li_rng_uniform(&r->rng);  // one per block row, masked or not
+            r->conf[b] = r->masked[b] ? u : -INFINITY;
+        } else {
+            r->conf[b] = r->masked[b] ? (double)r->fconf[b] : -INFINITY;
         }
-        if (!masked) {
-            r->conf[b] = -INFINITY;
-            continue;
-        }
-        // fp32 softmax, max-subtracted, summed in index order.
-        const float *l = r->logits + (size_t)b * V;
-        float mx = -INFINITY, sum = 0.0f;
-        for (int v = 0; v < V; v++)
-            if (l[v] > mx) mx = l[v];
-        for (int v = 0; v < V; v++)
-            sum += expf(l[v] - mx);
-        r->conf[b] = (double)(expf(l[r->x0[b]] - mx) / sum);
     }
-commit:;
+    return li_be_sync(be);
+}
+
+// Step 6 of the contract: commit the selected rows of x0 (after step_x0). Returns the number of
+// tokens committed.
+static int step_commit(req_state *r) {
+    const li_dllm_params *p = r->p;
+    const int B = r->B, lo = r->P + r->block * r->B;
     // 6. Commit.
     int n_sel;
     if (p->threshold > 0)
@@ -494,6 +459,9 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
                             m->llama.hp.arch);
     if (m->metadata_only)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: the model was loaded metadata-only");
+    if (!m->be->ops->dllm_x0)
+        return li_error_set(LI_ERR_UNSUPPORTED, "dllm: backend '%s' lacks the dllm_x0 op",
+                            m->be->ops->name);
     specials sp;
     LI_TRY(get_specials(m, &sp));
     if (sp.mask < 0)
@@ -591,27 +559,10 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             li_error_wrap(rc, "dllm step %d: ", tot.steps + 1);
             goto done;
         }
-        for (int c = 0; c < nc && rc == LI_OK; c++) {
+        for (int c = 0; c < nc && rc == LI_OK; c++) {  // steps 1-5 where the logits are
+            if (c > 0 && owner[c] == owner[c - 1]) continue;  // the CFG twin (of the one before)
             req_state *r = &rs[owner[c]];
-            bool uncond = c > 0 && owner[c] == owner[c - 1];
-            if (r->greedy) {  // steps 1-5 where the logits are; only x0 and conf come back
-                if (uncond) continue;  // (consumed with its conditional twin)
-                const float *un = r->cfg ? outs[c + 1] : NULL;
-                const float w = r->cfg ? (float)(r->p->cfg + 1.0) : 0.0f;
-                int32_t eos = r->p->logits_eos_inf ? sp.eos : -1;
-                int32_t eot = r->p->confidence_eos_eot_inf ? sp.eot : -1;
-                int32_t *x0 = r->dx0 ? r->dx0 : r->x0;
-                float *cf = r->dconf ? r->dconf : r->fconf;
-                m->be->ops->dllm_greedy(m->be, x0, cf, outs[c], un, r->B, sp.V, w, eos, eot);
-                if (r->dx0 &&
-                    (rc = li_be_download(m->be, r->x0, r->dx0, (size_t)r->B * sizeof(int32_t))) ==
-                        LI_OK)
-                    rc = li_be_download(m->be, r->fconf, r->dconf, (size_t)r->B * sizeof(float));
-                continue;
-            }
-            if (!r->dlogits) continue;  // device logits -> the host copies
-            rc = li_be_download(m->be, uncond ? r->ulogits : r->logits, outs[c],
-                                (size_t)r->B * sp.V * sizeof(float));
+            rc = step_x0(m->be, r, &sp, outs[c], r->cfg ? outs[c + 1] : NULL);
         }
         if (rc != LI_OK) goto done;
         add_info(&tot, &info);
@@ -623,7 +574,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             if (c > 0 && owner[c] == owner[c - 1]) continue; // the CFG twin of the one before
             req_state *r = &rs[owner[c]];
             li_dllm_stats *s = &r->req->stats;
-            int committed = step_commit(r, &sp);
+            int committed = step_commit(r);
             s->steps++;
             s->nfe += r->cfg ? 2 : 1;
             int block = r->block, sib = r->step_in_block;

@@ -331,28 +331,31 @@ static li_status check_canvas(const li_llada *m, const li_lacache *lc, const li_
     return LI_OK;
 }
 
-// FFN of one layer over R rows: x += down(silu(gate(n(x))) * up(n(x))), FP8 when fp8 != NULL.
+// The attention's residual add and the FFN of one layer over R rows: x += tmp (the attention
+// output), then x += down(silu(gate(n(x))) * up(n(x))), FP8 when fp8 != NULL.
 static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
                 const li_fp8_weight *fp8, int R) {
     const li_hparams *hp = &f->m->hp;
     const li_backend_ops *op = f->op;
     li_backend *be = f->be;
     int D = hp->n_embd, F = hp->n_ff;
-    op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
     if (fp8) {
         // the vendor's block-scaled GEMM where the backend has one (CUDA: cuBLASLt), else the
         // exact kernel of backend.h's accumulation order
         void (*mm8)(li_backend *, float *, const uint8_t *, const float *, int,
                     const li_fp8_weight *) = op->matmul_fp8_fast ? op->matmul_fp8_fast
                                                                  : op->matmul_fp8;
-        op->fp8_quant_rows(be, s->qa, s->sa, s->xn, R, D);
+        // x += attention, norm, quantise: one pass where the backend fuses them (CUDA)
+        li_add_rmsnorm_fp8(be, s->qa, s->sa, s->xn, s->x, s->tmp, l->ffn_norm.data, R, D,
+                           hp->rms_eps);
         mm8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
         mm8(be, s->up, s->qa, s->sa, R, &fp8[1]);
-        op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
-        op->fp8_quant_rows(be, s->qa, s->sa, s->gate, R, F);
+        li_swiglu_fp8(be, s->qa, s->sa, s->gate, s->gate, s->up, R, F);
         mm8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
     } else {
+        op->add(be, s->x, s->tmp, (int64_t)R * D);  // x += attention
+        op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
         op->matmul(be, s->gate, s->xn, &l->w_gate, R);
         op->matmul(be, s->up, s->xn, &l->w_up, R);
         op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
@@ -446,8 +449,7 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     }
     op->matmul(be, s->tmp, s->att, &l0->wo, R);
     count_mm(info, R, &l0->wo);
-    op->add(be, s->x, s->tmp, (int64_t)R * D);
-    ffn(&f, s, l0, NULL, R);
+    ffn(&f, s, l0, NULL, R);  // x += tmp, then the FFN
 
     // ---- layers >= 1: everything over all rows ----
     for (int il = 1; il < hp->n_layer; il++) {
@@ -471,8 +473,7 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
         }
         op->matmul(be, s->tmp, s->att, &l->wo, R);
         count_mm(info, R, &l->wo);
-        op->add(be, s->x, s->tmp, (int64_t)R * D);
-        ffn(&f, s, l, lc->fp8 ? &m->fp8[3 * il] : NULL, R);
+        ffn(&f, s, l, lc->fp8 ? &m->fp8[3 * il] : NULL, R);  // x += tmp, then the FFN
     }
 
     // ---- head: block rows (truncation) or all rows, returning the block rows ----

@@ -19,6 +19,7 @@
 
 #include "../test.h"
 #include "backend/backend.h"
+#include "core/rng-jump.h"
 #include "backend/cuda/backend-cuda.h"
 
 static unsigned long long g_seed;  // printed with every failure
@@ -1106,6 +1107,204 @@ static void test_dllm_greedy(void) {
 // accumulation differs (Hopper's FP8 MMA adds inside a 128-wide block with fewer bits than fp32:
 // NMSE ~1e-9..1e-7, bound 1e-5; a scale-layout error gives ~1e-2..1); the exact kernel's fallback
 // is bit-exact.
+// The CPU's two largest Gumbel values of row b, g = exp(l[v]) / (-log u)^T with u = draw b V + v
+// of the stream at *r0, over l (V) as step 3 sees it (after CFG and the EOS ban, before the EOT
+// ban); *g1 >= *g2. Returns g1's id (the lowest on ties), which must be the oracle's x0.
+static int gumbel_top2(const float *l, int b, int V, double T, const li_rng *r0, double *g1,
+                       double *g2) {
+    li_rng r = *r0;
+    li_rng_jump(&r, (uint64_t)b * V);
+    double a = -INFINITY, c = -INFINITY;
+    int arg = 0;
+    for (int v = 0; v < V; v++) {
+        double g = exp((double)l[v]) / pow(-log(li_rng_uniform(&r)), T);
+        if (g > a) {
+            c = a;
+            a = g;
+            arg = v;
+        } else if (g > c) {
+            c = g;
+        }
+    }
+    *g1 = a;
+    *g2 = c;
+    return arg;
+}
+
+// dllm_x0 against the oracle (ops-ref.c li_cpu_dllm_x0: the decoder's step_commit loop):
+// - logits after CFG / bans bit-identical (CFG unfused on both sides);
+// - x0 equal on every masked row. At temperature > 0 a masked row may differ only at a near tie of
+//   the oracle's top two Gumbel values: relative gap <= 1e-12. The GPU's fp64 exp / log / pow are
+//   within 2 ulp of glibc's (g within ~1e-15 relative), so 1e-12 leaves 1000x; a wrong draw offset
+//   picks a different id at gaps of order 1. Such rows are counted and printed;
+// - conf against an fp64 softmax of the same (bit-identical) logits: NMSE <= 1e-10. The GPU sums
+//   per lane (<= 128 terms) then over <= 992 partials: relative error ~1e-7 (NMSE ~1e-14), 1e-10
+//   catches a missed EOT ban (EOT holds a large share of the softmax here) or a wrong x0. The
+//   oracle is not the yardstick for conf: its one sequential fp32 sum over V terms loses small
+//   terms once the sum is large — measured up to 2.8e-4 relative (NMSE ~3e-8) at V 126464 with
+//   logits ~ N(0, 3²); it is held to its bound (V - 1) 2^-24 + 1e-6 (expf's 2 ulp) instead;
+// - unmasked rows: conf -inf on both; the caller's stream is not advanced by the op.
+static void test_dllm_x0(void) {
+    const int Bs[] = {1, 3, 32}, Vs[] = {7, 1000, 126464};
+    const double temps[] = {0, 0.7, 1.0};
+    const char *opt_name[] = {"", " cfg eos eot", " eos eot"};
+    long near_ties = 0;
+    for (int ib = 0; ib < 3; ib++)
+        for (int iv = 0; iv < 3; iv++)
+            for (int it = 0; it < 3; it++)
+                for (int opt = 0; opt < 3; opt++) {
+                    const int B = Bs[ib], V = Vs[iv];
+                    const double T = temps[it];
+                    const long n = (long)B * V;
+                    const int cfg = opt == 1;
+                    const int32_t eos = opt ? V / 3 : -1, eot = opt ? V / 5 : -1;
+                    TEST_BEGIN(NAME("dllm_x0 B=%d V=%d T=%g%s", B, V, T, opt_name[opt]));
+                    float *l = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
+                    float *l1 = xmalloc(sizeof(float) * n), *l2 = xmalloc(sizeof(float) * n);
+                    float *row = xmalloc(sizeof(float) * V);
+                    fill(l, n, 3.0f);  // scale 3: many ids compete, x0 depends on every draw
+                    fill(u, n, 3.0f);
+                    uint8_t masked[32];
+                    for (int b = 0; b < B; b++) masked[b] = b == 0 || randint(0, 3) != 0;
+                    for (int b = 0; opt && b < B; b++) {
+                        // l == u here, so CFG leaves these values exact. Unbanned, EOS would be
+                        // every row's x0; EOT is x0 (conf 0) or a large share of the softmax.
+                        l[(long)b * V + eos] = u[(long)b * V + eos] = 50.0f;
+                        l[(long)b * V + eot] = u[(long)b * V + eot] = b % 2 ? 8.0f : 40.0f;
+                    }
+                    memcpy(l1, l, sizeof(float) * n);
+                    li_rng r0, r_before;
+                    li_rng_seed(&r0, li_rng_u64(&rng));
+                    r_before = r0;
+                    int32_t x1[32], x2[32];
+                    float c1[32], c2[32];
+                    dbuf gl, gu, gm, gx, gc;
+                    float *dl = dnew(&gl, sizeof(float) * n, l);
+                    float *du = dnew(&gu, sizeof(float) * n, u);
+                    uint8_t *dm = dnew(&gm, (size_t)B, masked);
+                    int32_t *dx = dnew(&gx, sizeof(int32_t) * B, NULL);
+                    float *dc = dnew(&gc, sizeof(float) * B, NULL);
+                    ref->ops->dllm_x0(ref, x1, c1, l1, cfg ? u : NULL, masked, B, V, 2.5f, eos,
+                                      eot, T, &r0);
+                    gpu->ops->dllm_x0(gpu, dx, dc, dl, cfg ? du : NULL, dm, B, V, 2.5f, eos, eot,
+                                      T, &r0);
+                    CHECK_BACKEND();
+                    CHECK(!memcmp(&r0, &r_before, sizeof r0), "the op moved the caller's stream");
+                    dget(x2, &gx);
+                    dget(c2, &gc);
+                    dget(l2, &gl);
+                    long diff = 0;  // the same values (the banned ones -inf on both sides)
+                    for (long i = 0; i < n; i++) diff += !(l2[i] == l1[i]);
+                    CHECK(diff == 0, "%ld logits differ after CFG / bans; seed %llu", diff, g_seed);
+                    float cg[32], c64[32];
+                    int n_conf = 0;
+                    double cpu_err = 0;
+                    for (int b = 0; b < B; b++) {
+                        if (!masked[b]) {
+                            CHECK(c1[b] == -INFINITY && c2[b] == -INFINITY,
+                                  "row %d not masked: conf %g, oracle %g; seed %llu", b, c2[b],
+                                  c1[b], g_seed);
+                            continue;
+                        }
+                        if (x2[b] != x1[b]) {
+                            double g1 = 0, g2 = 0;
+                            int top = -1;
+                            if (T > 0) {
+                                // the row as step 3 saw it: l1 before the EOT ban (l == u at
+                                // EOT, so its CFG value is the input value)
+                                memcpy(row, l1 + (long)b * V, sizeof(float) * V);
+                                if (eot >= 0 && eot != eos) row[eot] = l[(long)b * V + eot];
+                                top = gumbel_top2(row, b, V, T, &r0, &g1, &g2);
+                            }
+                            int near = top == x1[b] && g1 - g2 <= 1e-12 * g1;
+                            if (near) {
+                                near_ties++;
+                                printf("  near tie: B=%d V=%d T=%g row %d: x0 %d, oracle %d, "
+                                       "top-2 g %.17g %.17g\n", B, V, T, b, x2[b], x1[b], g1, g2);
+                            }
+                            CHECK(near, "row %d: x0 %d, oracle %d (top-2 g %.17g %.17g); seed %llu",
+                                  b, x2[b], x1[b], g1, g2, g_seed);
+                            continue;
+                        }
+                        // fp64 softmax probability of x0 over the shared post-ban logits
+                        const float *lr = l1 + (long)b * V;
+                        double mx = -INFINITY, s = 0;
+                        for (int v = 0; v < V; v++) mx = fmax(mx, lr[v]);
+                        for (int v = 0; v < V; v++) s += exp((double)lr[v] - mx);
+                        double p = exp((double)lr[x1[b]] - mx) / s;
+                        cg[n_conf] = c2[b];
+                        c64[n_conf++] = (float)p;
+                        if (p > 0) {
+                            cpu_err = fmax(cpu_err, fabs(c1[b] - p) / p);
+                        } else {  // x0 = EOT: banned after x0, probability 0
+                            CHECK(c1[b] == 0 && c2[b] == 0, "row %d: conf %g, oracle %g, want 0; "
+                                  "seed %llu", b, c2[b], c1[b], g_seed);
+                        }
+                    }
+                    double e = test_nmse(cg, c64, n_conf);
+                    CHECK(e <= 1e-10, "conf nmse %g vs fp64; seed %llu", e, g_seed);
+                    CHECK(cpu_err <= (V - 1) * 0x1p-24 + 1e-6,
+                          "oracle conf relative error %g vs fp64 (bound %g); seed %llu", cpu_err,
+                          (V - 1) * 0x1p-24 + 1e-6, g_seed);
+                    CHECK(dguard_ok(&gl) && dguard_ok(&gu) && dguard_ok(&gm) && dguard_ok(&gx) &&
+                              dguard_ok(&gc),
+                          "guard damaged; seed %llu", g_seed);
+                    dfree(&gl), dfree(&gu), dfree(&gm), dfree(&gx), dfree(&gc);
+                    free(l), free(u), free(l1), free(l2), free(row);
+                    TEST_END();
+                }
+    printf("# dllm_x0: %ld near ties allowed\n", near_ties);
+}
+
+// Times dllm_x0 at LLaDA-8B's shape (B 32, V 126464, every row masked). CFG with w = 1 keeps the
+// logits (nearly) fixed across iterations. Printed, not checked.
+typedef struct {
+    int32_t *x0;
+    float *conf, *logits, *ulogits;
+    uint8_t *masked;
+    int B, V;
+    double T;
+    li_rng rng;
+} x0_ctx;
+
+static void x0_step(li_backend *be, void *vctx) {
+    x0_ctx *c = vctx;
+    be->ops->dllm_x0(be, c->x0, c->conf, c->logits, c->ulogits, c->masked, c->B, c->V, 1.0f,
+                     c->V / 3, c->V / 5, c->T, &c->rng);
+}
+
+static void bench_dllm_x0(void) {
+    const int B = 32, V = 126464;
+    const int64_t n = (int64_t)B * V;
+    void *dl, *du, *dm, *dx, *dc;
+    need(li_backend_cuda_alloc(gpu, &dl, (size_t)n * 4, "logits"), "alloc");
+    need(li_backend_cuda_alloc(gpu, &du, (size_t)n * 4, "ulogits"), "alloc");
+    need(li_backend_cuda_alloc(gpu, &dm, (size_t)B, "masked"), "alloc");
+    need(li_backend_cuda_alloc(gpu, &dx, (size_t)B * 4, "x0"), "alloc");
+    need(li_backend_cuda_alloc(gpu, &dc, (size_t)B * 4, "conf"), "alloc");
+    need(li_backend_cuda_fill_uniform(gpu, dl, n, 21, 3.0f), "fill");
+    need(li_backend_cuda_fill_uniform(gpu, du, n, 22, 3.0f), "fill");
+    uint8_t ones[32];
+    memset(ones, 1, sizeof ones);
+    need(li_backend_cuda_upload(gpu, dm, ones, sizeof ones), "upload");
+    const double temps[] = {0, 0.7, 1.0};
+    for (int it = 0; it < 3; it++)
+        for (int cfg = 0; cfg < 2; cfg++) {
+            x0_ctx c = {dx, dc, dl, cfg ? du : NULL, dm, B, V, temps[it], {{0}}};
+            li_rng_seed(&c.rng, 7);
+            double ms = 0;
+            li_status st = li_backend_cuda_time(gpu, x0_step, &c, 3, &ms);
+            if (st == LI_OK) st = li_backend_cuda_time(gpu, x0_step, &c, 20, &ms);
+            if (st != LI_OK) printf("  bench: dllm_x0 failed: %s\n", li_error_msg());
+            else
+                printf("  bench: dllm_x0 B=%d V=%d T=%.1f%s  %8.1f µs  (%.2f G draws/s)\n", B, V,
+                       temps[it], cfg ? " cfg" : "    ", ms * 1e3,
+                       temps[it] > 0 ? n / (ms * 1e-3) / 1e9 : 0.0);
+        }
+    void *all[] = {dl, du, dm, dx, dc};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) li_backend_cuda_free(gpu, all[i]);
+}
+
 static void test_fp8_fast(void) {
     printf("# fp8 GEMM path: %s\n", li_backend_cuda_fp8_note(gpu));
     // LLaDA-like shapes (K a multiple of 512: cuBLASLt), T odd / 1 / large, and shapes the
@@ -1143,10 +1342,79 @@ static void test_fp8_fast(void) {
     }
 }
 
+// add_rmsnorm_fp8 / swiglu_fp8: the codes and scales equal the CPU's fp8_quant_rows of the GPU's
+// unfused f32 result (add_rmsnorm or rmsnorm, swiglu) bit for bit; x after the add equals the
+// unfused op's x. Shapes: LLaDA's D 4096 / F 12288, odd sizes, the tiny model's, and sizes past
+// the fused kernels' limit (the unfused fallback).
+static void test_fp8_fused(void) {
+    const int Ks[] = {64, 176, 300, 1000, 4096, 12288, 20000};
+    const int Tf[] = {1, 7, 64};
+    for (int ik = 0; ik < 7; ik++)
+        for (int it = 0; it < 3; it++)
+            for (int kind = 0; kind < 3; kind++) {  // 0 add+norm, 1 norm (no add), 2 swiglu
+                int T = Tf[it], K = Ks[ik], G = (K + 127) / 128;
+                long n = (long)T * K;
+                TEST_BEGIN(NAME("%s T=%d K=%d (bit-exact with the unfused ops)",
+                                kind == 0 ? "add_rmsnorm_fp8" : kind == 1 ? "add_rmsnorm_fp8 y=NULL"
+                                                                          : "swiglu_fp8", T, K));
+                float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n);
+                float *w = xmalloc(sizeof(float) * K), *f32 = xmalloc(sizeof(float) * n);
+                float *x1 = xmalloc(sizeof(float) * n), *x2 = xmalloc(sizeof(float) * n);
+                uint8_t *q1 = xmalloc((size_t)n), *q2 = xmalloc((size_t)n);
+                float *s1 = xmalloc(sizeof(float) * T * G), *s2 = xmalloc(sizeof(float) * T * G);
+                fill(a, n, 3.0f);
+                fill(b, n, 3.0f);
+                for (int i = 0; i < K; i++) w[i] = 0.5f + (float)li_rng_uniform(&rng);
+                dbuf ga, gb, gw, gh, gq, gs, ga2;
+                float *da = dnew(&ga, sizeof(float) * n, a), *db = dnew(&gb, sizeof(float) * n, b);
+                float *da2 = dnew(&ga2, sizeof(float) * n, a);
+                float *dw = dnew(&gw, sizeof(float) * K, w), *dh = dnew(&gh, sizeof(float) * n, NULL);
+                uint8_t *dq = dnew(&gq, (size_t)n, NULL);
+                float *ds = dnew(&gs, sizeof(float) * T * G, NULL);
+                // unfused on the GPU: f32 result (and x after the add) -> the CPU's quantisation
+                if (kind == 2) {
+                    gpu->ops->swiglu(gpu, dh, da, db, n);
+                } else if (kind == 0) {
+                    gpu->ops->add_rmsnorm(gpu, dh, da, db, dw, T, K, 1e-5f);
+                } else {
+                    gpu->ops->rmsnorm(gpu, dh, da, dw, T, K, 1e-5f);
+                }
+                CHECK_BACKEND();
+                dget(f32, &gh);
+                dget(x1, &ga);
+                ref->ops->fp8_quant_rows(ref, q1, s1, f32, T, K);
+                // fused
+                if (kind == 2)
+                    gpu->ops->swiglu_fp8(gpu, dq, ds, dh, da2, db, T, K);
+                else
+                    gpu->ops->add_rmsnorm_fp8(gpu, dq, ds, dh, da2, kind == 0 ? db : NULL, dw, T,
+                                              K, 1e-5f);
+                CHECK_BACKEND();
+                dget(q2, &gq);
+                dget(s2, &gs);
+                dget(x2, &ga2);
+                CHECK(memcmp(q1, q2, (size_t)n) == 0, "codes differ; seed %llu", g_seed);
+                CHECK(memcmp(s1, s2, sizeof(float) * T * G) == 0, "scales differ; seed %llu",
+                      g_seed);
+                if (kind != 2)
+                    CHECK(memcmp(x1, x2, sizeof(float) * n) == 0, "x after the add differs; seed %llu",
+                          g_seed);
+                CHECK(dguard_ok(&ga) && dguard_ok(&gb) && dguard_ok(&gw) && dguard_ok(&gh) &&
+                          dguard_ok(&gq) && dguard_ok(&gs) && dguard_ok(&ga2),
+                      "guard damaged; seed %llu", g_seed);
+                dfree(&ga), dfree(&gb), dfree(&gw), dfree(&gh), dfree(&gq), dfree(&gs), dfree(&ga2);
+                free(a), free(b), free(w), free(f32), free(x1), free(x2), free(q1), free(q2);
+                free(s1), free(s2);
+                TEST_END();
+            }
+}
+
 static void test_fp8(void) {
     test_fp8_weight();
+    test_fp8_fused();
     test_fp8_fast();
     test_dllm_greedy();
+    test_dllm_x0();
     const int Ks[] = {1, 127, 128, 129, 300, 4096};
     for (int it = 0; it < 3; it++)
         for (int ik = 0; ik < 6; ik++) {
@@ -1520,7 +1788,8 @@ int main(void) {
                   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8},
                   {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
-                  {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8}};
+                  {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8},
+                  {"bench-dllm-x0", bench_dllm_x0}};
     const char *only = getenv("LI_GPU_CHECK_ONLY");
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
         if (only && !strstr(only, groups[i].name)) continue;

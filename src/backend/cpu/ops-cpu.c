@@ -1129,4 +1129,5 @@ const li_backend_ops li_cpu_fast_ops = {
     .fp8_quant_rows = cpu_fp8_quant_rows,
     .matmul_fp8 = cpu_matmul_fp8,
     .dllm_greedy = li_cpu_dllm_greedy,  // ops-ref.c: one pass over B rows, not worth threads
+    .dllm_x0 = li_cpu_dllm_x0,
 };

@@ -379,6 +379,70 @@ static void ref_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
         }
 }
 
+// LLaDA's denoising step at any temperature (backend.h dllm_x0): engine-dllm.c step_commit steps
+// 1-5 as the decoder runs them, with low-confidence remasking (conf always computed), on a local
+// copy of *rng: uniform i = b V + v is drawn for every row, masked or not, and the caller advances
+// its own stream by B V draws when temperature > 0. Rows not masked: x0 = 0, conf = -inf.
+// Also the fast table's.
+void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, const float *ulogits,
+                    const uint8_t *masked, int B, int V, float w, int32_t eos, int32_t eot,
+                    double temperature, const li_rng *rng) {
+    (void)be;
+    li_rng r = *rng;
+    // 1. CFG: un + w (cond - un), fp32 like the reference's tensors.
+    if (ulogits)
+        for (size_t i = 0; i < (size_t)B * V; i++)
+            logits[i] = ulogits[i] + w * (logits[i] - ulogits[i]);
+    // 2. Ban EOS.
+    if (eos >= 0)
+        for (int b = 0; b < B; b++) logits[(size_t)b * V + eos] = -INFINITY;
+    // 3. x0. Gumbel draws cover every block row and every vocab id, masked or not.
+    for (int b = 0; b < B; b++) {
+        const float *l = logits + (size_t)b * V;
+        x0[b] = 0;
+        if (temperature > 0) {
+            double best = -INFINITY;
+            int32_t arg = 0;
+            for (int v = 0; v < V; v++) {
+                double u = li_rng_uniform(&r);
+                if (!masked[b]) continue;
+                // LLaDA add_gumbel_noise: exp(l) / (-log u)^T in float64 (u == 0 gives 0).
+                double g = exp((double)l[v]) / pow(-log(u), temperature);
+                if (g > best) {
+                    best = g;
+                    arg = v;
+                }
+            }
+            x0[b] = arg;
+        } else if (masked[b]) {
+            float best = l[0];
+            int32_t arg = 0;
+            for (int v = 1; v < V; v++)
+                if (l[v] > best) {
+                    best = l[v];
+                    arg = v;
+                }
+            x0[b] = arg;
+        }
+    }
+    // 4. EOT confidence 0: its logit leaves the softmax.
+    if (eot >= 0)
+        for (int b = 0; b < B; b++) logits[(size_t)b * V + eot] = -INFINITY;
+    // 5. Confidence of the masked block rows: fp32 softmax, max-subtracted, summed in index order.
+    for (int b = 0; b < B; b++) {
+        if (!masked[b]) {
+            conf[b] = -INFINITY;
+            continue;
+        }
+        const float *l = logits + (size_t)b * V;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int v = 0; v < V; v++)
+            if (l[v] > mx) mx = l[v];
+        for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
+        conf[b] = expf(l[x0[b]] - mx) / sum;
+    }
+}
+
 // LLaDA's greedy step (backend.h dllm_greedy): the code the decoder ran inline before it became
 // an op, unchanged, so CPU results are bit for bit what they were. Also the fast table's.
 void li_cpu_dllm_greedy(li_backend *be, int32_t *x0, float *conf, float *logits,
@@ -426,4 +490,5 @@ const li_backend_ops li_cpu_ref_ops = {
     .fp8_quant_rows = ref_fp8_quant_rows,
     .matmul_fp8 = ref_matmul_fp8,
     .dllm_greedy = li_cpu_dllm_greedy,
+    .dllm_x0 = li_cpu_dllm_x0,
 };

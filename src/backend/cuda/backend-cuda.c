@@ -14,8 +14,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include "../../core/rng-jump.h"
 #include "attention.cuh"
 #include "backend-cuda.h"
+#include "dllm-sample.cuh"
 #include "dllm.cuh"
 #include "gemv.cuh"
 #include "pointwise.cuh"
@@ -97,6 +99,8 @@ typedef struct {
     plan_cache fp8_plans;
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
     li_cuda_sampler *sampler;
+    uint64_t *jump_table;  // dllm_x0: device copy of li_rng_jump_table() (512 KiB), on first use
+    dev_scratch x0s;       // dllm_x0: per-chunk partial argmaxes
     // LI_CUDA_PROFILE=1: an event after every op; the time between two events is the later
     // op's (host gaps included), summed per op name and printed on stderr at the end.
     bool prof;
@@ -350,6 +354,8 @@ void li_backend_cuda_destroy(li_backend *be) {
         }
         for (int i = 0; i < im->n_graphs; i++) cudaGraphExecDestroy(im->graphs[i].exec);
         li_cuda_sampler_free(im->sampler);
+        cudaFree(im->jump_table);
+        cudaFree(im->x0s.p);
         cudaFree(im->xbf.p);
         cudaFree(im->attn.p);
         cudaFree(im->keys.p);
@@ -756,6 +762,31 @@ static void cu_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const fl
                               int K) {
     li_cuda_impl *im = be->impl;
     cu_fail(im, "fp8_quant_rows", li_cuda_fp8_quant_rows(im->stream, q, scale, x, T, K));
+}
+
+static void cu_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
+                               const float *y, const float *w, int T, int D, float eps) {
+    li_cuda_impl *im = be->impl;
+    if (li_cuda_fp8_fused_ok(D, true)) {
+        cu_fail(im, "add_rmsnorm_fp8",
+                li_cuda_add_rmsnorm_fp8(im->stream, q, scale, x, y, w, T, D, eps));
+        return;
+    }
+    cudaError_t e = y ? li_cuda_add_rmsnorm(im->stream, xn, x, y, w, T, D, eps)
+                      : li_cuda_rmsnorm(im->stream, xn, x, w, T, D, eps);
+    if (!cu_fail(im, "add_rmsnorm_fp8 (unfused)", e))
+        cu_fail(im, "add_rmsnorm_fp8 (unfused)", li_cuda_fp8_quant_rows(im->stream, q, scale, xn, T, D));
+}
+
+static void cu_swiglu_fp8(li_backend *be, uint8_t *q, float *scale, float *h, const float *gate,
+                          const float *up, int T, int F) {
+    li_cuda_impl *im = be->impl;
+    if (li_cuda_fp8_fused_ok(F, false)) {
+        cu_fail(im, "swiglu_fp8", li_cuda_swiglu_fp8(im->stream, q, scale, gate, up, T, F));
+        return;
+    }
+    if (!cu_fail(im, "swiglu_fp8 (unfused)", li_cuda_swiglu(im->stream, h, gate, up, (int64_t)T * F)))
+        cu_fail(im, "swiglu_fp8 (unfused)", li_cuda_fp8_quant_rows(im->stream, q, scale, h, T, F));
 }
 
 static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
@@ -1222,6 +1253,33 @@ static li_status cu_graph_end(li_backend *be, bool *rerun) {
     return LI_OK;
 }
 
+// LLaDA's step at any temperature (backend.h dllm_x0): dllm-sample.cu. Runs between forwards
+// (never inside a step graph), so the jump table and the scratch may be allocated here.
+static void cu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits,
+                       const float *ulogits, const uint8_t *masked, int B, int V, float w,
+                       int32_t eos, int32_t eot, double temperature, const li_rng *rng) {
+    li_cuda_impl *im = be->impl;
+    if (temperature > 0 && !im->jump_table) {
+        const size_t n = (size_t)LI_RNG_JUMP_MATRICES * LI_RNG_JUMP_WORDS * sizeof(uint64_t);
+        if (cu_fail(im, "dllm_x0 (jump table)", cudaMalloc((void **)&im->jump_table, n)))
+            return;
+        if (cu_fail(im, "dllm_x0 (jump table)",
+                    cudaMemcpy(im->jump_table, li_rng_jump_table(), n, cudaMemcpyHostToDevice))) {
+            cudaFree(im->jump_table);
+            im->jump_table = NULL;
+            return;
+        }
+    }
+    size_t nb = li_cuda_dllm_x0_scratch_bytes(B, V);
+    void *scratch = scratch_get(im, &im->x0s, nb, "dllm_x0 (partials)");
+    if (!scratch) return;
+    li_cuda_rng_state st;
+    memcpy(st.s, rng->s, sizeof st.s);
+    cu_fail(im, "dllm_x0",
+            li_cuda_dllm_x0(im->stream, x0, conf, logits, ulogits, masked, B, V, w, eos, eot,
+                            temperature, st, im->jump_table, scratch, nb));
+}
+
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
 
@@ -1242,10 +1300,13 @@ const li_backend_ops li_cuda_ops = {
     .flash_attn_tiles = cu_flash_attn_tiles,
     .flash_attn_finalize = cu_flash_attn_finalize,
     .fp8_quant_rows = cu_fp8_quant_rows,
+    .add_rmsnorm_fp8 = cu_add_rmsnorm_fp8,
+    .swiglu_fp8 = cu_swiglu_fp8,
     .matmul_fp8 = cu_matmul_fp8,
     .fp8_quant_weight = cu_fp8_quant_weight,
     .matmul_fp8_fast = cu_matmul_fp8_fast,
     .dllm_greedy = cu_dllm_greedy,
+    .dllm_x0 = cu_dllm_x0,
     .attention_dense = cu_attention_dense,
     .matrices_bf16 = true,
     .alloc = cu_alloc,

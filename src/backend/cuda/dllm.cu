@@ -402,6 +402,103 @@ extern "C" cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float
     return cudaGetLastError();
 }
 
+// ---- activation quantisation fused into the op that makes the activations ---------------------
+//
+// The FP8 FFN quantises its two inputs: norm(x + attention) and silu(gate) * up. Written as f32
+// and re-read by fp8_quant_rows they cost 8 bytes per element of traffic (at canvas 1024, LLaDA-
+// 8B: 32 MB + 100 MB per layer, ~1 ms per step at HBM speed); fused, the values stay in
+// registers and only the codes (1 byte) and scales leave. Each thread keeps its at most
+// FQ_MAX_PER_THREAD values of the row; the 128-group amax goes through shared memory
+// (atomicMax on the float's bits: |v| >= 0, so integer order is float order, and a max is exact
+// in any order). Values are computed with the unfused kernels' arithmetic and block sizes, so the
+// codes equal fp8_quant_rows applied to add_rmsnorm's / swiglu's f32 output, bit for bit.
+#define FQ_MAX_PER_THREAD 16
+#define FQ_MAX_GROUPS 128  // K <= 16384
+
+__device__ __forceinline__ void fq_store(uint8_t *qrow, float *srow, const float *vals, int *gmax,
+                                         int K) {
+    int i = 0;
+    for (int d = threadIdx.x; d < K; d += blockDim.x, i++)
+        atomicMax(&gmax[d / LI_FP8_GROUP_], __float_as_int(fabsf(vals[i])));
+    __syncthreads();
+    i = 0;
+    for (int d = threadIdx.x; d < K; d += blockDim.x, i++) {
+        const float amax = __int_as_float(gmax[d / LI_FP8_GROUP_]);
+        const float sc = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);  // li_fp8_scale
+        if (d % LI_FP8_GROUP_ == 0) srow[d / LI_FP8_GROUP_] = sc;
+        qrow[d] = f32_to_e4m3(__fdiv_rn(vals[i], sc));
+    }
+}
+
+// One block per row (add_rmsnorm_kernel's block size): x += y (y NULL: no add), then the codes of
+// x * r * w.
+__global__ void add_rmsnorm_fp8_kernel(uint8_t *q, float *scale, float *x, const float *y,
+                                       const float *w, int D, float eps) {
+    __shared__ float sh[32];
+    __shared__ int gmax[FQ_MAX_GROUPS];
+    const int G = (D + LI_FP8_GROUP_ - 1) / LI_FP8_GROUP_;
+    for (int g = threadIdx.x; g < G; g += blockDim.x) gmax[g] = 0;
+    float *xr = x + (int64_t)blockIdx.x * D;
+    const float *yr = y ? y + (int64_t)blockIdx.x * D : NULL;
+    float vals[FQ_MAX_PER_THREAD];
+    float ss = 0;
+    int i = 0;
+    for (int d = threadIdx.x; d < D; d += blockDim.x, i++) {
+        float v = yr ? xr[d] + yr[d] : xr[d];
+        if (yr) xr[d] = v;
+        vals[i] = v;
+        ss += v * v;
+    }
+    ss = block_sum(ss, sh);  // (its barriers also order the gmax initialisation)
+    const float r = 1.0f / sqrtf(ss / (float)D + eps);
+    i = 0;
+    for (int d = threadIdx.x; d < D; d += blockDim.x, i++) vals[i] = vals[i] * r * w[d];
+    fq_store(q + (int64_t)blockIdx.x * D, scale + (int64_t)blockIdx.x * G, vals, gmax, D);
+}
+
+// One block per row of F: the codes of silu(gate) * up (swiglu_kernel's expression).
+__global__ void __launch_bounds__(1024)
+    swiglu_fp8_kernel(uint8_t *q, float *scale, const float *gate, const float *up, int F) {
+    __shared__ int gmax[FQ_MAX_GROUPS];
+    const int G = (F + LI_FP8_GROUP_ - 1) / LI_FP8_GROUP_;
+    for (int g = threadIdx.x; g < G; g += blockDim.x) gmax[g] = 0;
+    __syncthreads();
+    const float *gr = gate + (int64_t)blockIdx.x * F, *ur = up + (int64_t)blockIdx.x * F;
+    float vals[FQ_MAX_PER_THREAD];
+    int i = 0;
+    for (int d = threadIdx.x; d < F; d += blockDim.x, i++) {
+        float g = gr[d];
+        vals[i] = g / (1.0f + expf(-g)) * ur[d];
+    }
+    fq_store(q + (int64_t)blockIdx.x * F, scale + (int64_t)blockIdx.x * G, vals, gmax, F);
+}
+
+// add_rmsnorm_kernel's block size for D (the reduction order must match it).
+static int norm_block(int D) { return D >= 1024 ? 1024 : D >= 256 ? 256 : 64; }
+
+extern "C" bool li_cuda_fp8_fused_ok(int K, bool norm) {
+    int block = norm ? norm_block(K) : 1024;
+    return K > 0 && K <= FQ_MAX_GROUPS * LI_FP8_GROUP_ &&
+           (K + block - 1) / block <= FQ_MAX_PER_THREAD;
+}
+
+extern "C" cudaError_t li_cuda_add_rmsnorm_fp8(cudaStream_t st, uint8_t *q, float *scale,
+                                               float *x, const float *y, const float *w, int T,
+                                               int D, float eps) {
+    if (T <= 0 || D <= 0) return cudaSuccess;
+    if (!li_cuda_fp8_fused_ok(D, true)) return cudaErrorInvalidValue;
+    add_rmsnorm_fp8_kernel<<<T, norm_block(D), 0, st>>>(q, scale, x, y, w, D, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t li_cuda_swiglu_fp8(cudaStream_t st, uint8_t *q, float *scale,
+                                          const float *gate, const float *up, int T, int F) {
+    if (T <= 0 || F <= 0) return cudaSuccess;
+    if (!li_cuda_fp8_fused_ok(F, false)) return cudaErrorInvalidValue;
+    swiglu_fp8_kernel<<<T, 1024, 0, st>>>(q, scale, gate, up, F);
+    return cudaGetLastError();
+}
+
 // One thread per y[t, n] (consecutive threads: consecutive n, so sa reads broadcast).
 __global__ void matmul_fp8_kernel_simple(float *y, const uint8_t *qa, const float *sa, int T,
                                          const uint8_t *wq, const float *wscale, int64_t N,

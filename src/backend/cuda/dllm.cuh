@@ -21,6 +21,15 @@ LI_CUDA_API cudaError_t li_cuda_dllm_greedy(cudaStream_t st, int32_t *x0, float 
 // q (T, K) e4m3 codes, scale (T, ceil(K/128)) from x (T, K).
 LI_CUDA_API cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float *scale,
                                                const float *x, int T, int K);
+// Fused activation quantisation (codes and scales as fp8_quant_rows of the f32 result):
+// x += y (y NULL: none), then q, scale of rmsnorm(x) * w (T, D); and q, scale of silu(gate) * up
+// (T, F). li_cuda_fp8_fused_ok: the kernels take K (norm: with add_rmsnorm's block size).
+LI_CUDA_API bool li_cuda_fp8_fused_ok(int K, bool norm);
+LI_CUDA_API cudaError_t li_cuda_add_rmsnorm_fp8(cudaStream_t st, uint8_t *q, float *scale,
+                                                float *x, const float *y, const float *w, int T,
+                                                int D, float eps);
+LI_CUDA_API cudaError_t li_cuda_swiglu_fp8(cudaStream_t st, uint8_t *q, float *scale,
+                                           const float *gate, const float *up, int T, int F);
 // W (N, K) (bf16 when bf16, else f32) per 128 x 128 block: q (N, K) codes, scale (ceil(N/128),
 // ceil(K/128)), bit-exact with li_fp8_weight_quantize.
 LI_CUDA_API cudaError_t li_cuda_fp8_quant_weight(cudaStream_t st, uint8_t *q, float *scale,

@@ -1,0 +1,46 @@
+// dllm-sample.cuh — launcher of LLaDA's x0 step on the GPU (dllm-sample.cu): CFG, bans, x0 by
+// argmax or by Gumbel-max with the engine's own random stream, and the confidence of x0, so the
+// logits never leave the device. Plain C declarations: backend-cuda.c (C11) includes this.
+#ifndef LI_CUDA_DLLM_SAMPLE_CUH
+#define LI_CUDA_DLLM_SAMPLE_CUH
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// xoshiro256** state (li_rng, core.h) by value: the stream's state before this step's draws.
+typedef struct {
+    uint64_t s[4];
+} li_cuda_rng_state;
+
+// Device bytes li_cuda_dllm_x0 needs as scratch (8-byte aligned) for B rows of V ids: 32
+// partials of 24 bytes per 4096 ids (0.76 MB at B 32, V 126464).
+size_t li_cuda_dllm_x0_scratch_bytes(int B, int V);
+
+// backend.h dllm_x0 (engine-dllm.c step_commit steps 1-5), per row b of logits (B, V), changed in
+// place; ulogits (B, V) or NULL; masked (B) bytes, 1: the row is a mask (a candidate):
+//   1. ulogits: l = u + w (l - u) in fp32, unfused;  2. eos >= 0: l[eos] = -inf;
+//   3. x0 (B): temperature <= 0: argmax_v l, lowest id on ties. temperature > 0: argmax_v
+//      exp(l[v]) / (-log u_i)^T in fp64, u_i uniform number i = b V + v of the stream starting at
+//      rng (li_rng_uniform's: (u64 >> 11) 2^-53), lowest id on ties; the draws of unmasked rows
+//      are skipped, not computed. Unmasked rows: x0 = 0;
+//   4. eot >= 0: l[eot] = -inf;  5. conf (B) fp32: softmax(l)[x0] for masked rows, -inf otherwise.
+// rng is not advanced here: the caller jumps its stream by B V draws when temperature > 0.
+// jump_table: a device copy of li_rng_jump_table() (64 x 256 x 4 words, 16-byte aligned as
+// cudaMalloc's are; may be NULL when temperature <= 0). scratch: scratch_bytes >=
+// li_cuda_dllm_x0_scratch_bytes(B, V) of device memory, reused by the next call once this one is
+// done on st.
+cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, float *conf, float *logits,
+                            const float *ulogits, const uint8_t *masked, int B, int V, float w,
+                            int32_t eos, int32_t eot, double temperature, li_cuda_rng_state rng,
+                            const uint64_t *jump_table, void *scratch, size_t scratch_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
