@@ -906,14 +906,18 @@ static void test_sample(void) {
 // + finalize: bf16 inputs, so TOL_ATTENTION_TC.
 static void test_attention_dense(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
-        {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333}};
-    for (int kernel = 0; kernel < 2; kernel++)
+        {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
+        {512, 8, 8, 128, 512}, {96, 6, 3, 64, 1000}};
+    // the fused kernels (wmma, mma) and the cuBLASLt path (T, nk >= 64; smaller shapes run mma)
+    static const char *kname[] = {"wmma", "mma", "cuBLASLt"};
+    for (int kernel = 0; kernel < 3; kernel++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
             int nk = cases[c][4];
             setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
-            TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d (%s kernel)", T, H, Hkv,
-                            Dh, nk, kernel ? "mma" : "wmma"));
+            setenv("LI_CUDA_DENSE_GEMM", kernel == 2 ? "1" : "0", 1);
+            TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d (%s)", T, H, Hkv,
+                            Dh, nk, kname[kernel]));
             long rows = (long)T * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
             float *q = xmalloc(sizeof(float) * on), *k = xmalloc(sizeof(float) * kn);
             float *v = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
@@ -946,6 +950,7 @@ static void test_attention_dense(void) {
             TEST_END();
         }
     unsetenv("LI_CUDA_ATTN_MMA");
+    unsetenv("LI_CUDA_DENSE_GEMM");
 }
 
 static void test_flash_attn(void) {

@@ -69,6 +69,20 @@ typedef struct {
 #define LI_GRAPH_SEEN 64
 #define LI_GRAPH_MAX_FAILURES 4
 
+// A batched cuBLASLt GEMM of attention_dense: scores S = Q K^T (kind 0) or O = P V (kind 1) for
+// nb heads at once (strided batches), keyed by the shapes and the pointers' alignments.
+typedef struct {
+    int kind, T, nk, nb, Dh, ldq, ldk;
+    uint32_t align[3];
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} attn_plan;
+
+#define LI_ATTN_PLANS 16
+
+static void attn_plan_destroy(attn_plan *p);
+
 // Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it
 // must not happen during graph capture: the engine sizes these at start.
 typedef struct {
@@ -87,6 +101,9 @@ typedef struct {
     dev_scratch xbf;   // matmul: activations converted to bf16, (T, K)
     dev_scratch attn;  // attention split-K partials: (T, H, n_split, Dh) then (T, H, n_split, 2)
     dev_scratch keys;  // prefill attention: one word per key of the page table
+    dev_scratch dense; // attention_dense through GEMMs: q, k, v in bf16, scores, probabilities
+    attn_plan attn_plans[LI_ATTN_PLANS];
+    int n_attn_plans, attn_next_evict;
     // FP8 GEMM through cuBLASLt (matmul_fp8_fast): which scale-table layouts the library takes,
     // found once by comparing it with the exact kernel (fp8_calibrate): -1 not tried, 0 not
     // usable (fp8_note says why), else 1 + (weight scales transposed) + 2 (activation scales
@@ -359,6 +376,8 @@ void li_backend_cuda_destroy(li_backend *be) {
         cudaFree(im->xbf.p);
         cudaFree(im->attn.p);
         cudaFree(im->keys.p);
+        cudaFree(im->dense.p);
+        for (int i = 0; i < im->n_attn_plans; i++) attn_plan_destroy(&im->attn_plans[i]);
         cudaFree(im->fp8_ws.p);
         cudaFree(im->fp8_as.p);
         cudaFree(im->ws);
@@ -1131,10 +1150,165 @@ static void cu_fp8_quant_weight(li_backend *be, li_fp8_weight *out, const li_wei
                                      W->dtype == LI_DTYPE_BF16, W->n_rows, W->n_cols));
 }
 
+// ---- attention_dense through cuBLASLt ----------------------------------------------------------
+//
+// LLaDA's layers >= 1 attend bidirectionally over the whole canvas (no cache depends on their
+// summation order), which is two GEMMs per head and a softmax: S = scale Q K^T (T x nk, f32),
+// P = softmax(S) (bf16), O = P V. At canvas 1024 (H 32, Dh 128) that is 17 GFLOP per layer that
+// cuBLASLt runs at ~500+ TFLOP/s (~35 µs), plus 6 bytes per score through HBM for the softmax
+// (192 MB, ~50 µs); the fused flash kernel (attention-prefill.cu) reached ~50 TFLOP/s on this
+// shape (11 ms of a 50 ms step). Memory: (4 + 2) T nk bytes per head of scratch, heads taken in
+// chunks of at most 1 GiB. Numerics as the fused kernel's: Q, K, V and P rounded to bf16, fp32
+// accumulation and softmax.
+
+static void attn_plan_destroy(attn_plan *p) {
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    memset(p, 0, sizeof *p);
+}
+
+static bool layout_batched(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t rows,
+                           uint64_t cols, int64_t ld, int32_t batch, int64_t stride) {
+    return cublasLtMatrixLayoutCreate(l, t, rows, cols, ld) == 0 &&
+           cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                            sizeof batch) == 0 &&
+           cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                            &stride, sizeof stride) == 0;
+}
+
+// The plan for kind (0: S^T (nk, T) = K^T-op x Q, i.e. row-major S = Q K^T; 1: O^T (Dh, T) = V x
+// P^T-as-stored, i.e. row-major O = P V), in column-major terms with the row-major arrays read as
+// their transposes: Q (T rows, stride ldq), K and V (nk rows, stride ldk), S and P (T, nk)
+// contiguous per head, O (T rows, stride ldq). NULL after recording an error.
+static attn_plan *attn_plan_get(li_cuda_impl *im, int kind, int T, int nk, int nb, int Dh,
+                                int ldq, int ldk, int qstride, const void *a, const void *b,
+                                const void *c) {
+    uint32_t al[3] = {ptr_align(a), ptr_align(b), ptr_align(c)};
+    for (int i = 0; i < im->n_attn_plans; i++) {
+        attn_plan *p = &im->attn_plans[i];
+        if (p->kind == kind && p->T == T && p->nk == nk && p->nb == nb && p->Dh == Dh &&
+            p->ldq == ldq && p->ldk == ldk && !memcmp(p->align, al, sizeof al))
+            return p;
+    }
+    attn_plan *p;
+    if (im->n_attn_plans < LI_ATTN_PLANS) {
+        p = &im->attn_plans[im->n_attn_plans++];
+    } else {
+        p = &im->attn_plans[im->attn_next_evict];
+        im->attn_next_evict = (im->attn_next_evict + 1) % LI_ATTN_PLANS;
+    }
+    attn_plan_destroy(p);
+    cublasOperation_t ta = kind == 0 ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint64_t ws = CUDA_GEMM_WORKSPACE;
+    uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int n_res = 0;
+    bool ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0 &&
+              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                             sizeof ta) == 0 &&
+              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                             sizeof tb) == 0;
+    if (kind == 0)  // A = K (Dh x nk, ld ldk) transposed, B = Q (Dh x T, ld ldq), C = S^T (nk x T)
+        ok = ok && layout_batched(&p->la, CUDA_R_16BF, Dh, nk, ldk, nb, Dh) &&
+             layout_batched(&p->lb, CUDA_R_16BF, Dh, T, ldq, nb, qstride) &&
+             layout_batched(&p->lc, CUDA_R_32F, nk, T, nk, nb, (int64_t)T * nk);
+    else  // A = V (Dh x nk, ld ldk), B = P^T (nk x T, ld nk), C = O^T (Dh x T, ld ldq)
+        ok = ok && layout_batched(&p->la, CUDA_R_16BF, Dh, nk, ldk, nb, Dh) &&
+             layout_batched(&p->lb, CUDA_R_16BF, nk, T, nk, nb, (int64_t)T * nk) &&
+             layout_batched(&p->lc, CUDA_R_32F, Dh, T, ldq, nb, qstride);
+    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == 0 &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                              sizeof ws) == 0 &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                              &al[0], sizeof al[0]) == 0 &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                              &al[1], sizeof al[1]) == 0 &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                              &al[2], sizeof al[2]) == 0 &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &al[2], sizeof al[2]) == 0 &&
+         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &no_reduction, sizeof no_reduction) == 0 &&
+         cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                        &n_res) == 0 &&
+         n_res > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok) {
+        attn_plan_destroy(p);
+        return NULL;  // not an error: the caller runs the fused kernel
+    }
+    p->algo = res.algo;
+    p->kind = kind;
+    p->T = T;
+    p->nk = nk;
+    p->nb = nb;
+    p->Dh = Dh;
+    p->ldq = ldq;
+    p->ldk = ldk;
+    memcpy(p->align, al, sizeof al);
+    return p;
+}
+
+// The GEMM path; false when cuBLASLt has no plan for a shape (nothing recorded: the caller runs
+// the fused kernel). Errors of the ops it queued are recorded.
+static bool dense_gemm(li_cuda_impl *im, float *out, const float *q, int T, int H, const float *k,
+                       const float *v, int nk, int Hkv, int Dh, float scale) {
+    const int G = H / Hkv;
+    const size_t nq = (size_t)T * H * Dh, nkv = (size_t)nk * Hkv * Dh;
+    const size_t per_head = (size_t)T * nk * 6;  // S (f32) and P (bf16)
+    const size_t cap = (size_t)1 << 30;
+    int hc = per_head >= cap ? 1 : (int)(cap / per_head);
+    if (hc > Hkv) hc = Hkv;
+    const size_t in_bytes = (nq + 2 * nkv) * 2, sp_off = (in_bytes + 255) & ~(size_t)255;
+    char *base = scratch_get(im, &im->dense, sp_off + (size_t)hc * per_head, "attention_dense (GEMM scratch)");
+    if (!base) return true;  // recorded
+    uint16_t *qb = (uint16_t *)base, *kb = qb + nq, *vb = kb + nkv;
+    float *S = (float *)(base + sp_off);
+    uint16_t *Pm = (uint16_t *)(S + (size_t)hc * T * nk);
+    if (cu_fail(im, "attention_dense (bf16 q)", li_cuda_f32_to_bf16(im->stream, qb, q, (int64_t)nq)) ||
+        cu_fail(im, "attention_dense (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
+        cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
+        return true;
+    const float one = 1.0f, zero = 0.0f;
+    // query head h = hk G + g uses kv head hk: for each g, a batch over kv heads with query
+    // stride G Dh
+    for (int g = 0; g < G; g++)
+        for (int h0 = 0; h0 < Hkv; h0 += hc) {
+            int nb = Hkv - h0 < hc ? Hkv - h0 : hc;
+            const uint16_t *qh = qb + ((size_t)h0 * G + g) * Dh, *kh = kb + (size_t)h0 * Dh;
+            const uint16_t *vh = vb + (size_t)h0 * Dh;
+            float *oh = out + ((size_t)h0 * G + g) * Dh;
+            attn_plan *ps = attn_plan_get(im, 0, T, nk, nb, Dh, H * Dh, Hkv * Dh, G * Dh, kh, qh, S);
+            attn_plan *po = ps ? attn_plan_get(im, 1, T, nk, nb, Dh, H * Dh, Hkv * Dh, G * Dh, vh,
+                                               Pm, oh)
+                               : NULL;
+            if (!ps || !po) return false;
+            if (lt_fail(im, "attention_dense (scores GEMM)",
+                        cublasLtMatmul(im->lt, ps->desc, &scale, kh, ps->la, qh, ps->lb, &zero, S,
+                                       ps->lc, S, ps->lc, &ps->algo, im->ws, CUDA_GEMM_WORKSPACE,
+                                       im->stream)) ||
+                cu_fail(im, "attention_dense (softmax)",
+                        li_cuda_softmax_bf16(im->stream, Pm, S, (int64_t)nb * T, nk)) ||
+                lt_fail(im, "attention_dense (output GEMM)",
+                        cublasLtMatmul(im->lt, po->desc, &one, vh, po->la, Pm, po->lb, &zero, oh,
+                                       po->lc, oh, po->lc, &po->algo, im->ws, CUDA_GEMM_WORKSPACE,
+                                       im->stream)))
+                return true;
+        }
+    return true;
+}
+
 static void cu_attention_dense(li_backend *be, float *out, const float *q, int T, int H,
                                const float *k, const float *v, int nk, int Hkv, int Dh,
                                float scale) {
     li_cuda_impl *im = be->impl;
+    const char *dg = getenv("LI_CUDA_DENSE_GEMM");  // "0": the fused kernel only (A/B runs)
+    if (!(dg && !strcmp(dg, "0")) && T >= 64 && nk >= 64 && Hkv > 0 && H % Hkv == 0 &&
+        dense_gemm(im, out, q, T, H, k, v, nk, Hkv, Dh, scale))
+        return;
     cu_fail(im, "attention_dense",
             li_cuda_attention_dense(im->stream, out, q, T, H, k, v, nk, Hkv, Dh, scale));
 }

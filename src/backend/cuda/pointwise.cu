@@ -148,6 +148,32 @@ extern "C" cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int 
     return cudaGetLastError();
 }
 
+// Attention through GEMMs (backend-cuda.c attention_dense): P (rows, n) bf16 = softmax of the
+// f32 scores S (rows, n), scale already applied by the GEMM. One block per row, the row read
+// twice from L2 (n <= a few thousand: 16 KB), written once: ~6 bytes per score from HBM.
+__global__ void softmax_bf16_kernel(__nv_bfloat16 *p, const float *s, int n) {
+    __shared__ float sh[32];
+    const float *sr = s + (int64_t)blockIdx.x * n;
+    __nv_bfloat16 *pr = p + (int64_t)blockIdx.x * n;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, sr[i]);
+    mx = block_max(mx, sh);
+    float z = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) z += expf(sr[i] - mx);
+    z = block_sum(z, sh);
+    float rz = 1.0f / z;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) pr[i] = __float2bfloat16_rn(expf(sr[i] - mx) * rz);
+}
+
+extern "C" cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const float *s,
+                                            int64_t rows, int n) {
+    if (rows <= 0 || n <= 0) return cudaSuccess;
+    if (rows > 0x7fffffff) return cudaErrorInvalidValue;
+    int block = n >= 2048 ? 512 : n >= 256 ? 256 : 64;
+    softmax_bf16_kernel<<<(unsigned)rows, block, 0, st>>>((__nv_bfloat16 *)p, s, n);
+    return cudaGetLastError();
+}
+
 // ---- rope ----------------------------------------------------------------------------------
 
 // One thread per (row, head, pair): a' = m(a cos - b sin), b' = m(a sin + b cos) (HF:

@@ -36,6 +36,9 @@ LI_CUDA_API cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, float *data, int
                                                int Dh, int P, int64_t src, int64_t dst, int count,
                                                int64_t delta, const li_cuda_rope_args *rope);
 // dst (n) bf16 = round-to-nearest-even(src (n) f32)
+// p (rows, n) bf16 = row softmax of s (rows, n) f32.
+LI_CUDA_API cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const float *s,
+                                             int64_t rows, int n);
 LI_CUDA_API cudaError_t li_cuda_f32_to_bf16(cudaStream_t st, uint16_t *dst, const float *src,
                                             int64_t n);
 // x (n) = uniform in [-scale, scale), a counter-based hash of (seed, i): reproducible, no state.
