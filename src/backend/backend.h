@@ -249,6 +249,16 @@ typedef struct {
     void (*dllm_x0)(li_backend *be, int32_t *x0, float *conf, float *logits,
                     const float *ulogits, const uint8_t *masked, int B, int V, float w,
                     int32_t eos, int32_t eot, double temperature, const li_rng *rng);
+    // Step 6's choice where x0 and conf are (a device; NULL: the decoder selects on the host
+    // with li_dllm_select, whose rules and order this follows): candidates are the rows with
+    // masked[b]; their confidence is conf[b], or with random_remask the uniform number b of the
+    // stream *rng (not advanced: the caller moves it B draws on). mode 0: the k best; 1: the best
+    // and every other >= tau; 2: the longest prefix with c_i >= 1 - f / (i + 1), i = 1.., at
+    // least one (ranked by confidence, then lower row). commit (B + 1) in backend memory:
+    // x0[b] for a selected row, -1 otherwise; commit[B] = how many: all a step reports.
+    void (*dllm_select)(li_backend *be, int32_t *commit, const int32_t *x0, const float *conf,
+                        const uint8_t *masked, int B, int mode, int k, double tau, double f,
+                        bool random_remask, const li_rng *rng);
 
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
 

@@ -194,6 +194,8 @@ typedef struct {
     float *fconf;               // (B) dllm_x0's confidences (host)
     int32_t *dx0;               // (B) device x0
     float *dconf;               // (B) device confidences
+    int32_t *commit, *dcommit;  // (B + 1) dllm_select's answer (host, device)
+    int n_committed;            // this step's
     int32_t *x0;       // (B) predicted token per block row
     double *conf;      // (B) confidence per block row, -inf for non-candidates
     int *sel;          // (B) selected rows
@@ -223,6 +225,8 @@ static void state_free(req_state *r) {
     li_be_free(r->be, r->dx0);
     li_be_free(r->be, r->dconf);
     li_be_free(r->be, r->dmasked);
+    li_be_free(r->be, r->dcommit);
+    li_free(r->commit);
     li_free(r->fconf);
     li_free(r->masked);
     li_free(r->x0);
@@ -268,6 +272,9 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
         if (!(r->dx0 = li_be_alloc(be, B * sizeof(int32_t), "dllm x0 (device)")) ||
             !(r->dconf = li_be_alloc(be, B * sizeof(float), "dllm conf (device)")) ||
             !(r->dmasked = li_be_alloc(be, B, "dllm mask flags (device)")) ||
+            (be->ops->dllm_select &&
+             (!(r->commit = li_alloc((B + 1) * sizeof(int32_t), "dllm commits")) ||
+              !(r->dcommit = li_be_alloc(be, (B + 1) * sizeof(int32_t), "dllm commits (device)")))) ||
             !(r->dlogits = li_be_alloc(be, BV * sizeof(float), "dllm logits (device)")) ||
             (r->cfg && !(r->dulogits = li_be_alloc(be, BV * sizeof(float), "dllm uncond logits "
                                                    "(device)"))))
@@ -321,13 +328,28 @@ static void build_canvas(req_state *r, int32_t mask) {
             r->utok[j] = r->crow[j] < r->P ? mask : r->ctok[j];
 }
 
-// Steps 1-5 of the contract for one request on its block logits from the forward just run
-// (logits, ulogits: where the forward wrote them), through the backend's dllm_x0 op: x0 and the
-// confidence of every masked block row; only those (B each) come back from a device. The op
-// draws the Gumbel noise from the request's stream (one draw per row and id) without advancing
-// it: the stream jumps B V draws here, then random remasking draws one number per block row.
-static li_status step_x0(li_backend *be, req_state *r, const specials *sp, float *logits,
-                         const float *ulogits) {
+// Step 6's rule for this request and step: the li_dllm_sel mode and its k, tau or f.
+static li_dllm_sel sel_rule(const req_state *r, int *k, double *tau, double *f) {
+    const li_dllm_params *p = r->p;
+    *k = 0;
+    *tau = p->threshold;
+    *f = p->factor;
+    if (p->threshold > 0) return LI_DLLM_SEL_THRESHOLD;
+    if (p->factor > 0) return LI_DLLM_SEL_FACTOR;
+    *k = p->commit_per_step > 0 ? p->commit_per_step
+                                : li_dllm_schedule(r->n_block_masks, r->S, r->step_in_block);
+    return LI_DLLM_SEL_TOPK;
+}
+
+// Steps 1-6 of the contract for one request on its block logits from the forward just run
+// (logits, ulogits: where the forward wrote them); sets r->n_committed. Steps 1-5 run as the
+// backend's dllm_x0 op: x0 and the confidence of every masked block row. The op draws the Gumbel
+// noise from the request's stream (one draw per row and id) without advancing it: the stream
+// jumps B V draws here, then random remasking takes one number per block row. On a device with
+// dllm_select step 6 runs there too and only the commits (B + 1 ints) come back; otherwise x0
+// and conf come back (B each) and li_dllm_select chooses on the host.
+static li_status step_decide(li_backend *be, req_state *r, const specials *sp, float *logits,
+                             const float *ulogits) {
     const li_dllm_params *p = r->p;
     const int B = r->B, V = sp->V, lo = r->P + r->block * r->B;
     for (int b = 0; b < B; b++) r->masked[b] = r->x[lo + b] == sp->mask;
@@ -339,41 +361,37 @@ static li_status step_x0(li_backend *be, req_state *r, const specials *sp, float
                      ulogits, r->dmasked ? r->dmasked : r->masked, B, V, w, eos, eot,
                      p->temperature, &r->rng);
     if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)B * (uint64_t)V);
+    const bool random = p->remasking == LI_DLLM_REMASK_RANDOM;
+    int k;
+    double tau, f;
+    li_dllm_sel mode = sel_rule(r, &k, &tau, &f);
+    if (r->dcommit) {  // 6. on the device
+        be->ops->dllm_select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, B, (int)mode, k, tau,
+                             f, random, &r->rng);
+        if (random) li_rng_jump(&r->rng, (uint64_t)B);
+        LI_TRY(li_be_download(be, r->commit, r->dcommit, (size_t)(B + 1) * sizeof(int32_t)));
+        for (int b = 0; b < B; b++)
+            if (r->commit[b] >= 0) r->x[lo + b] = r->commit[b];
+        r->n_committed = r->commit[B];
+        return li_be_sync(be);
+    }
     if (r->dx0) {
         LI_TRY(li_be_download(be, r->x0, r->dx0, (size_t)B * sizeof(int32_t)));
         LI_TRY(li_be_download(be, r->fconf, r->dconf, (size_t)B * sizeof(float)));
     }
     for (int b = 0; b < B; b++) {
-        if (p->remasking == LI_DLLM_REMASK_RANDOM) {
+        if (random) {
             double u = li_rng_uniform(&r->rng);  // one per block row, masked or not
             r->conf[b] = r->masked[b] ? u : -INFINITY;
         } else {
             r->conf[b] = r->masked[b] ? (double)r->fconf[b] : -INFINITY;
         }
     }
-    return li_be_sync(be);
-}
-
-// Step 6 of the contract: commit the selected rows of x0 (after step_x0). Returns the number of
-// tokens committed.
-static int step_commit(req_state *r) {
-    const li_dllm_params *p = r->p;
-    const int B = r->B, lo = r->P + r->block * r->B;
     // 6. Commit.
-    int n_sel;
-    if (p->threshold > 0)
-        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_THRESHOLD, 0, p->threshold, 0, r->sel);
-    else if (p->factor > 0)
-        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_FACTOR, 0, 0, p->factor, r->sel);
-    else if (p->commit_per_step > 0)
-        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_TOPK, p->commit_per_step, 0, 0, r->sel);
-    else
-        n_sel = li_dllm_select(r->conf, B, LI_DLLM_SEL_TOPK,
-                               li_dllm_schedule(r->n_block_masks, r->S, r->step_in_block), 0, 0,
-                               r->sel);
-    for (int k = 0; k < n_sel; k++)
-        r->x[lo + r->sel[k]] = r->x0[r->sel[k]];
-    return n_sel;
+    int n_sel = li_dllm_select(r->conf, B, mode, k, tau, f, r->sel);
+    for (int i = 0; i < n_sel; i++) r->x[lo + r->sel[i]] = r->x0[r->sel[i]];
+    r->n_committed = n_sel;
+    return li_be_sync(be);
 }
 
 // Steps a parallel-decoding block may take before it is declared stuck. Each step commits at
@@ -559,10 +577,10 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             li_error_wrap(rc, "dllm step %d: ", tot.steps + 1);
             goto done;
         }
-        for (int c = 0; c < nc && rc == LI_OK; c++) {  // steps 1-5 where the logits are
+        for (int c = 0; c < nc && rc == LI_OK; c++) {  // steps 1-6 where the logits are
             if (c > 0 && owner[c] == owner[c - 1]) continue;  // the CFG twin (of the one before)
             req_state *r = &rs[owner[c]];
-            rc = step_x0(m->be, r, &sp, outs[c], r->cfg ? outs[c + 1] : NULL);
+            rc = step_decide(m->be, r, &sp, outs[c], r->cfg ? outs[c + 1] : NULL);
         }
         if (rc != LI_OK) goto done;
         add_info(&tot, &info);
@@ -574,7 +592,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             if (c > 0 && owner[c] == owner[c - 1]) continue; // the CFG twin of the one before
             req_state *r = &rs[owner[c]];
             li_dllm_stats *s = &r->req->stats;
-            int committed = step_commit(r);
+            int committed = r->n_committed;
             s->steps++;
             s->nfe += r->cfg ? 2 : 1;
             int block = r->block, sib = r->step_in_block;

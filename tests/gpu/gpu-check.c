@@ -1310,6 +1310,80 @@ static void bench_dllm_x0(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) li_backend_cuda_free(gpu, all[i]);
 }
 
+// dllm_select against an independent oracle of the decoder's rule (engine-dllm.c li_dllm_select):
+// candidates sorted by (confidence desc, row asc) with qsort, then top-k / threshold / factor.
+// Confidences are drawn with many exact ties (ranks then go by row) and NaN-free; random
+// remasking takes the uniform numbers 0..B-1 of the stream.
+static const double *sel_conf;
+static int sel_cmp(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (sel_conf[i] != sel_conf[j]) return sel_conf[i] > sel_conf[j] ? -1 : 1;
+    return i - j;
+}
+
+static void test_dllm_select(void) {
+    const int Bs[] = {1, 7, 32, 256, 1024};
+    for (int ib = 0; ib < 5; ib++)
+        for (int mode = 0; mode < 3; mode++)
+            for (int rnd = 0; rnd < 2; rnd++) {
+                const int B = Bs[ib];
+                TEST_BEGIN(NAME("dllm_select B=%d %s%s", B,
+                                mode == 0 ? "top-k" : mode == 1 ? "threshold" : "factor",
+                                rnd ? " random remasking" : ""));
+                int32_t *x0 = xmalloc(sizeof(int32_t) * B), *got = xmalloc(sizeof(int32_t) * (B + 1));
+                float *cf = xmalloc(sizeof(float) * B);
+                uint8_t *masked = xmalloc((size_t)B);
+                double *c = xmalloc(sizeof(double) * B);
+                int *rows = xmalloc(sizeof(int) * B);
+                li_rng r0;
+                li_rng_seed(&r0, li_rng_u64(&rng));
+                li_rng ru = r0;
+                for (int b = 0; b < B; b++) {
+                    x0[b] = randint(0, 126463);
+                    masked[b] = randint(0, 4) != 0;
+                    cf[b] = (float)randint(0, 20) / 20.0f;  // exact ties
+                }
+                int nc = 0;
+                for (int b = 0; b < B; b++) {
+                    double u = li_rng_uniform(&ru);
+                    c[b] = !masked[b] ? -INFINITY : rnd ? u : (double)cf[b];
+                    if (masked[b]) rows[nc++] = b;
+                }
+                sel_conf = c;
+                qsort(rows, (size_t)nc, sizeof(int), sel_cmp);
+                int k = randint(0, B + 1);
+                double tau = rnd ? 0.5 : 0.6, f = 0.9;
+                int take = 0;
+                if (mode == 0) take = k < nc ? k : nc;
+                while (mode == 1 && nc > 0 && (take == 0 || (take < nc && c[rows[take]] >= tau)))
+                    take++;
+                while (mode == 2 && take < nc && c[rows[take]] >= 1.0 - f / (double)(take + 2))
+                    take++;
+                if (mode == 2 && nc > 0 && take == 0) take = 1;
+                dbuf gx, gc, gm, go;
+                int32_t *dx = dnew(&gx, sizeof(int32_t) * B, x0);
+                float *dc = dnew(&gc, sizeof(float) * B, cf);
+                uint8_t *dm = dnew(&gm, (size_t)B, masked);
+                int32_t *dout = dnew(&go, sizeof(int32_t) * (B + 1), NULL);
+                gpu->ops->dllm_select(gpu, dout, dx, dc, dm, B, mode, k, tau, f, rnd, &r0);
+                CHECK_BACKEND();
+                dget(got, &go);
+                CHECK(got[B] == take, "%d selected, oracle %d; seed %llu", got[B], take, g_seed);
+                int bad = 0;
+                for (int i = 0; i < nc; i++) {
+                    int b = rows[i];
+                    bad += got[b] != (i < take ? x0[b] : -1);
+                }
+                for (int b = 0; b < B; b++) bad += !masked[b] && got[b] != -1;
+                CHECK(bad == 0, "%d rows differ from the oracle; seed %llu", bad, g_seed);
+                CHECK(dguard_ok(&gx) && dguard_ok(&gc) && dguard_ok(&gm) && dguard_ok(&go),
+                      "guard damaged; seed %llu", g_seed);
+                dfree(&gx), dfree(&gc), dfree(&gm), dfree(&go);
+                free(x0), free(got), free(cf), free(masked), free(c), free(rows);
+                TEST_END();
+            }
+}
+
 static void test_fp8_fast(void) {
     printf("# fp8 GEMM path: %s\n", li_backend_cuda_fp8_note(gpu));
     // LLaDA-like shapes (K a multiple of 512: cuBLASLt), T odd / 1 / large, and shapes the
@@ -1420,6 +1494,7 @@ static void test_fp8(void) {
     test_fp8_fast();
     test_dllm_greedy();
     test_dllm_x0();
+    test_dllm_select();
     const int Ks[] = {1, 127, 128, 129, 300, 4096};
     for (int it = 0; it < 3; it++)
         for (int ik = 0; ik < 6; ik++) {

@@ -1427,31 +1427,53 @@ static li_status cu_graph_end(li_backend *be, bool *rerun) {
     return LI_OK;
 }
 
+// The device copy of li_rng_jump_table(), made on first use (between forwards: never inside a
+// step graph). false after recording an error.
+static bool jump_table_ready(li_cuda_impl *im) {
+    if (im->jump_table) return true;
+    const size_t n = (size_t)LI_RNG_JUMP_MATRICES * LI_RNG_JUMP_WORDS * sizeof(uint64_t);
+    if (cu_fail(im, "dllm (jump table)", cudaMalloc((void **)&im->jump_table, n))) {
+        im->jump_table = NULL;
+        return false;
+    }
+    if (cu_fail(im, "dllm (jump table)",
+                cudaMemcpy(im->jump_table, li_rng_jump_table(), n, cudaMemcpyHostToDevice))) {
+        cudaFree(im->jump_table);
+        im->jump_table = NULL;
+        return false;
+    }
+    return true;
+}
+
+static li_cuda_rng_state rng_state(const li_rng *rng) {
+    li_cuda_rng_state st;
+    memcpy(st.s, rng->s, sizeof st.s);
+    return st;
+}
+
+static void cu_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0, const float *conf,
+                           const uint8_t *masked, int B, int mode, int k, double tau, double f,
+                           bool random_remask, const li_rng *rng) {
+    li_cuda_impl *im = be->impl;
+    if (random_remask && !jump_table_ready(im)) return;
+    cu_fail(im, "dllm_select",
+            li_cuda_dllm_select(im->stream, commit, x0, conf, masked, B, mode, k, tau, f,
+                                random_remask, rng_state(rng), im->jump_table));
+}
+
 // LLaDA's step at any temperature (backend.h dllm_x0): dllm-sample.cu. Runs between forwards
 // (never inside a step graph), so the jump table and the scratch may be allocated here.
 static void cu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits,
                        const float *ulogits, const uint8_t *masked, int B, int V, float w,
                        int32_t eos, int32_t eot, double temperature, const li_rng *rng) {
     li_cuda_impl *im = be->impl;
-    if (temperature > 0 && !im->jump_table) {
-        const size_t n = (size_t)LI_RNG_JUMP_MATRICES * LI_RNG_JUMP_WORDS * sizeof(uint64_t);
-        if (cu_fail(im, "dllm_x0 (jump table)", cudaMalloc((void **)&im->jump_table, n)))
-            return;
-        if (cu_fail(im, "dllm_x0 (jump table)",
-                    cudaMemcpy(im->jump_table, li_rng_jump_table(), n, cudaMemcpyHostToDevice))) {
-            cudaFree(im->jump_table);
-            im->jump_table = NULL;
-            return;
-        }
-    }
+    if (temperature > 0 && !jump_table_ready(im)) return;
     size_t nb = li_cuda_dllm_x0_scratch_bytes(B, V);
     void *scratch = scratch_get(im, &im->x0s, nb, "dllm_x0 (partials)");
     if (!scratch) return;
-    li_cuda_rng_state st;
-    memcpy(st.s, rng->s, sizeof st.s);
     cu_fail(im, "dllm_x0",
             li_cuda_dllm_x0(im->stream, x0, conf, logits, ulogits, masked, B, V, w, eos, eot,
-                            temperature, st, im->jump_table, scratch, nb));
+                            temperature, rng_state(rng), im->jump_table, scratch, nb));
 }
 
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
@@ -1481,6 +1503,7 @@ const li_backend_ops li_cuda_ops = {
     .matmul_fp8_fast = cu_matmul_fp8_fast,
     .dllm_greedy = cu_dllm_greedy,
     .dllm_x0 = cu_dllm_x0,
+    .dllm_select = cu_dllm_select,
     .attention_dense = cu_attention_dense,
     .matrices_bf16 = true,
     .alloc = cu_alloc,

@@ -314,3 +314,86 @@ extern "C" cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, float *conf
                                                            R * 32, eot);
     return cudaGetLastError();
 }
+
+// ---- the transfer selection (backend.h dllm_select) ----------------------------------------------
+//
+// One block of B threads (B <= 1024), thread b for block row b: its confidence (float conf of
+// dllm_x0, or at random remasking the uniform number b of the stream, reached by applying the
+// table matrices of b's set bits: <= 10 products of ~128 column XORs), its rank among the
+// candidates (conf > -inf) by counting those that rank before it (higher conf, then lower row:
+// li_dllm_select's order, O(B) per thread), then how many to take: top-k, the best plus every
+// candidate >= tau (a prefix of the ranking), or Fast-dLLM's factor rule (the longest prefix
+// whose i-th, 0-based, has c >= 1 - f / (i + 2); at least one). B = 32: a few µs.
+
+// x = M x, one thread (the column form of rng-jump.h).
+__device__ __forceinline__ void thread_apply(unsigned long long x[4], const uint64_t *M) {
+    unsigned long long r[4] = {0, 0, 0, 0};
+    for (int w = 0; w < 4; w++)
+        for (unsigned long long word = x[w]; word; word &= word - 1) {
+            const uint64_t *col = M + 4 * (64 * w + __ffsll((long long)word) - 1);
+            r[0] ^= col[0];
+            r[1] ^= col[1];
+            r[2] ^= col[2];
+            r[3] ^= col[3];
+        }
+    for (int w = 0; w < 4; w++) x[w] = r[w];
+}
+
+__global__ void __launch_bounds__(1024)
+    dllm_select_kernel(int32_t *commit, const int32_t *x0, const float *conf,
+                       const uint8_t *masked, int B, int mode, int k, double tau, double f,
+                       int random_remask, li_cuda_rng_state rng, const uint64_t *jump_table) {
+    __shared__ double c[1024];
+    __shared__ int n_cand, take_sh;
+    const int b = threadIdx.x;
+    if (b == 0) {
+        n_cand = 0;
+        take_sh = 0x7fffffff;
+    }
+    double cb = -INFINITY;
+    if (b < B) {
+        if (random_remask) {
+            unsigned long long s[4] = {rng.s[0], rng.s[1], rng.s[2], rng.s[3]};
+            for (int bit = 0; bit < 10; bit++)
+                if (b >> bit & 1) thread_apply(s, jump_table + (size_t)bit * X0_JUMP_WORDS);
+            const double u = (double)(xoshiro_next(s) >> 11) * 0x1p-53;
+            cb = masked[b] ? u : -INFINITY;
+        } else {
+            cb = masked[b] ? (double)conf[b] : -INFINITY;
+        }
+        c[b] = cb;
+    }
+    __syncthreads();
+    const bool cand = b < B && cb > -INFINITY;
+    int rank = 0;
+    if (cand) {
+        atomicAdd(&n_cand, 1);
+        for (int a = 0; a < B; a++)
+            rank += c[a] > -INFINITY && (c[a] > cb || (c[a] == cb && a < b));
+    }
+    __syncthreads();
+    const int nc = n_cand;
+    // mode 0 top-k, 1 threshold, 2 factor (li_dllm_sel's order)
+    if (cand && mode == 1 && rank > 0 && !(cb >= tau)) atomicMin(&take_sh, rank);
+    if (cand && mode == 2 && !(cb >= 1.0 - f / (double)(rank + 2))) atomicMin(&take_sh, rank);
+    __syncthreads();
+    int take;
+    if (mode == 0) take = k < nc ? (k > 0 ? k : 0) : nc;
+    else if (mode == 1) take = take_sh < nc ? take_sh : nc;
+    else take = take_sh < nc ? (take_sh > 0 ? take_sh : 1) : nc;
+    if (b < B) commit[b] = cand && rank < take ? x0[b] : -1;
+    if (b == 0) commit[B] = take;
+}
+
+extern "C" cudaError_t li_cuda_dllm_select(cudaStream_t st, int32_t *commit, const int32_t *x0,
+                                           const float *conf, const uint8_t *masked, int B,
+                                           int mode, int k, double tau, double f,
+                                           int random_remask, li_cuda_rng_state rng,
+                                           const uint64_t *jump_table) {
+    if (B <= 0) return cudaSuccess;
+    if (B > 1024 || mode < 0 || mode > 2 || (random_remask && !jump_table))
+        return cudaErrorInvalidValue;
+    dllm_select_kernel<<<1, B < 32 ? 32 : (B + 31) / 32 * 32, 0, st>>>(
+        commit, x0, conf, masked, B, mode, k, tau, f, random_remask, rng, jump_table);
+    return cudaGetLastError();
+}

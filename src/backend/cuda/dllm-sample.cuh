@@ -39,6 +39,16 @@ cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, float *conf, float *lo
                             int32_t eos, int32_t eot, double temperature, li_cuda_rng_state rng,
                             const uint64_t *jump_table, void *scratch, size_t scratch_bytes);
 
+// backend.h dllm_select: which masked block rows take their x0 this step. conf (B) from
+// dllm_x0, or at random_remask the uniform numbers 0..B-1 of the stream at rng (jump_table as
+// above); mode 0 top-k, 1 threshold tau (the best and every candidate >= tau), 2 factor f
+// (li_dllm_select's rules and order: higher conf, then lower row). commit (B + 1): x0[b] for a
+// selected row, -1 otherwise; commit[B] = the number selected.
+cudaError_t li_cuda_dllm_select(cudaStream_t st, int32_t *commit, const int32_t *x0,
+                                const float *conf, const uint8_t *masked, int B, int mode, int k,
+                                double tau, double f, int random_remask, li_cuda_rng_state rng,
+                                const uint64_t *jump_table);
+
 #ifdef __cplusplus
 }
 #endif
