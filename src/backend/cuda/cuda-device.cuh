@@ -91,4 +91,8 @@ __device__ __forceinline__ void rope_sincos(double pos, float w, float *c, float
     sincosf((float)ang, s, c);
 }
 
+// HF's silu(gate) * up, the one expression every SwiGLU kernel uses (swiglu and its FP8-fused
+// twin must give the same bits). expf(-g) overflows to inf for g < -88: g / inf = -0, the limit.
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 #endif

@@ -456,7 +456,7 @@ __global__ void add_rmsnorm_fp8_kernel(uint8_t *q, float *scale, float *x, const
     fq_store(q + (int64_t)blockIdx.x * D, scale + (int64_t)blockIdx.x * G, vals, gmax, D);
 }
 
-// One block per row of F: the codes of silu(gate) * up (swiglu_kernel's expression).
+// One block per row of F: the codes of silu(gate) * up (silu_mul, as swiglu's kernels).
 __global__ void __launch_bounds__(1024)
     swiglu_fp8_kernel(uint8_t *q, float *scale, const float *gate, const float *up, int F) {
     __shared__ int gmax[FQ_MAX_GROUPS];
@@ -467,8 +467,7 @@ __global__ void __launch_bounds__(1024)
     float vals[FQ_MAX_PER_THREAD];
     int i = 0;
     for (int d = threadIdx.x; d < F; d += blockDim.x, i++) {
-        float g = gr[d];
-        vals[i] = g / (1.0f + expf(-g)) * ur[d];
+        vals[i] = silu_mul(gr[d], ur[d]);
     }
     fq_store(q + (int64_t)blockIdx.x * F, scale + (int64_t)blockIdx.x * G, vals, gmax, F);
 }
