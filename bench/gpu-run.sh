@@ -79,8 +79,8 @@ if has graphs; then
   for g in 1 0; do
     run decode-graphs$g 150 env LI_CUDA_GRAPHS=$g LI_CUDA_GRAPH_STATS=1 $LI bench generate --backend cuda \
       -m synth:llama-3.1-8b -p 512 -n 128 -r 2
-    run dllmstep-graphs$g 150 env LI_CUDA_GRAPHS=$g LI_CUDA_GRAPH_STATS=1 $LI bench dllm --backend cuda \
-      -m synth:llada-8b --canvas 512,1024 --block-length 32
+    [ "${GRAPH_DLLM:-1}" = 1 ] && run dllmstep-graphs$g 150 env LI_CUDA_GRAPHS=$g LI_CUDA_GRAPH_STATS=1 \
+      $LI bench dllm --backend cuda -m synth:llada-8b --canvas 512,1024 --block-length 32
   done
 fi
 # the WMMA prefill attention (LI_CUDA_ATTN_MMA=0; mma.sync is the default): whole models and e2e
@@ -90,10 +90,11 @@ has wmma && run e2e-8b-wmma 300 env LI_CUDA_ATTN_MMA=0 $LI bench generate --back
 # The paper's RAG setting (DESIGN.md §3): 100 documents x 2048 tokens, 5 per request in random
 # order, 64-token queries, 32 output tokens; f32 KV, so a document is 512 MiB and 8G / 24G hold
 # 16 / 48 of them. `none` re-prefills every document of every request: one point only.
+# RAG_RATES, RAG_BUDGETS, RAG_MODES, RAG_TIMEOUT change the zipf sweep.
 RAG="$LI bench rag --backend cuda -m synth:llama-3.1-8b --synthetic --docs 100 --doc-len 2048 --k 5
      --query-len 64 --out-len 32 --max-batch 8 --requests ${RAG_REQUESTS:-16}"
-has ragbench && run ragbench-zipf 120 $RAG --alpha 2.1 --mode lazy,copy,prefix --rates 4,16 \
-  --budgets 8G,24G --csv "$OUT/ragbench-zipf.csv"
+has ragbench && run ragbench-zipf ${RAG_TIMEOUT:-120} $RAG --alpha 2.1 --mode ${RAG_MODES:-lazy,copy,prefix} \
+  --rates ${RAG_RATES:-4,16} --budgets ${RAG_BUDGETS:-8G,24G} --csv "$OUT/ragbench-zipf.csv"
 has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates 16 --budgets 24G \
   --csv "$OUT/ragbench-none.csv"
 has ragbench && run ragbench-uniform 45 $RAG --alpha 0 --mode lazy,copy --rates 16 --budgets 24G \
