@@ -300,6 +300,11 @@ struct li_backend {
     li_threadpool *tp;  // CPU: workers for the fast ops (NULL in the oracle)
     int n_threads;
     void *impl;         // backend-private state (scratch buffers, cuBLASLt handles, …)
+    // GEMM rows must not depend on how many rows share the GEMM (no split-K on CUDA), so that
+    // a GEMM over a subset of rows gives the full GEMM's bits: LLaDA's truncated head and
+    // block-only layer-0 Q/K/V (cached = uncached). Set at load for diffusion models; off, a
+    // backend may split K (decode batches of 2-64 rows with K = 14336 need it: 10x on the H200).
+    bool batch_invariant;
     void (*destroy)(li_backend *be);  // frees a non-CPU backend (li_backend_free calls it)
 };
 

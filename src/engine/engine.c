@@ -136,6 +136,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         rc = li_llama_load(&m->llama, p->path, m->be, p->metadata_only);
     }
     if (rc != LI_OK) goto fail;
+    if (m->llada) m->be->batch_invariant = true;  // cached = uncached (backend.h)
     const li_hparams *hp = li_model_hparams(m);
 
     if ((rc = load_tokenizer(m, p->path, is_synth, p)) != LI_OK) goto fail;

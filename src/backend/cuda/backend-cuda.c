@@ -37,6 +37,7 @@ typedef struct {
     int64_t N, K;
     int T;
     uint32_t align_w, align_y;
+    bool invariant;  // made without split-K (li_backend.batch_invariant)
     char name[64];          // "matmul bf16 N=… K=…": the op's name in LI_CUDA_PROFILE
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t lw, lx, ly;  // W^T as (K, N) col-major, x as (K, T), y as (N, T)
@@ -109,7 +110,6 @@ typedef struct {
     // usable (fp8_note says why), else 1 + (weight scales transposed) + 2 (activation scales
     // transposed)
     int fp8_mode;
-    bool gemm_splitk;  // LI_CUDA_GEMM_SPLITK=1: split-K plans allowed (GEMMs no longer batch-invariant)
     bool fp8_t4;  // the library took the activation scales only with T a multiple of 4
     int fp8_status;  // the last heuristic query's cublasStatus_t (for the note)
     char fp8_note[1200];
@@ -326,8 +326,6 @@ li_status li_backend_cuda_init(li_backend **out, int device) {
     // the bottleneck and the recording delays its start); LI_CUDA_GRAPHS=1 turns them on.
     const char *graphs = getenv("LI_CUDA_GRAPHS");
     im->graphs_off = !(graphs && *graphs && strcmp(graphs, "0"));
-    const char *splitk = getenv("LI_CUDA_GEMM_SPLITK");
-    im->gemm_splitk = splitk && *splitk && strcmp(splitk, "0");
     const char *prof = getenv("LI_CUDA_PROFILE");
     if (prof && *prof && strcmp(prof, "0")) {
         im->prof = true;
@@ -505,10 +503,13 @@ static void plan_destroy(gemm_plan *p) {
 }
 
 // The cached plan for the key, or NULL.
-static gemm_plan *plan_find(plan_cache *c, int64_t N, int64_t K, int T, uint32_t aw, uint32_t ay) {
+static gemm_plan *plan_find(plan_cache *c, int64_t N, int64_t K, int T, uint32_t aw, uint32_t ay,
+                            bool inv) {
     for (int i = 0; i < c->n; i++) {
         gemm_plan *p = &c->p[i];
-        if (p->N == N && p->K == K && p->T == T && p->align_w == aw && p->align_y == ay) return p;
+        if (p->N == N && p->K == K && p->T == T && p->align_w == aw && p->align_y == ay &&
+            p->invariant == inv)
+            return p;
     }
     return NULL;
 }
@@ -529,18 +530,18 @@ static gemm_plan *plan_slot(plan_cache *c) {
 
 // Finds or builds the plan for (N, K, T, alignments); NULL after recording an error.
 static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32_t aw,
-                           uint32_t ay) {
-    gemm_plan *p = plan_find(&im->plans, N, K, T, aw, ay);
+                           uint32_t ay, bool inv) {
+    gemm_plan *p = plan_find(&im->plans, N, K, T, aw, ay, inv);
     if (p) return p;
     p = plan_slot(&im->plans);
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     uint64_t ws = CUDA_GEMM_WORKSPACE;
     uint32_t ax = 256;  // x goes through the cudaMalloc'd bf16 scratch
-    // Batch invariance: without split-K every output element is one K loop in the same order
-    // whatever T is, so a row's result does not depend on how many rows share the GEMM. LaCache's
-    // truncated head and RoPECache's block-only Q/K/V then give the bits of the full-canvas GEMM
-    // (cached = uncached); gpu-check tests it. LI_CUDA_GEMM_SPLITK=1 lets the heuristic split K.
+    // Batch invariance (be->batch_invariant): without split-K every output element is one K loop
+    // in the same order whatever T is, so a row's result does not depend on how many rows share
+    // the GEMM. LaCache's truncated head and RoPECache's block-only Q/K/V then give the bits of
+    // the full-canvas GEMM (cached = uncached); gpu-check tests it.
     uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
@@ -568,7 +569,7 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
                             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof ay)) ||
         lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
                             pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof ay)) ||
-        (!im->gemm_splitk &&
+        (inv &&
          lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
                              pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
                              sizeof no_reduction))) ||
@@ -589,6 +590,7 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
              (long long)N, (long long)K);
     p->align_w = aw;
     p->align_y = ay;
+    p->invariant = inv;
     return p;
 fail:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -613,7 +615,7 @@ static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight 
     if (!xb) return;
     if (cu_fail(im, "matmul (f32 -> bf16)", li_cuda_f32_to_bf16(im->stream, xb, x, (int64_t)T * K)))
         return;
-    gemm_plan *p = plan_get(im, N, K, T, ptr_align(W->data), ptr_align(y));
+    gemm_plan *p = plan_get(im, N, K, T, ptr_align(W->data), ptr_align(y), be->batch_invariant);
     if (!p) return;
     const float alpha = 1.0f, beta = 0.0f;
     lt_fail(im, p->name, cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, xb, p->lx,
@@ -834,7 +836,7 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // checks), which the preference states so that the heuristic does not assume 256.
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
                                const float *as) {
-    gemm_plan *p = plan_find(&im->fp8_plans, N, K, T, 16, 16);  // 16-byte aligned (see above)
+    gemm_plan *p = plan_find(&im->fp8_plans, N, K, T, 16, 16, false);  // 16-byte aligned (above)
     if (p) return p;
     p = plan_slot(&im->fp8_plans);
     cublasLtMatmulPreference_t pref = NULL;
