@@ -8,7 +8,7 @@ csv=$1; out=$2
 mkdir -p "$out"
 command -v gnuplot >/dev/null || { echo "plot-ragbench: gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)"; exit 1; }
 modes=$(tail -n +2 "$csv" | cut -d, -f1 | sort -u)
-budgets=$(tail -n +2 "$csv" | cut -d, -f3 | sort -u)
+budgets=$(tail -n +2 "$csv" | awk -F, '{print $4, $3}' | sort -n | awk '{print $2}' | uniq)  # by size
 rates=$(tail -n +2 "$csv" | cut -d, -f2 | sort -u | wc -l)
 tmp=$(mktemp -d)
 for m in $modes; do
