@@ -231,21 +231,17 @@ typedef struct {
     // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what
     // li_fp8_weight_quantize computes on the host. NULL: the host does it.
     void (*fp8_quant_weight)(li_backend *be, li_fp8_weight *out, const li_weight *W);
-    // LLaDA's greedy step over B block rows (DESIGN.md §4 steps 1-5 at temperature 0 with
-    // low-confidence remasking) on logits (B, V), changed in place, ulogits (B, V) or NULL:
+    // LLaDA's denoising step over B block rows (DESIGN.md §4 steps 1-5) on logits (B, V), changed
+    // in place, ulogits (B, V) or NULL, for the rows with masked[b] != 0 (masked (B) bytes):
     //   1. CFG when ulogits: l = u + w (l - u) (fp32);  2. l[eos] = -inf when eos >= 0;
-    //   3. x0[b] = argmax_v l[b, v], the lowest id on ties;  4. l[eot] = -inf when eot >= 0;
-    //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in fp32 (the CPU sums in index
-    //      order; a GPU's reduction order differs in the last bits).
-    // x0 (B) and conf (B) in backend memory: only these 8 B bytes need to reach the host.
-    void (*dllm_greedy)(li_backend *be, int32_t *x0, float *conf, float *logits,
-                        const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot);
-    // The same step at any temperature, for the rows masked[b] != 0 (masked (B) bytes in backend
-    // memory; other rows: x0 = 0, conf = -inf): step 3 at temperature > 0 is LLaDA's Gumbel-max
-    // in float64, x0 = argmax_v exp(l[v]) / (-log u)^T (lowest id on ties), u = uniform number
-    // b V + v of the stream *rng (li_rng_uniform; one draw per row and id, masked or not, as the
-    // CPU decoder consumes them). *rng is not advanced: the caller jumps it by B V draws
-    // (li_rng_jump) when temperature > 0. NULL: the decoder downloads the logits instead.
+    //   3. x0[b]: temperature 0: argmax_v l[b, v], the lowest id on ties; temperature > 0: LLaDA's
+    //      Gumbel-max in float64, argmax_v exp(l[v]) / (-log u)^T (lowest id on ties), u = uniform
+    //      number b V + v of the stream *rng (li_rng_uniform; one draw per row and id, masked or
+    //      not, as the CPU decoder consumes them);  4. l[eot] = -inf when eot >= 0;
+    //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in fp32 (the CPU sums in index order;
+    //      a GPU's reduction order differs in the last bits).
+    // Rows not masked: x0 = 0, conf = -inf. x0 (B) and conf (B) in backend memory. *rng is not
+    // advanced: the caller jumps it by B V draws (li_rng_jump) when temperature > 0.
     void (*dllm_x0)(li_backend *be, int32_t *x0, float *conf, float *logits,
                     const float *ulogits, const uint8_t *masked, int B, int V, float w,
                     int32_t eos, int32_t eot, double temperature, const li_rng *rng);

@@ -27,9 +27,6 @@ typedef struct {
 // the caller falls back to a path that needs no scratch).
 void *li_cpu_scratch_get(li_cpu_scratch *s, size_t n);
 void li_cpu_scratch_free(li_cpu_scratch *s);
-// dllm_greedy for both CPU tables (ops-ref.c).
-void li_cpu_dllm_greedy(li_backend *be, int32_t *x0, float *conf, float *logits,
-                        const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot);
 // dllm_x0 for both CPU tables (ops-ref.c): the decoder's steps 1-5 at any temperature.
 void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, const float *ulogits,
                     const uint8_t *masked, int B, int V, float w, int32_t eos, int32_t eot,

@@ -1128,6 +1128,5 @@ const li_backend_ops li_cpu_fast_ops = {
     .flash_attn_finalize = cpu_flash_attn_finalize,
     .fp8_quant_rows = cpu_fp8_quant_rows,
     .matmul_fp8 = cpu_matmul_fp8,
-    .dllm_greedy = li_cpu_dllm_greedy,  // ops-ref.c: one pass over B rows, not worth threads
-    .dllm_x0 = li_cpu_dllm_x0,
+    .dllm_x0 = li_cpu_dllm_x0,  // ops-ref.c: one pass over B rows, not worth threads
 };

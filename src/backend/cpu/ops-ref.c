@@ -443,35 +443,6 @@ void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, con
     }
 }
 
-// LLaDA's greedy step (backend.h dllm_greedy): the code the decoder ran inline before it became
-// an op, unchanged, so CPU results are bit for bit what they were. Also the fast table's.
-void li_cpu_dllm_greedy(li_backend *be, int32_t *x0, float *conf, float *logits,
-                        const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot) {
-    (void)be;
-    for (int b = 0; b < B; b++) {
-        float *l = logits + (size_t)b * V;
-        if (ulogits) {
-            const float *u = ulogits + (size_t)b * V;
-            for (int v = 0; v < V; v++) l[v] = u[v] + w * (l[v] - u[v]);
-        }
-        if (eos >= 0) l[eos] = -INFINITY;
-        float best = l[0];
-        int32_t arg = 0;
-        for (int v = 1; v < V; v++)
-            if (l[v] > best) {
-                best = l[v];
-                arg = v;
-            }
-        x0[b] = arg;
-        if (eot >= 0) l[eot] = -INFINITY;
-        float mx = -INFINITY, sum = 0.0f;
-        for (int v = 0; v < V; v++)
-            if (l[v] > mx) mx = l[v];
-        for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
-        conf[b] = expf(l[arg] - mx) / sum;
-    }
-}
-
 const li_backend_ops li_cpu_ref_ops = {
     .name = "cpu-ref",
     .embed = ref_embed,
@@ -489,6 +460,5 @@ const li_backend_ops li_cpu_ref_ops = {
     .flash_attn_finalize = ref_flash_attn_finalize,
     .fp8_quant_rows = ref_fp8_quant_rows,
     .matmul_fp8 = ref_matmul_fp8,
-    .dllm_greedy = li_cpu_dllm_greedy,
     .dllm_x0 = li_cpu_dllm_x0,
 };

@@ -1315,13 +1315,6 @@ static void cu_attention_dense(li_backend *be, float *out, const float *q, int T
             li_cuda_attention_dense(im->stream, out, q, T, H, k, v, nk, Hkv, Dh, scale));
 }
 
-static void cu_dllm_greedy(li_backend *be, int32_t *x0, float *conf, float *logits,
-                           const float *ulogits, int B, int V, float w, int32_t eos, int32_t eot) {
-    li_cuda_impl *im = be->impl;
-    cu_fail(im, "dllm_greedy",
-            li_cuda_dllm_greedy(im->stream, x0, conf, logits, ulogits, B, V, w, eos, eot));
-}
-
 // ---- step graphs ------------------------------------------------------------------------------
 //
 // A decode step of Llama-8B is ~400 kernels of 5-40 µs; a LLaDA step ~450 larger ones. Launched
@@ -1503,7 +1496,6 @@ const li_backend_ops li_cuda_ops = {
     .matmul_fp8 = cu_matmul_fp8,
     .fp8_quant_weight = cu_fp8_quant_weight,
     .matmul_fp8_fast = cu_matmul_fp8_fast,
-    .dllm_greedy = cu_dllm_greedy,
     .dllm_x0 = cu_dllm_x0,
     .dllm_select = cu_dllm_select,
     .attention_dense = cu_attention_dense,

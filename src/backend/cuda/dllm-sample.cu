@@ -37,7 +37,7 @@
 //   kernel 2: B x 992 partials of 24 bytes; a few µs with its launch.
 // With ~8 warps per SM the fp64 chains are latency- rather than throughput-bound; expected
 // ~40-60 µs for T != 1, ~20-30 µs for T = 1, ~10-15 µs at temperature 0 (memory-bound: one pass,
-// where dllm_greedy makes three). Half the rows masked: the Gumbel part halves. Not yet measured.
+// where the old greedy kernel made three). Half the rows masked: the Gumbel part halves. Not yet measured.
 //
 // Tested by tests/gpu/gpu-check.c (dllm_x0 against ops-ref.c) and, for the jump arithmetic on
 // the CPU, tests/test-rng-jump.c.
@@ -213,9 +213,8 @@ __global__ void __launch_bounds__(32 * X0_WARPS)
     part[((int64_t)b * x0_regions(V) + region) * 32 + lane] = p;
 }
 
-// block_argmax (cuda-device.cuh) on fp64 keys: the largest key, the lowest id among equals.
-// Returns the id to every thread, X0_NONE when no thread had a candidate.
-__device__ __forceinline__ int block_argmax_f64(double k, int i, double *sk, int *si) {
+// Within a warp: the largest key and, among equal keys, the lowest id, to every lane.
+__device__ __forceinline__ void warp_argmax_f64(double &k, int &i) {
     for (int o = 16; o > 0; o >>= 1) {
         const double ok = __shfl_xor_sync(FULL_MASK, k, o);
         const int oi = __shfl_xor_sync(FULL_MASK, i, o);
@@ -224,6 +223,12 @@ __device__ __forceinline__ int block_argmax_f64(double k, int i, double *sk, int
             i = oi;
         }
     }
+}
+
+// block_argmax (cuda-device.cuh) on fp64 keys: the largest key, the lowest id among equals.
+// Returns the id to every thread, X0_NONE when no thread had a candidate.
+__device__ __forceinline__ int block_argmax_f64(double k, int i, double *sk, int *si) {
+    warp_argmax_f64(k, i);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     if (lane == 0) {
         sk[warp] = k;
@@ -233,14 +238,7 @@ __device__ __forceinline__ int block_argmax_f64(double k, int i, double *sk, int
     if (warp == 0) {
         k = lane < nw ? sk[lane] : -INFINITY;
         i = lane < nw ? si[lane] : X0_NONE;
-        for (int o = 16; o > 0; o >>= 1) {
-            const double ok = __shfl_xor_sync(FULL_MASK, k, o);
-            const int oi = __shfl_xor_sync(FULL_MASK, i, o);
-            if (ok > k || (ok == k && oi < i)) {
-                k = ok;
-                i = oi;
-            }
-        }
+        warp_argmax_f64(k, i);
         if (lane == 0) si[0] = i;
     }
     __syncthreads();

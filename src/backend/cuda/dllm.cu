@@ -343,56 +343,6 @@ extern "C" cudaError_t li_cuda_fp8_quant_weight(cudaStream_t st, uint8_t *q, flo
     return cudaGetLastError();
 }
 
-// ---- the greedy denoising step (backend.h dllm_greedy) ---------------------------------------------
-
-// One block per block row, 1024 threads: CFG and the EOS ban in place while looking for the
-// argmax (value, lowest id), the EOT ban, then max and Σ exp for the softmax probability of x0.
-// Three passes over V floats per row (126,464 for LLaDA-8B: ~1.5 MB a row, µs at HBM speed).
-__global__ void __launch_bounds__(1024)
-    dllm_greedy_kernel(int32_t *x0, float *conf, float *logits, const float *ulogits, int V,
-                       float w, int32_t eos, int32_t eot) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
-    __shared__ float red[32];
-    float *l = logits + (int64_t)blockIdx.x * V;
-    const float *u = ulogits ? ulogits + (int64_t)blockIdx.x * V : NULL;
-    float best = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = l[v];
-        if (u) {  // u + w (x - u) as the CPU rounds it: no fused multiply-add
-            x = __fadd_rn(u[v], __fmul_rn(w, __fsub_rn(x, u[v])));
-            l[v] = x;
-        }
-        if (v == eos) l[v] = x = -INFINITY;
-        if (x > best || (x == best && v < bi)) {
-            best = x;
-            bi = v;
-        }
-    }
-    const int arg = block_argmax(best, bi, sv, si);  // lowest id on ties; none: 0, as the CPU
-    if (eot >= 0 && threadIdx.x == 0) l[eot] = -INFINITY;
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(l[v] - mx);
-    sum = block_sum(sum, red);
-    if (threadIdx.x == 0) {
-        x0[blockIdx.x] = arg;
-        conf[blockIdx.x] = expf(l[arg] - mx) / sum;
-    }
-}
-
-extern "C" cudaError_t li_cuda_dllm_greedy(cudaStream_t st, int32_t *x0, float *conf,
-                                           float *logits, const float *ulogits, int B, int V,
-                                           float w, int32_t eos, int32_t eot) {
-    if (B <= 0 || V <= 0) return cudaSuccess;
-    dllm_greedy_kernel<<<B, 1024, 0, st>>>(x0, conf, logits, ulogits, V, w, eos, eot);
-    return cudaGetLastError();
-}
-
 extern "C" cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float *scale,
                                               const float *x, int T, int K) {
     if (T <= 0 || K <= 0) return cudaSuccess;

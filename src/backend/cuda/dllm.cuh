@@ -14,10 +14,6 @@ LI_CUDA_API cudaError_t li_cuda_flash_attn_tiles(cudaStream_t st, float *o, floa
 // out (n, Dh) = o / l (n). out may alias o.
 LI_CUDA_API cudaError_t li_cuda_flash_attn_finalize(cudaStream_t st, float *out, const float *o,
                                                     const float *l, int64_t n, int Dh);
-// backend.h dllm_greedy: x0 (B), conf (B) from logits (B, V) (changed in place), ulogits or NULL.
-LI_CUDA_API cudaError_t li_cuda_dllm_greedy(cudaStream_t st, int32_t *x0, float *conf,
-                                            float *logits, const float *ulogits, int B, int V,
-                                            float w, int32_t eos, int32_t eot);
 // q (T, K) e4m3 codes, scale (T, ceil(K/128)) from x (T, K).
 LI_CUDA_API cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float *scale,
                                                const float *x, int T, int K);
