@@ -18,6 +18,8 @@
 #include "../format/hparams.h"
 #include "page-word.h"
 
+#define LI_DLLM_SELECT_MAX_ROWS 1024  // ops.dllm_select: one CUDA block of B threads
+
 // ---- weights --------------------------------------------------------------------------------
 
 // A 2-D weight W (n_rows = out, n_cols = in), row-major, held in a compute dtype:
@@ -252,6 +254,7 @@ typedef struct {
     // and every other >= tau; 2: the longest prefix with c_i >= 1 - f / (i + 1), i = 1.., at
     // least one (ranked by confidence, then lower row). commit (B + 1) in backend memory:
     // x0[b] for a selected row, -1 otherwise; commit[B] = how many: all a step reports.
+    // B <= LI_DLLM_SELECT_MAX_ROWS (the decoder selects on the host for longer blocks).
     void (*dllm_select)(li_backend *be, int32_t *commit, const int32_t *x0, const float *conf,
                         const uint8_t *masked, int B, int mode, int k, double tau, double f,
                         bool random_remask, const li_rng *rng);

@@ -272,7 +272,7 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
         if (!(r->dx0 = li_be_alloc(be, B * sizeof(int32_t), "dllm x0 (device)")) ||
             !(r->dconf = li_be_alloc(be, B * sizeof(float), "dllm conf (device)")) ||
             !(r->dmasked = li_be_alloc(be, B, "dllm mask flags (device)")) ||
-            (be->ops->dllm_select &&
+            (be->ops->dllm_select && r->B <= LI_DLLM_SELECT_MAX_ROWS &&
              (!(r->commit = li_alloc((B + 1) * sizeof(int32_t), "dllm commits")) ||
               !(r->dcommit = li_be_alloc(be, (B + 1) * sizeof(int32_t), "dllm commits (device)")))) ||
             !(r->dlogits = li_be_alloc(be, BV * sizeof(float), "dllm logits (device)")) ||

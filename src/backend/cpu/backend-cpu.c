@@ -4,10 +4,12 @@
 // Not here: the ops themselves (ops-cpu.c, ops-ref.c). Tested by tests/test-ops.c, which creates
 // both and compares them.
 #include <cblas.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../engine/engine-dllm.h"
 #include "cpu-internal.h"
 
 li_status li_backend_cpu_init(li_backend **out, int n_threads) {
@@ -56,6 +58,27 @@ static void devsim_fill(li_backend *be, float *x, float value, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = value;
 }
 
+// dllm_select as a device runs it (backend.h), here with the decoder's own rule (li_dllm_select),
+// so that CI drives the decoder's device branch — commits downloaded, the stream moved B draws
+// for random remasking — and checks it against the CPU's host branch (gpu-check tests the CUDA
+// kernel against an independent oracle).
+static void devsim_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0,
+                               const float *conf, const uint8_t *masked, int B, int mode, int k,
+                               double tau, double f, bool random_remask, const li_rng *rng) {
+    double c[LI_DLLM_SELECT_MAX_ROWS];
+    int rows[LI_DLLM_SELECT_MAX_ROWS];
+    li_rng r = *rng;
+    if (B > LI_DLLM_SELECT_MAX_ROWS) B = LI_DLLM_SELECT_MAX_ROWS;  // (the decoder never asks)
+    for (int b = 0; b < B; b++) {
+        double u = random_remask ? li_rng_uniform(&r) : 0;  // one per row, masked or not
+        c[b] = !masked[b] ? -INFINITY : random_remask ? u : (double)conf[b];
+        commit[b] = -1;
+    }
+    int n = li_dllm_select(c, B, (li_dllm_sel)mode, k, tau, f, rows);
+    for (int i = 0; i < n; i++) commit[rows[i]] = x0[rows[i]];
+    commit[B] = n;
+}
+
 static li_backend_ops devsim_ops[2];  // [0] loader dtypes, [1] bf16 matrices
 static pthread_once_t devsim_once = PTHREAD_ONCE_INIT;
 static void devsim_make_ops(void) {
@@ -71,6 +94,7 @@ static void devsim_make_ops(void) {
         o->copy = devsim_copy;
         o->sync = devsim_sync;
         o->fill = devsim_fill;
+        o->dllm_select = devsim_dllm_select;
     }
 }
 
