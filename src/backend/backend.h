@@ -283,9 +283,10 @@ typedef struct {
     // than run: graph_end then runs the recording as one graph (replacing the parameters of the
     // graph kept for `key` when the steps have the same shape, instantiating otherwise). A key
     // seen for the first time runs eagerly (scratch, plans, caches allocated outside recording).
-    // graph_end sets *rerun when the recording failed (an op cannot be recorded): nothing ran,
-    // the caller queues the same ops again, eagerly. Steps must not read or write host memory
-    // between the two calls; the key names the step's shape (e.g. batch rows, sequences).
+    // graph_end sets *rerun when the step could not run as a graph (an op cannot be recorded, the
+    // graph cannot be instantiated or launched): nothing ran; the caller restores what the ops'
+    // host side changed and queues the same ops again, eagerly. Steps must not read or write
+    // host memory between the two calls; the key names the step's shape (e.g. batch rows).
     bool (*graph_begin)(li_backend *be, uint64_t key);
     li_status (*graph_end)(li_backend *be, bool *rerun);
     // x (n) = mean + uniform [-a, a), stored as dtype (F32 or BF16), a pure function of (seed,

@@ -577,40 +577,44 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
     uint64_t key = 1469598103934665603ull;
     for (int i = 0; i < n; i++) {
         const li_llada_cache *c = caches[i];
-        uint64_t v = (uint64_t)canvases[i].n_tokens << 8 | (uint64_t)c->emb_ok << 1 |
+        const li_llada_canvas *cv = &canvases[i];
+        // attention0 skips empty tile ranges: a block at either end of the canvas has fewer ops
+        bool at_start = cv->block_lo < ft, at_end = (cv->block_hi + ft - 1) / ft * ft >= cv->n_tokens;
+        uint64_t v = (uint64_t)cv->n_tokens << 8 | (uint64_t)c->emb_ok << 1 |
                      (uint64_t)c->rope_ok << 2 | (uint64_t)c->fa_ok << 3 |
-                     (uint64_t)(c->fa_tile == ft) << 4;
+                     (uint64_t)(c->fa_tile == ft) << 4 | (uint64_t)at_start << 5 |
+                     (uint64_t)at_end << 6;
         key = (key ^ v) * 1099511628211ull;
     }
     key = (key ^ ((uint64_t)lc->embed | (uint64_t)lc->rope << 1 | (uint64_t)lc->fa << 2 |
                   (uint64_t)lc->trunc << 3 | (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8)) *
           1099511628211ull;
-    bool recording = li_be_graph_begin(be, key), rerun = false;
     li_llada_step_info info0 = info ? *info : (li_llada_step_info){0};
-    bool *flags0 = recording ? malloc((size_t)n * 4 * sizeof(bool)) : NULL;
-    int *tile0 = recording ? malloc((size_t)n * sizeof(int)) : NULL;
-    for (int i = 0; recording && flags0 && tile0 && i < n; i++) {
-        flags0[4 * i] = caches[i]->emb_ok;
-        flags0[4 * i + 1] = caches[i]->rope_ok;
-        flags0[4 * i + 2] = caches[i]->fa_ok;
+    bool *flags0 = malloc((size_t)n * 3 * sizeof(bool));
+    int *tile0 = malloc((size_t)n * sizeof(int));
+    for (int i = 0; flags0 && tile0 && i < n; i++) {
+        flags0[3 * i] = caches[i]->emb_ok;
+        flags0[3 * i + 1] = caches[i]->rope_ok;
+        flags0[3 * i + 2] = caches[i]->fa_ok;
         tile0[i] = caches[i]->fa_tile;
     }
+    // (without the snapshot, no recording: the step runs as queued)
+    bool recording = flags0 && tile0 && li_be_graph_begin(be, key), rerun = false;
     rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
     if (recording) {
         li_status rc_end = li_be_graph_end(be, &rerun);
         if (rc == LI_OK) rc = rc_end;
-        if (rc == LI_OK && rerun && (!flags0 || !tile0))
-            rc = li_error_set(LI_ERR_OOM, "out of memory (step graph fallback)");
-        if (rc == LI_OK && rerun) {  // not recorded: queue the step again from the same state
+        if (rc != LI_OK || rerun) {  // nothing of the recorded step ran: back to the same state
             for (int i = 0; i < n; i++) {
-                caches[i]->emb_ok = flags0[4 * i];
-                caches[i]->rope_ok = flags0[4 * i + 1];
-                caches[i]->fa_ok = flags0[4 * i + 2];
+                caches[i]->emb_ok = flags0[3 * i];
+                caches[i]->rope_ok = flags0[3 * i + 1];
+                caches[i]->fa_ok = flags0[3 * i + 2];
                 caches[i]->fa_tile = tile0[i];
             }
             if (info) *info = info0;
-            rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
         }
+        if (rc == LI_OK && rerun)  // not recorded: queue the step again, eagerly
+            rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
     }
     free(flags0);
     free(tile0);

@@ -67,8 +67,8 @@ static void devsim_dllm_select(li_backend *be, int32_t *commit, const int32_t *x
                                double tau, double f, bool random_remask, const li_rng *rng) {
     double c[LI_DLLM_SELECT_MAX_ROWS];
     int rows[LI_DLLM_SELECT_MAX_ROWS];
+    LI_ASSERT(B <= LI_DLLM_SELECT_MAX_ROWS);  // the decoder selects longer blocks on the host
     li_rng r = *rng;
-    if (B > LI_DLLM_SELECT_MAX_ROWS) B = LI_DLLM_SELECT_MAX_ROWS;  // (the decoder never asks)
     for (int b = 0; b < B; b++) {
         double u = random_remask ? li_rng_uniform(&r) : 0;  // one per row, masked or not
         c[b] = !masked[b] ? -INFINITY : random_remask ? u : (double)conf[b];

@@ -607,7 +607,9 @@ static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight 
                li_dtype_name(W->dtype));
         return;
     }
-    if (li_cuda_gemv_ok(T, K, W->data, x)) {  // one row (decode): stream W at full bandwidth
+    // one row (decode): stream W at full bandwidth — not on a batch-invariant backend, whose rows
+    // must equal the same rows of a larger GEMM (the GEMV keeps x in f32, another summation)
+    if (!be->batch_invariant && li_cuda_gemv_ok(T, K, W->data, x)) {
         cu_fail(im, "matmul (gemv)", li_cuda_gemv_bf16(im->stream, y, W->data, x, N, K));
         return;
     }
@@ -1372,6 +1374,22 @@ static graph_slot *graph_slot_for(li_cuda_impl *im, uint64_t key) {
     return g;
 }
 
+// Nothing of the step ran (its recording, instantiation or launch failed): forget the key so
+// that its next step runs eagerly first, and have the caller queue the ops again, eagerly. After
+// LI_GRAPH_MAX_FAILURES failures in a row graphs are turned off.
+static li_status graph_failed(li_cuda_impl *im, const char *what, cudaError_t e, bool *rerun) {
+    snprintf(im->gstats.note, sizeof im->gstats.note, "%s failed: %.200s", what,
+             im->err != LI_OK ? im->err_msg : cudaGetErrorString(e));
+    cudaGetLastError();
+    im->err = LI_OK;
+    for (int i = 0; i < im->n_seen; i++)
+        if (im->seen[i] == im->cur_key) im->seen[i] = im->seen[--im->n_seen];
+    if (++im->graph_failures >= LI_GRAPH_MAX_FAILURES) im->graphs_off = true;
+    im->gstats.failed++;
+    *rerun = true;
+    return LI_OK;
+}
+
 static li_status cu_graph_end(li_backend *be, bool *rerun) {
     li_cuda_impl *im = be->impl;
     *rerun = false;
@@ -1379,20 +1397,9 @@ static li_status cu_graph_end(li_backend *be, bool *rerun) {
     im->capturing = false;
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(im->stream, &graph);
-    if (e != cudaSuccess || im->err != LI_OK || !graph) {
-        // An op could not be recorded (scratch growth, an illegal call): nothing ran. Forget the
-        // key so that its next step runs eagerly first; give up after a few failures.
-        snprintf(im->gstats.note, sizeof im->gstats.note, "recording failed: %.200s",
-                 im->err != LI_OK ? im->err_msg : cudaGetErrorString(e));
+    if (e != cudaSuccess || im->err != LI_OK || !graph) {  // an op could not be recorded
         if (graph) cudaGraphDestroy(graph);
-        cudaGetLastError();
-        im->err = LI_OK;
-        for (int i = 0; i < im->n_seen; i++)
-            if (im->seen[i] == im->cur_key) im->seen[i] = im->seen[--im->n_seen];
-        if (++im->graph_failures >= LI_GRAPH_MAX_FAILURES) im->graphs_off = true;
-        im->gstats.failed++;
-        *rerun = true;
-        return LI_OK;
+        return graph_failed(im, "recording", e, rerun);
     }
     graph_slot *g = graph_slot_for(im, im->cur_key);
     if (g->exec) {
@@ -1410,15 +1417,15 @@ static li_status cu_graph_end(li_backend *be, bool *rerun) {
         if (e != cudaSuccess) {
             g->exec = NULL;  // the slot stays: the key's next step instantiates again
             cudaGraphDestroy(graph);
-            cu_fail(im, "step graph (instantiate)", e);
-            return take_error(im);
+            return graph_failed(im, "instantiation", e, rerun);
         }
         im->gstats.instantiated++;
     }
     cudaGraphDestroy(graph);
+    e = cudaGraphLaunch(g->exec, im->stream);
+    if (e != cudaSuccess) return graph_failed(im, "launch", e, rerun);
     im->gstats.launched++;
-    if (cu_fail(im, "step graph (launch)", cudaGraphLaunch(g->exec, im->stream)))
-        return take_error(im);
+    im->graph_failures = 0;
     return LI_OK;
 }
 
@@ -1431,8 +1438,11 @@ static bool jump_table_ready(li_cuda_impl *im) {
         im->jump_table = NULL;
         return false;
     }
+    // on the backend's (non-blocking) stream, so that the kernels queued after it see the whole
+    // table: a plain cudaMemcpy from pageable memory may return before the DMA lands
     if (cu_fail(im, "dllm (jump table)",
-                cudaMemcpy(im->jump_table, li_rng_jump_table(), n, cudaMemcpyHostToDevice))) {
+                cudaMemcpyAsync(im->jump_table, li_rng_jump_table(), n, cudaMemcpyHostToDevice,
+                                im->stream))) {
         cudaFree(im->jump_table);
         im->jump_table = NULL;
         return false;

@@ -360,7 +360,7 @@ extern "C" cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float
 // registers and only the codes (1 byte) and scales leave. Each thread keeps its at most
 // FQ_MAX_PER_THREAD values of the row; the 128-group amax goes through shared memory
 // (atomicMax on the float's bits: |v| >= 0, so integer order is float order, and a max is exact
-// in any order). Values are computed with the unfused kernels' arithmetic and block sizes, so the
+// in any order; a NaN counts as 0, as fmaxf skips it in fp8_quant_rows). Values are computed with the unfused kernels' arithmetic and block sizes, so the
 // codes equal fp8_quant_rows applied to add_rmsnorm's / swiglu's f32 output, bit for bit.
 #define FQ_MAX_PER_THREAD 16
 #define FQ_MAX_GROUPS 128  // K <= 16384
@@ -368,8 +368,8 @@ extern "C" cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, float
 __device__ __forceinline__ void fq_store(uint8_t *qrow, float *srow, const float *vals, int *gmax,
                                          int K) {
     int i = 0;
-    for (int d = threadIdx.x; d < K; d += blockDim.x, i++)
-        atomicMax(&gmax[d / LI_FP8_GROUP_], __float_as_int(fabsf(vals[i])));
+    for (int d = threadIdx.x; d < K; d += blockDim.x, i++)  // a NaN leaves the amax (as fmaxf)
+        atomicMax(&gmax[d / LI_FP8_GROUP_], vals[i] == vals[i] ? __float_as_int(fabsf(vals[i])) : 0);
     __syncthreads();
     i = 0;
     for (int d = threadIdx.x; d < K; d += blockDim.x, i++) {
