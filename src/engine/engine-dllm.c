@@ -373,7 +373,7 @@ static li_status step_decide(li_backend *be, req_state *r, const specials *sp, f
         for (int b = 0; b < B; b++)
             if (r->commit[b] >= 0) r->x[lo + b] = r->commit[b];
         r->n_committed = r->commit[B];
-        return li_be_sync(be);
+        return LI_OK;  // (the download waited for the ops and reported their errors)
     }
     if (r->dx0) {
         LI_TRY(li_be_download(be, r->x0, r->dx0, (size_t)B * sizeof(int32_t)));
@@ -391,7 +391,7 @@ static li_status step_decide(li_backend *be, req_state *r, const specials *sp, f
     int n_sel = li_dllm_select(r->conf, B, mode, k, tau, f, r->sel);
     for (int i = 0; i < n_sel; i++) r->x[lo + r->sel[i]] = r->x0[r->sel[i]];
     r->n_committed = n_sel;
-    return li_be_sync(be);
+    return LI_OK;
 }
 
 // Steps a parallel-decoding block may take before it is declared stuck. Each step commits at

@@ -590,8 +590,9 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
                   (uint64_t)lc->trunc << 3 | (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8)) *
           1099511628211ull;
     li_llada_step_info info0 = info ? *info : (li_llada_step_info){0};
-    bool *flags0 = malloc((size_t)n * 3 * sizeof(bool));
-    int *tile0 = malloc((size_t)n * sizeof(int));
+    const bool can_record = be->ops->graph_begin != NULL;  // (else no snapshot is needed)
+    bool *flags0 = can_record ? malloc((size_t)n * 3 * sizeof(bool)) : NULL;
+    int *tile0 = can_record ? malloc((size_t)n * sizeof(int)) : NULL;
     for (int i = 0; flags0 && tile0 && i < n; i++) {
         flags0[3 * i] = caches[i]->emb_ok;
         flags0[3 * i + 1] = caches[i]->rope_ok;

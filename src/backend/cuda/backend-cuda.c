@@ -528,6 +528,29 @@ static gemm_plan *plan_slot(plan_cache *c) {
     return p;
 }
 
+// A heuristic preference: the 32 MiB workspace, the pointers' alignments (A, B, and C = D), and
+// with no_split_k only plans that do not split K (batch-invariant: no reduction scheme).
+static cublasStatus_t pref_create(cublasLtMatmulPreference_t *pref, uint32_t align_a,
+                                  uint32_t align_b, uint32_t align_cd, bool no_split_k) {
+    const uint64_t ws = CUDA_GEMM_WORKSPACE;
+    const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasStatus_t s = cublasLtMatmulPreferenceCreate(pref);
+    const struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        const void *v;
+        size_t n;
+    } set[] = {{CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd, sizeof align_cd},
+               {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd, sizeof align_cd},
+               {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction, sizeof no_reduction}};
+    const int n = no_split_k ? 6 : 5;
+    for (int i = 0; i < n && s == CUBLAS_STATUS_SUCCESS; i++)
+        s = cublasLtMatmulPreferenceSetAttribute(*pref, set[i].attr, set[i].v, set[i].n);
+    return s;
+}
+
 // Finds or builds the plan for (N, K, T, alignments); NULL after recording an error.
 static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32_t aw,
                            uint32_t ay, bool inv) {
@@ -536,13 +559,11 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
     p = plan_slot(&im->plans);
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    uint64_t ws = CUDA_GEMM_WORKSPACE;
     uint32_t ax = 256;  // x goes through the cudaMalloc'd bf16 scratch
     // Batch invariance (be->batch_invariant): without split-K every output element is one K loop
     // in the same order whatever T is, so a row's result does not depend on how many rows share
     // the GEMM. LaCache's truncated head and RoPECache's block-only Q/K/V then give the bits of
     // the full-canvas GEMM (cached = uncached); gpu-check tests it.
-    uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
     cublasStatus_t s;
@@ -558,21 +579,7 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
                                                         (uint64_t)T, K)) ||
         lt_fail(im, op, s = cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N,
                                                         (uint64_t)T, N)) ||
-        lt_fail(im, op, s = cublasLtMatmulPreferenceCreate(&pref)) ||
-        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
-                            pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) ||
-        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
-                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof aw)) ||
-        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
-                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof ax)) ||
-        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
-                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay, sizeof ay)) ||
-        lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
-                            pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof ay)) ||
-        (inv &&
-         lt_fail(im, op, s = cublasLtMatmulPreferenceSetAttribute(
-                             pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
-                             sizeof no_reduction))) ||
+        lt_fail(im, op, s = pref_create(&pref, aw, ax, ay, inv)) ||
         lt_fail(im, op, s = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly,
                                                             p->ly, pref, 1, &res, &n_res)))
         goto fail;
@@ -845,8 +852,6 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     int32_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    uint64_t wsb = CUDA_GEMM_WORKSPACE;
-    uint32_t al = 16;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
     cublasStatus_t hs = CUBLAS_STATUS_NOT_INITIALIZED;
@@ -866,17 +871,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) == 0 &&
         cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) == 0 &&
         cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) == 0 &&
-        cublasLtMatmulPreferenceCreate(&pref) == 0 &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                             sizeof wsb) == 0 &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al,
-                                             sizeof al) == 0 &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al,
-                                             sizeof al) == 0 &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
-                                             sizeof al) == 0 &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
-                                             sizeof al) == 0 &&
+        pref_create(&pref, 16, 16, 16, false) == 0 &&
         (hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref,
                                              1, &res, &n_res)) == 0 &&
         n_res > 0;
@@ -1205,8 +1200,6 @@ static attn_plan *attn_plan_get(li_cuda_impl *im, int kind, int T, int nk, int n
     }
     attn_plan_destroy(p);
     cublasOperation_t ta = kind == 0 ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    uint64_t ws = CUDA_GEMM_WORKSPACE;
-    uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
@@ -1223,19 +1216,7 @@ static attn_plan *attn_plan_get(li_cuda_impl *im, int kind, int T, int nk, int n
         ok = ok && layout_batched(&p->la, CUDA_R_16BF, Dh, nk, ldk, nb, Dh) &&
              layout_batched(&p->lb, CUDA_R_16BF, nk, T, nk, nb, (int64_t)T * nk) &&
              layout_batched(&p->lc, CUDA_R_32F, Dh, T, ldq, nb, qstride);
-    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == 0 &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                              sizeof ws) == 0 &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                              &al[0], sizeof al[0]) == 0 &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                              &al[1], sizeof al[1]) == 0 &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                              &al[2], sizeof al[2]) == 0 &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                              &al[2], sizeof al[2]) == 0 &&
-         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                              &no_reduction, sizeof no_reduction) == 0 &&
+    ok = ok && pref_create(&pref, al[0], al[1], al[2], true) == 0 &&
          cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                         &n_res) == 0 &&
          n_res > 0;

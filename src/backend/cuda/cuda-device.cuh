@@ -32,18 +32,24 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
     return v;
 }
 
-// Block-wide argmax of each thread's (v, i) candidate: the largest v, the lowest i among equals
-// (i = INT_MAX: no candidate). Returns the winning index to every thread, 0 when no thread had a
-// candidate (all -inf or NaN), as the CPU's scans do. sv, si: >= 32 entries of shared memory.
-__device__ __forceinline__ int block_argmax(float v, int i, float *sv, int *si) {
+// Within a warp: the largest key and, among equal keys, the lowest index, to every lane.
+template <typename K> __device__ __forceinline__ void warp_argmax(K &v, int &i) {
     for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        const K ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
         if (ov > v || (ov == v && oi < i)) {
             v = ov;
             i = oi;
         }
     }
+}
+
+// Block-wide argmax of each thread's (v, i) candidate (K: float or double keys): the largest v,
+// the lowest i among equals (i = INT_MAX: no candidate). Returns the winning index to every
+// thread, 0 when no thread had a candidate (all -inf or NaN), as the CPU's scans do. sv, si:
+// >= 32 entries of shared memory.
+template <typename K> __device__ __forceinline__ int block_argmax(K v, int i, K *sv, int *si) {
+    warp_argmax(v, i);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     if (lane == 0) {
         sv[warp] = v;
@@ -51,16 +57,9 @@ __device__ __forceinline__ int block_argmax(float v, int i, float *sv, int *si) 
     }
     __syncthreads();
     if (warp == 0) {
-        v = lane < nw ? sv[lane] : -INFINITY;
+        v = lane < nw ? sv[lane] : (K)-INFINITY;
         i = lane < nw ? si[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, v, o);
-            int oi = __shfl_xor_sync(0xffffffffu, i, o);
-            if (ov > v || (ov == v && oi < i)) {
-                v = ov;
-                i = oi;
-            }
-        }
+        warp_argmax(v, i);
         if (lane == 0) si[0] = i == 0x7fffffff ? 0 : i;
     }
     __syncthreads();

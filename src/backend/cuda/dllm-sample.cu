@@ -213,40 +213,6 @@ __global__ void __launch_bounds__(32 * X0_WARPS)
     part[((int64_t)b * x0_regions(V) + region) * 32 + lane] = p;
 }
 
-// Within a warp: the largest key and, among equal keys, the lowest id, to every lane.
-__device__ __forceinline__ void warp_argmax_f64(double &k, int &i) {
-    for (int o = 16; o > 0; o >>= 1) {
-        const double ok = __shfl_xor_sync(FULL_MASK, k, o);
-        const int oi = __shfl_xor_sync(FULL_MASK, i, o);
-        if (ok > k || (ok == k && oi < i)) {
-            k = ok;
-            i = oi;
-        }
-    }
-}
-
-// block_argmax (cuda-device.cuh) on fp64 keys: the largest key, the lowest id among equals.
-// Returns the id to every thread, X0_NONE when no thread had a candidate.
-__device__ __forceinline__ int block_argmax_f64(double k, int i, double *sk, int *si) {
-    warp_argmax_f64(k, i);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    if (lane == 0) {
-        sk[warp] = k;
-        si[warp] = i;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        k = lane < nw ? sk[lane] : -INFINITY;
-        i = lane < nw ? si[lane] : X0_NONE;
-        warp_argmax_f64(k, i);
-        if (lane == 0) si[0] = i;
-    }
-    __syncthreads();
-    const int r = si[0];
-    __syncthreads();
-    return r;
-}
-
 // One block per row, X0_FINISH_THREADS threads over the row's n_slots partials.
 __global__ void __launch_bounds__(X0_FINISH_THREADS)
     dllm_x0_kernel_finish(int32_t *x0, float *conf, float *logits, const uint8_t *masked,
@@ -276,8 +242,7 @@ __global__ void __launch_bounds__(X0_FINISH_THREADS)
         }
         m = fmaxf(m, q.m);
     }
-    arg = block_argmax_f64(key, arg, sk, si);
-    if (arg == X0_NONE) arg = 0;  // no candidate (all NaN): the CPU keeps 0
+    arg = block_argmax(key, arg, sk, si);  // no candidate (all NaN): 0, as the CPU keeps
     const float mx = block_max(m, red);
     float sum = 0.0f;
     for (int i = threadIdx.x; i < n_slots; i += blockDim.x) {
