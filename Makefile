@@ -17,7 +17,7 @@ NVCC    ?= nvcc
 PYTHON  := .venv/bin/python
 
 # -O2 as the project's baseline; hot loops ask for vectorisation themselves (see ops-cpu.c).
-CFLAGS_BASE := -std=c11 -Wall -Wextra -Wno-unused-parameter -g -pthread -fPIC \
+CFLAGS_BASE := -std=c11 -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -g -pthread -fPIC \
                -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L
 CPPFLAGS    := -Iinclude $(shell pkg-config --cflags libpcre2-8 jansson 2>/dev/null)
 LDLIBS      := $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson) \
@@ -124,13 +124,16 @@ GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backen
                    src/backend/cpu/ops-ref.c) $(CU_OBJ)
 
 # Then the whole model on the GPU against the CPU (gpu-model), the LazyAttention exactness
-# suite on the GPU (test-rag with LI_TEST_BACKEND=cuda) and the diffusion decoder suite on the
+# suite on the GPU (test-rag with LI_TEST_BACKEND=cuda), both with the GPU's default bf16 KV pool
+# and with an f32 one, and the diffusion decoder suite on the
 # GPU (test-dllm: every LaCache combination = all off); these link the full library.
 gpu-check: $(BUILD)/tests/gpu-check $(BUILD)/tests/gpu-model $(BUILD)/tests/test-rag \
            $(BUILD)/tests/test-dllm
 	$(BUILD)/tests/gpu-check
 	$(BUILD)/tests/gpu-model
+	LI_TEST_KV_DTYPE=f32 $(BUILD)/tests/gpu-model
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-rag
+	LI_TEST_BACKEND=cuda LI_TEST_KV_DTYPE=f32 $(BUILD)/tests/test-rag
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-dllm
 
 

@@ -70,9 +70,11 @@ has check && run gpu-check 300 env $nobench CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LE
 has opsbench && run gpu-check-bench 200 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=bench-fp8,bench-prefill,bench-dllm-x0 \
   CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
 has model && run gpu-model 300 env LI_CUDA_GRAPH_STATS=1 $B/gpu-model
+has model && run gpu-model-f32kv 300 env LI_TEST_KV_DTYPE=f32 $B/gpu-model
 # the same with step graphs on (off by default)
 has model && run gpu-model-graphs 300 env LI_CUDA_GRAPHS=1 LI_CUDA_GRAPH_STATS=1 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
+has rag && run test-rag-cuda-f32kv 300 env LI_TEST_BACKEND=cuda LI_TEST_KV_DTYPE=f32 $B/test-rag
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # step graphs against the same steps launched op by op, in the same call
 if has graphs; then

@@ -49,6 +49,9 @@ typedef struct {
     const char *cache_mode;      // document KV cache: "lazy" (default), "copy", "prefix", "none",
                                  // "full" (see li_cache_mode)
     int64_t kv_budget_bytes;     // KV pool size (0: max_seqs × n_ctx tokens' worth)
+    const char *kv_dtype;        // how K/V are stored: "f32", "bf16" (half the bytes: twice the
+                                 // tokens per budget), NULL or "auto": bf16 on "cuda", f32 on
+                                 // the CPU backends
     bool metadata_only;          // hyper-parameters and tokenizer only (for `info`): no weights,
                                  // no KV pool; generation functions must not be called
 } li_model_params;
@@ -65,6 +68,7 @@ typedef struct {
     char name[128];      // from metadata, or the synth name
     char weight_dtype[16];  // dtype of the weights in the source file ("q4_1", "bf16", …)
     char compute_dtype[16]; // dtype the weights are held in for compute ("f32")
+    char kv_dtype[16];      // dtype of the KV page pool ("f32", "bf16"; "" without one)
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train;
     float rope_theta, rms_eps;
     char rope_scaling[16];  // "none", "linear", "llama3", "yarn"

@@ -23,7 +23,9 @@ done
 # The device data path (weights moved into backend memory, index arrays staged and uploaded) on
 # the CPU standing in for a GPU: bit-identical to the CPU, and the LazyAttention suite on it.
 run_test gpu-model-devsim LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu "$BUILD/tests/gpu-model"
+run_test gpu-model-devsim-f32kv LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu LI_TEST_KV_DTYPE=f32 "$BUILD/tests/gpu-model"
 run_test test-rag-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-rag"
+run_test test-rag-bf16kv LI_TEST_KV_DTYPE=bf16 "$BUILD/tests/test-rag"
 run_test test-dllm-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-dllm"
 # The CUDA backend must keep compiling even where no GPU runs it (make CUDA=1, sm_90a).
 echo "== cuda build"

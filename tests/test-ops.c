@@ -614,14 +614,15 @@ static void test_rope(void) {
 // ---- kv_store --------------------------------------------------------------------------------
 
 static void test_kv_store(void) {
-    for (int rep = 0; rep < 4; rep++) {
-        li_kv_storage kv = {randint(1, 3), randint(1, 4), rep % 2 ? 18 : 64, (int[]){1, 16, 64, 7}[rep], 0, NULL};
+    for (int rep = 0; rep < 8; rep++) {
+        li_kv_storage kv = {randint(1, 3), randint(1, 4), rep % 2 ? 18 : 64, (int[]){1, 16, 64, 7}[rep % 4],
+                            0, NULL, rep < 4 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
         kv.n_pages = randint(3, 9);
-        int T = Ts[rep % 3] + rep;
+        int T = Ts[rep % 3] + rep % 4;
         int64_t cap = kv.n_pages * kv.page_size;
         if (T > cap) T = (int)cap;
-        TEST_BEGIN(NAME("kv_store L=%d Hkv=%d Dh=%d P=%d T=%d", kv.n_layer, kv.n_head_kv,
-                        kv.head_dim, kv.page_size, T));
+        TEST_BEGIN(NAME("kv_store L=%d Hkv=%d Dh=%d P=%d T=%d %s", kv.n_layer, kv.n_head_kv,
+                        kv.head_dim, kv.page_size, T, li_dtype_name(kv.dtype)));
         long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * kv.page_size * kv.head_dim;
         gbuf g1, g2, gk, gv;
         float *d1 = gnew(&g1, n), *d2 = gnew(&g2, n);
@@ -644,14 +645,18 @@ static void test_kv_store(void) {
         kv2.data = d2;
         be_ref->ops->kv_store(be_ref, &kv1, il, k, v, slot, T);
         be_fast->ops->kv_store(be_fast, &kv2, il, k, v, slot, T);
-        CHECK(memcmp(d1, d2, sizeof(float) * n) == 0, "pools differ; seed %llu", g_seed);
-        // and the oracle put k where li_kv_offset says
+        CHECK(memcmp(d1, d2, li_kv_elem_bytes(kv.dtype) * n) == 0, "pools differ; seed %llu", g_seed);
+        // and the oracle put k where li_kv_offset says (a bf16 pool: rounded to nearest even)
         int64_t pg = slot[T - 1] / kv.page_size;
         int off = (int)(slot[T - 1] % kv.page_size);
         int h = kv.n_head_kv - 1;
         const float *kr = k + ((size_t)(T - 1) * kv.n_head_kv + h) * kv.head_dim;
-        CHECK(memcmp(d1 + li_kv_offset(&kv, pg, il, 0, h, off), kr, sizeof(float) * kv.head_dim) == 0,
-              "K row not at li_kv_offset; seed %llu", g_seed);
+        size_t at = li_kv_offset(&kv, pg, il, 0, h, off);
+        bool same = true;
+        for (int d = 0; d < kv.head_dim; d++)
+            same &= kv.dtype == LI_DTYPE_BF16 ? ((uint16_t *)d1)[at + d] == li_f32_to_bf16(kr[d])
+                                              : d1[at + d] == kr[d];
+        CHECK(same, "K row not at li_kv_offset; seed %llu", g_seed);
         CHECK(gok(&g1) && gok(&g2) && gok(&gk) && gok(&gv), "guard damaged; seed %llu", g_seed);
         free(slot);
         gfree(&g1);
@@ -674,7 +679,8 @@ typedef struct {
 // A random pool and a page table over shuffled physical pages: documents of random lengths, each
 // owning whole pages (its last page partly filled), each with a Δ (0 for the first when
 // zero_first); K and V random.
-static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta) {
+static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
+                       li_dtype dtype) {
     int cap_pages = min_keys / P + 24;
     s->pages = malloc(sizeof(uint64_t) * cap_pages);
     s->n_pages = 0;
@@ -703,10 +709,14 @@ static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys
     for (int p = 0; p < s->n_pages; p++)
         s->pages[p] = li_page_word(perm[p], li_page_count(s->pages[p]), li_page_delta(s->pages[p]));
     free(perm);
-    s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL};
+    s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL, dtype};
     long n = (long)pool * L * 2 * Hkv * P * Dh;
     s->kv.data = gnew(&s->gdata, n);
     fill(s->kv.data, n, 1.0f);
+    if (dtype == LI_DTYPE_BF16) {  // the same values rounded, packed in the first half
+        float *f = s->kv.data;
+        for (long i = 0; i < n; i++) ((uint16_t *)s->kv.data)[i] = li_f32_to_bf16(f[i]);
+    }
 }
 
 static void free_paged(paged_seq *s) {
@@ -728,12 +738,13 @@ static void test_attention(void) {
                 const char *mode_name = (const char *[]){"decode", "prefill", "prefill Δ=0",
                                                          "prefill kv_first"}[mode];
                 int min_keys = randint(T + 1, P == 1 ? 90 : 300);
+                li_dtype dt = (ri + mode) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
                 paged_seq s;
-                make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2);
+                make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, dt);
                 int il = 1;
                 li_rope_table tab = table_for(ri % 2 ? 6 : 3, ri % 3 ? LI_ROPE_NEOX : LI_ROPE_GPTJ, Dh);
-                TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d",
-                                mode_name, P, H, Hkv, Dh, T, s.n_keys, s.n_pages));
+                TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s",
+                                mode_name, P, H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt)));
                 int32_t nv[17], first[17];
                 int n_past = s.n_keys - T;  // > 0
                 // mode 3: a block starting at a random key (often mid-page) sees only its own keys
@@ -782,7 +793,7 @@ static void test_attention_deferred_rope(void) {
         for (int d = 0; d < n_doc; d++) n_pages += (len[d] + P - 1) / P;
         int64_t pool = n_pages + 2;
         long n = pool * 2 * Hkv * P * Dh;
-        li_kv_storage kva = {1, Hkv, Dh, P, pool, NULL}, kvb = kva;
+        li_kv_storage kva = {1, Hkv, Dh, P, pool, NULL, LI_DTYPE_F32}, kvb = kva;
         gbuf ga, gb;
         kva.data = gnew(&ga, n);
         kvb.data = gnew(&gb, n);
@@ -1042,7 +1053,7 @@ static void test_fallbacks(void) {
     li_backend bare = {.ops = &li_cpu_fast_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
     TEST_BEGIN("fallback paths: attention with Δ, bf16 matmul T=64, sample");
     paged_seq s;
-    make_paged(&s, 1, 2, 64, 16, 200, 1);
+    make_paged(&s, 1, 2, 64, 16, 200, 1, LI_DTYPE_BF16);
     int T = 5, H = 6;
     li_rope_table tab = table_for(6, LI_ROPE_NEOX, 64);
     long qn = (long)T * H * 64;
@@ -1159,7 +1170,7 @@ static void print_timings(void) {
         }
     for (int T = 1; T <= 64; T *= 64) {
         paged_seq s;
-        make_paged(&s, 1, 3, 64, 16, 512, 1);
+        make_paged(&s, 1, 3, 64, 16, 512, 1, LI_DTYPE_F32);
         int H = 9;
         li_rope_table tab = table_for(0, LI_ROPE_NEOX, 64);
         float *q = malloc(sizeof(float) * T * H * 64), *o = malloc(sizeof(float) * T * H * 64);

@@ -26,8 +26,13 @@
 // level: NMSE_TOL_BF16 there. Measured on the H200: first-token logits 0..1.2e-5 apart; greedy
 // continuations of these random tiny models sometimes part at a near tie (one request of
 // tiny-llama-gqa4-linear in one run): allowed after the first token, counted and bounded.
+// A bf16 KV pool (the default on device backends; LI_TEST_KV_DTYPE=bf16 elsewhere) rounds K and V
+// to 8 significant bits, and the modes round different K: lazy the K at its local position, copy
+// that K again after re-rotating it, prefix/none the K at its global position. The same bound.
 #define NMSE_TOL_BF16 1e-4
 static const char *g_backend = "cpu";
+static const char *g_kv_dtype;  // li_model_params.kv_dtype: LI_TEST_KV_DTYPE (NULL: auto)
+static bool g_kv_bf16;          // the pool the engine picks for it
 static double g_tol = NMSE_TOL;
 static int g_bf16_flips;  // requests whose greedy tokens differ at a near tie (bf16 backends)
 
@@ -78,6 +83,7 @@ static bool run_mode(const fixture *f, const char *mode, const req_spec *reqs, i
     p.n_ctx = 1024;
     p.max_seqs = batch ? n_req : 1;
     p.kv_budget_bytes = f->budget;
+    p.kv_dtype = g_kv_dtype;
     li_model *m;
     if (li_model_load(&m, &p) != LI_OK) {
         fprintf(stderr, "load %s (%s): %s\n", f->model, mode, li_last_error());
@@ -248,12 +254,13 @@ static void free_docs(fixture *f) {
 int main(void) {
     uint64_t seed = (uint64_t)time(NULL);
     if (getenv("LI_TEST_SEED")) seed = strtoull(getenv("LI_TEST_SEED"), NULL, 10);
-    if (getenv("LI_TEST_BACKEND")) {
-        g_backend = getenv("LI_TEST_BACKEND");
-        if (strcmp(g_backend, "cpu") && strcmp(g_backend, "cpu-ref")) g_tol = NMSE_TOL_BF16;
-    }
-    printf("# seed %llu (LI_TEST_SEED reproduces), backend %s, nmse bound %g\n",
-           (unsigned long long)seed, g_backend, g_tol);
+    if (getenv("LI_TEST_BACKEND")) g_backend = getenv("LI_TEST_BACKEND");
+    g_kv_dtype = getenv("LI_TEST_KV_DTYPE");
+    bool cpu = !strcmp(g_backend, "cpu") || !strcmp(g_backend, "cpu-ref");
+    g_kv_bf16 = g_kv_dtype ? !strcmp(g_kv_dtype, "bf16") : !cpu;  // "auto": bf16 on devices
+    if (!cpu || g_kv_bf16) g_tol = NMSE_TOL_BF16;
+    printf("# seed %llu (LI_TEST_SEED reproduces), backend %s, %s KV, nmse bound %g\n",
+           (unsigned long long)seed, g_backend, g_kv_bf16 ? "bf16" : "f32", g_tol);
     li_rng rng;
     li_rng_seed(&rng, seed);
     static const char *models[] = {"tiny-llama", "tiny-llama-mha-gptj", "tiny-llama-gqa4-linear",
@@ -280,7 +287,8 @@ int main(void) {
                         need += (lens[scenario[i].doc[k]] + P - 1) / P;
                     most = need > most ? need : most;
                 }
-                int64_t page_bytes = 2LL * 2 * 16 * 4 * P;  // L=2 layers × K,V × Dh=16 × f32 × P
+                // L=2 layers × K,V × Dh=16 × (f32 or bf16) × P
+                int64_t page_bytes = 2LL * 2 * 16 * (g_kv_bf16 ? 2 : 4) * P;
                 int64_t hkv = (int[]){2, 4, 2, 1, 3}[mi];   // kv heads of models[mi]
                 f.budget = page_bytes * hkv * most;
                 CHECK(most - (48 + P - 1) / P < all, "budget holds every document");

@@ -44,7 +44,7 @@ static bool print_token(void *user, int32_t tok) {
 typedef struct {
     const char *model, *prompt, *system, *tokenizer, *chat_template;
     int n_predict, n_threads, n_ctx, gpu;
-    const char *backend;
+    const char *backend, *kv_dtype;
     li_sampling_params sp;
     bool chat, ignore_eos;
 } gen_args;
@@ -78,6 +78,7 @@ static int cmd_generate(int argc, char **argv) {
         {"--backend", NULL, OPT_STR, &a.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
         {"--ctx-size", "-c", OPT_INT, &a.n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
     };
     const char *pos[1];
@@ -101,6 +102,7 @@ static int cmd_generate(int argc, char **argv) {
     mp.backend = a.backend;
     mp.device = a.gpu;
     mp.n_ctx = a.n_ctx;
+    mp.kv_dtype = a.kv_dtype;
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     int32_t *ids = NULL;
@@ -241,10 +243,11 @@ static void mean_std(const double *x, int n, double *mean, double *std) {
 static int cmd_bench_generate(int argc, char **argv) {
     const char *model = NULL;
     int n_pp = 512, n_tg = 128, reps = 3, n_threads = 0, gpu = 0;
-    const char *backend = NULL;
+    const char *backend = NULL, *kv_dtype = NULL;
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
         {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
+        {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
         {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
@@ -265,6 +268,7 @@ static int cmd_bench_generate(int argc, char **argv) {
     mp.n_threads = n_threads;
     mp.backend = backend;
     mp.device = gpu;
+    mp.kv_dtype = kv_dtype;
     mp.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");

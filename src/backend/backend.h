@@ -50,13 +50,20 @@ li_status li_rope_table_init(li_rope_table *t, const li_rope_config *cfg);
 // ---- paged KV storage -----------------------------------------------------------------------
 
 // The physical KV pool as kernels see it. One page holds P tokens of every layer, K and V:
-//   data: (n_pages, L, 2, Hkv, P, Dh) f32, index 0 of the "2" axis is K, 1 is V.
-// K is stored already rotated (at the position it was written with); V as is.
+//   data: (n_pages, L, 2, Hkv, P, Dh) of `dtype`, index 0 of the "2" axis is K, 1 is V.
+// dtype is LI_DTYPE_F32 (the zero value) or LI_DTYPE_BF16: half the bytes per token, so a
+// memory budget holds twice the documents, and half the bytes decode attention reads. Writers
+// round to bf16 (nearest even) when storing; readers compute in f32. K is stored already
+// rotated (at the position it was written with); V as is.
 typedef struct {
     int n_layer, n_head_kv, head_dim, page_size;
     int64_t n_pages;
-    float *data;
+    void *data;
+    li_dtype dtype;
 } li_kv_storage;
+
+// Bytes of one stored K or V element.
+static inline size_t li_kv_elem_bytes(li_dtype t) { return t == LI_DTYPE_BF16 ? 2 : 4; }
 
 static inline size_t li_kv_offset(const li_kv_storage *kv, int64_t page, int il, int is_v, int h,
                                   int slot) {

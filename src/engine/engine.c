@@ -88,6 +88,16 @@ static li_status load_tokenizer(li_model *m, const char *path, bool is_synth,
     return li_tokenizer_init_bytes(&m->tok, hp->n_vocab, family);
 }
 
+// li_model_params.kv_dtype: "f32", "bf16", or NULL / "auto" (the model's compute dtype: bf16 on
+// a GPU, f32 on the CPU, whose attention and reference files are f32).
+static li_status kv_dtype_parse(const char *s, bool device, li_dtype *out) {
+    if (!s || !strcmp(s, "auto")) *out = device ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+    else if (!strcmp(s, "f32")) *out = LI_DTYPE_F32;
+    else if (!strcmp(s, "bf16")) *out = LI_DTYPE_BF16;
+    else return li_error_set(LI_ERR_INVALID_ARG, "KV cache dtype '%s': expected f32, bf16 or auto", s);
+    return LI_OK;
+}
+
 li_status li_model_load(li_model **out, const li_model_params *p) {
     *out = NULL;
     if (!p || !p->path) return li_error_set(LI_ERR_INVALID_ARG, "no model path given");
@@ -175,17 +185,19 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     m->max_running = p->max_seqs > 0 ? p->max_seqs : 1;
     if ((rc = li_cache_mode_parse(p->cache_mode ? p->cache_mode : "lazy", &m->cache_mode)) != LI_OK)
         goto fail;
+    li_dtype kv_dtype = LI_DTYPE_F32;
+    if ((rc = kv_dtype_parse(p->kv_dtype, li_be_is_device(m->be), &kv_dtype)) != LI_OK) goto fail;
     int64_t pages = (int64_t)m->max_running * ((m->n_ctx + page_size - 1) / page_size);
     if (p->kv_budget_bytes > 0) {
-        pages = p->kv_budget_bytes / (int64_t)li_kv_page_bytes(hp, page_size);
+        pages = p->kv_budget_bytes / (int64_t)li_kv_page_bytes(hp, page_size, kv_dtype);
         if (pages < 1) {
             rc = li_error_set(LI_ERR_INVALID_ARG, "KV budget of %lld bytes is smaller than one page "
                               "(%zu bytes)", (long long)p->kv_budget_bytes,
-                              li_kv_page_bytes(hp, page_size));
+                              li_kv_page_bytes(hp, page_size, kv_dtype));
             goto fail;
         }
     }
-    if ((rc = li_kv_pool_init(&m->kv, m->be, hp, page_size, pages)) != LI_OK) goto fail;
+    if ((rc = li_kv_pool_init(&m->kv, m->be, hp, page_size, pages, kv_dtype)) != LI_OK) goto fail;
     // tokens per forward: a GPU needs thousands of rows to fill its tensor cores
     m->n_batch = li_be_is_device(m->be) ? DEFAULT_N_BATCH_DEVICE : DEFAULT_N_BATCH;
     if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
@@ -252,6 +264,8 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
     // activations are f32; matrices are f32 or, for models too big for that, bf16
     snprintf(o->compute_dtype, sizeof o->compute_dtype, "%s",
              li_llama_keeps_bf16(hp) ? "bf16" : "f32");
+    if (m->kv.storage.data)
+        snprintf(o->kv_dtype, sizeof o->kv_dtype, "%s", li_dtype_name(m->kv.storage.dtype));
     o->n_layer = hp->n_layer;
     o->n_embd = hp->n_embd;
     o->n_ff = hp->n_ff;

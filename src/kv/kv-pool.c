@@ -4,21 +4,24 @@
 
 #include "kv-pool.h"
 
-size_t li_kv_page_bytes(const li_hparams *hp, int page_size) {
+size_t li_kv_page_bytes(const li_hparams *hp, int page_size, li_dtype dtype) {
     return (size_t)hp->n_layer * 2 * hp->n_head_kv * (size_t)page_size * hp->head_dim *
-           sizeof(float);
+           li_kv_elem_bytes(dtype);
 }
 
 li_status li_kv_pool_init(li_kv_pool *pool, li_backend *be, const li_hparams *hp, int page_size,
-                          int64_t n_pages) {
+                          int64_t n_pages, li_dtype dtype) {
     memset(pool, 0, sizeof *pool);
+    if (dtype != LI_DTYPE_F32 && dtype != LI_DTYPE_BF16)
+        return li_error_set(LI_ERR_INVALID_ARG, "KV cache dtype %s: only f32 and bf16 are stored",
+                            li_dtype_name(dtype));
     if (page_size < 1 || page_size > LI_PAGE_MAX_SIZE)
         return li_error_set(LI_ERR_LIMIT, "KV page size %d outside [1, %d]", page_size,
                             LI_PAGE_MAX_SIZE);
     if (n_pages < 1 || n_pages > LI_PAGE_MAX_ID + 1)
         return li_error_set(LI_ERR_LIMIT, "KV pool of %lld pages outside [1, %lld]",
                             (long long)n_pages, (long long)LI_PAGE_MAX_ID + 1);
-    pool->page_bytes = li_kv_page_bytes(hp, page_size);
+    pool->page_bytes = li_kv_page_bytes(hp, page_size, dtype);
     uint64_t total;
     if (li_mul_overflows((uint64_t)n_pages, pool->page_bytes, &total) || total > SIZE_MAX / 2)
         return li_error_set(LI_ERR_LIMIT, "KV pool of %lld pages is too large", (long long)n_pages);
@@ -28,6 +31,7 @@ li_status li_kv_pool_init(li_kv_pool *pool, li_backend *be, const li_hparams *hp
     s->head_dim = hp->head_dim;
     s->page_size = page_size;
     s->n_pages = n_pages;
+    s->dtype = dtype;
     pool->be = be;
     s->data = li_be_alloc(be, (size_t)total, "the KV page pool");
     pool->refcount = calloc((size_t)n_pages, sizeof *pool->refcount);

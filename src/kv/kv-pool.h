@@ -11,7 +11,7 @@
 #include "../format/hparams.h"
 
 typedef struct {
-    li_kv_storage storage;  // data: (n_pages, L, 2, Hkv, P, Dh) f32
+    li_kv_storage storage;  // data: (n_pages, L, 2, Hkv, P, Dh) f32 or bf16
     int32_t *refcount;      // (n_pages) 0 = free
     int64_t *free_pages;    // (n_pages) stack of free page ids
     int64_t n_free;
@@ -19,13 +19,14 @@ typedef struct {
     li_backend *be;         // whose memory storage.data is in (NULL: host)
 } li_kv_pool;
 
-// Bytes one page takes for this model and page size.
-size_t li_kv_page_bytes(const li_hparams *hp, int page_size);
-// Allocates n_pages pages (page_size tokens each). LI_ERR_LIMIT if n_pages exceeds the page-id
+// Bytes one page takes for this model, page size and stored dtype (f32 or bf16).
+size_t li_kv_page_bytes(const li_hparams *hp, int page_size, li_dtype dtype);
+// Allocates n_pages pages (page_size tokens each) of K/V stored as dtype (LI_DTYPE_F32 or
+// LI_DTYPE_BF16, else LI_ERR_INVALID_ARG). LI_ERR_LIMIT if n_pages exceeds the page-id
 // field of the page-table word or page_size exceeds LI_PAGE_MAX_SIZE. The pages live in `be`'s
 // memory (device memory on CUDA; be NULL or a CPU backend: host).
 li_status li_kv_pool_init(li_kv_pool *pool, li_backend *be, const li_hparams *hp, int page_size,
-                          int64_t n_pages);
+                          int64_t n_pages, li_dtype dtype);
 // A pool that counts pages but holds no KV memory (storage.data == NULL): the trace simulator
 // runs the real caches over it.
 li_status li_kv_pool_init_virtual(li_kv_pool *pool, int page_size, int64_t n_pages);

@@ -549,21 +549,38 @@ static void test_rope(void) {
 
 // ---- kv_store, kv_copy_rotate -----------------------------------------------------------------
 
+// Pool contents of either dtype: n random values (bf16: rounded), so a bf16 pool holds no NaN.
+static void fill_pool(void *pool, li_dtype dt, long n) {
+    fill(pool, n, 1.0f);
+    if (dt == LI_DTYPE_BF16)  // in place, front to back: element i's bf16 overwrites bytes < 4 i
+        for (long i = 0; i < n; i++) ((uint16_t *)pool)[i] = li_f32_to_bf16(((float *)pool)[i]);
+}
+
+// A pool of either dtype widened to f32.
+static void pool_f32(float *dst, const void *pool, li_dtype dt, long n) {
+    for (long i = 0; i < n; i++)
+        dst[i] = dt == LI_DTYPE_BF16 ? li_bf16_to_f32(((const uint16_t *)pool)[i]) : ((const float *)pool)[i];
+}
+
+// Stores are bit-exact against the CPU oracle for both pool dtypes (bf16: both round to nearest
+// even).
 static void test_kv_store(void) {
-    for (int rep = 0; rep < 6; rep++) {
+    for (int rep = 0; rep < 12; rep++) {
         li_kv_storage kv = {randint(1, 3), randint(1, 8), (int[]){64, 18, 128}[rep % 3],
-                            (int[]){1, 16, 64, 7, 16, 1}[rep], 0, NULL};
+                            (int[]){1, 16, 64, 7, 16, 1}[rep % 6], 0, NULL,
+                            rep < 6 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
         kv.n_pages = randint(3, 9);
         int64_t cap = kv.n_pages * kv.page_size;
-        int T = (int[]){1, 3, 17, 40, 1, 5}[rep];
+        int T = (int[]){1, 3, 17, 40, 1, 5}[rep % 6];
         if (T > cap) T = (int)cap;
-        TEST_BEGIN(NAME("kv_store L=%d Hkv=%d Dh=%d P=%d T=%d", kv.n_layer, kv.n_head_kv,
-                        kv.head_dim, kv.page_size, T));
+        TEST_BEGIN(NAME("kv_store L=%d Hkv=%d Dh=%d P=%d T=%d %s", kv.n_layer, kv.n_head_kv,
+                        kv.head_dim, kv.page_size, T, li_dtype_name(kv.dtype)));
         long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * kv.page_size * kv.head_dim;
+        const size_t esz = li_kv_elem_bytes(kv.dtype);
         long kn = (long)T * kv.n_head_kv * kv.head_dim;
         float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
         float *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
-        fill(pool, n, 1.0f);
+        fill_pool(pool, kv.dtype, n);
         fill(k, kn, 1.0f);
         fill(v, kn, 1.0f);
         int64_t *slot = xmalloc(sizeof(int64_t) * cap);
@@ -576,7 +593,7 @@ static void test_kv_store(void) {
         int il = randint(0, kv.n_layer - 1);
         dbuf gpool, gk, gv, gs;
         li_kv_storage kvd = kv, kvh = kv;
-        kvd.data = dnew(&gpool, sizeof(float) * n, pool);
+        kvd.data = dnew(&gpool, esz * n, pool);
         kvh.data = pool;
         float *dk = dnew(&gk, sizeof(float) * kn, k), *dv = dnew(&gv, sizeof(float) * kn, v);
         int64_t *ds = dnew(&gs, sizeof(int64_t) * T, slot);
@@ -584,7 +601,7 @@ static void test_kv_store(void) {
         gpu->ops->kv_store(gpu, &kvd, il, dk, dv, ds, T);
         CHECK_BACKEND();
         dget(pool2, &gpool);
-        CHECK(memcmp(pool, pool2, sizeof(float) * n) == 0, "pools differ; seed %llu", g_seed);
+        CHECK(memcmp(pool, pool2, esz * n) == 0, "pools differ; seed %llu", g_seed);
         CHECK(dguard_ok(&gpool) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&gs),
               "guard damaged; seed %llu", g_seed);
         dfree(&gpool);
@@ -600,10 +617,16 @@ static void test_kv_store(void) {
     }
 }
 
+// bf16 pools: the GPU and the fp64 oracle rotate with different roundings before the final bf16
+// rounding, so an element can land one bf16 step apart (relative 2^-8 on a few elements).
+#define TOL_KV_BF16 1e-5
+
 static void test_kv_copy_rotate(void) {
-    for (int rep = 0; rep < 8; rep++) {
+    for (int rep0 = 0; rep0 < 16; rep0++) {
+        const int rep = rep0 % 8;
+        const li_dtype dt = rep0 < 8 ? LI_DTYPE_F32 : LI_DTYPE_BF16;
         int P = (int[]){1, 16, 64, 7}[rep % 4], Dh = (int[]){64, 18, 128, 64}[rep % 4];
-        li_kv_storage kv = {randint(1, 3), randint(1, 8), Dh, P, randint(3, 6), NULL};
+        li_kv_storage kv = {randint(1, 3), randint(1, 8), Dh, P, randint(3, 6), NULL, dt};
         int64_t src = randint(0, (int)kv.n_pages - 1),
                 dst = (src + randint(1, (int)kv.n_pages - 1)) % kv.n_pages;
         int count = randint(1, P);
@@ -612,14 +635,16 @@ static void test_kv_copy_rotate(void) {
                                    : randint(1, rep == 7 ? 100000000 : 50000);
         li_rope_table tab = table_for(rep % 3, rep % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX,
                                       rep == 3 ? Dh / 2 : Dh);
-        TEST_BEGIN(NAME("kv_copy_rotate L=%d Hkv=%d Dh=%d P=%d count=%d delta=%lld", kv.n_layer,
-                        kv.n_head_kv, Dh, P, count, (long long)delta));
+        TEST_BEGIN(NAME("kv_copy_rotate L=%d Hkv=%d Dh=%d P=%d count=%d delta=%lld %s", kv.n_layer,
+                        kv.n_head_kv, Dh, P, count, (long long)delta, li_dtype_name(dt)));
         long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * P * Dh;
+        const size_t esz = li_kv_elem_bytes(dt);
         float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
-        fill(pool, n, 1.0f);
+        float *w1 = xmalloc(sizeof(float) * n), *w2 = xmalloc(sizeof(float) * n);
+        fill_pool(pool, dt, n);
         dbuf gpool;
         li_kv_storage kvd = kv, kvh = kv;
-        kvd.data = dnew(&gpool, sizeof(float) * n, pool);
+        kvd.data = dnew(&gpool, esz * n, pool);
         kvh.data = pool;
         ref->ops->kv_copy_rotate(ref, &kvh, src, dst, count, delta, &tab);
         gpu->ops->kv_copy_rotate(gpu, &kvd, src, dst, count, delta, &tab);
@@ -627,17 +652,22 @@ static void test_kv_copy_rotate(void) {
         dget(pool2, &gpool);
         // the destination page is rotated (NMSE), everything else bit-identical
         long page = n / kv.n_pages;
-        double e = test_nmse(pool2 + dst * page, pool + dst * page, page);
-        int rest_ok = memcmp(pool2, pool, sizeof(float) * dst * page) == 0 &&
-                      memcmp(pool2 + (dst + 1) * page, pool + (dst + 1) * page,
-                             sizeof(float) * (n - (dst + 1) * page)) == 0;
-        CHECK(e <= TOL_POINTWISE, "destination page nmse %g; seed %llu", e, g_seed);
+        pool_f32(w1, pool, dt, n);
+        pool_f32(w2, pool2, dt, n);
+        double e = test_nmse(w2 + dst * page, w1 + dst * page, page);
+        int rest_ok = memcmp(pool2, pool, esz * dst * page) == 0 &&
+                      memcmp((char *)pool2 + esz * (dst + 1) * page,
+                             (char *)pool + esz * (dst + 1) * page, esz * (n - (dst + 1) * page)) == 0;
+        CHECK(e <= (dt == LI_DTYPE_BF16 ? TOL_KV_BF16 : TOL_POINTWISE),
+              "destination page nmse %g; seed %llu", e, g_seed);
         CHECK(rest_ok, "other pages changed; seed %llu", g_seed);
-        CHECK(!test_has_nan(pool2, n), "NaN; seed %llu", g_seed);
+        CHECK(!test_has_nan(w2, n), "NaN; seed %llu", g_seed);
         CHECK(dguard_ok(&gpool), "guard damaged; seed %llu", g_seed);
         dfree(&gpool);
         free(pool);
         free(pool2);
+        free(w1);
+        free(w2);
         TEST_END();
     }
 }
@@ -654,7 +684,7 @@ typedef struct {
 // (doc_max tokens at most), each owning whole pages (its last page partly filled) with a Δ (0 for
 // some, or for all when !with_delta); K and V random.
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
-                       int doc_max) {
+                       int doc_max, li_dtype dt) {
     int cap_pages = min_keys / P + min_keys / 1 + 24;
     s->pages = xmalloc(sizeof(uint64_t) * cap_pages);
     s->n_pages = 0;
@@ -682,26 +712,26 @@ static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys
     for (int p = 0; p < s->n_pages; p++)
         s->pages[p] = li_page_word(perm[p], li_page_count(s->pages[p]), li_page_delta(s->pages[p]));
     free(perm);
-    s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL};
+    s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL, dt};
     long n = (long)pool * L * 2 * Hkv * P * Dh;
     s->kv.data = xmalloc(sizeof(float) * n);
-    fill(s->kv.data, n, 1.0f);
+    fill_pool(s->kv.data, dt, n);
 }
 
 // One attention case: T rows at the end of the sequence (causal), mode 0 decode / 1 prefill /
 // 2 prefill with every Δ = 0 and rope NULL / 3 prefill with a first visible key.
 static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, int mode,
-                           int doc_max) {
+                           int doc_max, li_dtype dt) {
     const char *mode_name =
         (const char *[]){"decode", "prefill", "prefill Δ=0", "prefill kv_first"}[mode];
     paged_seq s;
-    make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, doc_max);
+    make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, doc_max, dt);
     int H = G * Hkv, il = 1;
     li_rope_table tab = table_for((P + G) % 3, (G % 2) ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
     if (T > s.n_keys - 1) T = s.n_keys - 1;
     const char *mma = getenv("LI_CUDA_ATTN_MMA");
-    TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d%s", mode_name, P, H,
-                    Hkv, Dh, T, s.n_keys, s.n_pages,
+    TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s%s", mode_name, P,
+                    H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt),
                     li_backend_cuda_attention_tc(T, Dh)
                         ? (mma && mma[0] == '0' ? " (wmma kernel)" : " (mma kernel)")
                         : ""));
@@ -724,7 +754,7 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     long pool_n = (long)s.kv.n_pages * s.kv.n_layer * 2 * Hkv * P * Dh;
     dbuf gpool, gpages, gq, go, gnv, gfirst;
     li_kv_storage kvd = s.kv;
-    kvd.data = dnew(&gpool, sizeof(float) * pool_n, s.kv.data);
+    kvd.data = dnew(&gpool, li_kv_elem_bytes(dt) * pool_n, s.kv.data);
     li_kv_seq seqd = {dnew(&gpages, sizeof(uint64_t) * s.n_pages, s.pages), s.n_pages};
     float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
     int32_t *dnv = dnew(&gnv, sizeof(int32_t) * T, nv),
@@ -768,16 +798,21 @@ static void test_attention(void) {
                 int Dh = (int[]){18, 64, 128}[n_case++ % 3];
                 int T = mode == 0 ? 1 : (int[]){3, 17}[ri % 2];
                 int min_keys = randint(T + 1, P == 1 ? 90 : 300);
-                attention_case(P, G, Hkv, Dh, T, min_keys, mode, 3 * P + 5);
+                li_dtype dt = (ri + mode + pi) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+                attention_case(P, G, Hkv, Dh, T, min_keys, mode, 3 * P + 5, dt);
             }
     // long contexts with few rows: the split-K path (many key ranges merged by the combine pass),
-    // documents of up to 700 tokens so that Δ changes inside ranges and at range boundaries
-    attention_case(16, 4, 8, 128, 1, 5000, 0, 700);
-    attention_case(16, 8, 2, 64, 1, 3001, 0, 300);
-    attention_case(1, 2, 4, 64, 1, 2000, 0, 50);
-    attention_case(64, 1, 2, 128, 4, 4000, 1, 900);
-    attention_case(16, 4, 8, 128, 2, 4000, 3, 700);
-    attention_case(16, 8, 1, 128, 1, 3000, 2, 700);
+    // documents of up to 700 tokens so that Δ changes inside ranges and at range boundaries;
+    // both pool dtypes
+    for (int b = 0; b < 2; b++) {
+        li_dtype dt = b ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+        attention_case(16, 4, 8, 128, 1, 5000, 0, 700, dt);
+        attention_case(16, 8, 2, 64, 1, 3001, 0, 300, dt);
+        attention_case(1, 2, 4, 64, 1, 2000, 0, 50, dt);
+        attention_case(64, 1, 2, 128, 4, 4000, 1, 900, dt);
+        attention_case(16, 4, 8, 128, 2, 4000, 3, 700, dt);
+        attention_case(16, 8, 1, 128, 1, 3000, 2, 700, dt);
+    }
     // many rows: the tensor-core kernel (64-row query tiles, 64-key tiles across pages, partial
     // pages and documents, rows that end mid-tile)
     // ... on both tensor-core kernels: mma.sync (default) and WMMA (LI_CUDA_ATTN_MMA=0)
@@ -787,14 +822,17 @@ static void test_attention(void) {
             int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4];
             int Dh = i % 2 ? 128 : 64, T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
             attention_case(P, G, randint(1, 2), Dh, T, randint(T + 1, P == 1 ? 400 : 1500), mode,
-                           i % 2 ? 3 * P + 5 : 200);
+                           i % 2 ? 3 * P + 5 : 200, (i / 2) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32);
         }
         unsetenv("LI_CUDA_ATTN_MMA");
     }
     // shapes the warp kernel does not take (G 3 and 12, Dh 96): the generic kernel, split or not
-    attention_case(16, 3, 4, 128, 1, 3000, 0, 700);
-    attention_case(16, 12, 1, 64, 5, 500, 3, 100);
-    attention_case(64, 2, 2, 96, 1, 2500, 0, 400);
+    for (int b = 0; b < 2; b++) {
+        li_dtype dt = b ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+        attention_case(16, 3, 4, 128, 1, 3000, 0, 700, dt);
+        attention_case(16, 12, 1, 64, 5, 500, 3, 100, dt);
+        attention_case(64, 2, 2, 96, 1, 2500, 0, 400, dt);
+    }
 }
 
 // ---- sample -------------------------------------------------------------------------------------
@@ -1544,11 +1582,12 @@ static void bench_step(li_backend *be, void *vctx) {
 // Llama-3.1-8B heads (H 32, Hkv 8, Dh 128), P 16, ctx 20000: n_seq independent sequences of 1250
 // pages each (distinct physical pages, so nothing is served from L2 across sequences), one op per
 // sequence per step. Documents of 2000 tokens with their own Δ (10 query rotations per sequence)
-// vs the same with rope NULL (no rotation): the deferred-RoPE overhead.
+// vs the same with rope NULL (no rotation): the deferred-RoPE overhead. Both pool dtypes (bytes =
+// what that dtype reads).
 static void bench_decode_attention(void) {
     const int H = 32, Hkv = 8, Dh = 128, P = 16, ctx = 20000, max_seq = 64;
     const int pages_per_seq = (ctx + P - 1) / P;
-    li_kv_storage kv = {1, Hkv, Dh, P, (int64_t)pages_per_seq * max_seq, NULL};
+    li_kv_storage kv = {1, Hkv, Dh, P, (int64_t)pages_per_seq * max_seq, NULL, LI_DTYPE_F32};
     size_t pool_bytes = (size_t)kv.n_pages * 2 * Hkv * P * Dh * sizeof(float);
     void *pool;
     li_status st = li_backend_cuda_alloc(gpu, &pool, pool_bytes, "bench KV pool");
@@ -1557,7 +1596,6 @@ static void bench_decode_attention(void) {
         return;
     }
     kv.data = pool;
-    need(li_backend_cuda_fill_uniform(gpu, kv.data, (int64_t)(pool_bytes / 4), 7, 1.0f), "fill");
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     uint64_t *words = xmalloc(sizeof(uint64_t) * pages_per_seq);
     li_kv_seq seqs[64];
@@ -1582,11 +1620,16 @@ static void bench_decode_attention(void) {
     need(li_backend_cuda_alloc(gpu, &dnv, sizeof(int32_t), "n_visible"), "alloc");
     need(li_backend_cuda_upload(gpu, dnv, &nv, sizeof nv), "upload");
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)max_seq * H * Dh, 8, 1.0f), "fill");
-    printf(
-        "  bench: decode attention, ctx %d, H %d Hkv %d Dh %d P %d, f32 KV; bytes = K + V read\n",
-        ctx, H, Hkv, Dh, P);
     const int batches[] = {1, 16, 64};
-    for (int bi = 0; bi < 3; bi++)
+    for (int b16 = 0; b16 < 2; b16++) {
+      kv.dtype = b16 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+      const size_t esz = li_kv_elem_bytes(kv.dtype);
+      need(gpu->ops->fill_random(gpu, kv.data, kv.dtype, (int64_t)(pool_bytes / esz), 7 + b16, 1.0f,
+                                 0.0f),
+           "fill");
+      printf("  bench: decode attention, ctx %d, H %d Hkv %d Dh %d P %d, %s KV; bytes = K + V "
+             "read\n", ctx, H, Hkv, Dh, P, li_dtype_name(kv.dtype));
+      for (int bi = 0; bi < 3; bi++)
         for (int rot = 1; rot >= 0; rot--) {
             bench_ctx c = {batches[bi], H, dout, dq, kv, seqs, dnv, rot ? &tab : NULL};
             double ms = 0;
@@ -1596,10 +1639,12 @@ static void bench_decode_attention(void) {
                 printf("  bench: batch %d failed: %s\n", batches[bi], li_error_msg());
                 continue;
             }
-            double bytes = (double)batches[bi] * ctx * Hkv * Dh * sizeof(float) * 2;
-            printf("  bench: decode attention batch %2d %-12s %8.3f ms/step %8.1f GB/s\n",
-                   batches[bi], rot ? "(Δ rotation)" : "(no Δ)", ms, bytes / (ms * 1e-3) / 1e9);
+            double bytes = (double)batches[bi] * ctx * Hkv * Dh * esz * 2;
+            printf("  bench: decode attention %s batch %2d %-12s %8.3f ms/step %8.1f GB/s\n",
+                   li_dtype_name(kv.dtype), batches[bi], rot ? "(Δ rotation)" : "(no Δ)", ms,
+                   bytes / (ms * 1e-3) / 1e9);
         }
+    }
     for (int s = 0; s < max_seq; s++) li_backend_cuda_free(gpu, dpages[s]);
     li_backend_cuda_free(gpu, dq);
     li_backend_cuda_free(gpu, dout);
@@ -1629,7 +1674,7 @@ static void prefill_step(li_backend *be, void *vctx) {
 // (no Δ) against 8 documents of 512 tokens with their own Δ: the prefill rotation overhead.
 static void bench_prefill_attention(void) {
     const int H = 32, Hkv = 8, Dh = 128, P = 16, T = 4096, n_pages = T / P;
-    li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL};
+    li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL, LI_DTYPE_F32};
     size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * sizeof(float);
     void *pool, *dpages, *dq, *dout, *dnv;
     need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
@@ -1648,7 +1693,12 @@ static void bench_prefill_attention(void) {
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     double flops = 4.0 * T * (double)T * H * Dh / 2;
-    for (int kernel = 0; kernel < 2; kernel++) {
+    for (int kernel = 0; kernel < 3; kernel++) {  // wmma f32, mma f32, mma bf16 KV
+      kv.dtype = kernel == 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+      if (kernel == 2)
+          need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
+                                     0.0f),
+               "fill");
       for (int rot = 1; rot >= 0; rot--) {
         setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
         prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
@@ -1659,9 +1709,10 @@ static void bench_prefill_attention(void) {
             printf("  bench: prefill attention failed: %s\n", li_error_msg());
             break;
         }
-        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-5s %-12s %8.3f ms "
-               "%7.1f TFLOP/s\n", T, H, Hkv, Dh, P, kernel ? "mma" : "wmma",
-               rot ? "(Δ rotation)" : "(no Δ)", ms, flops / (ms * 1e-3) / 1e12);
+        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-5s %s KV %-12s %8.3f "
+               "ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P, kernel ? "mma" : "wmma",
+               li_dtype_name(kv.dtype), rot ? "(Δ rotation)" : "(no Δ)", ms,
+               flops / (ms * 1e-3) / 1e12);
       }
     }
     unsetenv("LI_CUDA_ATTN_MMA");

@@ -185,6 +185,11 @@ LI_VEC static void bf16_to_f32_run(float *dst, const uint16_t *src, int64_t n) {
     }
 }
 
+// dst (n) = src (n) rounded to bf16 (nearest even)
+static void f32_to_bf16_run(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = li_f32_to_bf16(src[i]);
+}
+
 // y (n) += a * x (n)
 LI_VEC static void axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
@@ -498,18 +503,33 @@ static void cpu_rope(li_backend *be, float *x, const int32_t *pos, int T, int nh
 
 // ---- kv_store -------------------------------------------------------------------------------
 
+// One K or V row of Dh elements into the pool at element offset off (f32: copied; bf16: rounded).
+static void kv_row_put(const li_kv_storage *kv, size_t off, const float *x) {
+    if (kv->dtype == LI_DTYPE_BF16)
+        f32_to_bf16_run((uint16_t *)kv->data + off, x, kv->head_dim);
+    else
+        memcpy((float *)kv->data + off, x, (size_t)kv->head_dim * sizeof(float));
+}
+
+// n consecutive rows of the pool from element offset off as f32 into dst (n, Dh); returns dst, or
+// the rows themselves when the pool is f32 (no copy).
+static const float *kv_rows_f32(const li_kv_storage *kv, size_t off, int n, float *dst) {
+    if (kv->dtype != LI_DTYPE_BF16) return (const float *)kv->data + off;
+    bf16_to_f32_run(dst, (const uint16_t *)kv->data + off, (int64_t)n * kv->head_dim);
+    return dst;
+}
+
 static void cpu_kv_store(li_backend *be, const li_kv_storage *kv, int il, const float *k,
                          const float *v, const int64_t *slot, int T) {
     int Hkv = kv->n_head_kv, Dh = kv->head_dim, P = kv->page_size;
-    size_t row = (size_t)Dh * sizeof(float);
     for (int t = 0; t < T; t++) {
         LI_ASSERT(slot[t] >= 0 && slot[t] / P < kv->n_pages);
         int64_t page = slot[t] / P;
         int off = (int)(slot[t] % P);
         for (int h = 0; h < Hkv; h++) {
             size_t src = ((size_t)t * Hkv + h) * Dh;
-            memcpy(kv->data + li_kv_offset(kv, page, il, 0, h, off), k + src, row);
-            memcpy(kv->data + li_kv_offset(kv, page, il, 1, h, off), v + src, row);
+            kv_row_put(kv, li_kv_offset(kv, page, il, 0, h, off), k + src);
+            kv_row_put(kv, li_kv_offset(kv, page, il, 1, h, off), v + src);
         }
     }
 }
@@ -568,6 +588,13 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
     float sc[ATT_GMAX][LI_PAGE_MAX_SIZE];
     float m[ATT_GMAX], l[ATT_GMAX];
     float cs_own[2 * LI_ROPE_MAX_PAIRS];
+    // a bf16 pool: each page's visible K and V rows widened to f32 here (P, Dh) each
+    float *kwide = NULL, *vwide = NULL;
+    if (kv->dtype == LI_DTYPE_BF16) {
+        kwide = malloc(2 * (size_t)kv->page_size * Dh * sizeof(float));
+        LI_ASSERT(kwide != NULL);
+        vwide = kwide + (size_t)kv->page_size * Dh;
+    }
     for (int64_t item = b; item < e; item++) {
         int t = (int)(item / Hkv), hk = (int)(item % Hkv);
         int nv = c->n_visible[t], first = c->kv_first ? c->kv_first[t] : 0;
@@ -611,8 +638,13 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
                     }
                     cur_delta = delta;
                 }
-                const float *kb = kv->data + li_kv_offset(kv, id, c->il, 0, hk, 0);
-                const float *vb = kv->data + li_kv_offset(kv, id, c->il, 1, hk, 0);
+                // rows s0 .. n_use - 1 are read; kb / vb index them by slot s
+                const float *kb =
+                    kv_rows_f32(kv, li_kv_offset(kv, id, c->il, 0, hk, s0), n_use - s0, kwide) -
+                    (size_t)s0 * Dh;
+                const float *vb =
+                    kv_rows_f32(kv, li_kv_offset(kv, id, c->il, 1, hk, s0), n_use - s0, vwide) -
+                    (size_t)s0 * Dh;
                 for (int g = 0; g < gn; g++) {
                     float bm = -INFINITY;
                     for (int s = s0; s < n_use; s++) {
@@ -641,6 +673,7 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
             }
         }
     }
+    free(kwide);
 }
 
 typedef struct {
@@ -651,21 +684,27 @@ typedef struct {
     const li_rope_table *rope;
 } copy_ctx;
 
-// One layer per item: K rows copied then rotated with the shared cos/sin, V copied.
+// One layer per item: K rows copied then rotated with the shared cos/sin, V copied. A bf16 pool's
+// rotated K is rounded to bf16 again (copy mode's second rounding; lazy mode has none).
 static void copy_rotate_layers(void *p, int64_t b, int64_t e, int tid) {
     copy_ctx *c = p;
     const li_kv_storage *kv = c->kv;
-    size_t row = (size_t)kv->head_dim * sizeof(float);
+    const size_t esz = li_kv_elem_bytes(kv->dtype), row = (size_t)kv->head_dim * esz;
+    char *base = kv->data;
+    float kw[ATT_DH_MAX];
     for (int64_t il = b; il < e; il++)
         for (int h = 0; h < kv->n_head_kv; h++) {
-            float *kd = kv->data + li_kv_offset(kv, c->dst, (int)il, 0, h, 0);
-            memcpy(kd, kv->data + li_kv_offset(kv, c->src, (int)il, 0, h, 0), row * c->count);
-            memcpy(kv->data + li_kv_offset(kv, c->dst, (int)il, 1, h, 0),
-                   kv->data + li_kv_offset(kv, c->src, (int)il, 1, h, 0), row * c->count);
+            const size_t kd_off = li_kv_offset(kv, c->dst, (int)il, 0, h, 0);
+            memcpy(base + kd_off * esz, base + li_kv_offset(kv, c->src, (int)il, 0, h, 0) * esz,
+                   row * c->count);
+            memcpy(base + li_kv_offset(kv, c->dst, (int)il, 1, h, 0) * esz,
+                   base + li_kv_offset(kv, c->src, (int)il, 1, h, 0) * esz, row * c->count);
             if (!c->c) continue;
             int half = c->rope->n_dims / 2;
             for (int s = 0; s < c->count; s++) {
-                float *k = kd + (size_t)s * kv->head_dim;
+                const size_t ko = kd_off + (size_t)s * kv->head_dim;
+                float *k = kv->dtype == LI_DTYPE_BF16 ? kw : (float *)kv->data + ko;
+                if (k == kw) bf16_to_f32_run(kw, (const uint16_t *)kv->data + ko, kv->head_dim);
                 for (int i = 0; i < half; i++) {
                     int ia = c->rope->layout == LI_ROPE_NEOX ? i : 2 * i;
                     int ib = c->rope->layout == LI_ROPE_NEOX ? i + half : 2 * i + 1;
@@ -673,11 +712,12 @@ static void copy_rotate_layers(void *p, int64_t b, int64_t e, int tid) {
                     k[ia] = a * c->c[i] - bb * c->sn[i];
                     k[ib] = bb * c->c[i] + a * c->sn[i];
                 }
+                if (k == kw) f32_to_bf16_run((uint16_t *)kv->data + ko, kw, kv->head_dim);
             }
         }
 }
 
-// Bytes: 2 × count × L × Hkv × Dh × 4 read and written once — a page copy at memory speed.
+// Bytes: 2 × count × L × Hkv × Dh × (4 or 2) read and written once — a page copy at memory speed.
 static void cpu_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
                                int count, int64_t delta, const li_rope_table *rope) {
     LI_ASSERT(src != dst && count >= 0 && count <= kv->page_size);

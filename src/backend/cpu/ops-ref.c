@@ -91,6 +91,16 @@ static void ref_rope(li_backend *be, float *x, const int32_t *pos, int T, int nh
             rotate_head(x + ((size_t)t * nh + h) * Dh, table, (double)pos[t], table->mscale);
 }
 
+// Element i of the pool as f32, and its store (bf16 pools round to nearest even).
+static float kv_get(const li_kv_storage *kv, size_t i) {
+    return kv->dtype == LI_DTYPE_BF16 ? li_bf16_to_f32(((const uint16_t *)kv->data)[i])
+                                      : ((const float *)kv->data)[i];
+}
+static void kv_set(const li_kv_storage *kv, size_t i, float x) {
+    if (kv->dtype == LI_DTYPE_BF16) ((uint16_t *)kv->data)[i] = li_f32_to_bf16(x);
+    else ((float *)kv->data)[i] = x;
+}
+
 // k, v (T, Hkv, Dh) -> layer il at slot[t] = page * P + offset
 static void ref_kv_store(li_backend *be, const li_kv_storage *kv, int il, const float *k,
                          const float *v, const int64_t *slot, int T) {
@@ -102,25 +112,32 @@ static void ref_kv_store(li_backend *be, const li_kv_storage *kv, int il, const 
         for (int h = 0; h < Hkv; h++)
             for (int d = 0; d < Dh; d++) {
                 size_t src = ((size_t)t * Hkv + h) * Dh + d;
-                kv->data[li_kv_offset(kv, page, il, 0, h, off) + d] = k[src];
-                kv->data[li_kv_offset(kv, page, il, 1, h, off) + d] = v[src];
+                kv_set(kv, li_kv_offset(kv, page, il, 0, h, off) + d, k[src]);
+                kv_set(kv, li_kv_offset(kv, page, il, 1, h, off) + d, v[src]);
             }
     }
 }
 
-// K rows re-rotated one by one in fp64 (rotate_head), V copied.
+// K rows re-rotated one by one in fp64 (rotate_head), V copied (a bf16 pool: K rounded again).
 static void ref_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
                                int count, int64_t delta, const li_rope_table *rope) {
     LI_ASSERT(src != dst && count >= 0 && count <= kv->page_size);
+    const int Dh = kv->head_dim;
+    float *k = malloc((size_t)Dh * sizeof *k);
+    LI_ASSERT(k != NULL);
     for (int il = 0; il < kv->n_layer; il++)
         for (int h = 0; h < kv->n_head_kv; h++)
             for (int s = 0; s < count; s++) {
-                float *kd = kv->data + li_kv_offset(kv, dst, il, 0, h, s);
-                memcpy(kd, kv->data + li_kv_offset(kv, src, il, 0, h, s), kv->head_dim * sizeof(float));
-                if (delta != 0) rotate_head(kd, rope, (double)delta, 1.0);  // R_Δ, no mscale
-                memcpy(kv->data + li_kv_offset(kv, dst, il, 1, h, s),
-                       kv->data + li_kv_offset(kv, src, il, 1, h, s), kv->head_dim * sizeof(float));
+                size_t ks = li_kv_offset(kv, src, il, 0, h, s), kd = li_kv_offset(kv, dst, il, 0, h, s);
+                size_t vs = li_kv_offset(kv, src, il, 1, h, s), vd = li_kv_offset(kv, dst, il, 1, h, s);
+                for (int e = 0; e < Dh; e++) k[e] = kv_get(kv, ks + e);
+                if (delta != 0) rotate_head(k, rope, (double)delta, 1.0);  // R_Δ, no mscale
+                for (int e = 0; e < Dh; e++) {
+                    kv_set(kv, kd + e, k[e]);
+                    kv_set(kv, vd + e, kv_get(kv, vs + e));
+                }
             }
+    free(k);
 }
 
 // Paged attention, one query row and one query head at a time. Every visible key is copied,
@@ -153,7 +170,8 @@ static void ref_attention(li_backend *be, float *out, const float *q, int T, int
                 int cnt = li_page_count(w);
                 LI_ASSERT(id < kv->n_pages && cnt >= 1 && cnt <= kv->page_size);
                 for (int s = 0; s < cnt && j < n_visible[t]; s++, j++) {
-                    memcpy(krot, kv->data + li_kv_offset(kv, id, il, 0, hk, s), Dh * sizeof(float));
+                    size_t ko = li_kv_offset(kv, id, il, 0, hk, s);
+                    for (int e = 0; e < Dh; e++) krot[e] = kv_get(kv, ko + e);
                     if (delta != 0) {
                         LI_ASSERT(rope != NULL);
                         rotate_head(krot, rope, (double)delta, 1.0);  // R_Δ, no mscale
@@ -177,7 +195,7 @@ static void ref_attention(li_backend *be, float *out, const float *q, int T, int
                     uint64_t w = seq->pages[p];
                     int cnt = li_page_count(w);
                     for (int s = 0; s < cnt && i < j; s++, i++)
-                        acc += score[i] * kv->data[li_kv_offset(kv, li_page_id(w), il, 1, hk, s) + e];
+                        acc += score[i] * kv_get(kv, li_kv_offset(kv, li_page_id(w), il, 1, hk, s) + e);
                 }
                 o[e] = (float)(acc / z);
             }

@@ -3,7 +3,7 @@
 //
 // Flash-attention style. One block of 4 warps owns 64 query rows of one query head; each warp owns
 // 16 of them. The block walks the sequence's keys in tiles of 64:
-//   1. K and V rows of the tile are read from the f32 pool, K rotated by its page's Δ (deferred
+//   1. K and V rows of the tile are read from the f32 or bf16 pool, K rotated by its page's Δ (deferred
 //      RoPE: the page was stored at local positions, R_Δ k puts it at its place in this prompt),
 //      both rounded to bf16 into shared memory;
 //   2. S = Q Kᵀ (bf16 WMMA 16x16x16, fp32 accumulate), Q pre-scaled by scale·log2(e);
@@ -103,14 +103,15 @@ __device__ __forceinline__ void store4(__nv_bfloat16 *ks, __nv_bfloat16 *vs, int
     vd[1] = __floats2bfloat162_rn(v.z, v.w);
 }
 
-template <int DH>
+// KV: the pool's element type; dense mode (LLaDA's f32 activations) is served by KV = float only.
+template <int DH, typename KV>
 __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
                                              const li_cuda_rope_args &r, const uint64_t *keys,
                                              int j0, int nk, __nv_bfloat16 *ks, __nv_bfloat16 *vs,
                                              int ld, float *cs, long long *key_off,
                                              int *key_delta) {
     const int tid = threadIdx.x, G = a.H / a.Hkv, hk = blockIdx.y / G;
-    const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;  // floats per page
+    const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;  // elements per page
     const size_t kv_off = ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH;  // K of (il, hk) in a page
     const size_t v_off = (size_t)a.Hkv * a.P * DH;                    // V after K
     const int half = r.n_dims / 2;
@@ -150,9 +151,9 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
         const int n_pair = a.rotate && !r.gptj ? half / 4 : 0;
         const int n_units = DH / 4 - n_pair;  // pairs + single chunks per key
         const int tail0 = 2 * n_pair;         // first single chunk
-        // K rows at k4 + off / 4, V rows at v4 + off / 4 (the pool's V follows its K by v_off)
-        const float4 *k4 = (const float4 *)(a.n_dense ? a.kd : a.kv);
-        const float4 *v4 = (const float4 *)(a.n_dense ? a.vd : a.kv + v_off);
+        // K rows at kp + off, V rows at vp + off (the pool's V follows its K by v_off)
+        const KV *kp = a.n_dense ? (const KV *)a.kd : (const KV *)a.kv;
+        const KV *vp = a.n_dense ? (const KV *)a.vd : (const KV *)a.kv + v_off;
 #pragma unroll 2
         for (int i = tid; i < PF_KEYS * n_units; i += PF_THREADS) {
             const int jj = i / n_units, u = i % n_units;
@@ -161,12 +162,12 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
             const long long off = key_off[jj];
             float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0, v0 = x0, v1 = x0;
             if (off >= 0) {
-                const float4 *krow = k4 + off / 4, *vrow = v4 + off / 4;
-                x0 = __ldg(krow + c0);
-                v0 = __ldg(vrow + c0);
+                const KV *krow = kp + off, *vrow = vp + off;
+                x0 = kv_get4(krow + 4 * c0);
+                v0 = kv_get4(vrow + 4 * c0);
                 if (pair) {
-                    x1 = __ldg(krow + c1);
-                    v1 = __ldg(vrow + c1);
+                    x1 = kv_get4(krow + 4 * c1);
+                    v1 = kv_get4(vrow + 4 * c1);
                 }
                 const int delta = key_delta[jj];
                 const int d0 = 4 * c0;
@@ -191,9 +192,11 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
             float kx = 0.0f, vx = 0.0f;
             const long long off = key_off[jj];
             if (off >= 0) {
-                const float *row = (a.n_dense ? a.kd : a.kv) + off;
-                kx = row[d];
-                vx = (a.n_dense ? a.vd : a.kv + v_off)[off + d];
+                const KV *kp = a.n_dense ? (const KV *)a.kd : (const KV *)a.kv;
+                const KV *vp = a.n_dense ? (const KV *)a.vd : (const KV *)a.kv + v_off;
+                const KV *row = kp + off;
+                kx = kv_get(row + d);
+                vx = kv_get(vp + off + d);
                 int delta = key_delta[jj];
                 if (delta != 0 && d < r.n_dims) {
                     int pi, is_b, partner;  // pair index, second element?, the other element
@@ -208,7 +211,7 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
                     }
                     float c, sn;
                     rope_sincos((double)delta, r.inv_freq[pi], &c, &sn);
-                    float o = row[partner];
+                    float o = kv_get(row + partner);
                     kx = is_b ? o * sn + kx * c : kx * c - o * sn;
                 }
             }
@@ -275,7 +278,7 @@ struct pf_smem {
     static constexpr size_t bytes = cs + (size_t)DH * 4;
 };
 
-template <int DH>
+template <int DH, typename KV>
 __global__ void __launch_bounds__(PF_THREADS)
     attention_prefill_tc(const li_cuda_attn_args a, const li_cuda_rope_args r,
                          const uint64_t *keys) {
@@ -291,7 +294,7 @@ __global__ void __launch_bounds__(PF_THREADS)
     float *row_m = (float *)(row_hi + PF_ROWS), *row_l = row_m + PF_ROWS,
           *row_alpha = row_l + PF_ROWS;
     float *cs = (float *)(sm + L::cs);  // [i] cos, [DH/2 + i] sin of the tile's Δ
-    __shared__ long long key_off[PF_KEYS];  // float offset of the key's K row in the pool; -1: none
+    __shared__ long long key_off[PF_KEYS];  // element offset of the key's K row in the pool; -1: none
     __shared__ int key_delta[PF_KEYS];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -309,7 +312,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
         const int nk = min(PF_KEYS, kmax - j0);
-        load_kv_tile<DH>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
+        load_kv_tile<DH, KV>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
 
         // 2. S (16 x 64 per warp) = Q Kᵀ
         const int r0 = warp * 16;
@@ -446,7 +449,7 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-template <int DH>
+template <int DH, typename KV>
 __global__ void __launch_bounds__(PF_THREADS)
     attention_prefill_mma(const li_cuda_attn_args a, const li_cuda_rope_args r,
                           const uint64_t *keys) {
@@ -489,7 +492,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 
     for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
         const int nk = min(PF_KEYS, kmax - j0);
-        load_kv_tile<DH>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
+        load_kv_tile<DH, KV>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
 
         // S (16 x 64 per warp) = Q Kᵀ: 8 accumulator blocks of 8 keys
         float sacc[NB][4];
@@ -588,29 +591,37 @@ extern "C" int li_cuda_attention_uses_tc(int T, int Dh) {
     return !off && T >= LI_CUDA_ATTN_TC_MIN_T && (Dh == 64 || Dh == 128);
 }
 
-template <int DH>
-static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
-                             const li_cuda_rope_args *r, const uint64_t *keys) {
+template <int DH, typename KV>
+static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
+                                const li_cuda_rope_args *r, const uint64_t *keys) {
     // LI_CUDA_ATTN_MMA=0: the WMMA kernel instead of the register one (read per call, so a
     // test can switch)
     const char *env = getenv("LI_CUDA_ATTN_MMA");
     const bool mma = !(env && env[0] == '0');
     const size_t smem = mma ? pfm_smem<DH>::bytes : pf_smem<DH>::bytes;
-    static bool attr_set[2] = {false, false};  // once per kernel and DH (benign race)
+    static bool attr_set[2] = {false, false};  // once per kernel, DH and KV (benign race)
     if (!attr_set[mma]) {
-        cudaError_t e = mma ? cudaFuncSetAttribute(attention_prefill_mma<DH>,
+        cudaError_t e = mma ? cudaFuncSetAttribute(attention_prefill_mma<DH, KV>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)smem)
-                            : cudaFuncSetAttribute(attention_prefill_tc<DH>,
+                            : cudaFuncSetAttribute(attention_prefill_tc<DH, KV>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)smem);
         if (e != cudaSuccess) return e;
         attr_set[mma] = true;
     }
     dim3 grid((unsigned)((a->T + PF_ROWS - 1) / PF_ROWS), (unsigned)a->H);
-    if (mma) attention_prefill_mma<DH><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
-    else attention_prefill_tc<DH><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
+    if (mma) attention_prefill_mma<DH, KV><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
+    else attention_prefill_tc<DH, KV><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     return cudaGetLastError();
+}
+
+// Dense keys (f32 activations) and f32 pools take the float instance, bf16 pools the bf16 one.
+template <int DH>
+static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
+                             const li_cuda_rope_args *r, const uint64_t *keys) {
+    if (a->kv_bf16 && !a->n_dense) return launch_tc_kv<DH, __nv_bfloat16>(st, a, r, keys);
+    return launch_tc_kv<DH, float>(st, a, r, keys);
 }
 
 extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,

@@ -62,6 +62,7 @@ static size_t attn_smem_floats(int G, int Dh) {
            (size_t)G * ATT_CHUNK + 3 * (size_t)G;
 }
 
+template <typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel_paged(const li_cuda_attn_args a, const li_cuda_rope_args r) {
     extern __shared__ float sm[];
@@ -126,16 +127,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
             __syncthreads();
         }
         // K rows of (page id, layer il, kv head hk) are contiguous (P, Dh); V follows Hkv heads on.
-        const float *kbase = a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
-        const float *vbase = kbase + (int64_t)a.Hkv * head_stride;
+        const KV *kbase = (const KV *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
+        const KV *vbase = kbase + (int64_t)a.Hkv * head_stride;
         for (int c0 = 0; c0 < cnt; c0 += C) {
             const int nc = min(C, cnt - c0), jc = j0 + c0;
             if (jc >= nv) break;
             if (jc + nc <= first) continue;
             for (int i = tid; i < nc * Dh; i += nth) {
                 int c = i / Dh, d = i - c * Dh;
-                ks[c * (Dh + 1) + d] = kbase[(int64_t)c0 * Dh + i];
-                vs[i] = vbase[(int64_t)c0 * Dh + i];
+                ks[c * (Dh + 1) + d] = kv_get(kbase + (int64_t)c0 * Dh + i);
+                vs[i] = kv_get(vbase + (int64_t)c0 * Dh + i);
             }
             __syncthreads();
             for (int i = tid; i < G * nc; i += nth) {
@@ -208,9 +209,38 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // dot product is DV FMAs + a 5-step butterfly. KB = 32 / DV keys are loaded before any is used
 // (64 floats of K and V in flight per lane). At the end the 4 warps' (m, l, acc) are merged through
 // shared memory exactly as split-K partials are. The generic kernel above stays for other shapes.
-template <int G, int DV>
+//
+// Which dims a lane owns depends on the pool's element type (kv_lanes): f32 rows, dims lane + 32 i
+// (each of the DV loads of a warp reads 128 contiguous bytes); bf16 rows, the DV consecutive dims
+// from lane * DV (one 8-byte load at Dh 128: a warp reads the 256-byte row at once).
+template <typename KV, int DV> struct kv_lanes;
+template <int DV> struct kv_lanes<float, DV> {
+    static __device__ __forceinline__ int dim(int lane, int i) { return lane + 32 * i; }
+    static __device__ __forceinline__ void load(const float *row, int lane, bool in, float (&x)[DV]) {
+#pragma unroll
+        for (int i = 0; i < DV; i++) x[i] = in ? row[lane + 32 * i] : 0.0f;
+    }
+};
+template <int DV> struct kv_lanes<__nv_bfloat16, DV> {
+    static_assert(DV == 2 || DV == 4, "bf16 rows: Dh 64 or 128");
+    static __device__ __forceinline__ int dim(int lane, int i) { return lane * DV + i; }
+    static __device__ __forceinline__ void load(const __nv_bfloat16 *row, int lane, bool in,
+                                                float (&x)[DV]) {
+        if constexpr (DV == 4) {
+            const float4 f = in ? kv_get4(row + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
+            x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+        } else {
+            float2 f = make_float2(0.f, 0.f);
+            if (in) f = __bfloat1622float2(*(const __nv_bfloat162 *)(row + 2 * lane));
+            x[0] = f.x, x[1] = f.y;
+        }
+    }
+};
+
+template <int G, int DV, typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel_warp(const li_cuda_attn_args a, const li_cuda_rope_args r) {
+    typedef kv_lanes<KV, DV> lanes;
     constexpr int Dh = DV * 32, KB = 32 / DV, NW = ATT_THREADS / 32;
     __shared__ float qsh[G * Dh];       // (G, Dh) the query heads of kv head hk
     __shared__ float qw[NW][G * Dh];    // per warp: q rotated by -Δ; at the end, the warp's acc
@@ -248,20 +278,18 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
         const int64_t id = li_page_id(w);
         const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-        const float *kbase = a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
-        const float *vbase = kbase + (int64_t)a.Hkv * head_stride;
+        const KV *kbase = (const KV *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
+        const KV *vbase = kbase + (int64_t)a.Hkv * head_stride;
         for (int c0 = 0; c0 < cnt; c0 += KB) {
             const int jc = j0 + c0;
             if (jc >= nv) break;
             float kr[KB][DV], vr[KB][DV];
 #pragma unroll
-            for (int c = 0; c < KB; c++)
-#pragma unroll
-                for (int i = 0; i < DV; i++) {
-                    bool in = c0 + c < cnt;
-                    kr[c][i] = in ? kbase[(int64_t)(c0 + c) * Dh + lane + 32 * i] : 0.0f;
-                    vr[c][i] = in ? vbase[(int64_t)(c0 + c) * Dh + lane + 32 * i] : 0.0f;
-                }
+            for (int c = 0; c < KB; c++) {
+                const bool in = c0 + c < cnt;
+                lanes::load(kbase + (int64_t)(c0 + c) * Dh, lane, in, kr[c]);
+                lanes::load(vbase + (int64_t)(c0 + c) * Dh, lane, in, vr[c]);
+            }
             // q' = R_-Δ q (a' = a c + b s, b' = b c - a s), this warp only; after the first K/V
             // loads are issued, so that the rotation's latency hides behind them
             if (c0 == 0 && delta != cur_delta) {
@@ -283,7 +311,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
                 for (int g = 0; g < G; g++)
 #pragma unroll
-                    for (int i = 0; i < DV; i++) qreg[g][i] = qr[g * Dh + lane + 32 * i];
+                    for (int i = 0; i < DV; i++) qreg[g][i] = qr[g * Dh + lanes::dim(lane, i)];
                 __syncwarp();  // qr is rewritten at the next Δ change
                 cur_delta = delta;
             }
@@ -328,7 +356,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 #pragma unroll
     for (int g = 0; g < G; g++) {
 #pragma unroll
-        for (int i = 0; i < DV; i++) qr[g * Dh + lane + 32 * i] = acc[g][i];
+        for (int i = 0; i < DV; i++) qr[g * Dh + lanes::dim(lane, i)] = acc[g][i];
         if (lane == 0) {
             mw[warp][g] = m[g];
             lw[warp][g] = l[g];
@@ -365,10 +393,12 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 typedef void (*attn_kernel_fn)(const li_cuda_attn_args, const li_cuda_rope_args);
 
-// The warp kernel instantiated for (G, Dh), or NULL: the generic kernel serves the rest.
-static attn_kernel_fn warp_kernel_for(int G, int Dh) {
+// The warp kernel instantiated for (G, Dh) and the pool's element type, or NULL: the generic
+// kernel serves the rest.
+static attn_kernel_fn warp_kernel_for(int G, int Dh, int kv_bf16) {
 #define LI_ATTN_CASE(g, dv)                                                                        \
-    if (G == g && Dh == 32 * dv) return attention_kernel_warp<g, dv>;
+    if (G == g && Dh == 32 * dv)                                                                   \
+        return kv_bf16 ? attention_kernel_warp<g, dv, __nv_bfloat16> : attention_kernel_warp<g, dv, float>;
     LI_ATTN_CASE(1, 2) LI_ATTN_CASE(2, 2) LI_ATTN_CASE(4, 2) LI_ATTN_CASE(8, 2)
     LI_ATTN_CASE(1, 4) LI_ATTN_CASE(2, 4) LI_ATTN_CASE(4, 4) LI_ATTN_CASE(8, 4)
 #undef LI_ATTN_CASE
@@ -397,10 +427,10 @@ __global__ void attention_kernel_combine(float *out, const float *part_o, const 
 
 // Blocks of the kernel serving (G, Dh) that fit on one SM (occupancy), cached per warp-kernel
 // shape; at least 1.
-static int blocks_per_sm(int G, int Dh) {
-    static int cache[9][2];  // [G][Dh == 128]; 0 = not computed (a benign race: same value)
-    attn_kernel_fn wk = warp_kernel_for(G, Dh);
-    int *slot = wk ? &cache[G][Dh == 128] : NULL;
+static int blocks_per_sm(int G, int Dh, int kv_bf16) {
+    static int cache[9][2][2];  // [G][Dh == 128][bf16]; 0 = not computed (a benign race)
+    attn_kernel_fn wk = warp_kernel_for(G, Dh, kv_bf16);
+    int *slot = wk ? &cache[G][Dh == 128][kv_bf16 != 0] : NULL;
     if (slot && *slot) return *slot;
     int nb = 0;
     cudaError_t e;
@@ -409,10 +439,11 @@ static int blocks_per_sm(int G, int Dh) {
     } else {
         size_t smem = attn_smem_floats(G, Dh) * sizeof(float);
         if (smem > 48 * 1024)
-            cudaFuncSetAttribute(attention_kernel_paged,
+            cudaFuncSetAttribute(attention_kernel_paged<float>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, attention_kernel_paged, ATT_THREADS,
-                                                          smem);
+        // the bf16 instance differs only in its loads: the same occupancy
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, attention_kernel_paged<float>,
+                                                          ATT_THREADS, smem);
     }
     if (e != cudaSuccess || nb < 1) {
         cudaGetLastError();  // clear it: the launch itself will report a real problem
@@ -425,10 +456,10 @@ static int blocks_per_sm(int G, int Dh) {
 // Split-K only when T * Hkv blocks leave SMs idle: as many key ranges as fill one wave of resident
 // blocks (n_sm * occupancy; floor, so that no second, mostly empty wave follows), with >= 4 pages
 // per range so that a range amortises its query load and rotation.
-extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int n_pages, int n_sm,
-                                       int *n_split, int *pages_per_split) {
+extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf16, int n_pages,
+                                       int n_sm, int *n_split, int *pages_per_split) {
     int64_t base = (int64_t)T * Hkv;
-    int64_t target = (int64_t)(n_sm > 0 ? n_sm : 132) * blocks_per_sm(G, Dh);
+    int64_t target = (int64_t)(n_sm > 0 ? n_sm : 132) * blocks_per_sm(G, Dh, kv_bf16);
     int ns = 1;
     if (2 * base <= target && n_pages >= 8) {
         ns = (int)(target / base);
@@ -462,7 +493,7 @@ extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_arg
     // LI_CUDA_ATTN_GENERIC=1 forces the generic kernel (A/B timing); read once.
     static int force_generic = -1;
     if (force_generic < 0) force_generic = getenv("LI_CUDA_ATTN_GENERIC") != NULL;
-    attn_kernel_fn wk = force_generic ? NULL : warp_kernel_for(a->H / a->Hkv, a->Dh);
+    attn_kernel_fn wk = force_generic ? NULL : warp_kernel_for(a->H / a->Hkv, a->Dh, a->kv_bf16);
     if (wk) {
         wk<<<grid, ATT_THREADS, 0, st>>>(*a, *rope);
     } else {
@@ -480,10 +511,15 @@ static cudaError_t launch_generic(cudaStream_t st, const li_cuda_attn_args *a,
                                   const li_cuda_rope_args *rope, dim3 grid) {
     size_t smem = attn_smem_floats(a->H / a->Hkv, a->Dh) * sizeof(float);
     if (smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(
-            attention_kernel_paged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = a->kv_bf16 ? cudaFuncSetAttribute(attention_kernel_paged<__nv_bfloat16>,
+                                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          (int)smem)
+                                   : cudaFuncSetAttribute(attention_kernel_paged<float>,
+                                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          (int)smem);
         if (e != cudaSuccess) return e;  // more than the 227 KB an H100/H200 block can have
     }
-    attention_kernel_paged<<<grid, ATT_THREADS, smem, st>>>(*a, *rope);
+    if (a->kv_bf16) attention_kernel_paged<__nv_bfloat16><<<grid, ATT_THREADS, smem, st>>>(*a, *rope);
+    else attention_kernel_paged<float><<<grid, ATT_THREADS, smem, st>>>(*a, *rope);
     return cudaGetLastError();
 }

@@ -10,7 +10,8 @@ typedef struct {
     float *out;                // (T, H, Dh)
     const float *q;            // (T, H, Dh), already rotated at the rows' positions
     int T, H, Hkv, Dh, P, L, il;
-    const float *kv;           // pool (n_pages_pool, L, 2, Hkv, P, Dh)
+    const void *kv;            // pool (n_pages_pool, L, 2, Hkv, P, Dh) of f32, or bf16 if kv_bf16
+    int kv_bf16;
     const uint64_t *pages;     // (n_pages) page-table words (backend.h), logical order
     int n_pages;
     const int32_t *kv_first;   // (T) first visible key per row, or NULL (0)
@@ -28,10 +29,10 @@ typedef struct {
 } li_cuda_attn_args;
 
 // Host-side plan: how many key ranges (split-K) for T rows, Hkv kv heads of G query heads each,
-// head dim Dh and n_pages pages on a GPU with n_sm multiprocessors. Fills *n_split and
+// head dim Dh, pool element type (kv_bf16) and n_pages pages on a GPU with n_sm multiprocessors. Fills *n_split and
 // *pages_per_split; the partial buffers need T * H * n_split * (Dh + 2) floats when *n_split > 1.
-LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int n_pages, int n_sm,
-                                        int *n_split, int *pages_per_split);
+LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf16, int n_pages,
+                                        int n_sm, int *n_split, int *pages_per_split);
 // Rows from which the tensor-core kernel (attention-prefill.cu) takes over, for Dh 64 and 128.
 #define LI_CUDA_ATTN_TC_MIN_T 16
 // 1 when li_cuda_attention_prefill serves (T, Dh) (LI_CUDA_ATTN_NO_TC=1 in the environment: never).

@@ -672,8 +672,9 @@ static void cu_rope(li_backend *be, float *x, const int32_t *pos, int T, int nh,
 static void cu_kv_store(li_backend *be, const li_kv_storage *kv, int il, const float *k,
                         const float *v, const int64_t *slot, int T) {
     li_cuda_impl *im = be->impl;
-    cu_fail(im, "kv_store", li_cuda_kv_store(im->stream, kv->data, kv->n_layer, kv->n_head_kv,
-                                             kv->head_dim, kv->page_size, il, k, v, slot, T));
+    cu_fail(im, "kv_store",
+            li_cuda_kv_store(im->stream, kv->data, kv->dtype == LI_DTYPE_BF16, kv->n_layer,
+                             kv->n_head_kv, kv->head_dim, kv->page_size, il, k, v, slot, T));
 }
 
 static void cu_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
@@ -688,8 +689,9 @@ static void cu_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t s
         return;
     }
     cu_fail(im, "kv_copy_rotate",
-            li_cuda_kv_copy_rotate(im->stream, kv->data, kv->n_layer, kv->n_head_kv, kv->head_dim,
-                                   kv->page_size, src, dst, count, delta, &r));
+            li_cuda_kv_copy_rotate(im->stream, kv->data, kv->dtype == LI_DTYPE_BF16, kv->n_layer,
+                                   kv->n_head_kv, kv->head_dim, kv->page_size, src, dst, count,
+                                   delta, &r));
 }
 
 static void cu_attention(li_backend *be, float *out, const float *q, int T, int H,
@@ -710,6 +712,7 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
     a.L = kv->n_layer;
     a.il = il;
     a.kv = kv->data;
+    a.kv_bf16 = kv->dtype == LI_DTYPE_BF16;
     a.pages = seq->pages;
     a.n_pages = seq->n_pages;
     a.kv_first = kv_first;
@@ -739,7 +742,7 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
                 li_cuda_attention_prefill(im->stream, &a, rope ? &r : &none, keys));
         return;
     }
-    li_cuda_attention_plan(T, a.Hkv, H / a.Hkv, a.Dh, a.n_pages, im->n_sm, &a.n_split,
+    li_cuda_attention_plan(T, a.Hkv, H / a.Hkv, a.Dh, a.kv_bf16, a.n_pages, im->n_sm, &a.n_split,
                            &a.pages_per_split);
     if (a.n_split > 1) {
         size_t n_o = (size_t)T * H * a.n_split * a.Dh, n_ml = (size_t)T * H * a.n_split * 2;

@@ -5,8 +5,26 @@
 
 #include <math.h>
 
+#include <cuda_bf16.h>
+
 #include "../page-word.h"
 #include "cuda-common.cuh"
+
+// ---- KV pool elements: f32 or bf16 (backend.h li_kv_storage) ----------------------------------
+// Kernels that touch the pool are templates over its element type KV (float or __nv_bfloat16);
+// they compute in f32 and store with round-to-nearest-even, as the CPU's li_f32_to_bf16.
+__device__ __forceinline__ float kv_get(const float *p) { return *p; }
+__device__ __forceinline__ float kv_get(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void kv_set(float *p, float x) { *p = x; }
+__device__ __forceinline__ void kv_set(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+// Elements [0, 4) of p (16-byte aligned for f32, 8-byte for bf16), read-only path.
+__device__ __forceinline__ float4 kv_get4(const float *p) { return __ldg((const float4 *)p); }
+__device__ __forceinline__ float4 kv_get4(const __nv_bfloat16 *p) {
+    const uint2 u = __ldg((const uint2 *)p);
+    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+    const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
 
 // Sum over the block; every thread gets the result. `sh` holds >= 32 floats of shared memory and
 // is reused, so two calls in a row need a __syncthreads() between them (done here at the end).

@@ -285,39 +285,47 @@ __device__ __forceinline__ int64_t kv_off(int64_t page, int L, int il, int is_v,
 }
 
 // grid (T * Hkv), threads over Dh
-__global__ void kv_store_kernel(float *data, int L, int Hkv, int Dh, int P, int il,
-                                const float *k, const float *v, const int64_t *slot) {
+template <typename KV>
+__global__ void kv_store_kernel(KV *data, int L, int Hkv, int Dh, int P, int il, const float *k,
+                                const float *v, const int64_t *slot) {
     int t = blockIdx.x / Hkv, h = blockIdx.x % Hkv;
     int64_t sl = slot[t], page = sl / P;
     int off = (int)(sl % P);
     const float *kr = k + ((int64_t)t * Hkv + h) * Dh, *vr = v + ((int64_t)t * Hkv + h) * Dh;
-    float *kd = data + kv_off(page, L, il, 0, Hkv, h, P, off, Dh);
-    float *vd = data + kv_off(page, L, il, 1, Hkv, h, P, off, Dh);
+    KV *kd = data + kv_off(page, L, il, 0, Hkv, h, P, off, Dh);
+    KV *vd = data + kv_off(page, L, il, 1, Hkv, h, P, off, Dh);
     for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
-        kd[d] = kr[d];
-        vd[d] = vr[d];
+        kv_set(kd + d, kr[d]);
+        kv_set(vd + d, vr[d]);
     }
 }
 
-extern "C" cudaError_t li_cuda_kv_store(cudaStream_t st, float *data, int L, int Hkv, int Dh,
-                                        int P, int il, const float *k, const float *v,
+extern "C" cudaError_t li_cuda_kv_store(cudaStream_t st, void *data, int kv_bf16, int L, int Hkv,
+                                        int Dh, int P, int il, const float *k, const float *v,
                                         const int64_t *slot, int T) {
     if (T <= 0) return cudaSuccess;
     int block = Dh >= 128 ? 128 : Dh >= 64 ? 64 : 32;
-    kv_store_kernel<<<(unsigned)T * Hkv, block, 0, st>>>(data, L, Hkv, Dh, P, il, k, v, slot);
+    if (kv_bf16)
+        kv_store_kernel<<<(unsigned)T * Hkv, block, 0, st>>>((__nv_bfloat16 *)data, L, Hkv, Dh, P,
+                                                             il, k, v, slot);
+    else
+        kv_store_kernel<<<(unsigned)T * Hkv, block, 0, st>>>((float *)data, L, Hkv, Dh, P, il, k,
+                                                             v, slot);
     return cudaGetLastError();
 }
 
 // grid (L * Hkv * count): one K row and one V row per block. K pairs rotated by R_delta
-// (magnitude 1: the stored K already carries mscale), the rest of K and all of V copied.
-__global__ void kv_copy_rotate_kernel(float *data, int L, int Hkv, int Dh, int P, int64_t src,
+// (magnitude 1: the stored K already carries mscale), the rest of K and all of V copied. A bf16
+// pool's rotated K is rounded again (copy mode's second rounding).
+template <typename KV>
+__global__ void kv_copy_rotate_kernel(KV *data, int L, int Hkv, int Dh, int P, int64_t src,
                                       int64_t dst, int count, int64_t delta,
                                       const li_cuda_rope_args r) {
     int s = blockIdx.x % count, h = (blockIdx.x / count) % Hkv, il = blockIdx.x / (count * Hkv);
-    const float *ks = data + kv_off(src, L, il, 0, Hkv, h, P, s, Dh);
-    const float *vs = data + kv_off(src, L, il, 1, Hkv, h, P, s, Dh);
-    float *kd = data + kv_off(dst, L, il, 0, Hkv, h, P, s, Dh);
-    float *vd = data + kv_off(dst, L, il, 1, Hkv, h, P, s, Dh);
+    const KV *ks = data + kv_off(src, L, il, 0, Hkv, h, P, s, Dh);
+    const KV *vs = data + kv_off(src, L, il, 1, Hkv, h, P, s, Dh);
+    KV *kd = data + kv_off(dst, L, il, 0, Hkv, h, P, s, Dh);
+    KV *vd = data + kv_off(dst, L, il, 1, Hkv, h, P, s, Dh);
     for (int d = threadIdx.x; d < Dh; d += blockDim.x) vd[d] = vs[d];
     int pairs = delta != 0 ? r.n_dims / 2 : 0;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -325,24 +333,29 @@ __global__ void kv_copy_rotate_kernel(float *data, int L, int Hkv, int Dh, int P
         rope_sincos((double)delta, r.inv_freq[p], &c, &sn);
         int ia, ib;
         rope_pair(r, p, &ia, &ib);
-        float a = ks[ia], b = ks[ib];
-        kd[ia] = a * c - b * sn;
-        kd[ib] = b * c + a * sn;
+        float a = kv_get(ks + ia), b = kv_get(ks + ib);
+        kv_set(kd + ia, a * c - b * sn);
+        kv_set(kd + ib, b * c + a * sn);
     }
     for (int d = pairs * 2 + threadIdx.x; d < Dh; d += blockDim.x) kd[d] = ks[d];
 }
 
-extern "C" cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, float *data, int L, int Hkv,
-                                              int Dh, int P, int64_t src, int64_t dst, int count,
-                                              int64_t delta, const li_cuda_rope_args *rope) {
+extern "C" cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, void *data, int kv_bf16, int L,
+                                              int Hkv, int Dh, int P, int64_t src, int64_t dst,
+                                              int count, int64_t delta,
+                                              const li_cuda_rope_args *rope) {
     if (count <= 0) return cudaSuccess;
     if (src == dst || count > P) return cudaErrorInvalidValue;
     if (delta != 0 && (rope->n_dims > Dh || rope->n_dims % 2)) return cudaErrorInvalidValue;
     int64_t blocks = (int64_t)L * Hkv * count;
     if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
     int block = Dh >= 128 ? 128 : Dh >= 64 ? 64 : 32;
-    kv_copy_rotate_kernel<<<(unsigned)blocks, block, 0, st>>>(data, L, Hkv, Dh, P, src, dst,
-                                                              count, delta, *rope);
+    if (kv_bf16)
+        kv_copy_rotate_kernel<<<(unsigned)blocks, block, 0, st>>>(
+            (__nv_bfloat16 *)data, L, Hkv, Dh, P, src, dst, count, delta, *rope);
+    else
+        kv_copy_rotate_kernel<<<(unsigned)blocks, block, 0, st>>>((float *)data, L, Hkv, Dh, P,
+                                                                  src, dst, count, delta, *rope);
     return cudaGetLastError();
 }
 

@@ -26,15 +26,17 @@ LI_CUDA_API cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int
 // x (T, nh, Dh) rotated in place at pos (T, device), magnitude rope->mscale.
 LI_CUDA_API cudaError_t li_cuda_rope(cudaStream_t st, float *x, const int32_t *pos, int T, int nh,
                                      int Dh, const li_cuda_rope_args *rope);
-// k, v (T, Hkv, Dh) -> pool data (n_pages, L, 2, Hkv, P, Dh), layer il, slots slot (T, device).
-LI_CUDA_API cudaError_t li_cuda_kv_store(cudaStream_t st, float *data, int L, int Hkv, int Dh,
-                                         int P, int il, const float *k, const float *v,
+// k, v (T, Hkv, Dh) -> pool data (n_pages, L, 2, Hkv, P, Dh) of f32 (kv_bf16 0) or bf16
+// (rounded to nearest even), layer il, slots slot (T, device).
+LI_CUDA_API cudaError_t li_cuda_kv_store(cudaStream_t st, void *data, int kv_bf16, int L, int Hkv,
+                                         int Dh, int P, int il, const float *k, const float *v,
                                          const int64_t *slot, int T);
 // Page dst = page src for the first `count` slots of every layer: V copied, K rotated by the pure
-// rotation R_delta (magnitude 1).
-LI_CUDA_API cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, float *data, int L, int Hkv,
-                                               int Dh, int P, int64_t src, int64_t dst, int count,
-                                               int64_t delta, const li_cuda_rope_args *rope);
+// rotation R_delta (magnitude 1). data as li_cuda_kv_store's.
+LI_CUDA_API cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, void *data, int kv_bf16, int L,
+                                               int Hkv, int Dh, int P, int64_t src, int64_t dst,
+                                               int count, int64_t delta,
+                                               const li_cuda_rope_args *rope);
 // dst (n) bf16 = round-to-nearest-even(src (n) f32)
 // p (rows, n) bf16 = row softmax of s (rows, n) f32.
 LI_CUDA_API cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const float *s,
