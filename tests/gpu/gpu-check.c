@@ -729,11 +729,14 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     int H = G * Hkv, il = 1;
     li_rope_table tab = table_for((P + G) % 3, (G % 2) ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
     if (T > s.n_keys - 1) T = s.n_keys - 1;
-    const char *mma = getenv("LI_CUDA_ATTN_MMA");
+    const char *mma = getenv("LI_CUDA_ATTN_MMA"), *async = getenv("LI_CUDA_ATTN_ASYNC");
+    const bool sync_loads = dt == LI_DTYPE_BF16 && async && async[0] == '0';
     TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s%s", mode_name, P,
                     H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt),
                     li_backend_cuda_attention_tc(T, Dh)
-                        ? (mma && mma[0] == '0' ? " (wmma kernel)" : " (mma kernel)")
+                        ? (mma && mma[0] == '0' ? " (wmma kernel)"
+                           : sync_loads       ? " (mma kernel, synchronous loads)"
+                                              : " (mma kernel)")
                         : ""));
     int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
     int n_past = s.n_keys - T;
@@ -815,9 +818,11 @@ static void test_attention(void) {
     }
     // many rows: the tensor-core kernel (64-row query tiles, 64-key tiles across pages, partial
     // pages and documents, rows that end mid-tile)
-    // ... on both tensor-core kernels: mma.sync (default) and WMMA (LI_CUDA_ATTN_MMA=0)
-    for (int kernel = 0; kernel < 2; kernel++) {
+    // ... on both tensor-core kernels: mma.sync (default) and WMMA (LI_CUDA_ATTN_MMA=0), the
+    // former on bf16 pools with the cp.async pipeline (default) and with synchronous loads
+    for (int kernel = 0; kernel < 3; kernel++) {
         setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
+        setenv("LI_CUDA_ATTN_ASYNC", kernel == 2 ? "0" : "1", 1);
         for (int i = 0; i < 12; i++) {
             int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4];
             int Dh = i % 2 ? 128 : 64, T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
@@ -825,6 +830,7 @@ static void test_attention(void) {
                            i % 2 ? 3 * P + 5 : 200, (i / 2) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32);
         }
         unsetenv("LI_CUDA_ATTN_MMA");
+        unsetenv("LI_CUDA_ATTN_ASYNC");
     }
     // shapes the warp kernel does not take (G 3 and 12, Dh 96): the generic kernel, split or not
     for (int b = 0; b < 2; b++) {
@@ -1693,8 +1699,9 @@ static void bench_prefill_attention(void) {
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     double flops = 4.0 * T * (double)T * H * Dh / 2;
-    for (int kernel = 0; kernel < 3; kernel++) {  // wmma f32, mma f32, mma bf16 KV
-      kv.dtype = kernel == 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+    for (int kernel = 0; kernel < 4; kernel++) {  // wmma f32, mma f32, mma bf16 KV (sync, async)
+      kv.dtype = kernel >= 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+      setenv("LI_CUDA_ATTN_ASYNC", kernel == 2 ? "0" : "1", 1);
       if (kernel == 2)
           need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
                                      0.0f),
@@ -1709,13 +1716,14 @@ static void bench_prefill_attention(void) {
             printf("  bench: prefill attention failed: %s\n", li_error_msg());
             break;
         }
-        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-5s %s KV %-12s %8.3f "
-               "ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P, kernel ? "mma" : "wmma",
+        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-9s %s KV %-12s %8.3f "
+               "ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P, (const char *[]){"wmma", "mma", "mma", "mma async"}[kernel],
                li_dtype_name(kv.dtype), rot ? "(Δ rotation)" : "(no Δ)", ms,
                flops / (ms * 1e-3) / 1e12);
       }
     }
     unsetenv("LI_CUDA_ATTN_MMA");
+    unsetenv("LI_CUDA_ATTN_ASYNC");
     free(words);
     free(nv);
     li_backend_cuda_free(gpu, pool);

@@ -223,6 +223,10 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
 
 }
 
+// The block's first query row. Row tiles in reverse launch order: in causal prefill the last rows
+// see the most keys, so the longest blocks start first and the short ones fill the tail.
+__device__ __forceinline__ int pf_row0() { return (gridDim.x - 1 - blockIdx.x) * PF_ROWS; }
+
 // The start of both tile kernels: the block's query rows (scaled by scale·log2 e, bf16) into qs
 // (row stride ldq), each row's visible keys [row_lo, row_hi) (dense mode: all), and the block's key
 // range [*kmin, *kmax), never past the keys the page table holds (a bad n_visible must not read
@@ -232,7 +236,7 @@ __device__ __forceinline__ void tile_setup(const li_cuda_attn_args &a, const uin
                                            __nv_bfloat16 *qs, int ldq, int *row_lo, int *row_hi,
                                            int *kmin, int *kmax) {
     __shared__ int kmin_s, kmax_s;
-    const int tid = threadIdx.x, t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
+    const int tid = threadIdx.x, t0 = pf_row0(), h = blockIdx.y;
     const int n_rows = min(PF_ROWS, a.T - t0);
     const float qscale = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
     for (int i = tid; i < PF_ROWS * DH; i += PF_THREADS) {
@@ -298,7 +302,7 @@ __global__ void __launch_bounds__(PF_THREADS)
     __shared__ int key_delta[PF_KEYS];
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
+    const int t0 = pf_row0(), h = blockIdx.y;
     const int n_rows = min(PF_ROWS, a.T - t0);
 
     // Q rows, row bounds, fresh softmax state, O = 0
@@ -408,16 +412,105 @@ __global__ void __launch_bounds__(PF_THREADS)
 // The default since it passed gpu-check and gpu-model on the H200 (2026-11-30: 86 vs 37 TFLOP/s
 // for the WMMA kernel at T = 4096 causal); LI_CUDA_ATTN_MMA=0 selects the WMMA kernel.
 
-template <int DH>
+// NBUF K/V tile buffers: 1 for the synchronous loads, 2 for the cp.async pipeline (bf16 pools).
+// The second buffer's K lives where Q was staged (Q is in registers once the loop starts), so the
+// pipeline costs one more tile of shared memory: 3 blocks per SM at Dh 128 either way.
+template <int DH, int NBUF = 1>
 struct pfm_smem {
     static constexpr int LDQ = DH + 8;        // bf16; (LDQ / 2) % 32 == 4: conflict-free fragments
-    static constexpr size_t q = 0;
-    static constexpr size_t k = q + (size_t)PF_ROWS * LDQ * 2;
-    static constexpr size_t v = k + (size_t)PF_KEYS * LDQ * 2;
-    static constexpr size_t rows = v + (size_t)PF_KEYS * LDQ * 2;  // lo, hi (int)
+    static constexpr size_t tile = (size_t)PF_KEYS * LDQ * 2;  // one K or V tile, bytes
+    static_assert(PF_KEYS == PF_ROWS, "buffer 1's K reuses Q's tile");
+    static constexpr size_t q = 0;                             // also buffer 1's K
+    static constexpr size_t k = q + (size_t)PF_ROWS * LDQ * 2;  // buffer 0's K
+    static constexpr size_t v = k + tile;                        // buffer b's V: v + b tile
+    static constexpr size_t rows = v + NBUF * tile;              // lo, hi (int)
     static constexpr size_t cs = rows + (size_t)PF_ROWS * 2 * 4;   // (DH / 2) cos, sin
     static constexpr size_t bytes = cs + (size_t)DH * 4;
 };
+
+// ---- the cp.async tile pipeline (bf16 pools) ------------------------------------------------
+//
+// A bf16 pool holds K and V exactly as the tensor cores read them, so a tile is copied global ->
+// shared with cp.async (16 bytes per instruction, no registers) while the previous tile is being
+// computed on: two buffers, tile j + 1 in flight during tile j. Keys whose page has Δ != 0 are
+// rotated afterwards in shared memory (bf16 -> f32 -> R_Δ -> bf16: the same values as the
+// synchronous loader's), a pass only tiles with such keys pay.
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Queues the copies of keys [j0, j0 + nk) of a 64-key tile into ks / vs (key-major, row stride
+// ld); rows past nk are zeroed. Thread tid copies half of key tid / 2's K and V rows and, for
+// half 0, records the key's Δ (0: none to apply) in delta[]. No barrier.
+template <int DH>
+__device__ __forceinline__ void issue_kv_tile(const li_cuda_attn_args &a, const uint64_t *keys,
+                                              int j0, int nk, __nv_bfloat16 *ks,
+                                              __nv_bfloat16 *vs, int ld, int *delta) {
+    constexpr int CH = DH / 8 / 2;  // 16-byte chunks per half row
+    const int tid = threadIdx.x, jj = tid >> 1, half = tid & 1, G = a.H / a.Hkv,
+              hk = blockIdx.y / G;
+    __nv_bfloat16 *kd = ks + jj * ld + half * CH * 8, *vd = vs + jj * ld + half * CH * 8;
+    if (jj < nk) {
+        const uint64_t w = keys[j0 + jj];  // a per-key word: the count field holds the slot
+        const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;
+        const size_t off = li_page_id(w) * page_stride + ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH +
+                           (size_t)li_page_count(w) * DH + half * CH * 8;
+        const __nv_bfloat16 *kg = (const __nv_bfloat16 *)a.kv + off;
+        const __nv_bfloat16 *vg = kg + (size_t)a.Hkv * a.P * DH;  // V follows the Hkv K heads
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            cp_async16(kd + 8 * c, kg + 8 * c);
+            cp_async16(vd + 8 * c, vg + 8 * c);
+        }
+        if (!half) delta[jj] = a.rotate ? (int)li_page_delta(w) : 0;
+    } else {
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            *(uint4 *)(kd + 8 * c) = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(vd + 8 * c) = make_uint4(0, 0, 0, 0);
+        }
+        if (!half) delta[jj] = 0;
+    }
+}
+
+// After a tile has landed (and a barrier): K rows whose key has Δ != 0 rotated in place. Every
+// thread takes the same branch (the Δs are in shared memory). Ends with a barrier when it
+// rotated anything.
+template <int DH>
+__device__ __forceinline__ void rotate_kv_tile(const li_cuda_rope_args &r, __nv_bfloat16 *ks,
+                                               int ld, const int *delta, float *cs) {
+    static_assert(PF_KEYS == 64, "two keys per lane");
+    const int tid = threadIdx.x, lane = tid & 31;
+    // every warp reads all 64 Δs (two per lane; Δ >= 0) and reaches the same verdict
+    const int da = delta[lane], db = delta[lane + 32];
+    const int d0 = __reduce_max_sync(0xffffffffu, max(da, db));
+    if (d0 == 0) return;
+    const bool uniform = __all_sync(0xffffffffu, (da == 0 || da == d0) && (db == 0 || db == d0));
+    const int half = r.n_dims / 2;
+    if (uniform) {  // keys without Δ (none here but zero rows past nk) are skipped below
+        for (int i = tid; i < half; i += PF_THREADS)
+            rope_sincos((double)d0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
+        __syncthreads();
+    }
+    for (int i = tid; i < PF_KEYS * half; i += PF_THREADS) {
+        const int jj = i / half, pi = i - jj * half, dl = delta[jj];
+        if (dl == 0) continue;
+        int ia, ib;
+        rope_pair(r, pi, &ia, &ib);
+        __nv_bfloat16 *row = ks + jj * ld;
+        float x = __bfloat162float(row[ia]), y = __bfloat162float(row[ib]);
+        rotate_pair(x, y, pi, dl, uniform, cs, DH / 2, r);
+        row[ia] = __float2bfloat16_rn(x);
+        row[ib] = __float2bfloat16_rn(y);
+    }
+    __syncthreads();
+}
 
 // d (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col)
 __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0,
@@ -449,11 +542,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-template <int DH, typename KV>
-__global__ void __launch_bounds__(PF_THREADS)
+// 3 blocks per SM: at Dh 128 the kernel needs ~170 registers, and one more per thread (176 after
+// allocation rounding) leaves room for only 2 blocks — measured 1.58 ms vs 2.10 ms for the
+// 4096-token causal prefill on the H200. The bound keeps the compiler at <= 168.
+// ASYNC (bf16 pools, paged): the cp.async double-buffered tile pipeline above; otherwise each
+// tile is loaded (and converted) synchronously by load_kv_tile.
+template <int DH, typename KV, bool ASYNC>
+__global__ void __launch_bounds__(PF_THREADS, 3)
     attention_prefill_mma(const li_cuda_attn_args a, const li_cuda_rope_args r,
                           const uint64_t *keys) {
-    typedef pfm_smem<DH> L;
+    typedef pfm_smem<DH, ASYNC ? 2 : 1> L;
     constexpr int NB = PF_KEYS / 8;  // 8-key accumulator blocks per tile
     constexpr int ND = DH / 8;       // 8-dim output blocks
     constexpr int KQ = DH / 16;      // 16-dim steps of Q·Kᵀ
@@ -464,11 +562,11 @@ __global__ void __launch_bounds__(PF_THREADS)
     int *row_lo = (int *)(sm + L::rows), *row_hi = row_lo + PF_ROWS;
     float *cs = (float *)(sm + L::cs);
     __shared__ long long key_off[PF_KEYS];
-    __shared__ int key_delta[PF_KEYS];
+    __shared__ int key_delta[ASYNC ? 2 : 1][PF_KEYS];  // per buffer
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, c = lane & 3, r0 = warp * 16;
-    const int t0 = blockIdx.x * PF_ROWS, h = blockIdx.y;
+    const int t0 = pf_row0(), h = blockIdx.y;
     const int n_rows = min(PF_ROWS, a.T - t0);
     int kmin, kmax;
     tile_setup<DH>(a, keys, qs, L::LDQ, row_lo, row_hi, &kmin, &kmax);
@@ -490,16 +588,39 @@ __global__ void __launch_bounds__(PF_THREADS)
     for (int j = 0; j < ND; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-    for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
+    // ASYNC: buffer b holds K at kbuf(b), V at vbuf(b)
+    auto kbuf = [&](int b) { return b ? qs : ks; };
+    auto vbuf = [&](int b) { return vs + b * (L::tile / 2); };
+    if constexpr (ASYNC) {
+        __syncthreads();  // every thread has its Q fragments: qs becomes buffer 1's K
+        if (kmin < kmax) issue_kv_tile<DH>(a, keys, kmin, min(PF_KEYS, kmax - kmin), kbuf(0),
+                                           vbuf(0), L::LDQ, key_delta[0]);
+        cp_async_commit();
+    }
+    for (int j0 = kmin, buf = 0; j0 < kmax; j0 += PF_KEYS, buf ^= 1) {
         const int nk = min(PF_KEYS, kmax - j0);
-        load_kv_tile<DH, KV>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
+        if constexpr (ASYNC) {
+            // tile j + 1 into the other buffer (free: the previous iteration ended with a
+            // barrier), then wait for tile j only
+            const int j1 = j0 + PF_KEYS;
+            if (j1 < kmax)
+                issue_kv_tile<DH>(a, keys, j1, min(PF_KEYS, kmax - j1), kbuf(buf ^ 1),
+                                  vbuf(buf ^ 1), L::LDQ, key_delta[buf ^ 1]);
+            cp_async_commit();  // an empty group past the last tile keeps the count uniform
+            cp_async_wait<1>();
+            __syncthreads();
+            rotate_kv_tile<DH>(r, kbuf(buf), L::LDQ, key_delta[buf], cs);
+        } else {
+            load_kv_tile<DH, KV>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta[0]);
+        }
+        const __nv_bfloat16 *kt = ASYNC ? kbuf(buf) : ks, *vt = ASYNC ? vbuf(buf) : vs;  // this tile
 
         // S (16 x 64 per warp) = Q Kᵀ: 8 accumulator blocks of 8 keys
         float sacc[NB][4];
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
             sacc[nb][0] = sacc[nb][1] = sacc[nb][2] = sacc[nb][3] = 0.0f;
-            const __nv_bfloat16 *kr = ks + (nb * 8 + g) * L::LDQ + 2 * c;  // key nb*8+g
+            const __nv_bfloat16 *kr = kt + (nb * 8 + g) * L::LDQ + 2 * c;  // key nb*8+g
 #pragma unroll
             for (int kk = 0; kk < KQ; kk++)
                 mma_bf16(sacc[nb], qf[kk], ld32(kr + kk * 16), ld32(kr + kk * 16 + 8));
@@ -553,7 +674,7 @@ __global__ void __launch_bounds__(PF_THREADS)
             o[jd][2] *= al1;
             o[jd][3] *= al1;
             // lane l addresses key kk*16 + l % 16 at dims [8 jd, 8 jd + 8)
-            const __nv_bfloat16 *vr = vs + (lane & 15) * L::LDQ + jd * 8;
+            const __nv_bfloat16 *vr = vt + (lane & 15) * L::LDQ + jd * 8;
 #pragma unroll
             for (int kk = 0; kk < PF_KEYS / 16; kk++) {
                 uint32_t b0, b1;
@@ -561,7 +682,7 @@ __global__ void __launch_bounds__(PF_THREADS)
                 mma_bf16(o[jd], pf[kk], b0, b1);
             }
         }
-        __syncthreads();  // ks / vs are overwritten by the next tile
+        __syncthreads();  // this buffer is overwritten by the next tile (ASYNC: the one after)
     }
 
     // out = O / l (rows with no visible key: 0); thread: rows g, g + 8, dims 8 jd + 2c (+1)
@@ -598,20 +719,31 @@ static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
     // test can switch)
     const char *env = getenv("LI_CUDA_ATTN_MMA");
     const bool mma = !(env && env[0] == '0');
-    const size_t smem = mma ? pfm_smem<DH>::bytes : pf_smem<DH>::bytes;
-    static bool attr_set[2] = {false, false};  // once per kernel, DH and KV (benign race)
-    if (!attr_set[mma]) {
-        cudaError_t e = mma ? cudaFuncSetAttribute(attention_prefill_mma<DH, KV>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)smem)
-                            : cudaFuncSetAttribute(attention_prefill_tc<DH, KV>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)smem);
+    // bf16 pages: the cp.async pipeline (LI_CUDA_ATTN_ASYNC=0: synchronous loads; read per call,
+    // so that a benchmark can switch)
+    const char *env_async = getenv("LI_CUDA_ATTN_ASYNC");
+    const bool no_async = env_async && env_async[0] == '0';
+    constexpr bool can_async = sizeof(KV) == 2;
+    const bool async = mma && can_async && !a->n_dense && !no_async;
+    const size_t smem = async ? pfm_smem<DH, 2>::bytes : mma ? pfm_smem<DH>::bytes : pf_smem<DH>::bytes;
+    static bool attr_set[3] = {false, false, false};  // once per kernel, DH and KV (benign race)
+    const int which = async ? 2 : mma;
+    if (!attr_set[which]) {
+        cudaError_t e = async ? cudaFuncSetAttribute(attention_prefill_mma<DH, KV, can_async>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)smem)
+                        : mma ? cudaFuncSetAttribute(attention_prefill_mma<DH, KV, false>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)smem)
+                              : cudaFuncSetAttribute(attention_prefill_tc<DH, KV>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)smem);
         if (e != cudaSuccess) return e;
-        attr_set[mma] = true;
+        attr_set[which] = true;
     }
     dim3 grid((unsigned)((a->T + PF_ROWS - 1) / PF_ROWS), (unsigned)a->H);
-    if (mma) attention_prefill_mma<DH, KV><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
+    if (async) attention_prefill_mma<DH, KV, can_async><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
+    else if (mma) attention_prefill_mma<DH, KV, false><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     else attention_prefill_tc<DH, KV><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     return cudaGetLastError();
 }

@@ -460,10 +460,16 @@ extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf1
                                        int n_sm, int *n_split, int *pages_per_split) {
     int64_t base = (int64_t)T * Hkv;
     int64_t target = (int64_t)(n_sm > 0 ? n_sm : 132) * blocks_per_sm(G, Dh, kv_bf16);
+    // pages per key range at least (LI_CUDA_ATTN_MIN_PAGES, default 4; read once: A/B runs)
+    static int min_pages = 0;
+    if (!min_pages) {
+        const char *e = getenv("LI_CUDA_ATTN_MIN_PAGES");
+        min_pages = e && atoi(e) > 0 ? atoi(e) : 4;
+    }
     int ns = 1;
-    if (2 * base <= target && n_pages >= 8) {
+    if (2 * base <= target && n_pages >= 2 * min_pages) {
         ns = (int)(target / base);
-        if (ns > n_pages / 4) ns = n_pages / 4;
+        if (ns > n_pages / min_pages) ns = n_pages / min_pages;
         if (ns > 256) ns = 256;
         if (ns < 1) ns = 1;
     }
