@@ -480,11 +480,13 @@ __device__ __forceinline__ void issue_kv_tile(const li_cuda_attn_args &a, const 
 }
 
 // After a tile has landed (and a barrier): K rows whose key has Δ != 0 rotated in place. Every
-// thread takes the same branch (the Δs are in shared memory). Ends with a barrier when it
-// rotated anything.
+// thread takes the same branch (the Δs are in shared memory). A tile whose keys share one Δ uses
+// the cos/sin table cs, rebuilt only when that Δ differs from *cs_delta (the last one built: a
+// document spans many tiles). Ends with a barrier when it rotated anything.
 template <int DH>
 __device__ __forceinline__ void rotate_kv_tile(const li_cuda_rope_args &r, __nv_bfloat16 *ks,
-                                               int ld, const int *delta, float *cs) {
+                                               int ld, const int *delta, float *cs,
+                                               int *cs_delta) {
     static_assert(PF_KEYS == 64, "two keys per lane");
     const int tid = threadIdx.x, lane = tid & 31;
     // every warp reads all 64 Δs (two per lane; Δ >= 0) and reaches the same verdict
@@ -493,9 +495,10 @@ __device__ __forceinline__ void rotate_kv_tile(const li_cuda_rope_args &r, __nv_
     if (d0 == 0) return;
     const bool uniform = __all_sync(0xffffffffu, (da == 0 || da == d0) && (db == 0 || db == d0));
     const int half = r.n_dims / 2;
-    if (uniform) {  // keys without Δ (none here but zero rows past nk) are skipped below
+    if (uniform && d0 != *cs_delta) {  // keys without Δ (rows past nk) are skipped below
         for (int i = tid; i < half; i += PF_THREADS)
             rope_sincos((double)d0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
+        *cs_delta = d0;  // the same in every thread
         __syncthreads();
     }
     for (int i = tid; i < PF_KEYS * half; i += PF_THREADS) {
@@ -591,6 +594,7 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
     // ASYNC: buffer b holds K at kbuf(b), V at vbuf(b)
     auto kbuf = [&](int b) { return b ? qs : ks; };
     auto vbuf = [&](int b) { return vs + b * (L::tile / 2); };
+    int cs_delta = 0;  // the Δ whose cos/sin cs holds (0: none yet)
     if constexpr (ASYNC) {
         __syncthreads();  // every thread has its Q fragments: qs becomes buffer 1's K
         if (kmin < kmax) issue_kv_tile<DH>(a, keys, kmin, min(PF_KEYS, kmax - kmin), kbuf(0),
@@ -609,7 +613,7 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
             cp_async_commit();  // an empty group past the last tile keeps the count uniform
             cp_async_wait<1>();
             __syncthreads();
-            rotate_kv_tile<DH>(r, kbuf(buf), L::LDQ, key_delta[buf], cs);
+            rotate_kv_tile<DH>(r, kbuf(buf), L::LDQ, key_delta[buf], cs, &cs_delta);
         } else {
             load_kv_tile<DH, KV>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta[0]);
         }
