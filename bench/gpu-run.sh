@@ -90,16 +90,19 @@ has wmma && run gpu-model-wmma 300 env LI_CUDA_ATTN_MMA=0 $B/gpu-model
 has wmma && run e2e-8b-wmma 300 env LI_CUDA_ATTN_MMA=0 $LI bench generate --backend cuda \
   -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # The paper's RAG setting (DESIGN.md §3): 100 documents x 2048 tokens, 5 per request in random
-# order, 64-token queries, 32 output tokens; f32 KV, so a document is 512 MiB and 8G / 24G hold
-# 16 / 48 of them. `none` re-prefills every document of every request: one point only.
-# RAG_RATES, RAG_BUDGETS, RAG_MODES, RAG_TIMEOUT change the zipf sweep.
+# order, 64-token queries, 32 output tokens. bf16 KV (the GPU default): a document is 256 MiB, so
+# 1G cannot hold one request's five (reported as such), 2G / 4G / 8G / 32G hold 8 / 16 / 32 /
+# 128 documents. `none` re-prefills every document of every request.
+# RAG_RATES, RAG_BUDGETS, RAG_MODES, RAG_TIMEOUT change the zipf sweep; RAG_UNIFORM_* the uniform
+# one; RAG_KV_DTYPE the pool (default bf16).
 RAG="$LI bench rag --backend cuda -m synth:llama-3.1-8b --synthetic --docs 100 --doc-len 2048 --k 5
-     --query-len 64 --out-len 32 --max-batch 8 --requests ${RAG_REQUESTS:-16}"
+     --query-len 64 --out-len 32 --max-batch 8 --requests ${RAG_REQUESTS:-16} --kv-dtype ${RAG_KV_DTYPE:-bf16}"
 has ragbench && run ragbench-zipf ${RAG_TIMEOUT:-120} $RAG --alpha 2.1 --mode ${RAG_MODES:-lazy,copy,prefix} \
   --rates ${RAG_RATES:-4,16} --budgets ${RAG_BUDGETS:-8G,24G} --csv "$OUT/ragbench-zipf.csv"
-has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates 16 --budgets 24G \
+has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates ${RAG_NONE_RATES:-16} --budgets 4G \
   --csv "$OUT/ragbench-none.csv"
-has ragbench && run ragbench-uniform 45 $RAG --alpha 0 --mode lazy,copy --rates 16 --budgets 24G \
+has ragbench && run ragbench-uniform ${RAG_UNIFORM_TIMEOUT:-45} $RAG --alpha 0 \
+  --mode ${RAG_UNIFORM_MODES:-lazy,copy} --rates ${RAG_UNIFORM_RATES:-16} --budgets ${RAG_UNIFORM_BUDGETS:-4G} \
   --csv "$OUT/ragbench-uniform.csv"
 has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.jsonl"
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a

@@ -501,6 +501,42 @@ __device__ __forceinline__ void rotate_kv_tile(const li_cuda_rope_args &r, __nv_
         *cs_delta = d0;  // the same in every thread
         __syncthreads();
     }
+    if (uniform && r.n_dims % 16 == 0) {
+        // 8 pairs per work item, 16-byte shared loads and stores: NEOX pairs (i, i + half) from
+        // two chunks half a row apart, GPT-J pairs (2i, 2i + 1) inside one chunk (4 per chunk)
+        const int per_row = r.gptj ? r.n_dims / 8 : half / 8;
+        for (int i = tid; i < PF_KEYS * per_row; i += PF_THREADS) {
+            const int jj = i / per_row, c8 = (i - jj * per_row) * 8;
+            if (delta[jj] == 0) continue;
+            __nv_bfloat16 *row = ks + jj * ld;
+            uint4 *pa = (uint4 *)(row + c8), *pb = (uint4 *)(row + (r.gptj ? c8 : half + c8));
+            uint4 ua = *pa, ub = *pb;
+            __nv_bfloat162 *xa = (__nv_bfloat162 *)&ua, *xb = (__nv_bfloat162 *)&ub;
+            if (!r.gptj) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {  // pairs c8 + 2e, c8 + 2e + 1
+                    const float2 x = __bfloat1622float2(xa[e]), y = __bfloat1622float2(xb[e]);
+                    const int p0 = c8 + 2 * e;
+                    const float c0 = cs[p0], s0 = cs[DH / 2 + p0], c1 = cs[p0 + 1], s1 = cs[DH / 2 + p0 + 1];
+                    xa[e] = __floats2bfloat162_rn(x.x * c0 - y.x * s0, x.y * c1 - y.y * s1);
+                    xb[e] = __floats2bfloat162_rn(x.x * s0 + y.x * c0, x.y * s1 + y.y * c1);
+                }
+                *pa = ua;
+                *pb = ub;
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {  // pair c8 / 2 + e = elements (2 pi, 2 pi + 1)
+                    const float2 x = __bfloat1622float2(xa[e]);
+                    const int pi = c8 / 2 + e;
+                    const float c = cs[pi], sn = cs[DH / 2 + pi];
+                    xa[e] = __floats2bfloat162_rn(x.x * c - x.y * sn, x.x * sn + x.y * c);
+                }
+                *pa = ua;
+            }
+        }
+        __syncthreads();
+        return;
+    }
     for (int i = tid; i < PF_KEYS * half; i += PF_THREADS) {
         const int jj = i / half, pi = i - jj * half, dl = delta[jj];
         if (dl == 0) continue;
