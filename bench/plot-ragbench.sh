@@ -7,6 +7,12 @@ set -eu
 csv=$1; out=$2
 mkdir -p "$out"
 command -v gnuplot >/dev/null || { echo "plot-ragbench: gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)"; exit 1; }
+# runs where no request completed (a budget too small for one request) have no TTFT to plot
+served=$(mktemp)
+trap 'rm -f "$served"' EXIT
+awk -F, 'NR == 1 || $13 > 0' "$csv" >"$served"
+[ "$(wc -l <"$served")" -gt 1 ] || { echo "plot-ragbench: no run in $csv served a request"; exit 1; }
+csv=$served
 modes=$(tail -n +2 "$csv" | cut -d, -f1 | sort -u)
 budgets=$(tail -n +2 "$csv" | awk -F, '{print $4, $3}' | sort -n | awk '{print $2}' | uniq)  # by size
 rates=$(tail -n +2 "$csv" | cut -d, -f2 | sort -u | wc -l)
@@ -23,7 +29,7 @@ done
   echo "set terminal pngcairo size 1100,450 noenhanced"
   echo "set output '$out/ttft-vs-rate.png'"
   n=$(echo "$budgets" | wc -w)
-  echo "set multiplot layout 1,$n title 'TTFT vs arrival rate ($(basename "$csv"))'"
+  echo "set multiplot layout 1,$n title 'TTFT vs arrival rate ($(basename "$1"))'"
   for b in $budgets; do
     echo "set title 'KV budget $b'; set xlabel 'arrival rate (requests/s)'; set ylabel 'TTFT (ms)'; set key top left"
     [ "$rates" -le 1 ] && echo "set xrange [*:*]"
