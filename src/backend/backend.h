@@ -265,6 +265,13 @@ typedef struct {
     void (*dllm_select)(li_backend *be, int32_t *commit, const int32_t *x0, const float *conf,
                         const uint8_t *masked, int B, int mode, int k, double tau, double f,
                         bool random_remask, const li_rng *rng);
+    // DPad's draw for one block where its flags are needed next (a device; NULL: the decoder
+    // draws on the host with li_dllm_dpad_draw, whose rule this follows): keep[d] = 1 iff
+    // d < window and u_d < prob[d], u_d the uniform number d of the stream *rng (not advanced:
+    // the caller moves it window draws on, the draws of d >= n_suffix included), for
+    // d = 0..n_suffix-1. keep (n_suffix) bytes, prob (window) in backend memory; window >= 1.
+    void (*dllm_dpad)(li_backend *be, uint8_t *keep, const double *prob, int window, int n_suffix,
+                      const li_rng *rng);
 
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
 

@@ -12,6 +12,10 @@
 // Several requests decode in one batch: each step forwards the canvases of every request still
 // decoding; each request keeps its own RNG, canvas and caches, so its tokens are those it would
 // get alone. Every buffer is allocated before the first step; the step loop allocates nothing.
+// On a device backend the block logits stay in device memory: steps 1-5 (dllm_x0), the commit
+// choice (dllm_select) and DPad's per-block draw (dllm_dpad) run there as backend ops, each
+// consuming the request's stream as the host would, and only what a step reports comes back
+// (the commits; once per block the keep flags of the suffix rows).
 //
 // Not here: the model forward and its caches (src/model/arch-llada.c), the CLI (tools/cmd-dllm.c).
 // Tested by tests/test-dllm.c (schedule and selection rules on hand-made inputs, DPad draws,
@@ -184,6 +188,10 @@ typedef struct {
     int n_rows;        // rows of ctok in the current block's layout
     uint8_t *keep;     // (G) DPad keep flags of the suffix rows (index d = row - block end)
     double *dpad_prob; // (dpad_window)
+    // Their device copies where the backend draws DPad (dllm_dpad): the probabilities uploaded
+    // once, the flags drawn there and downloaded into keep once per block. NULL: host draws.
+    uint8_t *dkeep;     // (G + 1)
+    double *ddpad_prob; // (dpad_window)
     // Block logits (B, V), the unconditional twin (CFG only): host memory on the CPU, backend
     // memory on a device (d*), where they stay: the backend's dllm_x0 op runs steps 1-5 there and
     // only x0 and the confidences (B each) come back.
@@ -218,6 +226,8 @@ static void state_free(req_state *r) {
     li_free(r->crow);
     li_free(r->keep);
     li_free(r->dpad_prob);
+    li_be_free(r->be, r->dkeep);
+    li_be_free(r->be, r->ddpad_prob);
     li_free(r->logits);
     li_free(r->ulogits);
     li_be_free(r->be, r->dlogits);
@@ -284,6 +294,13 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
         if (!(r->dpad_prob = li_alloc((size_t)p->dpad_window * sizeof *r->dpad_prob, "dpad")))
             return LI_ERR_OOM;
         li_dllm_dpad_probs(p->dpad_window, p->dpad_k_sigma, p->dpad_scale, r->dpad_prob);
+        if (dev && be->ops->dllm_dpad) {
+            size_t nb = (size_t)p->dpad_window * sizeof *r->dpad_prob;
+            if (!(r->ddpad_prob = li_be_alloc(be, nb, "dpad (device)")) ||
+                !(r->dkeep = li_be_alloc(be, (size_t)r->G + 1, "dllm dpad flags (device)")))
+                return LI_ERR_OOM;
+            LI_TRY(li_be_upload(be, r->ddpad_prob, r->dpad_prob, nb));
+        }
     }
     LI_TRY(li_llada_cache_init(&r->cache, lm, r->T));
     if (r->cfg) LI_TRY(li_llada_cache_init(&r->ucache, lm, r->T));
@@ -305,9 +322,21 @@ static int count_masks(const int32_t *x, int lo, int hi, int32_t mask) {
 }
 
 // Start of a block: DPad draws and the canvas layout (rows kept, their positions), masks left.
-static void block_begin(req_state *r, int32_t mask) {
+// On a device with dllm_dpad the draws run there (the op leaves the stream as it is; it moves the
+// window draws on here) and only the n_suffix keep flags come back.
+static li_status block_begin(req_state *r, int32_t mask) {
     int lo = r->P + r->block * r->B, hi = lo + r->B, n_suffix = r->T - hi;
-    if (r->p->dpad) li_dllm_dpad_draw(&r->rng, r->dpad_prob, r->p->dpad_window, n_suffix, r->keep);
+    const int window = r->p->dpad_window;
+    if (r->dkeep) {
+        if (n_suffix > 0) {  // (the last block's draws only move the stream)
+            r->be->ops->dllm_dpad(r->be, r->dkeep, r->ddpad_prob, window, n_suffix, &r->rng);
+            // the download waits for the op and reports its error
+            LI_TRY(li_be_download(r->be, r->keep, r->dkeep, (size_t)n_suffix));
+        }
+        li_rng_jump(&r->rng, (uint64_t)window);
+    } else if (r->p->dpad) {
+        li_dllm_dpad_draw(&r->rng, r->dpad_prob, window, n_suffix, r->keep);
+    }
     int n = 0;
     for (int i = 0; i < r->T; i++) {
         if (i >= hi && r->p->dpad && !r->keep[i - hi]) continue;
@@ -317,6 +346,7 @@ static void block_begin(req_state *r, int32_t mask) {
     }
     r->n_rows = n;
     r->n_block_masks = count_masks(r->x, lo, hi, mask);
+    return LI_OK;
 }
 
 // The canvases of this step (current tokens through the block layout).
@@ -554,7 +584,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             req_state *r = &rs[q];
             if (r->done) continue;
             bool start = r->step_in_block == 0;
-            if (start) block_begin(r, sp.mask);
+            if (start && (rc = block_begin(r, sp.mask)) != LI_OK) goto done;
             build_canvas(r, sp.mask);
             int lo = r->P + r->block * r->B; // rows before the block end are never dropped
             li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, lo, lo + r->B, start};

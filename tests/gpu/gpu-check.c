@@ -1389,6 +1389,56 @@ static void test_dllm_select(void) {
             }
 }
 
+// dllm_dpad against the decoder's draw (engine-dllm.c li_dllm_dpad_draw, written out here: this
+// program links no engine code): window uniforms from the stream, always all of them; keep[d] =
+// d < window && u_d < prob[d] for d < n_suffix. prob is drawn in [0, 1.25) per d, so both flags
+// occur at every distance (a wrong draw offset flips about a third of them) and rows past the
+// window meet the sentinel pattern if left unwritten. Flags equal byte for byte for three streams
+// per shape, guards intact, the caller's stream not advanced.
+static void test_dllm_dpad(void) {
+    const int windows[] = {1, 16, 256, 1000}, suffixes[] = {0, 1, 15, 256, 700, 3000};
+    for (int iw = 0; iw < 4; iw++)
+        for (int is = 0; is < 6; is++) {
+            const int W = windows[iw], n = suffixes[is];
+            TEST_BEGIN(NAME("dllm_dpad window=%d n_suffix=%d", W, n));
+            double *prob = xmalloc(sizeof(double) * W);
+            uint8_t *want = xmalloc((size_t)n), *got = xmalloc((size_t)n);
+            for (int it = 0; it < 3; it++) {
+                for (int d = 0; d < W; d++) prob[d] = 1.25 * li_rng_uniform(&rng);
+                li_rng r0;
+                li_rng_seed(&r0, li_rng_u64(&rng));
+                li_rng ru = r0, rg = r0;
+                for (int d = 0; d < n; d++) want[d] = 0;
+                for (int d = 0; d < W; d++) {
+                    double u = li_rng_uniform(&ru);
+                    if (d < n) want[d] = u < prob[d];
+                }
+                dbuf gp, gk;
+                double *dp = dnew(&gp, sizeof(double) * W, prob);
+                uint8_t *dk = dnew(&gk, (size_t)n, NULL);
+                gpu->ops->dllm_dpad(gpu, dk, dp, W, n, &rg);
+                CHECK_BACKEND();
+                dget(got, &gk);
+                int bad = 0, first = -1;
+                for (int d = 0; d < n; d++)
+                    if (got[d] != want[d]) {
+                        if (first < 0) first = d;
+                        bad++;
+                    }
+                CHECK(bad == 0, "stream %d: %d of %d flags differ from the oracle, first at d=%d "
+                      "(%d, oracle %d); seed %llu", it, bad, n, first, first >= 0 ? got[first] : 0,
+                      first >= 0 ? want[first] : 0, g_seed);
+                CHECK(memcmp(&rg, &r0, sizeof rg) == 0, "stream %d: the op advanced the caller's "
+                      "stream; seed %llu", it, g_seed);
+                CHECK(dguard_ok(&gp) && dguard_ok(&gk), "stream %d: guard damaged; seed %llu", it,
+                      g_seed);
+                dfree(&gp), dfree(&gk);
+            }
+            free(prob), free(want), free(got);
+            TEST_END();
+        }
+}
+
 static void test_fp8_fast(void) {
     printf("# fp8 GEMM path: %s\n", li_backend_cuda_fp8_note(gpu));
     // LLaDA-like shapes (K a multiple of 512: cuBLASLt), T odd / 1 / large, and shapes the
@@ -1499,6 +1549,7 @@ static void test_fp8(void) {
     test_fp8_fast();
     test_dllm_x0();
     test_dllm_select();
+    test_dllm_dpad();
     const int Ks[] = {1, 127, 128, 129, 300, 4096};
     for (int it = 0; it < 3; it++)
         for (int ik = 0; ik < 6; ik++) {

@@ -79,6 +79,14 @@ static void devsim_dllm_select(li_backend *be, int32_t *commit, const int32_t *x
     commit[B] = n;
 }
 
+// dllm_dpad likewise: the decoder's own draw on a copy of the stream (the decoder moves its
+// stream window draws on), so that CI drives the device branch of block_begin.
+static void devsim_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int window,
+                             int n_suffix, const li_rng *rng) {
+    li_rng r = *rng;
+    li_dllm_dpad_draw(&r, prob, window, n_suffix, keep);
+}
+
 static li_backend_ops devsim_ops[2];  // [0] loader dtypes, [1] bf16 matrices
 static pthread_once_t devsim_once = PTHREAD_ONCE_INIT;
 static void devsim_make_ops(void) {
@@ -95,6 +103,7 @@ static void devsim_make_ops(void) {
         o->sync = devsim_sync;
         o->fill = devsim_fill;
         o->dllm_select = devsim_dllm_select;
+        o->dllm_dpad = devsim_dllm_dpad;
     }
 }
 

@@ -1450,6 +1450,17 @@ static void cu_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0, c
                                 random_remask, rng_state(rng), im->jump_table));
 }
 
+// DPad's draw of a block (backend.h dllm_dpad): dllm-sample.cu. Called between forwards, so the
+// jump table may be made here.
+static void cu_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int window,
+                         int n_suffix, const li_rng *rng) {
+    li_cuda_impl *im = be->impl;
+    if (!jump_table_ready(im)) return;
+    cu_fail(im, "dllm_dpad",
+            li_cuda_dllm_dpad(im->stream, keep, prob, window, n_suffix, rng_state(rng),
+                              im->jump_table));
+}
+
 // LLaDA's step at any temperature (backend.h dllm_x0): dllm-sample.cu. Runs between forwards
 // (never inside a step graph), so the jump table and the scratch may be allocated here.
 static void cu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits,
@@ -1492,6 +1503,7 @@ const li_backend_ops li_cuda_ops = {
     .matmul_fp8_fast = cu_matmul_fp8_fast,
     .dllm_x0 = cu_dllm_x0,
     .dllm_select = cu_dllm_select,
+    .dllm_dpad = cu_dllm_dpad,
     .attention_dense = cu_attention_dense,
     .matrices_bf16 = true,
     .alloc = cu_alloc,

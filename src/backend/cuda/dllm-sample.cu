@@ -1,7 +1,9 @@
 // dllm-sample.cu — LLaDA's x0 step (backend.h dllm_x0, engine-dllm.c step_commit steps 1-5) on
 // the GPU: CFG and the EOS ban in place, x0 by argmax (temperature 0) or by Gumbel-max over the
 // engine's own xoshiro256** stream (temperature > 0, the same draws as the CPU), the EOT ban and
-// the softmax probability of x0. Only x0 and conf (8 B bytes) need to reach the host.
+// the softmax probability of x0. Only x0 and conf (8 B bytes) need to reach the host. Below it,
+// in sections of their own: the transfer selection (dllm_select, then only the commits come back)
+// and DPad's per-block draw (dllm_dpad, the keep flags of the suffix rows).
 //
 // The CPU draws u_i, i = b V + v, in one sequence. Here a row is cut into regions of 32 chunks of
 // X0_C consecutive ids, one warp per region, one chunk per lane. A warp starts at its region's
@@ -39,8 +41,8 @@
 // ~40-60 µs for T != 1, ~20-30 µs for T = 1, ~10-15 µs at temperature 0 (memory-bound: one pass,
 // where the old greedy kernel made three). Half the rows masked: the Gumbel part halves. Not yet measured.
 //
-// Tested by tests/gpu/gpu-check.c (dllm_x0 against ops-ref.c) and, for the jump arithmetic on
-// the CPU, tests/test-rng-jump.c.
+// Tested by tests/gpu/gpu-check.c (dllm_x0 against ops-ref.c, dllm_select and dllm_dpad against
+// oracles of the decoder's rules) and, for the jump arithmetic on the CPU, tests/test-rng-jump.c.
 #include <math.h>
 #include <stdint.h>
 
@@ -358,5 +360,39 @@ extern "C" cudaError_t li_cuda_dllm_select(cudaStream_t st, int32_t *commit, con
         return cudaErrorInvalidValue;
     dllm_select_kernel<<<1, B < 32 ? 32 : (B + 31) / 32 * 32, 0, st>>>(
         commit, x0, conf, masked, B, mode, k, tau, f, random_remask, rng, jump_table);
+    return cudaGetLastError();
+}
+
+// ---- DPad's draw (backend.h dllm_dpad) -----------------------------------------------------------
+//
+// Grid ceil(n_suffix / 256) blocks of 256 threads, thread d for suffix row d: for d < window it
+// reaches the stream's draw d by applying the table matrices of d's set bits (as
+// dllm_select_kernel does for row b; 31 bits cover any int) and keeps the row iff
+// u = (next >> 11) 2^-53 < prob[d]; rows d >= window are dropped. Cost at window 256: <= 8
+// products of ~128 column loads (32 bytes each, from L2 after the first warps) per thread, 256
+// threads: ~1M loads, a few µs with the launch; one per block, next to a step's milliseconds.
+__global__ void __launch_bounds__(256)
+    dllm_dpad_kernel(uint8_t *keep, const double *prob, int window, int n_suffix,
+                     li_cuda_rng_state rng, const uint64_t *jump_table) {
+    const int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= n_suffix) return;
+    uint8_t k = 0;
+    if (d < window) {
+        unsigned long long s[4] = {rng.s[0], rng.s[1], rng.s[2], rng.s[3]};
+        for (int bit = 0; bit < 31; bit++)
+            if (d >> bit & 1) thread_apply(s, jump_table + (size_t)bit * X0_JUMP_WORDS);
+        const double u = (double)(xoshiro_next(s) >> 11) * 0x1p-53;
+        k = u < prob[d];
+    }
+    keep[d] = k;
+}
+
+extern "C" cudaError_t li_cuda_dllm_dpad(cudaStream_t st, uint8_t *keep, const double *prob,
+                                         int window, int n_suffix, li_cuda_rng_state rng,
+                                         const uint64_t *jump_table) {
+    if (window < 1 || n_suffix < 0 || !jump_table) return cudaErrorInvalidValue;
+    if (n_suffix == 0) return cudaSuccess;
+    dllm_dpad_kernel<<<(n_suffix + 255) / 256, 256, 0, st>>>(keep, prob, window, n_suffix, rng,
+                                                             jump_table);
     return cudaGetLastError();
 }

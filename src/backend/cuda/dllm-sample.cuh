@@ -1,6 +1,7 @@
-// dllm-sample.cuh — launcher of LLaDA's x0 step on the GPU (dllm-sample.cu): CFG, bans, x0 by
-// argmax or by Gumbel-max with the engine's own random stream, and the confidence of x0, so the
-// logits never leave the device. Plain C declarations: backend-cuda.c (C11) includes this.
+// dllm-sample.cuh — launchers of LLaDA's decoding step on the GPU (dllm-sample.cu): CFG, bans, x0
+// by argmax or by Gumbel-max with the engine's own random stream, and the confidence of x0, so the
+// logits never leave the device; the transfer selection; DPad's per-block draw. Plain C
+// declarations: backend-cuda.c (C11) includes this.
 #ifndef LI_CUDA_DLLM_SAMPLE_CUH
 #define LI_CUDA_DLLM_SAMPLE_CUH
 
@@ -48,6 +49,13 @@ cudaError_t li_cuda_dllm_select(cudaStream_t st, int32_t *commit, const int32_t 
                                 const float *conf, const uint8_t *masked, int B, int mode, int k,
                                 double tau, double f, int random_remask, li_cuda_rng_state rng,
                                 const uint64_t *jump_table);
+
+// backend.h dllm_dpad: DPad's keep flags of one block. keep (n_suffix) bytes: 1 iff d < window
+// and u_d < prob[d], u_d the uniform number d of the stream at rng (jump_table as above,
+// required); prob (window) doubles in device memory. window >= 1, n_suffix >= 0 (0: nothing to
+// do). One thread per suffix row (256-thread blocks); rng is not advanced here.
+cudaError_t li_cuda_dllm_dpad(cudaStream_t st, uint8_t *keep, const double *prob, int window,
+                              int n_suffix, li_cuda_rng_state rng, const uint64_t *jump_table);
 
 #ifdef __cplusplus
 }
