@@ -173,6 +173,16 @@ typedef struct {
                       const li_kv_storage *kv, int il, const li_kv_seq *seq,
                       const int32_t *kv_first, const int32_t *n_visible, float scale,
                       const li_rope_table *rope);
+    // Decode rows of n sequences in one call (a batch's decode step; NULL: the caller calls
+    // attention per sequence): row i of q and out (n, H, Dh) is sequence i's one query row, which
+    // sees its keys [0, n_visible[i]); its page table is pages[page_start[i] ..
+    // page_start[i + 1]) — the n tables consecutive in backend memory, page_start (n + 1) in
+    // backend memory and the same values in page_start_host (host memory). Otherwise as
+    // attention (Δ rotation with rope, GQA, scale). li_attention_decode_rows is the reference.
+    void (*attention_decode)(li_backend *be, float *out, const float *q, int n, int H,
+                             const li_kv_storage *kv, int il, const uint64_t *pages,
+                             const int32_t *page_start, const int32_t *page_start_host,
+                             const int32_t *n_visible, float scale, const li_rope_table *rope);
 
     // out (n) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). out may alias gate.
     void (*swiglu)(li_backend *be, float *out, const float *gate, const float *up, int64_t n);
@@ -346,6 +356,22 @@ li_status li_be_sync(li_backend *be);
 // Step graphs (ops.graph_begin): false / LI_OK with *rerun false where the backend has none.
 bool li_be_graph_begin(li_backend *be, uint64_t key);
 li_status li_be_graph_end(li_backend *be, bool *rerun);
+
+// ops.attention_decode as ops.attention once per row (what a backend without a one-call kernel
+// for the shape runs).
+static inline void li_attention_decode_rows(li_backend *be, float *out, const float *q, int n,
+                                            int H, const li_kv_storage *kv, int il,
+                                            const uint64_t *pages, const int32_t *page_start_host,
+                                            const int32_t *n_visible, float scale,
+                                            const li_rope_table *rope) {
+    const size_t row = (size_t)H * kv->head_dim;
+    for (int i = 0; i < n; i++) {
+        const li_kv_seq seq = {pages + page_start_host[i],
+                               page_start_host[i + 1] - page_start_host[i]};
+        be->ops->attention(be, out + i * row, q + i * row, 1, H, kv, il, &seq, NULL,
+                           n_visible + i, scale, rope);
+    }
+}
 
 // The CPU tables (src/backend/cpu/).
 extern const li_backend_ops li_cpu_ref_ops;   // scalar oracle, fp64 accumulation

@@ -76,7 +76,8 @@ li_status li_llama_scratch_init(li_llama_scratch *s, li_backend *be, const li_hp
     if (li_be_is_device(be)) {
         // slot (T) and the page tables as 64-bit words; tokens, pos, n_visible, kv_first and
         // logit_rows (T each) as 32-bit
-        s->idx_bytes = 8 * (T + (size_t)max_table_words) + 4 * 5 * T;
+        // and the decode rows' page_start (T + 1)
+        s->idx_bytes = 8 * (T + (size_t)max_table_words) + 4 * 5 * T + 4 * (T + 1);
         s->idx_host = li_alloc(s->idx_bytes, "batch index staging");
         s->idx_dev = li_be_alloc(be, s->idx_bytes, "batch index arrays");
         s->seqs_dev = li_alloc(T * sizeof *s->seqs_dev, "batch sequences");
@@ -140,6 +141,20 @@ static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *d
     STAGE(db->n_visible, b->n_visible, T, 4);
     if (b->kv_first) STAGE(db->kv_first, b->kv_first, T, 4);
     if (b->n_logits > 0) STAGE(db->logit_rows, b->logit_rows, b->n_logits, 4);
+    // decode rows of several sequences: one attention launch per layer reads every table
+    bool rows = b->n_seqs > 1 && s->be->ops->attention_decode;
+    for (int i = 0; rows && i < b->n_seqs; i++)
+        rows = b->seqs[i].t0 == i && b->seqs[i].n == 1 && (!b->kv_first || b->kv_first[i] == 0);
+    s->page_start = s->page_start_host = NULL;
+    if (rows) {
+        int32_t *ps = (int32_t *)(h + off);
+        for (int i = 0; i < b->n_seqs; i++)
+            ps[i] = (int32_t)(s->seqs_dev[i].kv.pages - s->seqs_dev[0].kv.pages);
+        ps[b->n_seqs] = ps[b->n_seqs - 1] + b->seqs[b->n_seqs - 1].kv.n_pages;
+        s->page_start = (int32_t *)(d + off);
+        s->page_start_host = ps;
+        off += 4 * ((size_t)b->n_seqs + 1);
+    }
 #undef STAGE
     return li_be_upload(s->be, s->idx_dev, s->idx_host, off);
 }
@@ -178,7 +193,11 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
         op->rope(be, q, b->pos, T, H, Dh, &m->rope);
         op->rope(be, k, b->pos, T, Hkv, Dh, &m->rope);
         op->kv_store(be, kv, il, k, v, b->slot, T);
-        for (int si = 0; si < b->n_seqs; si++) {
+        if (s->page_start) {  // decode rows of several sequences (stage_batch): one call
+            op->attention_decode(be, s->att, q, b->n_seqs, H, kv, il, b->seqs[0].kv.pages,
+                                 s->page_start, s->page_start_host, b->n_visible, scale,
+                                 &m->rope);
+        } else for (int si = 0; si < b->n_seqs; si++) {
             const li_batch_seq *sq = &b->seqs[si];
             op->attention(be, s->att + (size_t)sq->t0 * H * Dh, q + (size_t)sq->t0 * H * Dh,
                           sq->n, H, kv, il, &sq->kv, b->kv_first ? b->kv_first + sq->t0 : NULL,

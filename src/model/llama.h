@@ -68,6 +68,11 @@ typedef struct {
     void *idx_host, *idx_dev;
     size_t idx_bytes;
     li_batch_seq *seqs_dev;  // (max_tokens) host structs whose page tables point into idx_dev
+    // (n_seqs + 1) in idx_dev when the staged batch is decode rows of several sequences (one row
+    // each) and the backend has attention_decode: where each page table starts among the
+    // consecutive staged tables (words from the first); NULL otherwise. page_start_host: the
+    // same values in idx_host
+    int32_t *page_start, *page_start_host;
     float *x;       // (T, D) residual stream
     float *xn;      // (T, D) normalised
     float *q;       // (T, H*Dh)

@@ -790,6 +790,73 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     TEST_END();
 }
 
+// attention_decode: n sequences of random lengths (some far shorter than others, so that key
+// ranges of the longest table are empty for them) in one pool, one query row each, their page
+// tables consecutive; every row against the oracle's attention over its own table.
+static void attention_decode_case(int P, int G, int Hkv, int Dh, int n, int max_keys, li_dtype dt) {
+    const int H = G * Hkv, il = 1, L = 2;
+    TEST_BEGIN(NAME("attention_decode P=%d H=%d Hkv=%d Dh=%d rows=%d keys<=%d %s", P, H, Hkv, Dh,
+                    n, max_keys, li_dtype_name(dt)));
+    paged_seq *sq = xmalloc(sizeof(paged_seq) * n);
+    int32_t *start = xmalloc(sizeof(int32_t) * (n + 1)), *nv = xmalloc(sizeof(int32_t) * n);
+    int64_t pool_pages = 0;
+    start[0] = 0;
+    for (int i = 0; i < n; i++) {
+        int keys = i % 3 == 1 ? randint(1, 40) : randint(max_keys / 2, max_keys);
+        make_paged(&sq[i], L, Hkv, Dh, P, keys, 1, 3 * P + 200, dt);
+        start[i + 1] = start[i] + sq[i].n_pages;
+        nv[i] = sq[i].n_keys;
+        pool_pages += sq[i].kv.n_pages;
+    }
+    // one pool: the sequences' pools back to back, their page ids moved by the pages before
+    const size_t page_elems = (size_t)L * 2 * Hkv * P * Dh, esz = li_kv_elem_bytes(dt);
+    li_kv_storage kv = {L, Hkv, Dh, P, pool_pages, xmalloc(esz * page_elems * pool_pages), dt};
+    uint64_t *words = xmalloc(sizeof(uint64_t) * start[n]);
+    int64_t base = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy((char *)kv.data + esz * page_elems * base, sq[i].kv.data,
+               esz * page_elems * sq[i].kv.n_pages);
+        for (int p = 0; p < sq[i].n_pages; p++) {
+            uint64_t w = sq[i].pages[p];
+            words[start[i] + p] =
+                li_page_word(li_page_id(w) + base, li_page_count(w), li_page_delta(w));
+        }
+        base += sq[i].kv.n_pages;
+    }
+    li_rope_table tab = table_for(G % 3, G % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
+    long qn = (long)n * H * Dh;
+    float *q = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
+    float *o2 = xmalloc(sizeof(float) * qn);
+    fill(q, qn, 1.0f);
+    const float scale = 1.0f / sqrtf((float)Dh);
+    for (int i = 0; i < n; i++) {
+        li_kv_seq seq = {words + start[i], start[i + 1] - start[i]};
+        ref->ops->attention(ref, o1 + (long)i * H * Dh, q + (long)i * H * Dh, 1, H, &kv, il, &seq,
+                            NULL, nv + i, scale, &tab);
+    }
+    dbuf gpool, gwords, gstart, gq, go, gnv;
+    li_kv_storage kvd = kv;
+    kvd.data = dnew(&gpool, esz * page_elems * pool_pages, kv.data);
+    uint64_t *dwords = dnew(&gwords, sizeof(uint64_t) * start[n], words);
+    int32_t *dstart = dnew(&gstart, sizeof(int32_t) * (n + 1), start);
+    float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
+    int32_t *dnv = dnew(&gnv, sizeof(int32_t) * n, nv);
+    gpu->ops->attention_decode(gpu, dout, dq, n, H, &kvd, il, dwords, dstart, start, dnv, scale,
+                               &tab);
+    CHECK_BACKEND();
+    dget(o2, &go);
+    double e = test_nmse(o2, o1, qn);
+    CHECK(e <= TOL_ATTENTION, "nmse %g; seed %llu", e, g_seed);
+    CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
+    CHECK(dguard_ok(&gpool) && dguard_ok(&gwords) && dguard_ok(&gstart) && dguard_ok(&gq) &&
+              dguard_ok(&go) && dguard_ok(&gnv),
+          "guard damaged; seed %llu", g_seed);
+    dfree(&gpool), dfree(&gwords), dfree(&gstart), dfree(&gq), dfree(&go), dfree(&gnv);
+    for (int i = 0; i < n; i++) free(sq[i].kv.data), free(sq[i].pages);
+    free(sq), free(start), free(nv), free(kv.data), free(words), free(q), free(o1), free(o2);
+    TEST_END();
+}
+
 static void test_attention(void) {
     const int Ps[] = {1, 16, 64};
     const int ratios[] = {1, 2, 4, 8};
@@ -831,6 +898,19 @@ static void test_attention(void) {
         }
         unsetenv("LI_CUDA_ATTN_MMA");
         unsetenv("LI_CUDA_ATTN_ASYNC");
+    }
+    // decode rows of many sequences in one launch (the slot kernel's per-row tables; G 3 and
+    // Dh 96: a launch per row), rows from 2 (split-K) to 64 (one range per row)
+    for (int b = 0; b < 2; b++) {
+        li_dtype dt = b ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+        attention_decode_case(16, 4, 8, 128, 2, 4000, dt);
+        attention_decode_case(16, 4, 8, 128, 5, 3000, dt);
+        attention_decode_case(16, 8, 2, 64, 16, 1500, dt);
+        attention_decode_case(1, 2, 4, 64, 3, 300, dt);
+        attention_decode_case(64, 1, 2, 128, 7, 2000, dt);
+        attention_decode_case(16, 4, 2, 128, 64, 600, dt);
+        attention_decode_case(16, 3, 4, 128, 4, 1000, dt);
+        attention_decode_case(16, 2, 2, 96, 3, 800, dt);
     }
     // shapes the warp kernel does not take (G 3 and 12, Dh 96): the generic kernel, split or not
     for (int b = 0; b < 2; b++) {
@@ -1624,8 +1704,11 @@ typedef struct {
     float *out, *q;         // device (n_seq, H, Dh) each
     li_kv_storage kv;       // device pool
     li_kv_seq *seqs;        // n_seq page tables (device words)
-    int32_t *nv;            // device (1): ctx
+    int32_t *nv;            // device (n_seq): ctx each
     const li_rope_table *rope;
+    // attention_decode's view of the same tables: consecutive words, page_start (device, host)
+    const uint64_t *all_pages;
+    const int32_t *start, *start_host;
 } bench_ctx;
 
 static void bench_step(li_backend *be, void *vctx) {
@@ -1634,6 +1717,12 @@ static void bench_step(li_backend *be, void *vctx) {
     for (int i = 0; i < c->n_seq; i++)
         be->ops->attention(be, c->out + i * qs, c->q + i * qs, 1, c->H, &c->kv, 0, &c->seqs[i],
                            NULL, c->nv, 1.0f / sqrtf((float)c->kv.head_dim), c->rope);
+}
+
+static void bench_step_rows(li_backend *be, void *vctx) {  // the batch in one call
+    bench_ctx *c = vctx;
+    be->ops->attention_decode(be, c->out, c->q, c->n_seq, c->H, &c->kv, 0, c->all_pages, c->start,
+                              c->start_host, c->nv, 1.0f / sqrtf((float)c->kv.head_dim), c->rope);
 }
 
 // Llama-3.1-8B heads (H 32, Hkv 8, Dh 128), P 16, ctx 20000: n_seq independent sequences of 1250
@@ -1654,28 +1743,36 @@ static void bench_decode_attention(void) {
     }
     kv.data = pool;
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
-    uint64_t *words = xmalloc(sizeof(uint64_t) * pages_per_seq);
+    uint64_t *words = xmalloc(sizeof(uint64_t) * pages_per_seq * max_seq);
     li_kv_seq seqs[64];
-    void *dpages[64];
+    void *dall;  // every table, consecutive: sequence s at s * pages_per_seq
+    int32_t start[65];
+    need(li_backend_cuda_alloc(gpu, &dall, sizeof(uint64_t) * pages_per_seq * max_seq, "pages"),
+         "alloc");
     for (int s = 0; s < max_seq; s++) {
         for (int p = 0; p < pages_per_seq; p++) {
             int cnt = (p + 1) * P <= ctx ? P : ctx - p * P;
             int64_t delta = (int64_t)(p * P / 2000) * 2000 + 17;  // one Δ per 2000-token document
-            words[p] = li_page_word((int64_t)s * pages_per_seq + p, cnt, delta);
+            words[(size_t)s * pages_per_seq + p] =
+                li_page_word((int64_t)s * pages_per_seq + p, cnt, delta);
         }
-        need(li_backend_cuda_alloc(gpu, &dpages[s], sizeof(uint64_t) * pages_per_seq, "pages"),
-             "alloc");
-        need(li_backend_cuda_upload(gpu, dpages[s], words, sizeof(uint64_t) * pages_per_seq),
-             "upload");
-        seqs[s] = (li_kv_seq){dpages[s], pages_per_seq};
+        seqs[s] = (li_kv_seq){(uint64_t *)dall + (size_t)s * pages_per_seq, pages_per_seq};
+        start[s] = s * pages_per_seq;
     }
+    start[max_seq] = max_seq * pages_per_seq;
+    need(li_backend_cuda_upload(gpu, dall, words, sizeof(uint64_t) * pages_per_seq * max_seq),
+         "upload");
     free(words);
+    void *dstart;
+    need(li_backend_cuda_alloc(gpu, &dstart, sizeof start, "page_start"), "alloc");
+    need(li_backend_cuda_upload(gpu, dstart, start, sizeof start), "upload");
     void *dq, *dout, *dnv;
-    int32_t nv = ctx;
+    int32_t nv[64];
+    for (int i = 0; i < max_seq; i++) nv[i] = ctx;
     need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * max_seq * H * Dh, "q"), "alloc");
     need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * max_seq * H * Dh, "out"), "alloc");
-    need(li_backend_cuda_alloc(gpu, &dnv, sizeof(int32_t), "n_visible"), "alloc");
-    need(li_backend_cuda_upload(gpu, dnv, &nv, sizeof nv), "upload");
+    need(li_backend_cuda_alloc(gpu, &dnv, sizeof nv, "n_visible"), "alloc");
+    need(li_backend_cuda_upload(gpu, dnv, nv, sizeof nv), "upload");
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)max_seq * H * Dh, 8, 1.0f), "fill");
     const int batches[] = {1, 16, 64};
     for (int b16 = 0; b16 < 2; b16++) {
@@ -1687,22 +1784,29 @@ static void bench_decode_attention(void) {
       printf("  bench: decode attention, ctx %d, H %d Hkv %d Dh %d P %d, %s KV; bytes = K + V "
              "read\n", ctx, H, Hkv, Dh, P, li_dtype_name(kv.dtype));
       for (int bi = 0; bi < 3; bi++)
-        for (int rot = 1; rot >= 0; rot--) {
-            bench_ctx c = {batches[bi], H, dout, dq, kv, seqs, dnv, rot ? &tab : NULL};
+        for (int way = 0; way < (batches[bi] > 1 ? 4 : 2); way++) {
+            // way 0/1: an attention call per sequence, with Δ / without; 2/3: attention_decode
+            const int rot = !(way & 1), rows = way >= 2;
+            bench_ctx c = {batches[bi], H,     dout, dq,           kv,
+                           seqs,        dnv,   rot ? &tab : NULL, (const uint64_t *)dall,
+                           dstart,      start};
+            void (*step)(li_backend *, void *) = rows ? bench_step_rows : bench_step;
             double ms = 0;
-            st = li_backend_cuda_time(gpu, bench_step, &c, 2, &ms);  // warm-up
-            if (st == LI_OK) st = li_backend_cuda_time(gpu, bench_step, &c, 20, &ms);
+            st = li_backend_cuda_time(gpu, step, &c, 2, &ms);  // warm-up
+            if (st == LI_OK) st = li_backend_cuda_time(gpu, step, &c, 20, &ms);
             if (st != LI_OK) {
                 printf("  bench: batch %d failed: %s\n", batches[bi], li_error_msg());
                 continue;
             }
             double bytes = (double)batches[bi] * ctx * Hkv * Dh * esz * 2;
-            printf("  bench: decode attention %s batch %2d %-12s %8.3f ms/step %8.1f GB/s\n",
-                   li_dtype_name(kv.dtype), batches[bi], rot ? "(Δ rotation)" : "(no Δ)", ms,
+            printf("  bench: decode attention %s batch %2d %-12s%s %8.3f ms/step %8.1f GB/s\n",
+                   li_dtype_name(kv.dtype), batches[bi], rot ? "(Δ rotation)" : "(no Δ)",
+                   rows ? " one call" : (batches[bi] > 1 ? " per seq " : "         "), ms,
                    bytes / (ms * 1e-3) / 1e9);
         }
     }
-    for (int s = 0; s < max_seq; s++) li_backend_cuda_free(gpu, dpages[s]);
+    li_backend_cuda_free(gpu, dall);
+    li_backend_cuda_free(gpu, dstart);
     li_backend_cuda_free(gpu, dq);
     li_backend_cuda_free(gpu, dout);
     li_backend_cuda_free(gpu, dnv);

@@ -778,6 +778,17 @@ static void cpu_attention(li_backend *be, float *out, const float *q, int T, int
     li_parallel_for(be->tp, (int64_t)T * Hkv, attention_items, &c);
 }
 
+// Decode rows of several sequences: attention per row (each already runs its kv heads on the
+// pool's threads).
+static void cpu_attention_decode(li_backend *be, float *out, const float *q, int n, int H,
+                                 const li_kv_storage *kv, int il, const uint64_t *pages,
+                                 const int32_t *page_start, const int32_t *page_start_host,
+                                 const int32_t *n_visible, float scale, const li_rope_table *rope) {
+    (void)page_start;  // host memory here: page_start_host holds the same values
+    li_attention_decode_rows(be, out, q, n, H, kv, il, pages, page_start_host, n_visible, scale,
+                             rope);
+}
+
 // ---- sample ---------------------------------------------------------------------------------
 //
 // Same arithmetic as ops-ref.c (see the comment above ref_sample there), but instead of sorting
@@ -1161,6 +1172,7 @@ const li_backend_ops li_cpu_fast_ops = {
     .kv_store = cpu_kv_store,
     .kv_copy_rotate = cpu_kv_copy_rotate,
     .attention = cpu_attention,
+    .attention_decode = cpu_attention_decode,
     .swiglu = cpu_swiglu,
     .softmax = cpu_softmax,
     .sample = cpu_sample,

@@ -1,37 +1,37 @@
 // attention.cu — paged GQA attention with per-page deferred RoPE (DESIGN.md §3), the GPU version
-// of the op table's `attention`. Correctness first: fp32 CUDA cores, no tensor cores yet.
+// of the op table's `attention` for rows below the tensor-core threshold (decode; prefill tiles:
+// attention-prefill.cu), and of `attention_decode` (decode rows of many sequences in one launch).
 //
 // Grid (n_split, Hkv, T): one block per (query row, kv head, key range) holds all G = H / Hkv query
-// heads of that kv head, so each K/V chunk read from HBM serves G heads (GQA-aware). It walks its
-// pages in logical order, 32 keys at a time: K and V chunk -> shared memory, G x 32 scores, online
-// softmax per head (running max m and sum l), acc = acc * exp(m_old - m_new) + Σ p v. Keys outside
-// [kv_first, n_visible) are masked; pages wholly before kv_first or after n_visible are skipped
-// without being read.
+// heads of that kv head, so each K/V row read from HBM serves G heads (GQA-aware). It walks its
+// pages in logical order with an online softmax per head (running max m and sum l, acc = acc *
+// exp(m_old - m_new) + Σ p v). Keys outside [kv_first, n_visible) are masked; pages wholly before
+// kv_first or after n_visible are skipped without being read.
 //
 // Deferred RoPE: the page's K was stored rotated at local positions; attention needs R_Δ k. Since
-// R is orthogonal, q·(R_Δ k) = (R_-Δ q)·k, so the block rotates its G query rows by -Δ when Δ
-// changes from one page to the next (once per document, not per key) and never touches K.
+// R is orthogonal, q·(R_Δ k) = (R_-Δ q)·k, so the query rows are rotated by -Δ when Δ changes
+// from one page to the next (once per document, not per key) and K is never touched.
 //
 // Split-K: with few rows (decode) T * Hkv blocks cannot fill 132 SMs, so the page list is cut into
-// n_split ranges; each writes unnormalised (o, m, l) partials and attention_kernel_combine merges
-// them: M = max m_s, w_s = exp(m_s - M), out = Σ w_s o_s / Σ w_s l_s (two passes).
+// n_split ranges (li_cuda_attention_plan); each writes unnormalised (o, m, l) partials, merged as
+// M = max m_s, w_s = exp(m_s - M), out = Σ w_s o_s / Σ w_s l_s.
 //
-// Two kernels with that grid and those results: attention_kernel_warp (G 1/2/4/8, Dh 64/128, i.e.
-// every Llama-family shape; below) and attention_kernel_paged (any shape; shared memory, 32 keys
-// per chunk). LI_CUDA_ATTN_GENERIC=1 forces the generic one.
+// Two kernels with that grid and those results: attention_kernel_slots (G 1/2/4/8, Dh 64/128, i.e.
+// every Llama-family shape; lanes own keys, 16-byte loads, partials merged in the kernel by the
+// last block of each row and kv head) and attention_kernel_paged (any shape; shared memory, 32
+// keys per chunk, partials merged by attention_kernel_combine). LI_CUDA_ATTN_GENERIC=1 forces the
+// generic one.
 //
 // Napkin maths (decode, Llama-3.1-8B heads: Hkv 8, Dh 128, ctx 20K): K + V of one layer are
-// 20000 * 8 * 128 * 4 B * 2 = 164 MB, 34 µs at the H200's 4.8 TB/s. Measured on an H200
-// (gpu-check's timing, 2026-11-30): the warp kernel 0.089 ms at batch 1 (~1.85 TB/s, also at batch
-// 16/64 as one launch per sequence), the generic kernel ~0.31 ms (~0.52 TB/s); Δ rotation costs
-// ~3% (each warp rotates its own query at its first page). Where the fast versions go (issue 4,
-// grown in dev/cuda/ first): decode — cp.async/TMA double-buffered page loads, bf16 KV, the query
-// rotated once per document in a pre-pass, one launch for a batch of sequences; prefill — a
-// flash-attention tile kernel with wgmma (tensor cores) over Q tiles of 64 rows, K tiles rotated
-// per page in shared memory.
+// 20000 * 8 * 128 * 2 B * 2 = 82 MB in bf16, 17 µs at the H200's 4.8 TB/s. Measured (H200,
+// 2026-11-30, gpu-check's bench group; docs/BENCHMARKS.md): the slot kernel 0.042 ms at batch 1
+// (1.96 TB/s bf16, 3.0 TB/s f32), 3.3-3.5 TB/s bf16 and 4.2 TB/s f32 at batch 16/64 in one
+// launch; the warp-per-key kernel it replaced took 0.090 ms (0.9 / 1.8 TB/s); the generic kernel
+// ~0.31 ms. bf16 is now bound by instructions (unpacking and fp32 FMAs per byte are twice f32's).
 //
 // Tested by tests/gpu/gpu-check.c against ref_attention (ops-ref.c): GQA 1..8, P 1/16/64, random
-// Δ per document, kv_first, lengths not a multiple of P, split and unsplit.
+// Δ per document, kv_first, lengths not a multiple of P, split and unsplit, batches of sequences.
+#include <math.h>
 #include <stdlib.h>
 
 #include <cuda_runtime.h>
@@ -40,6 +40,8 @@
 #include "cuda-device.cuh"
 
 #define ATT_THREADS 128
+
+typedef void (*attn_kernel_fn)(const li_cuda_attn_args, const li_cuda_rope_args);
 // keys per shared-memory chunk of the generic kernel; = warp size (its softmax step uses one lane
 // per key)
 #define ATT_CHUNK 32
@@ -50,7 +52,16 @@ __device__ __forceinline__ int keys_before_page(const uint64_t *pages, int p0, i
     if (threadIdx.x == 0) *sh = 0;
     __syncthreads();
     int before = 0;
-    for (int p = threadIdx.x; p < p0; p += blockDim.x) before += li_page_count(pages[p]);
+    // 4 independent loads per thread in flight (a 20K-token table: 1,250 words, 3 rounds)
+    for (int p = threadIdx.x; p < p0; p += 4 * blockDim.x) {
+        uint64_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            w[k] = p + k * (int)blockDim.x < p0 ? pages[p + k * blockDim.x] : 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            before += li_page_count(w[k]);
+    }
     if (before) atomicAdd(sh, before);
     __syncthreads();
     return *sh;
@@ -68,15 +79,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
     extern __shared__ float sm[];
     const int G = a.H / a.Hkv, Dh = a.Dh, C = ATT_CHUNK;
     const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
-    float *qs = sm;                 // (G, Dh) the query heads of kv head hk
-    float *qr = qs + G * Dh;        // (G, Dh) qs rotated by -Δ of the current page
-    float *acc = qr + G * Dh;       // (G, Dh) unnormalised output
-    float *ks = acc + G * Dh;       // (C, Dh + 1) K chunk; padded rows: column reads conflict-free
-    float *vs = ks + C * (Dh + 1);  // (C, Dh) V chunk
-    float *ps = vs + C * Dh;        // (G, C) scores, then probabilities
-    float *mrow = ps + G * C;       // (G) running max
-    float *lrow = mrow + G;         // (G) running sum of exp
-    float *alpha = lrow + G;        // (G) this chunk's rescale factor exp(m_old - m_new)
+    float *qs = sm;                // (G, Dh) the query heads of kv head hk
+    float *qr = qs + G * Dh;       // (G, Dh) qs rotated by -Δ of the current page
+    float *acc = qr + G * Dh;      // (G, Dh) unnormalised output
+    float *ks = acc + G * Dh;      // (C, Dh + 1) K chunk; padded rows: column reads conflict-free
+    float *vs = ks + C * (Dh + 1); // (C, Dh) V chunk
+    float *ps = vs + C * Dh;       // (G, C) scores, then probabilities
+    float *mrow = ps + G * C;      // (G) running max
+    float *lrow = mrow + G;        // (G) running sum of exp
+    float *alpha = lrow + G;       // (G) this chunk's rescale factor exp(m_old - m_new)
     __shared__ int j0_sh;
 
     const int tid = threadIdx.x, nth = blockDim.x, lane = tid & 31, warp = tid >> 5;
@@ -84,7 +95,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int p0 = sp * a.pages_per_split;
     const int p1 = min(a.n_pages, p0 + a.pages_per_split);
 
-    const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;  // G heads, contiguous
+    const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh; // G heads, contiguous
     for (int i = tid; i < G * Dh; i += nth) {
         qs[i] = qsrc[i];
         acc[i] = 0.0f;
@@ -96,7 +107,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __syncthreads();
     int j0 = keys_before_page(a.pages, p0, &j0_sh);
     int64_t cur_delta = -1;
-    const int64_t head_stride = (int64_t)a.P * Dh;  // one (kv head) block of a page: P rows
+    const int64_t head_stride = (int64_t)a.P * Dh; // one (kv head) block of a page: P rows
 
     for (int p = p0; p < p1 && j0 < nv; p++) {
         // page metadata unpacked from one 64-bit word (page-word.h)
@@ -104,12 +115,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
         const int cnt = li_page_count(w);
         const int64_t id = li_page_id(w);
         const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-        if (j0 + cnt <= first) {  // wholly before the first visible key: never read
+        if (j0 + cnt <= first) { // wholly before the first visible key: never read
             j0 += cnt;
             continue;
         }
-        if (delta != cur_delta) {  // q' = R_-Δ q for the G heads (a' = a c + b s, b' = b c - a s)
-            for (int i = tid; i < G * Dh; i += nth) qr[i] = qs[i];
+        if (delta != cur_delta) { // q' = R_-Δ q for the G heads (a' = a c + b s, b' = b c - a s)
+            for (int i = tid; i < G * Dh; i += nth)
+                qr[i] = qs[i];
             __syncthreads();
             if (delta != 0) {
                 const int pairs = r.n_dims / 2;
@@ -145,13 +157,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 if (j >= first && j < nv) {
                     const float *qg = qr + g * Dh, *kc = ks + c * (Dh + 1);
                     float dot = 0.0f;
-                    for (int d = 0; d < Dh; d++) dot = fmaf(qg[d], kc[d], dot);
+                    for (int d = 0; d < Dh; d++)
+                        dot = fmaf(qg[d], kc[d], dot);
                     s = dot * a.scale;
                 }
                 ps[g * C + c] = s;
             }
             __syncthreads();
-            for (int g = warp; g < G; g += nth / 32) {  // online softmax: one warp per head
+            for (int g = warp; g < G; g += nth / 32) { // online softmax: one warp per head
                 float s = lane < nc ? ps[g * C + lane] : -INFINITY;
                 float mx = s;
                 for (int o = 16; o > 0; o >>= 1)
@@ -161,9 +174,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 float pr = (m_new == -INFINITY || s == -INFINITY) ? 0.0f : expf(s - m_new);
                 float al = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
                 float sum = pr;
-                for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                for (int o = 16; o > 0; o >>= 1)
+                    sum += __shfl_xor_sync(0xffffffffu, sum, o);
                 if (lane < nc) ps[g * C + lane] = pr;
-                __syncwarp();  // every lane has read mrow[g] before lane 0 replaces it
+                __syncwarp(); // every lane has read mrow[g] before lane 0 replaces it
                 if (lane == 0) {
                     mrow[g] = m_new;
                     lrow[g] = al * lrow[g] + sum;
@@ -175,7 +189,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 int g = i / Dh, d = i - g * Dh;
                 float o = acc[i] * alpha[g];
                 const float *pg = ps + g * C;
-                for (int c = 0; c < nc; c++) o = fmaf(pg[c], vs[c * Dh + d], o);
+                for (int c = 0; c < nc; c++)
+                    o = fmaf(pg[c], vs[c * Dh + d], o);
                 acc[i] = o;
             }
             __syncthreads();
@@ -185,7 +200,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
     if (a.n_split == 1) {
         float *dst = a.out + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
-        for (int i = tid; i < G * Dh; i += nth) dst[i] = acc[i] / lrow[i / Dh];
+        for (int i = tid; i < G * Dh; i += nth)
+            dst[i] = acc[i] / lrow[i / Dh];
     } else {
         for (int i = tid; i < G * Dh; i += nth) {
             int g = i / Dh, d = i - g * Dh;
@@ -200,209 +216,383 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-// ---- warp-per-page variant (Dh 64 or 128, G 1/2/4/8: every Llama-family shape) ----------------
+// ---- key-slot variant (every Llama-family shape: G 1/2/4/8, Dh 64/128; f32 or bf16 pages) ------
 //
-// Same grid and results as attention_kernel_paged, organised for bandwidth: the block's 4 warps
-// take the range's pages round-robin and run independently (no block barrier inside the loop), each
-// with its own rotated query, online-softmax state and output accumulator in registers. A lane owns
-// dims lane + 32 i (i < DV = Dh / 32) of every head, so K/V row loads are 128-byte coalesced and a
-// dot product is DV FMAs + a 5-step butterfly. KB = 32 / DV keys are loaded before any is used
-// (64 floats of K and V in flight per lane). At the end the 4 warps' (m, l, acc) are merged through
-// shared memory exactly as split-K partials are. The generic kernel above stays for other shapes.
+// Same grid and results as the generic kernel above; the block's 4 warps take the range's pages
+// round-robin and run independently (no block barrier inside a chunk of pages), organised so that a lane's loads are as wide as they can be and the dot products need
+// few shuffles: a key row (Dh elements) is read by LPK = Dh / VEC lanes, each with one vector load
+// of VEC elements (16 bytes: 8 bf16 or 4 f32; 8 bytes of bf16 when G = 8, to keep the query and
+// accumulator registers at G VEC <= 32 each), so a warp reads SLOTS = 32 / LPK rows per load
+// instruction. Slot s of a warp handles the keys c0 + u SLOTS + s (u < U) of each step of
+// KS = U SLOTS <= 16 keys: one load instruction covers SLOTS consecutive rows (contiguous bytes),
+// a score is VEC FMAs and a log2(LPK)-step butterfly within the slot's lanes (bf16, Dh 128, G 4:
+// 4 shuffles per (head, key) where a warp-per-key layout needs 5 on 32 lanes).
+// Every slot keeps its own online-softmax state (m, l, acc) in registers, in log2 units (the query
+// is pre-scaled by scale · log2 e, so p = exp2(s - m)); slots merge by shuffles, warps through
+// shared memory, at the end. All 2 U loads of a step are issued before any is used (bf16 Dh 128:
+// 16 x 16 bytes per lane, 8 KB per warp in flight).
 //
-// Which dims a lane owns depends on the pool's element type (kv_lanes): f32 rows, dims lane + 32 i
-// (each of the DV loads of a warp reads 128 contiguous bytes); bf16 rows, the DV consecutive dims
-// from lane * DV (one 8-byte load at Dh 128: a warp reads the 256-byte row at once).
-template <typename KV, int DV> struct kv_lanes;
-template <int DV> struct kv_lanes<float, DV> {
-    static __device__ __forceinline__ int dim(int lane, int i) { return lane + 32 * i; }
-    static __device__ __forceinline__ void load(const float *row, int lane, bool in, float (&x)[DV]) {
-#pragma unroll
-        for (int i = 0; i < DV; i++) x[i] = in ? row[lane + 32 * i] : 0.0f;
+// Napkin maths (Llama-3.1-8B heads, bf16 pages, P 16, G 4): per 16-key step a lane issues 16
+// loads, 128 bf16 -> f32 unpacks, 256 + 256 FMAs, 64 shuffles + adds and ~80 softmax ops: ~1,100
+// warp instructions per 8 KB, i.e. ~29 bytes per issue slot: at 4 issues per clock per SM the
+// issue ceiling is ~7 TB/s, above HBM's 4.8 TB/s, so the kernel should be bandwidth-bound given
+// enough bytes in flight (3 blocks of 4 warps per SM: ~96 KB per SM).
+//
+// Split-K partials are merged in the kernel: the last block of a (row, kv head) to finish (an
+// atomic ticket per (row, kv head), reset by that block) combines the n_split partials, so a
+// decode step is one launch.
+template <typename KV, int G> struct slot_shape {
+    static constexpr int VEC = sizeof(KV) == 2 ? (G >= 8 ? 4 : 8) : 4; // elements per lane load
+    static constexpr int WORDS = VEC * (int)sizeof(KV) / 4;            // 32-bit words per load
+};
+
+// VEC elements of a row from a lane's load: f32 words as they are, bf16 pairs unpacked.
+template <typename KV, int VEC> struct slot_words;
+template <int VEC> struct slot_words<float, VEC> {
+    static __device__ __forceinline__ float get(const uint32_t *w, int i) {
+        return __uint_as_float(w[i]);
     }
 };
-template <int DV> struct kv_lanes<__nv_bfloat16, DV> {
-    static_assert(DV == 2 || DV == 4, "bf16 rows: Dh 64 or 128");
-    static __device__ __forceinline__ int dim(int lane, int i) { return lane * DV + i; }
-    static __device__ __forceinline__ void load(const __nv_bfloat16 *row, int lane, bool in,
-                                                float (&x)[DV]) {
-        if constexpr (DV == 4) {
-            const float4 f = in ? kv_get4(row + 4 * lane) : make_float4(0.f, 0.f, 0.f, 0.f);
-            x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
-        } else {
-            float2 f = make_float2(0.f, 0.f);
-            if (in) f = __bfloat1622float2(*(const __nv_bfloat162 *)(row + 2 * lane));
-            x[0] = f.x, x[1] = f.y;
-        }
+template <int VEC> struct slot_words<__nv_bfloat16, VEC> {
+    static __device__ __forceinline__ float get(const uint32_t *w, int i) {
+        const uint32_t x = w[i >> 1];
+        return __uint_as_float((i & 1) ? (x & 0xffff0000u) : (x << 16));
     }
 };
 
-template <int G, int DV, typename KV>
-__global__ void __launch_bounds__(ATT_THREADS)
-    attention_kernel_warp(const li_cuda_attn_args a, const li_cuda_rope_args r) {
-    typedef kv_lanes<KV, DV> lanes;
-    constexpr int Dh = DV * 32, KB = 32 / DV, NW = ATT_THREADS / 32;
-    __shared__ float qsh[G * Dh];       // (G, Dh) the query heads of kv head hk
-    __shared__ float qw[NW][G * Dh];    // per warp: q rotated by -Δ; at the end, the warp's acc
+// One lane's WORDS words at p (16- or 8-byte aligned), read-only path; zeros when !in.
+template <int WORDS>
+__device__ __forceinline__ void slot_load(const void *p, bool in, uint32_t (&w)[WORDS]) {
+    if constexpr (WORDS == 4) {
+        const uint4 v = in ? __ldg((const uint4 *)p) : make_uint4(0, 0, 0, 0);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else {
+        static_assert(WORDS == 2, "8- or 16-byte lane loads");
+        const uint2 v = in ? __ldg((const uint2 *)p) : make_uint2(0, 0);
+        w[0] = v.x, w[1] = v.y;
+    }
+}
+
+// (m, l) of another slot or warp merged into this one's, log2 units; x = its weight for acc.
+__device__ __forceinline__ void softmax_merge(float &m, float &l, float mo, float lo, float &w_self,
+                                              float &w_other) {
+    const float M = fmaxf(m, mo);
+    w_self = m == -INFINITY ? 0.0f : exp2f(m - M);
+    w_other = mo == -INFINITY ? 0.0f : exp2f(mo - M);
+    l = w_self * l + w_other * lo;
+    m = M;
+}
+
+template <int G, int Dh, typename KV, int U>
+__global__ void __launch_bounds__(ATT_THREADS, 3)
+    attention_kernel_slots(const li_cuda_attn_args a, const li_cuda_rope_args r) {
+    typedef slot_shape<KV, G> shape;
+    typedef slot_words<KV, shape::VEC> words;
+    constexpr int VEC = shape::VEC, WORDS = shape::WORDS, LPK = Dh / VEC, SLOTS = 32 / LPK;
+    constexpr int KS = U * SLOTS, NW = ATT_THREADS / 32;
+    static_assert(LPK <= 32 && (LPK & (LPK - 1)) == 0 && KS <= 16, "slot layout");
+    __shared__ float qsh[G * Dh];    // (G, Dh) the query heads of kv head hk
+    __shared__ float qw[NW][G * Dh]; // per warp: q rotated by -Δ; at the end, the warp's acc
     __shared__ float mw[NW][G], lw[NW][G];
-    __shared__ int j0_sh;
+    __shared__ int j0_sh, last_sh;
     const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int slot = lane / LPK, d0 = (lane % LPK) * VEC; // this lane: dims [d0, d0 + VEC)
     const int first = a.kv_first ? a.kv_first[t] : 0, nv = a.n_visible[t];
-    const int p0 = sp * a.pages_per_split;
-    const int p1 = min(a.n_pages, p0 + a.pages_per_split);
+    // the row's page table: the shared one, or its sequence's (a batch of decode rows)
+    const uint64_t *pages = a.pages;
+    int n_pages = a.n_pages;
+    if (a.row_page0) {
+        pages += a.row_page0[t];
+        n_pages = a.row_page0[t + 1] - a.row_page0[t];
+    }
+    const int p0 = min(sp * a.pages_per_split, n_pages);  // a short row's extra ranges: empty
+    const int p1 = min(n_pages, p0 + a.pages_per_split);
+    const float qscale = a.scale * 1.4426950408889634f; // scores in log2 units
 
     const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
-    for (int i = tid; i < G * Dh; i += ATT_THREADS) qsh[i] = qsrc[i];
+    for (int i = tid; i < G * Dh; i += ATT_THREADS)
+        qsh[i] = qsrc[i];
     __syncthreads();
 
-    float qreg[G][DV], acc[G][DV], m[G], l[G];
+    float q[G][VEC], acc[G][VEC], m[G], l[G];
 #pragma unroll
     for (int g = 0; g < G; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DV; i++) acc[g][i] = qreg[g][i] = 0.0f;
+        for (int i = 0; i < VEC; i++)
+            acc[g][i] = q[g][i] = 0.0f;
     }
-    int j0 = keys_before_page(a.pages, p0, &j0_sh);
     int64_t cur_delta = -1;
     const int64_t head_stride = (int64_t)a.P * Dh;
     float *qr = qw[warp];
 
-    for (int p = p0; p < p1 && j0 < nv; p++) {
-        const uint64_t w = a.pages[p];
-        const int cnt = li_page_count(w);
-        if ((p - p0) % NW != warp || j0 + cnt <= first) {  // another warp's page, or wholly masked
-            j0 += cnt;
-            continue;
-        }
-        const int64_t id = li_page_id(w);
-        const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-        const KV *kbase = (const KV *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
-        const KV *vbase = kbase + (int64_t)a.Hkv * head_stride;
-        for (int c0 = 0; c0 < cnt; c0 += KB) {
-            const int jc = j0 + c0;
-            if (jc >= nv) break;
-            float kr[KB][DV], vr[KB][DV];
+    // The range's page words and their first logical keys, ATT_THREADS pages at a time in shared
+    // memory (one coalesced load and a block scan of the counts), so that a warp finds its pages
+    // without walking the others' words one dependent load at a time.
+    __shared__ uint64_t page_sh[ATT_THREADS];
+    __shared__ int pj0_sh[ATT_THREADS], scan_sh[NW];
+    int j0 = keys_before_page(pages, p0, &j0_sh); // block-uniform
+    for (int pc = p0; pc < p1 && j0 < nv; pc += ATT_THREADS) {
+        const int nc = min(ATT_THREADS, p1 - pc);
+        const uint64_t wt = tid < nc ? pages[pc + tid] : 0;
+        const int ct = tid < nc ? li_page_count(wt) : 0;
+        int incl = ct; // inclusive scan of the counts within the warp, then across warps
 #pragma unroll
-            for (int c = 0; c < KB; c++) {
-                const bool in = c0 + c < cnt;
-                lanes::load(kbase + (int64_t)(c0 + c) * Dh, lane, in, kr[c]);
-                lanes::load(vbase + (int64_t)(c0 + c) * Dh, lane, in, vr[c]);
-            }
-            // q' = R_-Δ q (a' = a c + b s, b' = b c - a s), this warp only; after the first K/V
-            // loads are issued, so that the rotation's latency hides behind them
-            if (c0 == 0 && delta != cur_delta) {
-                for (int i = lane; i < G * Dh; i += 32) qr[i] = qsh[i];
-                __syncwarp();
-                if (delta != 0) {
-                    const int pairs = r.n_dims / 2;
-                    for (int i = lane; i < G * pairs; i += 32) {
-                        int g = i / pairs, pi = i - g * pairs, ia, ib;
-                        float c, s;
-                        rope_sincos((double)delta, r.inv_freq[pi], &c, &s);
-                        rope_pair(r, pi, &ia, &ib);
-                        float x = qsh[g * Dh + ia], y = qsh[g * Dh + ib];
-                        qr[g * Dh + ia] = x * c + y * s;
-                        qr[g * Dh + ib] = y * c - x * s;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
+        }
+        if (lane == 31) scan_sh[warp] = incl;
+        __syncthreads();
+        int before = 0, total = 0;
+#pragma unroll
+        for (int v = 0; v < NW; v++) {
+            before += v < warp ? scan_sh[v] : 0;
+            total += scan_sh[v];
+        }
+        page_sh[tid] = wt;
+        pj0_sh[tid] = j0 + before + incl - ct;
+        __syncthreads();
+        for (int pi = warp; pi < nc; pi += NW) {
+            const uint64_t w = page_sh[pi];
+            const int cnt = li_page_count(w), j0 = pj0_sh[pi];
+            if (j0 >= nv) break;
+            if (j0 + cnt <= first) continue; // wholly masked: never read
+            const int64_t id = li_page_id(w);
+            const int64_t delta = a.rotate ? li_page_delta(w) : 0;
+            const KV *kbase =
+                (const KV *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
+            const KV *vbase = kbase + (int64_t)a.Hkv * head_stride;
+            for (int c0 = 0; c0 < cnt; c0 += KS) {
+                const int jc = j0 + c0;
+                if (jc >= nv) break;
+                uint32_t kr[U][WORDS], vr[U][WORDS];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = c0 + u * SLOTS + slot;
+                    slot_load(kbase + (int64_t)c * Dh + d0, c < cnt, kr[u]);
+                    slot_load(vbase + (int64_t)c * Dh + d0, c < cnt, vr[u]);
+                }
+                // q' = R_-Δ q (a' = a c + b s, b' = b c - a s) for this warp, one cos/sin per pair
+                // for all G heads; after the first loads are issued, so that it hides behind them
+                if (c0 == 0 && delta != cur_delta) {
+                    for (int i = lane; i < G * Dh; i += 32)
+                        qr[i] = qsh[i];
+                    __syncwarp();
+                    if (delta != 0)
+                        for (int pi = lane; pi < r.n_dims / 2; pi += 32) {
+                            int ia, ib;
+                            float cs, sn;
+                            rope_sincos((double)delta, r.inv_freq[pi], &cs, &sn);
+                            rope_pair(r, pi, &ia, &ib);
+#pragma unroll
+                            for (int g = 0; g < G; g++) {
+                                const float x = qsh[g * Dh + ia], y = qsh[g * Dh + ib];
+                                qr[g * Dh + ia] = x * cs + y * sn;
+                                qr[g * Dh + ib] = y * cs - x * sn;
+                            }
+                        }
+                    __syncwarp();
+#pragma unroll
+                    for (int g = 0; g < G; g++)
+#pragma unroll
+                        for (int i = 0; i < VEC; i++)
+                            q[g][i] = qr[g * Dh + d0 + i] * qscale;
+                    __syncwarp(); // qr is rewritten at the next Δ change
+                    cur_delta = delta;
+                }
+                float s[G][U];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = c0 + u * SLOTS + slot, j = j0 + c;
+                    const bool vis = c < cnt && j >= first && j < nv;
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        float d = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < VEC; i++)
+                            d = fmaf(q[g][i], words::get(kr[u], i), d);
+#pragma unroll
+                        for (int o = LPK / 2; o > 0; o >>= 1)
+                            d += __shfl_xor_sync(0xffffffffu, d, o);
+                        s[g][u] = vis ? d : -INFINITY;
                     }
                 }
-                __syncwarp();
 #pragma unroll
-                for (int g = 0; g < G; g++)
+                for (int g = 0; g < G; g++) {
+                    float mx = m[g];
 #pragma unroll
-                    for (int i = 0; i < DV; i++) qreg[g][i] = qr[g * Dh + lanes::dim(lane, i)];
-                __syncwarp();  // qr is rewritten at the next Δ change
-                cur_delta = delta;
-            }
+                    for (int u = 0; u < U; u++)
+                        mx = fmaxf(mx, s[g][u]);
+                    const float ref = mx == -INFINITY ? 0.0f : mx; // nothing visible yet: p = 0
+                    const float al = exp2f(m[g] - ref);
+                    float psum = 0.0f;
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                float s[KB];
+                    for (int u = 0; u < U; u++) {
+                        s[g][u] = exp2f(s[g][u] - ref);
+                        psum += s[g][u];
+                    }
+                    l[g] = l[g] * al + psum;
+                    m[g] = mx;
 #pragma unroll
-                for (int c = 0; c < KB; c++) {
-                    float d = 0.0f;
-#pragma unroll
-                    for (int i = 0; i < DV; i++) d = fmaf(qreg[g][i], kr[c][i], d);
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-                    int j = jc + c;
-                    s[c] = (c0 + c < cnt && j >= first && j < nv) ? d * a.scale : -INFINITY;
+                    for (int i = 0; i < VEC; i++)
+                        acc[g][i] *= al;
                 }
-                float mx = -INFINITY;
 #pragma unroll
-                for (int c = 0; c < KB; c++) mx = fmaxf(mx, s[c]);
-                const float m_new = fmaxf(m[g], mx);
-                if (m_new == -INFINITY) continue;  // nothing visible yet (same on every lane)
-                const float al = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_new);
-                float psum = 0.0f;
+                for (int u = 0; u < U; u++)
 #pragma unroll
-                for (int i = 0; i < DV; i++) acc[g][i] *= al;
+                    for (int i = 0; i < VEC; i++) {
+                        const float v = words::get(vr[u], i);
 #pragma unroll
-                for (int c = 0; c < KB; c++) {
-                    float pc = s[c] == -INFINITY ? 0.0f : expf(s[c] - m_new);
-                    psum += pc;
-#pragma unroll
-                    for (int i = 0; i < DV; i++) acc[g][i] = fmaf(pc, vr[c][i], acc[g][i]);
-                }
-                l[g] = l[g] * al + psum;
-                m[g] = m_new;
+                        for (int g = 0; g < G; g++)
+                            acc[g][i] = fmaf(s[g][u], v, acc[g][i]);
+                    }
             }
         }
-        j0 += cnt;
+        j0 += total;
+        __syncthreads(); // page_sh and pj0_sh are rewritten for the next chunk
     }
 
-    // merge the warps: M = max m_w, weights exp(m_w - M) (0 for a warp that saw nothing)
-    __syncthreads();
+    // merge the warp's slots (butterfly over the slot bits of the lane index), then the warps
 #pragma unroll
-    for (int g = 0; g < G; g++) {
+    for (int o = LPK; o < 32; o <<= 1)
 #pragma unroll
-        for (int i = 0; i < DV; i++) qr[g * Dh + lanes::dim(lane, i)] = acc[g][i];
-        if (lane == 0) {
-            mw[warp][g] = m[g];
-            lw[warp][g] = l[g];
+        for (int g = 0; g < G; g++) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
+            float ws, wo;
+            softmax_merge(m[g], l[g], mo, lo, ws, wo);
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                acc[g][i] = ws * acc[g][i] + wo * __shfl_xor_sync(0xffffffffu, acc[g][i], o);
         }
-    }
+    __syncthreads(); // every warp is done with qr before it holds accumulators
+    if (slot == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                qr[g * Dh + d0 + i] = acc[g][i];
+            if (lane == 0) {
+                mw[warp][g] = m[g];
+                lw[warp][g] = l[g];
+            }
+        }
     __syncthreads();
     for (int e = tid; e < G * Dh; e += ATT_THREADS) {
         const int g = e / Dh, d = e - g * Dh;
-        float M = -INFINITY;
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
 #pragma unroll
-        for (int v = 0; v < NW; v++) M = fmaxf(M, mw[v][g]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int v = 0; v < NW; v++) {
-                if (mw[v][g] == -INFINITY) continue;
-                float wv = expf(mw[v][g] - M);
-                L += wv * lw[v][g];
-                O += wv * qw[v][g * Dh + d];
-            }
+        for (int v = 0; v < NW; v++) {
+            float ws, wo;
+            softmax_merge(M, L, mw[v][g], lw[v][g], ws, wo);
+            O = ws * O + wo * qw[v][g * Dh + d];
         }
         const int64_t row = (int64_t)t * a.H + (int64_t)hk * G + g;
         if (a.n_split == 1) {
             a.out[row * Dh + d] = O / L;
-        } else {
+        } else { // partials in natural-log units, as the other kernels write them
             a.part_o[(row * a.n_split + sp) * Dh + d] = O;
             if (d == 0) {
-                a.part_ml[(row * a.n_split + sp) * 2] = M;
+                a.part_ml[(row * a.n_split + sp) * 2] = M * 0.6931471805599453f;
                 a.part_ml[(row * a.n_split + sp) * 2 + 1] = L;
             }
         }
     }
+    if (a.n_split == 1 || !a.tickets) return;
+    // the last of the n_split blocks of (t, hk) to get here merges their partials
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        unsigned *ticket = a.tickets + (int64_t)t * a.Hkv + hk;
+        last_sh = atomicAdd(ticket, 1u) == (unsigned)a.n_split - 1;
+        if (last_sh) *ticket = 0; // ready for the next launch (stream order)
+    }
+    __syncthreads();
+    if (!last_sh) return;
+    __threadfence();
+    // per head (a warp each): M = max of the partial maxima, weights exp(m_s - M) -> wsh, L
+    float *wsh = &qw[0][0]; // (G, n_split): n_split <= 256 <= NW Dh
+    __shared__ float Lsh[G];
+    const int ns = a.n_split;
+    for (int g = warp; g < G; g += NW) {
+        const float *ml = a.part_ml + ((int64_t)t * a.H + (int64_t)hk * G + g) * ns * 2;
+        float M = -INFINITY;
+        for (int s2 = lane; s2 < ns; s2 += 32)
+            M = fmaxf(M, __ldcg(ml + 2 * s2));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+        float L = 0.0f;
+        for (int s2 = lane; s2 < ns; s2 += 32) {
+            const float ms = __ldcg(ml + 2 * s2);
+            const float wgt = ms == -INFINITY ? 0.0f : expf(ms - M);
+            wsh[g * ns + s2] = wgt;
+            L += wgt * __ldcg(ml + 2 * s2 + 1);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            L += __shfl_xor_sync(0xffffffffu, L, o);
+        if (lane == 0) Lsh[g] = L;
+    }
+    __syncthreads();
+    // out = Σ_s w_s o_s / L: a thread per 4 consecutive outputs, 8 partial rows in flight
+    for (int e = 4 * tid; e < G * Dh; e += 4 * ATT_THREADS) {
+        const int g = e / Dh, d = e - g * Dh;
+        const int64_t row = (int64_t)t * a.H + (int64_t)hk * G + g;
+        const float4 *po = (const float4 *)(a.part_o + row * ns * Dh + d);
+        const float *wg = wsh + g * ns;
+        float4 O = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s0 = 0; s0 < ns; s0 += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                v[k] = s0 + k < ns ? __ldcg(po + (int64_t)(s0 + k) * (Dh / 4))
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float wk = s0 + k < ns ? wg[s0 + k] : 0.0f;
+                O.x = fmaf(wk, v[k].x, O.x), O.y = fmaf(wk, v[k].y, O.y);
+                O.z = fmaf(wk, v[k].z, O.z), O.w = fmaf(wk, v[k].w, O.w);
+            }
+        }
+        const float inv = 1.0f / Lsh[g]; // out: any 4-byte alignment (the caller's buffer)
+        float *o = a.out + row * Dh + d;
+        o[0] = O.x * inv, o[1] = O.y * inv, o[2] = O.z * inv, o[3] = O.w * inv;
+    }
 }
 
-typedef void (*attn_kernel_fn)(const li_cuda_attn_args, const li_cuda_rope_args);
+// Keys per slot and step of the slot kernel for (KV, G, Dh): a power of two that keeps a step
+// within 16 keys (a page) and a lane's registers for the query and accumulator (2 G VEC), the
+// step's loads (2 U WORDS) and its scores (G U) within ~128.
+template <typename KV, int G, int Dh> constexpr int slot_keys() {
+    constexpr int vec = slot_shape<KV, G>::VEC, words = slot_shape<KV, G>::WORDS;
+    constexpr int slots = 32 / (Dh / vec), by_page = 16 / slots;
+    constexpr int by_regs = (128 - 2 * G * vec) / (2 * words + G);
+    int u = 1;
+    while (2 * u <= by_page && 2 * u <= by_regs)
+        u *= 2;
+    return u;
+}
 
-// The warp kernel instantiated for (G, Dh) and the pool's element type, or NULL: the generic
-// kernel serves the rest.
-static attn_kernel_fn warp_kernel_for(int G, int Dh, int kv_bf16) {
+template <int G, int DV, typename KV> static attn_kernel_fn slot_kernel(void) {
+    return attention_kernel_slots<G, 32 * DV, KV, slot_keys<KV, G, 32 * DV>()>;
+}
+
+// The decode kernel instantiated for (G, Dh) and the pool's element type, or NULL: the generic
+// kernel serves the rest. *merges: it combines split-K partials itself (tickets).
+static attn_kernel_fn slot_kernel_for(int G, int Dh, int kv_bf16, bool *merges) {
+    attn_kernel_fn k = NULL;
 #define LI_ATTN_CASE(g, dv)                                                                        \
     if (G == g && Dh == 32 * dv)                                                                   \
-        return kv_bf16 ? attention_kernel_warp<g, dv, __nv_bfloat16> : attention_kernel_warp<g, dv, float>;
+        k = kv_bf16 ? slot_kernel<g, dv, __nv_bfloat16>() : slot_kernel<g, dv, float>();
     LI_ATTN_CASE(1, 2) LI_ATTN_CASE(2, 2) LI_ATTN_CASE(4, 2) LI_ATTN_CASE(8, 2)
     LI_ATTN_CASE(1, 4) LI_ATTN_CASE(2, 4) LI_ATTN_CASE(4, 4) LI_ATTN_CASE(8, 4)
 #undef LI_ATTN_CASE
-    return NULL;
+    if (merges) *merges = k != NULL;
+    return k;
 }
 
 // grid (T * H): merges the n_split partials of one (row, head). A range with no visible key has
@@ -412,7 +602,8 @@ __global__ void attention_kernel_combine(float *out, const float *part_o, const 
     const int64_t row = blockIdx.x;
     const float *ml = part_ml + row * n_split * 2;
     float M = -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, ml[2 * s]);
+    for (int s = 0; s < n_split; s++)
+        M = fmaxf(M, ml[2 * s]);
     float L = 0.0f;
     for (int s = 0; s < n_split; s++)
         if (ml[2 * s] != -INFINITY) L += expf(ml[2 * s] - M) * ml[2 * s + 1];
@@ -428,8 +619,8 @@ __global__ void attention_kernel_combine(float *out, const float *part_o, const 
 // Blocks of the kernel serving (G, Dh) that fit on one SM (occupancy), cached per warp-kernel
 // shape; at least 1.
 static int blocks_per_sm(int G, int Dh, int kv_bf16) {
-    static int cache[9][2][2];  // [G][Dh == 128][bf16]; 0 = not computed (a benign race)
-    attn_kernel_fn wk = warp_kernel_for(G, Dh, kv_bf16);
+    static int cache[9][2][2]; // [G][Dh == 128][bf16]; 0 = not computed (a benign race)
+    attn_kernel_fn wk = slot_kernel_for(G, Dh, kv_bf16, NULL);
     int *slot = wk ? &cache[G][Dh == 128][kv_bf16 != 0] : NULL;
     if (slot && *slot) return *slot;
     int nb = 0;
@@ -446,7 +637,7 @@ static int blocks_per_sm(int G, int Dh, int kv_bf16) {
                                                           ATT_THREADS, smem);
     }
     if (e != cudaSuccess || nb < 1) {
-        cudaGetLastError();  // clear it: the launch itself will report a real problem
+        cudaGetLastError(); // clear it: the launch itself will report a real problem
         nb = 1;
     }
     if (slot) *slot = nb;
@@ -472,6 +663,15 @@ extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf1
         if (ns > n_pages / min_pages) ns = n_pages / min_pages;
         if (ns > 256) ns = 256;
         if (ns < 1) ns = 1;
+    } else if (n_pages >= 2 * min_pages) {
+        // more rows than half a wave (a batch of decode rows): the split (<= 8) whose last wave
+        // is fullest, e.g. 64 rows x 8 kv heads on 396 block slots: 1 -> 1.29 waves (65 % of
+        // the second used), 3 -> 3.88 (97 %)
+        double best = 0;
+        for (int c = 1; c <= 8 && c <= n_pages / min_pages; c++) {
+            double waves = (double)c * base / target, used = waves / ceil(waves);
+            if (used > best + 0.02) best = used, ns = c;
+        }
     }
     int pps = n_pages > 0 ? (n_pages + ns - 1) / ns : 1;
     if (pps < 1) pps = 1;
@@ -482,13 +682,20 @@ extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf1
 static cudaError_t launch_generic(cudaStream_t st, const li_cuda_attn_args *a,
                                   const li_cuda_rope_args *rope, dim3 grid);
 
+extern "C" int li_cuda_attention_rows_ok(int G, int Dh, int kv_bf16) {
+    bool merges = false;
+    if (getenv("LI_CUDA_ATTN_GENERIC")) return 0;
+    slot_kernel_for(G, Dh, kv_bf16, &merges);
+    return merges;
+}
+
 extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_args *a,
                                          const li_cuda_rope_args *rope) {
     if (a->T <= 0) return cudaSuccess;
     if (a->Hkv <= 0 || a->H % a->Hkv || a->T > 65535 || a->Hkv > 65535 || a->n_split < 1 ||
         a->n_split > 65535 || a->n_pages < 1)
         return cudaErrorInvalidValue;
-    li_cuda_rope_args none = {};  // no rotation: n_dims 0
+    li_cuda_rope_args none = {}; // no rotation: n_dims 0
     if (!a->rotate || !rope) {
         if (a->rotate) return cudaErrorInvalidValue;
         rope = &none;
@@ -499,7 +706,10 @@ extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_arg
     // LI_CUDA_ATTN_GENERIC=1 forces the generic kernel (A/B timing); read once.
     static int force_generic = -1;
     if (force_generic < 0) force_generic = getenv("LI_CUDA_ATTN_GENERIC") != NULL;
-    attn_kernel_fn wk = force_generic ? NULL : warp_kernel_for(a->H / a->Hkv, a->Dh, a->kv_bf16);
+    bool merges = false;
+    attn_kernel_fn wk =
+        force_generic ? NULL : slot_kernel_for(a->H / a->Hkv, a->Dh, a->kv_bf16, &merges);
+    if (a->row_page0 && !merges) return cudaErrorInvalidValue;  // li_cuda_attention_rows_ok
     if (wk) {
         wk<<<grid, ATT_THREADS, 0, st>>>(*a, *rope);
     } else {
@@ -507,7 +717,7 @@ extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_arg
         if (e != cudaSuccess) return e;
     }
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess || a->n_split == 1) return e;
+    if (e != cudaSuccess || a->n_split == 1 || (merges && a->tickets)) return e;
     attention_kernel_combine<<<(unsigned)(a->T * a->H), 128, 0, st>>>(a->out, a->part_o, a->part_ml,
                                                                       a->n_split, a->Dh);
     return cudaGetLastError();
@@ -517,15 +727,17 @@ static cudaError_t launch_generic(cudaStream_t st, const li_cuda_attn_args *a,
                                   const li_cuda_rope_args *rope, dim3 grid) {
     size_t smem = attn_smem_floats(a->H / a->Hkv, a->Dh) * sizeof(float);
     if (smem > 48 * 1024) {
-        cudaError_t e = a->kv_bf16 ? cudaFuncSetAttribute(attention_kernel_paged<__nv_bfloat16>,
-                                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                          (int)smem)
-                                   : cudaFuncSetAttribute(attention_kernel_paged<float>,
-                                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                          (int)smem);
-        if (e != cudaSuccess) return e;  // more than the 227 KB an H100/H200 block can have
+        cudaError_t e =
+            a->kv_bf16
+                ? cudaFuncSetAttribute(attention_kernel_paged<__nv_bfloat16>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
+                : cudaFuncSetAttribute(attention_kernel_paged<float>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e; // more than the 227 KB an H100/H200 block can have
     }
-    if (a->kv_bf16) attention_kernel_paged<__nv_bfloat16><<<grid, ATT_THREADS, smem, st>>>(*a, *rope);
-    else attention_kernel_paged<float><<<grid, ATT_THREADS, smem, st>>>(*a, *rope);
+    if (a->kv_bf16)
+        attention_kernel_paged<__nv_bfloat16><<<grid, ATT_THREADS, smem, st>>>(*a, *rope);
+    else
+        attention_kernel_paged<float><<<grid, ATT_THREADS, smem, st>>>(*a, *rope);
     return cudaGetLastError();
 }

@@ -13,7 +13,10 @@ typedef struct {
     const void *kv;            // pool (n_pages_pool, L, 2, Hkv, P, Dh) of f32, or bf16 if kv_bf16
     int kv_bf16;
     const uint64_t *pages;     // (n_pages) page-table words (backend.h), logical order
-    int n_pages;
+    int n_pages;               // with row_page0: the longest row's table
+    const int32_t *row_page0;  // (T + 1) or NULL: row t reads its own table,
+                               // pages[row_page0[t] .. row_page0[t + 1]) (decode rows of many
+                               // sequences in one launch; li_cuda_attention_rows_ok shapes only)
     const int32_t *kv_first;   // (T) first visible key per row, or NULL (0)
     const int32_t *n_visible;  // (T) visible keys end per row
     float scale;
@@ -22,6 +25,8 @@ typedef struct {
     int pages_per_split;
     float *part_o;             // (T, H, n_split, Dh) unnormalised partial outputs (n_split > 1)
     float *part_ml;            // (T, H, n_split, 2) partial (max, sum) (n_split > 1)
+    unsigned *tickets;         // (T, Hkv) zeros, or NULL: the decode kernel merges the partials
+                               // itself (the last block of a row and kv head; left zero again)
     // Dense mode of the tensor-core kernels (n_dense > 0): keys are rows of kd / vd (n_dense,
     // Hkv, Dh) instead of pages, every query row sees all of them (bidirectional), no rotation.
     const float *kd, *vd;
@@ -46,6 +51,9 @@ LI_CUDA_API cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda
 LI_CUDA_API cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
                                                 int H, const float *k, const float *v, int nk,
                                                 int Hkv, int Dh, float scale);
+// 1 when li_cuda_attention takes per-row page tables (row_page0) for G query heads per kv head,
+// head dim Dh and that pool element type.
+LI_CUDA_API int li_cuda_attention_rows_ok(int G, int Dh, int kv_bf16);
 // rope may be NULL when a->rotate == 0.
 LI_CUDA_API cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_args *a,
                                           const li_cuda_rope_args *rope);

@@ -102,6 +102,7 @@ typedef struct {
     dev_scratch xbf;   // matmul: activations converted to bf16, (T, K)
     dev_scratch attn;  // attention split-K partials: (T, H, n_split, Dh) then (T, H, n_split, 2)
     dev_scratch keys;  // prefill attention: one word per key of the page table
+    dev_scratch tickets;  // decode attention: (T, Hkv) arrival counters of split-K, kept zero
     dev_scratch dense; // attention_dense through GEMMs: q, k, v in bf16, scores, probabilities
     attn_plan attn_plans[LI_ATTN_PLANS];
     int n_attn_plans, attn_next_evict;
@@ -374,6 +375,7 @@ void li_backend_cuda_destroy(li_backend *be) {
         cudaFree(im->xbf.p);
         cudaFree(im->attn.p);
         cudaFree(im->keys.p);
+        cudaFree(im->tickets.p);
         cudaFree(im->dense.p);
         for (int i = 0; i < im->n_attn_plans; i++) attn_plan_destroy(&im->attn_plans[i]);
         cudaFree(im->fp8_ws.p);
@@ -694,39 +696,77 @@ static void cu_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t s
                                    delta, &r));
 }
 
+// The decode attention's split-K tickets: zeroed when allocated, left zero by every launch.
+static unsigned *attn_tickets(li_cuda_impl *im, size_t n) {
+    size_t cap = im->tickets.cap;
+    unsigned *p =
+        scratch_get(im, &im->tickets, n * sizeof(unsigned), "attention (split-K tickets)");
+    if (p && im->tickets.cap != cap &&
+        cu_fail(im, "attention (split-K tickets)",
+                cudaMemsetAsync(p, 0, im->tickets.cap, im->stream)))
+        return NULL;
+    return p;
+}
+
+// The kernel arguments every attention launch shares; false (error recorded) for a bad shape.
+static bool attn_args(li_cuda_impl *im, li_cuda_attn_args *a, float *out, const float *q, int T,
+                      int H, const li_kv_storage *kv, int il, const uint64_t *pages, int n_pages,
+                      const int32_t *kv_first, const int32_t *n_visible, float scale,
+                      const li_rope_table *rope) {
+    memset(a, 0, sizeof *a);
+    a->out = out;
+    a->q = q;
+    a->T = T;
+    a->H = H;
+    a->Hkv = kv->n_head_kv;
+    a->Dh = kv->head_dim;
+    a->P = kv->page_size;
+    a->L = kv->n_layer;
+    a->il = il;
+    a->kv = kv->data;
+    a->kv_bf16 = kv->dtype == LI_DTYPE_BF16;
+    a->pages = pages;
+    a->n_pages = n_pages;
+    a->kv_first = kv_first;
+    a->n_visible = n_visible;
+    a->scale = scale;
+    a->rotate = rope != NULL;
+    if (a->Hkv <= 0 || H % a->Hkv) {
+        record(im, LI_ERR_INVALID_ARG, "cuda attention: H %d is not a multiple of Hkv %d", H,
+               a->Hkv);
+        return false;
+    }
+    return true;
+}
+
+// Split-K for the decode kernels: the plan, then partials and tickets from scratch.
+static bool attn_split(li_cuda_impl *im, li_cuda_attn_args *a) {
+    li_cuda_attention_plan(a->T, a->Hkv, a->H / a->Hkv, a->Dh, a->kv_bf16, a->n_pages, im->n_sm,
+                           &a->n_split, &a->pages_per_split);
+    if (a->n_split == 1) return true;
+    size_t n_o = (size_t)a->T * a->H * a->n_split * a->Dh,
+           n_ml = (size_t)a->T * a->H * a->n_split * 2;
+    float *part =
+        scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float), "attention (split-K partials)");
+    if (!part) return false;
+    a->part_o = part;
+    a->part_ml = part + n_o;
+    a->tickets = attn_tickets(im, (size_t)a->T * a->Hkv);
+    return a->tickets != NULL;
+}
+
 static void cu_attention(li_backend *be, float *out, const float *q, int T, int H,
                          const li_kv_storage *kv, int il, const li_kv_seq *seq,
                          const int32_t *kv_first, const int32_t *n_visible, float scale,
                          const li_rope_table *rope) {
     li_cuda_impl *im = be->impl;
-    if (T <= 0) return;
     li_cuda_attn_args a;
-    memset(&a, 0, sizeof a);
-    a.out = out;
-    a.q = q;
-    a.T = T;
-    a.H = H;
-    a.Hkv = kv->n_head_kv;
-    a.Dh = kv->head_dim;
-    a.P = kv->page_size;
-    a.L = kv->n_layer;
-    a.il = il;
-    a.kv = kv->data;
-    a.kv_bf16 = kv->dtype == LI_DTYPE_BF16;
-    a.pages = seq->pages;
-    a.n_pages = seq->n_pages;
-    a.kv_first = kv_first;
-    a.n_visible = n_visible;
-    a.scale = scale;
-    a.rotate = rope != NULL;
-    if (a.Hkv <= 0 || H % a.Hkv) {
-        record(im, LI_ERR_INVALID_ARG, "cuda attention: H %d is not a multiple of Hkv %d", H,
-               a.Hkv);
+    if (T <= 0 || !attn_args(im, &a, out, q, T, H, kv, il, seq->pages, seq->n_pages, kv_first,
+                             n_visible, scale, rope))
         return;
-    }
     li_cuda_rope_args r;
     if (rope) r = rope_args(rope);
-    if (li_cuda_attention_uses_tc(T, a.Dh)) {  // many rows: the tensor-core tile kernel
+    if (li_cuda_attention_uses_tc(T, a.Dh)) { // many rows: the tensor-core tile kernel
         if (seq->n_pages < 1) {
             record(im, LI_ERR_INVALID_ARG, "cuda attention: a sequence without pages");
             return;
@@ -742,17 +782,43 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
                 li_cuda_attention_prefill(im->stream, &a, rope ? &r : &none, keys));
         return;
     }
-    li_cuda_attention_plan(T, a.Hkv, H / a.Hkv, a.Dh, a.kv_bf16, a.n_pages, im->n_sm, &a.n_split,
-                           &a.pages_per_split);
-    if (a.n_split > 1) {
-        size_t n_o = (size_t)T * H * a.n_split * a.Dh, n_ml = (size_t)T * H * a.n_split * 2;
-        float *part = scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float),
-                                  "attention (split-K partials)");
-        if (!part) return;
-        a.part_o = part;
-        a.part_ml = part + n_o;
+    if (attn_split(im, &a))
+        cu_fail(im, "attention", li_cuda_attention(im->stream, &a, rope ? &r : NULL));
+}
+
+// Decode rows of n sequences (backend.h attention_decode): one launch of the slot kernel, each
+// row reading its own table (row_page0 = page_start); a launch per row for the shapes it does
+// not serve.
+static void cu_attention_decode(li_backend *be, float *out, const float *q, int n, int H,
+                                const li_kv_storage *kv, int il, const uint64_t *pages,
+                                const int32_t *page_start, const int32_t *page_start_host,
+                                const int32_t *n_visible, float scale, const li_rope_table *rope) {
+    li_cuda_impl *im = be->impl;
+    const int Hkv = kv->n_head_kv;
+    if (n <= 0) return;
+    if (n > 65535 || Hkv <= 0 || H % Hkv ||
+        !li_cuda_attention_rows_ok(H / Hkv, kv->head_dim, kv->dtype == LI_DTYPE_BF16)) {
+        li_attention_decode_rows(be, out, q, n, H, kv, il, pages, page_start_host, n_visible, scale,
+                                 rope);
+        return;
     }
-    cu_fail(im, "attention", li_cuda_attention(im->stream, &a, rope ? &r : NULL));
+    int max_pages = 0;
+    for (int i = 0; i < n; i++) {
+        const int np = page_start_host[i + 1] - page_start_host[i];
+        if (np < 1) {
+            record(im, LI_ERR_INVALID_ARG, "cuda attention: a sequence without pages");
+            return;
+        }
+        if (np > max_pages) max_pages = np;
+    }
+    li_cuda_attn_args a;
+    if (!attn_args(im, &a, out, q, n, H, kv, il, pages, max_pages, NULL, n_visible, scale, rope))
+        return;
+    a.row_page0 = page_start;
+    li_cuda_rope_args r;
+    if (rope) r = rope_args(rope);
+    if (attn_split(im, &a))
+        cu_fail(im, "attention_decode", li_cuda_attention(im->stream, &a, rope ? &r : NULL));
 }
 
 static void cu_swiglu(li_backend *be, float *out, const float *gate, const float *up, int64_t n) {
@@ -1117,11 +1183,15 @@ static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
     li_cuda_impl *im = be->impl;
     int split_rows = r->max_rows < LI_CUDA_ATTN_TC_MIN_T ? r->max_rows : LI_CUDA_ATTN_TC_MIN_T - 1;
     size_t xbf = (size_t)r->max_rows * (size_t)r->max_in * 2;
-    size_t part = (size_t)split_rows * r->max_heads * 256 * ((size_t)r->head_dim + 2) * 4;
+    // key ranges: <= 256 for rows of one sequence, <= 8 per row for a batch of decode rows
+    size_t ranges = (size_t)split_rows * 256;
+    if ((size_t)r->max_rows * 8 > ranges) ranges = (size_t)r->max_rows * 8;
+    size_t part = ranges * r->max_heads * ((size_t)r->head_dim + 2) * 4;
     size_t keys = ((size_t)r->max_keys + 1) * 8;
     if (!scratch_get(im, &im->xbf, xbf, "matmul (bf16 scratch)") ||
         !scratch_get(im, &im->attn, part, "attention (split-K partials)") ||
-        !scratch_get(im, &im->keys, keys, "attention (key index)"))
+        !scratch_get(im, &im->keys, keys, "attention (key index)") ||
+        !attn_tickets(im, (size_t)r->max_rows * r->max_heads))
         return li_error_set(LI_ERR_OOM, "%s", im->err_msg);
     cudaError_t e = r->n_vocab > 0 ? li_cuda_sampler_reserve(&im->sampler, r->n_vocab) : cudaSuccess;
     if (e != cudaSuccess)
@@ -1490,6 +1560,7 @@ const li_backend_ops li_cuda_ops = {
     .kv_store = cu_kv_store,
     .kv_copy_rotate = cu_kv_copy_rotate,
     .attention = cu_attention,
+    .attention_decode = cu_attention_decode,
     .swiglu = cu_swiglu,
     .softmax = cu_softmax,
     .sample = cu_sample,
