@@ -551,16 +551,6 @@ __device__ __forceinline__ void rotate_kv_tile(const li_cuda_rope_args &r, __nv_
     __syncthreads();
 }
 
-// d (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col)
-__device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // B fragment of P·V from key-major V: two 8x8 bf16 matrices (keys k..k+7 and k+8..k+15, 8 dims
 // each) loaded transposed, so a thread gets (keys 2c, 2c+1; dim g) of each: b0, b1. Lanes 0-15 give
 // the 16 row addresses (16-byte aligned: LDQ * 2 and 8 dims * 2 bytes are multiples of 16).

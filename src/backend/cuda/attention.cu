@@ -33,6 +33,7 @@
 // Δ per document, kv_first, lengths not a multiple of P, split and unsplit, batches of sequences.
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -219,18 +220,18 @@ __global__ void __launch_bounds__(ATT_THREADS)
 // ---- key-slot variant (every Llama-family shape: G 1/2/4/8, Dh 64/128; f32 or bf16 pages) ------
 //
 // Same grid and results as the generic kernel above; the block's 4 warps take the range's pages
-// round-robin and run independently (no block barrier inside a chunk of pages), organised so that a lane's loads are as wide as they can be and the dot products need
-// few shuffles: a key row (Dh elements) is read by LPK = Dh / VEC lanes, each with one vector load
-// of VEC elements (16 bytes: 8 bf16 or 4 f32; 8 bytes of bf16 when G = 8, to keep the query and
-// accumulator registers at G VEC <= 32 each), so a warp reads SLOTS = 32 / LPK rows per load
-// instruction. Slot s of a warp handles the keys c0 + u SLOTS + s (u < U) of each step of
-// KS = U SLOTS <= 16 keys: one load instruction covers SLOTS consecutive rows (contiguous bytes),
-// a score is VEC FMAs and a log2(LPK)-step butterfly within the slot's lanes (bf16, Dh 128, G 4:
-// 4 shuffles per (head, key) where a warp-per-key layout needs 5 on 32 lanes).
-// Every slot keeps its own online-softmax state (m, l, acc) in registers, in log2 units (the query
-// is pre-scaled by scale · log2 e, so p = exp2(s - m)); slots merge by shuffles, warps through
-// shared memory, at the end. All 2 U loads of a step are issued before any is used (bf16 Dh 128:
-// 16 x 16 bytes per lane, 8 KB per warp in flight).
+// round-robin and run independently (no block barrier inside a chunk of pages), organised so that a
+// lane's loads are as wide as they can be and the dot products need few shuffles: a key row (Dh
+// elements) is read by LPK = Dh / VEC lanes, each with one vector load of VEC elements (16 bytes: 8
+// bf16 or 4 f32; 8 bytes of bf16 when G = 8, to keep the query and accumulator registers at G VEC
+// <= 32 each), so a warp reads SLOTS = 32 / LPK rows per load instruction. Slot s of a warp handles
+// the keys c0 + u SLOTS + s (u < U) of each step of KS = U SLOTS <= 16 keys: one load instruction
+// covers SLOTS consecutive rows (contiguous bytes), a score is VEC FMAs and a log2(LPK)-step
+// butterfly within the slot's lanes (bf16, Dh 128, G 4: 4 shuffles per (head, key) where a
+// warp-per-key layout needs 5 on 32 lanes). Every slot keeps its own online-softmax state (m, l,
+// acc) in registers, in log2 units (the query is pre-scaled by scale · log2 e, so p = exp2(s - m));
+// slots merge by shuffles, warps through shared memory, at the end. All 2 U loads of a step are
+// issued before any is used (bf16 Dh 128: 16 x 16 bytes per lane, 8 KB per warp in flight).
 //
 // Napkin maths (Llama-3.1-8B heads, bf16 pages, P 16, G 4): per 16-key step a lane issues 16
 // loads, 128 bf16 -> f32 unpacks, 256 + 256 FMAs, 64 shuffles + adds and ~80 softmax ops: ~1,100
@@ -283,60 +284,41 @@ __device__ __forceinline__ void softmax_merge(float &m, float &l, float mo, floa
     m = M;
 }
 
-template <int G, int Dh, typename KV, int U>
-__global__ void __launch_bounds__(ATT_THREADS, 3)
-    attention_kernel_slots(const li_cuda_attn_args a, const li_cuda_rope_args r) {
-    typedef slot_shape<KV, G> shape;
-    typedef slot_words<KV, shape::VEC> words;
-    constexpr int VEC = shape::VEC, WORDS = shape::WORDS, LPK = Dh / VEC, SLOTS = 32 / LPK;
-    constexpr int KS = U * SLOTS, NW = ATT_THREADS / 32;
-    static_assert(LPK <= 32 && (LPK & (LPK - 1)) == 0 && KS <= 16, "slot layout");
-    __shared__ float qsh[G * Dh];    // (G, Dh) the query heads of kv head hk
-    __shared__ float qw[NW][G * Dh]; // per warp: q rotated by -Δ; at the end, the warp's acc
-    __shared__ float mw[NW][G], lw[NW][G];
-    __shared__ int j0_sh, last_sh;
-    const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int slot = lane / LPK, d0 = (lane % LPK) * VEC; // this lane: dims [d0, d0 + VEC)
-    const int first = a.kv_first ? a.kv_first[t] : 0, nv = a.n_visible[t];
-    // the row's page table: the shared one, or its sequence's (a batch of decode rows)
-    const uint64_t *pages = a.pages;
-    int n_pages = a.n_pages;
-    if (a.row_page0) {
-        pages += a.row_page0[t];
-        n_pages = a.row_page0[t + 1] - a.row_page0[t];
-    }
-    const int p0 = min(sp * a.pages_per_split, n_pages);  // a short row's extra ranges: empty
-    const int p1 = min(n_pages, p0 + a.pages_per_split);
-    const float qscale = a.scale * 1.4426950408889634f; // scores in log2 units
-
-    const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
-    for (int i = tid; i < G * Dh; i += ATT_THREADS)
-        qsh[i] = qsrc[i];
-    __syncthreads();
-
-    float q[G][VEC], acc[G][VEC], m[G], l[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < VEC; i++)
-            acc[g][i] = q[g][i] = 0.0f;
-    }
-    int64_t cur_delta = -1;
-    const int64_t head_stride = (int64_t)a.P * Dh;
-    float *qr = qw[warp];
-
-    // The range's page words and their first logical keys, ATT_THREADS pages at a time in shared
-    // memory (one coalesced load and a block scan of the counts), so that a warp finds its pages
-    // without walking the others' words one dependent load at a time.
+// The pages [p0, p1) of a row's table, a warp at a time: fn(word, count, first logical key) for
+// each page of this warp (pages round-robin over the block's warps) that has visible keys. The
+// words and their first keys are staged ATT_THREADS pages at a time in shared memory (one
+// coalesced load and a block scan of the counts), so that a warp finds its pages without walking
+// the others' words one dependent load at a time. Has barriers: call it from all threads.
+template <typename Pre, typename Fn>
+__device__ __forceinline__ void walk_pages(const uint64_t *pages, int p0, int p1, int first, int nv,
+                                           Pre &&pre, Fn &&fn) {
+    constexpr int NW = ATT_THREADS / 32, PREFIX_LOADS = 8;
     __shared__ uint64_t page_sh[ATT_THREADS];
-    __shared__ int pj0_sh[ATT_THREADS], scan_sh[NW];
-    int j0 = keys_before_page(pages, p0, &j0_sh); // block-uniform
+    __shared__ int pj0_sh[ATT_THREADS], scan_sh[NW], j0_sh;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Every load the walk starts with is issued before any is waited for: the first chunk's
+    // words, the counts before p0 (the range's first logical key; 8 per thread in flight, a
+    // 20K-token table of 1,250 words in 2 rounds) and, in pre(), the caller's (the query).
+    uint64_t wt = tid < min(ATT_THREADS, p1 - p0) ? pages[p0 + tid] : 0;
+    int before = 0;
+    for (int p = tid; p < p0; p += PREFIX_LOADS * ATT_THREADS) {
+        uint64_t w[PREFIX_LOADS];
+#pragma unroll
+        for (int k = 0; k < PREFIX_LOADS; k++)
+            w[k] = p + k * ATT_THREADS < p0 ? pages[p + k * ATT_THREADS] : 0;
+#pragma unroll
+        for (int k = 0; k < PREFIX_LOADS; k++)
+            before += li_page_count(w[k]);
+    }
+    pre();
+    if (tid == 0) j0_sh = 0;
+    __syncthreads();
+    if (before) atomicAdd(&j0_sh, before);
+    __syncthreads();
+    int j0 = j0_sh; // block-uniform
     for (int pc = p0; pc < p1 && j0 < nv; pc += ATT_THREADS) {
         const int nc = min(ATT_THREADS, p1 - pc);
-        const uint64_t wt = tid < nc ? pages[pc + tid] : 0;
+        if (pc != p0) wt = tid < nc ? pages[pc + tid] : 0;
         const int ct = tid < nc ? li_page_count(wt) : 0;
         int incl = ct; // inclusive scan of the counts within the warp, then across warps
 #pragma unroll
@@ -357,129 +339,53 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
         __syncthreads();
         for (int pi = warp; pi < nc; pi += NW) {
             const uint64_t w = page_sh[pi];
-            const int cnt = li_page_count(w), j0 = pj0_sh[pi];
-            if (j0 >= nv) break;
-            if (j0 + cnt <= first) continue; // wholly masked: never read
-            const int64_t id = li_page_id(w);
-            const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-            const KV *kbase =
-                (const KV *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
-            const KV *vbase = kbase + (int64_t)a.Hkv * head_stride;
-            for (int c0 = 0; c0 < cnt; c0 += KS) {
-                const int jc = j0 + c0;
-                if (jc >= nv) break;
-                uint32_t kr[U][WORDS], vr[U][WORDS];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int c = c0 + u * SLOTS + slot;
-                    slot_load(kbase + (int64_t)c * Dh + d0, c < cnt, kr[u]);
-                    slot_load(vbase + (int64_t)c * Dh + d0, c < cnt, vr[u]);
-                }
-                // q' = R_-Δ q (a' = a c + b s, b' = b c - a s) for this warp, one cos/sin per pair
-                // for all G heads; after the first loads are issued, so that it hides behind them
-                if (c0 == 0 && delta != cur_delta) {
-                    for (int i = lane; i < G * Dh; i += 32)
-                        qr[i] = qsh[i];
-                    __syncwarp();
-                    if (delta != 0)
-                        for (int pi = lane; pi < r.n_dims / 2; pi += 32) {
-                            int ia, ib;
-                            float cs, sn;
-                            rope_sincos((double)delta, r.inv_freq[pi], &cs, &sn);
-                            rope_pair(r, pi, &ia, &ib);
-#pragma unroll
-                            for (int g = 0; g < G; g++) {
-                                const float x = qsh[g * Dh + ia], y = qsh[g * Dh + ib];
-                                qr[g * Dh + ia] = x * cs + y * sn;
-                                qr[g * Dh + ib] = y * cs - x * sn;
-                            }
-                        }
-                    __syncwarp();
-#pragma unroll
-                    for (int g = 0; g < G; g++)
-#pragma unroll
-                        for (int i = 0; i < VEC; i++)
-                            q[g][i] = qr[g * Dh + d0 + i] * qscale;
-                    __syncwarp(); // qr is rewritten at the next Δ change
-                    cur_delta = delta;
-                }
-                float s[G][U];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int c = c0 + u * SLOTS + slot, j = j0 + c;
-                    const bool vis = c < cnt && j >= first && j < nv;
-#pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        float d = 0.0f;
-#pragma unroll
-                        for (int i = 0; i < VEC; i++)
-                            d = fmaf(q[g][i], words::get(kr[u], i), d);
-#pragma unroll
-                        for (int o = LPK / 2; o > 0; o >>= 1)
-                            d += __shfl_xor_sync(0xffffffffu, d, o);
-                        s[g][u] = vis ? d : -INFINITY;
-                    }
-                }
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    float mx = m[g];
-#pragma unroll
-                    for (int u = 0; u < U; u++)
-                        mx = fmaxf(mx, s[g][u]);
-                    const float ref = mx == -INFINITY ? 0.0f : mx; // nothing visible yet: p = 0
-                    const float al = exp2f(m[g] - ref);
-                    float psum = 0.0f;
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        s[g][u] = exp2f(s[g][u] - ref);
-                        psum += s[g][u];
-                    }
-                    l[g] = l[g] * al + psum;
-                    m[g] = mx;
-#pragma unroll
-                    for (int i = 0; i < VEC; i++)
-                        acc[g][i] *= al;
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int i = 0; i < VEC; i++) {
-                        const float v = words::get(vr[u], i);
-#pragma unroll
-                        for (int g = 0; g < G; g++)
-                            acc[g][i] = fmaf(s[g][u], v, acc[g][i]);
-                    }
-            }
+            const int cnt = li_page_count(w), pj0 = pj0_sh[pi];
+            if (pj0 >= nv) break;
+            if (pj0 + cnt <= first) continue; // wholly masked: never read
+            fn(w, cnt, pj0);
         }
         j0 += total;
         __syncthreads(); // page_sh and pj0_sh are rewritten for the next chunk
     }
+}
 
-    // merge the warp's slots (butterfly over the slot bits of the lane index), then the warps
+// qr = R_-Δ q of the G query heads in qsh (G, Dh) (a' = a c + b s, b' = b c - a s), by one warp
+// into its own shared buffer, one cos/sin per rotation pair for all G heads; synchronised within
+// the warp before and after.
+template <int G, int Dh>
+__device__ __forceinline__ void rotate_query(float *qr, const float *qsh, int64_t delta,
+                                             const li_cuda_rope_args &r, int lane) {
+    __syncwarp(); // the warp's last reads of qr are done
+    for (int i = lane; i < G * Dh; i += 32)
+        qr[i] = qsh[i];
+    __syncwarp();
+    if (delta != 0)
+        for (int pi = lane; pi < r.n_dims / 2; pi += 32) {
+            int ia, ib;
+            float cs, sn;
+            rope_sincos((double)delta, r.inv_freq[pi], &cs, &sn);
+            rope_pair(r, pi, &ia, &ib);
 #pragma unroll
-    for (int o = LPK; o < 32; o <<= 1)
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-            const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
-            const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
-            float ws, wo;
-            softmax_merge(m[g], l[g], mo, lo, ws, wo);
-#pragma unroll
-            for (int i = 0; i < VEC; i++)
-                acc[g][i] = ws * acc[g][i] + wo * __shfl_xor_sync(0xffffffffu, acc[g][i], o);
-        }
-    __syncthreads(); // every warp is done with qr before it holds accumulators
-    if (slot == 0)
-#pragma unroll
-        for (int g = 0; g < G; g++) {
-#pragma unroll
-            for (int i = 0; i < VEC; i++)
-                qr[g * Dh + d0 + i] = acc[g][i];
-            if (lane == 0) {
-                mw[warp][g] = m[g];
-                lw[warp][g] = l[g];
+            for (int g = 0; g < G; g++) {
+                const float x = qsh[g * Dh + ia], y = qsh[g * Dh + ib];
+                qr[g * Dh + ia] = x * cs + y * sn;
+                qr[g * Dh + ib] = y * cs - x * sn;
             }
         }
+    __syncwarp();
+}
+
+// The end of the decode kernels: each warp has left its (m, l) per head (log2 units) in mw, lw
+// and its unnormalised output in qw. Merges the warps; writes the output (one key range) or the
+// range's partial, and the last block of the row and kv head to finish merges all n_split
+// partials (tickets: an atomic count per (row, kv head), reset by that block).
+template <int G, int Dh>
+__device__ __forceinline__ void decode_finish(const li_cuda_attn_args &a, float (*qw)[G * Dh],
+                                              float (*mw)[G], float (*lw)[G]) {
+    constexpr int NW = ATT_THREADS / 32;
+    __shared__ int last_sh;
+    const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     __syncthreads();
     for (int e = tid; e < G * Dh; e += ATT_THREADS) {
         const int g = e / Dh, d = e - g * Dh;
@@ -564,6 +470,379 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
     }
 }
 
+template <int G, int Dh, typename KV, int U>
+__global__ void __launch_bounds__(ATT_THREADS, 3)
+    attention_kernel_slots(const li_cuda_attn_args a, const li_cuda_rope_args r) {
+    typedef slot_shape<KV, G> shape;
+    typedef slot_words<KV, shape::VEC> words;
+    constexpr int VEC = shape::VEC, WORDS = shape::WORDS, LPK = Dh / VEC, SLOTS = 32 / LPK;
+    constexpr int KS = U * SLOTS, NW = ATT_THREADS / 32;
+    static_assert(LPK <= 32 && (LPK & (LPK - 1)) == 0 && KS <= 16, "slot layout");
+    __shared__ float qsh[G * Dh];    // (G, Dh) the query heads of kv head hk
+    __shared__ float qw[NW][G * Dh]; // per warp: q rotated by -Δ; at the end, the warp's acc
+    __shared__ float mw[NW][G], lw[NW][G];
+    const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int slot = lane / LPK, d0 = (lane % LPK) * VEC; // this lane: dims [d0, d0 + VEC)
+    const int first = a.kv_first ? a.kv_first[t] : 0, nv = a.n_visible[t];
+    // the row's page table: the shared one, or its sequence's (a batch of decode rows)
+    const uint64_t *pages = a.pages;
+    int n_pages = a.n_pages;
+    if (a.row_page0) {
+        pages += a.row_page0[t];
+        n_pages = a.row_page0[t + 1] - a.row_page0[t];
+    }
+    const int p0 = min(sp * a.pages_per_split, n_pages); // a short row's extra ranges: empty
+    const int p1 = min(n_pages, p0 + a.pages_per_split);
+    const float qscale = a.scale * 1.4426950408889634f; // scores in log2 units
+
+    // the query heads: loaded here, stored to qsh once the walk's first loads are in flight too
+    const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
+    constexpr int QPT = (G * Dh + ATT_THREADS - 1) / ATT_THREADS;
+    float qv[QPT];
+#pragma unroll
+    for (int k = 0; k < QPT; k++)
+        qv[k] = tid + k * ATT_THREADS < G * Dh ? qsrc[tid + k * ATT_THREADS] : 0.0f;
+
+    float q[G][VEC], acc[G][VEC], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+            acc[g][i] = q[g][i] = 0.0f;
+    }
+    int64_t cur_delta = -1;
+    const int64_t head_stride = (int64_t)a.P * Dh;
+    float *qr = qw[warp];
+
+    walk_pages(
+        pages, p0, p1, first, nv,
+        [&] {
+#pragma unroll
+            for (int k = 0; k < QPT; k++)
+                if (tid + k * ATT_THREADS < G * Dh) qsh[tid + k * ATT_THREADS] = qv[k];
+        },
+        [&](uint64_t w, int cnt, int j0) {
+            const int64_t id = li_page_id(w);
+            const int64_t delta = a.rotate ? li_page_delta(w) : 0;
+            const KV *kbase =
+                (const KV *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
+            const KV *vbase = kbase + (int64_t)a.Hkv * head_stride;
+            for (int c0 = 0; c0 < cnt; c0 += KS) {
+                const int jc = j0 + c0;
+                if (jc >= nv) break;
+                uint32_t kr[U][WORDS], vr[U][WORDS];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = c0 + u * SLOTS + slot;
+                    slot_load(kbase + (int64_t)c * Dh + d0, c < cnt, kr[u]);
+                    slot_load(vbase + (int64_t)c * Dh + d0, c < cnt, vr[u]);
+                }
+                // q' = R_-Δ q (a' = a c + b s, b' = b c - a s) for this warp, one cos/sin per pair
+                // for all G heads; after the first loads are issued, so that it hides behind them
+                if (c0 == 0 && delta != cur_delta) {
+                    rotate_query<G, Dh>(qr, qsh, delta, r, lane);
+#pragma unroll
+                    for (int g = 0; g < G; g++)
+#pragma unroll
+                        for (int i = 0; i < VEC; i++)
+                            q[g][i] = qr[g * Dh + d0 + i] * qscale;
+                    cur_delta = delta;
+                }
+                float s[G][U];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = c0 + u * SLOTS + slot, j = j0 + c;
+                    const bool vis = c < cnt && j >= first && j < nv;
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        float d = 0.0f;
+#pragma unroll
+                        for (int i = 0; i < VEC; i++)
+                            d = fmaf(q[g][i], words::get(kr[u], i), d);
+#pragma unroll
+                        for (int o = LPK / 2; o > 0; o >>= 1)
+                            d += __shfl_xor_sync(0xffffffffu, d, o);
+                        s[g][u] = vis ? d : -INFINITY;
+                    }
+                }
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float mx = m[g];
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        mx = fmaxf(mx, s[g][u]);
+                    const float ref = mx == -INFINITY ? 0.0f : mx; // nothing visible yet: p = 0
+                    const float al = exp2f(m[g] - ref);
+                    float psum = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        s[g][u] = exp2f(s[g][u] - ref);
+                        psum += s[g][u];
+                    }
+                    l[g] = l[g] * al + psum;
+                    m[g] = mx;
+#pragma unroll
+                    for (int i = 0; i < VEC; i++)
+                        acc[g][i] *= al;
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) {
+                        const float v = words::get(vr[u], i);
+#pragma unroll
+                        for (int g = 0; g < G; g++)
+                            acc[g][i] = fmaf(s[g][u], v, acc[g][i]);
+                    }
+            }
+        });
+
+    // merge the warp's slots (butterfly over the slot bits of the lane index), then the warps
+#pragma unroll
+    for (int o = LPK; o < 32; o <<= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
+            float ws, wo;
+            softmax_merge(m[g], l[g], mo, lo, ws, wo);
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                acc[g][i] = ws * acc[g][i] + wo * __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+        }
+    __syncthreads(); // every warp is done with qr before it holds accumulators
+    if (slot == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int i = 0; i < VEC; i++)
+                qr[g * Dh + d0 + i] = acc[g][i];
+            if (lane == 0) {
+                mw[warp][g] = m[g];
+                lw[warp][g] = l[g];
+            }
+        }
+    decode_finish<G, Dh>(a, qw, mw, lw);
+}
+
+// ---- tensor-core decode (bf16 pools, G 1/2/4/8, Dh 64/128) -------------------------------------
+//
+// The slot kernel spends ~1,100 instructions per 8 KB of bf16 K/V (unpacking and fp32 FMAs): at
+// batch 16+ it is bound by issue (3.3-3.5 TB/s) where f32 pools reach 4.2 TB/s. Here the G heads'
+// scores and outputs come from mma.sync.m16n8k16 (bf16 in, fp32 accumulate), ~180 instructions
+// per 16-key step of 8 KB: a warp takes one 16-key step of a page at a time,
+//   S (16 x 8 keys, two n-tiles) = Q (16 rows: the G heads, rest zero) · Kᵀ,
+//   Oᵀ (Dh x 8: dims x heads, Dh / 16 m-tiles) += Vᵀ · Pᵀ (16 keys x 8: P of the G heads),
+// with K and V read from global memory straight into fragments (no shared memory, no ldmatrix):
+// a dot product does not care in which order its dims are summed, so each operand's k index is
+// mapped to the dims a thread can load as whole 16-byte vectors. With g = lane / 4, c = lane % 4:
+//   Q·Kᵀ: the thread loads key g of the n-tile, dims [c Dh/4, (c+1) Dh/4) (Dh / 2 bytes); its
+//     k-step s pairs (2c, 2c+1 | 2c+8, 2c+9) are dims c Dh/4 + 4s + (0, 1 | 2, 3), which is word
+//     (2s | 2s+1) of what it loaded — and Q's A fragment is built with the same map;
+//   Vᵀ·Pᵀ: the thread loads keys 2c, 2c+1, 2c+8, 2c+9 (the k index of the B operand Pᵀ, which
+//     is S's accumulator layout: FlashAttention-2's register reuse), dims [g Dh/8, (g+1) Dh/8);
+//     m-tile t's rows g and g+8 are dims g Dh/8 + 2t and + 2t + 1, the two halves of its word
+//     t, so an A register is two halves of two keys' words (one byte_perm).
+// Exactness: Q and P are split into bf16 hi + lo (x = hi + lo to ~2^-16 relative) and both halves
+// go through the tensor cores, so the products keep ~fp32 accuracy against the fp32 oracle (K
+// and V are bf16 already); 4x the minimal MMA count, still ~10 % of the tensor cores at HBM speed.
+// The rest is the slot kernel's: pages round-robin over 4 warps (walk_pages), the query rotated
+// by -Δ per document (rotate_query), online softmax in log2 units (per head g on its quad's lanes),
+// warps and split-K ranges merged by decode_finish.
+template <int G, int Dh>
+__global__ void __launch_bounds__(ATT_THREADS, 3)
+    attention_kernel_decode_mma(const li_cuda_attn_args a, const li_cuda_rope_args r) {
+    constexpr int NW = ATT_THREADS / 32, KSTEPS = Dh / 16, MT = Dh / 16;
+    constexpr int KSEG = Dh / 4, VSEG = Dh / 8; // K, V elements a thread loads of a key row
+    constexpr int KW = KSEG / 2, VW = VSEG / 2; // the same in 32-bit words
+    static_assert(G >= 1 && G <= 8 && (Dh == 64 || Dh == 128), "decode mma shapes");
+    __shared__ float qsh[G * Dh];
+    __shared__ float qw[NW][G * Dh]; // per warp: q rotated by -Δ; at the end, the warp's output
+    __shared__ float mw[NW][G], lw[NW][G];
+    // per warp and k-step, each lane's Q fragments (hi a[0], a[2], lo a[0], a[2]): shared memory
+    // rather than 32 registers, read as one 16-byte vector per k-step
+    __shared__ uint4 qf[NW][KSTEPS][32];
+    const int hk = blockIdx.y, t = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int first = a.kv_first ? a.kv_first[t] : 0, nv = a.n_visible[t];
+    const uint64_t *pages = a.pages;
+    int n_pages = a.n_pages;
+    if (a.row_page0) {
+        pages += a.row_page0[t];
+        n_pages = a.row_page0[t + 1] - a.row_page0[t];
+    }
+    const int p0 = min((int)blockIdx.x * a.pages_per_split, n_pages);
+    const int p1 = min(n_pages, p0 + a.pages_per_split);
+    const float qscale = a.scale * 1.4426950408889634f; // scores in log2 units
+
+    // the query heads: loaded here, stored to qsh once the walk's first loads are in flight too
+    const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
+    constexpr int QPT = (G * Dh + ATT_THREADS - 1) / ATT_THREADS;
+    float qv[QPT];
+#pragma unroll
+    for (int k = 0; k < QPT; k++)
+        qv[k] = tid + k * ATT_THREADS < G * Dh ? qsrc[tid + k * ATT_THREADS] : 0.0f;
+
+    float o[MT][4]; // Oᵀ: (dims g Dh/8 + 2t (+1), heads 2c, 2c + 1)
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f; // head g: running max; this lane's share of the sum
+    int64_t cur_delta = -1;
+    const int64_t head_stride = (int64_t)a.P * Dh;
+    float *qr = qw[warp];
+
+    walk_pages(
+        pages, p0, p1, first, nv,
+        [&] {
+#pragma unroll
+            for (int k = 0; k < QPT; k++)
+                if (tid + k * ATT_THREADS < G * Dh) qsh[tid + k * ATT_THREADS] = qv[k];
+        },
+        [&](uint64_t w, int cnt, int j0) {
+            const int64_t id = li_page_id(w);
+            const int64_t delta = a.rotate ? li_page_delta(w) : 0;
+            const __nv_bfloat16 *kbase =
+                (const __nv_bfloat16 *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
+            const __nv_bfloat16 *vbase = kbase + (int64_t)a.Hkv * head_stride;
+            for (int c0 = 0; c0 < cnt; c0 += 16) {
+                if (j0 + c0 >= nv) break;
+                uint32_t kr[2][KW], vr[4][VW];
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int key = c0 + 8 * j + g;
+#pragma unroll
+                    for (int i = 0; i < KW / 4; i++) {
+                        const uint4 x =
+                            key < cnt
+                                ? __ldg((const uint4 *)(kbase + (int64_t)key * Dh + c * KSEG) + i)
+                                : make_uint4(0, 0, 0, 0);
+                        kr[j][4 * i] = x.x, kr[j][4 * i + 1] = x.y, kr[j][4 * i + 2] = x.z,
+                                  kr[j][4 * i + 3] = x.w;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int key = c0 + 2 * c + (u & 1) + 8 * (u >> 1);
+#pragma unroll
+                    for (int i = 0; i < VW / 4; i++) {
+                        const uint4 x =
+                            key < cnt
+                                ? __ldg((const uint4 *)(vbase + (int64_t)key * Dh + g * VSEG) + i)
+                                : make_uint4(0, 0, 0, 0);
+                        vr[u][4 * i] = x.x, vr[u][4 * i + 1] = x.y, vr[u][4 * i + 2] = x.z,
+                                  vr[u][4 * i + 3] = x.w;
+                    }
+                }
+                if (c0 == 0 && delta != cur_delta) { // Q's fragments at this Δ: hi + lo
+                    rotate_query<G, Dh>(qr, qsh, delta, r, lane);
+#pragma unroll
+                    for (int s = 0; s < KSTEPS; s++) {
+                        uint32_t hi[2], lo[2];
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int d = c * KSEG + 4 * s + 2 * h;
+                            const float x = g < G ? qr[g * Dh + d] * qscale : 0.0f;
+                            const float y = g < G ? qr[g * Dh + d + 1] * qscale : 0.0f;
+                            hi[h] = pack_bf16x2(x, y);
+                            const float2 back = __bfloat1622float2(*(const __nv_bfloat162 *)&hi[h]);
+                            lo[h] = pack_bf16x2(x - back.x, y - back.y);
+                        }
+                        qf[warp][s][lane] = make_uint4(hi[0], hi[1], lo[0], lo[1]);
+                    }
+                    __syncwarp();
+                    cur_delta = delta;
+                }
+                // four independent accumulator chains (n-tile x hi/lo), summed after: a chain of
+                // dependent MMAs is the step's latency
+                float sc[2][4], sl[2][4];
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sc[j][e] = sl[j][e] = 0.0f;
+#pragma unroll
+                for (int s = 0; s < KSTEPS; s++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const uint4 f = qf[warp][s][lane];
+                        const uint32_t ah[4] = {f.x, 0u, f.y, 0u}, al4[4] = {f.z, 0u, f.w, 0u};
+                        mma_bf16(sc[j], ah, kr[j][2 * s], kr[j][2 * s + 1]);
+                        mma_bf16(sl[j], al4, kr[j][2 * s], kr[j][2 * s + 1]);
+                    }
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sc[j][e] += sl[j][e];
+                // head g's scores of keys c0 + 8j + 2c + e: sc[j][e]
+                float p[2][2], mx = m;
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int key = c0 + 8 * j + 2 * c + e, jj = j0 + key;
+                        p[j][e] = key < cnt && jj >= first && jj < nv ? sc[j][e] : -INFINITY;
+                        mx = fmaxf(mx, p[j][e]);
+                    }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float ref = mx == -INFINITY ? 0.0f : mx; // nothing visible yet: p = 0
+                const float al = exp2f(m - ref);
+                float psum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        p[j][e] = exp2f(p[j][e] - ref);
+                        psum += p[j][e];
+                    }
+                l = l * al + psum;
+                m = mx;
+                // Oᵀ's columns are heads 2c, 2c + 1, whose rescale factors live on quads 2c, 2c + 1
+                const float al0 = __shfl_sync(0xffffffffu, al, 8 * c);
+                const float al1 = __shfl_sync(0xffffffffu, al, 8 * c + 4);
+                uint32_t ph[2], pl[2]; // Pᵀ's B fragment: keys (2c, 2c+1 | 2c+8, 2c+9), head g
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    ph[j] = pack_bf16x2(p[j][0], p[j][1]);
+                    const float2 back = __bfloat1622float2(*(const __nv_bfloat162 *)&ph[j]);
+                    pl[j] = pack_bf16x2(p[j][0] - back.x, p[j][1] - back.y);
+                }
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    o[i][0] *= al0, o[i][1] *= al1, o[i][2] *= al0, o[i][3] *= al1;
+                    const uint32_t va[4] = {__byte_perm(vr[0][i], vr[1][i], 0x5410),
+                                            __byte_perm(vr[0][i], vr[1][i], 0x7632),
+                                            __byte_perm(vr[2][i], vr[3][i], 0x5410),
+                                            __byte_perm(vr[2][i], vr[3][i], 0x7632)};
+                    mma_bf16(o[i], va, ph[0], ph[1]);
+                    mma_bf16(o[i], va, pl[0], pl[1]);
+                }
+            }
+        });
+
+    l += __shfl_xor_sync(0xffffffffu, l, 1); // head g's sum over its quad
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    __syncwarp(); // the warp's last reads of qr are done
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        if (2 * c + e < G)
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                qr[(2 * c + e) * Dh + g * VSEG + 2 * i] = o[i][e];
+                qr[(2 * c + e) * Dh + g * VSEG + 2 * i + 1] = o[i][2 + e];
+            }
+    if (c == 0 && g < G) {
+        mw[warp][g] = m;
+        lw[warp][g] = l;
+    }
+    decode_finish<G, Dh>(a, qw, mw, lw);
+}
+
 // Keys per slot and step of the slot kernel for (KV, G, Dh): a power of two that keeps a step
 // within 16 keys (a page) and a lane's registers for the query and accumulator (2 G VEC), the
 // step's loads (2 U WORDS) and its scores (G U) within ~128.
@@ -581,17 +860,40 @@ template <int G, int DV, typename KV> static attn_kernel_fn slot_kernel(void) {
     return attention_kernel_slots<G, 32 * DV, KV, slot_keys<KV, G, 32 * DV>()>;
 }
 
+// LI_CUDA_ATTN_DECODE (read once, A/B timing): "slots" the slot kernel for bf16 pools too,
+// "slots-wide" the same with twice its keys per step; default the tensor-core kernel for bf16.
+static int decode_variant(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("LI_CUDA_ATTN_DECODE");
+        v = !e ? 0 : !strcmp(e, "slots") ? 1 : !strcmp(e, "slots-wide") ? 2 : 0;
+    }
+    return v;
+}
+
+template <int G, int DV> static attn_kernel_fn bf16_kernel(void) {
+    typedef __nv_bfloat16 B;
+    constexpr int U = slot_keys<B, G, 32 * DV>();
+    constexpr int U2 = 2 * U * (32 / (32 * DV / slot_shape<B, G>::VEC)) <= 16 ? 2 * U : U;
+    switch (decode_variant()) {
+    case 1: return attention_kernel_slots<G, 32 * DV, B, U>;
+    case 2: return attention_kernel_slots<G, 32 * DV, B, U2>;
+    default: return attention_kernel_decode_mma<G, 32 * DV>;
+    }
+}
+
 // The decode kernel instantiated for (G, Dh) and the pool's element type, or NULL: the generic
 // kernel serves the rest. *merges: it combines split-K partials itself (tickets).
 static attn_kernel_fn slot_kernel_for(int G, int Dh, int kv_bf16, bool *merges) {
     attn_kernel_fn k = NULL;
-#define LI_ATTN_CASE(g, dv)                                                                        \
-    if (G == g && Dh == 32 * dv)                                                                   \
-        k = kv_bf16 ? slot_kernel<g, dv, __nv_bfloat16>() : slot_kernel<g, dv, float>();
+    // clang-format off
+#define LI_ATTN_CASE(g, dv) \
+    if (G == g && Dh == 32 * dv) k = kv_bf16 ? bf16_kernel<g, dv>() : slot_kernel<g, dv, float>();
     LI_ATTN_CASE(1, 2) LI_ATTN_CASE(2, 2) LI_ATTN_CASE(4, 2) LI_ATTN_CASE(8, 2)
     LI_ATTN_CASE(1, 4) LI_ATTN_CASE(2, 4) LI_ATTN_CASE(4, 4) LI_ATTN_CASE(8, 4)
 #undef LI_ATTN_CASE
-    if (merges) *merges = k != NULL;
+        // clang-format on
+        if (merges) *merges = k != NULL;
     return k;
 }
 
@@ -657,9 +959,15 @@ extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf1
         const char *e = getenv("LI_CUDA_ATTN_MIN_PAGES");
         min_pages = e && atoi(e) > 0 ? atoi(e) : 4;
     }
+    // resident-block waves a split targets (LI_CUDA_ATTN_WAVES, default 1; read once: A/B runs)
+    static int waves = 0;
+    if (!waves) {
+        const char *e = getenv("LI_CUDA_ATTN_WAVES");
+        waves = e && atoi(e) > 0 ? atoi(e) : 1;
+    }
     int ns = 1;
     if (2 * base <= target && n_pages >= 2 * min_pages) {
-        ns = (int)(target / base);
+        ns = (int)(waves * target / base);
         if (ns > n_pages / min_pages) ns = n_pages / min_pages;
         if (ns > 256) ns = 256;
         if (ns < 1) ns = 1;
@@ -709,7 +1017,7 @@ extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_arg
     bool merges = false;
     attn_kernel_fn wk =
         force_generic ? NULL : slot_kernel_for(a->H / a->Hkv, a->Dh, a->kv_bf16, &merges);
-    if (a->row_page0 && !merges) return cudaErrorInvalidValue;  // li_cuda_attention_rows_ok
+    if (a->row_page0 && !merges) return cudaErrorInvalidValue; // li_cuda_attention_rows_ok
     if (wk) {
         wk<<<grid, ATT_THREADS, 0, st>>>(*a, *rope);
     } else {

@@ -108,6 +108,26 @@ __device__ __forceinline__ void rope_sincos(double pos, float w, float *c, float
     sincosf((float)ang, s, c);
 }
 
+// d (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col): mma.sync.m16n8k16. Fragments (PTX
+// ISA), g = lane / 4, c = lane % 4: a[0] = (row g, cols 2c, 2c+1), a[1] = (row g+8, the same),
+// a[2] = (row g, cols 2c+8, 2c+9), a[3] = (row g+8, the same); b0 = (rows 2c, 2c+1; col g),
+// b1 = (rows 2c+8, 2c+9; col g); d = (row g, cols 2c, 2c+1), (row g+8, the same). The lower
+// 16 bits of a register hold the lower column (or row) index.
+__device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (x, y) as bf16x2 (x in the low half), round to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float x, float y) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *(const uint32_t *)&v;
+}
+
 // HF's silu(gate) * up, the one expression every SwiGLU kernel uses (swiglu and its FP8-fused
 // twin must give the same bits). expf(-g) overflows to inf for g < -88: g / inf = -0, the limit.
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
