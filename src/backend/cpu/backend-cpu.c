@@ -135,6 +135,7 @@ void li_backend_free(li_backend *be) {
     li_cpu_impl *im = be->impl;
     if (im) {
         li_cpu_scratch_free(&im->delta_tab);
+        li_cpu_scratch_free(&im->kv_wide);
         li_cpu_scratch_free(&im->wtile);
         li_cpu_scratch_free(&im->samp_p);
         li_cpu_scratch_free(&im->samp_idx);

@@ -18,6 +18,7 @@ typedef struct {
 
 typedef struct {
     li_cpu_scratch delta_tab;  // attention: cos/sin of Δ·w_i per distinct page Δ, + page index
+    li_cpu_scratch kv_wide;    // attention on a bf16 pool: per thread, a page's K, V rows in f32
     li_cpu_scratch wtile;      // matmul: bf16 rows converted to f32 for sgemm
     li_cpu_scratch samp_p;     // sample: (V) double unnormalised probabilities
     li_cpu_scratch samp_idx;   // sample: (V) candidates (p, id)

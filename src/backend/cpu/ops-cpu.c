@@ -563,6 +563,7 @@ typedef struct {
     const li_rope_table *rope;
     const int32_t *page_tab;  // (n_pages) index of the page's cos/sin row, -1 for Δ = 0; or NULL
     const float *cs_tab;      // (n_distinct, 2, n_pairs) cos then sin
+    float *wide;              // bf16 pool: per worker 2 P Dh floats (a page's K, V in f32), or NULL
 } att_ctx;
 
 // qr = R_{-Δ} q for one head: a' = a c + b s, b' = b c - a s.
@@ -588,11 +589,12 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
     float sc[ATT_GMAX][LI_PAGE_MAX_SIZE];
     float m[ATT_GMAX], l[ATT_GMAX];
     float cs_own[2 * LI_ROPE_MAX_PAIRS];
-    // a bf16 pool: each page's visible K and V rows widened to f32 here (P, Dh) each
-    float *kwide = NULL, *vwide = NULL;
-    if (kv->dtype == LI_DTYPE_BF16) {
-        kwide = malloc(2 * (size_t)kv->page_size * Dh * sizeof(float));
-        LI_ASSERT(kwide != NULL);
+    // a bf16 pool: each page's visible K and V rows widened to f32 in this worker's part of the
+    // scratch (P, Dh) each; without scratch, one row at a time into krow / vrow
+    float *kwide = NULL, *vwide = NULL, krow[ATT_DH_MAX], vrow[ATT_DH_MAX];
+    const bool bf16 = kv->dtype == LI_DTYPE_BF16;
+    if (bf16 && c->wide) {
+        kwide = c->wide + (size_t)tid * 2 * kv->page_size * Dh;
         vwide = kwide + (size_t)kv->page_size * Dh;
     }
     for (int64_t item = b; item < e; item++) {
@@ -638,17 +640,23 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
                     }
                     cur_delta = delta;
                 }
-                // rows s0 .. n_use - 1 are read; kb / vb index them by slot s
-                const float *kb =
-                    kv_rows_f32(kv, li_kv_offset(kv, id, c->il, 0, hk, s0), n_use - s0, kwide) -
-                    (size_t)s0 * Dh;
-                const float *vb =
-                    kv_rows_f32(kv, li_kv_offset(kv, id, c->il, 1, hk, s0), n_use - s0, vwide) -
-                    (size_t)s0 * Dh;
+                // rows s0 .. n_use - 1 are read; kb / vb index them by slot s (NULL: a bf16
+                // pool without scratch, rows widened one at a time from ko / vo)
+                const size_t ko = li_kv_offset(kv, id, c->il, 0, hk, 0);
+                const size_t vo = li_kv_offset(kv, id, c->il, 1, hk, 0);
+                const bool whole = !bf16 || kwide;
+                const float *kb = whole ? kv_rows_f32(kv, ko + (size_t)s0 * Dh, n_use - s0, kwide) -
+                                              (size_t)s0 * Dh
+                                        : NULL;
+                const float *vb = whole ? kv_rows_f32(kv, vo + (size_t)s0 * Dh, n_use - s0, vwide) -
+                                              (size_t)s0 * Dh
+                                        : NULL;
                 for (int g = 0; g < gn; g++) {
                     float bm = -INFINITY;
                     for (int s = s0; s < n_use; s++) {
-                        sc[g][s] = dot_f32(qr[g], kb + (size_t)s * Dh, Dh) * c->scale;
+                        const float *kr =
+                            kb ? kb + (size_t)s * Dh : kv_rows_f32(kv, ko + (size_t)s * Dh, 1, krow);
+                        sc[g][s] = dot_f32(qr[g], kr, Dh) * c->scale;
                         bm = sc[g][s] > bm ? sc[g][s] : bm;
                     }
                     float mn = bm > m[g] ? bm : m[g];
@@ -661,7 +669,9 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
                     for (int s = s0; s < n_use; s++) {
                         float pe = expf(sc[g][s] - mn);
                         l[g] += pe;
-                        axpy(acc[g], pe, vb + (size_t)s * Dh, Dh);
+                        const float *vr =
+                            vb ? vb + (size_t)s * Dh : kv_rows_f32(kv, vo + (size_t)s * Dh, 1, vrow);
+                        axpy(acc[g], pe, vr, Dh);
                     }
                 }
                 j += n_use;
@@ -673,7 +683,6 @@ static void attention_items(void *p, int64_t b, int64_t e, int tid) {
             }
         }
     }
-    free(kwide);
 }
 
 typedef struct {
@@ -738,7 +747,13 @@ static void cpu_attention(li_backend *be, float *out, const float *q, int T, int
                           const li_rope_table *rope) {
     int Hkv = kv->n_head_kv;
     LI_ASSERT(H % Hkv == 0 && kv->head_dim <= ATT_DH_MAX && kv->page_size <= LI_PAGE_MAX_SIZE);
-    att_ctx c = {out, q, T, H, kv, il, seq, kv_first, n_visible, scale, rope, NULL, NULL};
+    att_ctx c = {out, q, T, H, kv, il, seq, kv_first, n_visible, scale, rope, NULL, NULL, NULL};
+    li_cpu_impl *im = impl_of(be);
+    if (kv->dtype == LI_DTYPE_BF16 && im) {  // NULL (no memory): the row-at-a-time path
+        size_t per = 2 * (size_t)kv->page_size * kv->head_dim;
+        int workers = be->n_threads > 0 ? be->n_threads : 1;
+        c.wide = li_cpu_scratch_get(&im->kv_wide, per * (size_t)workers * sizeof(float));
+    }
     // Pass 1 (this thread): which pages need a rotation, cos/sin per distinct consecutive Δ.
     int n_rot = 0;
     for (int p = 0; p < seq->n_pages; p++) {
@@ -750,7 +765,6 @@ static void cpu_attention(li_backend *be, float *out, const float *q, int T, int
         int half = rope->n_dims / 2;
         size_t tab_bytes = (size_t)seq->n_pages * sizeof(int32_t);
         tab_bytes = (tab_bytes + 63) & ~(size_t)63;
-        li_cpu_impl *im = impl_of(be);
         char *buf = im ? li_cpu_scratch_get(&im->delta_tab,
                                             tab_bytes + (size_t)n_rot * 2 * half * sizeof(float))
                        : NULL;
