@@ -261,12 +261,16 @@ template <int VEC> struct slot_words<__nv_bfloat16, VEC> {
     }
 };
 
-// One lane's WORDS words at p (16- or 8-byte aligned), read-only path; zeros when !in.
+// One lane's WORDS consecutive 32-bit words at p (16-byte aligned, or 8 when WORDS == 2), as
+// 16-byte (8-byte) loads on the read-only path; zeros when !in.
 template <int WORDS>
 __device__ __forceinline__ void slot_load(const void *p, bool in, uint32_t (&w)[WORDS]) {
-    if constexpr (WORDS == 4) {
-        const uint4 v = in ? __ldg((const uint4 *)p) : make_uint4(0, 0, 0, 0);
-        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    if constexpr (WORDS % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < WORDS / 4; i++) {
+            const uint4 v = in ? __ldg((const uint4 *)p + i) : make_uint4(0, 0, 0, 0);
+            w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+        }
     } else {
         static_assert(WORDS == 2, "8- or 16-byte lane loads");
         const uint2 v = in ? __ldg((const uint2 *)p) : make_uint2(0, 0);
@@ -282,6 +286,63 @@ __device__ __forceinline__ void softmax_merge(float &m, float &l, float mo, floa
     w_other = mo == -INFINITY ? 0.0f : exp2f(mo - M);
     l = w_self * l + w_other * lo;
     m = M;
+}
+
+// What the decode kernels' blocks start from: row t's page table (the shared one, or with
+// row_page0 its sequence's own), this block's range [p0, p1) of it (empty for a short row's extra
+// ranges) and the row's visible keys [first, nv).
+struct decode_range {
+    const uint64_t *pages;
+    int p0, p1, first, nv;
+};
+__device__ __forceinline__ decode_range decode_range_of(const li_cuda_attn_args &a, int t, int sp) {
+    decode_range d;
+    d.first = a.kv_first ? a.kv_first[t] : 0;
+    d.nv = a.n_visible[t];
+    d.pages = a.pages;
+    int n_pages = a.n_pages;
+    if (a.row_page0) {
+        d.pages += a.row_page0[t];
+        n_pages = a.row_page0[t + 1] - a.row_page0[t];
+    }
+    d.p0 = min(sp * a.pages_per_split, n_pages);
+    d.p1 = min(n_pages, d.p0 + a.pages_per_split);
+    return d;
+}
+
+// The G query heads of (row t, kv head hk): loaded into registers at once, stored to shared
+// memory (store, walk_pages' pre) once the walk's own first loads are in flight too.
+template <int G, int Dh> struct query_stage {
+    static constexpr int PER = (G * Dh + ATT_THREADS - 1) / ATT_THREADS; // per thread
+    float v[PER];
+    __device__ __forceinline__ void load(const li_cuda_attn_args &a, int t, int hk) {
+        const float *src = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS;
+            v[k] = i < G * Dh ? src[i] : 0.0f;
+        }
+    }
+    __device__ __forceinline__ void store(float *qsh) const {
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const int i = threadIdx.x + k * ATT_THREADS;
+            if (i < G * Dh) qsh[i] = v[k];
+        }
+    }
+};
+
+// K rows (P, Dh) of page word w, layer a.il, kv head hk; its V rows are Hkv heads further on
+// (page_v).
+template <typename KV>
+__device__ __forceinline__ const KV *page_k(const li_cuda_attn_args &a, uint64_t w, int hk,
+                                            int Dh) {
+    const int64_t head = (int64_t)a.P * Dh;
+    return (const KV *)a.kv + (((li_page_id(w) * a.L + a.il) * 2) * a.Hkv + hk) * head;
+}
+template <typename KV>
+__device__ __forceinline__ const KV *page_v(const li_cuda_attn_args &a, const KV *k, int Dh) {
+    return k + (int64_t)a.Hkv * a.P * Dh;
 }
 
 // The pages [p0, p1) of a row's table, a warp at a time: fn(word, count, first logical key) for
@@ -481,28 +542,15 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
     __shared__ float qsh[G * Dh];    // (G, Dh) the query heads of kv head hk
     __shared__ float qw[NW][G * Dh]; // per warp: q rotated by -Δ; at the end, the warp's acc
     __shared__ float mw[NW][G], lw[NW][G];
-    const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
+    const int hk = blockIdx.y, t = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int slot = lane / LPK, d0 = (lane % LPK) * VEC; // this lane: dims [d0, d0 + VEC)
-    const int first = a.kv_first ? a.kv_first[t] : 0, nv = a.n_visible[t];
-    // the row's page table: the shared one, or its sequence's (a batch of decode rows)
-    const uint64_t *pages = a.pages;
-    int n_pages = a.n_pages;
-    if (a.row_page0) {
-        pages += a.row_page0[t];
-        n_pages = a.row_page0[t + 1] - a.row_page0[t];
-    }
-    const int p0 = min(sp * a.pages_per_split, n_pages); // a short row's extra ranges: empty
-    const int p1 = min(n_pages, p0 + a.pages_per_split);
+    const decode_range rg = decode_range_of(a, t, blockIdx.x);
+    const int first = rg.first, nv = rg.nv;
     const float qscale = a.scale * 1.4426950408889634f; // scores in log2 units
 
-    // the query heads: loaded here, stored to qsh once the walk's first loads are in flight too
-    const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
-    constexpr int QPT = (G * Dh + ATT_THREADS - 1) / ATT_THREADS;
-    float qv[QPT];
-#pragma unroll
-    for (int k = 0; k < QPT; k++)
-        qv[k] = tid + k * ATT_THREADS < G * Dh ? qsrc[tid + k * ATT_THREADS] : 0.0f;
+    query_stage<G, Dh> qst;
+    qst.load(a, t, hk);
 
     float q[G][VEC], acc[G][VEC], m[G], l[G];
 #pragma unroll
@@ -514,22 +562,13 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
             acc[g][i] = q[g][i] = 0.0f;
     }
     int64_t cur_delta = -1;
-    const int64_t head_stride = (int64_t)a.P * Dh;
     float *qr = qw[warp];
 
     walk_pages(
-        pages, p0, p1, first, nv,
-        [&] {
-#pragma unroll
-            for (int k = 0; k < QPT; k++)
-                if (tid + k * ATT_THREADS < G * Dh) qsh[tid + k * ATT_THREADS] = qv[k];
-        },
+        rg.pages, rg.p0, rg.p1, first, nv, [&] { qst.store(qsh); },
         [&](uint64_t w, int cnt, int j0) {
-            const int64_t id = li_page_id(w);
             const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-            const KV *kbase =
-                (const KV *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
-            const KV *vbase = kbase + (int64_t)a.Hkv * head_stride;
+            const KV *kbase = page_k<KV>(a, w, hk, Dh), *vbase = page_v(a, kbase, Dh);
             for (int c0 = 0; c0 < cnt; c0 += KS) {
                 const int jc = j0 + c0;
                 if (jc >= nv) break;
@@ -667,24 +706,12 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
     __shared__ uint4 qf[NW][KSTEPS][32];
     const int hk = blockIdx.y, t = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
-    const int first = a.kv_first ? a.kv_first[t] : 0, nv = a.n_visible[t];
-    const uint64_t *pages = a.pages;
-    int n_pages = a.n_pages;
-    if (a.row_page0) {
-        pages += a.row_page0[t];
-        n_pages = a.row_page0[t + 1] - a.row_page0[t];
-    }
-    const int p0 = min((int)blockIdx.x * a.pages_per_split, n_pages);
-    const int p1 = min(n_pages, p0 + a.pages_per_split);
+    const decode_range rg = decode_range_of(a, t, blockIdx.x);
+    const int first = rg.first, nv = rg.nv;
     const float qscale = a.scale * 1.4426950408889634f; // scores in log2 units
 
-    // the query heads: loaded here, stored to qsh once the walk's first loads are in flight too
-    const float *qsrc = a.q + ((int64_t)t * a.H + (int64_t)hk * G) * Dh;
-    constexpr int QPT = (G * Dh + ATT_THREADS - 1) / ATT_THREADS;
-    float qv[QPT];
-#pragma unroll
-    for (int k = 0; k < QPT; k++)
-        qv[k] = tid + k * ATT_THREADS < G * Dh ? qsrc[tid + k * ATT_THREADS] : 0.0f;
+    query_stage<G, Dh> qst;
+    qst.load(a, t, hk);
 
     float o[MT][4]; // Oᵀ: (dims g Dh/8 + 2t (+1), heads 2c, 2c + 1)
 #pragma unroll
@@ -692,50 +719,26 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m = -INFINITY, l = 0.0f; // head g: running max; this lane's share of the sum
     int64_t cur_delta = -1;
-    const int64_t head_stride = (int64_t)a.P * Dh;
     float *qr = qw[warp];
 
     walk_pages(
-        pages, p0, p1, first, nv,
-        [&] {
-#pragma unroll
-            for (int k = 0; k < QPT; k++)
-                if (tid + k * ATT_THREADS < G * Dh) qsh[tid + k * ATT_THREADS] = qv[k];
-        },
+        rg.pages, rg.p0, rg.p1, first, nv, [&] { qst.store(qsh); },
         [&](uint64_t w, int cnt, int j0) {
-            const int64_t id = li_page_id(w);
             const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-            const __nv_bfloat16 *kbase =
-                (const __nv_bfloat16 *)a.kv + (((id * a.L + a.il) * 2) * a.Hkv + hk) * head_stride;
-            const __nv_bfloat16 *vbase = kbase + (int64_t)a.Hkv * head_stride;
+            const __nv_bfloat16 *kbase = page_k<__nv_bfloat16>(a, w, hk, Dh),
+                                *vbase = page_v(a, kbase, Dh);
             for (int c0 = 0; c0 < cnt; c0 += 16) {
                 if (j0 + c0 >= nv) break;
                 uint32_t kr[2][KW], vr[4][VW];
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
                     const int key = c0 + 8 * j + g;
-#pragma unroll
-                    for (int i = 0; i < KW / 4; i++) {
-                        const uint4 x =
-                            key < cnt
-                                ? __ldg((const uint4 *)(kbase + (int64_t)key * Dh + c * KSEG) + i)
-                                : make_uint4(0, 0, 0, 0);
-                        kr[j][4 * i] = x.x, kr[j][4 * i + 1] = x.y, kr[j][4 * i + 2] = x.z,
-                                  kr[j][4 * i + 3] = x.w;
-                    }
+                    slot_load(kbase + (int64_t)key * Dh + c * KSEG, key < cnt, kr[j]);
                 }
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
                     const int key = c0 + 2 * c + (u & 1) + 8 * (u >> 1);
-#pragma unroll
-                    for (int i = 0; i < VW / 4; i++) {
-                        const uint4 x =
-                            key < cnt
-                                ? __ldg((const uint4 *)(vbase + (int64_t)key * Dh + g * VSEG) + i)
-                                : make_uint4(0, 0, 0, 0);
-                        vr[u][4 * i] = x.x, vr[u][4 * i + 1] = x.y, vr[u][4 * i + 2] = x.z,
-                                  vr[u][4 * i + 3] = x.w;
-                    }
+                    slot_load(vbase + (int64_t)key * Dh + g * VSEG, key < cnt, vr[u]);
                 }
                 if (c0 == 0 && delta != cur_delta) { // Q's fragments at this Δ: hi + lo
                     rotate_query<G, Dh>(qr, qsh, delta, r, lane);
