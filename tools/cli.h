@@ -31,6 +31,7 @@ int cmd_sim(int argc, char **argv);  // tools/cmd-sim.c
 int cmd_dllm(int argc, char **argv);        // tools/cmd-dllm.c: lazyinfer dllm
 int cmd_bench_dllm(int argc, char **argv);  // tools/cmd-dllm.c: lazyinfer bench dllm
 int cmd_bench_rag(int argc, char **argv);   // tools/cmd-bench-rag.c: lazyinfer bench rag
+int cmd_bench_kernels(int argc, char **argv);  // tools/cmd-bench-kernels.c: lazyinfer bench kernels
 
 // Subcommands in their own files (tools/cmd-*.c).
 int cmd_rag(int argc, char **argv);

@@ -3,6 +3,29 @@
 #include <string.h>
 
 #include "backend.h"
+#ifdef LI_CUDA
+#include "cuda/backend-cuda.h"
+#endif
+
+li_status li_backend_open(li_backend **out, const char *name, int n_threads, int device) {
+    *out = NULL;
+    if (!name || !strcmp(name, "cpu")) return li_backend_cpu_init(out, n_threads);
+    if (!strcmp(name, "cpu-ref")) return li_backend_cpu_ref_init(out);
+    if (!strcmp(name, "cpu-devsim") || !strcmp(name, "cpu-devsim-bf16"))
+        return li_backend_cpu_devsim_init(out, n_threads, strstr(name, "bf16") != NULL);
+    if (!strcmp(name, "cuda")) {
+#ifdef LI_CUDA
+        return li_backend_cuda_init(out, device);
+#else
+        (void)device;
+        return li_error_set(LI_ERR_UNSUPPORTED, "backend 'cuda': this build has no CUDA backend "
+                            "(build ./lazyinfer-cuda with `make CUDA=1`)");
+#endif
+    }
+    return li_error_set(LI_ERR_INVALID_ARG,
+                        "unknown backend '%s' (known: cpu, cpu-ref, cpu-devsim, cpu-devsim-bf16, cuda)",
+                        name);
+}
 
 bool li_be_is_device(const li_backend *be) { return be && be->ops && be->ops->alloc; }
 

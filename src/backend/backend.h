@@ -386,5 +386,8 @@ li_status li_backend_cpu_devsim_init(li_backend **out, int n_threads, bool bf16)
 // Same, but every op is the oracle (for tests and debugging: LI_BACKEND=ref).
 li_status li_backend_cpu_ref_init(li_backend **out);
 void li_backend_free(li_backend *be);
+// The backend a name picks: NULL or "cpu", "cpu-ref", "cpu-devsim", "cpu-devsim-bf16", "cuda"
+// (GPU `device`; LI_ERR_UNSUPPORTED in a build without CUDA). n_threads: CPU workers (0: all).
+li_status li_backend_open(li_backend **out, const char *name, int n_threads, int device);
 
 #endif

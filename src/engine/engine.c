@@ -6,9 +6,6 @@
 
 #include "../format/hparams.h"
 #include "engine.h"
-#ifdef LI_CUDA
-#include "../backend/cuda/backend-cuda.h"
-#endif
 
 #define DEFAULT_N_BATCH 256
 #define DEFAULT_N_BATCH_DEVICE 2048
@@ -110,23 +107,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     if (rc != LI_OK) goto fail;
     m->metadata_only = p->metadata_only;
 
-    if (!p->backend || !strcmp(p->backend, "cpu")) {
-        rc = li_backend_cpu_init(&m->be, p->n_threads);
-    } else if (!strcmp(p->backend, "cpu-ref")) {
-        rc = li_backend_cpu_ref_init(&m->be);
-    } else if (!strcmp(p->backend, "cpu-devsim") || !strcmp(p->backend, "cpu-devsim-bf16")) {
-        rc = li_backend_cpu_devsim_init(&m->be, p->n_threads, strstr(p->backend, "bf16") != NULL);
-    } else if (!strcmp(p->backend, "cuda")) {
-#ifdef LI_CUDA
-        rc = li_backend_cuda_init(&m->be, p->device);
-#else
-        rc = li_error_set(LI_ERR_UNSUPPORTED, "backend 'cuda': this build has no CUDA backend "
-                          "(build ./lazyinfer-cuda with `make CUDA=1`)");
-#endif
-    } else {
-        rc = li_error_set(LI_ERR_INVALID_ARG, "unknown backend '%s' (known: cpu, cpu-ref, cpu-devsim, cpu-devsim-bf16, cuda)",
-                          p->backend);
-    }
+    rc = li_backend_open(&m->be, p->backend, p->n_threads, p->device);
     if (rc != LI_OK) goto fail;
     if (is_synth) {
         if (li_llama_synth_known(synth_name)) {
