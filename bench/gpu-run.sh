@@ -14,6 +14,8 @@
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   torchllada bench/torch_baselines.py --only eager_llada8b (after dllm: same prompt length)
 #   opsbench gpu-check's FP8 GEMM and prefill attention timings only
+#   kernels lazyinfer bench kernels on the GPU: one Llama-3.1-8B layer's ops against the copy and
+#           GEMM ceilings (decode attention at ctx 20K, batch 1/16/64)
 #   profile LI_CUDA_PROFILE=1 runs: per-op time of a LLaDA step and of Llama decode
 #   wmma    gpu-model and e2e with the older WMMA prefill attention (LI_CUDA_ATTN_MMA=0)
 #   graphs  step graphs on (LI_CUDA_GRAPHS=1) and off: Llama-8B decode, a LLaDA step at 512/1024
@@ -75,6 +77,7 @@ has model && run gpu-model-f32kv 300 env LI_TEST_KV_DTYPE=f32 $B/gpu-model
 has model && run gpu-model-graphs 300 env LI_CUDA_GRAPHS=1 LI_CUDA_GRAPH_STATS=1 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has rag && run test-rag-cuda-f32kv 300 env LI_TEST_BACKEND=cuda LI_TEST_KV_DTYPE=f32 $B/test-rag
+has kernels && run bench-kernels 180 $LI bench kernels --backend cuda -m synth:llama-3.1-8b
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # step graphs against the same steps launched op by op, in the same call
 if has graphs; then
