@@ -16,18 +16,21 @@
 // n_split ranges (li_cuda_attention_plan); each writes unnormalised (o, m, l) partials, merged as
 // M = max m_s, w_s = exp(m_s - M), out = Σ w_s o_s / Σ w_s l_s.
 //
-// Two kernels with that grid and those results: attention_kernel_slots (G 1/2/4/8, Dh 64/128, i.e.
-// every Llama-family shape; lanes own keys, 16-byte loads, partials merged in the kernel by the
-// last block of each row and kv head) and attention_kernel_paged (any shape; shared memory, 32
-// keys per chunk, partials merged by attention_kernel_combine). LI_CUDA_ATTN_GENERIC=1 forces the
-// generic one.
+// Three kernels with that grid and those results, for G 1/2/4/8 and Dh 64/128 (every
+// Llama-family shape): attention_kernel_decode_mma (bf16 pools, the default: tensor cores, K/V
+// from HBM straight into mma fragments) and attention_kernel_slots (f32 pools: lanes own keys,
+// 16-byte loads), both merging their split-K partials in the kernel (the last block of each row
+// and kv head); for any other shape attention_kernel_paged (shared memory, 32 keys per chunk,
+// partials merged by attention_kernel_combine). LI_CUDA_ATTN_GENERIC=1 forces the generic one,
+// LI_CUDA_ATTN_DECODE=slots the slot kernel for bf16 pools.
 //
 // Napkin maths (decode, Llama-3.1-8B heads: Hkv 8, Dh 128, ctx 20K): K + V of one layer are
 // 20000 * 8 * 128 * 2 B * 2 = 82 MB in bf16, 17 µs at the H200's 4.8 TB/s. Measured (H200,
-// 2026-11-30, gpu-check's bench group; docs/BENCHMARKS.md): the slot kernel 0.042 ms at batch 1
-// (1.96 TB/s bf16, 3.0 TB/s f32), 3.3-3.5 TB/s bf16 and 4.2 TB/s f32 at batch 16/64 in one
-// launch; the warp-per-key kernel it replaced took 0.090 ms (0.9 / 1.8 TB/s); the generic kernel
-// ~0.31 ms. bf16 is now bound by instructions (unpacking and fp32 FMAs per byte are twice f32's).
+// 2026-11-30, gpu-check's bench group; docs/BENCHMARKS.md "fifth session"): the tensor-core
+// kernel 0.040 ms at batch 1 (2.0 TB/s; latency-bound), 4.3 / 4.5 TB/s at batch 16 / 64 in one
+// launch (SDPA 4.5 / 4.6); the slot kernel 3.3-3.5 TB/s on bf16 (bound by instructions:
+// unpacking and fp32 FMAs per byte are twice f32's) and 4.4 TB/s on f32; the warp-per-key kernel
+// they replaced took 0.090 ms (0.9 TB/s of bf16); the generic kernel ~0.31 ms.
 //
 // Tested by tests/gpu/gpu-check.c against ref_attention (ops-ref.c): GQA 1..8, P 1/16/64, random
 // Δ per document, kv_first, lengths not a multiple of P, split and unsplit, batches of sequences.
