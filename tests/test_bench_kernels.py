@@ -1,7 +1,7 @@
 """tests/test_bench_kernels.py — `lazyinfer bench kernels` (tools/cmd-bench-kernels.c).
 
 Runs the built binary (env BIN, default ./lazyinfer) with small shapes on the CPU and on
-cpu-devsim (the device data path, bf16 pool) and checks that every op of the layer gets a row
+cpu-devsim (the device data path, bf16 pool; a batch of 12, more than the 8 sizes --batch takes) and checks that every op of the layer gets a row
 with a positive time and a throughput, that the ceilings are 100 %, and that bad arguments are
 rejected with a message naming the flag (exit 2) before anything is allocated.
 """
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 BIN = os.environ.get("BIN", "./lazyinfer")
-SMALL = ["-m", "synth:tiny-llama", "--ctx", "200", "--batch", "1,3", "--prefill", "40",
+SMALL = ["-m", "synth:tiny-llama", "--ctx", "200", "--batch", "1,12", "--prefill", "40",
          "--rows", "16", "--iters", "2"]
 OPS = ["copy (memory ceiling)", "matmul GEMM (compute ceiling)", "matmul decode (gate / up)",
        "matmul decode (down)", "matmul prefill (gate / up)", "rmsnorm", "add + rmsnorm",
@@ -45,7 +45,7 @@ def test_every_op_timed(extra):
         if tfs:
             assert float(tfs) > 0
     assert r[0][5] == "100 %" and r[1][5] == "100 %"
-    assert "batch 3, ctx 200" in r[11][1] and "one call" in r[11][1]
+    assert "batch 12, ctx 200" in r[11][1] and "one call" in r[11][1]
     assert re.search(r"tiny-llama shapes \(D \d+, F \d+, H \d+, Hkv \d+, Dh \d+\)", p.stdout)
 
 

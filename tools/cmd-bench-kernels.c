@@ -29,7 +29,7 @@
 #include "lazyinfer.h"
 
 #define BK_DOC_TOKENS 2048  // tokens per document of the decode context (one Δ each)
-#define BK_MAX_BATCH 8      // batch sizes in --batch
+#define BK_MAX_BATCH 8      // batch sizes in --batch (each up to 4096 sequences)
 
 typedef struct {
     li_backend *be;
@@ -43,7 +43,7 @@ typedef struct {
     int32_t *pos, *nvis;       // (rows) positions 0.., visible keys
     int64_t *slot;             // (rows) KV slots 0..
     uint64_t *words;           // (batch_max x pages_per_seq) decode page tables, consecutive
-    int32_t *start, start_host[BK_MAX_BATCH + 1];
+    int32_t *start, *start_host;  // (batch_max + 1) page_start of attention_decode, device / host
     int32_t *dec_nv;           // (batch_max) ctx each
     uint64_t *pre_words;       // prefill page table
     li_kv_seq *seqs;           // host structs over words
@@ -299,13 +299,14 @@ int cmd_bench_kernels(int argc, char **argv) {
     c.slot = (int64_t *)bk_alloc(be, (size_t)T * 8, "bench slots", &ok);
     c.words = (uint64_t *)bk_alloc(be, (size_t)c.pages_per_seq * bmax * 8, "bench page tables", &ok);
     c.pre_words = (uint64_t *)bk_alloc(be, (size_t)c.pre_pages * 8, "bench prefill table", &ok);
-    c.start = (int32_t *)bk_alloc(be, (BK_MAX_BATCH + 1) * 4, "bench page_start", &ok);
+    c.start = (int32_t *)bk_alloc(be, (size_t)(bmax + 1) * 4, "bench page_start", &ok);
+    c.start_host = malloc((size_t)(bmax + 1) * 4);
     c.dec_nv = (int32_t *)bk_alloc(be, (size_t)bmax * 4, "bench decode lengths", &ok);
     c.kv.data = bk_alloc(be, pool_bytes, "bench KV pool", &ok);
     c.seqs = calloc((size_t)bmax, sizeof *c.seqs);
     int32_t *hi = malloc((size_t)(T > bmax ? T : bmax) * 8);
     uint64_t *hw = malloc((size_t)c.pages_per_seq * bmax * 8 + (size_t)c.pre_pages * 8);
-    if (ok && (!c.seqs || !hi || !hw)) {
+    if (ok && (!c.seqs || !hi || !hw || !c.start_host)) {
         li_error_set(LI_ERR_OOM, "out of memory (bench tables)");
         ok = false;
     }
@@ -431,6 +432,7 @@ int cmd_bench_kernels(int argc, char **argv) {
     print_row(&row, copy_gbs, gemm_tfs);
 done:
     free(c.seqs);
+    free(c.start_host);
     void *bufs[] = {c.x, c.y, c.out, c.gate, c.up, c.q, c.att, c.normw, c.W, c.pos, c.nvis,
                     c.slot, c.words, c.pre_words, c.start, c.dec_nv, c.kv.data};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
