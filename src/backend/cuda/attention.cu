@@ -52,20 +52,27 @@ typedef void (*attn_kernel_fn)(const li_cuda_attn_args, const li_cuda_rope_args)
 
 // Logical index of page p0's first key: Σ valid counts of the pages before it, for every thread
 // of the block (sh: one shared int). Has barriers: call it from all threads.
+// This thread's share of the key count of pages [0, p0): 8 independent loads in flight per
+// thread (a 20K-token table: 1,250 words in 2 rounds of a 128-thread block).
+__device__ __forceinline__ int thread_keys_before(const uint64_t *pages, int p0) {
+    constexpr int LOADS = 8;
+    int before = 0;
+    for (int p = threadIdx.x; p < p0; p += LOADS * blockDim.x) {
+        uint64_t w[LOADS];
+#pragma unroll
+        for (int k = 0; k < LOADS; k++)
+            w[k] = p + k * (int)blockDim.x < p0 ? pages[p + k * blockDim.x] : 0;
+#pragma unroll
+        for (int k = 0; k < LOADS; k++)
+            before += li_page_count(w[k]);
+    }
+    return before;
+}
+
 __device__ __forceinline__ int keys_before_page(const uint64_t *pages, int p0, int *sh) {
     if (threadIdx.x == 0) *sh = 0;
     __syncthreads();
-    int before = 0;
-    // 4 independent loads per thread in flight (a 20K-token table: 1,250 words, 3 rounds)
-    for (int p = threadIdx.x; p < p0; p += 4 * blockDim.x) {
-        uint64_t w[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            w[k] = p + k * (int)blockDim.x < p0 ? pages[p + k * blockDim.x] : 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            before += li_page_count(w[k]);
-    }
+    const int before = thread_keys_before(pages, p0);
     if (before) atomicAdd(sh, before);
     __syncthreads();
     return *sh;
@@ -356,7 +363,7 @@ __device__ __forceinline__ const KV *page_v(const li_cuda_attn_args &a, const KV
 template <typename Pre, typename Fn>
 __device__ __forceinline__ void walk_pages(const uint64_t *pages, int p0, int p1, int first, int nv,
                                            Pre &&pre, Fn &&fn) {
-    constexpr int NW = ATT_THREADS / 32, PREFIX_LOADS = 8;
+    constexpr int NW = ATT_THREADS / 32;
     __shared__ uint64_t page_sh[ATT_THREADS];
     __shared__ int pj0_sh[ATT_THREADS], scan_sh[NW], j0_sh;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -364,16 +371,7 @@ __device__ __forceinline__ void walk_pages(const uint64_t *pages, int p0, int p1
     // words, the counts before p0 (the range's first logical key; 8 per thread in flight, a
     // 20K-token table of 1,250 words in 2 rounds) and, in pre(), the caller's (the query).
     uint64_t wt = tid < min(ATT_THREADS, p1 - p0) ? pages[p0 + tid] : 0;
-    int before = 0;
-    for (int p = tid; p < p0; p += PREFIX_LOADS * ATT_THREADS) {
-        uint64_t w[PREFIX_LOADS];
-#pragma unroll
-        for (int k = 0; k < PREFIX_LOADS; k++)
-            w[k] = p + k * ATT_THREADS < p0 ? pages[p + k * ATT_THREADS] : 0;
-#pragma unroll
-        for (int k = 0; k < PREFIX_LOADS; k++)
-            before += li_page_count(w[k]);
-    }
+    const int before = thread_keys_before(pages, p0);
     pre();
     if (tid == 0) j0_sh = 0;
     __syncthreads();
@@ -866,26 +864,20 @@ template <int G, int DV, typename KV> static attn_kernel_fn slot_kernel(void) {
     return attention_kernel_slots<G, 32 * DV, KV, slot_keys<KV, G, 32 * DV>()>;
 }
 
-// LI_CUDA_ATTN_DECODE (read once, A/B timing): "slots" the slot kernel for bf16 pools too,
-// "slots-wide" the same with twice its keys per step; default the tensor-core kernel for bf16.
-static int decode_variant(void) {
+// LI_CUDA_ATTN_DECODE=slots (read once, A/B timing): the slot kernel for bf16 pools too;
+// default the tensor-core kernel for bf16.
+static bool decode_slots(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("LI_CUDA_ATTN_DECODE");
-        v = !e ? 0 : !strcmp(e, "slots") ? 1 : !strcmp(e, "slots-wide") ? 2 : 0;
+        v = e && !strcmp(e, "slots");
     }
     return v;
 }
 
 template <int G, int DV> static attn_kernel_fn bf16_kernel(void) {
-    typedef __nv_bfloat16 B;
-    constexpr int U = slot_keys<B, G, 32 * DV>();
-    constexpr int U2 = 2 * U * (32 / (32 * DV / slot_shape<B, G>::VEC)) <= 16 ? 2 * U : U;
-    switch (decode_variant()) {
-    case 1: return attention_kernel_slots<G, 32 * DV, B, U>;
-    case 2: return attention_kernel_slots<G, 32 * DV, B, U2>;
-    default: return attention_kernel_decode_mma<G, 32 * DV>;
-    }
+    return decode_slots() ? slot_kernel<G, DV, __nv_bfloat16>()
+                          : attention_kernel_decode_mma<G, 32 * DV>;
 }
 
 // The decode kernel instantiated for (G, Dh) and the pool's element type, or NULL: the generic
