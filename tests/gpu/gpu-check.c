@@ -1861,8 +1861,10 @@ static void bench_prefill_attention(void) {
           need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
                                      0.0f),
                "fill");
-      for (int rot = 1; rot >= 0; rot--) {
+      // rot 2 (async kernel only): Δ applied to the K rows of every tile (LI_CUDA_ATTN_ROTATE_K=1)
+      for (int rot = kernel == 3 ? 2 : 1; rot >= 0; rot--) {
         setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
+        setenv("LI_CUDA_ATTN_ROTATE_K", rot == 2 ? "1" : "0", 1);
         prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
         double ms = 0;
         li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);
@@ -1873,12 +1875,13 @@ static void bench_prefill_attention(void) {
         }
         printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-9s %s KV %-12s %8.3f "
                "ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P, (const char *[]){"wmma", "mma", "mma", "mma async"}[kernel],
-               li_dtype_name(kv.dtype), rot ? "(Δ rotation)" : "(no Δ)", ms,
+               li_dtype_name(kv.dtype), rot == 2 ? "(Δ on K)" : rot ? "(Δ rotation)" : "(no Δ)", ms,
                flops / (ms * 1e-3) / 1e12);
       }
     }
     unsetenv("LI_CUDA_ATTN_MMA");
     unsetenv("LI_CUDA_ATTN_ASYNC");
+    unsetenv("LI_CUDA_ATTN_ROTATE_K");
     free(words);
     free(nv);
     li_backend_cuda_free(gpu, pool);
@@ -2011,6 +2014,19 @@ static void bench_fp8(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) li_backend_cuda_free(gpu, all[i]);
 }
 
+// 1 when the comma-separated list holds name as a whole item ("bench-prefill" is not "bench")
+static int list_has(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // lines in order with stderr's in a tee'd log
     const char *dev_env = getenv("LI_GPU");
@@ -2046,7 +2062,7 @@ int main(void) {
                   {"bench-dllm-x0", bench_dllm_x0}};
     const char *only = getenv("LI_GPU_CHECK_ONLY");
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        if (only && !strstr(only, groups[i].name)) continue;
+        if (only && !list_has(only, groups[i].name)) continue;
         if (!strncmp(groups[i].name, "bench", 5) && getenv("LI_GPU_CHECK_NO_BENCH")) continue;
         groups[i].fn();
     }

@@ -227,6 +227,103 @@ __device__ __forceinline__ void load_kv_tile(const li_cuda_attn_args &a,
 // see the most keys, so the longest blocks start first and the short ones fill the tail.
 __device__ __forceinline__ int pf_row0() { return (gridDim.x - 1 - blockIdx.x) * PF_ROWS; }
 
+// The block's query rows into qs (bf16, row stride ldq), scaled by scale·log2 e (exp(x) =
+// exp2(x log2 e)), rotated by -Δ when delta > 0 (r, cs: cos / sin of Δ·θ_i, build_cs). Rows past
+// T are zeros. Q·(R_Δ k) = (R_-Δ q)·k: a tile whose keys all share Δ needs no K rotation when Q
+// is staged this way — the block rotates its 64 query rows once per document instead of 64 K
+// rows per tile (DESIGN.md §3 rotates K; the product is the same, the rotation moves to the side
+// that changes less often). Each value is rounded to bf16 once, as the unrotated path does.
+template <int DH>
+__device__ __forceinline__ void stage_query(const li_cuda_attn_args &a,
+                                            const li_cuda_rope_args *r, int delta,
+                                            const float *cs, __nv_bfloat16 *qs, int ldq) {
+    const int tid = threadIdx.x, t0 = pf_row0(), h = blockIdx.y;
+    const int n_rows = min(PF_ROWS, a.T - t0);
+    const float qscale = a.scale * 1.4426950408889634f;
+    const int n_dims = delta ? r->n_dims : 0;  // dims [0, n_dims) rotated
+    const bool gptj = delta && r->gptj;
+    // float4 chunks, all loads of a batch issued before any use (a block stages 32 KB from L2;
+    // one load at a time would cost ~10 µs per staging). NEOX pairs (i, i + n_dims/2): a unit is
+    // two chunks n_dims/8 apart; GPT-J pairs sit inside a chunk; dims past n_dims one chunk each.
+    if (((uintptr_t)a.q & 15) == 0 && n_dims % 8 == 0) {
+        constexpr int B = 4;                  // units per thread in flight
+        const int hc = n_dims / 8;            // chunk offset of a NEOX partner
+        const int n_pair = gptj ? 0 : hc;     // paired units per row
+        const int n_units = DH / 4 - n_pair;  // units per row
+        const int total = PF_ROWS * n_units;
+        for (int i0 = tid; i0 < total; i0 += B * PF_THREADS) {
+            float4 x[B], y[B];
+            int c0[B];
+            __nv_bfloat16 *dst[B];
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const int i = i0 + b * PF_THREADS, rr = i / n_units, u = i - rr * n_units;
+                c0[b] = u < n_pair ? u : 2 * n_pair + (u - n_pair);
+                dst[b] = i < total ? qs + rr * ldq : NULL;
+                x[b] = y[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (i < total && rr < n_rows) {
+                    const float4 *row = (const float4 *)(a.q + ((size_t)(t0 + rr) * a.H + h) * DH);
+                    x[b] = __ldg(row + c0[b]);
+                    if (u < n_pair) y[b] = __ldg(row + c0[b] + hc);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                if (!dst[b]) continue;
+                const int d0 = 4 * c0[b];
+                float *xv = (float *)&x[b], *yv = (float *)&y[b];
+                if (d0 < n_dims) {
+                    if (!gptj) {  // R_-Δ on (x, y) = (x c + y s, y c - x s), pairs d0 + e
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const float cn = cs[d0 + e], sn = cs[DH / 2 + d0 + e], x0 = xv[e];
+                            xv[e] = x0 * cn + yv[e] * sn;
+                            yv[e] = yv[e] * cn - x0 * sn;
+                        }
+                        __nv_bfloat162 *py = (__nv_bfloat162 *)(dst[b] + d0 + 4 * hc);
+                        py[0] = __floats2bfloat162_rn(yv[0] * qscale, yv[1] * qscale);
+                        py[1] = __floats2bfloat162_rn(yv[2] * qscale, yv[3] * qscale);
+                    } else {  // pairs (d0, d0 + 1), (d0 + 2, d0 + 3)
+#pragma unroll
+                        for (int e = 0; e < 4; e += 2) {
+                            const int pi = d0 / 2 + e / 2;
+                            const float cn = cs[pi], sn = cs[DH / 2 + pi], x0 = xv[e];
+                            xv[e] = x0 * cn + xv[e + 1] * sn;
+                            xv[e + 1] = xv[e + 1] * cn - x0 * sn;
+                        }
+                    }
+                }
+                __nv_bfloat162 *px = (__nv_bfloat162 *)(dst[b] + d0);
+                px[0] = __floats2bfloat162_rn(xv[0] * qscale, xv[1] * qscale);
+                px[1] = __floats2bfloat162_rn(xv[2] * qscale, xv[3] * qscale);
+            }
+        }
+        return;
+    }
+    // other layouts (rotary dims not a multiple of 8, unaligned q): one element or pair at a time
+    for (int i = tid; i < PF_ROWS * DH; i += PF_THREADS) {
+        const int rr = i / DH, d = i % DH;
+        if (d < n_dims) continue;
+        const float x = rr < n_rows ? a.q[((size_t)(t0 + rr) * a.H + h) * DH + d] * qscale : 0.0f;
+        qs[rr * ldq + d] = __float2bfloat16_rn(x);
+    }
+    const int half = n_dims / 2;
+    for (int i = tid; i < PF_ROWS * half; i += PF_THREADS) {
+        const int rr = i / half, pi = i % half;
+        int ia, ib;
+        rope_pair(*r, pi, &ia, &ib);
+        float x = 0.0f, y = 0.0f;
+        if (rr < n_rows) {
+            const float *row = a.q + ((size_t)(t0 + rr) * a.H + h) * DH;
+            x = row[ia];
+            y = row[ib];
+        }
+        const float cn = cs[pi], sn = cs[DH / 2 + pi];  // R_-Δ: (x c + y s, y c - x s)
+        qs[rr * ldq + ia] = __float2bfloat16_rn((x * cn + y * sn) * qscale);
+        qs[rr * ldq + ib] = __float2bfloat16_rn((y * cn - x * sn) * qscale);
+    }
+}
+
 // The start of both tile kernels: the block's query rows (scaled by scale·log2 e, bf16) into qs
 // (row stride ldq), each row's visible keys [row_lo, row_hi) (dense mode: all), and the block's key
 // range [*kmin, *kmax), never past the keys the page table holds (a bad n_visible must not read
@@ -236,14 +333,9 @@ __device__ __forceinline__ void tile_setup(const li_cuda_attn_args &a, const uin
                                            __nv_bfloat16 *qs, int ldq, int *row_lo, int *row_hi,
                                            int *kmin, int *kmax) {
     __shared__ int kmin_s, kmax_s;
-    const int tid = threadIdx.x, t0 = pf_row0(), h = blockIdx.y;
+    const int tid = threadIdx.x, t0 = pf_row0();
     const int n_rows = min(PF_ROWS, a.T - t0);
-    const float qscale = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
-    for (int i = tid; i < PF_ROWS * DH; i += PF_THREADS) {
-        int rr = i / DH, d = i % DH;
-        float x = rr < n_rows ? a.q[((size_t)(t0 + rr) * a.H + h) * DH + d] * qscale : 0.0f;
-        qs[rr * ldq + d] = __float2bfloat16_rn(x);
-    }
+    stage_query<DH>(a, NULL, 0, NULL, qs, ldq);
     if (tid == 0) {
         kmin_s = 0x7fffffff;
         kmax_s = 0;
@@ -446,68 +538,102 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Queues the copies of keys [j0, j0 + nk) of a 64-key tile into ks / vs (key-major, row stride
-// ld); rows past nk are zeroed. Thread tid copies half of key tid / 2's K and V rows and, for
-// half 0, records the key's Δ (0: none to apply) in delta[]. No barrier.
+// ld); rows past nk are zeroed. Coalesced: the DH / 8 threads of a key row copy its consecutive
+// 16-byte chunks, so a warp instruction reads whole 32-byte sectors of 2 (Dh 128) or 4 (Dh 64)
+// rows and writes whole 128-byte lines of shared memory (half-row-per-thread copies read half
+// sectors: ncu saw the L2 at 72 % busy with 49 % excess sectors). The chunk-0 thread of each row
+// records the key's Δ in delta[] (0: none; -1: no key). No barrier.
 template <int DH>
 __device__ __forceinline__ void issue_kv_tile(const li_cuda_attn_args &a, const uint64_t *keys,
                                               int j0, int nk, __nv_bfloat16 *ks,
                                               __nv_bfloat16 *vs, int ld, int *delta) {
-    constexpr int CH = DH / 8 / 2;  // 16-byte chunks per half row
-    const int tid = threadIdx.x, jj = tid >> 1, half = tid & 1, G = a.H / a.Hkv,
+    constexpr int CPR = DH / 8;                 // 16-byte chunks per row
+    constexpr int RPP = PF_THREADS / CPR;       // rows per pass
+    constexpr int PASSES = PF_KEYS / RPP;
+    const int tid = threadIdx.x, chunk = tid % CPR, row0 = tid / CPR, G = a.H / a.Hkv,
               hk = blockIdx.y / G;
-    __nv_bfloat16 *kd = ks + jj * ld + half * CH * 8, *vd = vs + jj * ld + half * CH * 8;
-    if (jj < nk) {
-        const uint64_t w = keys[j0 + jj];  // a per-key word: the count field holds the slot
-        const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;
-        const size_t off = li_page_id(w) * page_stride + ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH +
-                           (size_t)li_page_count(w) * DH + half * CH * 8;
-        const __nv_bfloat16 *kg = (const __nv_bfloat16 *)a.kv + off;
-        const __nv_bfloat16 *vg = kg + (size_t)a.Hkv * a.P * DH;  // V follows the Hkv K heads
+    const size_t page_stride = (size_t)a.L * 2 * a.Hkv * a.P * DH;
+    const size_t head_off = ((size_t)a.il * 2 * a.Hkv + hk) * a.P * DH + (size_t)chunk * 8;
+    const size_t v_off = (size_t)a.Hkv * a.P * DH;  // V follows the Hkv K heads
+    uint64_t w[PASSES];  // the rows' key words first: their loads in flight together
 #pragma unroll
-        for (int c = 0; c < CH; c++) {
-            cp_async16(kd + 8 * c, kg + 8 * c);
-            cp_async16(vd + 8 * c, vg + 8 * c);
-        }
-        if (!half) delta[jj] = a.rotate ? (int)li_page_delta(w) : 0;
-    } else {
+    for (int p = 0; p < PASSES; p++) {
+        const int jj = row0 + p * RPP;
+        w[p] = jj < nk ? __ldg(keys + j0 + jj) : 0;
+    }
 #pragma unroll
-        for (int c = 0; c < CH; c++) {
-            *(uint4 *)(kd + 8 * c) = make_uint4(0, 0, 0, 0);
-            *(uint4 *)(vd + 8 * c) = make_uint4(0, 0, 0, 0);
+    for (int p = 0; p < PASSES; p++) {
+        const int jj = row0 + p * RPP;
+        __nv_bfloat16 *kd = ks + jj * ld + chunk * 8, *vd = vs + jj * ld + chunk * 8;
+        if (jj < nk) {
+            // a per-key word: the count field holds the key's slot in its page
+            const size_t off = li_page_id(w[p]) * page_stride + head_off + (size_t)li_page_count(w[p]) * DH;
+            const __nv_bfloat16 *kg = (const __nv_bfloat16 *)a.kv + off;
+            cp_async16(kd, kg);
+            cp_async16(vd, kg + v_off);
+            if (chunk == 0) delta[jj] = a.rotate ? (int)li_page_delta(w[p]) : 0;
+        } else {
+            *(uint4 *)kd = make_uint4(0, 0, 0, 0);
+            *(uint4 *)vd = make_uint4(0, 0, 0, 0);
+            if (chunk == 0) delta[jj] = -1;
         }
-        if (!half) delta[jj] = 0;
     }
 }
 
-// After a tile has landed (and a barrier): K rows whose key has Δ != 0 rotated in place. Every
-// thread takes the same branch (the Δs are in shared memory). A tile whose keys share one Δ uses
-// the cos/sin table cs, rebuilt only when that Δ differs from *cs_delta (the last one built: a
-// document spans many tiles). Ends with a barrier when it rotated anything.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+    return *(uint32_t *)&v;
+}
+
+// The Δ every key of a landed tile shares (0: none), or -1 when its keys carry different Δs (a
+// tile across a document boundary). delta[] as issue_kv_tile leaves it (-1: no key). Every warp
+// reads all 64 entries (two per lane) and reaches the same verdict.
+__device__ __forceinline__ int tile_delta(const int *delta) {
+    static_assert(PF_KEYS == 64, "two keys per lane");
+    const int lane = threadIdx.x & 31;
+    const int da = delta[lane], db = delta[lane + 32];
+    const int d0 = max(__reduce_max_sync(0xffffffffu, max(da, db)), 0);
+    const bool same = __all_sync(0xffffffffu, (da < 0 || da == d0) && (db < 0 || db == d0));
+    return same ? d0 : -1;
+}
+
+// cs[i], cs[DH / 2 + i] = cos, sin of Δ·θ_i for the rotary pairs, rebuilt only when Δ differs
+// from *cs_delta (the last one built: a document spans many tiles). Block-uniform call (every
+// thread passes the same Δ); ends with a barrier when it rebuilt.
+template <int DH>
+__device__ __forceinline__ void build_cs(const li_cuda_rope_args &r, int d0, float *cs,
+                                         int *cs_delta) {
+    if (d0 == *cs_delta) return;
+    for (int i = threadIdx.x; i < r.n_dims / 2; i += PF_THREADS)
+        rope_sincos((double)d0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
+    *cs_delta = d0;
+    __syncthreads();
+}
+
+// After a tile has landed (and a barrier), for tiles whose keys carry different Δs: K rows whose
+// key has Δ > 0 rotated in place. Every thread takes the same branch (the Δs are in shared
+// memory). When the keys with a Δ share one, the cos/sin table cs serves them (build_cs). Ends
+// with a barrier when it rotated anything.
 template <int DH>
 __device__ __forceinline__ void rotate_kv_tile(const li_cuda_rope_args &r, __nv_bfloat16 *ks,
                                                int ld, const int *delta, float *cs,
                                                int *cs_delta) {
     static_assert(PF_KEYS == 64, "two keys per lane");
     const int tid = threadIdx.x, lane = tid & 31;
-    // every warp reads all 64 Δs (two per lane; Δ >= 0) and reaches the same verdict
+    // every warp reads all 64 Δs (two per lane; -1: no key) and reaches the same verdict
     const int da = delta[lane], db = delta[lane + 32];
     const int d0 = __reduce_max_sync(0xffffffffu, max(da, db));
-    if (d0 == 0) return;
-    const bool uniform = __all_sync(0xffffffffu, (da == 0 || da == d0) && (db == 0 || db == d0));
+    if (d0 <= 0) return;
+    const bool uniform = __all_sync(0xffffffffu, (da <= 0 || da == d0) && (db <= 0 || db == d0));
+    if (uniform) build_cs<DH>(r, d0, cs, cs_delta);  // keys without Δ are skipped below
     const int half = r.n_dims / 2;
-    if (uniform && d0 != *cs_delta) {  // keys without Δ (rows past nk) are skipped below
-        for (int i = tid; i < half; i += PF_THREADS)
-            rope_sincos((double)d0, r.inv_freq[i], &cs[i], &cs[DH / 2 + i]);
-        *cs_delta = d0;  // the same in every thread
-        __syncthreads();
-    }
     if (uniform && r.n_dims % 16 == 0) {
         // 8 pairs per work item, 16-byte shared loads and stores: NEOX pairs (i, i + half) from
         // two chunks half a row apart, GPT-J pairs (2i, 2i + 1) inside one chunk (4 per chunk)
         const int per_row = r.gptj ? r.n_dims / 8 : half / 8;
         for (int i = tid; i < PF_KEYS * per_row; i += PF_THREADS) {
             const int jj = i / per_row, c8 = (i - jj * per_row) * 8;
-            if (delta[jj] == 0) continue;
+            if (delta[jj] <= 0) continue;
             __nv_bfloat16 *row = ks + jj * ld;
             uint4 *pa = (uint4 *)(row + c8), *pb = (uint4 *)(row + (r.gptj ? c8 : half + c8));
             uint4 ua = *pa, ub = *pb;
@@ -539,7 +665,7 @@ __device__ __forceinline__ void rotate_kv_tile(const li_cuda_rope_args &r, __nv_
     }
     for (int i = tid; i < PF_KEYS * half; i += PF_THREADS) {
         const int jj = i / half, pi = i - jj * half, dl = delta[jj];
-        if (dl == 0) continue;
+        if (dl <= 0) continue;
         int ia, ib;
         rope_pair(r, pi, &ia, &ib);
         __nv_bfloat16 *row = ks + jj * ld;
@@ -562,13 +688,16 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t &b0, uint32_t &b1,
                  : "r"(a));
 }
 
-__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
-    return *(const uint32_t *)p;
+// 2^x on the SFU (ex2.approx.ftz: relative error < 2^-22, below P's bf16 rounding; -inf -> 0).
+// exp2f adds range handling around the same instruction.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-    return *(uint32_t *)&v;
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
+    return *(const uint32_t *)p;
 }
 
 // 3 blocks per SM: at Dh 128 the kernel needs ~170 registers, and one more per thread (176 after
@@ -602,16 +731,22 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
 
     // this thread's Q fragments for the whole kernel: rows r0 + g (+ 8), dims 16 kk + 2c (+ 8)
     uint32_t qf[KQ][4];
+    // this thread's Q fragments from staged rows: rows r0 + g (+ 8), dims 16 kk + 2c (+ 8)
+    auto load_qf = [&](const __nv_bfloat16 *src) {
 #pragma unroll
-    for (int kk = 0; kk < KQ; kk++) {
-        const __nv_bfloat16 *q0 = qs + (r0 + g) * L::LDQ + kk * 16 + 2 * c;
-        qf[kk][0] = ld32(q0);
-        qf[kk][1] = ld32(q0 + 8 * L::LDQ);
-        qf[kk][2] = ld32(q0 + 8);
-        qf[kk][3] = ld32(q0 + 8 * L::LDQ + 8);
-    }
+        for (int kk = 0; kk < KQ; kk++) {
+            const __nv_bfloat16 *q0 = src + (r0 + g) * L::LDQ + kk * 16 + 2 * c;
+            qf[kk][0] = ld32(q0);
+            qf[kk][1] = ld32(q0 + 8 * L::LDQ);
+            qf[kk][2] = ld32(q0 + 8);
+            qf[kk][3] = ld32(q0 + 8 * L::LDQ + 8);
+        }
+    };
+    load_qf(qs);
     const int lo0 = row_lo[r0 + g], hi0 = row_hi[r0 + g];          // row g
     const int lo1 = row_lo[r0 + g + 8], hi1 = row_hi[r0 + g + 8];  // row g + 8
+    // tiles [j0, j0 + 64) inside [lo_max, hi_min) need no mask for this thread's rows
+    const int lo_max = max(lo0, lo1), hi_min = min(min(hi0, hi1), kmax);
     float o[ND][4];
 #pragma unroll
     for (int j = 0; j < ND; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -621,15 +756,32 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
     auto kbuf = [&](int b) { return b ? qs : ks; };
     auto vbuf = [&](int b) { return vs + b * (L::tile / 2); };
     int cs_delta = 0;  // the Δ whose cos/sin cs holds (0: none yet)
+    int q_delta = 0;   // the Δ qf is rotated by (-Δ)
     if constexpr (ASYNC) {
         __syncthreads();  // every thread has its Q fragments: qs becomes buffer 1's K
         if (kmin < kmax) issue_kv_tile<DH>(a, keys, kmin, min(PF_KEYS, kmax - kmin), kbuf(0),
                                            vbuf(0), L::LDQ, key_delta[0]);
         cp_async_commit();
+        __syncthreads();  // tile 0's Δs (plain stores) visible to every warp
     }
     for (int j0 = kmin, buf = 0; j0 < kmax; j0 += PF_KEYS, buf ^= 1) {
         const int nk = min(PF_KEYS, kmax - j0);
         if constexpr (ASYNC) {
+            // Tile j's Δs are known before it lands (issue_kv_tile read its words). A tile whose
+            // keys share one Δ is served by Q rotated by -Δ, restaged only when Δ changes, in the
+            // other buffer's K space (free until tile j + 1 is issued below); mixed tiles rotate
+            // their K rows. LI_CUDA_ATTN_ROTATE_K=1: every tile with a Δ rotates K (A/B).
+            int dt = tile_delta(key_delta[buf]);  // -1: mixed
+            if (dt > 0 && a.rotate_keys) dt = -1;
+            const int want_q = dt > 0 ? dt : 0;
+            if (want_q != q_delta) {  // block-uniform
+                if (want_q) build_cs<DH>(r, want_q, cs, &cs_delta);
+                stage_query<DH>(a, &r, want_q, cs, kbuf(buf ^ 1), L::LDQ);
+                __syncthreads();
+                load_qf(kbuf(buf ^ 1));
+                __syncthreads();  // before tile j + 1 lands there
+                q_delta = want_q;
+            }
             // tile j + 1 into the other buffer (free: the previous iteration ended with a
             // barrier), then wait for tile j only
             const int j1 = j0 + PF_KEYS;
@@ -639,7 +791,7 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
             cp_async_commit();  // an empty group past the last tile keeps the count uniform
             cp_async_wait<1>();
             __syncthreads();
-            rotate_kv_tile<DH>(r, kbuf(buf), L::LDQ, key_delta[buf], cs, &cs_delta);
+            if (dt < 0) rotate_kv_tile<DH>(r, kbuf(buf), L::LDQ, key_delta[buf], cs, &cs_delta);
         } else {
             load_kv_tile<DH, KV>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta[0]);
         }
@@ -655,18 +807,24 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
             for (int kk = 0; kk < KQ; kk++)
                 mma_bf16(sacc[nb], qf[kk], ld32(kr + kk * 16), ld32(kr + kk * 16 + 8));
         }
-        // mask, row max over the tile (a quad holds a row), online-softmax update
+        // mask (only tiles that some key of this thread's two rows cannot see: the diagonal and
+        // the ends), row max over the tile (a quad holds a row), online-softmax update
+        if (!(j0 >= lo_max && j0 + PF_KEYS <= hi_min)) {
+#pragma unroll
+            for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int jj = nb * 8 + 2 * c + e, j = j0 + jj;
+                    if (!(jj < nk && j >= lo0 && j < hi0)) sacc[nb][e] = -INFINITY;
+                    if (!(jj < nk && j >= lo1 && j < hi1)) sacc[nb][2 + e] = -INFINITY;
+                }
+        }
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int jj = nb * 8 + 2 * c + e, j = j0 + jj;
-                if (!(jj < nk && j >= lo0 && j < hi0)) sacc[nb][e] = -INFINITY;
-                if (!(jj < nk && j >= lo1 && j < hi1)) sacc[nb][2 + e] = -INFINITY;
-                mx0 = fmaxf(mx0, sacc[nb][e]);
-                mx1 = fmaxf(mx1, sacc[nb][2 + e]);
-            }
+        for (int nb = 0; nb < NB; nb++) {
+            mx0 = fmaxf(mx0, fmaxf(sacc[nb][0], sacc[nb][1]));
+            mx1 = fmaxf(mx1, fmaxf(sacc[nb][2], sacc[nb][3]));
+        }
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
@@ -677,15 +835,18 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
         const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);  // m = -inf: 0
         m0 = mn0;
         m1 = mn1;
-        // P = exp2(S - m) rounded to bf16 (the sum adds what P·V will use), as A fragments
+        // P = exp2(S - m), summed in fp32 and rounded to bf16 as A fragments (round to nearest:
+        // the sum of the rounded values differs by ~2^-9 / sqrt(keys) relative)
         uint32_t pf[PF_KEYS / 16][4];
         float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
-            __nv_bfloat162 p0 = __floats2bfloat162_rn(exp2f(sacc[nb][0] - b0), exp2f(sacc[nb][1] - b0));
-            __nv_bfloat162 p1 = __floats2bfloat162_rn(exp2f(sacc[nb][2] - b1), exp2f(sacc[nb][3] - b1));
-            s0 += __low2float(p0) + __high2float(p0);
-            s1 += __low2float(p1) + __high2float(p1);
+            const float e0 = fast_exp2(sacc[nb][0] - b0), e1 = fast_exp2(sacc[nb][1] - b0);
+            const float e2 = fast_exp2(sacc[nb][2] - b1), e3 = fast_exp2(sacc[nb][3] - b1);
+            s0 += e0 + e1;
+            s1 += e2 + e3;
+            __nv_bfloat162 p0 = __floats2bfloat162_rn(e0, e1);
+            __nv_bfloat162 p1 = __floats2bfloat162_rn(e2, e3);
             // keys 16 kk + [0, 8) are block 2 kk (a0, a1), keys 16 kk + [8, 16) block 2 kk + 1
             pf[nb / 2][(nb & 1) * 2 + 0] = *(uint32_t *)&p0;
             pf[nb / 2][(nb & 1) * 2 + 1] = *(uint32_t *)&p1;
@@ -771,6 +932,11 @@ static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
         if (e != cudaSuccess) return e;
         attr_set[which] = true;
     }
+    // LI_CUDA_ATTN_ROTATE_K=1: every Δ applied to K rows (read per call, so a benchmark can switch)
+    const char *env_rk = getenv("LI_CUDA_ATTN_ROTATE_K");
+    li_cuda_attn_args args = *a;
+    args.rotate_keys = env_rk && env_rk[0] == '1';
+    a = &args;
     dim3 grid((unsigned)((a->T + PF_ROWS - 1) / PF_ROWS), (unsigned)a->H);
     if (async) attention_prefill_mma<DH, KV, can_async><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     else if (mma) attention_prefill_mma<DH, KV, false><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);

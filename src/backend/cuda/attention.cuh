@@ -21,6 +21,9 @@ typedef struct {
     const int32_t *n_visible;  // (T) visible keys end per row
     float scale;
     int rotate;                // 0: Δ ignored (the op got rope = NULL, every Δ is 0)
+    int rotate_keys;           // prefill, bf16 pool: 1 rotates the K rows of every tile with a Δ;
+                               // 0 (default) rotates Q instead where a tile's keys share one Δ.
+                               // Set by the launcher from LI_CUDA_ATTN_ROTATE_K (A/B runs)
     int n_split;               // pages split into n_split ranges (split-K); 1: no partials
     int pages_per_split;
     float *part_o;             // (T, H, n_split, Dh) unnormalised partial outputs (n_split > 1)
