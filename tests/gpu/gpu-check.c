@@ -1034,14 +1034,16 @@ static void test_attention_dense(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
         {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
         {512, 8, 8, 128, 512}, {96, 6, 3, 64, 1000}};
-    // the fused kernels (wmma, mma) and the cuBLASLt path (T, nk >= 64; smaller shapes run mma)
-    static const char *kname[] = {"wmma", "mma", "cuBLASLt"};
-    for (int kernel = 0; kernel < 3; kernel++)
+    // the fused kernels (wmma and mma on f32 K / V, the pipelined mma on bf16 K / V) and the
+    // cuBLASLt path (T, nk >= 64; smaller shapes run the bf16 kernel)
+    static const char *kname[] = {"wmma f32", "mma f32", "cuBLASLt", "mma bf16"};
+    static const char *mode[] = {"f32", "f32", "gemm", "bf16"};
+    for (int kernel = 0; kernel < 4; kernel++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
             int nk = cases[c][4];
             setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
-            setenv("LI_CUDA_DENSE_GEMM", kernel == 2 ? "1" : "0", 1);
+            setenv("LI_CUDA_DENSE", mode[kernel], 1);
             TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d (%s)", T, H, Hkv,
                             Dh, nk, kname[kernel]));
             long rows = (long)T * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
@@ -1076,7 +1078,7 @@ static void test_attention_dense(void) {
             TEST_END();
         }
     unsetenv("LI_CUDA_ATTN_MMA");
-    unsetenv("LI_CUDA_DENSE_GEMM");
+    unsetenv("LI_CUDA_DENSE");
 }
 
 static void test_flash_attn(void) {

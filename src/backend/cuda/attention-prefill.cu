@@ -559,13 +559,18 @@ __device__ __forceinline__ void issue_kv_tile(const li_cuda_attn_args &a, const 
 #pragma unroll
     for (int p = 0; p < PASSES; p++) {
         const int jj = row0 + p * RPP;
-        w[p] = jj < nk ? __ldg(keys + j0 + jj) : 0;
+        w[p] = jj < nk && !a.n_dense ? __ldg(keys + j0 + jj) : 0;
     }
 #pragma unroll
     for (int p = 0; p < PASSES; p++) {
         const int jj = row0 + p * RPP;
         __nv_bfloat16 *kd = ks + jj * ld + chunk * 8, *vd = vs + jj * ld + chunk * 8;
-        if (jj < nk) {
+        if (jj < nk && a.n_dense) {  // dense rows (n_dense, Hkv, Dh) of bf16 kd / vd
+            const size_t off = ((size_t)(j0 + jj) * a.Hkv + hk) * DH + (size_t)chunk * 8;
+            cp_async16(kd, (const __nv_bfloat16 *)a.kd + off);
+            cp_async16(vd, (const __nv_bfloat16 *)a.vd + off);
+            if (chunk == 0) delta[jj] = 0;
+        } else if (jj < nk) {
             // a per-key word: the count field holds the key's slot in its page
             const size_t off = li_page_id(w[p]) * page_stride + head_off + (size_t)li_page_count(w[p]) * DH;
             const __nv_bfloat16 *kg = (const __nv_bfloat16 *)a.kv + off;
@@ -857,13 +862,19 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
         s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
         l0 = l0 * al0 + s0;
         l1 = l1 * al1 + s1;
-        // O = O * alpha + P V
+        // O = O * alpha + P V; the rescale is skipped when no row of the warp saw a new max
+        // (most tiles once the running max has settled)
+        if (!__all_sync(0xffffffffu, al0 == 1.0f && al1 == 1.0f)) {
+#pragma unroll
+            for (int jd = 0; jd < ND; jd++) {
+                o[jd][0] *= al0;
+                o[jd][1] *= al0;
+                o[jd][2] *= al1;
+                o[jd][3] *= al1;
+            }
+        }
 #pragma unroll
         for (int jd = 0; jd < ND; jd++) {
-            o[jd][0] *= al0;
-            o[jd][1] *= al0;
-            o[jd][2] *= al1;
-            o[jd][3] *= al1;
             // lane l addresses key kk*16 + l % 16 at dims [8 jd, 8 jd + 8)
             const __nv_bfloat16 *vr = vt + (lane & 15) * L::LDQ + jd * 8;
 #pragma unroll
@@ -915,7 +926,7 @@ static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
     const char *env_async = getenv("LI_CUDA_ATTN_ASYNC");
     const bool no_async = env_async && env_async[0] == '0';
     constexpr bool can_async = sizeof(KV) == 2;
-    const bool async = mma && can_async && !a->n_dense && !no_async;
+    const bool async = mma && can_async && !no_async;
     const size_t smem = async ? pfm_smem<DH, 2>::bytes : mma ? pfm_smem<DH>::bytes : pf_smem<DH>::bytes;
     static bool attr_set[3] = {false, false, false};  // once per kernel, DH and KV (benign race)
     const int which = async ? 2 : mma;
@@ -944,17 +955,18 @@ static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
     return cudaGetLastError();
 }
 
-// Dense keys (f32 activations) and f32 pools take the float instance, bf16 pools the bf16 one.
+// f32 dense keys and f32 pools take the float instance, bf16 pools and bf16 dense keys the bf16
+// one (the cp.async pipeline).
 template <int DH>
 static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
                              const li_cuda_rope_args *r, const uint64_t *keys) {
-    if (a->kv_bf16 && !a->n_dense) return launch_tc_kv<DH, __nv_bfloat16>(st, a, r, keys);
+    if (a->kv_bf16) return launch_tc_kv<DH, __nv_bfloat16>(st, a, r, keys);
     return launch_tc_kv<DH, float>(st, a, r, keys);
 }
 
 extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
-                                               int H, const float *k, const float *v, int nk,
-                                               int Hkv, int Dh, float scale) {
+                                               int H, const void *k, const void *v, int kv_bf16,
+                                               int nk, int Hkv, int Dh, float scale) {
     if (T <= 0) return cudaSuccess;
     if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) ||
         ((uintptr_t)k & 15) || ((uintptr_t)v & 15))  // float4 row loads
@@ -972,6 +984,7 @@ extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, cons
     a.n_split = 1;
     a.kd = k;
     a.vd = v;
+    a.kv_bf16 = kv_bf16;
     a.n_dense = nk;
     li_cuda_rope_args none = {};
     return Dh == 128 ? launch_tc<128>(st, &a, &none, NULL) : launch_tc<64>(st, &a, &none, NULL);

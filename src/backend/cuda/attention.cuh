@@ -31,8 +31,9 @@ typedef struct {
     unsigned *tickets;         // (T, Hkv) zeros, or NULL: the decode kernel merges the partials
                                // itself (the last block of a row and kv head; left zero again)
     // Dense mode of the tensor-core kernels (n_dense > 0): keys are rows of kd / vd (n_dense,
-    // Hkv, Dh) instead of pages, every query row sees all of them (bidirectional), no rotation.
-    const float *kd, *vd;
+    // Hkv, Dh; f32, or bf16 when kv_bf16) instead of pages, every query row sees all of them
+    // (bidirectional), no rotation.
+    const void *kd, *vd;
     int n_dense;
 } li_cuda_attn_args;
 
@@ -49,11 +50,12 @@ LI_CUDA_API int li_cuda_attention_uses_tc(int T, int Dh);
 // a->n_split is ignored (no partials).
 LI_CUDA_API cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,
                                                   const li_cuda_rope_args *rope, uint64_t *keys);
-// out (T, H, Dh) = bidirectional attention of q (T, H, Dh) over dense k, v (nk, Hkv, Dh), on the
-// tensor-core kernels (Dh 64 or 128).
+// out (T, H, Dh) = bidirectional attention of q (T, H, Dh) over dense k, v (nk, Hkv, Dh) of f32,
+// or bf16 when kv_bf16 (then 16-byte cp.async rows: the pipelined kernel), on the tensor-core
+// kernels (Dh 64 or 128).
 LI_CUDA_API cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
-                                                int H, const float *k, const float *v, int nk,
-                                                int Hkv, int Dh, float scale);
+                                                int H, const void *k, const void *v, int kv_bf16,
+                                                int nk, int Hkv, int Dh, float scale);
 // 1 when li_cuda_attention takes per-row page tables (row_page0) for G query heads per kv head,
 // head dim Dh and that pool element type.
 LI_CUDA_API int li_cuda_attention_rows_ok(int G, int Dh, int kv_bf16);

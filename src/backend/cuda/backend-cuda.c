@@ -1359,16 +1359,33 @@ static bool dense_gemm(li_cuda_impl *im, float *out, const float *q, int T, int 
     return true;
 }
 
+// Three paths, LI_CUDA_DENSE picks one (read per call, for A/B runs):
+//   bf16 (default): K and V rounded to bf16 (what the tensor cores read anyway), then the
+//        pipelined flash kernel (cp.async tiles, S and P in registers: no score round trip);
+//   gemm: cuBLASLt S = Q Kᵀ, bf16 softmax, O = P V per head chunk (T and nk >= 64);
+//   f32:  the flash kernel reading f32 K / V (converted per tile).
 static void cu_attention_dense(li_backend *be, float *out, const float *q, int T, int H,
                                const float *k, const float *v, int nk, int Hkv, int Dh,
                                float scale) {
     li_cuda_impl *im = be->impl;
-    const char *dg = getenv("LI_CUDA_DENSE_GEMM");  // "0": the fused kernel only (A/B runs)
-    if (!(dg && !strcmp(dg, "0")) && T >= 64 && nk >= 64 && Hkv > 0 && H % Hkv == 0 &&
+    const char *mode = getenv("LI_CUDA_DENSE");
+    if (mode && !strcmp(mode, "gemm") && T >= 64 && nk >= 64 && Hkv > 0 && H % Hkv == 0 &&
         dense_gemm(im, out, q, T, H, k, v, nk, Hkv, Dh, scale))
         return;
+    if (!(mode && !strcmp(mode, "f32")) && T > 0 && nk > 0 && Hkv > 0) {
+        const size_t nkv = (size_t)nk * Hkv * Dh;
+        uint16_t *kb = scratch_get(im, &im->dense, nkv * 4, "attention_dense (bf16 K / V)");
+        if (!kb) return;
+        uint16_t *vb = kb + nkv;
+        if (cu_fail(im, "attention_dense (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
+            cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
+            return;
+        cu_fail(im, "attention_dense",
+                li_cuda_attention_dense(im->stream, out, q, T, H, kb, vb, 1, nk, Hkv, Dh, scale));
+        return;
+    }
     cu_fail(im, "attention_dense",
-            li_cuda_attention_dense(im->stream, out, q, T, H, k, v, nk, Hkv, Dh, scale));
+            li_cuda_attention_dense(im->stream, out, q, T, H, k, v, 0, nk, Hkv, Dh, scale));
 }
 
 // ---- step graphs ------------------------------------------------------------------------------
