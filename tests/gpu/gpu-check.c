@@ -1893,6 +1893,64 @@ static void bench_prefill_attention(void) {
     li_backend_cuda_free(gpu, dout);
 }
 
+// The RAG query prefill (DESIGN.md §3, the paper's setting): 64 query rows over 5 cached
+// documents of 2048 tokens (each with its own Δ) and their own causal part, bf16 pool,
+// Llama-3.1-8B heads. One row tile per head: 32 blocks, so split-K decides how much of the GPU
+// works (LI_CUDA_ATTN_PREFILL_SPLIT=0: unsplit). FLOPs = 4 H Dh Σ_t visible(t).
+static void bench_query_prefill(void) {
+    const int H = 32, Hkv = 8, Dh = 128, P = 16, n_docs = 5, doc = 2048, T = 64;
+    const int n_keys = n_docs * doc + T, n_pages = n_keys / P;
+    li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL, LI_DTYPE_BF16};
+    size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * 2;
+    void *pool, *dpages, *dq, *dout, *dnv;
+    need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+    kv.data = pool;
+    need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f, 0.0f),
+         "fill");
+    uint64_t *words = xmalloc(sizeof(uint64_t) * n_pages);
+    for (int p = 0; p < n_pages; p++) {
+        int d = p * P / doc;  // document d sits at d * doc in the prompt; the query's own pages Δ 0
+        words[p] = li_page_word(p, P, d < n_docs ? (int64_t)d * doc : 0);
+    }
+    need(li_backend_cuda_alloc(gpu, &dpages, sizeof(uint64_t) * n_pages, "pages"), "alloc");
+    need(li_backend_cuda_upload(gpu, dpages, words, sizeof(uint64_t) * n_pages), "upload");
+    int32_t nv[64];
+    double flops = 0;
+    for (int t = 0; t < T; t++) {
+        nv[t] = n_docs * doc + t + 1;
+        flops += 4.0 * H * Dh * nv[t];
+    }
+    need(li_backend_cuda_alloc(gpu, &dnv, sizeof nv, "nv"), "alloc");
+    need(li_backend_cuda_upload(gpu, dnv, nv, sizeof nv), "upload");
+    need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
+    need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
+    need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+    li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
+    for (int split = 1; split >= 0; split--)
+        for (int rot = 1; rot >= 0; rot--) {
+            setenv("LI_CUDA_ATTN_PREFILL_SPLIT", split ? "1" : "0", 1);
+            prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
+            double ms = 0;
+            li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 3, &ms);
+            if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 20, &ms);
+            if (st != LI_OK) {
+                printf("  bench: query prefill failed: %s\n", li_error_msg());
+                break;
+            }
+            printf("  bench: query prefill T %d over %d docs x %d + own, H %d Hkv %d Dh %d bf16 KV "
+                   "%-8s %-13s %8.4f ms %7.1f TFLOP/s\n", T, n_docs, doc, H, Hkv, Dh,
+                   split ? "split-K" : "unsplit", rot ? "(Δ rotation)" : "(no Δ)", ms,
+                   flops / (ms * 1e-3) / 1e12);
+        }
+    unsetenv("LI_CUDA_ATTN_PREFILL_SPLIT");
+    free(words);
+    li_backend_cuda_free(gpu, pool);
+    li_backend_cuda_free(gpu, dpages);
+    li_backend_cuda_free(gpu, dnv);
+    li_backend_cuda_free(gpu, dq);
+    li_backend_cuda_free(gpu, dout);
+}
+
 // ---- GEMM timing (printed, not checked)
 // -----------------------------------------------------------
 
@@ -2060,6 +2118,7 @@ int main(void) {
                   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8},
                   {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
+                  {"bench-query", bench_query_prefill},
                   {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8},
                   {"bench-dllm-x0", bench_dllm_x0}};
     const char *only = getenv("LI_GPU_CHECK_ONLY");

@@ -733,6 +733,10 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
     const int n_rows = min(PF_ROWS, a.T - t0);
     int kmin, kmax;
     tile_setup<DH>(a, keys, qs, L::LDQ, row_lo, row_hi, &kmin, &kmax);
+    if (a.n_split > 1) {  // split-K: this block's share of the keys (blockIdx.z)
+        kmin = max(kmin, (int)blockIdx.z * a.keys_per_split);
+        kmax = min(kmax, ((int)blockIdx.z + 1) * a.keys_per_split);
+    }
 
     // this thread's Q fragments for the whole kernel: rows r0 + g (+ 8), dims 16 kk + 2c (+ 8)
     uint32_t qf[KQ][4];
@@ -887,9 +891,27 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
         __syncthreads();  // this buffer is overwritten by the next tile (ASYNC: the one after)
     }
 
+    const int ra = r0 + g, rb = r0 + g + 8;
+    if (a.n_split > 1) {
+        // unnormalised partials for attention_kernel_combine (attention.cu): o, and (m, l) with
+        // m in natural-log units (the kernel's scores are in log2 units); no key: m -inf, l 0
+        const size_t pa = ((size_t)(t0 + ra) * a.H + h) * a.n_split + blockIdx.z,
+                     pb = ((size_t)(t0 + rb) * a.H + h) * a.n_split + blockIdx.z;
+        const float ln2 = 0.6931471805599453f;
+#pragma unroll
+        for (int jd = 0; jd < ND; jd++) {
+            const int d = jd * 8 + 2 * c;
+            if (ra < n_rows) *(float2 *)(a.part_o + pa * DH + d) = make_float2(o[jd][0], o[jd][1]);
+            if (rb < n_rows) *(float2 *)(a.part_o + pb * DH + d) = make_float2(o[jd][2], o[jd][3]);
+        }
+        if (c == 0 && ra < n_rows)
+            *(float2 *)(a.part_ml + pa * 2) = make_float2(l0 > 0.0f ? m0 * ln2 : -INFINITY, l0);
+        if (c == 0 && rb < n_rows)
+            *(float2 *)(a.part_ml + pb * 2) = make_float2(l1 > 0.0f ? m1 * ln2 : -INFINITY, l1);
+        return;
+    }
     // out = O / l (rows with no visible key: 0); thread: rows g, g + 8, dims 8 jd + 2c (+1)
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    const int ra = r0 + g, rb = r0 + g + 8;
 #pragma unroll
     for (int jd = 0; jd < ND; jd++) {
         const int d = jd * 8 + 2 * c;
@@ -948,11 +970,16 @@ static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
     li_cuda_attn_args args = *a;
     args.rotate_keys = env_rk && env_rk[0] == '1';
     a = &args;
-    dim3 grid((unsigned)((a->T + PF_ROWS - 1) / PF_ROWS), (unsigned)a->H);
+    if (!mma) args.n_split = 1;  // the WMMA kernel writes whole rows only
+    const int n_split = args.n_split > 1 ? args.n_split : 1;
+    dim3 grid((unsigned)((a->T + PF_ROWS - 1) / PF_ROWS), (unsigned)a->H, (unsigned)n_split);
     if (async) attention_prefill_mma<DH, KV, can_async><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     else if (mma) attention_prefill_mma<DH, KV, false><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     else attention_prefill_tc<DH, KV><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
-    return cudaGetLastError();
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || n_split == 1) return e;
+    return li_cuda_attention_combine(st, a->out, a->part_o, a->part_ml, (int64_t)a->T * a->H,
+                                     n_split, DH);
 }
 
 // f32 dense keys and f32 pools take the float instance, bf16 pools and bf16 dense keys the bf16
@@ -990,6 +1017,29 @@ extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, cons
     return Dh == 128 ? launch_tc<128>(st, &a, &none, NULL) : launch_tc<64>(st, &a, &none, NULL);
 }
 
+// Blocks per SM of the pipelined kernel at Dh 128 (launch bounds) and the least keys worth a split
+// (the partials and the merge cost about what 4 tiles do).
+#define PF_BLOCKS_PER_SM 3
+#define PF_MIN_SPLIT_KEYS (4 * PF_KEYS)
+
+extern "C" void li_cuda_attention_prefill_plan(int T, int H, int max_keys, int n_sm, int *n_split,
+                                               int *keys_per_split) {
+    *n_split = 1;
+    *keys_per_split = max_keys;
+    const char *e = getenv("LI_CUDA_ATTN_PREFILL_SPLIT");  // "0": never split (A/B; per call)
+    const bool off = e && e[0] == '0';
+    const long blocks = (long)((T + PF_ROWS - 1) / PF_ROWS) * H, wave = (long)n_sm * PF_BLOCKS_PER_SM;
+    if (off || T <= 0 || H <= 0 || max_keys < 2 * PF_MIN_SPLIT_KEYS || blocks * 2 > wave) return;
+    int n = (int)(wave / blocks);                                  // fill about one wave
+    if (n > max_keys / PF_MIN_SPLIT_KEYS) n = max_keys / PF_MIN_SPLIT_KEYS;
+    if (n > 64) n = 64;
+    if (n < 2) return;
+    int per = (max_keys + n - 1) / n;
+    per = (per + PF_KEYS - 1) / PF_KEYS * PF_KEYS;  // whole tiles
+    *n_split = (max_keys + per - 1) / per;
+    *keys_per_split = per;
+}
+
 extern "C" cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,
                                                  const li_cuda_rope_args *rope, uint64_t *keys) {
     // the fp32 launcher's checks (attention.cu), and the cos/sin table holds Dh floats
@@ -998,6 +1048,9 @@ extern "C" cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_
         (a->T + PF_ROWS - 1) / PF_ROWS > 0x7fffffff || a->P < 1)
         return cudaErrorInvalidValue;
     if (a->rotate && (rope->n_dims > a->Dh || rope->n_dims % 2)) return cudaErrorInvalidValue;
+    if (a->n_split > 1 && (a->n_split > 65535 || !a->part_o || !a->part_ml ||
+                           a->keys_per_split < PF_KEYS || a->keys_per_split % PF_KEYS))
+        return cudaErrorInvalidValue;
     unpack_keys_kernel<<<1, 1024, 0, st>>>(a->pages, a->n_pages, a->P, keys);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;

@@ -912,8 +912,17 @@ __global__ void attention_kernel_combine(float *out, const float *part_o, const 
         float o = 0.0f;
         for (int s = 0; s < n_split; s++)
             if (ml[2 * s] != -INFINITY) o += expf(ml[2 * s] - M) * po[(int64_t)s * Dh + d];
-        out[row * Dh + d] = o / L;
+        out[row * Dh + d] = L > 0.0f ? o / L : 0.0f;  // no visible key in any range: 0
     }
+}
+
+extern "C" cudaError_t li_cuda_attention_combine(cudaStream_t st, float *out, const float *part_o,
+                                                 const float *part_ml, int64_t rows, int n_split,
+                                                 int Dh) {
+    if (rows <= 0) return cudaSuccess;
+    if (rows > 0x7fffffff || n_split < 1) return cudaErrorInvalidValue;
+    attention_kernel_combine<<<(unsigned)rows, 128, 0, st>>>(out, part_o, part_ml, n_split, Dh);
+    return cudaGetLastError();
 }
 
 // Blocks of the kernel serving (G, Dh) that fit on one SM (occupancy), cached per warp-kernel

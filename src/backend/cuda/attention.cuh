@@ -26,6 +26,8 @@ typedef struct {
                                // Set by the launcher from LI_CUDA_ATTN_ROTATE_K (A/B runs)
     int n_split;               // pages split into n_split ranges (split-K); 1: no partials
     int pages_per_split;
+    int keys_per_split;        // prefill kernel (n_split > 1): block z takes keys
+                               // [z keys_per_split, (z + 1) keys_per_split), a multiple of 64
     float *part_o;             // (T, H, n_split, Dh) unnormalised partial outputs (n_split > 1)
     float *part_ml;            // (T, H, n_split, 2) partial (max, sum) (n_split > 1)
     unsigned *tickets;         // (T, Hkv) zeros, or NULL: the decode kernel merges the partials
@@ -42,12 +44,24 @@ typedef struct {
 // *pages_per_split; the partial buffers need T * H * n_split * (Dh + 2) floats when *n_split > 1.
 LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf16, int n_pages,
                                         int n_sm, int *n_split, int *pages_per_split);
+// out (rows, Dh) = the merge of n_split unnormalised partials per row: part_o (rows, n_split, Dh),
+// part_ml (rows, n_split, 2) = (max in natural-log units, sum); a range without keys has m -inf.
+LI_CUDA_API cudaError_t li_cuda_attention_combine(cudaStream_t st, float *out, const float *part_o,
+                                                  const float *part_ml, int64_t rows, int n_split,
+                                                  int Dh);
+// Split-K of the tensor-core prefill kernel for T rows, H heads over at most max_keys keys on n_sm
+// multiprocessors: a few row tiles (a query prefill over cached documents: 64 rows, 32 heads)
+// would leave most of the GPU idle. Fills *n_split (1: none) and *keys_per_split; the partials
+// need T * H * n_split * (Dh + 2) floats when *n_split > 1.
+LI_CUDA_API void li_cuda_attention_prefill_plan(int T, int H, int max_keys, int n_sm, int *n_split,
+                                                int *keys_per_split);
 // Rows from which the tensor-core kernel (attention-prefill.cu) takes over, for Dh 64 and 128.
 #define LI_CUDA_ATTN_TC_MIN_T 16
 // 1 when li_cuda_attention_prefill serves (T, Dh) (LI_CUDA_ATTN_NO_TC=1 in the environment: never).
 LI_CUDA_API int li_cuda_attention_uses_tc(int T, int Dh);
-// The tensor-core prefill kernel: keys is scratch of >= n_pages * P words (the per-key index);
-// a->n_split is ignored (no partials).
+// The tensor-core prefill kernel: keys is scratch of >= n_pages * P + 1 words (the per-key
+// index). a->n_split > 1 (li_cuda_attention_prefill_plan): split-K over keys_per_split keys,
+// partials in part_o / part_ml, merged by li_cuda_attention_combine in the same stream.
 LI_CUDA_API cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,
                                                   const li_cuda_rope_args *rope, uint64_t *keys);
 // out (T, H, Dh) = bidirectional attention of q (T, H, Dh) over dense k, v (nk, Hkv, Dh) of f32,

@@ -775,7 +775,17 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
         uint64_t *keys = scratch_get(im, &im->keys, ((size_t)seq->n_pages * kv->page_size + 1) * 8,
                                      "attention (key index)");
         if (!keys) return;
-        a.n_split = 1;
+        // few row tiles (a query over cached documents): split the keys so that the GPU fills
+        li_cuda_attention_prefill_plan(T, H, seq->n_pages * kv->page_size, im->n_sm, &a.n_split,
+                                       &a.keys_per_split);
+        if (a.n_split > 1) {
+            size_t n_o = (size_t)T * H * a.n_split * a.Dh, n_ml = (size_t)T * H * a.n_split * 2;
+            float *part = scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float),
+                                      "attention (prefill split-K partials)");
+            if (!part) return;
+            a.part_o = part;
+            a.part_ml = part + n_o;
+        }
         li_cuda_rope_args none;
         memset(&none, 0, sizeof none);
         cu_fail(im, "attention (prefill)",
