@@ -130,6 +130,13 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float x, float y) {
 
 // HF's silu(gate) * up, the one expression every SwiGLU kernel uses (swiglu and its FP8-fused
 // twin must give the same bits). expf(-g) overflows to inf for g < -88: g / inf = -0, the limit.
+// Programmatic dependent launch (sm_90): pdl_trigger lets the next kernel in the stream, when it
+// was launched with cudaLaunchAttributeProgrammaticStreamSerialization, start before this one
+// ends; that kernel calls pdl_wait before touching anything this one writes or reads (it may
+// read constant data — weights — before). Both are no-ops for plain launches.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 #endif

@@ -49,6 +49,7 @@ extern "C" cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W,
 // uses fp64), then one pass writing x * r * w. out may alias x: every x[d] is read before the
 // block writes (the reduction's barrier separates the passes).
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int D, float eps) {
+    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
     __shared__ float sh[32];
     const float *xr = x + (int64_t)blockIdx.x * D;
     float *orow = out + (int64_t)blockIdx.x * D;
@@ -71,6 +72,7 @@ extern "C" cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float 
 // pass re-reads it from L1/L2), the same arithmetic as add_kernel + rmsnorm_kernel.
 __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int D,
                                    float eps) {
+    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
     __shared__ float sh[32];
     float *xr = x + (int64_t)blockIdx.x * D;
     const float *yr = y + (int64_t)blockIdx.x * D;
@@ -133,12 +135,14 @@ extern "C" cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, in
 }
 
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
+    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         out[i] = silu_mul(gate[i], up[i]);
 }
 
 __global__ void swiglu_kernel4(float4 *out, const float4 *gate, const float4 *up, int64_t n4) {
+    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float4 g = gate[i], u = up[i];
