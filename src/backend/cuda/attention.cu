@@ -87,7 +87,8 @@ static size_t attn_smem_floats(int G, int Dh) {
 template <typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel_paged(const li_cuda_attn_args a, const li_cuda_rope_args r) {
-    pdl_trigger();  // the output projection's GEMV may follow (gemv.cu)
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     extern __shared__ float sm[];
     const int G = a.H / a.Hkv, Dh = a.Dh, C = ATT_CHUNK;
     const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;
@@ -536,7 +537,8 @@ __device__ __forceinline__ void decode_finish(const li_cuda_attn_args &a, float 
 template <int G, int Dh, typename KV, int U>
 __global__ void __launch_bounds__(ATT_THREADS, 3)
     attention_kernel_slots(const li_cuda_attn_args a, const li_cuda_rope_args r) {
-    pdl_trigger();  // the output projection's GEMV may follow (gemv.cu)
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     typedef slot_shape<KV, G> shape;
     typedef slot_words<KV, shape::VEC> words;
     constexpr int VEC = shape::VEC, WORDS = shape::WORDS, LPK = Dh / VEC, SLOTS = 32 / LPK;
@@ -697,7 +699,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
 template <int G, int Dh>
 __global__ void __launch_bounds__(ATT_THREADS, 3)
     attention_kernel_decode_mma(const li_cuda_attn_args a, const li_cuda_rope_args r) {
-    pdl_trigger();  // the output projection's GEMV may follow (gemv.cu)
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     constexpr int NW = ATT_THREADS / 32, KSTEPS = Dh / 16, MT = Dh / 16;
     constexpr int KSEG = Dh / 4, VSEG = Dh / 8; // K, V elements a thread loads of a key row
     constexpr int KW = KSEG / 2, VW = VSEG / 2; // the same in 32-bit words
@@ -1029,7 +1032,8 @@ extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_arg
         force_generic ? NULL : slot_kernel_for(a->H / a->Hkv, a->Dh, a->kv_bf16, &merges);
     if (a->row_page0 && !merges) return cudaErrorInvalidValue; // li_cuda_attention_rows_ok
     if (wk) {
-        wk<<<grid, ATT_THREADS, 0, st>>>(*a, *rope);
+        cudaError_t e = launch_pdl(wk, grid, dim3(ATT_THREADS), 0, st, *a, *rope);
+        if (e != cudaSuccess) return e;
     } else {
         cudaError_t e = launch_generic(st, a, rope, grid);
         if (e != cudaSuccess) return e;

@@ -5,6 +5,8 @@
 
 #include <math.h>
 
+#include <stdlib.h>
+
 #include <cuda_bf16.h>
 
 #include "../page-word.h"
@@ -136,6 +138,35 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float x, float y) {
 // read constant data — weights — before). Both are no-ops for plain launches.
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Launches kernel k as a programmatic dependent of the work before it in the stream: its blocks
+// may be scheduled once every block of the kernel before has called pdl_trigger, so the launch
+// latency and ramp-up hide behind that kernel's tail (a decode step is ~360 small kernels). k must
+// call pdl_wait before it touches memory that other kernels write or read. LI_CUDA_PDL=0 (read
+// once): plain launches.
+static inline bool pdl_enabled() {
+    static int on = -1;  // a benign race: every thread computes the same value
+    if (on < 0) {
+        const char *e = getenv("LI_CUDA_PDL");
+        on = !(e && e[0] == '0');
+    }
+    return on != 0;
+}
+template <typename... KArgs, typename... Args>
+static inline cudaError_t launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t st, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

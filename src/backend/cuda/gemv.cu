@@ -8,8 +8,6 @@
 // (every warp of an SM reads the same x), fp32 FMAs, a warp reduction. x is not rounded to bf16:
 // closer to the f32 model than the GEMM path. Launched as a programmatic dependent of the kernel
 // before it (LI_CUDA_PDL=0: plain launches), so its ramp-up overlaps that kernel's tail.
-#include <stdlib.h>
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -78,18 +76,7 @@ extern "C" int li_cuda_gemv_ok(int T, int64_t K, const void *W, const void *x) {
 extern "C" cudaError_t li_cuda_gemv_bf16(cudaStream_t st, float *y, const void *W, const float *x,
                                          int64_t N, int64_t K) {
     if (N <= 0) return cudaSuccess;
-    // LI_CUDA_PDL=0: a plain launch (A/B runs; read per call)
-    const char *env = getenv("LI_CUDA_PDL");
-    const bool pdl = !(env && env[0] == '0');
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS));
-    cfg.blockDim = dim3(GEMV_WARPS * 32);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, gemv_bf16_kernel, y, (const uint4 *)W, (const float4 *)x,
-                              (int)N, (int)(K / 8));
+    return launch_pdl(gemv_bf16_kernel, dim3((unsigned)((N + GEMV_WARPS - 1) / GEMV_WARPS)),
+                      dim3(GEMV_WARPS * 32), 0, st, y, (const uint4 *)W, (const float4 *)x, (int)N,
+                      (int)(K / 8));
 }

@@ -23,6 +23,8 @@ static inline unsigned grid_for(int64_t n, int block) {
 // grid (x: chunks of D, y: T)
 __global__ void embed_kernel(float *out, const void *W, int w_bf16, int64_t D,
                              const int32_t *tokens) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     int t = blockIdx.y;
     int64_t row = tokens[t];
     for (int64_t d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; d < D;
@@ -39,8 +41,7 @@ extern "C" cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W,
     if (T > 65535) return cudaErrorInvalidValue;  // grid.y; batches are far smaller
     unsigned gx = (unsigned)((D + 255) / 256);
     if (gx > 1024) gx = 1024;
-    embed_kernel<<<dim3(gx, T), 256, 0, st>>>(out, W, w_bf16, D, tokens);
-    return cudaGetLastError();
+    return launch_pdl(embed_kernel, dim3(gx, T), dim3(256), 0, st, out, W, w_bf16, D, tokens);
 }
 
 // ---- rmsnorm -------------------------------------------------------------------------------
@@ -49,7 +50,8 @@ extern "C" cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W,
 // uses fp64), then one pass writing x * r * w. out may alias x: every x[d] is read before the
 // block writes (the reduction's barrier separates the passes).
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int D, float eps) {
-    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     __shared__ float sh[32];
     const float *xr = x + (int64_t)blockIdx.x * D;
     float *orow = out + (int64_t)blockIdx.x * D;
@@ -64,15 +66,15 @@ extern "C" cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float 
                                        const float *w, int T, int D, float eps) {
     if (T <= 0 || D <= 0) return cudaSuccess;
     int block = D >= 1024 ? 1024 : D >= 256 ? 256 : 64;
-    rmsnorm_kernel<<<T, block, 0, st>>>(out, x, w, D, eps);
-    return cudaGetLastError();
+    return launch_pdl(rmsnorm_kernel, dim3(T), dim3(block), 0, st, out, x, w, D, eps);
 }
 
 // x += y, then out = rmsnorm(x) * w: one block per row, the row read once from HBM (the second
 // pass re-reads it from L1/L2), the same arithmetic as add_kernel + rmsnorm_kernel.
 __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const float *w, int D,
                                    float eps) {
-    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     __shared__ float sh[32];
     float *xr = x + (int64_t)blockIdx.x * D;
     const float *yr = y + (int64_t)blockIdx.x * D;
@@ -92,8 +94,7 @@ extern "C" cudaError_t li_cuda_add_rmsnorm(cudaStream_t st, float *out, float *x
                                            const float *w, int T, int D, float eps) {
     if (T <= 0 || D <= 0) return cudaSuccess;
     int block = D >= 1024 ? 1024 : D >= 256 ? 256 : 64;
-    add_rmsnorm_kernel<<<T, block, 0, st>>>(out, x, y, w, D, eps);
-    return cudaGetLastError();
+    return launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(block), 0, st, out, x, y, w, D, eps);
 }
 
 // ---- add, swiglu ---------------------------------------------------------------------------
@@ -135,14 +136,16 @@ extern "C" cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, in
 }
 
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
-    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         out[i] = silu_mul(gate[i], up[i]);
 }
 
 __global__ void swiglu_kernel4(float4 *out, const float4 *gate, const float4 *up, int64_t n4) {
-    pdl_trigger();  // a decode GEMV may follow (gemv.cu)
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float4 g = gate[i], u = up[i];
@@ -157,8 +160,9 @@ extern "C" cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *
     int64_t done = 0;
     if (aligned16(out, gate, up) && n >= 4) {
         done = n / 4 * 4;
-        swiglu_kernel4<<<grid_for(n / 4, 256), 256, 0, st>>>((float4 *)out, (const float4 *)gate,
-                                                             (const float4 *)up, n / 4);
+        cudaError_t e = launch_pdl(swiglu_kernel4, dim3(grid_for(n / 4, 256)), dim3(256), 0, st,
+                                   (float4 *)out, (const float4 *)gate, (const float4 *)up, n / 4);
+        if (e != cudaSuccess) return e;
     }
     if (done < n)
         swiglu_kernel<<<grid_for(n - done, 256), 256, 0, st>>>(out + done, gate + done, up + done,
@@ -250,6 +254,8 @@ extern "C" cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const 
 // q*cos + rotate_half(q)*sin). Dims past n_dims are untouched.
 __global__ void rope_kernel(float *x, const int32_t *pos, int T, int nh, int Dh,
                             const li_cuda_rope_args r) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     int pairs = r.n_dims / 2;
     int64_t n = (int64_t)T * nh * pairs;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -276,8 +282,8 @@ extern "C" cudaError_t li_cuda_rope(cudaStream_t st, float *x, const int32_t *po
         return cudaErrorInvalidValue;
     int64_t n = (int64_t)T * nh * (rope->n_dims / 2);
     if (n <= 0) return cudaSuccess;
-    rope_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, pos, T, nh, Dh, *rope);
-    return cudaGetLastError();
+    return launch_pdl(rope_kernel, dim3(grid_for(n, 256)), dim3(256), 0, st, x, pos, T, nh, Dh,
+                      *rope);
 }
 
 // ---- kv_store, kv_copy_rotate --------------------------------------------------------------
@@ -292,6 +298,8 @@ __device__ __forceinline__ int64_t kv_off(int64_t page, int L, int il, int is_v,
 template <typename KV>
 __global__ void kv_store_kernel(KV *data, int L, int Hkv, int Dh, int P, int il, const float *k,
                                 const float *v, const int64_t *slot) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     int t = blockIdx.x / Hkv, h = blockIdx.x % Hkv;
     int64_t sl = slot[t], page = sl / P;
     int off = (int)(sl % P);
@@ -310,12 +318,10 @@ extern "C" cudaError_t li_cuda_kv_store(cudaStream_t st, void *data, int kv_bf16
     if (T <= 0) return cudaSuccess;
     int block = Dh >= 128 ? 128 : Dh >= 64 ? 64 : 32;
     if (kv_bf16)
-        kv_store_kernel<<<(unsigned)T * Hkv, block, 0, st>>>((__nv_bfloat16 *)data, L, Hkv, Dh, P,
-                                                             il, k, v, slot);
-    else
-        kv_store_kernel<<<(unsigned)T * Hkv, block, 0, st>>>((float *)data, L, Hkv, Dh, P, il, k,
-                                                             v, slot);
-    return cudaGetLastError();
+        return launch_pdl(kv_store_kernel<__nv_bfloat16>, dim3((unsigned)T * Hkv), dim3(block), 0,
+                          st, (__nv_bfloat16 *)data, L, Hkv, Dh, P, il, k, v, slot);
+    return launch_pdl(kv_store_kernel<float>, dim3((unsigned)T * Hkv), dim3(block), 0, st,
+                      (float *)data, L, Hkv, Dh, P, il, k, v, slot);
 }
 
 // grid (L * Hkv * count): one K row and one V row per block. K pairs rotated by R_delta

@@ -44,6 +44,8 @@ struct max_op {
 
 // One block: (value, id) argmax, lowest id among equal maxima (the oracle's first maximum).
 __global__ void sample_kernel_argmax(const float *x, int V, int32_t *tok) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
     __shared__ float sv[32];
     __shared__ int si[32];
     float bv = -INFINITY;
@@ -214,8 +216,9 @@ extern "C" cudaError_t li_cuda_sample(li_cuda_sampler **ps, cudaStream_t st, con
     if (e != cudaSuccess) return e;
     li_cuda_sampler *s = *ps;
     if (temperature <= 0) {
-        sample_kernel_argmax<<<1, SAMPLE_THREADS, 0, st>>>(logits, V, s->d_tok);
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        e = launch_pdl(sample_kernel_argmax, dim3(1), dim3(SAMPLE_THREADS), 0, st, (const float *)logits,
+                       V, s->d_tok);
+        if (e != cudaSuccess) return e;
     } else {
         int blocks = (V + 255) / 256 < 1024 ? (V + 255) / 256 : 1024;
         sample_kernel_prep<<<blocks, 256, 0, st>>>(s->keys_in, s->ids_in, logits, V);
