@@ -537,22 +537,16 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-#define KV_TILE_K 1  // issue_kv_tile's parts
-#define KV_TILE_V 2
-
 // Queues the copies of keys [j0, j0 + nk) of a 64-key tile into ks / vs (key-major, row stride
 // ld); rows past nk are zeroed. Coalesced: the DH / 8 threads of a key row copy its consecutive
 // 16-byte chunks, so a warp instruction reads whole 32-byte sectors of 2 (Dh 128) or 4 (Dh 64)
 // rows and writes whole 128-byte lines of shared memory (half-row-per-thread copies read half
 // sectors: ncu saw the L2 at 72 % busy with 49 % excess sectors). The chunk-0 thread of each row
-// records the key's Δ in delta[] (0: none; -1: no key) with the K part. what: KV_TILE_K and / or
-// KV_TILE_V, the parts to queue. No barrier.
+// records the key's Δ in delta[] (0: none; -1: no key). No barrier.
 template <int DH>
 __device__ __forceinline__ void issue_kv_tile(const li_cuda_attn_args &a, const uint64_t *keys,
                                               int j0, int nk, __nv_bfloat16 *ks,
-                                              __nv_bfloat16 *vs, int ld, int *delta,
-                                              int what = KV_TILE_K | KV_TILE_V) {
-    const bool do_k = what & KV_TILE_K, do_v = what & KV_TILE_V;
+                                              __nv_bfloat16 *vs, int ld, int *delta) {
     constexpr int CPR = DH / 8;                 // 16-byte chunks per row
     constexpr int RPP = PF_THREADS / CPR;       // rows per pass
     constexpr int PASSES = PF_KEYS / RPP;
@@ -573,20 +567,20 @@ __device__ __forceinline__ void issue_kv_tile(const li_cuda_attn_args &a, const 
         __nv_bfloat16 *kd = ks + jj * ld + chunk * 8, *vd = vs + jj * ld + chunk * 8;
         if (jj < nk && a.n_dense) {  // dense rows (n_dense, Hkv, Dh) of bf16 kd / vd
             const size_t off = ((size_t)(j0 + jj) * a.Hkv + hk) * DH + (size_t)chunk * 8;
-            if (do_k) cp_async16(kd, (const __nv_bfloat16 *)a.kd + off);
-            if (do_v) cp_async16(vd, (const __nv_bfloat16 *)a.vd + off);
-            if (do_k && chunk == 0) delta[jj] = 0;
+            cp_async16(kd, (const __nv_bfloat16 *)a.kd + off);
+            cp_async16(vd, (const __nv_bfloat16 *)a.vd + off);
+            if (chunk == 0) delta[jj] = 0;
         } else if (jj < nk) {
             // a per-key word: the count field holds the key's slot in its page
             const size_t off = li_page_id(w[p]) * page_stride + head_off + (size_t)li_page_count(w[p]) * DH;
             const __nv_bfloat16 *kg = (const __nv_bfloat16 *)a.kv + off;
-            if (do_k) cp_async16(kd, kg);
-            if (do_v) cp_async16(vd, kg + v_off);
-            if (do_k && chunk == 0) delta[jj] = a.rotate ? (int)li_page_delta(w[p]) : 0;
+            cp_async16(kd, kg);
+            cp_async16(vd, kg + v_off);
+            if (chunk == 0) delta[jj] = a.rotate ? (int)li_page_delta(w[p]) : 0;
         } else {
-            if (do_k) *(uint4 *)kd = make_uint4(0, 0, 0, 0);
-            if (do_v) *(uint4 *)vd = make_uint4(0, 0, 0, 0);
-            if (do_k && chunk == 0) delta[jj] = -1;
+            *(uint4 *)kd = make_uint4(0, 0, 0, 0);
+            *(uint4 *)vd = make_uint4(0, 0, 0, 0);
+            if (chunk == 0) delta[jj] = -1;
         }
     }
 }
@@ -783,32 +777,26 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
         const int nk = min(PF_KEYS, kmax - j0);
         if constexpr (ASYNC) {
             // Tile j's Δs are known before it lands (issue_kv_tile read its words). A tile whose
-            // keys share one Δ is served by Q rotated by -Δ, restaged only when Δ changes; mixed
-            // tiles rotate their K rows. LI_CUDA_ATTN_ROTATE_K=1: every tile with a Δ rotates K
-            // (A/B). Tile j + 1 goes into the other buffer (free: the previous iteration ended
-            // with a barrier); on a restage its K is queued first and Q is staged in its V space,
-            // whose copies are queued after the fragments are read.
+            // keys share one Δ is served by Q rotated by -Δ, restaged only when Δ changes, in the
+            // other buffer's K space (free until tile j + 1 is issued below); mixed tiles rotate
+            // their K rows. LI_CUDA_ATTN_ROTATE_K=1: every tile with a Δ rotates K (A/B).
             int dt = tile_delta(key_delta[buf]);  // -1: mixed
             if (dt > 0 && a.rotate_keys) dt = -1;
             const int want_q = dt > 0 ? dt : 0;
-            const int j1 = j0 + PF_KEYS, nk1 = min(PF_KEYS, kmax - j1);
             if (want_q != q_delta) {  // block-uniform
-                if (j1 < kmax)
-                    issue_kv_tile<DH>(a, keys, j1, nk1, kbuf(buf ^ 1), vbuf(buf ^ 1), L::LDQ,
-                                      key_delta[buf ^ 1], KV_TILE_K);
                 if (want_q) build_cs<DH>(r, want_q, cs, &cs_delta);
-                stage_query<DH>(a, &r, want_q, cs, vbuf(buf ^ 1), L::LDQ);
+                stage_query<DH>(a, &r, want_q, cs, kbuf(buf ^ 1), L::LDQ);
                 __syncthreads();
-                load_qf(vbuf(buf ^ 1));
-                __syncthreads();  // before tile j + 1's V lands there
+                load_qf(kbuf(buf ^ 1));
+                __syncthreads();  // before tile j + 1 lands there
                 q_delta = want_q;
-                if (j1 < kmax)
-                    issue_kv_tile<DH>(a, keys, j1, nk1, kbuf(buf ^ 1), vbuf(buf ^ 1), L::LDQ,
-                                      key_delta[buf ^ 1], KV_TILE_V);
-            } else if (j1 < kmax) {
-                issue_kv_tile<DH>(a, keys, j1, nk1, kbuf(buf ^ 1), vbuf(buf ^ 1), L::LDQ,
-                                  key_delta[buf ^ 1]);
             }
+            // tile j + 1 into the other buffer (free: the previous iteration ended with a
+            // barrier), then wait for tile j only
+            const int j1 = j0 + PF_KEYS;
+            if (j1 < kmax)
+                issue_kv_tile<DH>(a, keys, j1, min(PF_KEYS, kmax - j1), kbuf(buf ^ 1),
+                                  vbuf(buf ^ 1), L::LDQ, key_delta[buf ^ 1]);
             cp_async_commit();  // an empty group past the last tile keeps the count uniform
             cp_async_wait<1>();
             __syncthreads();
