@@ -20,6 +20,7 @@
 #include "../test.h"
 #include "backend/backend.h"
 #include "core/rng-jump.h"
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/backend-cuda.h"
 
 static unsigned long long g_seed;  // printed with every failure
@@ -857,7 +858,41 @@ static void attention_decode_case(int P, int G, int Hkv, int Dh, int n, int max_
     TEST_END();
 }
 
+// The prefill split-K plan (host code): splits only when the row tiles fill under half a wave,
+// into whole 64-key tiles that cover every key, at most about one wave of blocks in all.
+static void test_prefill_plan(void) {
+    const int cases[][4] = {  // T, H, max keys, n_sm
+        {64, 32, 10304, 132}, {16, 4, 2579, 132}, {4096, 32, 4096, 132}, {64, 32, 300, 132},
+        {100, 8, 65536, 132}, {64, 32, 10304, 8}, {1, 1, 1000000, 132}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int T = cases[c][0], H = cases[c][1], keys = cases[c][2], n_sm = cases[c][3];
+        TEST_BEGIN(NAME("prefill split plan T=%d H=%d keys=%d SMs=%d", T, H, keys, n_sm));
+        int n = 0, per = 0;
+        li_cuda_attention_prefill_plan(T, H, keys, n_sm, &n, &per);
+        const long blocks = (long)((T + 63) / 64) * H, wave = 3L * n_sm;
+        CHECK(n >= 1, "n_split %d", n);
+        if (n > 1) {
+            CHECK(per % 64 == 0 && per >= 256, "keys per split %d", per);
+            CHECK((long)n * per >= keys && (long)(n - 1) * per < keys, "%d x %d for %d keys", n, per,
+                  keys);
+            CHECK(blocks * 2 <= wave && blocks * n <= wave, "%ld blocks x %d for a wave of %ld",
+                  blocks, n, wave);
+        } else {
+            CHECK(blocks * 2 > wave || keys < 512, "not split: %ld blocks, %d keys", blocks, keys);
+        }
+        TEST_END();
+    }
+    setenv("LI_CUDA_ATTN_PREFILL_SPLIT", "0", 1);
+    TEST_BEGIN("prefill split plan: LI_CUDA_ATTN_PREFILL_SPLIT=0 never splits");
+    int n = 0, per = 0;
+    li_cuda_attention_prefill_plan(64, 32, 10304, 132, &n, &per);
+    CHECK(n == 1, "n_split %d", n);
+    TEST_END();
+    unsetenv("LI_CUDA_ATTN_PREFILL_SPLIT");
+}
+
 static void test_attention(void) {
+    test_prefill_plan();
     const int Ps[] = {1, 16, 64};
     const int ratios[] = {1, 2, 4, 8};
     int n_case = 0;
