@@ -1046,6 +1046,11 @@ extern "C" void li_cuda_attention_prefill_plan(int T, int H, int max_keys, int n
     *keys_per_split = per;
 }
 
+extern "C" size_t li_cuda_attention_prefill_part_floats(int n_sm, int Dh) {
+    // a split plan has blocks * n_split <= one wave and rows <= 64 per block
+    return (size_t)PF_ROWS * PF_BLOCKS_PER_SM * (size_t)n_sm * ((size_t)Dh + 2);
+}
+
 extern "C" cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda_attn_args *a,
                                                  const li_cuda_rope_args *rope, uint64_t *keys) {
     // the fp32 launcher's checks (attention.cu), and the cos/sin table holds Dh floats

@@ -55,6 +55,9 @@ LI_CUDA_API cudaError_t li_cuda_attention_combine(cudaStream_t st, float *out, c
 // need T * H * n_split * (Dh + 2) floats when *n_split > 1.
 LI_CUDA_API void li_cuda_attention_prefill_plan(int T, int H, int max_keys, int n_sm, int *n_split,
                                                 int *keys_per_split);
+// The most partial floats any prefill split plan needs on n_sm multiprocessors at head dim Dh
+// (reserved at start: a split never grows the scratch).
+LI_CUDA_API size_t li_cuda_attention_prefill_part_floats(int n_sm, int Dh);
 // Rows from which the tensor-core kernel (attention-prefill.cu) takes over, for Dh 64 and 128.
 #define LI_CUDA_ATTN_TC_MIN_T 16
 // 1 when li_cuda_attention_prefill serves (T, Dh) (LI_CUDA_ATTN_NO_TC=1 in the environment: never).

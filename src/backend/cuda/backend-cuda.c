@@ -1197,6 +1197,8 @@ static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
     size_t ranges = (size_t)split_rows * 256;
     if ((size_t)r->max_rows * 8 > ranges) ranges = (size_t)r->max_rows * 8;
     size_t part = ranges * r->max_heads * ((size_t)r->head_dim + 2) * 4;
+    size_t prefill_part = li_cuda_attention_prefill_part_floats(im->n_sm, r->head_dim) * 4;
+    if (prefill_part > part) part = prefill_part;  // a split prefill (few row tiles) uses it too
     size_t keys = ((size_t)r->max_keys + 1) * 8;
     if (!scratch_get(im, &im->xbf, xbf, "matmul (bf16 scratch)") ||
         !scratch_get(im, &im->attn, part, "attention (split-K partials)") ||
