@@ -189,9 +189,14 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
             op->matmul(be, k, s->xn, &l->wk, T);  // (T, Hkv*Dh)
             op->matmul(be, v, s->xn, &l->wv, T);  // (T, Hkv*Dh)
         }
-        // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        op->rope(be, q, b->pos, T, H, Dh, &m->rope);
-        op->rope(be, k, b->pos, T, Hkv, Dh, &m->rope);
+        // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin); in the fused decode row k follows q,
+        // so one call rotates the H + Hkv heads
+        if (k == q + (size_t)H * Dh && T == 1) {
+            op->rope(be, q, b->pos, 1, H + Hkv, Dh, &m->rope);
+        } else {
+            op->rope(be, q, b->pos, T, H, Dh, &m->rope);
+            op->rope(be, k, b->pos, T, Hkv, Dh, &m->rope);
+        }
         op->kv_store(be, kv, il, k, v, b->slot, T);
         if (s->page_start) {  // decode rows of several sequences (stage_batch): one call
             op->attention_decode(be, s->att, q, b->n_seqs, H, kv, il, b->seqs[0].kv.pages,
