@@ -714,8 +714,10 @@ __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) {
 // 3 blocks per SM: at Dh 128 the kernel needs ~170 registers, and one more per thread (176 after
 // allocation rounding) leaves room for only 2 blocks — measured 1.58 ms vs 2.10 ms for the
 // 4096-token causal prefill on the H200. The bound keeps the compiler at <= 168.
-// ASYNC (bf16 pools, paged): the cp.async double-buffered tile pipeline above; otherwise each
-// tile is loaded (and converted) synchronously by load_kv_tile.
+// ASYNC (bf16 pools and bf16 dense keys): the cp.async double-buffered tile pipeline above, with
+// uniform-Δ tiles served by restaged Q (stage_query); otherwise each tile is loaded (and
+// converted, K rotated) synchronously by load_kv_tile. n_split > 1: blockIdx.z's share of the
+// keys, written as partials.
 template <int DH, typename KV, bool ASYNC>
 __global__ void __launch_bounds__(PF_THREADS, 3)
     attention_prefill_mma(const li_cuda_attn_args a, const li_cuda_rope_args r,
