@@ -184,16 +184,13 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
             q = s->gate;
             k = q + (size_t)H * Dh;
             v = k + (size_t)Hkv * Dh;
+            // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin); k follows q: one call, H + Hkv heads
+            op->rope(be, q, b->pos, 1, H + Hkv, Dh, &m->rope);
         } else {
             op->matmul(be, q, s->xn, &l->wq, T);  // (T, H*Dh)
             op->matmul(be, k, s->xn, &l->wk, T);  // (T, Hkv*Dh)
             op->matmul(be, v, s->xn, &l->wv, T);  // (T, Hkv*Dh)
-        }
-        // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin); in the fused decode row k follows q,
-        // so one call rotates the H + Hkv heads
-        if (k == q + (size_t)H * Dh && T == 1) {
-            op->rope(be, q, b->pos, 1, H + Hkv, Dh, &m->rope);
-        } else {
+            // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin)
             op->rope(be, q, b->pos, T, H, Dh, &m->rope);
             op->rope(be, k, b->pos, T, Hkv, Dh, &m->rope);
         }

@@ -87,8 +87,8 @@ static size_t attn_smem_floats(int G, int Dh) {
 template <typename KV>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_kernel_paged(const li_cuda_attn_args a, const li_cuda_rope_args r) {
-    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
-    pdl_wait();
+    pdl_trigger();  // a plain launch: lets the GEMV after it (launch_pdl) start early
+    pdl_wait();     // a no-op here; kept so that a PDL launch of this kernel stays correct
     extern __shared__ float sm[];
     const int G = a.H / a.Hkv, Dh = a.Dh, C = ATT_CHUNK;
     const int sp = blockIdx.x, hk = blockIdx.y, t = blockIdx.z;

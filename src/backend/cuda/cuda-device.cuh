@@ -4,7 +4,6 @@
 #define LI_CUDA_DEVICE_CUH
 
 #include <math.h>
-
 #include <stdlib.h>
 
 #include <cuda_bf16.h>
@@ -130,8 +129,6 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float x, float y) {
     return *(const uint32_t *)&v;
 }
 
-// HF's silu(gate) * up, the one expression every SwiGLU kernel uses (swiglu and its FP8-fused
-// twin must give the same bits). expf(-g) overflows to inf for g < -88: g / inf = -0, the limit.
 // Programmatic dependent launch (sm_90): pdl_trigger lets the next kernel in the stream, when it
 // was launched with cudaLaunchAttributeProgrammaticStreamSerialization, start before this one
 // ends; that kernel calls pdl_wait before touching anything this one writes or reads (it may
@@ -168,6 +165,8 @@ static inline cudaError_t launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block,
     return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
 
+// HF's silu(gate) * up, the one expression every SwiGLU kernel uses (swiglu and its FP8-fused
+// twin must give the same bits). expf(-g) overflows to inf for g < -88: g / inf = -0, the limit.
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 #endif

@@ -136,8 +136,8 @@ extern "C" cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, in
 }
 
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
-    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
-    pdl_wait();
+    pdl_trigger();  // a plain launch (the unaligned tail): lets the GEMV after it start early
+    pdl_wait();     // a no-op here; kept so that a PDL launch of this kernel stays correct
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         out[i] = silu_mul(gate[i], up[i]);
