@@ -875,6 +875,8 @@ int main(void) {
     test_schedule(&rng);
     test_select(&rng);
     test_dpad(&rng);
+    if (!test_backend_usable("test-dllm model tests", getenv("LI_TEST_BACKEND"), "synth:tiny-llada"))
+        return test_summary();
     test_model(&rng, true);
     test_model(&rng, false);
     test_hundred_prompts(&rng);

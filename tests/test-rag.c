@@ -261,6 +261,7 @@ int main(void) {
     if (!cpu || g_kv_bf16) g_tol = NMSE_TOL_BF16;
     printf("# seed %llu (LI_TEST_SEED reproduces), backend %s, %s KV, nmse bound %g\n",
            (unsigned long long)seed, g_backend, g_kv_bf16 ? "bf16" : "f32", g_tol);
+    if (!test_backend_usable("test-rag", g_backend, "synth:tiny-llama")) return test_summary();
     li_rng rng;
     li_rng_seed(&rng, seed);
     static const char *models[] = {"tiny-llama", "tiny-llama-mha-gptj", "tiny-llama-gqa4-linear",
@@ -340,33 +341,37 @@ int main(void) {
         cp.path = "synth:tiny-llama";
         cp.backend = g_backend;
         cp.max_seqs = 1;  // the second request waits while the first runs
-        li_model *cm;
-        CHECK(li_model_load(&cm, &cp) == LI_OK, "%s", li_last_error());
-        int32_t dids[40];
-        for (int i = 0; i < 40; i++) dids[i] = 60 + i;
-        li_doc cd = {.ids = dids, .n_ids = 40};
-        li_request q = {.docs = &cd, .n_docs = 1, .query = "go"};
-        q.gen = li_generate_default_params();
-        q.gen.n_predict = 50;
-        q.gen.stop_at_eos = false;
-        int64_t a, b;
-        int left;
-        CHECK(li_submit(cm, &q, &a) == LI_OK && li_submit(cm, &q, &b) == LI_OK, "submit");
-        for (int i = 0; i < 5; i++) li_step(cm, &left);  // a is decoding, b waits
-        CHECK(li_cancel(cm, a) == LI_OK && li_cancel(cm, b) == LI_OK, "cancel");
-        CHECK(li_cancel(cm, 12345) == LI_ERR_INVALID_ARG, "unknown id");
-        li_step(cm, &left);
-        CHECK(left == 0, "%d requests left", left);
-        li_request_result ra, rb;
-        CHECK(li_result(cm, a, &ra) == LI_OK && ra.cancelled && ra.n_generated > 0 &&
-                  ra.n_generated < 50, "a: cancelled %d after %d tokens", ra.cancelled, ra.n_generated);
-        CHECK(li_result(cm, b, &rb) == LI_OK && rb.cancelled && rb.n_generated == 0, "b");
-        li_cache_stats cs;
-        li_get_cache_stats(cm, &cs);
-        CHECK(cs.kv_pages_free + cs.resident_bytes / cs.kv_page_bytes == cs.kv_pages_total,
-              "pages not back: %lld free, %lld cached, %lld total", (long long)cs.kv_pages_free,
-              (long long)(cs.resident_bytes / cs.kv_page_bytes), (long long)cs.kv_pages_total);
-        li_model_free(cm);
+        li_model *cm = NULL;
+        li_status lrc = li_model_load(&cm, &cp);
+        CHECK(lrc == LI_OK, "%s", li_last_error());
+        if (lrc == LI_OK) {  // nothing to cancel without a model
+            int32_t dids[40];
+            for (int i = 0; i < 40; i++) dids[i] = 60 + i;
+            li_doc cd = {.ids = dids, .n_ids = 40};
+            li_request q = {.docs = &cd, .n_docs = 1, .query = "go"};
+            q.gen = li_generate_default_params();
+            q.gen.n_predict = 50;
+            q.gen.stop_at_eos = false;
+            int64_t a, b;
+            int left;
+            CHECK(li_submit(cm, &q, &a) == LI_OK && li_submit(cm, &q, &b) == LI_OK, "submit");
+            for (int i = 0; i < 5; i++) li_step(cm, &left);  // a is decoding, b waits
+            CHECK(li_cancel(cm, a) == LI_OK && li_cancel(cm, b) == LI_OK, "cancel");
+            CHECK(li_cancel(cm, 12345) == LI_ERR_INVALID_ARG, "unknown id");
+            li_step(cm, &left);
+            CHECK(left == 0, "%d requests left", left);
+            li_request_result ra, rb;
+            CHECK(li_result(cm, a, &ra) == LI_OK && ra.cancelled && ra.n_generated > 0 &&
+                      ra.n_generated < 50,
+                  "a: cancelled %d after %d tokens", ra.cancelled, ra.n_generated);
+            CHECK(li_result(cm, b, &rb) == LI_OK && rb.cancelled && rb.n_generated == 0, "b");
+            li_cache_stats cs;
+            li_get_cache_stats(cm, &cs);
+            CHECK(cs.kv_pages_free + cs.resident_bytes / cs.kv_page_bytes == cs.kv_pages_total,
+                  "pages not back: %lld free, %lld cached, %lld total", (long long)cs.kv_pages_free,
+                  (long long)(cs.resident_bytes / cs.kv_page_bytes), (long long)cs.kv_pages_total);
+            li_model_free(cm);
+        }
     }
     TEST_END();
 

@@ -44,6 +44,25 @@ static const char *test_cur_name;
         printf("\n");                                                                              \
     } while (0)
 
+#ifdef LAZYINFER_H
+// 1 when `backend` (LI_TEST_BACKEND; NULL: the CPU) opens here, probed by loading the small model
+// `path`; otherwise the suite's model tests print one SKIP with the reason (no GPU on this machine)
+// instead of failing one by one.
+static inline int test_backend_usable(const char *suite, const char *backend, const char *path) {
+    li_model_params p = li_model_default_params();
+    p.path = path;
+    p.backend = backend;
+    li_model *m = NULL;
+    if (li_model_load(&m, &p) != LI_OK) {
+        printf("SKIP: %s: no usable '%s' backend here: %s\n", suite, backend ? backend : "cpu",
+               li_last_error());
+        return 0;
+    }
+    li_model_free(m);
+    return 1;
+}
+#endif
+
 static inline int test_summary(void) {
     fprintf(stderr, "%d passed, %d failed\n", test_n_pass, test_n_fail);
     return test_n_fail ? 1 : 0;
