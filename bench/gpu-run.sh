@@ -12,6 +12,7 @@
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 #   dllmtest test-dllm on CUDA only
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
+#   dllmact the same with f32 activations (LI_LLADA_ACT=f32): the bf16 path's same-call baseline
 #   torchllada bench/torch_baselines.py --only eager_llada8b (after dllm: same prompt length)
 #   opsbench gpu-check's FP8 GEMM and prefill attention timings only
 #   kernels lazyinfer bench kernels on the GPU: one Llama-3.1-8B layer's ops against the copy and
@@ -122,6 +123,8 @@ has profile && run profile-decode 120 env LI_CUDA_PROFILE=1 $LI bench generate -
 # one denoising step at canvas 512/1024/2048, each LaCache component and FP8 (issue 5's table)
 has dllmstep && run bench-dllm-canvas 240 $LI bench dllm --backend cuda -m synth:llada-8b \
   --canvas 512,1024,2048 --block-length 32
+has dllmact && run bench-dllm-canvas-f32act 240 env LI_LLADA_ACT=f32 $LI bench dllm --backend cuda \
+  -m synth:llada-8b --canvas 512,1024,2048 --block-length 32
 has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b --prompts .gpu/gsm8k.jsonl \
   -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
   --commit-per-step 2 ${DLLM_ARGS:-}

@@ -399,6 +399,51 @@ static void compare_logits(const float *a, const float *ref, int rows, int V, do
     }
 }
 
+// bf16 activations (backend.h's rmsnorm_bf16 & co.; the GPU's default) through the oracle's ops,
+// which define them as the f32 op then the rounding: the model's bf16 path, which CI cannot run on
+// a GPU, runs here. Every LaCache combination equals all-off bit for bit on it too, and it stays
+// within bf16 rounding of the f32 path (and differs from it: the path was taken).
+static void test_bf16_activations(uint64_t mseed) {
+    li_llada *m;
+    LI_ASSERT(li_llada_synth(&m, "tiny-llada", mseed, be_ref, false) == LI_OK);
+    const int V = m->hp.n_vocab;
+    script_t sc;
+    make_script(&sc, randint(5, 12), randint(6, 10), randint(0, 1) == 1);
+    size_t n = script_logits(&sc, V);
+    float *f32 = xmalloc(n * 4), *off16 = xmalloc(n * 4), *got = xmalloc(n * 4);
+    li_lacache off = {0};
+    setenv("LI_LLADA_ACT", "f32", 1);
+    li_status rc = run_script(m, &off, &sc, f32, NULL);
+    setenv("LI_LLADA_ACT", "bf16", 1);
+    if (rc == LI_OK) rc = run_script(m, &off, &sc, off16, NULL);
+    char name[160], cn[64];
+    snprintf(name, sizeof name, "model seed %llu: bf16 activations (oracle ops) within bf16 "
+             "rounding of f32; 16 LaCache combinations = all-off bit for bit",
+             (unsigned long long)mseed);
+    TEST_BEGIN(name);
+    CHECK(rc == LI_OK, "%s", li_error_msg());
+    if (rc == LI_OK) {
+        double e;
+        int agree, rows = (int)(n / V);
+        compare_logits(off16, f32, rows, V, &e, &agree);
+        printf("# bf16 activations vs f32 on tiny-llada (oracle ops): nmse %.3g, top-1 %d/%d\n",
+               e, agree, rows);
+        CHECK(e > 0 && e < 1e-3, "nmse %g; seed %llu", e, g_seed);
+        CHECK(agree >= rows * 9 / 10, "top-1 agreement %d/%d; seed %llu", agree, rows, g_seed);
+    }
+    for (int cb = 1; cb < 16 && rc == LI_OK; cb++) {
+        li_lacache lc = {cb & 1, cb & 2, cb & 4, cb & 8, false, 7};
+        li_status r2 = run_script(m, &lc, &sc, got, NULL);
+        CHECK(r2 == LI_OK, "%s: %s", combo_name(cb, cn), li_error_msg());
+        CHECK(r2 != LI_OK || memcmp(got, off16, n * 4) == 0, "%s differs from all-off; seed %llu",
+              combo_name(cb, cn), g_seed);
+    }
+    TEST_END();
+    unsetenv("LI_LLADA_ACT");
+    free(f32), free(off16), free(got);
+    li_llada_free(m);
+}
+
 static void test_fp8_tiny(uint64_t mseed) {
     li_llada *m;
     LI_ASSERT(li_llada_synth(&m, "tiny-llada", mseed, be_fast, false) == LI_OK);
@@ -604,6 +649,7 @@ int main(void) {
     for (int i = 0; i < 2; i++)
         test_oracle(li_rng_u64(&rng) % 1000000);
     test_batch_and_info(li_rng_u64(&rng) % 1000000);
+    test_bf16_activations(li_rng_u64(&rng) % 1000000);
     for (int i = 0; i < 2; i++)
         test_fp8_tiny(li_rng_u64(&rng) % 1000000);
     test_fp8_smollm2();

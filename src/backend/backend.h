@@ -283,6 +283,33 @@ typedef struct {
     void (*dllm_dpad)(li_backend *be, uint8_t *keep, const double *prob, int window, int n_suffix,
                       const li_rng *rng);
 
+    // ---- bf16 activations (LLaDA on a device; NULL: the model runs the f32 ops above) ----
+    // Each op stores bf16 (round to nearest even) where the f32 path would store f32 and the next
+    // op would round that same value to bf16 anyway (a GEMM's input, attention's K / V / output):
+    // the rounding moves into the op that makes the value and the f32 copy is never written, so
+    // a pass costs 2 bytes per element instead of 4 + 6. On one backend the results equal the
+    // f32 ops followed by the conversion, bit for bit (gpu-check holds CUDA to it); the reference
+    // (ops-ref.c) is exactly that composition. The residual stream stays f32.
+    // out (T, D) = bf16(rmsnorm(x) * w).
+    void (*rmsnorm_bf16)(li_backend *be, uint16_t *out, const float *x, const float *w, int T,
+                         int D, float eps);
+    // y (T, N) = x (T, K) @ W^T with x bf16 (what matmul computes from the f32 x it rounds);
+    // accumulate: y += x @ W^T instead (the residual add fused: the bits of matmul then add).
+    void (*matmul_bf16)(li_backend *be, float *y, const uint16_t *x, const li_weight *W, int T,
+                        bool accumulate);
+    // out (T, nh, Dh) = bf16(rope(x)) at positions pos (T); pos NULL: bf16(x). x is not changed
+    // and out never aliases it.
+    void (*rope_bf16)(li_backend *be, uint16_t *out, const float *x, const int32_t *pos, int T,
+                      int nh, int Dh, const li_rope_table *table);
+    // out (n) = bf16(silu(gate) * up).
+    void (*swiglu_bf16)(li_backend *be, uint16_t *out, const float *gate, const float *up,
+                        int64_t n);
+    // attention_dense with k, v (nk, Hkv, Dh) already bf16 and out (T, H, Dh) = bf16 of
+    // attention_dense's out; q (T, H, Dh) f32 (the kernel scales it before rounding).
+    void (*attention_dense_bf16)(li_backend *be, uint16_t *out, const float *q, int T, int H,
+                                 const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
+                                 float scale);
+
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
 
     // Matrices moved into this backend's memory are converted to bf16 (CUDA: cuBLASLt takes

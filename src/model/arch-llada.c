@@ -36,7 +36,11 @@
 #include "llada-internal.h"
 
 #define DEFAULT_FA_TILE 64
-#define HEAD_CHUNK 32 // rows per LM-head GEMM when truncation is off
+// Rows per LM-head GEMM when truncation is off: (512, V) f32 of scratch (259 MB for LLaDA's
+// 126,464 tokens). The head's weight is 1 GB of bf16, so a GEMM of 32 rows (the old chunk)
+// streams it at ~0.25 ms for 0.03 TFLOP — 8 ms of a vanilla step at canvas 1024 — where 512
+// rows make it compute-bound (~0.7 ms each).
+#define HEAD_CHUNK 512
 
 struct li_llada_cache {
     li_backend *be;  // the buffers below (not tokens/pos, host bookkeeping) are in its memory
@@ -69,7 +73,15 @@ struct li_llada_scratch {
     int32_t *idx, *idx_host;                           // (3 R) index arrays, see above
     uint8_t *qa;                                       // FP8 activations (R, max(D, F))
     float *sa;                                         // their scales (R, ceil(max(D, F)/128))
-    float *head;                                       // (HEAD_CHUNK, V)
+    float *head;                                       // (head_rows, V)
+    int head_rows;                                     // min(max_rows, HEAD_CHUNK)
+    // bf16 activations (act_bf16, backend.h's rmsnorm_bf16 & co.): GEMM inputs and attention K,
+    // V, output made in bf16 by the op before (layers >= 1, every FFN, the head). LI_LLADA_ACT
+    // = f32 | bf16 overrides the default (bf16 on a device backend that has the ops).
+    bool act_bf16;
+    uint16_t *xb;          // (R, max(D, F)) normalised rows, or the FFN's silu(gate) * up
+    uint16_t *kb, *vb;     // (R, Hkv*Dh) keys after RoPE, values
+    uint16_t *attb;        // (R, H*Dh) attention output
 };
 
 // ---- cache and scratch ------------------------------------------------------------------------
@@ -140,6 +152,15 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     size_t R = (size_t)max_rows, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
     size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
     size_t KM = D > F ? D : F, GM = (KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
+    const li_backend_ops *op = m->be->ops;
+    const char *act = getenv("LI_LLADA_ACT");
+    bool has_bf16 = op->rmsnorm_bf16 && op->matmul_bf16 && op->rope_bf16 && op->swiglu_bf16 &&
+                    op->attention_dense_bf16;
+    // (a device's dense attention kernel takes head dims 64 and 128; the CPU oracle any)
+    has_bf16 = has_bf16 && (hp->head_dim == 64 || hp->head_dim == 128 || !li_be_is_device(m->be));
+    s->act_bf16 = has_bf16 && (act ? !strcmp(act, "bf16") : li_be_is_device(m->be));
+    size_t B16 = s->act_bf16 ? 2 : 0;  // bytes per element of the bf16 buffers (none when off)
+    s->head_rows = max_rows < HEAD_CHUNK ? max_rows : HEAD_CHUNK;
     struct {
         void **p;
         size_t bytes;
@@ -160,9 +181,14 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
         {(void **)&s->idx, 3 * R * 4, "index arrays"},
         {(void **)&s->qa, R * KM, "fp8 activations"},
         {(void **)&s->sa, R * GM * 4, "fp8 activation scales"},
-        {(void **)&s->head, (size_t)HEAD_CHUNK * hp->n_vocab * 4, "head logits"},
+        {(void **)&s->head, (size_t)s->head_rows * hp->n_vocab * 4, "head logits"},
+        {(void **)&s->xb, R * KM * B16, "bf16 GEMM inputs"},
+        {(void **)&s->kb, R * KDh * B16, "bf16 keys"},
+        {(void **)&s->vb, R * KDh * B16, "bf16 values"},
+        {(void **)&s->attb, R * HDh * B16, "bf16 attention output"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!bufs[i].bytes) continue;  // (the bf16 buffers on the f32 path)
         *bufs[i].p = li_be_alloc(s->be, bufs[i].bytes, bufs[i].what);
         if (!*bufs[i].p) {
             li_llada_scratch_free(s);
@@ -180,8 +206,8 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
 
 void li_llada_scratch_free(li_llada_scratch *s) {
     if (!s) return;
-    void *ps[] = {s->x,  s->xn, s->q,  s->k,   s->v,  s->att, s->gate, s->up,
-                  s->tmp, s->fm, s->fl, s->fo, s->idx, s->qa,  s->sa,   s->head};
+    void *ps[] = {s->x,   s->xn, s->q,  s->k,   s->v,  s->att, s->gate, s->up, s->tmp, s->fm,
+                  s->fl,  s->fo, s->idx, s->qa, s->sa, s->head, s->xb,  s->kb, s->vb,  s->attb};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         li_be_free(s->be, ps[i]);
     li_free(s->idx_host);
@@ -332,13 +358,15 @@ static li_status check_canvas(const li_llada *m, const li_lacache *lc, const li_
 }
 
 // The attention's residual add and the FFN of one layer over R rows: x += tmp (the attention
-// output), then x += down(silu(gate(n(x))) * up(n(x))), FP8 when fp8 != NULL.
+// output; with bf16 activations wo's GEMM has already added it to x), then
+// x += down(silu(gate(n(x))) * up(n(x))), FP8 when fp8 != NULL.
 static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
                 const li_fp8_weight *fp8, int R) {
     const li_hparams *hp = &f->m->hp;
     const li_backend_ops *op = f->op;
     li_backend *be = f->be;
     int D = hp->n_embd, F = hp->n_ff;
+    const float *attn = s->act_bf16 ? NULL : s->tmp;
     if (fp8) {
         // the vendor's block-scaled GEMM where the backend has one (CUDA: cuBLASLt), else the
         // exact kernel of backend.h's accumulation order
@@ -346,25 +374,58 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
                     const li_fp8_weight *) = op->matmul_fp8_fast ? op->matmul_fp8_fast
                                                                  : op->matmul_fp8;
         // x += attention, norm, quantise: one pass where the backend fuses them (CUDA)
-        li_add_rmsnorm_fp8(be, s->qa, s->sa, s->xn, s->x, s->tmp, l->ffn_norm.data, R, D,
+        li_add_rmsnorm_fp8(be, s->qa, s->sa, s->xn, s->x, attn, l->ffn_norm.data, R, D,
                            hp->rms_eps);
         mm8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
         mm8(be, s->up, s->qa, s->sa, R, &fp8[1]);
         li_swiglu_fp8(be, s->qa, s->sa, s->gate, s->gate, s->up, R, F);
         mm8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
+        op->add(be, s->x, s->tmp, (int64_t)R * D);
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
+    } else if (s->act_bf16) {  // n(x) and silu(gate) * up made in bf16, down added to x
+        op->rmsnorm_bf16(be, s->xb, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
+        op->matmul_bf16(be, s->gate, s->xb, &l->w_gate, R, false);
+        op->matmul_bf16(be, s->up, s->xb, &l->w_up, R, false);
+        op->swiglu_bf16(be, s->xb, s->gate, s->up, (int64_t)R * F);
+        op->matmul_bf16(be, s->x, s->xb, &l->w_down, R, true);
     } else {
-        op->add(be, s->x, s->tmp, (int64_t)R * D);  // x += attention
+        op->add(be, s->x, attn, (int64_t)R * D);
         op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
         op->matmul(be, s->gate, s->xn, &l->w_gate, R);
         op->matmul(be, s->up, s->xn, &l->w_up, R);
         op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
         op->matmul(be, s->tmp, s->gate, &l->w_down, R);
+        op->add(be, s->x, s->tmp, (int64_t)R * D);
     }
     count_mm(f->info, R, &l->w_gate);
     count_mm(f->info, R, &l->w_up);
     count_mm(f->info, R, &l->w_down);
-    op->add(be, s->x, s->tmp, (int64_t)R * D);
+}
+
+// y (n, N) = norm(x) (n, D) @ W^T: the norm's rows stored in f32 (xn) or bf16 (xb).
+static void norm_matmul(const fwd *f, li_llada_scratch *s, float *y, const float *x,
+                        const float *norm_w, const li_weight *W, int n) {
+    const li_hparams *hp = &f->m->hp;
+    if (s->act_bf16) {
+        f->op->rmsnorm_bf16(f->be, s->xb, x, norm_w, n, hp->n_embd, hp->rms_eps);
+        f->op->matmul_bf16(f->be, y, s->xb, W, n, false);
+    } else {
+        f->op->rmsnorm(f->be, s->xn, x, norm_w, n, hp->n_embd, hp->rms_eps);
+        f->op->matmul(f->be, y, s->xn, W, n);
+    }
+    count_mm(f->info, n, W);
+}
+
+// The attention output's projection added to the residual stream: x += att @ wo^T (bf16: att
+// rounded once, as matmul would, and the sum made in the GEMM's epilogue; ffn then adds nothing).
+static void attn_out(const fwd *f, li_llada_scratch *s, const li_weight *wo, int R) {
+    if (s->act_bf16) {
+        f->op->rope_bf16(f->be, s->attb, s->att, NULL, R, f->H, f->Dh, NULL);
+        f->op->matmul_bf16(f->be, s->x, s->attb, wo, R, true);
+    } else {
+        f->op->matmul(f->be, s->tmp, s->att, wo, R);  // ffn adds it
+    }
+    count_mm(f->info, R, wo);
 }
 
 // The ops of one step over the canvases (index arrays uploaded, layouts recorded): embeddings,
@@ -412,10 +473,17 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
         g += k;
     }
     if (rc == LI_OK) {
-        op->rmsnorm(be, s->xn, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
-        op->matmul(be, s->q, s->xn, &l0->wq, G);
-        op->matmul(be, s->k, s->xn, &l0->wk, G);
-        op->matmul(be, s->v, s->xn, &l0->wv, G);
+        if (s->act_bf16) {
+            op->rmsnorm_bf16(be, s->xb, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
+            op->matmul_bf16(be, s->q, s->xb, &l0->wq, G, false);
+            op->matmul_bf16(be, s->k, s->xb, &l0->wk, G, false);
+            op->matmul_bf16(be, s->v, s->xb, &l0->wv, G, false);
+        } else {
+            op->rmsnorm(be, s->xn, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
+            op->matmul(be, s->q, s->xn, &l0->wq, G);
+            op->matmul(be, s->k, s->xn, &l0->wk, G);
+            op->matmul(be, s->v, s->xn, &l0->wv, G);
+        }
         op->rope(be, s->q, gpos_d, G, H, Dh, &m->rope);
         op->rope(be, s->k, gpos_d, G, Hkv, Dh, &m->rope);
         count_mm(info, G, &l0->wq);
@@ -447,33 +515,52 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
                           s->fo + (size_t)r0 * HDh, s->fm + (size_t)r0 * H,
                           s->fl + (size_t)r0 * H));
     }
-    op->matmul(be, s->tmp, s->att, &l0->wo, R);
-    count_mm(info, R, &l0->wo);
-    ffn(&f, s, l0, NULL, R);  // x += tmp, then the FFN
+    attn_out(&f, s, &l0->wo, R);
+    ffn(&f, s, l0, NULL, R);  // x += attention (unless attn_out added it), then the FFN
 
     // ---- layers >= 1: everything over all rows ----
     for (int il = 1; il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
-        op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, R, D, hp->rms_eps);
-        op->matmul(be, s->q, s->xn, &l->wq, R);
-        op->matmul(be, s->k, s->xn, &l->wk, R);
-        op->matmul(be, s->v, s->xn, &l->wv, R);
+        if (s->act_bf16) {
+            op->rmsnorm_bf16(be, s->xb, s->x, l->attn_norm.data, R, D, hp->rms_eps);
+            op->matmul_bf16(be, s->q, s->xb, &l->wq, R, false);
+            op->matmul_bf16(be, s->k, s->xb, &l->wk, R, false);
+            op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
+        } else {
+            op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, R, D, hp->rms_eps);
+            op->matmul(be, s->q, s->xn, &l->wq, R);
+            op->matmul(be, s->k, s->xn, &l->wk, R);
+            op->matmul(be, s->v, s->xn, &l->wv, R);
+        }
         count_mm(info, R, &l->wq);
         count_mm(info, R, &l->wk);
         count_mm(info, R, &l->wv);
         for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
             const int32_t *pos = pos_d + r0;
             int T = canvases[i].n_tokens;
-            op->rope(be, s->q + (size_t)r0 * HDh, pos, T, H, Dh, &m->rope);
+            float *q = s->q + (size_t)r0 * HDh;
+            op->rope(be, q, pos, T, H, Dh, &m->rope);
+            if (s->act_bf16) {  // K rotated and V rounded as attention_dense would, once
+                uint16_t *kb = s->kb + (size_t)r0 * KDh, *vb = s->vb + (size_t)r0 * KDh;
+                op->rope_bf16(be, kb, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
+                op->rope_bf16(be, vb, s->v + (size_t)r0 * KDh, NULL, T, Hkv, Dh, NULL);
+                op->attention_dense_bf16(be, s->attb + (size_t)r0 * HDh, q, T, H, kb, vb, T, Hkv,
+                                         Dh, f.scale);
+                if (info) info->flops += 4.0 * Dh * H * (double)T * T;
+                continue;
+            }
             op->rope(be, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
-            attention_plain(&f, T, s->q + (size_t)r0 * HDh, s->k + (size_t)r0 * KDh,
-                            s->v + (size_t)r0 * KDh, s->att + (size_t)r0 * HDh,
-                            s->fo + (size_t)r0 * HDh, s->fm + (size_t)r0 * H,
-                            s->fl + (size_t)r0 * H);
+            attention_plain(&f, T, q, s->k + (size_t)r0 * KDh, s->v + (size_t)r0 * KDh,
+                            s->att + (size_t)r0 * HDh, s->fo + (size_t)r0 * HDh,
+                            s->fm + (size_t)r0 * H, s->fl + (size_t)r0 * H);
         }
-        op->matmul(be, s->tmp, s->att, &l->wo, R);
-        count_mm(info, R, &l->wo);
-        ffn(&f, s, l, lc->fp8 ? &m->fp8[3 * il] : NULL, R);  // x += tmp, then the FFN
+        if (s->act_bf16) {
+            op->matmul_bf16(be, s->x, s->attb, &l->wo, R, true);
+            count_mm(info, R, &l->wo);
+        } else {
+            attn_out(&f, s, &l->wo, R);
+        }
+        ffn(&f, s, l, lc->fp8 ? &m->fp8[3 * il] : NULL, R);  // (x += attention,) the FFN
     }
 
     // ---- head: block rows (truncation) or all rows, returning the block rows ----
@@ -482,19 +569,15 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
         int lo = cv->block_lo, hi = cv->block_hi, T = cv->n_tokens;
         if (lc->trunc) {
             int nb = hi - lo;
-            op->rmsnorm(be, s->xn, s->x + (size_t)(r0 + lo) * D, m->w.out_norm.data, nb, D,
-                        hp->rms_eps);
-            op->matmul(be, logits[i], s->xn, &m->w.output, nb);
-            count_mm(info, nb, &m->w.output);
+            norm_matmul(&f, s, logits[i], s->x + (size_t)(r0 + lo) * D, m->w.out_norm.data,
+                        &m->w.output, nb);
             if (info) info->head_rows += nb;
             continue;
         }
-        for (int t0 = 0; t0 < T; t0 += HEAD_CHUNK) {
-            int nr = T - t0 < HEAD_CHUNK ? T - t0 : HEAD_CHUNK;
-            op->rmsnorm(be, s->xn, s->x + (size_t)(r0 + t0) * D, m->w.out_norm.data, nr, D,
-                        hp->rms_eps);
-            op->matmul(be, s->head, s->xn, &m->w.output, nr);
-            count_mm(info, nr, &m->w.output);
+        for (int t0 = 0; t0 < T; t0 += s->head_rows) {
+            int nr = T - t0 < s->head_rows ? T - t0 : s->head_rows;
+            norm_matmul(&f, s, s->head, s->x + (size_t)(r0 + t0) * D, m->w.out_norm.data,
+                        &m->w.output, nr);
             int a = t0 > lo ? t0 : lo, b = t0 + nr < hi ? t0 + nr : hi;  // block rows here
             if (a < b)
                 li_be_copy(be, logits[i] + (size_t)(a - lo) * V, s->head + (size_t)(a - t0) * V,

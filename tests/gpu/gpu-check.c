@@ -1061,6 +1061,235 @@ static void test_sample(void) {
     free(lg);
 }
 
+// ---- bf16 activations (backend.h: rmsnorm_bf16, matmul_bf16, rope_bf16, swiglu_bf16,
+// attention_dense_bf16) ----------------------------------------------------------------------
+// Each must equal, bit for bit, the GPU's own f32 op followed by the rounding the next op would
+// apply (what lets LLaDA's bf16 path keep the f32 path's results), and the oracle's definition
+// within the f32 op's tolerance.
+
+static void round_host(uint16_t *out, const float *x, long n) {
+    for (long i = 0; i < n; i++) out[i] = li_f32_to_bf16(x[i]);
+}
+static void widen_host(float *out, const uint16_t *x, long n) {
+    for (long i = 0; i < n; i++) out[i] = li_bf16_to_f32(x[i]);
+}
+static double nmse_bf16(const uint16_t *got, const uint16_t *want, long n) {
+    float *a = xmalloc(sizeof(float) * n), *b = xmalloc(sizeof(float) * n);
+    widen_host(a, got, n);
+    widen_host(b, want, n);
+    double e = test_nmse(a, b, n);
+    free(a), free(b);
+    return e;
+}
+
+static void test_bf16_pointwise(void) {
+    static const int shapes[][2] = {{1, 64}, {3, 1000}, {17, 4096}, {64, 4096}};
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        int T = shapes[c][0], D = shapes[c][1];
+        long n = (long)T * D;
+        TEST_BEGIN(NAME("rmsnorm_bf16 / swiglu_bf16 T=%d D=%d = the f32 op rounded", T, D));
+        float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * D);
+        float *u = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+        uint16_t *want = xmalloc(2 * n), *got = xmalloc(2 * n), *orc = xmalloc(2 * n);
+        fill(x, n, 2.0f);
+        fill(w, D, 1.0f);
+        fill(u, n, 1.0f);
+        dbuf gx, gw, gu, gy, gb;
+        float *dx = dnew(&gx, sizeof(float) * n, x), *dw = dnew(&gw, sizeof(float) * D, w);
+        float *du = dnew(&gu, sizeof(float) * n, u), *dy = dnew(&gy, sizeof(float) * n, NULL);
+        uint16_t *db = dnew(&gb, 2 * n, NULL);
+        for (int op = 0; op < 2; op++) {
+            if (op == 0) {
+                gpu->ops->rmsnorm(gpu, dy, dx, dw, T, D, 1e-5f);
+                gpu->ops->rmsnorm_bf16(gpu, db, dx, dw, T, D, 1e-5f);
+                ref->ops->rmsnorm_bf16(ref, orc, x, w, T, D, 1e-5f);
+            } else {
+                gpu->ops->swiglu(gpu, dy, dx, du, n);
+                gpu->ops->swiglu_bf16(gpu, db, dx, du, n);
+                ref->ops->swiglu_bf16(ref, orc, x, u, n);
+            }
+            CHECK_BACKEND();
+            dget(y, &gy);
+            dget(got, &gb);
+            round_host(want, y, n);
+            CHECK(memcmp(got, want, 2 * n) == 0, "%s: not the f32 op's rounding; seed %llu",
+                  op ? "swiglu_bf16" : "rmsnorm_bf16", g_seed);
+            double e = nmse_bf16(got, orc, n);
+            CHECK(e <= TOL_MATMUL_BF16, "%s vs oracle: nmse %g; seed %llu",
+                  op ? "swiglu_bf16" : "rmsnorm_bf16", e, g_seed);
+        }
+        CHECK(dguard_ok(&gx) && dguard_ok(&gb) && dguard_ok(&gy), "guard damaged; seed %llu",
+              g_seed);
+        dfree(&gx), dfree(&gw), dfree(&gu), dfree(&gy), dfree(&gb);
+        free(x), free(w), free(u), free(y), free(want), free(got), free(orc);
+        TEST_END();
+    }
+}
+
+static void test_bf16_rope(void) {
+    const int dhs[][2] = {{64, 64}, {18, 18}, {64, 32}, {128, 128}};  // (Dh, n_dims)
+    for (int di = 0; di < 4; di++)
+        for (int lay = 0; lay < 2; lay++)
+            for (int with_pos = 0; with_pos < 2; with_pos++) {
+                int Dh = dhs[di][0], nd = dhs[di][1], T = randint(1, 300), nh = randint(1, 33);
+                li_rope_table tab = table_for(di % 3, lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX, nd);
+                TEST_BEGIN(NAME("rope_bf16 %s T=%d nh=%d Dh=%d n_dims=%d%s = rope rounded",
+                                lay ? "gptj" : "neox", T, nh, Dh, nd, with_pos ? "" : " (no pos)"));
+                long n = (long)T * nh * Dh;
+                float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+                uint16_t *want = xmalloc(2 * n), *got = xmalloc(2 * n), *orc = xmalloc(2 * n);
+                int32_t *pos = xmalloc(sizeof(int32_t) * T);
+                fill(x, n, 1.0f);
+                for (int t = 0; t < T; t++) pos[t] = randint(0, 200000);
+                dbuf gx, gy, gp, gb;
+                float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, x);
+                int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
+                uint16_t *db = dnew(&gb, 2 * n, NULL);
+                if (with_pos) gpu->ops->rope(gpu, dy, dp, T, nh, Dh, &tab);
+                gpu->ops->rope_bf16(gpu, db, dx, with_pos ? dp : NULL, T, nh, Dh,
+                                    with_pos ? &tab : NULL);
+                ref->ops->rope_bf16(ref, orc, x, with_pos ? pos : NULL, T, nh, Dh, &tab);
+                CHECK_BACKEND();
+                dget(y, &gy);
+                dget(got, &gb);
+                round_host(want, y, n);
+                CHECK(memcmp(got, want, 2 * n) == 0, "not rope's rounding; seed %llu", g_seed);
+                double e = nmse_bf16(got, orc, n);
+                CHECK(e <= TOL_MATMUL_BF16, "vs oracle: nmse %g; seed %llu", e, g_seed);
+                float *x2 = xmalloc(sizeof(float) * n);
+                dget(x2, &gx);
+                CHECK(memcmp(x2, x, sizeof(float) * n) == 0, "x changed; seed %llu", g_seed);
+                CHECK(dguard_ok(&gb) && dguard_ok(&gx), "guard damaged; seed %llu", g_seed);
+                dfree(&gx), dfree(&gy), dfree(&gp), dfree(&gb);
+                free(x), free(x2), free(y), free(want), free(got), free(orc), free(pos);
+                TEST_END();
+            }
+}
+
+// matmul_bf16 = matmul of the widened x (the same plan), accumulate = matmul then add, bit for
+// bit; batch-invariant (LLaDA's setting) and not; x misaligned (the realigning copy).
+static void test_bf16_matmul(void) {
+    static const int cases[][3] = {{64, 64, 2}, {4096, 4096, 17}, {12288, 4096, 64},
+                                   {4096, 12288, 33}, {1000, 576, 200}, {4096, 4096, 1}};
+    for (int inv = 0; inv < 2; inv++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int N = cases[c][0], K = cases[c][1], T = cases[c][2];
+            size_t xoff = c == 4 ? 16 : 0;
+            gpu->batch_invariant = inv;
+            TEST_BEGIN(NAME("matmul_bf16 N=%d K=%d T=%d%s%s = matmul of the widened x; "
+                            "accumulate = matmul + add", N, K, T, inv ? " (batch-invariant)" : "",
+                            xoff ? " (x misaligned)" : ""));
+            long nx = (long)T * K, ny = (long)T * N;
+            uint16_t *w = bf16_weights((int64_t)N * K, 1.0f), *xb = xmalloc(2 * nx);
+            float *xf = xmalloc(sizeof(float) * nx), *y0 = xmalloc(sizeof(float) * ny);
+            float *a = xmalloc(sizeof(float) * ny), *b = xmalloc(sizeof(float) * ny);
+            float *orc = xmalloc(sizeof(float) * ny);
+            fill(xf, nx, 1.0f);
+            round_host(xb, xf, nx);
+            widen_host(xf, xb, nx);
+            fill(y0, ny, 4.0f);
+            dbuf gw, gxb, gxf, gy, gt;
+            li_weight Wd = {LI_DTYPE_BF16, N, K, dnew(&gw, (size_t)N * K * 2, w)};
+            li_weight Wh = {LI_DTYPE_BF16, N, K, w};
+            uint16_t *dxb = dnew_off(&gxb, 2 * nx, xb, xoff);
+            float *dxf = dnew(&gxf, sizeof(float) * nx, xf);
+            float *dy = dnew(&gy, sizeof(float) * ny, NULL), *dt = dnew(&gt, sizeof(float) * ny, y0);
+            const bool gemv = !inv && li_backend_cuda_matmul_gemv(T, K, Wd.data, dxf);
+            // plain: matmul_bf16 vs matmul of the widened x
+            gpu->ops->matmul(gpu, dy, dxf, &Wd, T);
+            CHECK_BACKEND();
+            dget(a, &gy);
+            gpu->ops->matmul_bf16(gpu, dy, dxb, &Wd, T, false);
+            CHECK_BACKEND();
+            dget(b, &gy);
+            if (!gemv)  // (the decode GEMV keeps x in f32: another summation)
+                CHECK(memcmp(a, b, sizeof(float) * ny) == 0, "not matmul's bits; seed %llu",
+                      g_seed);
+            if ((long)N * K * T <= 80000000) {  // (the fp64 oracle under ~1 s)
+                ref->ops->matmul_bf16(ref, orc, xb, &Wh, T, false);
+                double e = matmul_err(b, orc, xf, w, N, K, T);
+                CHECK(e <= TOL_MATMUL_EXACT_X, "vs oracle %g; seed %llu", e, g_seed);
+            }
+            // accumulate: y0 + x W^T in the epilogue vs matmul then add
+            gpu->ops->matmul_bf16(gpu, dt, dxb, &Wd, T, true);
+            CHECK_BACKEND();
+            dget(a, &gt);
+            need(li_backend_cuda_upload(gpu, dy, y0, sizeof(float) * ny), "upload");
+            float *dtmp = NULL;
+            need(li_backend_cuda_alloc(gpu, (void **)&dtmp, sizeof(float) * ny, "tmp"), "alloc");
+            gpu->ops->matmul_bf16(gpu, dtmp, dxb, &Wd, T, false);
+            gpu->ops->add(gpu, dy, dtmp, ny);
+            CHECK_BACKEND();
+            dget(b, &gy);
+            li_backend_cuda_free(gpu, dtmp);
+            CHECK(memcmp(a, b, sizeof(float) * ny) == 0,
+                  "accumulate is not matmul + add bit for bit; seed %llu", g_seed);
+            CHECK(!test_has_nan(a, ny), "NaN; seed %llu", g_seed);
+            CHECK(dguard_ok(&gxb) && dguard_ok(&gt) && dguard_ok(&gy), "guard damaged; seed %llu",
+                  g_seed);
+            dfree(&gw), dfree(&gxb), dfree(&gxf), dfree(&gy), dfree(&gt);
+            free(w), free(xb), free(xf), free(y0), free(a), free(b), free(orc);
+            TEST_END();
+        }
+    gpu->batch_invariant = false;
+}
+
+// attention_dense_bf16 = attention_dense (bf16 flash path) on the widened K / V, rounded.
+static void test_bf16_attention(void) {
+    const int cases[][5] = {  // T, H, Hkv, Dh, nk
+        {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
+        {512, 8, 8, 128, 512}};
+    setenv("LI_CUDA_DENSE", "bf16", 1);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
+        int nk = cases[c][4];
+        TEST_BEGIN(NAME("attention_dense_bf16 T=%d H=%d Hkv=%d Dh=%d nk=%d = attention_dense "
+                        "rounded", T, H, Hkv, Dh, nk));
+        long on = (long)T * H * Dh, kn = (long)nk * Hkv * Dh;
+        float *q = xmalloc(sizeof(float) * on), *kf = xmalloc(sizeof(float) * kn);
+        float *vf = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
+        uint16_t *kb = xmalloc(2 * kn), *vb = xmalloc(2 * kn);
+        uint16_t *want = xmalloc(2 * on), *got = xmalloc(2 * on), *orc = xmalloc(2 * on);
+        fill(q, on, 1.0f);
+        fill(kf, kn, 1.0f);
+        fill(vf, kn, 1.0f);
+        round_host(kb, kf, kn);
+        round_host(vb, vf, kn);
+        widen_host(kf, kb, kn);
+        widen_host(vf, vb, kn);
+        float scale = 1.0f / sqrtf((float)Dh);
+        dbuf gq, gkf, gvf, gkb, gvb, go, gb;
+        float *dq = dnew(&gq, sizeof(float) * on, q);
+        float *dkf = dnew(&gkf, sizeof(float) * kn, kf), *dvf = dnew(&gvf, sizeof(float) * kn, vf);
+        uint16_t *dkb = dnew(&gkb, 2 * kn, kb), *dvb = dnew(&gvb, 2 * kn, vb);
+        float *dout = dnew(&go, sizeof(float) * on, NULL);
+        uint16_t *db = dnew(&gb, 2 * on, NULL);
+        gpu->ops->attention_dense(gpu, dout, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
+        gpu->ops->attention_dense_bf16(gpu, db, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
+        ref->ops->attention_dense_bf16(ref, orc, q, T, H, kb, vb, nk, Hkv, Dh, scale);
+        CHECK_BACKEND();
+        dget(o, &go);
+        dget(got, &gb);
+        round_host(want, o, on);
+        CHECK(memcmp(got, want, 2 * on) == 0, "not attention_dense's rounding; seed %llu", g_seed);
+        double e = nmse_bf16(got, orc, on);
+        CHECK(e <= TOL_ATTENTION_TC, "vs oracle: nmse %g; seed %llu", e, g_seed);
+        CHECK(dguard_ok(&gb) && dguard_ok(&gkb) && dguard_ok(&gvb), "guard damaged; seed %llu",
+              g_seed);
+        dfree(&gq), dfree(&gkf), dfree(&gvf), dfree(&gkb), dfree(&gvb), dfree(&go), dfree(&gb);
+        free(q), free(kf), free(vf), free(o), free(kb), free(vb), free(want), free(got), free(orc);
+        TEST_END();
+    }
+    unsetenv("LI_CUDA_DENSE");
+}
+
+static void test_bf16(void) {
+    test_bf16_pointwise();
+    test_bf16_rope();
+    test_bf16_matmul();
+    test_bf16_attention();
+}
+
 // ---- diffusion / FP8 ops ------------------------------------------------------------------------
 
 // attention_dense (tensor cores, both kernels) against the oracle's flash_attn_tiles over all keys
@@ -2151,7 +2380,7 @@ int main(void) {
                   {"matmul", test_matmul}, {"invariant", test_matmul_batch_invariant},   {"rope", test_rope},
                   {"kv_store", test_kv_store}, {"kv_copy_rotate", test_kv_copy_rotate},
                   {"attention", test_attention}, {"sample", test_sample},
-                  {"flash", test_flash_attn}, {"fp8", test_fp8},
+                  {"flash", test_flash_attn}, {"fp8", test_fp8}, {"bf16", test_bf16},
                   {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
                   {"bench-query", bench_query_prefill},
                   {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8},

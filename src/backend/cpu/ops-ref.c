@@ -461,6 +461,84 @@ void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, con
     }
 }
 
+// ---- bf16 activations: the f32 ops above, then the rounding (backend.h) ------------------------
+
+static void round_bf16(uint16_t *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = li_f32_to_bf16(x[i]);
+}
+
+static void widen_bf16(float *out, const uint16_t *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = li_bf16_to_f32(x[i]);
+}
+
+static float *ref_scratch(int64_t n) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    LI_ASSERT(p);
+    return p;
+}
+
+static void ref_rmsnorm_bf16(li_backend *be, uint16_t *out, const float *x, const float *w, int T,
+                             int D, float eps) {
+    float *y = ref_scratch((int64_t)T * D);
+    ref_rmsnorm(be, y, x, w, T, D, eps);
+    round_bf16(out, y, (int64_t)T * D);
+    free(y);
+}
+
+static void ref_matmul_bf16(li_backend *be, float *y, const uint16_t *x, const li_weight *W, int T,
+                            bool accumulate) {
+    const int64_t N = W->n_rows, K = W->n_cols;
+    float *xf = ref_scratch((int64_t)T * K), *yt = ref_scratch((int64_t)T * N);
+    widen_bf16(xf, x, (int64_t)T * K);
+    ref_matmul(be, accumulate ? yt : y, xf, W, T);
+    if (accumulate) ref_add(be, y, yt, (int64_t)T * N);
+    free(xf);
+    free(yt);
+}
+
+static void ref_rope_bf16(li_backend *be, uint16_t *out, const float *x, const int32_t *pos, int T,
+                          int nh, int Dh, const li_rope_table *table) {
+    const int64_t n = (int64_t)T * nh * Dh;
+    float *y = ref_scratch(n);
+    memcpy(y, x, (size_t)n * sizeof(float));
+    if (pos) ref_rope(be, y, pos, T, nh, Dh, table);
+    round_bf16(out, y, n);
+    free(y);
+}
+
+static void ref_swiglu_bf16(li_backend *be, uint16_t *out, const float *gate, const float *up,
+                            int64_t n) {
+    float *y = ref_scratch(n);
+    ref_swiglu(be, y, gate, up, n);
+    round_bf16(out, y, n);
+    free(y);
+}
+
+// Every row over every key: flash_attn_tiles from a fresh state, then finalize (fp64 inside).
+static void ref_attention_dense_bf16(li_backend *be, uint16_t *out, const float *q, int T, int H,
+                                     const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
+                                     float scale) {
+    const int64_t nkv = (int64_t)nk * Hkv * Dh, nq = (int64_t)T * H;
+    float *kf = ref_scratch(nkv), *vf = ref_scratch(nkv), *o = ref_scratch(nq * Dh);
+    float *m = ref_scratch(nq), *l = ref_scratch(nq);
+    widen_bf16(kf, k, nkv);
+    widen_bf16(vf, v, nkv);
+    for (int64_t i = 0; i < nq; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    memset(o, 0, (size_t)(nq * Dh) * sizeof(float));
+    ref_flash_attn_tiles(be, o, m, l, q, T, H, kf, vf, nk, Hkv, Dh,
+                         nk < LI_FA_MAX_TILE ? nk : LI_FA_MAX_TILE, scale);
+    ref_flash_attn_finalize(be, o, o, l, nq, Dh);
+    round_bf16(out, o, nq * Dh);
+    free(kf);
+    free(vf);
+    free(o);
+    free(m);
+    free(l);
+}
+
 const li_backend_ops li_cpu_ref_ops = {
     .name = "cpu-ref",
     .embed = ref_embed,
@@ -479,4 +557,9 @@ const li_backend_ops li_cpu_ref_ops = {
     .fp8_quant_rows = ref_fp8_quant_rows,
     .matmul_fp8 = ref_matmul_fp8,
     .dllm_x0 = li_cpu_dllm_x0,
+    .rmsnorm_bf16 = ref_rmsnorm_bf16,
+    .matmul_bf16 = ref_matmul_bf16,
+    .rope_bf16 = ref_rope_bf16,
+    .swiglu_bf16 = ref_swiglu_bf16,
+    .attention_dense_bf16 = ref_attention_dense_bf16,
 };

@@ -494,7 +494,10 @@ __global__ void __launch_bounds__(PF_THREADS)
     for (int i = tid; i < n_rows * DH; i += PF_THREADS) {
         int rr = i / DH, d = i % DH;
         float l = row_l[rr];
-        a.out[((size_t)(t0 + rr) * a.H + h) * DH + d] = l > 0.0f ? os[rr * L::LDO + d] / l : 0.0f;
+        const size_t i_out = ((size_t)(t0 + rr) * a.H + h) * DH + d;
+        const float o = l > 0.0f ? os[rr * L::LDO + d] / l : 0.0f;
+        if (a.out_bf16) ((__nv_bfloat16 *)a.out_bf16)[i_out] = __float2bfloat16_rn(o);
+        else a.out[i_out] = o;
     }
 }
 
@@ -923,15 +926,24 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
 #pragma unroll
     for (int jd = 0; jd < ND; jd++) {
         const int d = jd * 8 + 2 * c;
+        const size_t ia = ((size_t)(t0 + ra) * a.H + h) * DH + d,
+                     ib = ((size_t)(t0 + rb) * a.H + h) * DH + d;
+        if (a.out_bf16) {  // the next GEMM's input (attention_dense_bf16): the same values rounded
+            if (ra < n_rows)
+                *(__nv_bfloat162 *)((__nv_bfloat16 *)a.out_bf16 + ia) =
+                    __floats2bfloat162_rn(o[jd][0] * inv0, o[jd][1] * inv0);
+            if (rb < n_rows)
+                *(__nv_bfloat162 *)((__nv_bfloat16 *)a.out_bf16 + ib) =
+                    __floats2bfloat162_rn(o[jd][2] * inv1, o[jd][3] * inv1);
+            continue;
+        }
         if (ra < n_rows) {
-            float *op = a.out + ((size_t)(t0 + ra) * a.H + h) * DH + d;
-            op[0] = o[jd][0] * inv0;
-            op[1] = o[jd][1] * inv0;
+            a.out[ia] = o[jd][0] * inv0;
+            a.out[ia + 1] = o[jd][1] * inv0;
         }
         if (rb < n_rows) {
-            float *op = a.out + ((size_t)(t0 + rb) * a.H + h) * DH + d;
-            op[0] = o[jd][2] * inv1;
-            op[1] = o[jd][3] * inv1;
+            a.out[ib] = o[jd][2] * inv1;
+            a.out[ib + 1] = o[jd][3] * inv1;
         }
     }
 }
@@ -1002,12 +1014,21 @@ static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
 extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
                                                int H, const void *k, const void *v, int kv_bf16,
                                                int nk, int Hkv, int Dh, float scale) {
+    return li_cuda_attention_dense_out(st, out, NULL, q, T, H, k, v, kv_bf16, nk, Hkv, Dh, scale);
+}
+
+extern "C" cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, uint16_t *out_bf16,
+                                                   const float *q, int T, int H, const void *k,
+                                                   const void *v, int kv_bf16, int nk, int Hkv,
+                                                   int Dh, float scale) {
     if (T <= 0) return cudaSuccess;
+    if (out_bf16 && ((uintptr_t)out_bf16 & 3)) return cudaErrorInvalidValue;  // bf16 pairs
     if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) ||
         ((uintptr_t)k & 15) || ((uintptr_t)v & 15))  // float4 row loads
         return cudaErrorInvalidValue;
     li_cuda_attn_args a = {};
     a.out = out;
+    a.out_bf16 = out_bf16;
     a.q = q;
     a.T = T;
     a.H = H;

@@ -37,6 +37,8 @@ typedef struct {
     // (bidirectional), no rotation.
     const void *kd, *vd;
     int n_dense;
+    // Non-NULL (dense mode, no split): the output rounded to bf16 here instead of out (f32).
+    uint16_t *out_bf16;
 } li_cuda_attn_args;
 
 // Host-side plan: how many key ranges (split-K) for T rows, Hkv kv heads of G query heads each,
@@ -73,6 +75,12 @@ LI_CUDA_API cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda
 LI_CUDA_API cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
                                                 int H, const void *k, const void *v, int kv_bf16,
                                                 int nk, int Hkv, int Dh, float scale);
+// li_cuda_attention_dense writing out (f32) or, when out_bf16 is not NULL, out_bf16 (T, H, Dh)
+// bf16: the same values rounded (4-byte aligned).
+LI_CUDA_API cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, uint16_t *out_bf16,
+                                                    const float *q, int T, int H, const void *k,
+                                                    const void *v, int kv_bf16, int nk, int Hkv,
+                                                    int Dh, float scale);
 // 1 when li_cuda_attention takes per-row page tables (row_page0) for G query heads per kv head,
 // head dim Dh and that pool element type.
 LI_CUDA_API int li_cuda_attention_rows_ok(int G, int Dh, int kv_bf16);

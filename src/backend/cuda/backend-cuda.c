@@ -634,6 +634,38 @@ static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight 
                                          CUDA_GEMM_WORKSPACE, im->stream));
 }
 
+// matmul with x already bf16 (the op that made x rounded it): the same plan, so the same bits as
+// matmul of the f32 x it came from; accumulate (beta = 1, C = D = y) adds the product to y in the
+// GEMM's epilogue, fl(acc + y) as the add kernel computes it, saving the residual add's pass
+// (3 x 4 bytes per element). x must be 16-byte aligned; one not 256-byte aligned (a plan is
+// chosen for the scratch's 256) goes through the scratch.
+static void cu_matmul_bf16(li_backend *be, float *y, const uint16_t *x, const li_weight *W, int T,
+                           bool accumulate) {
+    li_cuda_impl *im = be->impl;
+    int64_t N = W->n_rows, K = W->n_cols;
+    if (T <= 0 || N <= 0 || K <= 0) return;
+    if (W->dtype != LI_DTYPE_BF16) {
+        record(im, LI_ERR_UNSUPPORTED, "cuda matmul_bf16: weight dtype %s (this backend takes bf16)",
+               li_dtype_name(W->dtype));
+        return;
+    }
+    if (ptr_align(x) < 256) {
+        uint16_t *xb = scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
+        if (!xb) return;
+        if (cu_fail(im, "matmul_bf16 (realign)",
+                    cudaMemcpyAsync(xb, x, (size_t)T * (size_t)K * 2, cudaMemcpyDeviceToDevice,
+                                    im->stream)))
+            return;
+        x = xb;
+    }
+    gemm_plan *p = plan_get(im, N, K, T, ptr_align(W->data), ptr_align(y), be->batch_invariant);
+    if (!p) return;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    lt_fail(im, p->name, cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, x, p->lx,
+                                         &beta, y, p->ly, y, p->ly, &p->algo, im->ws,
+                                         CUDA_GEMM_WORKSPACE, im->stream));
+}
+
 // ---- the other ops ----------------------------------------------------------------------------
 
 static void cu_embed(li_backend *be, float *out, const li_weight *W, const int32_t *tokens, int T) {
@@ -1400,6 +1432,45 @@ static void cu_attention_dense(li_backend *be, float *out, const float *q, int T
             li_cuda_attention_dense(im->stream, out, q, T, H, k, v, 0, nk, Hkv, Dh, scale));
 }
 
+// ---- bf16 activations (backend.h): the f32 ops' kernels storing bf16 ----------------------------
+
+static void cu_rmsnorm_bf16(li_backend *be, uint16_t *out, const float *x, const float *w, int T,
+                            int D, float eps) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "rmsnorm_bf16", li_cuda_rmsnorm_bf16(im->stream, out, x, w, T, D, eps));
+}
+
+static void cu_rope_bf16(li_backend *be, uint16_t *out, const float *x, const int32_t *pos, int T,
+                         int nh, int Dh, const li_rope_table *table) {
+    li_cuda_impl *im = be->impl;
+    li_cuda_rope_args r;
+    memset(&r, 0, sizeof r);
+    if (table) r = rope_args(table);
+    else if (pos) {
+        record(im, LI_ERR_INVALID_ARG, "cuda rope_bf16: positions without a rope table");
+        return;
+    }
+    cu_fail(im, pos ? "rope_bf16" : "rope_bf16 (convert)",
+            li_cuda_rope_bf16(im->stream, out, x, pos, T, nh, Dh, &r));
+}
+
+static void cu_swiglu_bf16(li_backend *be, uint16_t *out, const float *gate, const float *up,
+                           int64_t n) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "swiglu_bf16", li_cuda_swiglu_bf16(im->stream, out, gate, up, n));
+}
+
+// The pipelined flash kernel's dense mode on the bf16 K / V as given, storing bf16 (no conversion
+// passes: attention_dense's three are what this op exists to remove).
+static void cu_attention_dense_bf16(li_backend *be, uint16_t *out, const float *q, int T, int H,
+                                    const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
+                                    float scale) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "attention_dense_bf16",
+            li_cuda_attention_dense_out(im->stream, NULL, out, q, T, H, k, v, 1, nk, Hkv, Dh,
+                                        scale));
+}
+
 // ---- step graphs ------------------------------------------------------------------------------
 //
 // A decode step of Llama-8B is ~400 kernels of 5-40 µs; a LLaDA step ~450 larger ones. Launched
@@ -1605,6 +1676,11 @@ const li_backend_ops li_cuda_ops = {
     .dllm_select = cu_dllm_select,
     .dllm_dpad = cu_dllm_dpad,
     .attention_dense = cu_attention_dense,
+    .rmsnorm_bf16 = cu_rmsnorm_bf16,
+    .matmul_bf16 = cu_matmul_bf16,
+    .rope_bf16 = cu_rope_bf16,
+    .swiglu_bf16 = cu_swiglu_bf16,
+    .attention_dense_bf16 = cu_attention_dense_bf16,
     .matrices_bf16 = true,
     .alloc = cu_alloc,
     .free = cu_free,

@@ -47,26 +47,42 @@ extern "C" cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W,
 // ---- rmsnorm -------------------------------------------------------------------------------
 
 // One block per row: fp32 sum of squares (block tree reduction: error ~ log2(D) ulp, the oracle
-// uses fp64), then one pass writing x * r * w. out may alias x: every x[d] is read before the
-// block writes (the reduction's barrier separates the passes).
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int D, float eps) {
+// uses fp64), then one pass writing x * r * w — as f32, or rounded to bf16 (rmsnorm_bf16: the
+// next GEMM's input; the same f32 value rounded, so the bits of rmsnorm then f32_to_bf16). out
+// may alias x (f32): every x[d] is read before the block writes (the reduction's barrier).
+__device__ __forceinline__ void store_act(float *o, int64_t i, float v) { o[i] = v; }
+__device__ __forceinline__ void store_act(__nv_bfloat16 *o, int64_t i, float v) {
+    o[i] = __float2bfloat16_rn(v);
+}
+
+template <typename OutT>
+__global__ void rmsnorm_kernel(OutT *out, const float *x, const float *w, int D, float eps) {
     pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
     pdl_wait();
     __shared__ float sh[32];
     const float *xr = x + (int64_t)blockIdx.x * D;
-    float *orow = out + (int64_t)blockIdx.x * D;
+    OutT *orow = out + (int64_t)blockIdx.x * D;
     float ss = 0;
     for (int d = threadIdx.x; d < D; d += blockDim.x) ss += xr[d] * xr[d];
     ss = block_sum(ss, sh);
     float r = 1.0f / sqrtf(ss / (float)D + eps);  // IEEE sqrt and division (no fast-math)
-    for (int d = threadIdx.x; d < D; d += blockDim.x) orow[d] = xr[d] * r * w[d];
+    for (int d = threadIdx.x; d < D; d += blockDim.x) store_act(orow, d, xr[d] * r * w[d]);
 }
+
+static int rmsnorm_block(int D) { return D >= 1024 ? 1024 : D >= 256 ? 256 : 64; }
 
 extern "C" cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float *x,
                                        const float *w, int T, int D, float eps) {
     if (T <= 0 || D <= 0) return cudaSuccess;
-    int block = D >= 1024 ? 1024 : D >= 256 ? 256 : 64;
-    return launch_pdl(rmsnorm_kernel, dim3(T), dim3(block), 0, st, out, x, w, D, eps);
+    return launch_pdl(rmsnorm_kernel<float>, dim3(T), dim3(rmsnorm_block(D)), 0, st, out, x, w,
+                      D, eps);
+}
+
+extern "C" cudaError_t li_cuda_rmsnorm_bf16(cudaStream_t st, uint16_t *out, const float *x,
+                                            const float *w, int T, int D, float eps) {
+    if (T <= 0 || D <= 0) return cudaSuccess;
+    return launch_pdl(rmsnorm_kernel<__nv_bfloat16>, dim3(T), dim3(rmsnorm_block(D)), 0, st,
+                      (__nv_bfloat16 *)out, x, w, D, eps);
 }
 
 // x += y, then out = rmsnorm(x) * w: one block per row, the row read once from HBM (the second
@@ -93,8 +109,8 @@ __global__ void add_rmsnorm_kernel(float *out, float *x, const float *y, const f
 extern "C" cudaError_t li_cuda_add_rmsnorm(cudaStream_t st, float *out, float *x, const float *y,
                                            const float *w, int T, int D, float eps) {
     if (T <= 0 || D <= 0) return cudaSuccess;
-    int block = D >= 1024 ? 1024 : D >= 256 ? 256 : 64;
-    return launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(block), 0, st, out, x, y, w, D, eps);
+    return launch_pdl(add_rmsnorm_kernel, dim3(T), dim3(rmsnorm_block(D)), 0, st, out, x, y, w, D,
+                      eps);
 }
 
 // ---- add, swiglu ---------------------------------------------------------------------------
@@ -167,6 +183,48 @@ extern "C" cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *
     if (done < n)
         swiglu_kernel<<<grid_for(n - done, 256), 256, 0, st>>>(out + done, gate + done, up + done,
                                                                n - done);
+    return cudaGetLastError();
+}
+
+// out (n) = bf16(silu(gate) * up): the down GEMM's input made where the FFN's product is (the
+// same silu_mul, then the rounding f32_to_bf16 applies). 16-byte loads of gate and up, 8-byte
+// stores: 10 bytes per element, ~25 µs for LLaDA's (1024, 12288) at the copy rate.
+__global__ void swiglu_bf16_kernel4(uint2 *out, const float4 *gate, const float4 *up, int64_t n4) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 g = gate[i], u = up[i];
+        __nv_bfloat162 a = __floats2bfloat162_rn(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
+        __nv_bfloat162 b = __floats2bfloat162_rn(silu_mul(g.z, u.z), silu_mul(g.w, u.w));
+        uint2 o;
+        o.x = *(const unsigned *)&a;
+        o.y = *(const unsigned *)&b;
+        out[i] = o;
+    }
+}
+
+__global__ void swiglu_bf16_kernel(__nv_bfloat16 *out, const float *gate, const float *up,
+                                   int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(silu_mul(gate[i], up[i]));
+}
+
+extern "C" cudaError_t li_cuda_swiglu_bf16(cudaStream_t st, uint16_t *out, const float *gate,
+                                           const float *up, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    int64_t done = 0;
+    if (aligned16(gate, up, gate) && ((uintptr_t)out & 7) == 0 && n >= 4) {
+        done = n / 4 * 4;
+        cudaError_t e = launch_pdl(swiglu_bf16_kernel4, dim3(grid_for(n / 4, 256)), dim3(256), 0,
+                                   st, (uint2 *)out, (const float4 *)gate, (const float4 *)up,
+                                   n / 4);
+        if (e != cudaSuccess) return e;
+    }
+    if (done < n)
+        swiglu_bf16_kernel<<<grid_for(n - done, 256), 256, 0, st>>>(
+            (__nv_bfloat16 *)out + done, gate + done, up + done, n - done);
     return cudaGetLastError();
 }
 
@@ -250,40 +308,71 @@ extern "C" cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const 
 
 // ---- rope ----------------------------------------------------------------------------------
 
-// One thread per (row, head, pair): a' = m(a cos - b sin), b' = m(a sin + b cos) (HF:
-// q*cos + rotate_half(q)*sin). Dims past n_dims are untouched.
-__global__ void rope_kernel(float *x, const int32_t *pos, int T, int nh, int Dh,
-                            const li_cuda_rope_args r) {
+// One block per row t: the row's cos / sin (fp64-reduced angle, rope_sincos) computed once per
+// pair into shared memory, then every (head, pair) of the row rotated from them —
+// a' = m(a cos - b sin), b' = m(a sin + b cos) (HF: q*cos + rotate_half(q)*sin), explicitly
+// rounded (no FMA contraction: the f32 and bf16 instances give the same values). The old
+// one-thread-per-element kernel recomputed the angle for every head (32x for LLaDA's q) and ran
+// at ~1.2 TB/s; this one is a copy. In place (OutT float, out == x) or into bf16 out (rope_bf16:
+// the unrotated dims past n_dims are converted too).
+template <typename OutT>
+__global__ void __launch_bounds__(256) rope_kernel(OutT *out, const float *x, const int32_t *pos,
+                                                   int nh, int Dh, const li_cuda_rope_args r) {
     pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
     pdl_wait();
-    int pairs = r.n_dims / 2;
-    int64_t n = (int64_t)T * nh * pairs;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int p = (int)(i % pairs);
-        int64_t row = i / pairs;  // t * nh + h
-        int t = (int)(row / nh);
-        float c, s;
-        rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
-        c *= r.mscale;
-        s *= r.mscale;
+    __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
+    const int pairs = r.n_dims / 2, t = blockIdx.x;
+    if (pos) {
+        for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+            float c, s;
+            rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
+            cs[p] = c * r.mscale;
+            cs[LI_CUDA_ROPE_MAX_PAIRS + p] = s * r.mscale;
+        }
+        __syncthreads();
+    }
+    const float *xr = x + (int64_t)t * nh * Dh;
+    OutT *orow = out + (int64_t)t * nh * Dh;
+    const int rot = pos ? pairs : 0;
+    for (int i = threadIdx.x; i < nh * rot; i += blockDim.x) {
+        const int h = i / rot, p = i - h * rot;
         int ia, ib;
         rope_pair(r, p, &ia, &ib);
-        float *v = x + row * Dh;
-        float a = v[ia], b = v[ib];
-        v[ia] = a * c - b * s;
-        v[ib] = b * c + a * s;
+        const float c = cs[p], s = cs[LI_CUDA_ROPE_MAX_PAIRS + p];
+        const float a = xr[h * Dh + ia], b = xr[h * Dh + ib];
+        store_act(orow, h * Dh + ia, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
+        store_act(orow, h * Dh + ib, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
     }
+    if ((const void *)orow == (const void *)xr) return;  // in place: the rest stays as it is
+    const int from = pos ? r.n_dims : 0, rest = Dh - from;  // dims not rotated: converted
+    for (int i = threadIdx.x; i < nh * rest; i += blockDim.x) {
+        const int h = i / rest, d = from + (i - h * rest);
+        store_act(orow, h * Dh + d, xr[h * Dh + d]);
+    }
+}
+
+static cudaError_t rope_check(const li_cuda_rope_args *rope, int Dh) {
+    if (rope->n_dims > Dh || rope->n_dims % 2 || rope->n_dims / 2 > LI_CUDA_ROPE_MAX_PAIRS)
+        return cudaErrorInvalidValue;
+    return cudaSuccess;
 }
 
 extern "C" cudaError_t li_cuda_rope(cudaStream_t st, float *x, const int32_t *pos, int T, int nh,
                                     int Dh, const li_cuda_rope_args *rope) {
-    if (rope->n_dims > Dh || rope->n_dims % 2 || rope->n_dims / 2 > LI_CUDA_ROPE_MAX_PAIRS)
-        return cudaErrorInvalidValue;
-    int64_t n = (int64_t)T * nh * (rope->n_dims / 2);
-    if (n <= 0) return cudaSuccess;
-    return launch_pdl(rope_kernel, dim3(grid_for(n, 256)), dim3(256), 0, st, x, pos, T, nh, Dh,
-                      *rope);
+    cudaError_t e = rope_check(rope, Dh);
+    if (e != cudaSuccess || T <= 0 || nh <= 0 || rope->n_dims == 0) return e;
+    return launch_pdl(rope_kernel<float>, dim3(T), dim3(256), 0, st, x, (const float *)x, pos, nh,
+                      Dh, *rope);
+}
+
+extern "C" cudaError_t li_cuda_rope_bf16(cudaStream_t st, uint16_t *out, const float *x,
+                                         const int32_t *pos, int T, int nh, int Dh,
+                                         const li_cuda_rope_args *rope) {
+    if (!pos) return li_cuda_f32_to_bf16(st, out, x, (int64_t)T * nh * Dh);
+    cudaError_t e = rope_check(rope, Dh);
+    if (e != cudaSuccess || T <= 0 || nh <= 0) return e;
+    return launch_pdl(rope_kernel<__nv_bfloat16>, dim3(T), dim3(256), 0, st,
+                      (__nv_bfloat16 *)out, x, pos, nh, Dh, *rope);
 }
 
 // ---- kv_store, kv_copy_rotate --------------------------------------------------------------

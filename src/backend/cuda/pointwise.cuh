@@ -13,6 +13,9 @@ LI_CUDA_API cudaError_t li_cuda_embed(cudaStream_t st, float *out, const void *W
 // out (T, D) = x / sqrt(mean(x^2) + eps) * w. out may alias x.
 LI_CUDA_API cudaError_t li_cuda_rmsnorm(cudaStream_t st, float *out, const float *x,
                                         const float *w, int T, int D, float eps);
+// out (T, D) bf16 = the rounding of li_cuda_rmsnorm's result (the same bits).
+LI_CUDA_API cudaError_t li_cuda_rmsnorm_bf16(cudaStream_t st, uint16_t *out, const float *x,
+                                             const float *w, int T, int D, float eps);
 // x (T, D) += y (T, D); out (T, D) = rmsnorm(x) * w. out aliases neither.
 LI_CUDA_API cudaError_t li_cuda_add_rmsnorm(cudaStream_t st, float *out, float *x, const float *y,
                                             const float *w, int T, int D, float eps);
@@ -21,11 +24,19 @@ LI_CUDA_API cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, i
 // out (n) = silu(gate) * up. out may alias gate.
 LI_CUDA_API cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *gate,
                                        const float *up, int64_t n);
+// out (n) bf16 = the rounding of li_cuda_swiglu's result (the same bits).
+LI_CUDA_API cudaError_t li_cuda_swiglu_bf16(cudaStream_t st, uint16_t *out, const float *gate,
+                                            const float *up, int64_t n);
 // In place softmax over `rows` rows of length n.
 LI_CUDA_API cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int n);
 // x (T, nh, Dh) rotated in place at pos (T, device), magnitude rope->mscale.
 LI_CUDA_API cudaError_t li_cuda_rope(cudaStream_t st, float *x, const int32_t *pos, int T, int nh,
                                      int Dh, const li_cuda_rope_args *rope);
+// out (T, nh, Dh) bf16 = the rounding of li_cuda_rope's result on a copy of x (the same bits; x
+// unchanged); pos NULL: the plain conversion.
+LI_CUDA_API cudaError_t li_cuda_rope_bf16(cudaStream_t st, uint16_t *out, const float *x,
+                                          const int32_t *pos, int T, int nh, int Dh,
+                                          const li_cuda_rope_args *rope);
 // k, v (T, Hkv, Dh) -> pool data (n_pages, L, 2, Hkv, P, Dh) of f32 (kv_bf16 0) or bf16
 // (rounded to nearest even), layer il, slots slot (T, device).
 LI_CUDA_API cudaError_t li_cuda_kv_store(cudaStream_t st, void *data, int kv_bf16, int L, int Hkv,
@@ -37,10 +48,10 @@ LI_CUDA_API cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, void *data, int 
                                                int Hkv, int Dh, int P, int64_t src, int64_t dst,
                                                int count, int64_t delta,
                                                const li_cuda_rope_args *rope);
-// dst (n) bf16 = round-to-nearest-even(src (n) f32)
 // p (rows, n) bf16 = row softmax of s (rows, n) f32.
 LI_CUDA_API cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const float *s,
                                              int64_t rows, int n);
+// dst (n) bf16 = round-to-nearest-even(src (n) f32)
 LI_CUDA_API cudaError_t li_cuda_f32_to_bf16(cudaStream_t st, uint16_t *dst, const float *src,
                                             int64_t n);
 // x (n) = uniform in [-scale, scale), a counter-based hash of (seed, i): reproducible, no state.
