@@ -8,9 +8,9 @@ set -eu
 cd "$(dirname "$0")/.."
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu/' >>.git/info/exclude; }
 make -j"$(nproc)" CUDA=1 all build/release-cuda/tests/gpu-check build/release-cuda/tests/gpu-model \
-  build/release-cuda/tests/test-rag build/release-cuda/tests/test-dllm >/dev/null
+  build/release-cuda/tests/test-rag build/release-cuda/tests/test-dllm build/release-cuda/tests/test-llada >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
-cp lazyinfer-cuda build/release-cuda/tests/{gpu-check,gpu-model,test-rag,test-dllm} .gpu/bin/
+cp lazyinfer-cuda build/release-cuda/tests/{gpu-check,gpu-model,test-rag,test-dllm,test-llada} .gpu/bin/
 ldd lazyinfer-cuda | awk '$3 ~ /^\// {print $3}' |
   grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcudart|libcublas[^/]*)\.so' |
   xargs -I{} cp -L {} .gpu/lib/

@@ -10,7 +10,7 @@
 #   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
 #           ceilings, in the same call
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
-#   dllmtest test-dllm on CUDA only
+#   dllmtest test-dllm and test-llada (bf16 activations = f32 bit for bit) on CUDA only
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   dllmact the same with f32 activations (LI_LLADA_ACT=f32): the bf16 path's same-call baseline
 #   torchllada bench/torch_baselines.py --only eager_llada8b (after dllm: same prompt length)
@@ -112,6 +112,7 @@ has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.js
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a
 # benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
 { has dllm || has dllmtest; } && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
+{ has dllm || has dllmtest; } && run test-llada-cuda 200 env LI_TEST_BACKEND=cuda $B/test-llada
 { has dllm || has dllmtest; } && run test-dllm-cuda-graphs 300 env LI_TEST_BACKEND=cuda LI_CUDA_GRAPHS=1 \
   LI_CUDA_GRAPH_STATS=1 $B/test-dllm
 # where a step's time goes (LI_CUDA_PROFILE: per op, printed at exit): a LLaDA step at canvas

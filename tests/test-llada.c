@@ -101,14 +101,21 @@ static li_status run_script(li_llada *m, const li_lacache *lc, const script_t *s
     li_llada_scratch *s = NULL;
     li_status rc = li_llada_cache_init(&c, m, MAXT);
     if (rc == LI_OK) rc = li_llada_scratch_init(&s, m, MAXT);
+    // a device backend's logits live in its memory: one block's worth, downloaded per step
+    li_backend *be = m->be;
+    float *dev = li_be_is_device(be) ? li_be_alloc(be, (size_t)MAXT * V * 4, "test logits") : NULL;
+    if (li_be_is_device(be) && !dev) rc = LI_ERR_OOM;
     size_t off = 0;
     for (int i = 0; i < sc->n && rc == LI_OK; i++) {
         const step_t *st = &sc->s[i];
         li_llada_canvas cv = {st->T, st->tok, st->pos, st->lo, st->hi, st->block_start};
-        float *lg = out + off;
+        float *lg = dev ? dev : out + off;
+        size_t nb = (size_t)(st->hi - st->lo) * V;
         rc = li_llada_forward(m, lc, s, &c, &cv, 1, &lg, info);
-        off += (size_t)(st->hi - st->lo) * V;
+        if (rc == LI_OK && dev) rc = li_be_download(be, out + off, dev, nb * 4);
+        off += nb;
     }
+    li_be_free(be, dev);
     li_llada_cache_free(c);
     li_llada_scratch_free(s);
     return rc;
@@ -444,6 +451,74 @@ static void test_bf16_activations(uint64_t mseed) {
     li_llada_free(m);
 }
 
+// On a device backend (LI_TEST_BACKEND=cuda, make CUDA=1 gpu-check), llada-mid (head dim 64,
+// which the GPU's dense attention takes): the bf16-activation path must give the f32 path's
+// logits bit for bit (each bf16 op stores the rounding the next op would have applied, and the
+// fused residual add is the same fp32 sum), with FP8 too; and every LaCache combination equals
+// all-off bit for bit on it (batch-invariant GEMMs, as the engine sets for diffusion models).
+static void test_device_bf16(const char *backend) {
+    li_backend *be = NULL;
+    if (li_backend_open(&be, backend, 1, 0) != LI_OK) {
+        printf("SKIP: test-llada device cases: no usable '%s' backend here: %s\n", backend,
+               li_error_msg());
+        return;
+    }
+    if (!be->ops->matmul_bf16) {  // (e.g. cpu-devsim: the f32 path only, nothing to compare)
+        printf("SKIP: test-llada device cases: backend '%s' has no bf16 activation ops\n",
+               backend);
+        li_backend_free(be);
+        return;
+    }
+    be->batch_invariant = true;
+    li_llada *m = NULL;
+    li_status rc = li_llada_synth(&m, "llada-mid", 7, be, false);
+    if (rc != LI_OK) {
+        TEST_BEGIN("llada-mid on the device");
+        CHECK(0, "%s", li_error_msg());
+        TEST_END();
+        li_backend_free(be);
+        return;
+    }
+    const int V = m->hp.n_vocab;
+    script_t sc;
+    make_script(&sc, randint(20, 40), randint(8, 16), randint(0, 1) == 1);
+    size_t n = script_logits(&sc, V);
+    float *f32 = xmalloc(n * 4), *b16 = xmalloc(n * 4), *got = xmalloc(n * 4);
+    char name[200], cn[64];
+    for (int fp8 = 1; fp8 >= 0; fp8--) {  // (b16 ends with the plain run's logits)
+        li_lacache off = {.fp8 = fp8, .fa_tile = 16};  // the combinations' layer-0 tiles
+        setenv("LI_LLADA_ACT", "f32", 1);
+        rc = run_script(m, &off, &sc, f32, NULL);
+        setenv("LI_LLADA_ACT", "bf16", 1);
+        if (rc == LI_OK) rc = run_script(m, &off, &sc, b16, NULL);
+        snprintf(name, sizeof name, "%s llada-mid%s: bf16 activations = f32 activations bit for bit",
+                 backend, fp8 ? " FP8" : "");
+        TEST_BEGIN(name);
+        CHECK(rc == LI_OK, "%s", li_error_msg());
+        if (rc == LI_OK) {
+            double e = test_nmse(b16, f32, (long)n);
+            CHECK(memcmp(b16, f32, n * 4) == 0, "logits differ: nmse %g; seed %llu", e, g_seed);
+            CHECK(!test_has_nan(b16, (long)n), "NaN; seed %llu", g_seed);
+        }
+        TEST_END();
+    }
+    snprintf(name, sizeof name, "%s llada-mid, bf16 activations: 16 LaCache combinations = "
+             "all-off bit for bit", backend);
+    TEST_BEGIN(name);
+    for (int cb = 1; cb < 16 && rc == LI_OK; cb++) {
+        li_lacache lc = {cb & 1, cb & 2, cb & 4, cb & 8, false, 16};
+        li_status r2 = run_script(m, &lc, &sc, got, NULL);
+        CHECK(r2 == LI_OK, "%s: %s", combo_name(cb, cn), li_error_msg());
+        CHECK(r2 != LI_OK || memcmp(got, b16, n * 4) == 0, "%s differs from all-off; seed %llu",
+              combo_name(cb, cn), g_seed);
+    }
+    TEST_END();
+    unsetenv("LI_LLADA_ACT");
+    free(f32), free(b16), free(got);
+    li_llada_free(m);
+    li_backend_free(be);
+}
+
 static void test_fp8_tiny(uint64_t mseed) {
     li_llada *m;
     LI_ASSERT(li_llada_synth(&m, "tiny-llada", mseed, be_fast, false) == LI_OK);
@@ -654,6 +729,7 @@ int main(void) {
         test_fp8_tiny(li_rng_u64(&rng) % 1000000);
     test_fp8_smollm2();
     test_configs();
+    if (getenv("LI_TEST_BACKEND")) test_device_bf16(getenv("LI_TEST_BACKEND"));
     li_backend_free(be_fast);
     li_backend_free(be_ref);
     return test_summary();
