@@ -1352,12 +1352,19 @@ static void test_flash_attn(void) {
         {2, 32, 8, 128, 1500, 1024}, {7, 6, 3, 64, 1029, 256}, {4, 2, 2, 96, 77, 7},
         // the 16-rows-per-block kernel: partial row blocks, tiles not dividing the 64-key chunks
         {37, 4, 2, 128, 333, 64}, {40, 8, 8, 64, 100, 1}, {16, 4, 4, 128, 1029, 1024},
-        {70, 2, 1, 64, 250, 100}};
+        {70, 2, 1, 64, 250, 100}, {130, 8, 8, 128, 700, 64}, {64, 4, 2, 64, 33, 16}};
+    // twice: the fp32 kernels (LI_CUDA_FA_TC=0), then the default, where from 16 rows at Dh 64 /
+    // 128 the tensor-core kernel carries the state (bf16 inputs: TOL_ATTENTION_TC)
+    for (int pass = 0; pass < 2; pass++)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int nq = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
         int nk = cases[c][4], tile = cases[c][5];
-        TEST_BEGIN(NAME("flash_attn_tiles + finalize nq=%d H=%d Hkv=%d Dh=%d nk=%d tile=%d", nq, H,
-                        Hkv, Dh, nk, tile));
+        const bool tc = pass == 1 && nq >= 16 && (Dh == 64 || Dh == 128);
+        const double tol = tc ? TOL_ATTENTION_TC : TOL_ATTENTION;
+        if (pass == 0) setenv("LI_CUDA_FA_TC", "0", 1);
+        else unsetenv("LI_CUDA_FA_TC");
+        TEST_BEGIN(NAME("flash_attn_tiles + finalize nq=%d H=%d Hkv=%d Dh=%d nk=%d tile=%d (%s)",
+                        nq, H, Hkv, Dh, nk, tile, tc ? "tensor cores" : "fp32"));
         long rows = (long)nq * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
         float *q = xmalloc(sizeof(float) * on), *k = xmalloc(sizeof(float) * kn);
         float *v = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
@@ -1393,9 +1400,8 @@ static void test_flash_attn(void) {
         CHECK_BACKEND();
         dget(o2, &go);
         double e = test_nmse(o2, out, on), em = test_nmse(m2, m, rows), el = test_nmse(l2, l, rows);
-        CHECK(e <= TOL_ATTENTION, "output nmse %g; seed %llu", e, g_seed);
-        CHECK(em <= TOL_ATTENTION && el <= TOL_ATTENTION, "state m nmse %g, l nmse %g; seed %llu",
-              em, el, g_seed);
+        CHECK(e <= tol, "output nmse %g; seed %llu", e, g_seed);
+        CHECK(em <= tol && el <= tol, "state m nmse %g, l nmse %g; seed %llu", em, el, g_seed);
         CHECK(!test_has_nan(o2, on), "NaN; seed %llu", g_seed);
         CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&go) &&
                   dguard_ok(&gm) && dguard_ok(&gl),
@@ -1405,6 +1411,7 @@ static void test_flash_attn(void) {
             free(l2);
         TEST_END();
     }
+    unsetenv("LI_CUDA_FA_TC");
 }
 
 // Bit-exact per backend.h: codes and scales of fp8_quant_rows, every bit of matmul_fp8.

@@ -771,6 +771,25 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
 #pragma unroll
     for (int j = 0; j < ND; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    if (a.st_o) {  // a carried state (flash_attn_tiles): m from natural-log to the scores' log2
+        const float log2e = 1.4426950408889634f;
+        const size_t ia = (size_t)(t0 + r0 + g) * a.H + h, ib = ia + 8 * (size_t)a.H;
+        const bool va = r0 + g < n_rows, vb = r0 + g + 8 < n_rows;
+        if (va) m0 = a.st_m[ia] * log2e, l0 = a.st_l[ia];
+        if (vb) m1 = a.st_m[ib] * log2e, l1 = a.st_l[ib];
+#pragma unroll
+        for (int jd = 0; jd < ND; jd++) {
+            const int d = jd * 8 + 2 * c;
+            if (va) {
+                const float2 x = *(const float2 *)(a.st_o + ia * DH + d);
+                o[jd][0] = x.x, o[jd][1] = x.y;
+            }
+            if (vb) {
+                const float2 x = *(const float2 *)(a.st_o + ib * DH + d);
+                o[jd][2] = x.x, o[jd][3] = x.y;
+            }
+        }
+    }
 
     // ASYNC: buffer b holds K at kbuf(b), V at vbuf(b)
     auto kbuf = [&](int b) { return b ? qs : ks; };
@@ -903,6 +922,19 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
     }
 
     const int ra = r0 + g, rb = r0 + g + 8;
+    if (a.st_o) {  // the state back, unnormalised, m in natural-log units (no key: -inf)
+        const size_t ia = (size_t)(t0 + ra) * a.H + h, ib = (size_t)(t0 + rb) * a.H + h;
+        const float ln2 = 0.6931471805599453f;
+#pragma unroll
+        for (int jd = 0; jd < ND; jd++) {
+            const int d = jd * 8 + 2 * c;
+            if (ra < n_rows) *(float2 *)(a.st_o + ia * DH + d) = make_float2(o[jd][0], o[jd][1]);
+            if (rb < n_rows) *(float2 *)(a.st_o + ib * DH + d) = make_float2(o[jd][2], o[jd][3]);
+        }
+        if (c == 0 && ra < n_rows) a.st_m[ia] = l0 > 0.0f ? m0 * ln2 : -INFINITY, a.st_l[ia] = l0;
+        if (c == 0 && rb < n_rows) a.st_m[ib] = l1 > 0.0f ? m1 * ln2 : -INFINITY, a.st_l[ib] = l1;
+        return;
+    }
     if (a.n_split > 1) {
         // unnormalised partials for attention_kernel_combine (attention.cu): o, and (m, l) with
         // m in natural-log units (the kernel's scores are in log2 units); no key: m -inf, l 0
@@ -962,7 +994,7 @@ static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
     // LI_CUDA_ATTN_MMA=0: the WMMA kernel instead of the register one (read per call, so a
     // test can switch)
     const char *env = getenv("LI_CUDA_ATTN_MMA");
-    const bool mma = !(env && env[0] == '0');
+    const bool mma = !(env && env[0] == '0') || a->st_o;  // (a carried state: mma kernels only)
     // bf16 pages: the cp.async pipeline (LI_CUDA_ATTN_ASYNC=0: synchronous loads; read per call,
     // so that a benchmark can switch)
     const char *env_async = getenv("LI_CUDA_ATTN_ASYNC");
@@ -1015,6 +1047,35 @@ extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, cons
                                                int H, const void *k, const void *v, int kv_bf16,
                                                int nk, int Hkv, int Dh, float scale) {
     return li_cuda_attention_dense_out(st, out, NULL, q, T, H, k, v, kv_bf16, nk, Hkv, Dh, scale);
+}
+
+extern "C" cudaError_t li_cuda_flash_attn_tc(cudaStream_t st, float *o, float *m, float *l,
+                                             const float *q, int nq, int H, const uint16_t *k,
+                                             const uint16_t *v, int nk, int Hkv, int Dh,
+                                             float scale) {
+    if (nq <= 0 || nk <= 0) return cudaSuccess;
+    if (Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) || ((uintptr_t)k & 15) ||
+        ((uintptr_t)v & 15) || ((uintptr_t)o & 7))
+        return cudaErrorInvalidValue;
+    li_cuda_attn_args a = {};
+    a.q = q;
+    a.T = nq;
+    a.H = H;
+    a.Hkv = Hkv;
+    a.Dh = Dh;
+    a.P = 1;
+    a.L = 1;
+    a.scale = scale;
+    a.n_split = 1;
+    a.kd = k;
+    a.vd = v;
+    a.kv_bf16 = 1;
+    a.n_dense = nk;
+    a.st_o = o;
+    a.st_m = m;
+    a.st_l = l;
+    li_cuda_rope_args none = {};
+    return Dh == 128 ? launch_tc<128>(st, &a, &none, NULL) : launch_tc<64>(st, &a, &none, NULL);
 }
 
 extern "C" cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, uint16_t *out_bf16,

@@ -39,6 +39,10 @@ typedef struct {
     int n_dense;
     // Non-NULL (dense mode, no split): the output rounded to bf16 here instead of out (f32).
     uint16_t *out_bf16;
+    // Non-NULL (dense mode, no split; the mma kernels): rows start from the online-softmax state
+    // (st_m, st_l (T, H), st_o (T, H, Dh); m in natural-log units, o unnormalised) and write the
+    // state back there instead of out — flash_attn_tiles on tensor cores.
+    float *st_o, *st_m, *st_l;
 } li_cuda_attn_args;
 
 // Host-side plan: how many key ranges (split-K) for T rows, Hkv kv heads of G query heads each,
@@ -75,6 +79,13 @@ LI_CUDA_API cudaError_t li_cuda_attention_prefill(cudaStream_t st, const li_cuda
 LI_CUDA_API cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
                                                 int H, const void *k, const void *v, int kv_bf16,
                                                 int nk, int Hkv, int Dh, float scale);
+// flash_attn_tiles (backend.h) on the tensor cores: rows q (nq, H, Dh) f32 carry the state o
+// (nq, H, Dh), m, l (nq, H) over all keys k, v (nk, Hkv, Dh) bf16 (one pass, in 64-key tiles);
+// Dh 64 or 128. Within bf16 rounding of the f32 kernel (Q, K, V, P rounded).
+LI_CUDA_API cudaError_t li_cuda_flash_attn_tc(cudaStream_t st, float *o, float *m, float *l,
+                                              const float *q, int nq, int H, const uint16_t *k,
+                                              const uint16_t *v, int nk, int Hkv, int Dh,
+                                              float scale);
 // li_cuda_attention_dense writing out (f32) or, when out_bf16 is not NULL, out_bf16 (T, H, Dh)
 // bf16: the same values rounded (4-byte aligned).
 LI_CUDA_API cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, uint16_t *out_bf16,

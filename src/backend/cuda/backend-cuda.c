@@ -885,10 +885,30 @@ static int32_t cu_sample(li_backend *be, const float *logits, int V, const li_sa
 
 // ---- diffusion / FP8 ops (dllm.cu) --------------------------------------------------------------
 
+// Layer-0 attention of LLaDA (FACache carries its state between calls). From 16 query rows at
+// Dh 64 / 128 the keys are rounded to bf16 once per call and streamed by the tensor-core kernel
+// with the state in and out (64-key tiles, whatever `tile` says: the result is the same online
+// softmax within bf16 rounding, and a call's bits depend only on its inputs, so cached = uncached
+// still holds). The fp32 kernel took ~1.6 ms of a 32 ms LLaDA-8B step at canvas 1024, 13x the
+// time of a tensor-core layer. LI_CUDA_FA_TC=0: the fp32 kernel always (A/B; read per call).
 static void cu_flash_attn_tiles(li_backend *be, float *o, float *m, float *l, const float *q,
                                 int nq, int H, const float *k, const float *v, int nk, int Hkv,
                                 int Dh, int tile, float scale) {
     li_cuda_impl *im = be->impl;
+    const char *env = getenv("LI_CUDA_FA_TC");
+    if (!(env && env[0] == '0') && li_cuda_attention_uses_tc(nq, Dh) && nk > 0 && Hkv > 0 &&
+        H % Hkv == 0) {
+        const size_t nkv = (size_t)nk * Hkv * Dh;
+        uint16_t *kb = scratch_get(im, &im->dense, nkv * 4, "flash_attn_tiles (bf16 K / V)");
+        if (!kb) return;
+        uint16_t *vb = kb + nkv;
+        if (cu_fail(im, "flash_attn_tiles (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
+            cu_fail(im, "flash_attn_tiles (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
+            return;
+        cu_fail(im, "flash_attn_tiles",
+                li_cuda_flash_attn_tc(im->stream, o, m, l, q, nq, H, kb, vb, nk, Hkv, Dh, scale));
+        return;
+    }
     cu_fail(im, "flash_attn_tiles", li_cuda_flash_attn_tiles(im->stream, o, m, l, q, nq, H, k, v,
                                                              nk, Hkv, Dh, tile, scale));
 }
@@ -954,8 +974,51 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // A cached plan for (N, K, T), or NULL when cuBLASLt cannot serve the shape (not an error: the
 // caller falls back to the exact kernel). Pointers are 16-byte aligned (cu_matmul_fp8_fast
 // checks), which the preference states so that the heuristic does not assume 256.
+// The fastest of the heuristic's candidates for an FP8 plan, timed on the call's own buffers
+// (3 runs each after one warm-up; the output is overwritten by the real call after). The first
+// candidate was ~1.0x bf16 on LLaDA-8B's down GEMM (K = 12288) where others are faster. Not while
+// a graph is recorded (timing synchronises; the first candidate then), nor with
+// LI_CUDA_FP8_TUNE=0. An FP8 GEMM always runs over a step's full row count, so the choice per T
+// cannot make cached and uncached steps differ.
+static int fp8_pick_algo(li_cuda_impl *im, gemm_plan *p, const cublasLtMatmulHeuristicResult_t *res,
+                         int n_res, const void *wq, const void *xq, float *y) {
+    const char *env = getenv("LI_CUDA_FP8_TUNE");
+    if (n_res < 2 || im->capturing || (env && env[0] == '0')) return 0;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        if (e0) cudaEventDestroy(e0);
+        cudaGetLastError();
+        return 0;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    int best = 0;
+    float best_ms = INFINITY;
+    for (int i = 0; i < n_res; i++) {
+        bool ok = true;
+        for (int r = 0; r < 4 && ok; r++) {
+            if (r == 1) ok = cudaEventRecord(e0, im->stream) == cudaSuccess;
+            ok = ok && cublasLtMatmul(im->lt, p->desc, &alpha, wq, p->lw, xq, p->lx, &beta, y,
+                                      p->ly, y, p->ly, &res[i].algo, im->ws,
+                                      CUDA_GEMM_WORKSPACE, im->stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        float ms = INFINITY;
+        if (ok && cudaEventRecord(e1, im->stream) == cudaSuccess &&
+            cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess &&
+            ms < best_ms) {
+            best_ms = ms;
+            best = i;
+        }
+        cudaGetLastError();  // a candidate that failed to launch is skipped, not an op error
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best;
+}
+
+#define FP8_ALGO_CANDIDATES 8
+
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
-                               const float *as) {
+                               const float *as, const void *wq, const void *xq, float *y) {
     gemm_plan *p = plan_find(&im->fp8_plans, N, K, T, 16, 16, false);  // 16-byte aligned (above)
     if (p) return p;
     p = plan_slot(&im->fp8_plans);
@@ -963,7 +1026,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     int32_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[FP8_ALGO_CANDIDATES];
     int n_res = 0;
     cublasStatus_t hs = CUBLAS_STATUS_NOT_INITIALIZED;
     bool ok =
@@ -984,7 +1047,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) == 0 &&
         pref_create(&pref, 16, 16, 16, false) == 0 &&
         (hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref,
-                                             1, &res, &n_res)) == 0 &&
+                                             FP8_ALGO_CANDIDATES, res, &n_res)) == 0 &&
         n_res > 0;
     im->fp8_status = hs == 0 && n_res == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : (int)hs;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -992,7 +1055,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         plan_destroy(p);  // N = 0: never matches a lookup, so the shape is tried again later
         return NULL;
     }
-    p->algo = res.algo;
+    p->algo = res[wq ? fp8_pick_algo(im, p, res, n_res, wq, xq, y) : 0].algo;
     p->N = N;
     p->K = K;
     p->T = T;
@@ -1023,7 +1086,7 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, 
             return true;
         as = t;
     }
-    gemm_plan *p = fp8_plan_get(im, N, K, T, ws, as);
+    gemm_plan *p = fp8_plan_get(im, N, K, T, ws, as, W->q, qa, y);
     if (!p) return false;
     const float alpha = 1.0f, beta = 0.0f;
     bool ok =
