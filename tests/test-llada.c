@@ -418,7 +418,7 @@ static void test_bf16_activations(uint64_t mseed) {
     make_script(&sc, randint(5, 12), randint(6, 10), randint(0, 1) == 1);
     size_t n = script_logits(&sc, V);
     float *f32 = xmalloc(n * 4), *off16 = xmalloc(n * 4), *got = xmalloc(n * 4);
-    li_lacache off = {0};
+    li_lacache off = {.fa_tile = 7};  // the combinations' layer-0 tiles
     setenv("LI_LLADA_ACT", "f32", 1);
     li_status rc = run_script(m, &off, &sc, f32, NULL);
     setenv("LI_LLADA_ACT", "bf16", 1);
@@ -485,6 +485,8 @@ static void test_device_bf16(const char *backend) {
     size_t n = script_logits(&sc, V);
     float *f32 = xmalloc(n * 4), *b16 = xmalloc(n * 4), *got = xmalloc(n * 4);
     char name[200], cn[64];
+    // the f32 path multiplies Q/K/V and gate/up separately: so does the bf16 one here
+    setenv("LI_LLADA_FUSED", "0", 1);
     for (int fp8 = 1; fp8 >= 0; fp8--) {  // (b16 ends with the plain run's logits)
         li_lacache off = {.fp8 = fp8, .fa_tile = 16};  // the combinations' layer-0 tiles
         setenv("LI_LLADA_ACT", "f32", 1);
@@ -502,8 +504,26 @@ static void test_device_bf16(const char *backend) {
         }
         TEST_END();
     }
-    snprintf(name, sizeof name, "%s llada-mid, bf16 activations: 16 LaCache combinations = "
-             "all-off bit for bit", backend);
+    // fused Q/K/V and gate/up GEMMs (the default): other GEMM shapes, so other fp32 summation
+    // orders — within rounding of the unfused run, and the reference for the combinations below
+    unsetenv("LI_LLADA_FUSED");
+    li_lacache off = {.fa_tile = 16};
+    float *fz = xmalloc(n * 4);
+    if (rc == LI_OK) rc = run_script(m, &off, &sc, fz, NULL);
+    snprintf(name, sizeof name, "%s llada-mid, bf16 activations: fused Q/K/V and gate/up GEMMs "
+             "within rounding of separate ones", backend);
+    TEST_BEGIN(name);
+    CHECK(rc == LI_OK, "%s", li_error_msg());
+    if (rc == LI_OK) {
+        double e = test_nmse(fz, b16, (long)n);
+        printf("# fused vs separate projections: logit nmse %.3g\n", e);
+        CHECK(e <= 1e-4 && !test_has_nan(fz, (long)n), "nmse %g; seed %llu", e, g_seed);
+    }
+    TEST_END();
+    memcpy(b16, fz, n * 4);
+    free(fz);
+    snprintf(name, sizeof name, "%s llada-mid, bf16 activations, fused GEMMs: 16 LaCache "
+             "combinations = all-off bit for bit", backend);
     TEST_BEGIN(name);
     for (int cb = 1; cb < 16 && rc == LI_OK; cb++) {
         li_lacache lc = {cb & 1, cb & 2, cb & 4, cb & 8, false, 16};

@@ -301,9 +301,15 @@ typedef struct {
     // and out never aliases it.
     void (*rope_bf16)(li_backend *be, uint16_t *out, const float *x, const int32_t *pos, int T,
                       int nh, int Dh, const li_rope_table *table);
-    // out (n) = bf16(silu(gate) * up).
-    void (*swiglu_bf16)(li_backend *be, uint16_t *out, const float *gate, const float *up,
-                        int64_t n);
+    // out (T, F) = bf16(silu(gate) * up); row t of gate and up at t * ld (ld = F: separate
+    // arrays; gate = gu, up = gu + F, ld = 2F: the fused gate|up projection's rows).
+    void (*swiglu_bf16)(li_backend *be, uint16_t *out, const float *gate, const float *up, int T,
+                        int F, int64_t ld);
+    // The fused projection's rows qkv (T, (H + 2 Hkv) Dh) = [q | k | v] split for attention:
+    // q (T, H, Dh) = rope(q part) in f32, k (T, Hkv, Dh) = bf16(rope(k part)), v = bf16(v part),
+    // at positions pos (T) — the bits of rope and rope_bf16 on separate arrays.
+    void (*qkv_bf16)(li_backend *be, float *q, uint16_t *k, uint16_t *v, const float *qkv,
+                     const int32_t *pos, int T, int H, int Hkv, int Dh, const li_rope_table *table);
     // attention_dense with k, v (nk, Hkv, Dh) already bf16 and out (T, H, Dh) = bf16 of
     // attention_dense's out; q (T, H, Dh) f32 (the kernel scales it before rounding).
     void (*attention_dense_bf16)(li_backend *be, uint16_t *out, const float *q, int T, int H,

@@ -79,6 +79,11 @@ struct li_llada_scratch {
     // V, output made in bf16 by the op before (layers >= 1, every FFN, the head). LI_LLADA_ACT
     // = f32 | bf16 overrides the default (bf16 on a device backend that has the ops).
     bool act_bf16;
+    // With bf16 activations, Q/K/V and gate/up of layers >= 1 as one GEMM each over the fused
+    // weights (wqkv, w_gate_up: one wide GEMM runs nearer the ceiling than three narrow ones);
+    // LI_LLADA_FUSED=0 turns it off (A/B, and the bit-for-bit comparison with the f32 path).
+    bool fused;
+    float *qkv;            // (R, (H + 2 Hkv) Dh) the fused projection's rows [q | k | v]
     uint16_t *xb;          // (R, max(D, F)) normalised rows, or the FFN's silu(gate) * up
     uint16_t *kb, *vb;     // (R, Hkv*Dh) keys after RoPE, values
     uint16_t *attb;        // (R, H*Dh) attention output
@@ -160,6 +165,9 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     has_bf16 = has_bf16 && (hp->head_dim == 64 || hp->head_dim == 128 || !li_be_is_device(m->be));
     s->act_bf16 = has_bf16 && (act ? !strcmp(act, "bf16") : li_be_is_device(m->be));
     size_t B16 = s->act_bf16 ? 2 : 0;  // bytes per element of the bf16 buffers (none when off)
+    const char *fz = getenv("LI_LLADA_FUSED");
+    s->fused = s->act_bf16 && op->qkv_bf16 && !(fz && fz[0] == '0');
+    size_t QKV = s->fused ? HDh + 2 * KDh : 0;
     s->head_rows = max_rows < HEAD_CHUNK ? max_rows : HEAD_CHUNK;
     struct {
         void **p;
@@ -172,7 +180,7 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
         {(void **)&s->k, R * KDh * 4, "keys"},
         {(void **)&s->v, R * KDh * 4, "values"},
         {(void **)&s->att, R * HDh * 4, "attention output"},
-        {(void **)&s->gate, R * F * 4, "ffn gate"},
+        {(void **)&s->gate, R * F * (s->fused ? 8 : 4), "ffn gate (fused: gate | up rows)"},
         {(void **)&s->up, R * F * 4, "ffn up"},
         {(void **)&s->tmp, R * D * 4, "projection output"},
         {(void **)&s->fm, R * hp->n_head * 4, "flash row max"},
@@ -183,6 +191,7 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
         {(void **)&s->sa, R * GM * 4, "fp8 activation scales"},
         {(void **)&s->head, (size_t)s->head_rows * hp->n_vocab * 4, "head logits"},
         {(void **)&s->xb, R * KM * B16, "bf16 GEMM inputs"},
+        {(void **)&s->qkv, R * QKV * 4, "fused q | k | v"},
         {(void **)&s->kb, R * KDh * B16, "bf16 keys"},
         {(void **)&s->vb, R * KDh * B16, "bf16 values"},
         {(void **)&s->attb, R * HDh * B16, "bf16 attention output"},
@@ -207,7 +216,8 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
 void li_llada_scratch_free(li_llada_scratch *s) {
     if (!s) return;
     void *ps[] = {s->x,   s->xn, s->q,  s->k,   s->v,  s->att, s->gate, s->up, s->tmp, s->fm,
-                  s->fl,  s->fo, s->idx, s->qa, s->sa, s->head, s->xb,  s->kb, s->vb,  s->attb};
+                  s->fl,  s->fo, s->idx, s->qa, s->sa, s->head, s->xb,  s->kb, s->vb,  s->attb,
+                  s->qkv};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         li_be_free(s->be, ps[i]);
     li_free(s->idx_host);
@@ -384,9 +394,14 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
     } else if (s->act_bf16) {  // n(x) and silu(gate) * up made in bf16, down added to x
         op->rmsnorm_bf16(be, s->xb, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
-        op->matmul_bf16(be, s->gate, s->xb, &l->w_gate, R, false);
-        op->matmul_bf16(be, s->up, s->xb, &l->w_up, R, false);
-        op->swiglu_bf16(be, s->xb, s->gate, s->up, (int64_t)R * F);
+        if (s->fused && l->w_gate_up.data) {  // gate | up rows from one GEMM
+            op->matmul_bf16(be, s->gate, s->xb, &l->w_gate_up, R, false);
+            op->swiglu_bf16(be, s->xb, s->gate, s->gate + F, R, F, 2 * (int64_t)F);
+        } else {
+            op->matmul_bf16(be, s->gate, s->xb, &l->w_gate, R, false);
+            op->matmul_bf16(be, s->up, s->xb, &l->w_up, R, false);
+            op->swiglu_bf16(be, s->xb, s->gate, s->up, R, F, F);
+        }
         op->matmul_bf16(be, s->x, s->xb, &l->w_down, R, true);
     } else {
         op->add(be, s->x, attn, (int64_t)R * D);
@@ -521,11 +536,16 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     // ---- layers >= 1: everything over all rows ----
     for (int il = 1; il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
+        const bool fused = s->fused && l->wqkv.data;  // q | k | v rows from one GEMM
         if (s->act_bf16) {
             op->rmsnorm_bf16(be, s->xb, s->x, l->attn_norm.data, R, D, hp->rms_eps);
-            op->matmul_bf16(be, s->q, s->xb, &l->wq, R, false);
-            op->matmul_bf16(be, s->k, s->xb, &l->wk, R, false);
-            op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
+            if (fused) {
+                op->matmul_bf16(be, s->qkv, s->xb, &l->wqkv, R, false);
+            } else {
+                op->matmul_bf16(be, s->q, s->xb, &l->wq, R, false);
+                op->matmul_bf16(be, s->k, s->xb, &l->wk, R, false);
+                op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
+            }
         } else {
             op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, R, D, hp->rms_eps);
             op->matmul(be, s->q, s->xn, &l->wq, R);
@@ -539,16 +559,22 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
             const int32_t *pos = pos_d + r0;
             int T = canvases[i].n_tokens;
             float *q = s->q + (size_t)r0 * HDh;
-            op->rope(be, q, pos, T, H, Dh, &m->rope);
             if (s->act_bf16) {  // K rotated and V rounded as attention_dense would, once
                 uint16_t *kb = s->kb + (size_t)r0 * KDh, *vb = s->vb + (size_t)r0 * KDh;
-                op->rope_bf16(be, kb, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
-                op->rope_bf16(be, vb, s->v + (size_t)r0 * KDh, NULL, T, Hkv, Dh, NULL);
+                if (fused) {
+                    op->qkv_bf16(be, q, kb, vb, s->qkv + (size_t)r0 * (HDh + 2 * KDh), pos, T, H,
+                                 Hkv, Dh, &m->rope);
+                } else {
+                    op->rope(be, q, pos, T, H, Dh, &m->rope);
+                    op->rope_bf16(be, kb, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
+                    op->rope_bf16(be, vb, s->v + (size_t)r0 * KDh, NULL, T, Hkv, Dh, NULL);
+                }
                 op->attention_dense_bf16(be, s->attb + (size_t)r0 * HDh, q, T, H, kb, vb, T, Hkv,
                                          Dh, f.scale);
                 if (info) info->flops += 4.0 * Dh * H * (double)T * T;
                 continue;
             }
+            op->rope(be, q, pos, T, H, Dh, &m->rope);
             op->rope(be, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
             attention_plain(&f, T, q, s->k + (size_t)r0 * KDh, s->v + (size_t)r0 * KDh,
                             s->att + (size_t)r0 * HDh, s->fo + (size_t)r0 * HDh,

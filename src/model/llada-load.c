@@ -69,7 +69,10 @@ li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool m
         return rc;
     }
     m->has_weights = !metadata_only;
-    if (m->has_weights && (rc = li_weights_to_device(&m->store, &m->w, m->hp.n_layer, be)) != LI_OK) {
+    // fused Q/K/V and gate/up (what the GPU's bf16-activation path multiplies in one GEMM each)
+    if (m->has_weights &&
+        ((rc = li_fuse_layer_weights(&m->store, &m->w, m->hp.n_layer)) != LI_OK ||
+         (rc = li_weights_to_device(&m->store, &m->w, m->hp.n_layer, be)) != LI_OK)) {
         li_llada_free(m);
         return rc;
     }
@@ -171,7 +174,8 @@ li_status li_llada_synth(li_llada **out, const char *name, uint64_t seed, li_bac
     if ((rc = li_synth_llama_weights(&m->store, &m->w, hp, &rng, bf16, metadata_only)) != LI_OK)
         goto fail;
     m->has_weights = !metadata_only;
-    if (m->has_weights && (rc = li_weights_to_device(&m->store, &m->w, hp->n_layer, be)) != LI_OK)
+    if (m->has_weights && ((rc = li_fuse_layer_weights(&m->store, &m->w, hp->n_layer)) != LI_OK ||
+                           (rc = li_weights_to_device(&m->store, &m->w, hp->n_layer, be)) != LI_OK))
         goto fail;
     *out = m;
     return LI_OK;

@@ -287,14 +287,18 @@ static li_status fuse(li_weight_store *st, li_weight *fused, li_weight *const *p
     return LI_OK;
 }
 
-static li_status fuse_layers(li_llama *m) {
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        li_llama_layer *l = &m->w.layers[il];
+li_status li_fuse_layer_weights(li_weight_store *st, li_llama_weights *w, int n_layer) {
+    for (int il = 0; il < n_layer; il++) {
+        li_llama_layer *l = &w->layers[il];
         li_weight *qkv[] = {&l->wq, &l->wk, &l->wv}, *gu[] = {&l->w_gate, &l->w_up};
-        LI_TRY(fuse(&m->store, &l->wqkv, qkv, 3));
-        LI_TRY(fuse(&m->store, &l->w_gate_up, gu, 2));
+        LI_TRY(fuse(st, &l->wqkv, qkv, 3));
+        LI_TRY(fuse(st, &l->w_gate_up, gu, 2));
     }
     return LI_OK;
+}
+
+static li_status fuse_layers(li_llama *m) {
+    return li_fuse_layer_weights(&m->store, &m->w, m->hp.n_layer);
 }
 
 // ---- synthetic configurations --------------------------------------------------------------

@@ -45,6 +45,9 @@ li_status li_bind_safetensors(li_weight_store *store, li_llama_weights *w, const
 // so a test notices a missing norm weight. w->layers must hold hp->n_layer entries.
 li_status li_synth_llama_weights(li_weight_store *store, li_llama_weights *w, const li_hparams *hp,
                                  li_rng *rng, bool keep_bf16, bool metadata_only);
+// wq/wk/wv and w_gate/w_up of every layer copied into one buffer each (wqkv, w_gate_up), the
+// parts becoming views into it (model-load.c); a group of mixed dtypes is left unfused.
+li_status li_fuse_layer_weights(li_weight_store *st, li_llama_weights *w, int n_layer);
 // Frees owned buffers and closes the files; leaves the store zeroed (device buffers excepted).
 void li_weight_store_free(li_weight_store *st);
 // Frees the store's device buffers (weights-device.c).

@@ -1098,25 +1098,35 @@ static void test_bf16_pointwise(void) {
         float *dx = dnew(&gx, sizeof(float) * n, x), *dw = dnew(&gw, sizeof(float) * D, w);
         float *du = dnew(&gu, sizeof(float) * n, u), *dy = dnew(&gy, sizeof(float) * n, NULL);
         uint16_t *db = dnew(&gb, 2 * n, NULL);
-        for (int op = 0; op < 2; op++) {
+        static const char *opname[] = {"rmsnorm_bf16", "swiglu_bf16", "swiglu_bf16 (rows of a "
+                                       "fused gate | up)"};
+        for (int op = 0; op < 3; op++) {
+            long nn = op == 2 ? n / 2 : n;  // op 2: gate | up halves of each x row (ld D)
             if (op == 0) {
                 gpu->ops->rmsnorm(gpu, dy, dx, dw, T, D, 1e-5f);
                 gpu->ops->rmsnorm_bf16(gpu, db, dx, dw, T, D, 1e-5f);
                 ref->ops->rmsnorm_bf16(ref, orc, x, w, T, D, 1e-5f);
-            } else {
+            } else if (op == 1) {
                 gpu->ops->swiglu(gpu, dy, dx, du, n);
-                gpu->ops->swiglu_bf16(gpu, db, dx, du, n);
-                ref->ops->swiglu_bf16(ref, orc, x, u, n);
+                gpu->ops->swiglu_bf16(gpu, db, dx, du, T, D, D);
+                ref->ops->swiglu_bf16(ref, orc, x, u, T, D, D);
+            } else {
+                const int F = D / 2;
+                for (int t = 0; t < T; t++)
+                    gpu->ops->swiglu(gpu, dy + (size_t)t * F, dx + (size_t)t * D,
+                                     dx + (size_t)t * D + F, F);
+                gpu->ops->swiglu_bf16(gpu, db, dx, dx + F, T, F, D);
+                ref->ops->swiglu_bf16(ref, orc, x, x + F, T, F, D);
+                nn = (long)T * F;
             }
             CHECK_BACKEND();
             dget(y, &gy);
             dget(got, &gb);
-            round_host(want, y, n);
-            CHECK(memcmp(got, want, 2 * n) == 0, "%s: not the f32 op's rounding; seed %llu",
-                  op ? "swiglu_bf16" : "rmsnorm_bf16", g_seed);
-            double e = nmse_bf16(got, orc, n);
-            CHECK(e <= TOL_MATMUL_BF16, "%s vs oracle: nmse %g; seed %llu",
-                  op ? "swiglu_bf16" : "rmsnorm_bf16", e, g_seed);
+            round_host(want, y, nn);
+            CHECK(memcmp(got, want, 2 * nn) == 0, "%s: not the f32 op's rounding; seed %llu",
+                  opname[op], g_seed);
+            double e = nmse_bf16(got, orc, nn);
+            CHECK(e <= TOL_MATMUL_BF16, "%s vs oracle: nmse %g; seed %llu", opname[op], e, g_seed);
         }
         CHECK(dguard_ok(&gx) && dguard_ok(&gb) && dguard_ok(&gy), "guard damaged; seed %llu",
               g_seed);
@@ -1164,6 +1174,68 @@ static void test_bf16_rope(void) {
                 free(x), free(x2), free(y), free(want), free(got), free(orc), free(pos);
                 TEST_END();
             }
+}
+
+// qkv_bf16 = rope (q), rope_bf16 (k), rope_bf16 without positions (v) on the parts copied out.
+static void test_bf16_qkv(void) {
+    static const int cases[][4] = {{1, 4, 4, 64}, {37, 8, 2, 128}, {300, 32, 32, 128},
+                                   {17, 6, 3, 64}};  // T, H, Hkv, Dh
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int lay = 0; lay < 2; lay++) {
+            int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
+            li_rope_table tab = table_for((int)c % 3, lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX,
+                                          c == 3 ? Dh / 2 : Dh);
+            TEST_BEGIN(NAME("qkv_bf16 T=%d H=%d Hkv=%d Dh=%d %s = rope / rope_bf16 of the parts",
+                            T, H, Hkv, Dh, lay ? "gptj" : "neox"));
+            const long HD = (long)H * Dh, KD = (long)Hkv * Dh, row = HD + 2 * KD;
+            float *qkv = xmalloc(sizeof(float) * T * row), *qp = xmalloc(sizeof(float) * T * HD);
+            float *kp = xmalloc(sizeof(float) * T * KD), *vp = xmalloc(sizeof(float) * T * KD);
+            float *q1 = xmalloc(sizeof(float) * T * HD), *q2 = xmalloc(sizeof(float) * T * HD);
+            uint16_t *k1 = xmalloc(2 * T * KD), *k2 = xmalloc(2 * T * KD);
+            uint16_t *v1 = xmalloc(2 * T * KD), *v2 = xmalloc(2 * T * KD);
+            uint16_t *ko = xmalloc(2 * T * KD);
+            float *qo = xmalloc(sizeof(float) * T * HD);
+            int32_t *pos = xmalloc(sizeof(int32_t) * T);
+            fill(qkv, (long)T * row, 1.0f);
+            for (int t = 0; t < T; t++) {
+                pos[t] = randint(0, 5000);
+                memcpy(qp + t * HD, qkv + t * row, sizeof(float) * HD);
+                memcpy(kp + t * KD, qkv + t * row + HD, sizeof(float) * KD);
+                memcpy(vp + t * KD, qkv + t * row + HD + KD, sizeof(float) * KD);
+            }
+            dbuf gqkv, gq, gk, gv, gqp, gkp, gvp, gk2, gv2, gp;
+            float *dqkv = dnew(&gqkv, sizeof(float) * T * row, qkv);
+            float *dq = dnew(&gq, sizeof(float) * T * HD, NULL);
+            uint16_t *dk = dnew(&gk, 2 * T * KD, NULL), *dv = dnew(&gv, 2 * T * KD, NULL);
+            float *dqp = dnew(&gqp, sizeof(float) * T * HD, qp);
+            float *dkp = dnew(&gkp, sizeof(float) * T * KD, kp);
+            float *dvp = dnew(&gvp, sizeof(float) * T * KD, vp);
+            uint16_t *dk2 = dnew(&gk2, 2 * T * KD, NULL), *dv2 = dnew(&gv2, 2 * T * KD, NULL);
+            int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
+            gpu->ops->qkv_bf16(gpu, dq, dk, dv, dqkv, dp, T, H, Hkv, Dh, &tab);
+            gpu->ops->rope(gpu, dqp, dp, T, H, Dh, &tab);
+            gpu->ops->rope_bf16(gpu, dk2, dkp, dp, T, Hkv, Dh, &tab);
+            gpu->ops->rope_bf16(gpu, dv2, dvp, NULL, T, Hkv, Dh, NULL);
+            CHECK_BACKEND();
+            dget(q1, &gq), dget(k1, &gk), dget(v1, &gv);
+            dget(q2, &gqp), dget(k2, &gk2), dget(v2, &gv2);
+            CHECK(memcmp(q1, q2, sizeof(float) * T * HD) == 0, "q is not rope's; seed %llu", g_seed);
+            CHECK(memcmp(k1, k2, 2 * T * KD) == 0, "k is not rope_bf16's; seed %llu", g_seed);
+            CHECK(memcmp(v1, v2, 2 * T * KD) == 0, "v is not the rounding; seed %llu", g_seed);
+            uint16_t *vo = xmalloc(2 * T * KD);
+            ref->ops->qkv_bf16(ref, qo, ko, vo, qkv, pos, T, H, Hkv, Dh, &tab);
+            double eq = test_nmse(q1, qo, (long)T * HD), ek = nmse_bf16(k1, ko, (long)T * KD);
+            CHECK(eq <= TOL_POINTWISE && ek <= TOL_MATMUL_BF16 &&
+                      memcmp(v1, vo, 2 * T * KD) == 0,
+                  "vs oracle: q nmse %g, k nmse %g; seed %llu", eq, ek, g_seed);
+            CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv), "guard damaged; seed %llu",
+                  g_seed);
+            dfree(&gqkv), dfree(&gq), dfree(&gk), dfree(&gv), dfree(&gqp), dfree(&gkp);
+            dfree(&gvp), dfree(&gk2), dfree(&gv2), dfree(&gp);
+            free(qkv), free(qp), free(kp), free(vp), free(q1), free(q2), free(k1), free(k2);
+            free(v1), free(v2), free(ko), free(vo), free(qo), free(pos);
+            TEST_END();
+        }
 }
 
 // matmul_bf16 = matmul of the widened x (the same plan), accumulate = matmul then add, bit for
@@ -1286,6 +1358,7 @@ static void test_bf16_attention(void) {
 static void test_bf16(void) {
     test_bf16_pointwise();
     test_bf16_rope();
+    test_bf16_qkv();
     test_bf16_matmul();
     test_bf16_attention();
 }

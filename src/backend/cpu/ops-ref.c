@@ -507,11 +507,29 @@ static void ref_rope_bf16(li_backend *be, uint16_t *out, const float *x, const i
 }
 
 static void ref_swiglu_bf16(li_backend *be, uint16_t *out, const float *gate, const float *up,
-                            int64_t n) {
-    float *y = ref_scratch(n);
-    ref_swiglu(be, y, gate, up, n);
-    round_bf16(out, y, n);
+                            int T, int F, int64_t ld) {
+    float *y = ref_scratch(F);
+    for (int t = 0; t < T; t++) {
+        ref_swiglu(be, y, gate + t * ld, up + t * ld, F);
+        round_bf16(out + (size_t)t * F, y, F);
+    }
     free(y);
+}
+
+static void ref_qkv_bf16(li_backend *be, float *q, uint16_t *k, uint16_t *v, const float *qkv,
+                         const int32_t *pos, int T, int H, int Hkv, int Dh,
+                         const li_rope_table *table) {
+    const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh, row = HD + 2 * KD;
+    float *kt = ref_scratch((int64_t)T * KD);
+    for (int t = 0; t < T; t++) {
+        memcpy(q + t * HD, qkv + t * row, (size_t)HD * sizeof(float));
+        memcpy(kt + t * KD, qkv + t * row + HD, (size_t)KD * sizeof(float));
+        round_bf16(v + t * KD, qkv + t * row + HD + KD, KD);
+    }
+    ref_rope(be, q, pos, T, H, Dh, table);
+    ref_rope(be, kt, pos, T, Hkv, Dh, table);
+    round_bf16(k, kt, (int64_t)T * KD);
+    free(kt);
 }
 
 // Every row over every key: flash_attn_tiles from a fresh state, then finalize (fp64 inside).
@@ -561,5 +579,6 @@ const li_backend_ops li_cpu_ref_ops = {
     .matmul_bf16 = ref_matmul_bf16,
     .rope_bf16 = ref_rope_bf16,
     .swiglu_bf16 = ref_swiglu_bf16,
+    .qkv_bf16 = ref_qkv_bf16,
     .attention_dense_bf16 = ref_attention_dense_bf16,
 };

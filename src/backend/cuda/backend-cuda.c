@@ -1518,9 +1518,17 @@ static void cu_rope_bf16(li_backend *be, uint16_t *out, const float *x, const in
 }
 
 static void cu_swiglu_bf16(li_backend *be, uint16_t *out, const float *gate, const float *up,
-                           int64_t n) {
+                           int T, int F, int64_t ld) {
     li_cuda_impl *im = be->impl;
-    cu_fail(im, "swiglu_bf16", li_cuda_swiglu_bf16(im->stream, out, gate, up, n));
+    cu_fail(im, "swiglu_bf16", li_cuda_swiglu_bf16(im->stream, out, gate, up, T, F, ld));
+}
+
+static void cu_qkv_bf16(li_backend *be, float *q, uint16_t *k, uint16_t *v, const float *qkv,
+                        const int32_t *pos, int T, int H, int Hkv, int Dh,
+                        const li_rope_table *table) {
+    li_cuda_impl *im = be->impl;
+    li_cuda_rope_args r = rope_args(table);
+    cu_fail(im, "qkv_bf16", li_cuda_qkv_bf16(im->stream, q, k, v, qkv, pos, T, H, Hkv, Dh, &r));
 }
 
 // The pipelined flash kernel's dense mode on the bf16 K / V as given, storing bf16 (no conversion
@@ -1743,6 +1751,7 @@ const li_backend_ops li_cuda_ops = {
     .matmul_bf16 = cu_matmul_bf16,
     .rope_bf16 = cu_rope_bf16,
     .swiglu_bf16 = cu_swiglu_bf16,
+    .qkv_bf16 = cu_qkv_bf16,
     .attention_dense_bf16 = cu_attention_dense_bf16,
     .matrices_bf16 = true,
     .alloc = cu_alloc,

@@ -186,15 +186,18 @@ extern "C" cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *
     return cudaGetLastError();
 }
 
-// out (n) = bf16(silu(gate) * up): the down GEMM's input made where the FFN's product is (the
-// same silu_mul, then the rounding f32_to_bf16 applies). 16-byte loads of gate and up, 8-byte
-// stores: 10 bytes per element, ~25 µs for LLaDA's (1024, 12288) at the copy rate.
-__global__ void swiglu_bf16_kernel4(uint2 *out, const float4 *gate, const float4 *up, int64_t n4) {
+// out (T, F) = bf16(silu(gate) * up), rows of gate and up ld apart (the fused gate|up GEMM's
+// output: ld = 2F): the down GEMM's input made where the FFN's product is (the same silu_mul,
+// then the rounding f32_to_bf16 applies). 16-byte loads of gate and up, 8-byte stores when F, ld
+// and the pointers allow: 10 bytes per element, ~25 µs for LLaDA's (1024, 12288) at copy rate.
+__global__ void swiglu_bf16_kernel4(uint2 *out, const float4 *gate, const float4 *up, int64_t F4,
+                                    int64_t ld4, int64_t n4) {
     pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
     pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float4 g = gate[i], u = up[i];
+        const int64_t t = i / F4, j = t * ld4 + (i - t * F4);
+        const float4 g = gate[j], u = up[j];
         __nv_bfloat162 a = __floats2bfloat162_rn(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
         __nv_bfloat162 b = __floats2bfloat162_rn(silu_mul(g.z, u.z), silu_mul(g.w, u.w));
         uint2 o;
@@ -205,27 +208,26 @@ __global__ void swiglu_bf16_kernel4(uint2 *out, const float4 *gate, const float4
 }
 
 __global__ void swiglu_bf16_kernel(__nv_bfloat16 *out, const float *gate, const float *up,
-                                   int64_t n) {
+                                   int64_t F, int64_t ld, int64_t n) {
+    pdl_trigger();
+    pdl_wait();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16_rn(silu_mul(gate[i], up[i]));
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / F, j = t * ld + (i - t * F);
+        out[i] = __float2bfloat16_rn(silu_mul(gate[j], up[j]));
+    }
 }
 
 extern "C" cudaError_t li_cuda_swiglu_bf16(cudaStream_t st, uint16_t *out, const float *gate,
-                                           const float *up, int64_t n) {
+                                           const float *up, int T, int F, int64_t ld) {
+    const int64_t n = (int64_t)T * F;
     if (n <= 0) return cudaSuccess;
-    int64_t done = 0;
-    if (aligned16(gate, up, gate) && ((uintptr_t)out & 7) == 0 && n >= 4) {
-        done = n / 4 * 4;
-        cudaError_t e = launch_pdl(swiglu_bf16_kernel4, dim3(grid_for(n / 4, 256)), dim3(256), 0,
-                                   st, (uint2 *)out, (const float4 *)gate, (const float4 *)up,
-                                   n / 4);
-        if (e != cudaSuccess) return e;
-    }
-    if (done < n)
-        swiglu_bf16_kernel<<<grid_for(n - done, 256), 256, 0, st>>>(
-            (__nv_bfloat16 *)out + done, gate + done, up + done, n - done);
-    return cudaGetLastError();
+    if (aligned16(gate, up, gate) && ((uintptr_t)out & 7) == 0 && F % 4 == 0 && ld % 4 == 0)
+        return launch_pdl(swiglu_bf16_kernel4, dim3(grid_for(n / 4, 256)), dim3(256), 0, st,
+                          (uint2 *)out, (const float4 *)gate, (const float4 *)up,
+                          (int64_t)F / 4, ld / 4, n / 4);
+    return launch_pdl(swiglu_bf16_kernel, dim3(grid_for(n, 256)), dim3(256), 0, st,
+                      (__nv_bfloat16 *)out, gate, up, (int64_t)F, ld, n);
 }
 
 // ---- softmax -------------------------------------------------------------------------------
@@ -373,6 +375,65 @@ extern "C" cudaError_t li_cuda_rope_bf16(cudaStream_t st, uint16_t *out, const f
     if (e != cudaSuccess || T <= 0 || nh <= 0) return e;
     return launch_pdl(rope_kernel<__nv_bfloat16>, dim3(T), dim3(256), 0, st,
                       (__nv_bfloat16 *)out, x, pos, nh, Dh, *rope);
+}
+
+// The fused QKV projection's row t split for attention (qkv_bf16): the row's cos / sin once, then
+// q rotated into f32, k rotated and rounded, v rounded — rope_kernel's arithmetic exactly, so the
+// bits of rope (q) and rope_bf16 (k, v) on separate arrays. One block per row: reads the
+// (H + 2 Hkv) Dh row once (48 KB for LLaDA-8B), writes 32 KB.
+__global__ void __launch_bounds__(256) qkv_split_kernel(float *q, __nv_bfloat16 *k,
+                                                        __nv_bfloat16 *v, const float *qkv,
+                                                        const int32_t *pos, int H, int Hkv,
+                                                        int Dh, const li_cuda_rope_args r) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
+    __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
+    const int pairs = r.n_dims / 2, t = blockIdx.x;
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        float c, s;
+        rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
+        cs[p] = c * r.mscale;
+        cs[LI_CUDA_ROPE_MAX_PAIRS + p] = s * r.mscale;
+    }
+    __syncthreads();
+    const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
+    const float *row = qkv + (int64_t)t * (HD + 2 * KD);
+    float *qr = q + (int64_t)t * HD;
+    __nv_bfloat16 *kr = k + (int64_t)t * KD, *vr = v + (int64_t)t * KD;
+    for (int i = threadIdx.x; i < (H + Hkv) * pairs; i += blockDim.x) {  // rotated pairs
+        const int hh = i / pairs, p = i - hh * pairs;
+        int ia, ib;
+        rope_pair(r, p, &ia, &ib);
+        const float c = cs[p], s = cs[LI_CUDA_ROPE_MAX_PAIRS + p];
+        const float *x = row + (int64_t)hh * Dh;  // q heads, then k heads
+        const float a = x[ia], b = x[ib];
+        const float ya = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        const float yb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        if (hh < H) {
+            store_act(qr, hh * Dh + ia, ya);
+            store_act(qr, hh * Dh + ib, yb);
+        } else {
+            store_act(kr, (hh - H) * Dh + ia, ya);
+            store_act(kr, (hh - H) * Dh + ib, yb);
+        }
+    }
+    const int rest = Dh - r.n_dims;  // dims past n_dims of q and k, as they are
+    for (int i = threadIdx.x; i < (H + Hkv) * rest; i += blockDim.x) {
+        const int hh = i / rest, d = r.n_dims + (i - hh * rest);
+        const float x = row[(int64_t)hh * Dh + d];
+        if (hh < H) store_act(qr, hh * Dh + d, x);
+        else store_act(kr, (hh - H) * Dh + d, x);
+    }
+    for (int64_t i = threadIdx.x; i < KD; i += blockDim.x) store_act(vr, i, row[HD + KD + i]);
+}
+
+extern "C" cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, uint16_t *v,
+                                        const float *qkv, const int32_t *pos, int T, int H,
+                                        int Hkv, int Dh, const li_cuda_rope_args *rope) {
+    cudaError_t e = rope_check(rope, Dh);
+    if (e != cudaSuccess || T <= 0) return e;
+    return launch_pdl(qkv_split_kernel, dim3(T), dim3(256), 0, st, q, (__nv_bfloat16 *)k,
+                      (__nv_bfloat16 *)v, qkv, pos, H, Hkv, Dh, *rope);
 }
 
 // ---- kv_store, kv_copy_rotate --------------------------------------------------------------

@@ -24,9 +24,15 @@ LI_CUDA_API cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, i
 // out (n) = silu(gate) * up. out may alias gate.
 LI_CUDA_API cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *gate,
                                        const float *up, int64_t n);
-// out (n) bf16 = the rounding of li_cuda_swiglu's result (the same bits).
+// out (T, F) bf16 = the rounding of li_cuda_swiglu's result (the same bits); rows of gate and up
+// ld floats apart.
 LI_CUDA_API cudaError_t li_cuda_swiglu_bf16(cudaStream_t st, uint16_t *out, const float *gate,
-                                            const float *up, int64_t n);
+                                            const float *up, int T, int F, int64_t ld);
+// qkv (T, (H + 2 Hkv) Dh) f32 -> q (T, H, Dh) f32 rotated, k (T, Hkv, Dh) bf16 rotated, v bf16
+// (backend.h qkv_bf16: the bits of li_cuda_rope and li_cuda_rope_bf16).
+LI_CUDA_API cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, uint16_t *v,
+                                         const float *qkv, const int32_t *pos, int T, int H,
+                                         int Hkv, int Dh, const li_cuda_rope_args *rope);
 // In place softmax over `rows` rows of length n.
 LI_CUDA_API cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int n);
 // x (T, nh, Dh) rotated in place at pos (T, device), magnitude rope->mscale.
