@@ -485,7 +485,7 @@ static void test_device_bf16(const char *backend) {
     size_t n = script_logits(&sc, V);
     float *f32 = xmalloc(n * 4), *b16 = xmalloc(n * 4), *got = xmalloc(n * 4);
     char name[200], cn[64];
-    // the f32 path multiplies Q/K/V and gate/up separately: so does the bf16 one here
+    // the f32 path multiplies Q, K and V separately: so does the bf16 one here
     setenv("LI_LLADA_FUSED", "0", 1);
     for (int fp8 = 1; fp8 >= 0; fp8--) {  // (b16 ends with the plain run's logits)
         li_lacache off = {.fp8 = fp8, .fa_tile = 16};  // the combinations' layer-0 tiles
@@ -504,14 +504,14 @@ static void test_device_bf16(const char *backend) {
         }
         TEST_END();
     }
-    // fused Q/K/V and gate/up GEMMs (the default): other GEMM shapes, so other fp32 summation
+    // the fused Q/K/V GEMM (the default): another GEMM shape, so possibly another fp32 summation
     // orders — within rounding of the unfused run, and the reference for the combinations below
     unsetenv("LI_LLADA_FUSED");
     li_lacache off = {.fa_tile = 16};
     float *fz = xmalloc(n * 4);
     if (rc == LI_OK) rc = run_script(m, &off, &sc, fz, NULL);
-    snprintf(name, sizeof name, "%s llada-mid, bf16 activations: fused Q/K/V and gate/up GEMMs "
-             "within rounding of separate ones", backend);
+    snprintf(name, sizeof name, "%s llada-mid, bf16 activations: the fused Q/K/V GEMM "
+             "within rounding of three", backend);
     TEST_BEGIN(name);
     CHECK(rc == LI_OK, "%s", li_error_msg());
     if (rc == LI_OK) {
@@ -522,7 +522,7 @@ static void test_device_bf16(const char *backend) {
     TEST_END();
     memcpy(b16, fz, n * 4);
     free(fz);
-    snprintf(name, sizeof name, "%s llada-mid, bf16 activations, fused GEMMs: 16 LaCache "
+    snprintf(name, sizeof name, "%s llada-mid, bf16 activations, fused Q/K/V: 16 LaCache "
              "combinations = all-off bit for bit", backend);
     TEST_BEGIN(name);
     for (int cb = 1; cb < 16 && rc == LI_OK; cb++) {

@@ -381,8 +381,10 @@ extern "C" cudaError_t li_cuda_rope_bf16(cudaStream_t st, uint16_t *out, const f
 // q rotated into f32, k rotated and rounded, v rounded — rope_kernel's arithmetic exactly, so the
 // bits of rope (q) and rope_bf16 (k, v) on separate arrays. One block per row: reads the
 // (H + 2 Hkv) Dh row once (48 KB for LLaDA-8B), writes 32 KB.
-__global__ void __launch_bounds__(256) qkv_split_kernel(float *q, __nv_bfloat16 *k,
-                                                        __nv_bfloat16 *v, const float *qkv,
+__global__ void __launch_bounds__(256) qkv_split_kernel(float *__restrict__ q,
+                                                        __nv_bfloat16 *__restrict__ k,
+                                                        __nv_bfloat16 *__restrict__ v,
+                                                        const float *__restrict__ qkv,
                                                         const int32_t *pos, int H, int Hkv,
                                                         int Dh, const li_cuda_rope_args r) {
     pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
@@ -400,6 +402,9 @@ __global__ void __launch_bounds__(256) qkv_split_kernel(float *q, __nv_bfloat16 
     const float *row = qkv + (int64_t)t * (HD + 2 * KD);
     float *qr = q + (int64_t)t * HD;
     __nv_bfloat16 *kr = k + (int64_t)t * KD, *vr = v + (int64_t)t * KD;
+    // (restrict + unrolling: several rows' loads in flight per thread; the first version, one
+    // dependent load pair at a time, ran at 2.2 TB/s)
+#pragma unroll 4
     for (int i = threadIdx.x; i < (H + Hkv) * pairs; i += blockDim.x) {  // rotated pairs
         const int hh = i / pairs, p = i - hh * pairs;
         int ia, ib;
@@ -424,6 +429,7 @@ __global__ void __launch_bounds__(256) qkv_split_kernel(float *q, __nv_bfloat16 
         if (hh < H) store_act(qr, hh * Dh + d, x);
         else store_act(kr, (hh - H) * Dh + d, x);
     }
+#pragma unroll 4
     for (int64_t i = threadIdx.x; i < KD; i += blockDim.x) store_act(vr, i, row[HD + KD + i]);
 }
 
