@@ -1310,9 +1310,7 @@ static void test_bf16_matmul(void) {
 static void test_bf16_attention(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
         {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
-        {512, 8, 8, 128, 512},
-        // few row-tile blocks for the GPU: split over key ranges (li_cuda_attention_dense_plan)
-        {512, 32, 32, 64, 512}, {300, 32, 8, 128, 700}};
+        {512, 8, 8, 128, 512}};
     setenv("LI_CUDA_DENSE", "bf16", 1);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
@@ -1372,7 +1370,7 @@ static void test_bf16(void) {
 static void test_attention_dense(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
         {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
-        {512, 8, 8, 128, 512}, {96, 6, 3, 64, 1000}, {512, 32, 32, 64, 512}};
+        {512, 8, 8, 128, 512}, {96, 6, 3, 64, 1000}};
     // the fused kernels (wmma and mma on f32 K / V, the pipelined mma on bf16 K / V) and the
     // cuBLASLt path (T, nk >= 64; smaller shapes run the bf16 kernel)
     static const char *kname[] = {"wmma f32", "mma f32", "cuBLASLt", "mma bf16"};

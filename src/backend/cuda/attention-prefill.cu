@@ -1030,8 +1030,8 @@ static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
     else attention_prefill_tc<DH, KV><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1) return e;
-    return li_cuda_attention_combine_out(st, a->out, a->out_bf16, a->part_o, a->part_ml,
-                                         (int64_t)a->T * a->H, n_split, DH);
+    return li_cuda_attention_combine(st, a->out, a->part_o, a->part_ml, (int64_t)a->T * a->H,
+                                     n_split, DH);
 }
 
 // f32 dense keys and f32 pools take the float instance, bf16 pools and bf16 dense keys the bf16
@@ -1046,8 +1046,7 @@ static cudaError_t launch_tc(cudaStream_t st, const li_cuda_attn_args *a,
 extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, const float *q, int T,
                                                int H, const void *k, const void *v, int kv_bf16,
                                                int nk, int Hkv, int Dh, float scale) {
-    return li_cuda_attention_dense_out(st, out, NULL, q, T, H, k, v, kv_bf16, nk, Hkv, Dh, scale,
-                                       1, nk, NULL);
+    return li_cuda_attention_dense_out(st, out, NULL, q, T, H, k, v, kv_bf16, nk, Hkv, Dh, scale);
 }
 
 extern "C" cudaError_t li_cuda_flash_attn_tc(cudaStream_t st, float *o, float *m, float *l,
@@ -1082,12 +1081,9 @@ extern "C" cudaError_t li_cuda_flash_attn_tc(cudaStream_t st, float *o, float *m
 extern "C" cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, uint16_t *out_bf16,
                                                    const float *q, int T, int H, const void *k,
                                                    const void *v, int kv_bf16, int nk, int Hkv,
-                                                   int Dh, float scale, int n_split,
-                                                   int keys_per_split, float *part) {
+                                                   int Dh, float scale) {
     if (T <= 0) return cudaSuccess;
     if (out_bf16 && ((uintptr_t)out_bf16 & 3)) return cudaErrorInvalidValue;  // bf16 pairs
-    if (n_split > 1 && (!part || keys_per_split < 1 || keys_per_split % PF_KEYS))
-        return cudaErrorInvalidValue;
     if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) ||
         ((uintptr_t)k & 15) || ((uintptr_t)v & 15))  // float4 row loads
         return cudaErrorInvalidValue;
@@ -1102,12 +1098,7 @@ extern "C" cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, 
     a.P = 1;
     a.L = 1;
     a.scale = scale;
-    a.n_split = n_split > 1 ? n_split : 1;
-    a.keys_per_split = keys_per_split;
-    if (a.n_split > 1) {
-        a.part_o = part;
-        a.part_ml = part + (size_t)T * H * a.n_split * Dh;
-    }
+    a.n_split = 1;
     a.kd = k;
     a.vd = v;
     a.kv_bf16 = kv_bf16;
@@ -1137,30 +1128,6 @@ extern "C" void li_cuda_attention_prefill_plan(int T, int H, int max_keys, int n
     per = (per + PF_KEYS - 1) / PF_KEYS * PF_KEYS;  // whole tiles
     *n_split = (max_keys + per - 1) / per;
     *keys_per_split = per;
-}
-
-extern "C" void li_cuda_attention_dense_plan(int T, int H, int nk, int n_sm, int *n_split,
-                                             int *keys_per_split) {
-    *n_split = 1;
-    *keys_per_split = nk;
-    const char *e = getenv("LI_CUDA_DENSE_SPLIT");  // "0": never split (A/B; per call)
-    if ((e && e[0] == '0') || T <= 0 || H <= 0 || nk < 4 * PF_KEYS) return;
-    // cost in whole-block times: waves of blocks * n thirds (halves, ...) of a block each, plus
-    // ~8 % of a block for the partials and their merge; a split must save >= 10 %
-    const long blocks = (long)((T + PF_ROWS - 1) / PF_ROWS) * H, wave = (long)n_sm * PF_BLOCKS_PER_SM;
-    const double base = (double)((blocks + wave - 1) / wave);
-    double best = base * 0.9;
-    for (int n = 2; n <= 4 && nk >= n * 2 * PF_KEYS; n++) {
-        int per = (nk + n - 1) / n;
-        per = (per + PF_KEYS - 1) / PF_KEYS * PF_KEYS;  // whole tiles
-        const int ns = (nk + per - 1) / per;
-        const double cost = (double)((blocks * ns + wave - 1) / wave) / ns + 0.08;
-        if (ns > 1 && cost < best) {
-            best = cost;
-            *n_split = ns;
-            *keys_per_split = per;
-        }
-    }
 }
 
 extern "C" size_t li_cuda_attention_prefill_part_floats(int n_sm, int Dh) {

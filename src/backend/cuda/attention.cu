@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "attention.cuh"
@@ -904,16 +903,7 @@ static attn_kernel_fn slot_kernel_for(int G, int Dh, int kv_bf16, bool *merges) 
 
 // grid (T * H): merges the n_split partials of one (row, head). A range with no visible key has
 // m = -inf, l = 0 and weight 0.
-// One block per row: out = Σ_s e^(m_s - M) o_s / Σ_s e^(m_s - M) l_s, stored as f32 or rounded
-// to bf16 (the dense attention's bf16 output).
-__device__ __forceinline__ void store_out(float *o, int64_t i, float v) { o[i] = v; }
-__device__ __forceinline__ void store_out(uint16_t *o, int64_t i, float v) {
-    const __nv_bfloat16 b = __float2bfloat16_rn(v);
-    o[i] = *(const uint16_t *)&b;
-}
-
-template <typename OutT>
-__global__ void attention_kernel_combine(OutT *out, const float *part_o, const float *part_ml,
+__global__ void attention_kernel_combine(float *out, const float *part_o, const float *part_ml,
                                          int n_split, int Dh) {
     const int64_t row = blockIdx.x;
     const float *ml = part_ml + row * n_split * 2;
@@ -928,29 +918,17 @@ __global__ void attention_kernel_combine(OutT *out, const float *part_o, const f
         float o = 0.0f;
         for (int s = 0; s < n_split; s++)
             if (ml[2 * s] != -INFINITY) o += expf(ml[2 * s] - M) * po[(int64_t)s * Dh + d];
-        store_out(out, row * Dh + d, L > 0.0f ? o / L : 0.0f);  // no visible key anywhere: 0
+        out[row * Dh + d] = L > 0.0f ? o / L : 0.0f;  // no visible key in any range: 0
     }
-}
-
-extern "C" cudaError_t li_cuda_attention_combine_out(cudaStream_t st, float *out,
-                                                     uint16_t *out_bf16, const float *part_o,
-                                                     const float *part_ml, int64_t rows,
-                                                     int n_split, int Dh) {
-    if (rows <= 0) return cudaSuccess;
-    if (rows > 0x7fffffff || n_split < 1) return cudaErrorInvalidValue;
-    if (out_bf16)
-        attention_kernel_combine<<<(unsigned)rows, 128, 0, st>>>(out_bf16, part_o, part_ml,
-                                                                  n_split, Dh);
-    else
-        attention_kernel_combine<<<(unsigned)rows, 128, 0, st>>>(out, part_o, part_ml, n_split,
-                                                                  Dh);
-    return cudaGetLastError();
 }
 
 extern "C" cudaError_t li_cuda_attention_combine(cudaStream_t st, float *out, const float *part_o,
                                                  const float *part_ml, int64_t rows, int n_split,
                                                  int Dh) {
-    return li_cuda_attention_combine_out(st, out, NULL, part_o, part_ml, rows, n_split, Dh);
+    if (rows <= 0) return cudaSuccess;
+    if (rows > 0x7fffffff || n_split < 1) return cudaErrorInvalidValue;
+    attention_kernel_combine<<<(unsigned)rows, 128, 0, st>>>(out, part_o, part_ml, n_split, Dh);
+    return cudaGetLastError();
 }
 
 // Blocks of the kernel serving (G, Dh) that fit on one SM (occupancy), cached per warp-kernel

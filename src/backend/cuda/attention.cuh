@@ -55,18 +55,6 @@ LI_CUDA_API void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf
 LI_CUDA_API cudaError_t li_cuda_attention_combine(cudaStream_t st, float *out, const float *part_o,
                                                   const float *part_ml, int64_t rows, int n_split,
                                                   int Dh);
-// li_cuda_attention_combine storing out (f32) or, when out_bf16 is not NULL, out_bf16 (rounded).
-LI_CUDA_API cudaError_t li_cuda_attention_combine_out(cudaStream_t st, float *out,
-                                                      uint16_t *out_bf16, const float *part_o,
-                                                      const float *part_ml, int64_t rows,
-                                                      int n_split, int Dh);
-// Split-K of the dense (bidirectional) attention for T rows, H heads over nk keys on n_sm
-// multiprocessors, against wave quantisation: LLaDA-8B at T = 1024 has 16 x 32 = 512 row-tile
-// blocks for 3 x 132 slots, so the second wave runs 29 % full; three key ranges make 1,536
-// thirds in 4 waves. Fills *n_split (1: none) and *keys_per_split (a multiple of 64); the
-// partials need T * H * n_split * (Dh + 2) floats. LI_CUDA_DENSE_SPLIT=0: never split (A/B).
-LI_CUDA_API void li_cuda_attention_dense_plan(int T, int H, int nk, int n_sm, int *n_split,
-                                              int *keys_per_split);
 // Split-K of the tensor-core prefill kernel for T rows, H heads over at most max_keys keys on n_sm
 // multiprocessors: a few row tiles (a query prefill over cached documents: 64 rows, 32 heads)
 // would leave most of the GPU idle. Fills *n_split (1: none) and *keys_per_split; the partials
@@ -100,12 +88,10 @@ LI_CUDA_API cudaError_t li_cuda_flash_attn_tc(cudaStream_t st, float *o, float *
                                               float scale);
 // li_cuda_attention_dense writing out (f32) or, when out_bf16 is not NULL, out_bf16 (T, H, Dh)
 // bf16: the same values rounded (4-byte aligned).
-// n_split > 1 (li_cuda_attention_dense_plan): part holds the partials (T H n_split (Dh + 2)).
 LI_CUDA_API cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, uint16_t *out_bf16,
                                                     const float *q, int T, int H, const void *k,
                                                     const void *v, int kv_bf16, int nk, int Hkv,
-                                                    int Dh, float scale, int n_split,
-                                                    int keys_per_split, float *part);
+                                                    int Dh, float scale);
 // 1 when li_cuda_attention takes per-row page tables (row_page0) for G query heads per kv head,
 // head dim Dh and that pool element type.
 LI_CUDA_API int li_cuda_attention_rows_ok(int G, int Dh, int kv_bf16);

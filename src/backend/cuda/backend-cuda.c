@@ -1471,24 +1471,6 @@ static bool dense_gemm(li_cuda_impl *im, float *out, const float *q, int T, int 
 //        pipelined flash kernel (cp.async tiles, S and P in registers: no score round trip);
 //   gemm: cuBLASLt S = Q Kᵀ, bf16 softmax, O = P V per head chunk (T and nk >= 64);
 //   f32:  the flash kernel reading f32 K / V (converted per tile).
-// The pipelined kernel on bf16 K / V, split over key ranges when the row-tile blocks would leave
-// a wave mostly empty (li_cuda_attention_dense_plan); out f32 or out_bf16.
-static void dense_bf16(li_cuda_impl *im, float *out, uint16_t *out_bf16, const float *q, int T,
-                       int H, const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
-                       float scale) {
-    int n_split = 1, per = nk;
-    li_cuda_attention_dense_plan(T, H, nk, im->n_sm, &n_split, &per);
-    float *part = NULL;
-    if (n_split > 1) {
-        part = scratch_get(im, &im->attn, (size_t)T * H * n_split * (Dh + 2) * sizeof(float),
-                           "attention_dense (split-K partials)");
-        if (!part) return;
-    }
-    cu_fail(im, out_bf16 ? "attention_dense_bf16" : "attention_dense",
-            li_cuda_attention_dense_out(im->stream, out, out_bf16, q, T, H, k, v, 1, nk, Hkv, Dh,
-                                        scale, n_split, per, part));
-}
-
 static void cu_attention_dense(li_backend *be, float *out, const float *q, int T, int H,
                                const float *k, const float *v, int nk, int Hkv, int Dh,
                                float scale) {
@@ -1505,7 +1487,8 @@ static void cu_attention_dense(li_backend *be, float *out, const float *q, int T
         if (cu_fail(im, "attention_dense (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
             cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
             return;
-        dense_bf16(im, out, NULL, q, T, H, kb, vb, nk, Hkv, Dh, scale);
+        cu_fail(im, "attention_dense",
+                li_cuda_attention_dense(im->stream, out, q, T, H, kb, vb, 1, nk, Hkv, Dh, scale));
         return;
     }
     cu_fail(im, "attention_dense",
@@ -1553,7 +1536,10 @@ static void cu_qkv_bf16(li_backend *be, float *q, uint16_t *k, uint16_t *v, cons
 static void cu_attention_dense_bf16(li_backend *be, uint16_t *out, const float *q, int T, int H,
                                     const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
                                     float scale) {
-    dense_bf16(be->impl, NULL, out, q, T, H, k, v, nk, Hkv, Dh, scale);
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "attention_dense_bf16",
+            li_cuda_attention_dense_out(im->stream, NULL, out, q, T, H, k, v, 1, nk, Hkv, Dh,
+                                        scale));
 }
 
 // ---- step graphs ------------------------------------------------------------------------------
