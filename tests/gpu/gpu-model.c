@@ -160,9 +160,11 @@ static void check_model(const char *path, li_rng *rng) {
 // against each one generated alone on the same backend. On cpu-devsim (CI) the batch must give
 // the same tokens (bit-exact ops). On a GPU a batch step's GEMMs round differently from a lone
 // step's (bf16 inputs vs the GEMV's f32 x), so a sequence may part at a near tie and then goes
-// its own way: the equal prefixes must cover half of all tokens (a wrong page table parts every
-// sequence within a token or two: 5 of 120 when CI's devsim was given one; measured on the H200:
-// 81-120 of 120).
+// its own way: the equal prefixes must cover a quarter of all tokens (a wrong page table parts
+// every sequence within a token or two: 5 of 120 when CI's devsim was given one). Measured on the
+// H200 over seeds: 49-120 of 120 — the bar was half until seed 1796095165 gave 49 on
+// tiny-gqa3-llama3 with f32 KV, on this code and on the code before this session alike: that
+// model's random logits have many near ties.
 static void check_batched(const char *path, li_rng *rng) {
     enum { NR = 5 };
     char name[256];
@@ -215,7 +217,7 @@ static void check_batched(const char *path, li_rng *rng) {
         if (g_exact) CHECK(same == N_GEN, "request %d parts at token %d", r, same);
     }
     printf("#   %s: batched = alone for %d/%d tokens (equal prefixes)\n", path, equal, total);
-    CHECK(2 * equal >= total, "batched = alone for only %d/%d tokens", equal, total);
+    CHECK(4 * equal >= total, "batched = alone for only %d/%d tokens", equal, total);
     li_model_free(m);
     TEST_END();
 }
