@@ -243,8 +243,10 @@ typedef struct {
     // activation and 128 x 128 weight scales): the same inputs and mathematical result, but the
     // accumulation order is the library's, so not bit-exact across backends (~fp32 rounding).
     // Falls back to matmul_fp8 where the library cannot take the shape. NULL: use matmul_fp8.
+    // accumulate: y += the product (the FFN's residual add in the GEMM's epilogue: the bits of
+    // this op into a temporary, then add).
     void (*matmul_fp8_fast)(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                            const li_fp8_weight *W);
+                            const li_fp8_weight *W, bool accumulate);
     // Quantises W (f32 or bf16, backend memory) per 128 x 128 block into out->q and out->scale
     // (allocated by the caller in backend memory, shapes of li_fp8_weight): scale =
     // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what

@@ -379,19 +379,21 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
     int D = hp->n_embd, F = hp->n_ff;
     const float *attn = s->act_bf16 ? NULL : s->tmp;
     if (fp8) {
-        // the vendor's block-scaled GEMM where the backend has one (CUDA: cuBLASLt), else the
-        // exact kernel of backend.h's accumulation order
-        void (*mm8)(li_backend *, float *, const uint8_t *, const float *, int,
-                    const li_fp8_weight *) = op->matmul_fp8_fast ? op->matmul_fp8_fast
-                                                                 : op->matmul_fp8;
         // x += attention, norm, quantise: one pass where the backend fuses them (CUDA)
         li_add_rmsnorm_fp8(be, s->qa, s->sa, s->xn, s->x, attn, l->ffn_norm.data, R, D,
                            hp->rms_eps);
-        mm8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
-        mm8(be, s->up, s->qa, s->sa, R, &fp8[1]);
-        li_swiglu_fp8(be, s->qa, s->sa, s->gate, s->gate, s->up, R, F);
-        mm8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
-        op->add(be, s->x, s->tmp, (int64_t)R * D);
+        if (op->matmul_fp8_fast) {  // the vendor's block-scaled GEMM (CUDA: cuBLASLt)
+            op->matmul_fp8_fast(be, s->gate, s->qa, s->sa, R, &fp8[0], false);
+            op->matmul_fp8_fast(be, s->up, s->qa, s->sa, R, &fp8[1], false);
+            li_swiglu_fp8(be, s->qa, s->sa, s->gate, s->gate, s->up, R, F);
+            op->matmul_fp8_fast(be, s->x, s->qa, s->sa, R, &fp8[2], true);  // x += down
+        } else {  // the exact kernel of backend.h's accumulation order
+            op->matmul_fp8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
+            op->matmul_fp8(be, s->up, s->qa, s->sa, R, &fp8[1]);
+            li_swiglu_fp8(be, s->qa, s->sa, s->gate, s->gate, s->up, R, F);
+            op->matmul_fp8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
+            op->add(be, s->x, s->tmp, (int64_t)R * D);
+        }
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
     } else if (s->act_bf16) {  // n(x) and silu(gate) * up made in bf16, down added to x
         op->rmsnorm_bf16(be, s->xb, s->x, l->ffn_norm.data, R, D, hp->rms_eps);

@@ -1888,11 +1888,28 @@ static void test_fp8_fast(void) {
         li_fp8_weight Wd = {N, K, dnew(&gq, (size_t)N * K, q), dnew(&gws, sizeof(float) * GN * GK, ws)};
         uint8_t *dqa = dnew(&gqa, (size_t)T * K, qa);
         float *dsa = dnew(&gsa, sizeof(float) * T * GK, sa), *dy = dnew(&gy, sizeof(float) * T * N, NULL);
-        gpu->ops->matmul_fp8_fast(gpu, dy, dqa, dsa, T, &Wd);
+        gpu->ops->matmul_fp8_fast(gpu, dy, dqa, dsa, T, &Wd, false);
         CHECK_BACKEND();
         dget(y2, &gy);
         double e = test_nmse(y2, y1, (long)T * N);
         CHECK(e <= 1e-5, "nmse %g; seed %llu", e, g_seed);
+        // accumulate: y0 + the product in the epilogue = the product, then add (bit for bit)
+        {
+            float *y0 = xmalloc(sizeof(float) * T * N), *y3 = xmalloc(sizeof(float) * T * N);
+            fill(y0, (long)T * N, 3.0f);
+            dbuf ga, gb;
+            float *da = dnew(&ga, sizeof(float) * T * N, y0), *db = dnew(&gb, sizeof(float) * T * N, y0);
+            gpu->ops->matmul_fp8_fast(gpu, da, dqa, dsa, T, &Wd, true);
+            gpu->ops->add(gpu, db, dy, (long)T * N);
+            CHECK_BACKEND();
+            dget(y2, &ga);
+            dget(y3, &gb);
+            CHECK(memcmp(y2, y3, sizeof(float) * T * N) == 0,
+                  "accumulate is not the product then add, bit for bit; seed %llu", g_seed);
+            CHECK(dguard_ok(&ga), "guard damaged; seed %llu", g_seed);
+            dfree(&ga), dfree(&gb);
+            free(y0), free(y3);
+        }
         CHECK(dguard_ok(&gq) && dguard_ok(&gqa) && dguard_ok(&gws) && dguard_ok(&gsa) &&
                   dguard_ok(&gy),
               "guard damaged; seed %llu", g_seed);
@@ -2360,7 +2377,7 @@ static void mm8_step(li_backend *be, void *vctx) {
     mm8_ctx *c = vctx;
     if (c->fp8) {
         be->ops->fp8_quant_rows(be, c->qa, c->sa, c->x, c->T, (int)c->W8.n_cols);
-        be->ops->matmul_fp8_fast(be, c->y, c->qa, c->sa, c->T, &c->W8);
+        be->ops->matmul_fp8_fast(be, c->y, c->qa, c->sa, c->T, &c->W8, false);
     } else {
         be->ops->matmul(be, c->y, c->x, &c->W, c->T);
     }

@@ -116,6 +116,7 @@ typedef struct {
     char fp8_note[1200];
     plan_cache fp8_plans;
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
+    dev_scratch fp8_acc;         // matmul_fp8_fast accumulating through the exact kernel
     li_cuda_sampler *sampler;
     uint64_t *jump_table;  // dllm_x0: device copy of li_rng_jump_table() (512 KiB), on first use
     dev_scratch x0s;       // dllm_x0: per-chunk partial argmaxes
@@ -974,16 +975,19 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // A cached plan for (N, K, T), or NULL when cuBLASLt cannot serve the shape (not an error: the
 // caller falls back to the exact kernel). Pointers are 16-byte aligned (cu_matmul_fp8_fast
 // checks), which the preference states so that the heuristic does not assume 256.
-// The fastest of the heuristic's candidates for an FP8 plan, timed on the call's own buffers
-// (3 runs each after one warm-up; the output is overwritten by the real call after). The first
+// The fastest of the heuristic's candidates for an FP8 plan, timed on the call's own inputs
+// (3 runs each after one warm-up) writing into scratch (the call's y may be accumulated into). The first
 // candidate was ~1.0x bf16 on LLaDA-8B's down GEMM (K = 12288) where others are faster. Not while
 // a graph is recorded (timing synchronises; the first candidate then), nor with
 // LI_CUDA_FP8_TUNE=0. An FP8 GEMM always runs over a step's full row count, so the choice per T
 // cannot make cached and uncached steps differ.
 static int fp8_pick_algo(li_cuda_impl *im, gemm_plan *p, const cublasLtMatmulHeuristicResult_t *res,
-                         int n_res, const void *wq, const void *xq, float *y) {
+                         int n_res, const void *wq, const void *xq) {
     const char *env = getenv("LI_CUDA_FP8_TUNE");
     if (n_res < 2 || im->capturing || (env && env[0] == '0')) return 0;
+    float *y = scratch_get(im, &im->fp8_acc, (size_t)p->T * (size_t)p->N * 4,
+                           "matmul_fp8_fast (timing)");
+    if (!y) return 0;
     cudaEvent_t e0 = NULL, e1 = NULL;
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
         if (e0) cudaEventDestroy(e0);
@@ -1018,7 +1022,7 @@ static int fp8_pick_algo(li_cuda_impl *im, gemm_plan *p, const cublasLtMatmulHeu
 #define FP8_ALGO_CANDIDATES 8
 
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
-                               const float *as, const void *wq, const void *xq, float *y) {
+                               const float *as, const void *wq, const void *xq) {
     gemm_plan *p = plan_find(&im->fp8_plans, N, K, T, 16, 16, false);  // 16-byte aligned (above)
     if (p) return p;
     p = plan_slot(&im->fp8_plans);
@@ -1055,10 +1059,10 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         plan_destroy(p);  // N = 0: never matches a lookup, so the shape is tried again later
         return NULL;
     }
-    p->algo = res[wq ? fp8_pick_algo(im, p, res, n_res, wq, xq, y) : 0].algo;
     p->N = N;
     p->K = K;
     p->T = T;
+    p->algo = res[wq ? fp8_pick_algo(im, p, res, n_res, wq, xq) : 0].algo;
     p->align_w = p->align_y = 16;
     snprintf(p->name, sizeof p->name, "matmul fp8 N=%lld K=%lld",
              (long long)N, (long long)K);
@@ -1069,7 +1073,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
 // when the library refused (nothing recorded: the caller falls back); a failed transposition is
 // recorded like any op's error.
 static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, const float *sa,
-                       int T, const li_fp8_weight *W) {
+                       int T, const li_fp8_weight *W, bool accumulate) {
     int64_t N = W->n_rows, K = W->n_cols, GN = N / 128, GK = K / 128;
     const float *ws = W->scale, *as = sa;
     if ((mode - 1) & 1) {  // weight scales as (K/128, N/128)
@@ -1086,9 +1090,9 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, 
             return true;
         as = t;
     }
-    gemm_plan *p = fp8_plan_get(im, N, K, T, ws, as, W->q, qa, y);
+    gemm_plan *p = fp8_plan_get(im, N, K, T, ws, as, W->q, qa);
     if (!p) return false;
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     bool ok =
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws,
                                        sizeof ws) == 0 &&
@@ -1173,7 +1177,7 @@ static void fp8_calibrate_at(li_cuda_impl *im, int Tc) {
     char tried[400] = "";  // what each orientation gave, for the note
     size_t tl = 0;
     for (int mode = 1; mode <= 4; mode++) {
-        bool ran = fp8_lt_run(im, mode, dy, dqa, das, T, &W);
+        bool ran = fp8_lt_run(im, mode, dy, dqa, das, T, &W, false);
         e = cudaMemcpyAsync(h->got, dy, (size_t)T * N * 4, cudaMemcpyDeviceToHost, st);
         if (!e) e = cudaStreamSynchronize(st);
         if (im->err != LI_OK || e) {  // a transposition failed or the device did
@@ -1222,7 +1226,7 @@ done:
 }
 
 static void cu_matmul_fp8_fast(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                               const li_fp8_weight *W) {
+                               const li_fp8_weight *W, bool accumulate) {
     li_cuda_impl *im = be->impl;
     if (im->fp8_mode < 0) fp8_calibrate(im);
     bool ok = im->fp8_mode > 0 && fp8_lt_shape_ok(W->n_rows, W->n_cols) && T > 0 &&
@@ -1231,8 +1235,16 @@ static void cu_matmul_fp8_fast(li_backend *be, float *y, const uint8_t *qa, cons
               ((uintptr_t)y & 15) == 0 && ((uintptr_t)W->scale & 15) == 0 &&
               ((uintptr_t)sa & 15) == 0;
     // the exact kernel serves what the library cannot (shape, alignment, a refused plan)
-    if (!ok || !fp8_lt_run(im, im->fp8_mode, y, qa, sa, T, W))
+    if (ok && fp8_lt_run(im, im->fp8_mode, y, qa, sa, T, W, accumulate)) return;
+    if (!accumulate) {
         cu_matmul_fp8(be, y, qa, sa, T, W);
+        return;
+    }
+    float *tmp = scratch_get(im, &im->fp8_acc, (size_t)T * (size_t)W->n_rows * 4,
+                             "matmul_fp8_fast (accumulator)");
+    if (!tmp) return;
+    cu_matmul_fp8(be, tmp, qa, sa, T, W);
+    cu_fail(im, "add", li_cuda_add(im->stream, y, tmp, (int64_t)T * W->n_rows));
 }
 
 const char *li_backend_cuda_fp8_note(li_backend *be) {

@@ -433,13 +433,83 @@ __global__ void __launch_bounds__(256) qkv_split_kernel(float *__restrict__ q,
     for (int64_t i = threadIdx.x; i < KD; i += blockDim.x) store_act(vr, i, row[HD + KD + i]);
 }
 
+// qkv_split_kernel for the common layout — NEOX pairs over the whole head (n_dims = Dh), Dh a
+// multiple of 8: a thread takes 4 consecutive pairs (i .. i+3, i + Dh/2 .. i + Dh/2 + 3) of one
+// head as two 16-byte loads, so a row moves in a quarter of the requests. The same per-element
+// arithmetic as the generic kernel (and rope_kernel).
+__device__ __forceinline__ void rot4(const float4 &a, const float4 &b, const float *cs,
+                                     int p, float4 &ya, float4 &yb) {
+    const float *av = (const float *)&a, *bv = (const float *)&b;
+    float *ra = (float *)&ya, *rb = (float *)&yb;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float c = cs[p + e], s = cs[LI_CUDA_ROPE_MAX_PAIRS + p + e];
+        ra[e] = __fsub_rn(__fmul_rn(av[e], c), __fmul_rn(bv[e], s));
+        rb[e] = __fadd_rn(__fmul_rn(bv[e], c), __fmul_rn(av[e], s));
+    }
+}
+
+__device__ __forceinline__ void store4(float *o, const float4 &y) { *(float4 *)o = y; }
+__device__ __forceinline__ void store4(__nv_bfloat16 *o, const float4 &y) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(y.x, y.y), b = __floats2bfloat162_rn(y.z, y.w);
+    uint2 u;
+    u.x = *(const unsigned *)&a;
+    u.y = *(const unsigned *)&b;
+    *(uint2 *)o = u;
+}
+
+__global__ void __launch_bounds__(256) qkv_split_kernel4(float *__restrict__ q,
+                                                         __nv_bfloat16 *__restrict__ k,
+                                                         __nv_bfloat16 *__restrict__ v,
+                                                         const float *__restrict__ qkv,
+                                                         const int32_t *pos, int H, int Hkv,
+                                                         int Dh, const li_cuda_rope_args r) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
+    __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
+    const int half = Dh / 2, t = blockIdx.x;
+    for (int p = threadIdx.x; p < half; p += blockDim.x) {
+        float c, s;
+        rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
+        cs[p] = c * r.mscale;
+        cs[LI_CUDA_ROPE_MAX_PAIRS + p] = s * r.mscale;
+    }
+    __syncthreads();
+    const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
+    const float *row = qkv + (int64_t)t * (HD + 2 * KD);
+    float *qr = q + (int64_t)t * HD;
+    __nv_bfloat16 *kr = k + (int64_t)t * KD, *vr = v + (int64_t)t * KD;
+    const int per_head = half / 4;  // 4-pair units per head
+#pragma unroll 2
+    for (int i = threadIdx.x; i < (H + Hkv) * per_head; i += blockDim.x) {
+        const int hh = i / per_head, p = (i - hh * per_head) * 4;
+        const float *x = row + (int64_t)hh * Dh;
+        const float4 a = *(const float4 *)(x + p), b = *(const float4 *)(x + half + p);
+        float4 ya, yb;
+        rot4(a, b, cs, p, ya, yb);
+        if (hh < H) {
+            store4(qr + hh * Dh + p, ya);
+            store4(qr + hh * Dh + half + p, yb);
+        } else {
+            store4(kr + (hh - H) * Dh + p, ya);
+            store4(kr + (hh - H) * Dh + half + p, yb);
+        }
+    }
+#pragma unroll 2
+    for (int64_t i = threadIdx.x; i < KD / 4; i += blockDim.x)
+        store4(vr + 4 * i, *(const float4 *)(row + HD + KD + 4 * i));
+}
+
 extern "C" cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, uint16_t *v,
                                         const float *qkv, const int32_t *pos, int T, int H,
                                         int Hkv, int Dh, const li_cuda_rope_args *rope) {
     cudaError_t e = rope_check(rope, Dh);
     if (e != cudaSuccess || T <= 0) return e;
-    return launch_pdl(qkv_split_kernel, dim3(T), dim3(256), 0, st, q, (__nv_bfloat16 *)k,
-                      (__nv_bfloat16 *)v, qkv, pos, H, Hkv, Dh, *rope);
+    const bool vec = !rope->gptj && rope->n_dims == Dh && Dh % 8 == 0 &&
+                     (((uintptr_t)q | (uintptr_t)qkv) & 15) == 0 &&
+                     (((uintptr_t)k | (uintptr_t)v) & 7) == 0;
+    return launch_pdl(vec ? qkv_split_kernel4 : qkv_split_kernel, dim3(T), dim3(256), 0, st, q,
+                      (__nv_bfloat16 *)k, (__nv_bfloat16 *)v, qkv, pos, H, Hkv, Dh, *rope);
 }
 
 // ---- kv_store, kv_copy_rotate --------------------------------------------------------------
