@@ -1049,33 +1049,48 @@ extern "C" cudaError_t li_cuda_attention_dense(cudaStream_t st, float *out, cons
     return li_cuda_attention_dense_out(st, out, NULL, q, T, H, k, v, kv_bf16, nk, Hkv, Dh, scale);
 }
 
+// Dense mode (every row over every key of k, v (nk, Hkv, Dh)): the checks both entry points share,
+// then the arguments; *a is left for the caller's output fields.
+static cudaError_t dense_args(li_cuda_attn_args *a, const float *q, int T, int H, const void *k,
+                              const void *v, int kv_bf16, int nk, int Hkv, int Dh, float scale) {
+    if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) ||
+        ((uintptr_t)k & 15) || ((uintptr_t)v & 15))  // 16-byte row loads
+        return cudaErrorInvalidValue;
+    *a = li_cuda_attn_args{};
+    a->q = q;
+    a->T = T;
+    a->H = H;
+    a->Hkv = Hkv;
+    a->Dh = Dh;
+    a->P = 1;
+    a->L = 1;
+    a->scale = scale;
+    a->n_split = 1;
+    a->kd = k;
+    a->vd = v;
+    a->kv_bf16 = kv_bf16;
+    a->n_dense = nk;
+    return cudaSuccess;
+}
+
+static cudaError_t launch_dense(cudaStream_t st, const li_cuda_attn_args *a) {
+    li_cuda_rope_args none = {};
+    return a->Dh == 128 ? launch_tc<128>(st, a, &none, NULL) : launch_tc<64>(st, a, &none, NULL);
+}
+
 extern "C" cudaError_t li_cuda_flash_attn_tc(cudaStream_t st, float *o, float *m, float *l,
                                              const float *q, int nq, int H, const uint16_t *k,
                                              const uint16_t *v, int nk, int Hkv, int Dh,
                                              float scale) {
     if (nq <= 0 || nk <= 0) return cudaSuccess;
-    if (Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) || ((uintptr_t)k & 15) ||
-        ((uintptr_t)v & 15) || ((uintptr_t)o & 7))
-        return cudaErrorInvalidValue;
-    li_cuda_attn_args a = {};
-    a.q = q;
-    a.T = nq;
-    a.H = H;
-    a.Hkv = Hkv;
-    a.Dh = Dh;
-    a.P = 1;
-    a.L = 1;
-    a.scale = scale;
-    a.n_split = 1;
-    a.kd = k;
-    a.vd = v;
-    a.kv_bf16 = 1;
-    a.n_dense = nk;
+    if ((uintptr_t)o & 7) return cudaErrorInvalidValue;  // float2 state rows
+    li_cuda_attn_args a;
+    cudaError_t e = dense_args(&a, q, nq, H, k, v, 1, nk, Hkv, Dh, scale);
+    if (e != cudaSuccess) return e;
     a.st_o = o;
     a.st_m = m;
     a.st_l = l;
-    li_cuda_rope_args none = {};
-    return Dh == 128 ? launch_tc<128>(st, &a, &none, NULL) : launch_tc<64>(st, &a, &none, NULL);
+    return launch_dense(st, &a);
 }
 
 extern "C" cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, uint16_t *out_bf16,
@@ -1084,27 +1099,12 @@ extern "C" cudaError_t li_cuda_attention_dense_out(cudaStream_t st, float *out, 
                                                    int Dh, float scale) {
     if (T <= 0) return cudaSuccess;
     if (out_bf16 && ((uintptr_t)out_bf16 & 3)) return cudaErrorInvalidValue;  // bf16 pairs
-    if (nk < 1 || Hkv <= 0 || H % Hkv || H > 65535 || (Dh != 64 && Dh != 128) ||
-        ((uintptr_t)k & 15) || ((uintptr_t)v & 15))  // float4 row loads
-        return cudaErrorInvalidValue;
-    li_cuda_attn_args a = {};
+    li_cuda_attn_args a;
+    cudaError_t e = dense_args(&a, q, T, H, k, v, kv_bf16, nk, Hkv, Dh, scale);
+    if (e != cudaSuccess) return e;
     a.out = out;
     a.out_bf16 = out_bf16;
-    a.q = q;
-    a.T = T;
-    a.H = H;
-    a.Hkv = Hkv;
-    a.Dh = Dh;
-    a.P = 1;
-    a.L = 1;
-    a.scale = scale;
-    a.n_split = 1;
-    a.kd = k;
-    a.vd = v;
-    a.kv_bf16 = kv_bf16;
-    a.n_dense = nk;
-    li_cuda_rope_args none = {};
-    return Dh == 128 ? launch_tc<128>(st, &a, &none, NULL) : launch_tc<64>(st, &a, &none, NULL);
+    return launch_dense(st, &a);
 }
 
 // Blocks per SM of the pipelined kernel at Dh 128 (launch bounds) and the least keys worth a split

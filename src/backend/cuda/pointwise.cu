@@ -310,6 +310,25 @@ extern "C" cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const 
 
 // ---- rope ----------------------------------------------------------------------------------
 
+// cs[p], cs[LI_CUDA_ROPE_MAX_PAIRS + p] = m cos, m sin of pos * w_p for the row's pairs (the
+// block's threads share them; the caller synchronises before reading).
+__device__ __forceinline__ void row_cos_sin(float *cs, int32_t pos, int pairs,
+                                            const li_cuda_rope_args &r) {
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        float c, s;
+        rope_sincos((double)pos, r.inv_freq[p], &c, &s);
+        cs[p] = c * r.mscale;
+        cs[LI_CUDA_ROPE_MAX_PAIRS + p] = s * r.mscale;
+    }
+}
+
+// (a, b) rotated by (c, s), each product and sum rounded on its own (no FMA contraction: every
+// kernel below computes the same bits).
+__device__ __forceinline__ void rope_rot(float a, float b, float c, float s, float *ya, float *yb) {
+    *ya = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    *yb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
 // One block per row t: the row's cos / sin (fp64-reduced angle, rope_sincos) computed once per
 // pair into shared memory, then every (head, pair) of the row rotated from them —
 // a' = m(a cos - b sin), b' = m(a sin + b cos) (HF: q*cos + rotate_half(q)*sin), explicitly
@@ -325,12 +344,7 @@ __global__ void __launch_bounds__(256) rope_kernel(OutT *out, const float *x, co
     __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
     const int pairs = r.n_dims / 2, t = blockIdx.x;
     if (pos) {
-        for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-            float c, s;
-            rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
-            cs[p] = c * r.mscale;
-            cs[LI_CUDA_ROPE_MAX_PAIRS + p] = s * r.mscale;
-        }
+        row_cos_sin(cs, pos[t], pairs, r);
         __syncthreads();
     }
     const float *xr = x + (int64_t)t * nh * Dh;
@@ -341,9 +355,10 @@ __global__ void __launch_bounds__(256) rope_kernel(OutT *out, const float *x, co
         int ia, ib;
         rope_pair(r, p, &ia, &ib);
         const float c = cs[p], s = cs[LI_CUDA_ROPE_MAX_PAIRS + p];
-        const float a = xr[h * Dh + ia], b = xr[h * Dh + ib];
-        store_act(orow, h * Dh + ia, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-        store_act(orow, h * Dh + ib, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+        float ya, yb;
+        rope_rot(xr[h * Dh + ia], xr[h * Dh + ib], c, s, &ya, &yb);
+        store_act(orow, h * Dh + ia, ya);
+        store_act(orow, h * Dh + ib, yb);
     }
     if ((const void *)orow == (const void *)xr) return;  // in place: the rest stays as it is
     const int from = pos ? r.n_dims : 0, rest = Dh - from;  // dims not rotated: converted
@@ -391,12 +406,7 @@ __global__ void __launch_bounds__(256) qkv_split_kernel(float *__restrict__ q,
     pdl_wait();
     __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
     const int pairs = r.n_dims / 2, t = blockIdx.x;
-    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-        float c, s;
-        rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
-        cs[p] = c * r.mscale;
-        cs[LI_CUDA_ROPE_MAX_PAIRS + p] = s * r.mscale;
-    }
+    row_cos_sin(cs, pos[t], pairs, r);
     __syncthreads();
     const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
     const float *row = qkv + (int64_t)t * (HD + 2 * KD);
@@ -411,9 +421,8 @@ __global__ void __launch_bounds__(256) qkv_split_kernel(float *__restrict__ q,
         rope_pair(r, p, &ia, &ib);
         const float c = cs[p], s = cs[LI_CUDA_ROPE_MAX_PAIRS + p];
         const float *x = row + (int64_t)hh * Dh;  // q heads, then k heads
-        const float a = x[ia], b = x[ib];
-        const float ya = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        const float yb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+        float ya, yb;
+        rope_rot(x[ia], x[ib], c, s, &ya, &yb);
         if (hh < H) {
             store_act(qr, hh * Dh + ia, ya);
             store_act(qr, hh * Dh + ib, yb);
@@ -442,11 +451,8 @@ __device__ __forceinline__ void rot4(const float4 &a, const float4 &b, const flo
     const float *av = (const float *)&a, *bv = (const float *)&b;
     float *ra = (float *)&ya, *rb = (float *)&yb;
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        const float c = cs[p + e], s = cs[LI_CUDA_ROPE_MAX_PAIRS + p + e];
-        ra[e] = __fsub_rn(__fmul_rn(av[e], c), __fmul_rn(bv[e], s));
-        rb[e] = __fadd_rn(__fmul_rn(bv[e], c), __fmul_rn(av[e], s));
-    }
+    for (int e = 0; e < 4; e++)
+        rope_rot(av[e], bv[e], cs[p + e], cs[LI_CUDA_ROPE_MAX_PAIRS + p + e], &ra[e], &rb[e]);
 }
 
 __device__ __forceinline__ void store4(float *o, const float4 &y) { *(float4 *)o = y; }
@@ -468,12 +474,7 @@ __global__ void __launch_bounds__(256) qkv_split_kernel4(float *__restrict__ q,
     pdl_wait();
     __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
     const int half = Dh / 2, t = blockIdx.x;
-    for (int p = threadIdx.x; p < half; p += blockDim.x) {
-        float c, s;
-        rope_sincos((double)pos[t], r.inv_freq[p], &c, &s);
-        cs[p] = c * r.mscale;
-        cs[LI_CUDA_ROPE_MAX_PAIRS + p] = s * r.mscale;
-    }
+    row_cos_sin(cs, pos[t], half, r);
     __syncthreads();
     const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
     const float *row = qkv + (int64_t)t * (HD + 2 * KD);
