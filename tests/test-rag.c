@@ -406,10 +406,15 @@ int main(void) {
     li_model_free(m);
     TEST_END();
     if (g_tol != NMSE_TOL) {
-        // 5 models x 5 fixtures x 2 (sequential, batch) x 7 requests x 3 modes: ~1050 comparisons
+        // 5 models x 5 fixtures x 2 (sequential, batch) x 7 requests x 3 modes: ~1050 comparisons.
+        // The count depends on how many near ties the seed's random models have: over 39 seeds
+        // of the CPU with a bf16 pool 3-73 (2026-12-01; seeds 4 and one CI run gave 73 and 74,
+        // above the old bar of 60). Each parting is already checked to follow a near tie; a
+        // wrong rotation or page parts nearly all ~1050 (and fails the logits' NMSE first).
         TEST_BEGIN("bf16 backend: greedy continuations that part at a near tie are rare");
         printf("#   %d of 1050 mode-vs-lazy continuations parted after a near tie\n", g_bf16_flips);
-        CHECK(g_bf16_flips <= 60, "%d continuations parted (more than 60 of 1050)", g_bf16_flips);
+        CHECK(g_bf16_flips <= 150, "%d continuations parted (more than 150 of 1050)",
+              g_bf16_flips);
         TEST_END();
     }
     return test_summary();
