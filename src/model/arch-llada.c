@@ -431,16 +431,75 @@ static void norm_matmul(const fwd *f, li_llada_scratch *s, float *y, const float
     count_mm(f->info, n, W);
 }
 
-// The attention output's projection added to the residual stream: x += att @ wo^T (bf16: att
-// rounded once, as matmul would, and the sum made in the GEMM's epilogue; ffn then adds nothing).
-static void attn_out(const fwd *f, li_llada_scratch *s, const li_weight *wo, int R) {
+// The attention output's projection added to the residual stream: x += att @ wo^T. bf16: the
+// output rounded once (already, in attb, when have_attb: layers >= 1), the sum made in the GEMM's
+// epilogue, and ffn adds nothing; f32: into tmp, which ffn adds.
+static void attn_out(const fwd *f, li_llada_scratch *s, const li_weight *wo, int R,
+                     bool have_attb) {
     if (s->act_bf16) {
-        f->op->rope_bf16(f->be, s->attb, s->att, NULL, R, f->H, f->Dh, NULL);
+        if (!have_attb) f->op->rope_bf16(f->be, s->attb, s->att, NULL, R, f->H, f->Dh, NULL);
         f->op->matmul_bf16(f->be, s->x, s->attb, wo, R, true);
     } else {
-        f->op->matmul(f->be, s->tmp, s->att, wo, R);  // ffn adds it
+        f->op->matmul(f->be, s->tmp, s->att, wo, R);
     }
     count_mm(f->info, R, wo);
+}
+
+// A layer >= 1's norm and Q/K/V projections over R rows: into s->qkv (the fused GEMM's [q | k | v]
+// rows) or s->q, s->k, s->v.
+static void qkv_project(const fwd *f, li_llada_scratch *s, const li_llama_layer *l, int R,
+                        bool fused) {
+    const li_hparams *hp = &f->m->hp;
+    const li_backend_ops *op = f->op;
+    li_backend *be = f->be;
+    if (s->act_bf16) {
+        op->rmsnorm_bf16(be, s->xb, s->x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        if (fused) {
+            op->matmul_bf16(be, s->qkv, s->xb, &l->wqkv, R, false);
+        } else {
+            op->matmul_bf16(be, s->q, s->xb, &l->wq, R, false);
+            op->matmul_bf16(be, s->k, s->xb, &l->wk, R, false);
+            op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
+        }
+    } else {
+        op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        op->matmul(be, s->q, s->xn, &l->wq, R);
+        op->matmul(be, s->k, s->xn, &l->wk, R);
+        op->matmul(be, s->v, s->xn, &l->wv, R);
+    }
+    count_mm(f->info, R, &l->wq);
+    count_mm(f->info, R, &l->wk);
+    count_mm(f->info, R, &l->wv);
+}
+
+// A layer >= 1's attention over one canvas, rows [r0, r0 + T) at positions pos: RoPE, then every
+// row over every key. bf16: K rotated and V rounded once (what attention_dense would do inside),
+// the output into attb; f32: into att.
+static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, const int32_t *pos,
+                             int r0, int T) {
+    const li_backend_ops *op = f->op;
+    li_backend *be = f->be;
+    const li_rope_table *rope = &f->m->rope;
+    const int H = f->H, Hkv = f->Hkv, Dh = f->Dh;
+    const size_t HDh = (size_t)H * Dh, KDh = (size_t)Hkv * Dh;
+    float *q = s->q + r0 * HDh, *k = s->k + r0 * KDh, *v = s->v + r0 * KDh;
+    if (!s->act_bf16) {
+        op->rope(be, q, pos, T, H, Dh, rope);
+        op->rope(be, k, pos, T, Hkv, Dh, rope);
+        attention_plain(f, T, q, k, v, s->att + r0 * HDh, s->fo + r0 * HDh, s->fm + (size_t)r0 * H,
+                        s->fl + (size_t)r0 * H);
+        return;
+    }
+    uint16_t *kb = s->kb + r0 * KDh, *vb = s->vb + r0 * KDh;
+    if (fused) {
+        op->qkv_bf16(be, q, kb, vb, s->qkv + r0 * (HDh + 2 * KDh), pos, T, H, Hkv, Dh, rope);
+    } else {
+        op->rope(be, q, pos, T, H, Dh, rope);
+        op->rope_bf16(be, kb, k, pos, T, Hkv, Dh, rope);
+        op->rope_bf16(be, vb, v, NULL, T, Hkv, Dh, NULL);
+    }
+    op->attention_dense_bf16(be, s->attb + r0 * HDh, q, T, H, kb, vb, T, Hkv, Dh, f->scale);
+    if (f->info) f->info->flops += 4.0 * Dh * H * (double)T * T;
 }
 
 // The ops of one step over the canvases (index arrays uploaded, layouts recorded): embeddings,
@@ -530,62 +589,17 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
                           s->fo + (size_t)r0 * HDh, s->fm + (size_t)r0 * H,
                           s->fl + (size_t)r0 * H));
     }
-    attn_out(&f, s, &l0->wo, R);
+    attn_out(&f, s, &l0->wo, R, false);
     ffn(&f, s, l0, NULL, R);  // x += attention (unless attn_out added it), then the FFN
 
     // ---- layers >= 1: everything over all rows ----
     for (int il = 1; il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
         const bool fused = s->fused && l->wqkv.data;  // q | k | v rows from one GEMM
-        if (s->act_bf16) {
-            op->rmsnorm_bf16(be, s->xb, s->x, l->attn_norm.data, R, D, hp->rms_eps);
-            if (fused) {
-                op->matmul_bf16(be, s->qkv, s->xb, &l->wqkv, R, false);
-            } else {
-                op->matmul_bf16(be, s->q, s->xb, &l->wq, R, false);
-                op->matmul_bf16(be, s->k, s->xb, &l->wk, R, false);
-                op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
-            }
-        } else {
-            op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, R, D, hp->rms_eps);
-            op->matmul(be, s->q, s->xn, &l->wq, R);
-            op->matmul(be, s->k, s->xn, &l->wk, R);
-            op->matmul(be, s->v, s->xn, &l->wv, R);
-        }
-        count_mm(info, R, &l->wq);
-        count_mm(info, R, &l->wk);
-        count_mm(info, R, &l->wv);
-        for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
-            const int32_t *pos = pos_d + r0;
-            int T = canvases[i].n_tokens;
-            float *q = s->q + (size_t)r0 * HDh;
-            if (s->act_bf16) {  // K rotated and V rounded as attention_dense would, once
-                uint16_t *kb = s->kb + (size_t)r0 * KDh, *vb = s->vb + (size_t)r0 * KDh;
-                if (fused) {
-                    op->qkv_bf16(be, q, kb, vb, s->qkv + (size_t)r0 * (HDh + 2 * KDh), pos, T, H,
-                                 Hkv, Dh, &m->rope);
-                } else {
-                    op->rope(be, q, pos, T, H, Dh, &m->rope);
-                    op->rope_bf16(be, kb, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
-                    op->rope_bf16(be, vb, s->v + (size_t)r0 * KDh, NULL, T, Hkv, Dh, NULL);
-                }
-                op->attention_dense_bf16(be, s->attb + (size_t)r0 * HDh, q, T, H, kb, vb, T, Hkv,
-                                         Dh, f.scale);
-                if (info) info->flops += 4.0 * Dh * H * (double)T * T;
-                continue;
-            }
-            op->rope(be, q, pos, T, H, Dh, &m->rope);
-            op->rope(be, s->k + (size_t)r0 * KDh, pos, T, Hkv, Dh, &m->rope);
-            attention_plain(&f, T, q, s->k + (size_t)r0 * KDh, s->v + (size_t)r0 * KDh,
-                            s->att + (size_t)r0 * HDh, s->fo + (size_t)r0 * HDh,
-                            s->fm + (size_t)r0 * H, s->fl + (size_t)r0 * H);
-        }
-        if (s->act_bf16) {
-            op->matmul_bf16(be, s->x, s->attb, &l->wo, R, true);
-            count_mm(info, R, &l->wo);
-        } else {
-            attn_out(&f, s, &l->wo, R);
-        }
+        qkv_project(&f, s, l, R, fused);
+        for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++)
+            attention_canvas(&f, s, fused, pos_d + r0, r0, canvases[i].n_tokens);
+        attn_out(&f, s, &l->wo, R, true);
         ffn(&f, s, l, lc->fp8 ? &m->fp8[3 * il] : NULL, R);  // (x += attention,) the FFN
     }
 
