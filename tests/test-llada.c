@@ -451,6 +451,49 @@ static void test_bf16_activations(uint64_t mseed) {
     li_llada_free(m);
 }
 
+// Step graphs (LI_CUDA_GRAPHS=1: a key's first step eager, later ones recorded and replayed, with
+// each new block's bounds updated into the kept graph) against the same steps queued op by op, on
+// the same weights: logits bit for bit, all off and every cache on. (test-dllm's graph run parts
+// 4 of 225 decodings for some seeds — factor 2.5, all four caches — on this code and the code
+// before it; this compares the forward itself, step by step.)
+static void test_device_graphs(const char *backend, const li_llada *m, const script_t *sc,
+                               size_t n) {
+    setenv("LI_CUDA_GRAPHS", "1", 1);
+    li_backend *bg = NULL;
+    li_status rc = li_backend_open(&bg, backend, 1, 0);
+    unsetenv("LI_CUDA_GRAPHS");
+    if (rc != LI_OK || !bg->ops->graph_begin) {
+        printf("SKIP: test-llada graph cases: no step graphs on '%s'\n", backend);
+        li_backend_free(bg);
+        return;
+    }
+    bg->batch_invariant = true;
+    li_llada *mg = NULL;
+    rc = li_llada_synth(&mg, "llada-mid", 7, bg, false);  // the weights m was made with
+    float *eager = xmalloc(n * 4), *graph = xmalloc(n * 4);
+    static const li_lacache cfgs[] = {{.fa_tile = 16}, {true, true, true, true, false, 16}};
+    for (int ci = 0; ci < 2; ci++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s llada-mid, %s: step graphs = op by op, bit for bit",
+                 backend, ci ? "every cache on" : "caches off");
+        TEST_BEGIN(name);
+        CHECK(rc == LI_OK, "%s", li_error_msg());
+        li_status r1 = rc == LI_OK ? run_script((li_llada *)m, &cfgs[ci], sc, eager, NULL) : rc;
+        li_status r2 = rc == LI_OK ? run_script(mg, &cfgs[ci], sc, graph, NULL) : rc;
+        CHECK(r1 == LI_OK && r2 == LI_OK, "%s", li_error_msg());
+        if (r1 == LI_OK && r2 == LI_OK) {
+            size_t first = 0;
+            while (first < n && eager[first] == graph[first]) first++;
+            CHECK(first == n, "first different logit at %zu of %zu (nmse %g); seed %llu", first,
+                  n, test_nmse(graph, eager, (long)n), g_seed);
+        }
+        TEST_END();
+    }
+    free(eager), free(graph);
+    li_llada_free(mg);
+    li_backend_free(bg);
+}
+
 // On a device backend (LI_TEST_BACKEND=cuda, make CUDA=1 gpu-check), llada-mid (head dim 64,
 // which the GPU's dense attention takes): the bf16-activation path must give the f32 path's
 // logits bit for bit (each bf16 op stores the rounding the next op would have applied, and the
@@ -534,6 +577,7 @@ static void test_device_bf16(const char *backend) {
     }
     TEST_END();
     unsetenv("LI_LLADA_ACT");
+    test_device_graphs(backend, m, &sc, n);
     free(f32), free(b16), free(got);
     li_llada_free(m);
     li_backend_free(be);
