@@ -8,6 +8,11 @@
 //   layers >= 1: the same over all rows, plain tiled flash (no cache), FFN in FP8 when asked
 //   logits = head(norm(x)) for the block rows           truncation: only the block rows computed
 //
+// Activations: f32 throughout, or (a device backend with backend.h's bf16 ops; LI_LLADA_ACT picks)
+// GEMM inputs and attention K / V / output made in bf16 by the op before, the residual adds in the
+// GEMMs' epilogues, the residual stream f32 — the same bits as the f32 path on that backend, half
+// the bytes per pass. qkv_project, attention_canvas, attn_out and ffn each hold both forms.
+//
 // Layer-0 tiled FlashAttention (the order the GPU kernel mirrors). Rows of a canvas are cut into
 // tiles of ft = fa_tile rows starting at row 0, the same tiles for queries and keys. With the block
 // [lo, hi), "block tiles" are those overlapping it: rows [Klo, Khi), Klo = ft*floor(lo/ft),
