@@ -10,7 +10,7 @@
 //
 // Activations: f32 throughout, or (a device backend with backend.h's bf16 ops; LI_LLADA_ACT picks)
 // GEMM inputs and attention K / V / output made in bf16 by the op before, the residual adds in the
-// GEMMs' epilogues, the residual stream f32 — the same bits as the f32 path on that backend, half
+// GEMMs' epilogues, the residual stream f32 — the f32 path's bits on that backend (Q/K/V unfused), half
 // the bytes per pass. qkv_project, attention_canvas, attn_out and ffn each hold both forms.
 //
 // Layer-0 tiled FlashAttention (the order the GPU kernel mirrors). Rows of a canvas are cut into
