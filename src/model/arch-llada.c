@@ -9,9 +9,10 @@
 //   logits = head(norm(x)) for the block rows           truncation: only the block rows computed
 //
 // Activations: f32 throughout, or (a device backend with backend.h's bf16 ops; LI_LLADA_ACT picks)
-// GEMM inputs and attention K / V / output made in bf16 by the op before, the residual adds in the
-// GEMMs' epilogues, the residual stream f32 — the f32 path's bits on that backend (Q/K/V unfused), half
-// the bytes per pass. qkv_project, attention_canvas, attn_out and ffn each hold both forms.
+// GEMM inputs and attention K / V / output made in bf16 by the op before, the residual adds in
+// the GEMMs' epilogues, the residual stream f32: the f32 path's bits on that backend (with Q/K/V
+// unfused), half the bytes per pass. qkv_project, attention_canvas, attn_out and ffn each hold
+// both forms.
 //
 // Layer-0 tiled FlashAttention (the order the GPU kernel mirrors). Rows of a canvas are cut into
 // tiles of ft = fa_tile rows starting at row 0, the same tiles for queries and keys. With the block
