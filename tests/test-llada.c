@@ -536,8 +536,9 @@ static void test_device_bf16(const char *backend) {
         rc = run_script(m, &off, &sc, f32, NULL);
         setenv("LI_LLADA_ACT", "bf16", 1);
         if (rc == LI_OK) rc = run_script(m, &off, &sc, b16, NULL);
-        snprintf(name, sizeof name, "%s llada-mid%s: bf16 activations = f32 activations bit for bit",
-                 backend, fp8 ? " FP8" : "");
+        snprintf(name, sizeof name,
+                 "%s llada-mid%s: bf16 activations = f32 activations bit for bit", backend,
+                 fp8 ? " FP8" : "");
         TEST_BEGIN(name);
         CHECK(rc == LI_OK, "%s", li_error_msg());
         if (rc == LI_OK) {

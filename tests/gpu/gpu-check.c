@@ -1219,7 +1219,8 @@ static void test_bf16_qkv(void) {
             CHECK_BACKEND();
             dget(q1, &gq), dget(k1, &gk), dget(v1, &gv);
             dget(q2, &gqp), dget(k2, &gk2), dget(v2, &gv2);
-            CHECK(memcmp(q1, q2, sizeof(float) * T * HD) == 0, "q is not rope's; seed %llu", g_seed);
+            CHECK(memcmp(q1, q2, sizeof(float) * T * HD) == 0, "q is not rope's; seed %llu",
+                  g_seed);
             CHECK(memcmp(k1, k2, 2 * T * KD) == 0, "k is not rope_bf16's; seed %llu", g_seed);
             CHECK(memcmp(v1, v2, 2 * T * KD) == 0, "v is not the rounding; seed %llu", g_seed);
             uint16_t *vo = xmalloc(2 * T * KD);
@@ -1265,7 +1266,8 @@ static void test_bf16_matmul(void) {
             li_weight Wh = {LI_DTYPE_BF16, N, K, w};
             uint16_t *dxb = dnew_off(&gxb, 2 * nx, xb, xoff);
             float *dxf = dnew(&gxf, sizeof(float) * nx, xf);
-            float *dy = dnew(&gy, sizeof(float) * ny, NULL), *dt = dnew(&gt, sizeof(float) * ny, y0);
+            float *dy = dnew(&gy, sizeof(float) * ny, NULL);
+            float *dt = dnew(&gt, sizeof(float) * ny, y0);
             const bool gemv = !inv && li_backend_cuda_matmul_gemv(T, K, Wd.data, dxf);
             // plain: matmul_bf16 vs matmul of the widened x
             gpu->ops->matmul(gpu, dy, dxf, &Wd, T);
@@ -1898,7 +1900,8 @@ static void test_fp8_fast(void) {
             float *y0 = xmalloc(sizeof(float) * T * N), *y3 = xmalloc(sizeof(float) * T * N);
             fill(y0, (long)T * N, 3.0f);
             dbuf ga, gb;
-            float *da = dnew(&ga, sizeof(float) * T * N, y0), *db = dnew(&gb, sizeof(float) * T * N, y0);
+            float *da = dnew(&ga, sizeof(float) * T * N, y0);
+            float *db = dnew(&gb, sizeof(float) * T * N, y0);
             gpu->ops->matmul_fp8_fast(gpu, da, dqa, dsa, T, &Wd, true);
             gpu->ops->add(gpu, db, dy, (long)T * N);
             CHECK_BACKEND();

@@ -646,12 +646,14 @@ static void cu_matmul_bf16(li_backend *be, float *y, const uint16_t *x, const li
     int64_t N = W->n_rows, K = W->n_cols;
     if (T <= 0 || N <= 0 || K <= 0) return;
     if (W->dtype != LI_DTYPE_BF16) {
-        record(im, LI_ERR_UNSUPPORTED, "cuda matmul_bf16: weight dtype %s (this backend takes bf16)",
+        record(im, LI_ERR_UNSUPPORTED,
+               "cuda matmul_bf16: weight dtype %s (this backend takes bf16)",
                li_dtype_name(W->dtype));
         return;
     }
     if (ptr_align(x) < 256) {
-        uint16_t *xb = scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
+        uint16_t *xb =
+            scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
         if (!xb) return;
         if (cu_fail(im, "matmul_bf16 (realign)",
                     cudaMemcpyAsync(xb, x, (size_t)T * (size_t)K * 2, cudaMemcpyDeviceToDevice,
@@ -903,8 +905,10 @@ static void cu_flash_attn_tiles(li_backend *be, float *o, float *m, float *l, co
         uint16_t *kb = scratch_get(im, &im->dense, nkv * 4, "flash_attn_tiles (bf16 K / V)");
         if (!kb) return;
         uint16_t *vb = kb + nkv;
-        if (cu_fail(im, "flash_attn_tiles (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
-            cu_fail(im, "flash_attn_tiles (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
+        if (cu_fail(im, "flash_attn_tiles (bf16 k)",
+                    li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
+            cu_fail(im, "flash_attn_tiles (bf16 v)",
+                    li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
             return;
         cu_fail(im, "flash_attn_tiles",
                 li_cuda_flash_attn_tc(im->stream, o, m, l, q, nq, H, kb, vb, nk, Hkv, Dh, scale));
@@ -976,7 +980,8 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // caller falls back to the exact kernel). Pointers are 16-byte aligned (cu_matmul_fp8_fast
 // checks), which the preference states so that the heuristic does not assume 256.
 // The fastest of the heuristic's candidates for an FP8 plan, timed on the call's own inputs
-// (3 runs each after one warm-up) writing into scratch (the call's y may be accumulated into). The first
+// (3 runs each after one warm-up) writing into scratch (the call's y may be accumulated
+// into). The first
 // candidate was ~1.0x bf16 on LLaDA-8B's down GEMM (K = 12288) where others are faster. Not while
 // a graph is recorded (timing synchronises; the first candidate then), nor with
 // LI_CUDA_FP8_TUNE=0. An FP8 GEMM always runs over a step's full row count, so the choice per T
@@ -1007,8 +1012,8 @@ static int fp8_pick_algo(li_cuda_impl *im, gemm_plan *p, const cublasLtMatmulHeu
         }
         float ms = INFINITY;
         if (ok && cudaEventRecord(e1, im->stream) == cudaSuccess &&
-            cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess &&
-            ms < best_ms) {
+            cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best_ms) {
             best_ms = ms;
             best = i;
         }
