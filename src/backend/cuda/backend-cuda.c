@@ -608,15 +608,31 @@ fail:
     return NULL;
 }
 
+// The weight check matmul and matmul_bf16 share: false (recorded) unless W is bf16.
+static bool weight_bf16(li_cuda_impl *im, const char *op, const li_weight *W) {
+    if (W->dtype == LI_DTYPE_BF16) return true;
+    record(im, LI_ERR_UNSUPPORTED, "cuda %s: weight dtype %s (this backend takes bf16)", op,
+           li_dtype_name(W->dtype));
+    return false;
+}
+
+// y (T, N) = xb (T, K) bf16 @ W^T through the cached plan; beta 1 adds to y (C = D = y).
+static void gemm_bf16(li_backend *be, float *y, const uint16_t *xb, const li_weight *W, int T,
+                      float beta) {
+    li_cuda_impl *im = be->impl;
+    gemm_plan *p = plan_get(im, W->n_rows, W->n_cols, T, ptr_align(W->data), ptr_align(y),
+                            be->batch_invariant);
+    if (!p) return;
+    const float alpha = 1.0f;
+    lt_fail(im, p->name, cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, xb, p->lx,
+                                         &beta, y, p->ly, y, p->ly, &p->algo, im->ws,
+                                         CUDA_GEMM_WORKSPACE, im->stream));
+}
+
 static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight *W, int T) {
     li_cuda_impl *im = be->impl;
     int64_t N = W->n_rows, K = W->n_cols;
-    if (T <= 0 || N <= 0 || K <= 0) return;
-    if (W->dtype != LI_DTYPE_BF16) {
-        record(im, LI_ERR_UNSUPPORTED, "cuda matmul: weight dtype %s (this backend takes bf16)",
-               li_dtype_name(W->dtype));
-        return;
-    }
+    if (T <= 0 || N <= 0 || K <= 0 || !weight_bf16(im, "matmul", W)) return;
     // one row (decode): stream W at full bandwidth — not on a batch-invariant backend, whose rows
     // must equal the same rows of a larger GEMM (the GEMV keeps x in f32, another summation)
     if (!be->batch_invariant && li_cuda_gemv_ok(T, K, W->data, x)) {
@@ -627,12 +643,7 @@ static void cu_matmul(li_backend *be, float *y, const float *x, const li_weight 
     if (!xb) return;
     if (cu_fail(im, "matmul (f32 -> bf16)", li_cuda_f32_to_bf16(im->stream, xb, x, (int64_t)T * K)))
         return;
-    gemm_plan *p = plan_get(im, N, K, T, ptr_align(W->data), ptr_align(y), be->batch_invariant);
-    if (!p) return;
-    const float alpha = 1.0f, beta = 0.0f;
-    lt_fail(im, p->name, cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, xb, p->lx,
-                                         &beta, y, p->ly, y, p->ly, &p->algo, im->ws,
-                                         CUDA_GEMM_WORKSPACE, im->stream));
+    gemm_bf16(be, y, xb, W, T, 0.0f);
 }
 
 // matmul with x already bf16 (the op that made x rounded it): the same plan, so the same bits as
@@ -644,13 +655,7 @@ static void cu_matmul_bf16(li_backend *be, float *y, const uint16_t *x, const li
                            bool accumulate) {
     li_cuda_impl *im = be->impl;
     int64_t N = W->n_rows, K = W->n_cols;
-    if (T <= 0 || N <= 0 || K <= 0) return;
-    if (W->dtype != LI_DTYPE_BF16) {
-        record(im, LI_ERR_UNSUPPORTED,
-               "cuda matmul_bf16: weight dtype %s (this backend takes bf16)",
-               li_dtype_name(W->dtype));
-        return;
-    }
+    if (T <= 0 || N <= 0 || K <= 0 || !weight_bf16(im, "matmul_bf16", W)) return;
     if (ptr_align(x) < 256) {
         uint16_t *xb =
             scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
@@ -661,12 +666,7 @@ static void cu_matmul_bf16(li_backend *be, float *y, const uint16_t *x, const li
             return;
         x = xb;
     }
-    gemm_plan *p = plan_get(im, N, K, T, ptr_align(W->data), ptr_align(y), be->batch_invariant);
-    if (!p) return;
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    lt_fail(im, p->name, cublasLtMatmul(im->lt, p->desc, &alpha, W->data, p->lw, x, p->lx,
-                                         &beta, y, p->ly, y, p->ly, &p->algo, im->ws,
-                                         CUDA_GEMM_WORKSPACE, im->stream));
+    gemm_bf16(be, y, x, W, T, accumulate ? 1.0f : 0.0f);
 }
 
 // ---- the other ops ----------------------------------------------------------------------------
@@ -979,55 +979,8 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // A cached plan for (N, K, T), or NULL when cuBLASLt cannot serve the shape (not an error: the
 // caller falls back to the exact kernel). Pointers are 16-byte aligned (cu_matmul_fp8_fast
 // checks), which the preference states so that the heuristic does not assume 256.
-// The fastest of the heuristic's candidates for an FP8 plan, timed on the call's own inputs
-// (3 runs each after one warm-up) writing into scratch (the call's y may be accumulated
-// into). The first
-// candidate was ~1.0x bf16 on LLaDA-8B's down GEMM (K = 12288) where others are faster. Not while
-// a graph is recorded (timing synchronises; the first candidate then), nor with
-// LI_CUDA_FP8_TUNE=0. An FP8 GEMM always runs over a step's full row count, so the choice per T
-// cannot make cached and uncached steps differ.
-static int fp8_pick_algo(li_cuda_impl *im, gemm_plan *p, const cublasLtMatmulHeuristicResult_t *res,
-                         int n_res, const void *wq, const void *xq) {
-    const char *env = getenv("LI_CUDA_FP8_TUNE");
-    if (n_res < 2 || im->capturing || (env && env[0] == '0')) return 0;
-    float *y = scratch_get(im, &im->fp8_acc, (size_t)p->T * (size_t)p->N * 4,
-                           "matmul_fp8_fast (timing)");
-    if (!y) return 0;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
-        if (e0) cudaEventDestroy(e0);
-        cudaGetLastError();
-        return 0;
-    }
-    const float alpha = 1.0f, beta = 0.0f;
-    int best = 0;
-    float best_ms = INFINITY;
-    for (int i = 0; i < n_res; i++) {
-        bool ok = true;
-        for (int r = 0; r < 4 && ok; r++) {
-            if (r == 1) ok = cudaEventRecord(e0, im->stream) == cudaSuccess;
-            ok = ok && cublasLtMatmul(im->lt, p->desc, &alpha, wq, p->lw, xq, p->lx, &beta, y,
-                                      p->ly, y, p->ly, &res[i].algo, im->ws,
-                                      CUDA_GEMM_WORKSPACE, im->stream) == CUBLAS_STATUS_SUCCESS;
-        }
-        float ms = INFINITY;
-        if (ok && cudaEventRecord(e1, im->stream) == cudaSuccess &&
-            cudaEventSynchronize(e1) == cudaSuccess &&
-            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best_ms) {
-            best_ms = ms;
-            best = i;
-        }
-        cudaGetLastError();  // a candidate that failed to launch is skipped, not an op error
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return best;
-}
-
-#define FP8_ALGO_CANDIDATES 8
-
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
-                               const float *as, const void *wq, const void *xq) {
+                               const float *as) {
     gemm_plan *p = plan_find(&im->fp8_plans, N, K, T, 16, 16, false);  // 16-byte aligned (above)
     if (p) return p;
     p = plan_slot(&im->fp8_plans);
@@ -1035,7 +988,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     int32_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    cublasLtMatmulHeuristicResult_t res[FP8_ALGO_CANDIDATES];
+    cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
     cublasStatus_t hs = CUBLAS_STATUS_NOT_INITIALIZED;
     bool ok =
@@ -1056,7 +1009,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) == 0 &&
         pref_create(&pref, 16, 16, 16, false) == 0 &&
         (hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref,
-                                             FP8_ALGO_CANDIDATES, res, &n_res)) == 0 &&
+                                             1, &res, &n_res)) == 0 &&
         n_res > 0;
     im->fp8_status = hs == 0 && n_res == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : (int)hs;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -1064,10 +1017,10 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         plan_destroy(p);  // N = 0: never matches a lookup, so the shape is tried again later
         return NULL;
     }
+    p->algo = res.algo;
     p->N = N;
     p->K = K;
     p->T = T;
-    p->algo = res[wq ? fp8_pick_algo(im, p, res, n_res, wq, xq) : 0].algo;
     p->align_w = p->align_y = 16;
     snprintf(p->name, sizeof p->name, "matmul fp8 N=%lld K=%lld",
              (long long)N, (long long)K);
@@ -1095,7 +1048,7 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, 
             return true;
         as = t;
     }
-    gemm_plan *p = fp8_plan_get(im, N, K, T, ws, as, W->q, qa);
+    gemm_plan *p = fp8_plan_get(im, N, K, T, ws, as);
     if (!p) return false;
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     bool ok =
