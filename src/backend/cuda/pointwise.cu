@@ -392,60 +392,7 @@ extern "C" cudaError_t li_cuda_rope_bf16(cudaStream_t st, uint16_t *out, const f
                       (__nv_bfloat16 *)out, x, pos, nh, Dh, *rope);
 }
 
-// The fused QKV projection's row t split for attention (qkv_bf16): the row's cos / sin once, then
-// q rotated into f32, k rotated and rounded, v rounded — rope_kernel's arithmetic exactly, so the
-// bits of rope (q) and rope_bf16 (k, v) on separate arrays. One block per row: reads the
-// (H + 2 Hkv) Dh row once (48 KB for LLaDA-8B), writes 32 KB.
-__global__ void __launch_bounds__(256) qkv_split_kernel(float *__restrict__ q,
-                                                        __nv_bfloat16 *__restrict__ k,
-                                                        __nv_bfloat16 *__restrict__ v,
-                                                        const float *__restrict__ qkv,
-                                                        const int32_t *pos, int H, int Hkv,
-                                                        int Dh, const li_cuda_rope_args r) {
-    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
-    pdl_wait();
-    __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
-    const int pairs = r.n_dims / 2, t = blockIdx.x;
-    row_cos_sin(cs, pos[t], pairs, r);
-    __syncthreads();
-    const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
-    const float *row = qkv + (int64_t)t * (HD + 2 * KD);
-    float *qr = q + (int64_t)t * HD;
-    __nv_bfloat16 *kr = k + (int64_t)t * KD, *vr = v + (int64_t)t * KD;
-    // (restrict + unrolling: several rows' loads in flight per thread; the first version, one
-    // dependent load pair at a time, ran at 2.2 TB/s)
-#pragma unroll 4
-    for (int i = threadIdx.x; i < (H + Hkv) * pairs; i += blockDim.x) {  // rotated pairs
-        const int hh = i / pairs, p = i - hh * pairs;
-        int ia, ib;
-        rope_pair(r, p, &ia, &ib);
-        const float c = cs[p], s = cs[LI_CUDA_ROPE_MAX_PAIRS + p];
-        const float *x = row + (int64_t)hh * Dh;  // q heads, then k heads
-        float ya, yb;
-        rope_rot(x[ia], x[ib], c, s, &ya, &yb);
-        if (hh < H) {
-            store_act(qr, hh * Dh + ia, ya);
-            store_act(qr, hh * Dh + ib, yb);
-        } else {
-            store_act(kr, (hh - H) * Dh + ia, ya);
-            store_act(kr, (hh - H) * Dh + ib, yb);
-        }
-    }
-    const int rest = Dh - r.n_dims;  // dims past n_dims of q and k, as they are
-    for (int i = threadIdx.x; i < (H + Hkv) * rest; i += blockDim.x) {
-        const int hh = i / rest, d = r.n_dims + (i - hh * rest);
-        const float x = row[(int64_t)hh * Dh + d];
-        if (hh < H) store_act(qr, hh * Dh + d, x);
-        else store_act(kr, (hh - H) * Dh + d, x);
-    }
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < KD; i += blockDim.x) store_act(vr, i, row[HD + KD + i]);
-}
-
-// qkv_split_kernel for the common layout — NEOX pairs over the whole head (n_dims = Dh), Dh a
-// multiple of 8: a thread takes 4 consecutive pairs (i .. i+3, i + Dh/2 .. i + Dh/2 + 3) of one
-// head as two 16-byte loads, so a row moves in a quarter of the requests. The same per-element
-// arithmetic as the generic kernel (and rope_kernel).
+// VEC's 4 consecutive NEOX pairs (p .. p+3 with their partners half a head on) rotated as one.
 __device__ __forceinline__ void rot4(const float4 &a, const float4 &b, const float *cs,
                                      int p, float4 &ya, float4 &yb) {
     const float *av = (const float *)&a, *bv = (const float *)&b;
@@ -464,41 +411,75 @@ __device__ __forceinline__ void store4(__nv_bfloat16 *o, const float4 &y) {
     *(uint2 *)o = u;
 }
 
-__global__ void __launch_bounds__(256) qkv_split_kernel4(float *__restrict__ q,
-                                                         __nv_bfloat16 *__restrict__ k,
-                                                         __nv_bfloat16 *__restrict__ v,
-                                                         const float *__restrict__ qkv,
-                                                         const int32_t *pos, int H, int Hkv,
-                                                         int Dh, const li_cuda_rope_args r) {
+// The fused QKV projection's row t split for attention (qkv_bf16): the row's cos / sin once, then
+// q rotated into f32, k rotated and rounded, v rounded — rope_kernel's arithmetic exactly, so the
+// bits of rope (q) and rope_bf16 (k, v) on separate arrays. One block per row: reads the
+// (H + 2 Hkv) Dh row once (48 KB for LLaDA-8B), writes 32 KB. VEC (NEOX pairs over the whole
+// head, Dh a multiple of 8, aligned rows): a thread takes 4 consecutive pairs of a head as two
+// 16-byte loads, a quarter of the requests — the scalar form, one pair at a time, ran at 2.2 TB/s.
+template <bool VEC>
+__global__ void __launch_bounds__(256) qkv_split_kernel(float *__restrict__ q,
+                                                        __nv_bfloat16 *__restrict__ k,
+                                                        __nv_bfloat16 *__restrict__ v,
+                                                        const float *__restrict__ qkv,
+                                                        const int32_t *pos, int H, int Hkv,
+                                                        int Dh, const li_cuda_rope_args r) {
     pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
     pdl_wait();
     __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
-    const int half = Dh / 2, t = blockIdx.x;
-    row_cos_sin(cs, pos[t], half, r);
+    const int pairs = r.n_dims / 2, t = blockIdx.x;
+    row_cos_sin(cs, pos[t], pairs, r);
     __syncthreads();
     const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
     const float *row = qkv + (int64_t)t * (HD + 2 * KD);
     float *qr = q + (int64_t)t * HD;
     __nv_bfloat16 *kr = k + (int64_t)t * KD, *vr = v + (int64_t)t * KD;
-    const int per_head = half / 4;  // 4-pair units per head
+    if constexpr (VEC) {
+        const int units = pairs / 4;  // 4-pair units per head (n_dims = Dh)
 #pragma unroll 2
-    for (int i = threadIdx.x; i < (H + Hkv) * per_head; i += blockDim.x) {
-        const int hh = i / per_head, p = (i - hh * per_head) * 4;
-        const float *x = row + (int64_t)hh * Dh;
-        const float4 a = *(const float4 *)(x + p), b = *(const float4 *)(x + half + p);
-        float4 ya, yb;
-        rot4(a, b, cs, p, ya, yb);
-        if (hh < H) {
-            store4(qr + hh * Dh + p, ya);
-            store4(qr + hh * Dh + half + p, yb);
-        } else {
-            store4(kr + (hh - H) * Dh + p, ya);
-            store4(kr + (hh - H) * Dh + half + p, yb);
+        for (int i = threadIdx.x; i < (H + Hkv) * units; i += blockDim.x) {
+            const int hh = i / units, p = (i - hh * units) * 4;
+            const float *x = row + (int64_t)hh * Dh;  // q heads, then k heads
+            float4 ya, yb;
+            rot4(*(const float4 *)(x + p), *(const float4 *)(x + pairs + p), cs, p, ya, yb);
+            if (hh < H) {
+                store4(qr + hh * Dh + p, ya);
+                store4(qr + hh * Dh + pairs + p, yb);
+            } else {
+                store4(kr + (hh - H) * Dh + p, ya);
+                store4(kr + (hh - H) * Dh + pairs + p, yb);
+            }
         }
-    }
 #pragma unroll 2
-    for (int64_t i = threadIdx.x; i < KD / 4; i += blockDim.x)
-        store4(vr + 4 * i, *(const float4 *)(row + HD + KD + 4 * i));
+        for (int64_t i = threadIdx.x; i < KD / 4; i += blockDim.x)
+            store4(vr + 4 * i, *(const float4 *)(row + HD + KD + 4 * i));
+    } else {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < (H + Hkv) * pairs; i += blockDim.x) {  // rotated pairs
+            const int hh = i / pairs, p = i - hh * pairs;
+            int ia, ib;
+            rope_pair(r, p, &ia, &ib);
+            const float *x = row + (int64_t)hh * Dh;
+            float ya, yb;
+            rope_rot(x[ia], x[ib], cs[p], cs[LI_CUDA_ROPE_MAX_PAIRS + p], &ya, &yb);
+            if (hh < H) {
+                store_act(qr, hh * Dh + ia, ya);
+                store_act(qr, hh * Dh + ib, yb);
+            } else {
+                store_act(kr, (hh - H) * Dh + ia, ya);
+                store_act(kr, (hh - H) * Dh + ib, yb);
+            }
+        }
+        const int rest = Dh - r.n_dims;  // dims past n_dims of q and k, as they are
+        for (int i = threadIdx.x; i < (H + Hkv) * rest; i += blockDim.x) {
+            const int hh = i / rest, d = r.n_dims + (i - hh * rest);
+            const float x = row[(int64_t)hh * Dh + d];
+            if (hh < H) store_act(qr, hh * Dh + d, x);
+            else store_act(kr, (hh - H) * Dh + d, x);
+        }
+#pragma unroll 4
+        for (int64_t i = threadIdx.x; i < KD; i += blockDim.x) store_act(vr, i, row[HD + KD + i]);
+    }
 }
 
 extern "C" cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, uint16_t *v,
@@ -509,8 +490,8 @@ extern "C" cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, 
     const bool vec = !rope->gptj && rope->n_dims == Dh && Dh % 8 == 0 &&
                      (((uintptr_t)q | (uintptr_t)qkv) & 15) == 0 &&
                      (((uintptr_t)k | (uintptr_t)v) & 7) == 0;
-    return launch_pdl(vec ? qkv_split_kernel4 : qkv_split_kernel, dim3(T), dim3(256), 0, st, q,
-                      (__nv_bfloat16 *)k, (__nv_bfloat16 *)v, qkv, pos, H, Hkv, Dh, *rope);
+    return launch_pdl(vec ? qkv_split_kernel<true> : qkv_split_kernel<false>, dim3(T), dim3(256), 0,
+                      st, q, (__nv_bfloat16 *)k, (__nv_bfloat16 *)v, qkv, pos, H, Hkv, Dh, *rope);
 }
 
 // ---- kv_store, kv_copy_rotate --------------------------------------------------------------
