@@ -406,6 +406,20 @@ static void compare_logits(const float *a, const float *ref, int rows, int V, do
     }
 }
 
+// Inside a test: every LaCache combination (flags 1..15, FACache tile `tile`) on script sc gives
+// the all-off logits `off` (n floats) bit for bit; got is n floats of scratch.
+static void check_combinations_exact(li_llada *m, const script_t *sc, const float *off, float *got,
+                                     size_t n, int tile) {
+    char cn[64];
+    for (int cb = 1; cb < 16; cb++) {
+        li_lacache lc = {cb & 1, cb & 2, cb & 4, cb & 8, false, tile};
+        li_status r2 = run_script(m, &lc, sc, got, NULL);
+        CHECK(r2 == LI_OK, "%s: %s", combo_name(cb, cn), li_error_msg());
+        CHECK(r2 != LI_OK || memcmp(got, off, n * 4) == 0, "%s differs from all-off; seed %llu",
+              combo_name(cb, cn), g_seed);
+    }
+}
+
 // bf16 activations (backend.h's rmsnorm_bf16 & co.; the GPU's default) through the oracle's ops,
 // which define them as the f32 op then the rounding: the model's bf16 path, which CI cannot run on
 // a GPU, runs here. Every LaCache combination equals all-off bit for bit on it too, and it stays
@@ -423,7 +437,7 @@ static void test_bf16_activations(uint64_t mseed) {
     li_status rc = run_script(m, &off, &sc, f32, NULL);
     setenv("LI_LLADA_ACT", "bf16", 1);
     if (rc == LI_OK) rc = run_script(m, &off, &sc, off16, NULL);
-    char name[160], cn[64];
+    char name[160];
     snprintf(name, sizeof name, "model seed %llu: bf16 activations (oracle ops) within bf16 "
              "rounding of f32; 16 LaCache combinations = all-off bit for bit",
              (unsigned long long)mseed);
@@ -438,13 +452,7 @@ static void test_bf16_activations(uint64_t mseed) {
         CHECK(e > 0 && e < 1e-3, "nmse %g; seed %llu", e, g_seed);
         CHECK(agree >= rows * 9 / 10, "top-1 agreement %d/%d; seed %llu", agree, rows, g_seed);
     }
-    for (int cb = 1; cb < 16 && rc == LI_OK; cb++) {
-        li_lacache lc = {cb & 1, cb & 2, cb & 4, cb & 8, false, 7};
-        li_status r2 = run_script(m, &lc, &sc, got, NULL);
-        CHECK(r2 == LI_OK, "%s: %s", combo_name(cb, cn), li_error_msg());
-        CHECK(r2 != LI_OK || memcmp(got, off16, n * 4) == 0, "%s differs from all-off; seed %llu",
-              combo_name(cb, cn), g_seed);
-    }
+    if (rc == LI_OK) check_combinations_exact(m, &sc, off16, got, n, 7);
     TEST_END();
     unsetenv("LI_LLADA_ACT");
     free(f32), free(off16), free(got);
@@ -527,7 +535,7 @@ static void test_device_bf16(const char *backend) {
     make_script(&sc, randint(20, 40), randint(8, 16), randint(0, 1) == 1);
     size_t n = script_logits(&sc, V);
     float *f32 = xmalloc(n * 4), *b16 = xmalloc(n * 4), *got = xmalloc(n * 4);
-    char name[200], cn[64];
+    char name[200];
     // the f32 path multiplies Q, K and V separately: so does the bf16 one here
     setenv("LI_LLADA_FUSED", "0", 1);
     for (int fp8 = 1; fp8 >= 0; fp8--) {  // (b16 ends with the plain run's logits)
@@ -569,13 +577,7 @@ static void test_device_bf16(const char *backend) {
     snprintf(name, sizeof name, "%s llada-mid, bf16 activations, fused Q/K/V: 16 LaCache "
              "combinations = all-off bit for bit", backend);
     TEST_BEGIN(name);
-    for (int cb = 1; cb < 16 && rc == LI_OK; cb++) {
-        li_lacache lc = {cb & 1, cb & 2, cb & 4, cb & 8, false, 16};
-        li_status r2 = run_script(m, &lc, &sc, got, NULL);
-        CHECK(r2 == LI_OK, "%s: %s", combo_name(cb, cn), li_error_msg());
-        CHECK(r2 != LI_OK || memcmp(got, b16, n * 4) == 0, "%s differs from all-off; seed %llu",
-              combo_name(cb, cn), g_seed);
-    }
+    if (rc == LI_OK) check_combinations_exact(m, &sc, b16, got, n, 16);
     TEST_END();
     unsetenv("LI_LLADA_ACT");
     test_device_graphs(backend, m, &sc, n);
