@@ -301,6 +301,9 @@ typedef struct {
     int64_t embed_rows, qkv_rows, fa_tiles, fa_tiles_skipped, head_rows, fp8_gemm_rows;
     int64_t canvas_rows;   // rows given to the model (after DPad drops), summed over forwards
     double flops;
+    // Device memory the backend allocated for its own scratch during the steps (after the
+    // request's reservation at start): 0 unless a shape outgrew it (then once per growth).
+    int64_t backend_allocs;
 } li_dllm_stats;
 
 // Decodes one request. out: (gen_length) caller-allocated, receives the generated part of the

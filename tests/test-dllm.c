@@ -558,6 +558,10 @@ static void test_model(li_rng *rng, bool full) {
         CHECK(st.n_tokens_fastdllm == non_eos && st.n_tokens_dinfer == p.gen_length,
               "token counts %d %d", st.n_tokens_fastdllm, st.n_tokens_dinfer);
         CHECK(st.latency_ms > 0 && st.tps_dinfer > 0, "latency %g", st.latency_ms);
+        // A backend with internal scratch (CUDA) has it reserved at the request's start: its
+        // steps allocate nothing (li_dllm_stats.backend_allocs; 0 by definition elsewhere).
+        CHECK(st.backend_allocs == 0, "the backend allocated scratch %lld times during the steps",
+              (long long)st.backend_allocs);
         TEST_END();
 
         // Every LaCache combination, FACache tiles dividing the block boundaries and not.

@@ -172,8 +172,9 @@ static void print_row(const bk_row *r, double copy_gbs, double gemm_tfs) {
     }
     snprintf(ms, sizeof ms, "%.4f", r->ms);
     double g = r->bytes / (r->ms * 1e-3) / 1e9, t = r->flops / (r->ms * 1e-3) / 1e12;
-    if (r->bytes > 0) snprintf(gbs, sizeof gbs, "%.1f", g);
-    if (r->flops > 0) snprintf(tfs, sizeof tfs, "%.2f", t);
+    // (below 1, significant digits: a tiny CPU shape's 0.0005 TFLOP/s is not "0.00")
+    if (r->bytes > 0) snprintf(gbs, sizeof gbs, g >= 1 ? "%.1f" : "%.2g", g);
+    if (r->flops > 0) snprintf(tfs, sizeof tfs, t >= 1 ? "%.2f" : "%.2g", t);
     if (r->ceiling == 0 && copy_gbs > 0 && r->bytes > 0)
         snprintf(pct, sizeof pct, "%.0f %%", 100.0 * g / copy_gbs);
     if (r->ceiling == 1 && gemm_tfs > 0 && r->flops > 0)

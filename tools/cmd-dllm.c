@@ -379,6 +379,9 @@ int cmd_dllm(int argc, char **argv) {
             p.gen_length, p.block_length, st.steps, st.early_stopped ? " (early stop)" : "");
     fprintf(stderr, "latency %.1f ms | NFE %d | %.2f ms/step\n", st.latency_ms, st.nfe,
             st.ms_per_step);
+    if (st.backend_allocs > 0)  // (the latency includes them)
+        fprintf(stderr, "note: the backend grew its scratch %lld times during the steps\n",
+                (long long)st.backend_allocs);
     fprintf(stderr,
             "tokens/s %.2f (Fast-dLLM: %d generated tokens that are not EOS) | %.2f (dInfer: "
             "all %d generated positions, prompt excluded)\n",
@@ -620,6 +623,9 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
                 break;
             }
             double ms = st.latency_ms / st.steps, fl = st.flops / st.steps;
+            if (st.backend_allocs > 0)
+                fprintf(stderr, "note: canvas %ld, %s: the backend grew its scratch %lld times "
+                        "during the timed steps\n", N, rows[k].name, (long long)st.backend_allocs);
             if (k == 0) v_ms = ms, v_flops = fl;
             printf("| %ld | %s | %.2f | %.2fx | %.3g | %.1f%% | %s |\n", N, rows[k].name, ms,
                    v_ms / ms, fl / 1e9, 100.0 * (1.0 - fl / v_flops),

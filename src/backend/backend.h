@@ -106,14 +106,22 @@ typedef struct {
 
 // The largest work a model will give a backend's ops, so that a backend with internal scratch
 // (CUDA: bf16 activations for the GEMMs, split-K partials, the key index, sampling buffers) can
-// allocate it once at load instead of while generating.
+// allocate it before generating instead of while: an autoregressive model at load (engine.c), a
+// diffusion model per request (engine-dllm.c, li_llada_reserve). A field left 0 asks for nothing
+// of its part.
 typedef struct {
     int max_rows;      // T of one forward
-    int64_t max_in;    // the widest matmul input (K): max(D, F, H*Dh)
+    int64_t max_in;    // the widest matmul with f32 input (K): max(D, F, H*Dh); 0: none
     int max_heads;     // H
     int head_dim;      // Dh
-    int64_t max_keys;  // keys one sequence's attention can see (page slots)
-    int n_vocab;       // V (sampling)
+    int64_t max_keys;  // keys one sequence's paged attention can see (page slots); 0: none
+    int n_vocab;       // V
+    bool sampler;      // sample over V
+    // diffusion models
+    int64_t dense_kv;      // elements of K (as many of V) in one dense attention / flash_attn_tiles
+                           // call: keys x Hkv x Dh
+    int64_t fp8_n, fp8_k;  // bounds on the FP8 weights' N and K (matmul_fp8_fast); 0: no FP8
+    int dllm_rows;         // rows of one dllm_x0 call (a block), over V; also the RNG jump table
 } li_backend_reserve;
 
 // Largest key tile of flash_attn_tiles (the per-row scores of one tile live on the stack).
@@ -337,6 +345,10 @@ typedef struct {
     li_status (*sync)(li_backend *be);
     // Allocates the backend's internal scratch for work up to r (NULL: nothing to allocate).
     li_status (*reserve)(li_backend *be, const li_backend_reserve *r);
+    // How many times the internal scratch was allocated or grown so far (NULL: the backend has
+    // none to report). Work within a reserve leaves it unchanged: engine-dllm.c reports the
+    // growth during a request's steps (li_dllm_stats.backend_allocs), which tests want 0.
+    int64_t (*scratch_allocs)(li_backend *be);
     // Step graphs (CUDA graphs; NULL: ops always run as queued). The ops between graph_begin and
     // graph_end form one step. graph_begin(key) returns true when they are being recorded rather
     // than run: graph_end then runs the recording as one graph (replacing the parameters of the

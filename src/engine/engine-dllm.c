@@ -575,6 +575,15 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         goto done;
     }
     if ((rc = li_llada_scratch_init(&scratch, m->llada, (int)max_rows)) != LI_OK) goto done;
+    int max_canvas = 0, max_block = 0;
+    for (int q = 0; q < n; q++) {
+        if (rs[q].T > max_canvas) max_canvas = rs[q].T;
+        if (rs[q].B > max_block) max_block = rs[q].B;
+    }
+    if ((rc = li_llada_reserve(m->llada, scratch, max_canvas, max_block, lc.fp8)) != LI_OK)
+        goto done;
+    int64_t (*allocs)(li_backend *) = m->be->ops->scratch_allocs;
+    const int64_t allocs0 = allocs ? allocs(m->be) : 0;
 
     li_dllm_stats tot = {0};
     double t0 = li_time_ms();
@@ -639,6 +648,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         }
     }
     double wall = li_time_ms() - t0;
+    tot.backend_allocs = allocs ? allocs(m->be) - allocs0 : 0;
     if (total) {
         tot.n_prompt = 0;
         for (int q = 0; q < n; q++) {
@@ -682,6 +692,7 @@ li_status li_dllm_generate(li_model *m, const int32_t *prompt, int n_prompt,
         s.fp8_gemm_rows = tot.fp8_gemm_rows;
         s.canvas_rows = tot.canvas_rows;
         s.flops = tot.flops;
+        s.backend_allocs = tot.backend_allocs;
         *stats = s;
     }
     return LI_OK;

@@ -197,7 +197,9 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         if (hp->n_ff > in) in = hp->n_ff;
         if (qo > in) in = qo;
         int64_t seq_keys = ((int64_t)(m->n_ctx + page_size - 1) / page_size + 64) * page_size;
-        li_backend_reserve r = {m->n_batch, in, hp->n_head, hp->head_dim, seq_keys, hp->n_vocab};
+        li_backend_reserve r = {.max_rows = m->n_batch, .max_in = in, .max_heads = hp->n_head,
+                                .head_dim = hp->head_dim, .max_keys = seq_keys,
+                                .n_vocab = hp->n_vocab, .sampler = true};
         if ((rc = m->be->ops->reserve(m->be, &r)) != LI_OK) goto fail;
     }
     // Cache keys name the weights and the tokenizer: the path (or synth spec) given.

@@ -220,6 +220,33 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     return LI_OK;
 }
 
+// What a forward asks of the backend's own scratch (CUDA, backend-cuda.c cu_reserve): the f32
+// path's matmuls convert x to bf16 (the bf16 path's inputs are bf16 already, 256-byte aligned at
+// row 0); layer 0's tensor-core attention and the f32 path's dense attention round a canvas's
+// K and V to bf16; the FP8 FFN's scale tables (gate/up N = F, K = D; down N = D, K = F); and
+// dllm_x0 over a block. No paged attention, no autoregressive sampler.
+li_status li_llada_reserve(const li_llada *m, const li_llada_scratch *s, int max_canvas_rows,
+                           int block_rows, bool fp8) {
+    li_backend *be = m->be;
+    if (!be->ops->reserve) return LI_OK;
+    const li_hparams *hp = &m->hp;
+    int64_t D = hp->n_embd, F = hp->n_ff, HDh = (int64_t)hp->n_head * hp->head_dim;
+    int64_t in = D > F ? D : F, ffn = in;
+    if (HDh > in) in = HDh;
+    li_backend_reserve r = {
+        .max_rows = s->max_rows,
+        .max_in = s->act_bf16 ? 0 : in,
+        .max_heads = hp->n_head,
+        .head_dim = hp->head_dim,
+        .n_vocab = hp->n_vocab,
+        .dense_kv = (int64_t)max_canvas_rows * hp->n_head_kv * hp->head_dim,
+        .fp8_n = fp8 ? ffn : 0,
+        .fp8_k = fp8 ? ffn : 0,
+        .dllm_rows = block_rows,
+    };
+    return li_error_wrap(be->ops->reserve(be, &r), "LLaDA backend scratch: ");
+}
+
 void li_llada_scratch_free(li_llada_scratch *s) {
     if (!s) return;
     void *ps[] = {s->x,   s->xn, s->q,  s->k,   s->v,  s->att, s->gate, s->up, s->tmp, s->fm,

@@ -51,6 +51,11 @@ void li_llada_cache_free(li_llada_cache *c);
 typedef struct li_llada_scratch li_llada_scratch;
 li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int max_rows);
 void li_llada_scratch_free(li_llada_scratch *s);
+// Has the backend allocate its internal scratch (backend.h reserve) for the forwards s serves:
+// canvases of at most max_canvas_rows rows, dllm_x0 over blocks of block_rows, FP8 FFNs or not.
+// A no-op on a backend without internal scratch.
+li_status li_llada_reserve(const li_llada *m, const li_llada_scratch *s, int max_canvas_rows,
+                           int block_rows, bool fp8);
 
 typedef struct {
     int n_tokens;          // T: canvas rows (after any DPad drop)

@@ -120,6 +120,7 @@ typedef struct {
     li_cuda_sampler *sampler;
     uint64_t *jump_table;  // dllm_x0: device copy of li_rng_jump_table() (512 KiB), on first use
     dev_scratch x0s;       // dllm_x0: per-chunk partial argmaxes
+    int64_t scratch_allocs;  // scratch_get's allocations and the jump table's (scratch_allocs op)
     // LI_CUDA_PROFILE=1: an event after every op; the time between two events is the later
     // op's (host gaps included), summed per op name and printed on stderr at the end.
     bool prof;
@@ -248,6 +249,7 @@ static void *scratch_get(li_cuda_impl *im, dev_scratch *s, size_t n, const char 
     cudaFree(s->p);
     s->p = NULL;
     s->cap = 0;
+    im->scratch_allocs++;
     if (cu_fail(im, what, cudaMalloc(&s->p, n))) {
         s->p = NULL;
         return NULL;
@@ -1251,30 +1253,62 @@ static void cu_fill(li_backend *be, float *x, float value, int64_t n) {
 }
 
 // Sizes every grow-only scratch for the largest work (li_backend_reserve) so that generating
-// allocates nothing: the matmul's bf16 copy of x, the decode attention's split-K partials (rows
-// below the tensor-core threshold, up to 256 key ranges), the prefill attention's key index and
-// the sampler's buffers.
+// allocates nothing. Each part only where r asks for it:
+//   max_in      the matmul's bf16 copy of an f32 x (T, K);
+//   max_keys    paged attention: the decode attention's split-K partials (rows below the
+//               tensor-core threshold, up to 256 key ranges), the prefill's key index, tickets;
+//   sampler     the sampler's buffers over V;
+//   dense_kv    dense attention and flash_attn_tiles: K and V rounded to bf16;
+//   fp8_n/k     matmul_fp8_fast: transposed scale tables (whichever orientation the library took,
+//               so it is asked now), and the accumulator of its fallback when the library is not
+//               usable for every shape;
+//   dllm_rows   dllm_x0's partials for a block of rows over V, and the RNG jump table.
+static bool jump_table_ready(li_cuda_impl *im);
 static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
     li_cuda_impl *im = be->impl;
-    int split_rows = r->max_rows < LI_CUDA_ATTN_TC_MIN_T ? r->max_rows : LI_CUDA_ATTN_TC_MIN_T - 1;
-    size_t xbf = (size_t)r->max_rows * (size_t)r->max_in * 2;
-    // key ranges: <= 256 for rows of one sequence, <= 8 per row for a batch of decode rows
-    size_t ranges = (size_t)split_rows * 256;
-    if ((size_t)r->max_rows * 8 > ranges) ranges = (size_t)r->max_rows * 8;
-    size_t part = ranges * r->max_heads * ((size_t)r->head_dim + 2) * 4;
-    size_t prefill_part = li_cuda_attention_prefill_part_floats(im->n_sm, r->head_dim) * 4;
-    if (prefill_part > part) part = prefill_part;  // a split prefill (few row tiles) uses it too
-    size_t keys = ((size_t)r->max_keys + 1) * 8;
-    if (!scratch_get(im, &im->xbf, xbf, "matmul (bf16 scratch)") ||
-        !scratch_get(im, &im->attn, part, "attention (split-K partials)") ||
-        !scratch_get(im, &im->keys, keys, "attention (key index)") ||
-        !attn_tickets(im, (size_t)r->max_rows * r->max_heads))
-        return li_error_set(LI_ERR_OOM, "%s", im->err_msg);
-    cudaError_t e = r->n_vocab > 0 ? li_cuda_sampler_reserve(&im->sampler, r->n_vocab) : cudaSuccess;
+    const size_t T = r->max_rows > 0 ? (size_t)r->max_rows : 0;
+    bool ok = true;
+    if (r->max_in > 0)
+        ok = ok && scratch_get(im, &im->xbf, T * (size_t)r->max_in * 2, "matmul (bf16 scratch)");
+    if (r->max_keys > 0) {
+        size_t split_rows = T < LI_CUDA_ATTN_TC_MIN_T ? T : LI_CUDA_ATTN_TC_MIN_T - 1;
+        // key ranges: <= 256 for rows of one sequence, <= 8 per row for a batch of decode rows
+        size_t ranges = split_rows * 256;
+        if (T * 8 > ranges) ranges = T * 8;
+        size_t part = ranges * r->max_heads * ((size_t)r->head_dim + 2) * 4;
+        size_t prefill_part = li_cuda_attention_prefill_part_floats(im->n_sm, r->head_dim) * 4;
+        if (prefill_part > part) part = prefill_part;  // a split prefill (few row tiles) too
+        ok = ok && scratch_get(im, &im->attn, part, "attention (split-K partials)") &&
+             scratch_get(im, &im->keys, ((size_t)r->max_keys + 1) * 8, "attention (key index)") &&
+             attn_tickets(im, T * r->max_heads);
+    }
+    if (r->dense_kv > 0)
+        ok = ok && scratch_get(im, &im->dense, (size_t)r->dense_kv * 4, "attention (bf16 K / V)");
+    if (r->fp8_n > 0 && r->fp8_k > 0) {
+        if (im->fp8_mode < 0) fp8_calibrate(im);  // which tables need transposing
+        size_t GN = (size_t)r->fp8_n / LI_FP8_GROUP, GK = (size_t)r->fp8_k / LI_FP8_GROUP;
+        ok = ok && scratch_get(im, &im->fp8_ws, GN * GK * 4, "matmul_fp8_fast (scales)") &&
+             scratch_get(im, &im->fp8_as, T * GK * 4, "matmul_fp8_fast (scales)");
+        if (im->fp8_mode <= 0 || im->fp8_t4)  // the exact kernel may serve an accumulating GEMM
+            ok = ok && scratch_get(im, &im->fp8_acc, T * (size_t)r->fp8_n * 4,
+                                   "matmul_fp8_fast (accumulator)");
+    }
+    if (r->dllm_rows > 0 && r->n_vocab > 0)
+        ok = ok && jump_table_ready(im) &&
+             scratch_get(im, &im->x0s, li_cuda_dllm_x0_scratch_bytes(r->dllm_rows, r->n_vocab),
+                         "dllm_x0 (partials)");
+    if (!ok) return li_error_set(LI_ERR_OOM, "%s", im->err_msg);
+    cudaError_t e = r->sampler && r->n_vocab > 0 ? li_cuda_sampler_reserve(&im->sampler, r->n_vocab)
+                                                 : cudaSuccess;
     if (e != cudaSuccess)
         return li_error_set(LI_ERR_OOM, "cuda: sampler scratch for %d tokens: %s", r->n_vocab,
                             cudaGetErrorString(e));
     return LI_OK;
+}
+
+static int64_t cu_scratch_allocs(li_backend *be) {
+    li_cuda_impl *im = be->impl;
+    return im->scratch_allocs;
 }
 
 static li_status cu_fill_random(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
@@ -1629,6 +1663,7 @@ static li_status cu_graph_end(li_backend *be, bool *rerun) {
 static bool jump_table_ready(li_cuda_impl *im) {
     if (im->jump_table) return true;
     const size_t n = (size_t)LI_RNG_JUMP_MATRICES * LI_RNG_JUMP_WORDS * sizeof(uint64_t);
+    im->scratch_allocs++;
     if (cu_fail(im, "dllm (jump table)", cudaMalloc((void **)&im->jump_table, n))) {
         im->jump_table = NULL;
         return false;
@@ -1732,6 +1767,7 @@ const li_backend_ops li_cuda_ops = {
     .fill = cu_fill,
     .sync = li_backend_cuda_check,
     .reserve = cu_reserve,
+    .scratch_allocs = cu_scratch_allocs,
     .fill_random = cu_fill_random,
     .graph_begin = cu_graph_begin,
     .graph_end = cu_graph_end,
