@@ -244,7 +244,8 @@ li_status li_llada_reserve(const li_llada *m, const li_llada_scratch *s, int max
         .fp8_k = fp8 ? ffn : 0,
         .dllm_rows = block_rows,
     };
-    return li_error_wrap(be->ops->reserve(be, &r), "LLaDA backend scratch: ");
+    li_status rc = be->ops->reserve(be, &r);
+    return rc == LI_OK ? LI_OK : li_error_wrap(rc, "LLaDA backend scratch: ");
 }
 
 void li_llada_scratch_free(li_llada_scratch *s) {
