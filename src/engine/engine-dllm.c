@@ -565,9 +565,12 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         goto done;
     }
     int64_t max_rows = 0;
+    int max_canvas = 0, max_block = 0;  // (the backend's reservation)
     for (int q = 0; q < n; q++) {
         if ((rc = state_init(&rs[q], &reqs[q], m->llada, m->be, &sp)) != LI_OK) goto done;
         max_rows += (int64_t)rs[q].T * (rs[q].cfg ? 2 : 1);
+        if (rs[q].T > max_canvas) max_canvas = rs[q].T;
+        if (rs[q].B > max_block) max_block = rs[q].B;
     }
     if (max_rows > (1 << 28)) {
         rc = li_error_set(LI_ERR_LIMIT, "dllm: batch of %lld canvas rows is too large",
@@ -575,11 +578,6 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         goto done;
     }
     if ((rc = li_llada_scratch_init(&scratch, m->llada, (int)max_rows)) != LI_OK) goto done;
-    int max_canvas = 0, max_block = 0;
-    for (int q = 0; q < n; q++) {
-        if (rs[q].T > max_canvas) max_canvas = rs[q].T;
-        if (rs[q].B > max_block) max_block = rs[q].B;
-    }
     if ((rc = li_llada_reserve(m->llada, scratch, max_canvas, max_block, lc.fp8)) != LI_OK)
         goto done;
     int64_t (*allocs)(li_backend *) = m->be->ops->scratch_allocs;
