@@ -479,15 +479,16 @@ static void attn_out(const fwd *f, li_llada_scratch *s, const li_weight *wo, int
     count_mm(f->info, R, wo);
 }
 
-// A layer >= 1's norm and Q/K/V projections over R rows: into s->qkv (the fused GEMM's [q | k | v]
-// rows) or s->q, s->k, s->v.
-static void qkv_project(const fwd *f, li_llada_scratch *s, const li_llama_layer *l, int R,
-                        bool fused) {
+// A layer's norm and Q/K/V projections over R rows of x (s->x; layer 0: its gathered rows in
+// s->xn, normalised in place on the f32 path): into s->qkv (the fused GEMM's [q | k | v] rows) or
+// s->q, s->k, s->v.
+static void qkv_project(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
+                        const float *x, int R, bool fused) {
     const li_hparams *hp = &f->m->hp;
     const li_backend_ops *op = f->op;
     li_backend *be = f->be;
     if (s->act_bf16) {
-        op->rmsnorm_bf16(be, s->xb, s->x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        op->rmsnorm_bf16(be, s->xb, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
         if (fused) {
             op->matmul_bf16(be, s->qkv, s->xb, &l->wqkv, R, false);
         } else {
@@ -496,7 +497,7 @@ static void qkv_project(const fwd *f, li_llada_scratch *s, const li_llama_layer 
             op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
         }
     } else {
-        op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        op->rmsnorm(be, s->xn, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
         op->matmul(be, s->q, s->xn, &l->wq, R);
         op->matmul(be, s->k, s->xn, &l->wk, R);
         op->matmul(be, s->v, s->xn, &l->wv, R);
@@ -581,22 +582,9 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
         g += k;
     }
     if (rc == LI_OK) {
-        if (s->act_bf16) {
-            op->rmsnorm_bf16(be, s->xb, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
-            op->matmul_bf16(be, s->q, s->xb, &l0->wq, G, false);
-            op->matmul_bf16(be, s->k, s->xb, &l0->wk, G, false);
-            op->matmul_bf16(be, s->v, s->xb, &l0->wv, G, false);
-        } else {
-            op->rmsnorm(be, s->xn, s->xn, l0->attn_norm.data, G, D, hp->rms_eps);
-            op->matmul(be, s->q, s->xn, &l0->wq, G);
-            op->matmul(be, s->k, s->xn, &l0->wk, G);
-            op->matmul(be, s->v, s->xn, &l0->wv, G);
-        }
+        qkv_project(&f, s, l0, s->xn, G, false);  // (layer 0's weights are not fused)
         op->rope(be, s->q, gpos_d, G, H, Dh, &m->rope);
         op->rope(be, s->k, gpos_d, G, Hkv, Dh, &m->rope);
-        count_mm(info, G, &l0->wq);
-        count_mm(info, G, &l0->wk);
-        count_mm(info, G, &l0->wv);
         if (info) info->qkv_rows += G;
     }
     if (rc == LI_OK && lc->rope) { // scatter into the canvases' RoPECache
@@ -630,7 +618,7 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     for (int il = 1; il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
         const bool fused = s->fused && l->wqkv.data;  // q | k | v rows from one GEMM
-        qkv_project(&f, s, l, R, fused);
+        qkv_project(&f, s, l, s->x, R, fused);
         for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++)
             attention_canvas(&f, s, fused, pos_d + r0, r0, canvases[i].n_tokens);
         attn_out(&f, s, &l->wo, R, true);
