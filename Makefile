@@ -50,11 +50,20 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 
 ifeq ($(CUDA),1)
   CUDA_HOME ?= /usr/local/cuda
-  CU_SRC    := $(wildcard src/backend/cuda/*.cu) $(wildcard src/backend/cuda/*.c)
+  CU_SRC    := $(wildcard src/backend/cuda/*.cu) $(wildcard src/backend/cuda/*.c) \
+               $(wildcard src/backend/cuda/*.cpp)
   CU_OBJ    := $(patsubst %,$(BUILD)/%.o,$(CU_SRC))
   CPPFLAGS  += -DLI_CUDA=1 -I$(CUDA_HOME)/include
-  # rpath: the GPU machine need not have the toolkit's lib64 in ld.so.conf. -lstdc++: CUB (sample.cu).
-  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+  # rpath: the GPU machine need not have the toolkit's lib64 in ld.so.conf. -lstdc++: CUB
+  # (sample.cu) and the cuDNN frontend (attention-cudnn.cpp); -ldl: cuDNN is loaded at run time.
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart \
+                 -lstdc++ -ldl
+  # cuDNN's and its frontend's headers, pinned: scripts/setup-cuda.sh puts them in third_party/
+  # (the frontend always; cuDNN's own only when the toolkit's are not the pinned version;
+  # a missing folder on the include path is harmless).
+  CUDNN_INC := third_party/cudnn-frontend/include third_party/cudnn/include
+  CXXFLAGS_CUDNN := -std=c++17 -O2 -fPIC -Wall -MMD -MP $(addprefix -isystem ,$(CUDNN_INC)) \
+                    -I$(CUDA_HOME)/include
   LDLIBS    += $(CUDA_LDLIBS)
   # -MMD -MP: header dependencies of the .cu files, like the C objects'.
   NVFLAGS   := -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude --compiler-options -fPIC,-Wall \
@@ -77,6 +86,14 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+# The one C++ translation unit (the cuDNN frontend is a C++ header library).
+$(BUILD)/%.cpp.o: %.cpp third_party/.cudnn-stamp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS_CUDNN) -c $< -o $@
+
+third_party/.cudnn-stamp: scripts/setup-cuda.sh
+	@CUDA_HOME=$(CUDA_HOME) scripts/setup-cuda.sh
 
 $(BUILD)/%.c.o: %.c
 	@mkdir -p $(dir $@)
@@ -121,7 +138,7 @@ test: setup
 .PHONY: gpu-check
 ifeq ($(CUDA),1)
 GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backend/rope.c \
-                   src/backend/cpu/ops-ref.c) $(CU_OBJ)
+                   src/backend/attn-blocks.c src/backend/cpu/ops-ref.c) $(CU_OBJ)
 
 # Then the whole model on the GPU against the CPU (gpu-model), the LazyAttention exactness
 # suite on the GPU (test-rag with LI_TEST_BACKEND=cuda), both with the GPU's default bf16 KV pool

@@ -48,7 +48,17 @@ else
   B=build/release-cuda/tests
   LI=./lazyinfer-cuda
 fi
+# cuDNN is loaded at run time (src/backend/cuda/attention-cudnn.h): the GPU machine's is the one
+# PyTorch loads (nvidia-cudnn-cu13 in its venv); LI_CUDNN_LIB names it for every binary below.
+if [ -z "${LI_CUDNN_LIB:-}" ]; then
+  LI_CUDNN_LIB=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(nvidia.cudnn.__path__[0], "lib", "libcudnn.so.9"))' 2>/dev/null)
+  [ -f "$LI_CUDNN_LIB" ] || LI_CUDNN_LIB=$(find / -name libcudnn.so.9 -not -path '/proc/*' 2>/dev/null | head -1)
+  export LI_CUDNN_LIB
+  # its engine libraries (libcudnn_engines_*.so.9) sit beside it
+  [ -n "$LI_CUDNN_LIB" ] && export LD_LIBRARY_PATH=$(dirname "$LI_CUDNN_LIB")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 exec > >(tee "$OUT/summary.txt") 2>&1
+echo "cuDNN: ${LI_CUDNN_LIB:-not found}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
 date -u | tee -a "$OUT/gpu.txt"
 status=0
@@ -69,6 +79,8 @@ run() {  # run NAME TIMEOUT_S CMD...: log to $OUT/NAME.log, print its last lines
 }
 if [ -n "${BENCH_OPS:-}" ]; then nobench="-u LI_GPU_CHECK_NO_BENCH"; else nobench="LI_GPU_CHECK_NO_BENCH=1"; fi
 has check && run gpu-check 300 env $nobench CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
+# attention through cuDNN against the oracle, and its timings against our kernels (same call)
+has cudnn && run gpu-check-cudnn 240 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=cudnn,bench-cudnn $B/gpu-check
 # the FP8 GEMM timings (and which path cuBLASLt gave) and the prefill attention kernels alone
 has opsbench && run gpu-check-bench 200 env -u LI_GPU_CHECK_NO_BENCH LI_GPU_CHECK_ONLY=bench-fp8,bench-prefill,bench-dllm-x0 \
   CUBLASLT_LOG_LEVEL=${CUBLASLT_LOG_LEVEL:-1} $B/gpu-check
@@ -80,6 +92,9 @@ has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has rag && run test-rag-cuda-f32kv 300 env LI_TEST_BACKEND=cuda LI_TEST_KV_DTYPE=f32 $B/test-rag
 has kernels && run bench-kernels 180 $LI bench kernels --backend cuda -m synth:llama-3.1-8b
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
+# the same with the engine's own prefill attention (the cuDNN path's same-call baseline)
+has e2enative && run e2e-8b-native 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b \
+  -p 20544 -n 128 -r 2 --attn-impl native
 # step graphs against the same steps launched op by op, in the same call
 if has graphs; then
   for g in 1 0; do
@@ -108,7 +123,8 @@ has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates ${RAG_
 has ragbench && run ragbench-uniform ${RAG_UNIFORM_TIMEOUT:-45} $RAG --alpha 0 \
   --mode ${RAG_UNIFORM_MODES:-lazy,copy} --rates ${RAG_UNIFORM_RATES:-16} --budgets ${RAG_UNIFORM_BUDGETS:-4G} \
   --csv "$OUT/ragbench-uniform.csv"
-has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.jsonl"
+has torch && run torch 300 python3 bench/torch_baselines.py ${TORCH_ONLY:+--only $TORCH_ONLY} \
+  --out "$OUT/torch.jsonl"
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a
 # benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
 { has dllm || has dllmtest; } && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
@@ -119,6 +135,8 @@ has torch && run torch 300 python3 bench/torch_baselines.py --out "$OUT/torch.js
 # 1024 and Llama decode
 has profile && run profile-dllm 120 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
   --canvas 1024 --block-length 32 --methods "LaCache (caches + trunc)"
+has profileprefill && run profile-prefill 120 env LI_CUDA_PROFILE=1 $LI bench generate --backend cuda \
+  -m synth:llama-3.1-8b -p 20544 -n 1 -r 1
 has profile && run profile-decode 120 env LI_CUDA_PROFILE=1 $LI bench generate --backend cuda \
   -m synth:llama-3.1-8b -p 512 -n 128 -r 1
 # one denoising step at canvas 512/1024/2048, each LaCache component and FP8 (issue 5's table)

@@ -52,6 +52,10 @@ typedef struct {
     const char *kv_dtype;        // how K/V are stored: "f32", "bf16" (half the bytes: twice the
                                  // tokens per budget), NULL or "auto": bf16 on "cuda", f32 on
                                  // the CPU backends
+    const char *attn_impl;       // prefill / dense attention on "cuda": "auto" (NULL; cuDNN SDPA
+                                 // where it takes the shape and loads, the engine's kernels
+                                 // otherwise), "cudnn" (cuDNN or an error), "native" (the
+                                 // engine's kernels); decode rows always use the engine's
     bool metadata_only;          // hyper-parameters and tokenizer only (for `info`): no weights,
                                  // no KV pool; generation functions must not be called
 } li_model_params;

@@ -759,7 +759,7 @@ static void test_attention(void) {
                 float *q = gnew(&gq, qn), *o1 = gnew(&g1, qn), *o2 = gnew(&g2, qn);
                 fill(q, qn, 1.0f);
                 float scale = 1.0f / sqrtf((float)Dh);
-                li_kv_seq seq = {s.pages, s.n_pages};
+                li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
                 const li_rope_table *rp = mode == 2 ? NULL : &tab;
                 be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
                 be_fast->ops->attention(be_fast, o2, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
@@ -840,7 +840,7 @@ static void test_attention_deferred_rope(void) {
             nv[t] = n_keys - T + t + 1;
         }
         be_ref->ops->rope(be_ref, q, qpos, T, H, Dh, &tab);
-        li_kv_seq sa = {pa, n_pages}, sb = {pb, n_pages};
+        li_kv_seq sa = {.pages = pa, .n_pages = n_pages}, sb = {.pages = pb, .n_pages = n_pages};
         float scale = 1.0f / sqrtf((float)Dh);
         be_ref->ops->attention(be_ref, o1, q, T, H, &kva, 0, &sa, NULL, nv, scale, &tab);
         be_ref->ops->attention(be_ref, o2, q, T, H, &kvb, 0, &sb, NULL, nv, scale, NULL);
@@ -1062,7 +1062,7 @@ static void test_fallbacks(void) {
     fill(q, qn, 1.0f);
     int32_t nv[5];
     for (int t = 0; t < T; t++) nv[t] = s.n_keys - T + t + 1;
-    li_kv_seq seq = {s.pages, s.n_pages};
+    li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
     be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, 0, &seq, NULL, nv, 0.125f, &tab);
     bare.ops->attention(&bare, o2, q, T, H, &s.kv, 0, &seq, NULL, nv, 0.125f, &tab);
     double e = test_nmse(o2, o1, qn);
@@ -1131,7 +1131,7 @@ typedef struct {
 
 static void att_run(void *p) {
     att_bench *b = p;
-    li_kv_seq seq = {b->s->pages, b->s->n_pages};
+    li_kv_seq seq = {.pages = b->s->pages, .n_pages = b->s->n_pages};
     b->be->ops->attention(b->be, b->out, b->q, b->T, b->H, &b->s->kv, 0, &seq, NULL, b->nv, 0.125f,
                           b->tab);
 }

@@ -102,7 +102,7 @@ static void op_decode(bk_ctx *c) {
                      c->dec_nv + i, scale, &c->rope);
 }
 static void op_prefill(bk_ctx *c) {
-    li_kv_seq seq = {c->pre_words, c->pre_pages};
+    li_kv_seq seq = {.pages = c->pre_words, .n_pages = c->pre_pages};
     c->be->ops->attention(c->be, c->att, c->q, c->T, c->H, &c->kv, 0, &seq, NULL, c->nvis,
                           1.0f / sqrtf((float)c->Dh), &c->rope);
 }
@@ -335,7 +335,7 @@ int cmd_bench_kernels(int argc, char **argv) {
                 hw[(size_t)s * c.pages_per_seq + p] =
                     li_page_word((int64_t)s * c.pages_per_seq + p, cnt, delta);
             }
-            c.seqs[s] = (li_kv_seq){c.words + (size_t)s * c.pages_per_seq, c.pages_per_seq};
+            c.seqs[s] = (li_kv_seq){.pages = c.words + (size_t)s * c.pages_per_seq, .n_pages = c.pages_per_seq};
             hi[s] = ctx;
         }
         ok = ok && bk_upload(be, c.words, hw, (size_t)c.pages_per_seq * bmax * 8) &&

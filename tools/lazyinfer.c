@@ -44,7 +44,7 @@ static bool print_token(void *user, int32_t tok) {
 typedef struct {
     const char *model, *prompt, *system, *tokenizer, *chat_template;
     int n_predict, n_threads, n_ctx, gpu;
-    const char *backend, *kv_dtype;
+    const char *backend, *kv_dtype, *attn_impl;
     li_sampling_params sp;
     bool chat, ignore_eos;
 } gen_args;
@@ -79,6 +79,7 @@ static int cmd_generate(int argc, char **argv) {
         {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
         {"--ctx-size", "-c", OPT_INT, &a.n_ctx, "context size in tokens (default: min(trained, 4096))"},
         {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
         {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
     };
     const char *pos[1];
@@ -103,6 +104,7 @@ static int cmd_generate(int argc, char **argv) {
     mp.device = a.gpu;
     mp.n_ctx = a.n_ctx;
     mp.kv_dtype = a.kv_dtype;
+    mp.attn_impl = a.attn_impl;
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     int32_t *ids = NULL;
@@ -243,11 +245,12 @@ static void mean_std(const double *x, int n, double *mean, double *std) {
 static int cmd_bench_generate(int argc, char **argv) {
     const char *model = NULL;
     int n_pp = 512, n_tg = 128, reps = 3, n_threads = 0, gpu = 0;
-    const char *backend = NULL, *kv_dtype = NULL;
+    const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
         {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
         {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
         {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
@@ -269,6 +272,7 @@ static int cmd_bench_generate(int argc, char **argv) {
     mp.backend = backend;
     mp.device = gpu;
     mp.kv_dtype = kv_dtype;
+    mp.attn_impl = attn_impl;
     mp.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");

@@ -75,9 +75,15 @@ static inline size_t li_kv_offset(const li_kv_storage *kv, int64_t page, int il,
 // A sequence's page table: 64-bit words, one per page (layout and helpers: page-word.h).
 
 // One sequence's keys for attention: its page table (n_pages words).
+// A device backend's callers also give host copies of the table and of the call's rows'
+// kv_first / n_visible (the same values as the op's arguments), so that the backend can plan a
+// library call on the host (CUDA: attn-blocks.h for cuDNN); NULL where the caller has none, and
+// then the backend uses its own kernels.
 typedef struct {
     const uint64_t *pages;
     int n_pages;
+    const uint64_t *pages_host;
+    const int32_t *kv_first_host, *n_visible_host;
 } li_kv_seq;
 
 // ---- sampling -------------------------------------------------------------------------------
@@ -130,6 +136,8 @@ typedef struct {
 // ---- the op table ---------------------------------------------------------------------------
 
 typedef struct li_backend li_backend;
+
+typedef enum { LI_ATTN_AUTO = 0, LI_ATTN_LIBRARY, LI_ATTN_NATIVE } li_attn_impl;
 
 typedef struct {
     const char *name;
@@ -376,6 +384,11 @@ struct li_backend {
     // block-only layer-0 Q/K/V (cached = uncached). Set at load for diffusion models; off, a
     // backend may split K (decode batches of 2-64 rows with K = 14336 need it: 10x on the H200).
     bool batch_invariant;
+    // Which attention a backend runs where it has a choice (--attn-impl): LI_ATTN_AUTO the
+    // library's (CUDA: cuDNN SDPA) where it takes the shape and loads, the backend's own kernels
+    // otherwise; LI_ATTN_LIBRARY the library's or an error; LI_ATTN_NATIVE always its own.
+    // Decode rows (T = 1) always run the backend's own kernels. CPU backends ignore it.
+    li_attn_impl attn_impl;
     void (*destroy)(li_backend *be);  // frees a non-CPU backend (li_backend_free calls it)
 };
 
@@ -413,8 +426,8 @@ static inline void li_attention_decode_rows(li_backend *be, float *out, const fl
                                             const li_rope_table *rope) {
     const size_t row = (size_t)H * kv->head_dim;
     for (int i = 0; i < n; i++) {
-        const li_kv_seq seq = {pages + page_start_host[i],
-                               page_start_host[i + 1] - page_start_host[i]};
+        const li_kv_seq seq = {.pages = pages + page_start_host[i],
+                               .n_pages = page_start_host[i + 1] - page_start_host[i]};
         be->ops->attention(be, out + i * row, q + i * row, 1, H, kv, il, &seq, NULL,
                            n_visible + i, scale, rope);
     }

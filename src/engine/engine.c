@@ -95,6 +95,18 @@ static li_status kv_dtype_parse(const char *s, bool device, li_dtype *out) {
     return LI_OK;
 }
 
+// li_model_params.attn_impl: "auto" (NULL), "cudnn" or "native" (backend.h li_attn_impl).
+static li_status attn_impl_parse(const char *s, bool device, li_attn_impl *out) {
+    if (!s || !strcmp(s, "auto")) *out = LI_ATTN_AUTO;
+    else if (!strcmp(s, "native")) *out = LI_ATTN_NATIVE;
+    else if (!strcmp(s, "cudnn")) *out = LI_ATTN_LIBRARY;
+    else return li_error_set(LI_ERR_INVALID_ARG, "attention implementation '%s': expected auto, "
+                             "cudnn or native", s);
+    if (*out == LI_ATTN_LIBRARY && !device)
+        return li_error_set(LI_ERR_INVALID_ARG, "--attn-impl cudnn needs --backend cuda");
+    return LI_OK;
+}
+
 li_status li_model_load(li_model **out, const li_model_params *p) {
     *out = NULL;
     if (!p || !p->path) return li_error_set(LI_ERR_INVALID_ARG, "no model path given");
@@ -108,6 +120,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     m->metadata_only = p->metadata_only;
 
     rc = li_backend_open(&m->be, p->backend, p->n_threads, p->device);
+    if (rc == LI_OK) rc = attn_impl_parse(p->attn_impl, li_be_is_device(m->be), &m->be->attn_impl);
     if (rc != LI_OK) goto fail;
     if (is_synth) {
         if (li_llama_synth_known(synth_name)) {

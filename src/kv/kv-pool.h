@@ -62,7 +62,7 @@ li_status li_kv_seq_push_page(li_kv_seq_pages *seq, int64_t page, int count, int
 void li_kv_seq_clear(li_kv_pool *pool, li_kv_seq_pages *seq);
 void li_kv_seq_free(li_kv_pool *pool, li_kv_seq_pages *seq);
 static inline li_kv_seq li_kv_seq_view(const li_kv_seq_pages *s) {
-    li_kv_seq v = {s->pages, s->n_pages};
+    li_kv_seq v = {.pages = s->pages, .n_pages = s->n_pages};
     return v;
 }
 

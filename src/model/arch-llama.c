@@ -132,8 +132,13 @@ static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *d
     } while (0)
     STAGE(db->slot, b->slot, T, 8);
     for (int i = 0; i < b->n_seqs; i++) {
-        s->seqs_dev[i] = b->seqs[i];
-        STAGE(s->seqs_dev[i].kv.pages, b->seqs[i].kv.pages, b->seqs[i].kv.n_pages, 8);
+        const li_batch_seq *sq = &b->seqs[i];
+        s->seqs_dev[i] = *sq;
+        STAGE(s->seqs_dev[i].kv.pages, sq->kv.pages, sq->kv.n_pages, 8);
+        // host copies for a backend that plans the attention call on the host (backend.h)
+        s->seqs_dev[i].kv.pages_host = sq->kv.pages;
+        s->seqs_dev[i].kv.kv_first_host = b->kv_first ? b->kv_first + sq->t0 : NULL;
+        s->seqs_dev[i].kv.n_visible_host = b->n_visible + sq->t0;
     }
     db->seqs = s->seqs_dev;
     STAGE(db->tokens, b->tokens, T, 4);

@@ -751,7 +751,7 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     float *o2 = xmalloc(sizeof(float) * qn);
     fill(q, qn, 1.0f);
     float scale = 1.0f / sqrtf((float)Dh);
-    li_kv_seq seq = {s.pages, s.n_pages};
+    li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
     const li_rope_table *rp = mode == 2 ? NULL : &tab;
     ref->ops->attention(ref, o1, q, T, H, &s.kv, il, &seq, mode == 3 ? first : NULL, nv, scale, rp);
 
@@ -759,7 +759,7 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     dbuf gpool, gpages, gq, go, gnv, gfirst;
     li_kv_storage kvd = s.kv;
     kvd.data = dnew(&gpool, li_kv_elem_bytes(dt) * pool_n, s.kv.data);
-    li_kv_seq seqd = {dnew(&gpages, sizeof(uint64_t) * s.n_pages, s.pages), s.n_pages};
+    li_kv_seq seqd = {.pages = dnew(&gpages, sizeof(uint64_t) * s.n_pages, s.pages), .n_pages = s.n_pages};
     float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
     int32_t *dnv = dnew(&gnv, sizeof(int32_t) * T, nv),
             *dfirst = dnew(&gfirst, sizeof(int32_t) * T, first);
@@ -831,7 +831,7 @@ static void attention_decode_case(int P, int G, int Hkv, int Dh, int n, int max_
     fill(q, qn, 1.0f);
     const float scale = 1.0f / sqrtf((float)Dh);
     for (int i = 0; i < n; i++) {
-        li_kv_seq seq = {words + start[i], start[i + 1] - start[i]};
+        li_kv_seq seq = {.pages = words + start[i], .n_pages = start[i + 1] - start[i]};
         ref->ops->attention(ref, o1 + (long)i * H * Dh, q + (long)i * H * Dh, 1, H, &kv, il, &seq,
                             NULL, nv + i, scale, &tab);
     }
@@ -2122,7 +2122,7 @@ static void bench_decode_attention(void) {
             words[(size_t)s * pages_per_seq + p] =
                 li_page_word((int64_t)s * pages_per_seq + p, cnt, delta);
         }
-        seqs[s] = (li_kv_seq){(uint64_t *)dall + (size_t)s * pages_per_seq, pages_per_seq};
+        seqs[s] = (li_kv_seq){.pages = (uint64_t *)dall + (size_t)s * pages_per_seq, .n_pages = pages_per_seq};
         start[s] = s * pages_per_seq;
     }
     start[max_seq] = max_seq * pages_per_seq;
@@ -2231,7 +2231,8 @@ static void bench_prefill_attention(void) {
       for (int rot = kernel == 3 ? 2 : 1; rot >= 0; rot--) {
         setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
         setenv("LI_CUDA_ATTN_ROTATE_K", rot == 2 ? "1" : "0", 1);
-        prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
+        prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
+                             rot ? &tab : NULL};
         double ms = 0;
         li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);
         if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 10, &ms);
@@ -2293,7 +2294,8 @@ static void bench_query_prefill(void) {
     for (int split = 1; split >= 0; split--)
         for (int rot = 1; rot >= 0; rot--) {
             setenv("LI_CUDA_ATTN_PREFILL_SPLIT", split ? "1" : "0", 1);
-            prefill_ctx c = {T, H, dout, dq, kv, {dpages, n_pages}, dnv, rot ? &tab : NULL};
+            prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
+                             rot ? &tab : NULL};
             double ms = 0;
             li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 3, &ms);
             if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 20, &ms);
@@ -2313,6 +2315,310 @@ static void bench_query_prefill(void) {
     li_backend_cuda_free(gpu, dnv);
     li_backend_cuda_free(gpu, dq);
     li_backend_cuda_free(gpu, dout);
+}
+
+// ---- attention through cuDNN (--attn-impl cudnn) ------------------------------------------------
+
+// A sequence laid out as blocks (system, documents, a query block), each on fresh pages whose
+// physical ids are shuffled, and the call's rows: what the engine's modes give the attention op.
+typedef struct {
+    int P;
+    uint64_t words[4096];  // P 1: a page per key (the lazy case holds up to ~1700 keys)
+    int n_pages, n_keys;
+    int32_t first[2048], nvis[2048];
+    int T;
+} lib_seq;
+
+static int64_t lib_block(lib_seq *s, int n, int64_t delta) {
+    int64_t k0 = s->n_keys;
+    LI_ASSERT(s->n_pages + (n + s->P - 1) / s->P <= (int)(sizeof s->words / sizeof s->words[0]));
+    for (int i = 0; i < n; i += s->P) {
+        int cnt = n - i < s->P ? n - i : s->P;
+        s->words[s->n_pages] = li_page_word(s->n_pages, cnt, delta);
+        s->n_pages++;
+    }
+    s->n_keys += n;
+    return k0;
+}
+
+static void lib_rows(lib_seq *s, int T, int first, int end) {
+    LI_ASSERT(s->T + T <= (int)(sizeof s->nvis / sizeof s->nvis[0]));
+    for (int t = 0; t < T; t++) {
+        s->first[s->T + t] = first;
+        s->nvis[s->T + t] = end - T + 1 + t;
+    }
+    s->T += T;
+}
+
+// Runs s through gpu (attn_impl LI_ATTN_LIBRARY: cuDNN or an error) and the oracle.
+static void lib_case(const char *what, lib_seq *s, int G, int Hkv, int Dh, bool with_first) {
+    const int H = G * Hkv, L = 2, il = 1, P = s->P;
+    TEST_BEGIN(NAME("attention cudnn %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d", what, P, H, Hkv, Dh,
+                    s->T, s->n_keys));
+    // shuffle the physical pages (a page table gathers)
+    int64_t pool = s->n_pages + 2;
+    for (int p = s->n_pages - 1; p > 0; p--) {
+        int j = (int)(li_rng_u64(&rng) % (uint64_t)(p + 1));
+        uint64_t a = s->words[p], b = s->words[j];
+        s->words[p] = li_page_word(li_page_id(b), li_page_count(a), li_page_delta(a));
+        s->words[j] = li_page_word(li_page_id(a), li_page_count(b), li_page_delta(b));
+    }
+    li_kv_storage kv = {L, Hkv, Dh, P, pool, NULL, LI_DTYPE_BF16};
+    long n = (long)pool * L * 2 * Hkv * P * Dh;
+    kv.data = xmalloc(sizeof(float) * n);  // fill_pool draws f32, then packs bf16 in place
+    fill_pool(kv.data, LI_DTYPE_BF16, n);
+    li_rope_table tab = table_for(G % 3, G % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
+    long qn = (long)s->T * H * Dh;
+    float *q = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
+    float *o2 = xmalloc(sizeof(float) * qn);
+    fill(q, qn, 1.0f);
+    const float scale = 1.0f / sqrtf((float)Dh);
+    li_kv_seq seq = {.pages = s->words, .n_pages = s->n_pages};
+    ref->ops->attention(ref, o1, q, s->T, H, &kv, il, &seq, with_first ? s->first : NULL, s->nvis,
+                        scale, &tab);
+    dbuf gpool, gpages, gq, go, gnv, gfirst;
+    li_kv_storage kvd = kv;
+    kvd.data = dnew(&gpool, 2 * n, kv.data);
+    li_kv_seq seqd = {.pages = dnew(&gpages, 8 * s->n_pages, s->words), .n_pages = s->n_pages,
+                      .pages_host = s->words, .kv_first_host = with_first ? s->first : NULL,
+                      .n_visible_host = s->nvis};
+    float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
+    int32_t *dnv = dnew(&gnv, 4 * s->T, s->nvis), *dfirst = dnew(&gfirst, 4 * s->T, s->first);
+    gpu->attn_impl = LI_ATTN_LIBRARY;
+    gpu->ops->attention(gpu, dout, dq, s->T, H, &kvd, il, &seqd, with_first ? dfirst : NULL, dnv,
+                        scale, &tab);
+    gpu->attn_impl = LI_ATTN_NATIVE;
+    CHECK_BACKEND();
+    dget(o2, &go);
+    double e = test_nmse(o2, o1, qn);
+    // bf16 Q (rotated in f32, then rounded) and bf16 O per block: the tensor-core tolerance
+    CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
+    CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
+    CHECK(dguard_ok(&gpool) && dguard_ok(&gpages) && dguard_ok(&gq) && dguard_ok(&go) &&
+              dguard_ok(&gnv) && dguard_ok(&gfirst),
+          "guard damaged; seed %llu", g_seed);
+    dfree(&gpool), dfree(&gpages), dfree(&gq), dfree(&go), dfree(&gnv), dfree(&gfirst);
+    free(kv.data), free(q), free(o1), free(o2);
+    TEST_END();
+}
+
+static void test_attention_cudnn(void) {
+    for (int i = 0; i < 12; i++) {
+        const int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4];
+        const int Hkv = 1 + i % 2, Dh = i % 3 == 2 ? 64 : 128;
+        lib_seq s;
+        // lazy: system (Δ 0), documents at their offsets (Δ), a query block after an earlier chunk
+        memset(&s, 0, sizeof s);
+        s.P = P;
+        int pos = randint(3, 40);
+        lib_block(&s, pos, 0);
+        for (int d = 0, nd = randint(1, 5); d < nd; d++) {
+            int len = randint(5, 300);
+            lib_block(&s, len, pos);
+            pos += len;
+        }
+        int nq = randint(2, 120), T = randint(2, nq);
+        int64_t q0 = lib_block(&s, nq, 0);
+        lib_rows(&s, T, 0, (int)q0 + nq);
+        lib_case("lazy query", &s, G, Hkv, Dh, false);
+        // copy: the same documents re-rotated to their positions (Δ 0), pages of one run
+        memset(&s, 0, sizeof s);
+        s.P = P;
+        pos = 0;
+        for (int d = 0, nd = randint(1, 4); d < nd; d++) {
+            int len = randint(5, 300);
+            lib_block(&s, len, 0);
+            pos += len;
+        }
+        nq = randint(2, 90);
+        q0 = lib_block(&s, nq, 0);
+        lib_rows(&s, nq, 0, (int)q0 + nq);
+        lib_case("copy query", &s, G, Hkv, Dh, false);
+        // a plain prompt's second chunk (causal over the first)
+        memset(&s, 0, sizeof s);
+        s.P = P;
+        int len = randint(40, 900);
+        lib_block(&s, len, 0);
+        T = randint(2, len - 1);
+        lib_rows(&s, T, 0, len);
+        lib_case("prompt chunk", &s, G, Hkv, Dh, false);
+        // prefix / none: one Δ 0 run; each document's rows see from its first key (mid-page:
+        // gathered keys), the query rows everything
+        memset(&s, 0, sizeof s);
+        s.P = P;
+        int lens[4], total = 0;
+        for (int d = 0; d < 4; d++) total += lens[d] = randint(4, 150);
+        lib_block(&s, total, 0);
+        int start = 0;
+        for (int d = 0; d < 4; d++) {
+            lib_rows(&s, lens[d], d == 3 ? 0 : start, start + lens[d]);
+            start += lens[d];
+        }
+        lib_case("prefix documents", &s, G, Hkv, Dh, true);
+    }
+    // dense (LLaDA's layers >= 1): attention_dense and attention_dense_bf16 through cuDNN against
+    // the oracle, and the bf16 op = the f32 op rounded, bit for bit (test_bf16_attention's rule)
+    const int cases[][5] = {  // T, H, Hkv, Dh, nk
+        {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
+        {1024, 32, 32, 128, 1024}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3], nk = cases[c][4];
+        TEST_BEGIN(NAME("attention_dense cudnn T=%d H=%d Hkv=%d Dh=%d nk=%d", T, H, Hkv, Dh, nk));
+        long on = (long)T * H * Dh, kn = (long)nk * Hkv * Dh;
+        float *q = xmalloc(sizeof(float) * on), *kf = xmalloc(sizeof(float) * kn);
+        float *vf = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
+        uint16_t *kb = xmalloc(2 * kn), *vb = xmalloc(2 * kn);
+        uint16_t *want = xmalloc(2 * on), *got = xmalloc(2 * on), *orc = xmalloc(2 * on);
+        fill(q, on, 1.0f);
+        fill(kf, kn, 1.0f);
+        fill(vf, kn, 1.0f);
+        round_host(kb, kf, kn);
+        round_host(vb, vf, kn);
+        widen_host(kf, kb, kn);
+        widen_host(vf, vb, kn);
+        float scale = 1.0f / sqrtf((float)Dh);
+        dbuf gq, gkf, gvf, gkb, gvb, go, gb;
+        float *dq = dnew(&gq, sizeof(float) * on, q);
+        float *dkf = dnew(&gkf, sizeof(float) * kn, kf), *dvf = dnew(&gvf, sizeof(float) * kn, vf);
+        uint16_t *dkb = dnew(&gkb, 2 * kn, kb), *dvb = dnew(&gvb, 2 * kn, vb);
+        float *dout = dnew(&go, sizeof(float) * on, NULL);
+        uint16_t *db = dnew(&gb, 2 * on, NULL);
+        gpu->attn_impl = LI_ATTN_LIBRARY;
+        gpu->ops->attention_dense(gpu, dout, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
+        gpu->ops->attention_dense_bf16(gpu, db, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
+        gpu->attn_impl = LI_ATTN_NATIVE;
+        ref->ops->attention_dense_bf16(ref, orc, q, T, H, kb, vb, nk, Hkv, Dh, scale);
+        CHECK_BACKEND();
+        dget(o, &go);
+        dget(got, &gb);
+        round_host(want, o, on);
+        CHECK(memcmp(got, want, 2 * on) == 0, "bf16 op is not the f32 op rounded; seed %llu",
+              g_seed);
+        double e = nmse_bf16(got, orc, on);
+        CHECK(e <= TOL_ATTENTION_TC, "vs oracle: nmse %g; seed %llu", e, g_seed);
+        CHECK(dguard_ok(&gb) && dguard_ok(&go) && dguard_ok(&gq), "guard damaged; seed %llu",
+              g_seed);
+        dfree(&gq), dfree(&gkf), dfree(&gvf), dfree(&gkb), dfree(&gvb), dfree(&go), dfree(&gb);
+        free(q), free(kf), free(vf), free(o), free(kb), free(vb), free(want), free(got), free(orc);
+        TEST_END();
+    }
+    char note[512];
+    li_backend_cuda_attn_note(gpu, note, sizeof note);
+    printf("  cudnn: %s\n", note);
+}
+
+// Our kernels against cuDNN on the shapes the issue names, same call (printed, not checked):
+// causal prefill T 4096 (Llama-3.1-8B heads, P 16, one chunk: keys = rows), the RAG query of 64
+// rows over 5 documents of 2048 tokens with their Δ, and LLaDA-8B's dense layers at T 1024 / 2048.
+typedef struct {
+    int T, H, nk, Hkv, Dh;
+    uint16_t *out, *k, *v;
+    float *q;
+} dense_ctx;
+
+static void dense_step(li_backend *be, void *vctx) {
+    dense_ctx *c = vctx;
+    be->ops->attention_dense_bf16(be, c->out, c->q, c->T, c->H, c->k, c->v, c->nk, c->Hkv, c->Dh,
+                                  1.0f / sqrtf((float)c->Dh));
+}
+
+static void bench_cudnn_case(const char *what, prefill_ctx *c, double flops) {
+    for (int impl = 0; impl < 2; impl++) {
+        gpu->attn_impl = impl == 0 ? LI_ATTN_NATIVE : LI_ATTN_LIBRARY;
+        double ms = 0;
+        li_status st = li_backend_cuda_time(gpu, prefill_step, c, 2, &ms);
+        if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, c, 10, &ms);
+        if (st != LI_OK) {
+            printf("  bench: %s %s failed: %s\n", what, impl ? "cudnn" : "native", li_error_msg());
+            continue;
+        }
+        printf("  bench: %-58s %-16s %8.4f ms %7.1f TFLOP/s\n", what,
+               impl ? "cudnn" : "native", ms,
+               flops / (ms * 1e-3) / 1e12);
+    }
+    gpu->attn_impl = LI_ATTN_NATIVE;
+}
+
+static void bench_cudnn(void) {
+    const int H = 32, Hkv = 8, Dh = 128, P = 16;
+    li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
+    for (int which = 0; which < 3; which++) {
+        // 0: causal prefill T 4096 (one chunk, Δ 0); 1: RAG query, 64 rows over 5 x 2048 + own;
+        // 2: the last 2048-row chunk of a 20480-token prompt (the engine's chunked prefill)
+        const int n_docs = which == 1 ? 5 : 0, doc = 2048, T = (int[]){4096, 64, 2048}[which];
+        const int n_keys = (which == 2 ? 18432 : n_docs * doc) + T, n_pages = n_keys / P;
+        li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL, LI_DTYPE_BF16};
+        size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * 2;
+        void *pool, *dpages, *dq, *dout, *dnv;
+        need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+        kv.data = pool;
+        need(gpu->ops->fill_random(gpu, pool, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
+                                   0.0f), "fill");
+        uint64_t *words = xmalloc(sizeof(uint64_t) * n_pages);
+        for (int p = 0; p < n_pages; p++) {
+            int d = p * P / doc;
+            words[p] = li_page_word(p, P, d < n_docs ? (int64_t)d * doc : 0);
+        }
+        int32_t *nv = xmalloc(sizeof(int32_t) * T);
+        double flops = 0;
+        for (int t = 0; t < T; t++) {
+            nv[t] = n_keys - T + t + 1;
+            flops += 4.0 * H * Dh * nv[t];
+        }
+        need(li_backend_cuda_alloc(gpu, &dpages, 8 * (size_t)n_pages, "pages"), "alloc");
+        need(li_backend_cuda_upload(gpu, dpages, words, 8 * (size_t)n_pages), "upload");
+        need(li_backend_cuda_alloc(gpu, &dnv, 4 * (size_t)T, "nv"), "alloc");
+        need(li_backend_cuda_upload(gpu, dnv, nv, 4 * (size_t)T), "upload");
+        need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
+        need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
+        need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+        prefill_ctx c = {T, H, dout, dq, kv,
+                         {.pages = dpages, .n_pages = n_pages, .pages_host = words,
+                          .n_visible_host = nv},
+                         dnv, &tab};
+        bench_cudnn_case((const char *[]){"causal prefill T 4096, H 32 Hkv 8 Dh 128, P 16",
+                                          "query prefill T 64 over 5 docs x 2048 + own, Llama-8B",
+                                          "prompt chunk T 2048 after 18432 keys, Llama-8B"}[which],
+                         &c, flops);
+        free(words), free(nv);
+        li_backend_cuda_free(gpu, pool), li_backend_cuda_free(gpu, dpages);
+        li_backend_cuda_free(gpu, dnv), li_backend_cuda_free(gpu, dq), li_backend_cuda_free(gpu, dout);
+    }
+    for (int T = 1024; T <= 2048; T *= 2) {  // LLaDA-8B: H 32 = Hkv, Dh 128, bidirectional
+        const int Hd = 32;
+        dense_ctx c = {T, Hd, T, Hd, Dh, NULL, NULL, NULL, NULL};
+        void *o, *k, *v, *q;
+        size_t n = (size_t)T * Hd * Dh;
+        need(li_backend_cuda_alloc(gpu, &o, 2 * n, "o"), "alloc");
+        need(li_backend_cuda_alloc(gpu, &k, 2 * n, "k"), "alloc");
+        need(li_backend_cuda_alloc(gpu, &v, 2 * n, "v"), "alloc");
+        need(li_backend_cuda_alloc(gpu, &q, 4 * n, "q"), "alloc");
+        need(gpu->ops->fill_random(gpu, k, LI_DTYPE_BF16, (int64_t)n, 3, 1.0f, 0.0f), "fill");
+        need(gpu->ops->fill_random(gpu, v, LI_DTYPE_BF16, (int64_t)n, 4, 1.0f, 0.0f), "fill");
+        need(li_backend_cuda_fill_uniform(gpu, q, (int64_t)n, 5, 1.0f), "fill");
+        c.out = o, c.k = k, c.v = v, c.q = q;
+        double flops = 4.0 * T * (double)T * Hd * Dh;
+        for (int impl = 0; impl < 2; impl++) {
+            gpu->attn_impl = impl ? LI_ATTN_LIBRARY : LI_ATTN_NATIVE;
+            double ms = 0;
+            li_status st = li_backend_cuda_time(gpu, dense_step, &c, 2, &ms);
+            if (st == LI_OK) st = li_backend_cuda_time(gpu, dense_step, &c, 10, &ms);
+            if (st != LI_OK) {
+                printf("  bench: dense T %d failed: %s\n", T, li_error_msg());
+                continue;
+            }
+            printf("  bench: %-58s %-16s %8.4f ms %7.1f TFLOP/s\n",
+                   T == 1024 ? "LLaDA-8B dense attention T 1024 (bf16 out)"
+                             : "LLaDA-8B dense attention T 2048 (bf16 out)",
+                   impl ? "cudnn" : "native", ms, flops / (ms * 1e-3) / 1e12);
+        }
+        gpu->attn_impl = LI_ATTN_NATIVE;
+        li_backend_cuda_free(gpu, o), li_backend_cuda_free(gpu, k), li_backend_cuda_free(gpu, v);
+        li_backend_cuda_free(gpu, q);
+    }
+    char note[512];
+    li_backend_cuda_attn_note(gpu, note, sizeof note);
+    printf("  cudnn: %s\n", note);
 }
 
 // ---- GEMM timing (printed, not checked)
@@ -2378,7 +2684,9 @@ typedef struct {
 
 static void mm8_step(li_backend *be, void *vctx) {
     mm8_ctx *c = vctx;
-    if (c->fp8) {
+    if (c->fp8 == 2) {  // the GEMM alone, on activations quantised before the timing
+        be->ops->matmul_fp8_fast(be, c->y, c->qa, c->sa, c->T, &c->W8, false);
+    } else if (c->fp8) {
         be->ops->fp8_quant_rows(be, c->qa, c->sa, c->x, c->T, (int)c->W8.n_cols);
         be->ops->matmul_fp8_fast(be, c->y, c->qa, c->sa, c->T, &c->W8, false);
     } else {
@@ -2432,6 +2740,21 @@ static void bench_fp8(void) {
                    "%6.1f TFLOP/s  speed-up %.2fx\n", N, K, T, ms[0],
                    ms[0] > 0 ? flops / (ms[0] * 1e-3) / 1e12 : 0, ms[1],
                    ms[1] > 0 ? flops / (ms[1] * 1e-3) / 1e12 : 0, ms[1] > 0 ? ms[0] / ms[1] : 0);
+            // the block-scaled GEMM alone (what the fused LLaDA FFN pays), per heuristic candidate
+            gpu->ops->fp8_quant_rows(gpu, dqa, dsa, dx, T, K);
+            for (int algo = 0; algo < 4 && T >= 256; algo++) {
+                char a[8];
+                snprintf(a, sizeof a, "%d", algo);
+                setenv("LI_CUDA_FP8_ALGO", a, 1);
+                mm8_ctx c = {dy, dx, dqa, dsa, W8, {LI_DTYPE_BF16, N, K, dw}, T, 2};
+                double t = 0;
+                li_status st = li_backend_cuda_time(gpu, mm8_step, &c, 3, &t);
+                if (st == LI_OK) st = li_backend_cuda_time(gpu, mm8_step, &c, 20, &t);
+                if (st == LI_OK)
+                    printf("  bench:   fp8 GEMM only, candidate %d: %8.4f ms %6.1f TFLOP/s\n",
+                           algo, t, flops / (t * 1e-3) / 1e12);
+            }
+            unsetenv("LI_CUDA_FP8_ALGO");
         }
     }
     void *all[] = {dw, dq, ds, dx, dy, dqa, dsa, wf};
@@ -2467,6 +2790,8 @@ int main(void) {
     // OpenBLAS: the reference ops use no backend state.
     li_backend ref_be = {.ops = &li_cpu_ref_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
     ref = &ref_be;
+    // the engine's own kernels unless a case asks for cuDNN (the "cudnn" groups)
+    gpu->attn_impl = LI_ATTN_NATIVE;
     char desc[400];
     li_backend_cuda_describe(gpu, desc, sizeof desc);
     printf("gpu-check on %s, seed %llu (LI_TEST_SEED=%llu reproduces)\n", desc, g_seed, g_seed);
@@ -2482,7 +2807,8 @@ int main(void) {
                   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8}, {"bf16", test_bf16},
                   {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
-                  {"bench-query", bench_query_prefill},
+                  {"bench-query", bench_query_prefill}, {"cudnn", test_attention_cudnn},
+                  {"bench-cudnn", bench_cudnn},
                   {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8},
                   {"bench-dllm-x0", bench_dllm_x0}};
     const char *only = getenv("LI_GPU_CHECK_ONLY");

@@ -15,6 +15,9 @@
 #include <cuda_runtime_api.h>
 
 #include "../../core/rng-jump.h"
+#include "../attn-blocks.h"
+#include "attention-blocks.cuh"
+#include "attention-cudnn.h"
 #include "attention.cuh"
 #include "backend-cuda.h"
 #include "dllm-sample.cuh"
@@ -38,6 +41,7 @@ typedef struct {
     int T;
     uint32_t align_w, align_y;
     bool invariant;  // made without split-K (li_backend.batch_invariant)
+    int algo_idx;    // FP8 plans: which of the heuristic's candidates (LI_CUDA_FP8_ALGO, A/B)
     char name[64];          // "matmul bf16 N=… K=…": the op's name in LI_CUDA_PROFILE
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t lw, lx, ly;  // W^T as (K, N) col-major, x as (K, T), y as (N, T)
@@ -83,6 +87,29 @@ typedef struct {
 #define LI_ATTN_PLANS 16
 
 static void attn_plan_destroy(attn_plan *p);
+
+// A paged attention call planned for cuDNN (attn-blocks.h): the call's host inputs (compared on
+// lookup: the layers of one forward share them), the plan, its library shapes and the device
+// copies of its slot tables (uploaded once, read by every layer).
+typedef struct {
+    int T, n_pages, P;
+    bool has_first;
+    uint64_t *pages;          // (n_pages) host copy
+    int32_t *first, *nvis;    // (T) host copies
+    int cap_pages, cap_first, cap_nvis;
+    bool ok;                  // a plan exists and cuDNN took it
+    li_attn_blocks b;
+    int B1, B2;               // slots of the non-causal and the causal call (padded)
+    int s_q, s_kv, table;     // rows per slot, keys per slot (gathered), page ids per slot
+    void *dev;                // slots, seq_q, seq_kv, page table, rows, slot list
+    size_t dev_cap;
+    li_cuda_block_slot *d_slots;
+    int32_t *d_seq_q, *d_seq_kv, *d_table, *d_slot_list;
+    li_cuda_block_row *d_rows;
+    uint64_t last_used;
+} lib_plan;
+
+#define LI_LIB_PLANS 16
 
 // Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it
 // must not happen during graph capture: the engine sizes these at start.
@@ -140,6 +167,13 @@ typedef struct {
     uint64_t seen[LI_GRAPH_SEEN];
     int n_seen;
     li_cuda_graph_stats gstats;
+    // attention through cuDNN (LI_ATTN_AUTO / LI_ATTN_LIBRARY): loaded on first use
+    li_cudnn *cudnn;
+    bool cudnn_tried;
+    char cudnn_note[512];  // why cuDNN is not used, when it is not
+    lib_plan lib[LI_LIB_PLANS];
+    uint64_t lib_tick;
+    dev_scratch lib_q, lib_o, lib_lse, lib_kv;  // bf16 Q / O per slot, LSE, gathered K and V
     li_status err;     // first error since init
     char err_msg[512];
 } li_cuda_impl;
@@ -380,6 +414,27 @@ void li_backend_cuda_destroy(li_backend *be) {
         cudaFree(im->keys.p);
         cudaFree(im->tickets.p);
         cudaFree(im->dense.p);
+        for (int i = 0; i < LI_LIB_PLANS; i++) {
+            lib_plan *p = &im->lib[i];
+            li_attn_blocks_free(&p->b);
+            li_free(p->pages);
+            li_free(p->first);
+            li_free(p->nvis);
+            cudaFree(p->dev);
+        }
+        cudaFree(im->lib_q.p);
+        cudaFree(im->lib_o.p);
+        cudaFree(im->lib_lse.p);
+        cudaFree(im->lib_kv.p);
+        if (im->cudnn && im->prof) {
+            li_cudnn_stats cs;
+            li_cudnn_get_stats(im->cudnn, &cs);
+            fprintf(stderr, "cudnn (LI_CUDA_PROFILE): %lld plans built in %.1f ms, %lld calls, "
+                    "%lld shapes refused, %lld workspace allocations\n",
+                    (long long)cs.plans_built, cs.build_ms, (long long)cs.calls,
+                    (long long)cs.unsupported, (long long)cs.workspace_allocs);
+        }
+        li_cudnn_close(im->cudnn);
         for (int i = 0; i < im->n_attn_plans; i++) attn_plan_destroy(&im->attn_plans[i]);
         cudaFree(im->fp8_ws.p);
         cudaFree(im->fp8_as.p);
@@ -792,11 +847,325 @@ static bool attn_split(li_cuda_impl *im, li_cuda_attn_args *a) {
     return a->tickets != NULL;
 }
 
+// ---- attention through cuDNN -------------------------------------------------------------------
+//
+// Prefill chunks (T >= LI_CUDNN_MIN_ROWS rows) over the paged pool run as cuDNN SDPA calls: the
+// call is cut into blocks by attn-blocks.c (each block: a group of rows over a run of keys with
+// one Δ, non-causal or ending on the rows' diagonal), every block's rows rotated back by its Δ
+// into bf16 (li_cuda_blocks_q), its keys gathered from the pool's pages into a dense bf16 block
+// (li_cuda_blocks_gather), the non-causal blocks in one cuDNN call and the causal ones in another
+// (the batch slots of a call are the blocks), and the blocks merged by their log-sum-exp
+// (li_cuda_blocks_merge). One physical copy of each document serves every position, as in the
+// native kernels. Napkin maths: attention of T rows over n keys is 4 T n H Dh FLOP (half that
+// causal); cuDNN reaches 450-530 TFLOP/s on causal T 4096; the extra passes move ~6 bytes per
+// query element and 8 per K / V element — ~10 % of a 2048-row chunk's time at 20 K keys.
+// Measured on the H200 (docs/BENCHMARKS.md): reading the pages through cuDNN's page tables was
+// slower than gathering them first (0.48 vs 0.43 ms at causal T 4096, 1.42 vs 1.21 ms for a
+// 2048-row chunk over 20 K keys), so only the gathered layout is kept; and 64 query rows over
+// five cached documents run faster on our split-K kernel (0.09 vs 0.13 ms), hence the row bound.
+#define LI_CUDNN_MIN_ROWS 256
+
+static unsigned pow2_at_least(unsigned n, unsigned floor) {
+    unsigned p = floor;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+// Loads cuDNN on first use; false (with the reason in cudnn_note, recorded as an error under
+// LI_ATTN_LIBRARY) when it cannot be used.
+static bool cudnn_ready(li_backend *be) {
+    li_cuda_impl *im = be->impl;
+    if (!im->cudnn_tried) {
+        im->cudnn_tried = true;
+        im->cudnn = li_cudnn_open(im->stream, im->cudnn_note, sizeof im->cudnn_note);
+    }
+    if (!im->cudnn && be->attn_impl == LI_ATTN_LIBRARY)
+        record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: %s", im->cudnn_note);
+    return im->cudnn != NULL;
+}
+
+// Runs one cuDNN call; 0 queued, 1 cuDNN refused the shape (nothing queued), -1 error recorded.
+static int cudnn_call(li_backend *be, const li_sdpa_args *a, const char *op) {
+    li_cuda_impl *im = be->impl;
+    char err[512] = "";
+    int rc = li_cudnn_sdpa(im->cudnn, a, err, sizeof err);
+    if (rc == 0) prof_mark(im, op);
+    else if (rc < 0) record(im, LI_ERR_BACKEND, "cuda %s: %s", op, err);
+    else if (be->attn_impl == LI_ATTN_LIBRARY) record(im, LI_ERR_UNSUPPORTED, "cuda %s: %s", op, err);
+    else snprintf(im->cudnn_note, sizeof im->cudnn_note, "%s", err);
+    return rc;
+}
+
+static bool grow_host(void **p, int *cap, int n, size_t size) {
+    if (n <= *cap) return true;
+    void *q = realloc(*p, (size_t)n * size);
+    if (!q) return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+// The slot tables of plan p into its device buffer (one upload). false: error recorded.
+static bool lib_plan_upload(li_cuda_impl *im, lib_plan *p, const li_kv_seq *seq, int P) {
+    const li_attn_blocks *b = &p->b;
+    const int n_slots = p->B1 + p->B2, T = p->T;
+    size_t n_slot_b = (size_t)n_slots * sizeof(li_cuda_block_slot);
+    size_t n_len_b = (size_t)n_slots * 4, n_table_b = (size_t)n_slots * p->table * 4;
+    size_t n_rows_b = (size_t)T * sizeof(li_cuda_block_row), n_list_b = (size_t)b->n_entries * 4;
+    size_t bytes = n_slot_b + 2 * n_len_b + n_table_b + n_rows_b + n_list_b;
+    char *h = malloc(bytes);
+    int *slot_of = malloc((size_t)b->n_entries * sizeof *slot_of);
+    if (!h || !slot_of) {
+        free(h);
+        free(slot_of);
+        record(im, LI_ERR_OOM, "cuda attention (cudnn plan): out of host memory");
+        return false;
+    }
+    li_cuda_block_slot *slots = (li_cuda_block_slot *)h;
+    int32_t *seq_q = (int32_t *)(h + n_slot_b), *seq_kv = seq_q + n_slots;
+    int32_t *table = seq_kv + n_slots;
+    li_cuda_block_row *rows = (li_cuda_block_row *)(table + (size_t)n_slots * p->table);
+    int32_t *list = (int32_t *)(rows + T);
+    for (int i = 0; i < n_slots; i++) {
+        // slot i: entry e; padding slots repeat the first slot of their call
+        int e = i < p->B1 ? (i < b->n_noncausal ? i : 0)
+                          : b->n_noncausal + (i - p->B1 < b->n_entries - b->n_noncausal ? i - p->B1 : 0);
+        const li_attn_entry *en = &b->entries[e];
+        const li_attn_segment *sg = &b->segs[en->seg];
+        const int64_t rel = en->key0 - sg->k0;
+        const int page0 = sg->page0 + (int)(rel / P), off = (int)(rel % P);
+        const int n_pg = (off + en->n_keys + P - 1) / P;  // pages the slot's keys touch
+        slots[i] = (li_cuda_block_slot){.row0 = b->groups[en->group].t0,
+                                        .n_rows = b->groups[en->group].n,
+                                        .delta = (int32_t)sg->delta, .off = off,
+                                        .n_keys = en->n_keys};
+        seq_q[i] = slots[i].n_rows;
+        seq_kv[i] = en->n_keys;
+        for (int k = 0; k < p->table; k++)
+            table[(size_t)i * p->table + k] =
+                (int32_t)li_page_id(seq->pages_host[page0 + (k < n_pg ? k : n_pg - 1)]);
+        if ((i < p->B1 && i < b->n_noncausal) ||
+            (i >= p->B1 && i - p->B1 < b->n_entries - b->n_noncausal))
+            slot_of[e] = i;
+    }
+    for (int g = 0; g < b->n_groups; g++) {
+        for (int k = b->group_first[g]; k < b->group_first[g + 1]; k++)
+            list[k] = slot_of[b->group_entries[k]];
+        for (int r = 0; r < b->groups[g].n; r++)
+            rows[b->groups[g].t0 + r] = (li_cuda_block_row){
+                .first = b->group_first[g], .count = b->group_first[g + 1] - b->group_first[g],
+                .r = r};
+    }
+    free(slot_of);
+    bool ok = true;
+    if (bytes > p->dev_cap) {
+        cudaFree(p->dev);
+        p->dev = NULL;
+        p->dev_cap = 0;
+        im->scratch_allocs++;
+        ok = !cu_fail(im, "attention (cudnn plan)", cudaMalloc(&p->dev, bytes));
+        if (ok) p->dev_cap = bytes;
+    }
+    ok = ok && !cu_fail(im, "attention (cudnn plan upload)",
+                        cudaMemcpyAsync(p->dev, h, bytes, cudaMemcpyHostToDevice, im->stream));
+    free(h);  // pageable source: staged before cudaMemcpyAsync returns
+    if (!ok) return false;
+    char *d = p->dev;
+    p->d_slots = (li_cuda_block_slot *)d;
+    p->d_seq_q = (int32_t *)(d + n_slot_b);
+    p->d_seq_kv = p->d_seq_q + n_slots;
+    p->d_table = p->d_seq_kv + n_slots;
+    p->d_rows = (li_cuda_block_row *)(p->d_table + (size_t)n_slots * p->table);
+    p->d_slot_list = (int32_t *)(p->d_rows + T);
+    return true;
+}
+
+// The plan for this call: found among the kept ones (same host inputs) or made and uploaded.
+// NULL when the call has no plan (p->ok false is returned too: the caller runs its kernel).
+static lib_plan *lib_plan_get(li_cuda_impl *im, const li_kv_seq *seq, int P, int T) {
+    const bool has_first = seq->kv_first_host != NULL;
+    im->lib_tick++;
+    lib_plan *lru = &im->lib[0];
+    for (int i = 0; i < LI_LIB_PLANS; i++) {
+        lib_plan *p = &im->lib[i];
+        if (p->T == T && p->n_pages == seq->n_pages && p->P == P && p->has_first == has_first &&
+            !memcmp(p->pages, seq->pages_host, (size_t)seq->n_pages * 8) &&
+            !memcmp(p->nvis, seq->n_visible_host, (size_t)T * 4) &&
+            (!has_first || !memcmp(p->first, seq->kv_first_host, (size_t)T * 4))) {
+            p->last_used = im->lib_tick;
+            return p;
+        }
+        if (p->last_used < lru->last_used) lru = p;
+    }
+    lib_plan *p = lru;
+    p->T = 0;  // invalid until filled
+    if (!grow_host((void **)&p->pages, &p->cap_pages, seq->n_pages, 8) ||
+        !grow_host((void **)&p->first, &p->cap_first, T, 4) ||
+        !grow_host((void **)&p->nvis, &p->cap_nvis, T, 4)) {
+        record(im, LI_ERR_OOM, "cuda attention (cudnn plan): out of host memory");
+        return NULL;
+    }
+    memcpy(p->pages, seq->pages_host, (size_t)seq->n_pages * 8);
+    memcpy(p->nvis, seq->n_visible_host, (size_t)T * 4);
+    if (has_first) memcpy(p->first, seq->kv_first_host, (size_t)T * 4);
+    p->n_pages = seq->n_pages;
+    p->P = P;
+    p->has_first = has_first;
+    p->last_used = im->lib_tick;
+    p->ok = li_attn_blocks_plan(&p->b, p->pages, seq->n_pages, P, has_first ? p->first : NULL,
+                                p->nvis, T);
+    p->T = T;
+    if (!p->ok) return p;
+    const li_attn_blocks *b = &p->b;
+    int n_c = b->n_entries - b->n_noncausal;
+    p->B1 = b->n_noncausal ? (int)pow2_at_least((unsigned)b->n_noncausal, 1) : 0;
+    p->B2 = n_c ? (int)pow2_at_least((unsigned)n_c, 1) : 0;
+    // row and key counts rounded up to powers of two: a new request's chunk reuses a plan
+    p->s_q = (int)pow2_at_least((unsigned)b->max_rows, 16);
+    int max_pages = 1;
+    for (int e = 0; e < b->n_entries; e++) {
+        const li_attn_entry *en = &b->entries[e];
+        int off = (int)((en->key0 - b->segs[en->seg].k0) % P);
+        int np = (off + en->n_keys + P - 1) / P;
+        if (np > max_pages) max_pages = np;
+    }
+    p->table = max_pages;
+    p->s_kv = (int)pow2_at_least((unsigned)b->max_keys, 64);
+    if (p->B1 + p->B2 > 65535) p->ok = false;
+    if (p->ok && !lib_plan_upload(im, p, seq, P)) p->ok = false;
+    return p;
+}
+
+void li_backend_cuda_attn_note(li_backend *be, char *buf, size_t n) {
+    li_cuda_impl *im = be->impl;
+    if (!im->cudnn) {
+        snprintf(buf, n, "not used: %s", im->cudnn_tried ? im->cudnn_note : "no call asked for it");
+        return;
+    }
+    li_cudnn_stats cs;
+    li_cudnn_get_stats(im->cudnn, &cs);
+    snprintf(buf, n, "cuDNN %d: %lld plans built in %.1f ms, %lld calls, %lld shapes refused%s%s",
+             li_cudnn_version(im->cudnn), (long long)cs.plans_built, cs.build_ms,
+             (long long)cs.calls, (long long)cs.unsupported, im->cudnn_note[0] ? "; last: " : "",
+             im->cudnn_note);
+}
+
+// The call through cuDNN; false when it does not apply (the caller runs its own kernel; nothing
+// was queued that writes `out`). Errors are recorded and return true.
+static bool attention_cudnn(li_backend *be, float *out, const float *q, int T, int H,
+                            const li_kv_storage *kv, int il, const li_kv_seq *seq, float scale,
+                            const li_rope_table *rope) {
+    li_cuda_impl *im = be->impl;
+    const int Hkv = kv->n_head_kv, Dh = kv->head_dim, P = kv->page_size;
+    // auto: the row bound; --attn-impl cudnn: every call of 2 rows or more (the A/B switch)
+    const int min_rows = be->attn_impl == LI_ATTN_LIBRARY ? 2 : LI_CUDNN_MIN_ROWS;
+    if (be->attn_impl == LI_ATTN_NATIVE || T < min_rows || !seq->pages_host ||
+        !seq->n_visible_host || im->capturing)
+        return false;
+    if (kv->dtype != LI_DTYPE_BF16 || Dh % 8 || Dh > 256 || Hkv <= 0 || H % Hkv) {
+        if (be->attn_impl == LI_ATTN_LIBRARY)
+            record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: needs a bf16 KV pool and a head "
+                   "size that is a multiple of 8 up to 256 (pool %s, Dh %d)",
+                   li_dtype_name(kv->dtype), Dh);
+        return be->attn_impl == LI_ATTN_LIBRARY;
+    }
+    if (!cudnn_ready(be)) return be->attn_impl == LI_ATTN_LIBRARY;
+    lib_plan *p = lib_plan_get(im, seq, P, T);
+    if (!p) return true;  // recorded
+    if (!p->ok) {
+        if (be->attn_impl == LI_ATTN_LIBRARY && im->err == LI_OK)
+            record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: this call's visibility pattern "
+                   "has no split into library blocks (attn-blocks.h)");
+        return be->attn_impl == LI_ATTN_LIBRARY;
+    }
+    bool any_delta = false;
+    for (int s = 0; s < p->b.n_segs; s++) any_delta |= p->b.segs[s].delta != 0;
+    if (any_delta && !rope) {
+        record(im, LI_ERR_INVALID_ARG, "cuda attention: pages with a RoPE offset but no table");
+        return true;
+    }
+    const int n_slots = p->B1 + p->B2;
+    const size_t q_elems = (size_t)n_slots * p->s_q * H * Dh;
+    uint16_t *qb = scratch_get(im, &im->lib_q, q_elems * 2, "attention (cudnn q)");
+    uint16_t *ob = scratch_get(im, &im->lib_o, q_elems * 2, "attention (cudnn o)");
+    float *lse = scratch_get(im, &im->lib_lse, (size_t)n_slots * H * p->s_q * 4,
+                             "attention (cudnn lse)");
+    if (!qb || !ob || !lse) return true;
+    li_cuda_rope_args r;
+    memset(&r, 0, sizeof r);
+    if (rope) r = rope_args(rope);
+    if (cu_fail(im, "attention (cudnn q)",
+                li_cuda_blocks_q(im->stream, qb, q, p->d_slots, n_slots, p->s_q, H, Dh, &r)))
+        return true;
+    const size_t kv_elems = (size_t)n_slots * p->s_kv * Hkv * Dh;
+    uint16_t *kb = scratch_get(im, &im->lib_kv, kv_elems * 4, "attention (cudnn gathered K / V)");
+    if (!kb) return true;
+    uint16_t *vb = kb + kv_elems;
+    if (cu_fail(im, "attention (cudnn gather)",
+                li_cuda_blocks_gather(im->stream, kb, vb, kv->data, kv->n_layer, il, Hkv, P, Dh,
+                                      p->d_slots, p->d_table, p->table, n_slots, p->s_kv)))
+        return true;
+    for (int causal = 0; causal < 2; causal++) {
+        const int s0 = causal ? p->B1 : 0, nb = causal ? p->B2 : p->B1;
+        if (nb == 0) continue;
+        li_sdpa_args a = {
+            .kind = LI_SDPA_PADDED, .b = nb, .H = H, .Hkv = Hkv, .Dh = Dh, .s_q = p->s_q,
+            .s_kv = p->s_kv, .causal = causal, .scale = scale,
+            .q = qb + (size_t)s0 * p->s_q * H * Dh, .o = ob + (size_t)s0 * p->s_q * H * Dh,
+            .k = kb + (size_t)s0 * p->s_kv * Hkv * Dh, .v = vb + (size_t)s0 * p->s_kv * Hkv * Dh,
+            .lse = lse + (size_t)s0 * H * p->s_q, .seq_q = p->d_seq_q + s0,
+            .seq_kv = p->d_seq_kv + s0};
+        int rc = cudnn_call(be, &a, causal ? "attention (cudnn causal)" : "attention (cudnn)");
+        if (rc < 0) return true;
+        if (rc > 0) {  // refused: this shape runs on our kernels from now on
+            p->ok = false;
+            return be->attn_impl == LI_ATTN_LIBRARY;
+        }
+    }
+    cu_fail(im, "attention (cudnn merge)",
+            li_cuda_blocks_merge(im->stream, out, ob, lse, p->d_rows, p->d_slot_list, T, p->s_q, H,
+                                 Dh));
+    return true;
+}
+
+// attention_dense / attention_dense_bf16 through cuDNN: q converted to bf16 (unscaled: cuDNN
+// scales the scores in fp32), K / V bf16, out bf16 (outb) or f32 (outf, through lib_o). false
+// when it does not apply (the caller runs its kernel).
+static bool dense_cudnn(li_backend *be, float *outf, uint16_t *outb, const float *q, int T, int H,
+                        const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
+                        float scale) {
+    li_cuda_impl *im = be->impl;
+    // Recorded into step graphs too (a key's first step ran eagerly, so the plan and scratch
+    // exist): a graph must compute the bits of the op-by-op step. If cuDNN cannot be recorded,
+    // the recording fails and graph_end re-runs the step eagerly, through cuDNN again.
+    if (be->attn_impl == LI_ATTN_NATIVE || T < 1 || nk < 1) return false;
+    if (Dh % 8 || Dh > 256 || Hkv <= 0 || H % Hkv) {
+        if (be->attn_impl == LI_ATTN_LIBRARY)
+            record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: head size %d not supported", Dh);
+        return be->attn_impl == LI_ATTN_LIBRARY;
+    }
+    if (!cudnn_ready(be)) return be->attn_impl == LI_ATTN_LIBRARY;
+    const size_t nq = (size_t)T * H * Dh;
+    uint16_t *qb = scratch_get(im, &im->lib_q, nq * 2, "attention_dense (cudnn q)");
+    uint16_t *ob = outb ? outb : scratch_get(im, &im->lib_o, nq * 2, "attention_dense (cudnn o)");
+    if (!qb || !ob) return true;
+    if (cu_fail(im, "attention_dense (cudnn q)", li_cuda_f32_to_bf16(im->stream, qb, q, (int64_t)nq)))
+        return true;
+    li_sdpa_args a = {.kind = LI_SDPA_DENSE, .b = 1, .H = H, .Hkv = Hkv, .Dh = Dh, .s_q = T,
+                      .s_kv = nk, .scale = scale, .q = qb, .k = k, .v = v, .o = ob};
+    int rc = cudnn_call(be, &a, "attention_dense (cudnn)");
+    if (rc > 0) return be->attn_impl == LI_ATTN_LIBRARY;
+    if (rc == 0 && outf)
+        cu_fail(im, "attention_dense (cudnn out)", li_cuda_bf16_to_f32(im->stream, outf, ob, (int64_t)nq));
+    return true;
+}
+
 static void cu_attention(li_backend *be, float *out, const float *q, int T, int H,
                          const li_kv_storage *kv, int il, const li_kv_seq *seq,
                          const int32_t *kv_first, const int32_t *n_visible, float scale,
                          const li_rope_table *rope) {
     li_cuda_impl *im = be->impl;
+    if (attention_cudnn(be, out, q, T, H, kv, il, seq, scale, rope)) return;
     li_cuda_attn_args a;
     if (T <= 0 || !attn_args(im, &a, out, q, T, H, kv, il, seq->pages, seq->n_pages, kv_first,
                              n_visible, scale, rope))
@@ -983,14 +1352,20 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // checks), which the preference states so that the heuristic does not assume 256.
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
                                const float *as) {
-    gemm_plan *p = plan_find(&im->fp8_plans, N, K, T, 16, 16, false);  // 16-byte aligned (above)
-    if (p) return p;
+    // LI_CUDA_FP8_ALGO=i takes the heuristic's i-th candidate (A/B of the algorithms)
+    const char *ae = getenv("LI_CUDA_FP8_ALGO");
+    const int want = ae ? atoi(ae) : 0;
+    for (int i = 0; i < im->fp8_plans.n; i++) {  // 16-byte aligned (the caller checked)
+        gemm_plan *q = &im->fp8_plans.p[i];
+        if (q->N == N && q->K == K && q->T == T && q->algo_idx == want) return q;
+    }
+    gemm_plan *p;
     p = plan_slot(&im->fp8_plans);
     cublasLtMatmulPreference_t pref = NULL;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     int32_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[8];
     int n_res = 0;
     cublasStatus_t hs = CUBLAS_STATUS_NOT_INITIALIZED;
     bool ok =
@@ -1011,7 +1386,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) == 0 &&
         pref_create(&pref, 16, 16, 16, false) == 0 &&
         (hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref,
-                                             1, &res, &n_res)) == 0 &&
+                                             want + 1 < 8 ? want + 1 : 8, res, &n_res)) == 0 &&
         n_res > 0;
     im->fp8_status = hs == 0 && n_res == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : (int)hs;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -1019,7 +1394,8 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         plan_destroy(p);  // N = 0: never matches a lookup, so the shape is tried again later
         return NULL;
     }
-    p->algo = res.algo;
+    p->algo = res[want < n_res ? want : n_res - 1].algo;
+    p->algo_idx = want;
     p->N = N;
     p->K = K;
     p->T = T;
@@ -1491,6 +1867,7 @@ static void cu_attention_dense(li_backend *be, float *out, const float *q, int T
         if (cu_fail(im, "attention_dense (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
             cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
             return;
+        if (dense_cudnn(be, out, NULL, q, T, H, kb, vb, nk, Hkv, Dh, scale)) return;
         cu_fail(im, "attention_dense",
                 li_cuda_attention_dense(im->stream, out, q, T, H, kb, vb, 1, nk, Hkv, Dh, scale));
         return;
@@ -1541,6 +1918,7 @@ static void cu_attention_dense_bf16(li_backend *be, uint16_t *out, const float *
                                     const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
                                     float scale) {
     li_cuda_impl *im = be->impl;
+    if (dense_cudnn(be, NULL, out, q, T, H, k, v, nk, Hkv, Dh, scale)) return;
     cu_fail(im, "attention_dense_bf16",
             li_cuda_attention_dense_out(im->stream, NULL, out, q, T, H, k, v, 1, nk, Hkv, Dh,
                                         scale));

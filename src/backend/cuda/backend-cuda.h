@@ -63,6 +63,10 @@ const char *li_backend_cuda_fp8_note(li_backend *be);
 // (attention-prefill.cu; tolerances differ from the fp32 kernels').
 bool li_backend_cuda_attention_tc(int T, int head_dim);
 
+// How attention runs through cuDNN, into buf: its version, plans built and their build time,
+// calls, refused shapes; or why cuDNN is not used.
+void li_backend_cuda_attn_note(li_backend *be, char *buf, size_t n);
+
 // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" into buf.
 void li_backend_cuda_describe(li_backend *be, char *buf, size_t n);
 

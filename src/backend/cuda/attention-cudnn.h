@@ -1,0 +1,76 @@
+// attention-cudnn.h — scaled dot-product attention through cuDNN's SDPA (the cuDNN frontend's
+// graph API), as plain C functions for the CUDA backend. The C++ that the frontend needs stays in
+// attention-cudnn.cpp; nothing else in lazyinfer sees C++.
+//
+// cuDNN is loaded at run time (dlopen): LI_CUDNN_LIB names the library file, else libcudnn.so.9
+// is looked up on the loader path (docs/CUDA.md says how the GPU machine provides it). A binary
+// whose machine has no cuDNN still runs: li_cudnn_open fails with a message and the backend uses
+// its own kernels.
+//
+// Plans: one cuDNN graph per shape class, built on first use and kept (up to LI_CUDNN_PLANS, the
+// least recently used replaced). Runtime-varying lengths (rows and keys of each batch entry, page
+// tables) are device tensors, so a new request reuses the plan of its class.
+#ifndef LI_ATTENTION_CUDNN_H
+#define LI_ATTENTION_CUDNN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct li_cudnn li_cudnn;
+
+// How K and V are laid out for one call.
+typedef enum {
+    LI_SDPA_DENSE,   // one entry, all rows over all keys: k, v (s_kv, Hkv, Dh); no length tensors
+    LI_SDPA_PADDED,  // b entries, each (s_kv, Hkv, Dh) at entry * s_kv rows; seq_q, seq_kv
+} li_sdpa_kind;
+
+// One SDPA call: O = softmax(scale Q Kᵀ [+ mask]) V per entry and query head, GQA (query head h
+// reads kv head h / (H / Hkv)), bf16 inputs and outputs, fp32 softmax and accumulation.
+typedef struct {
+    li_sdpa_kind kind;
+    int b;             // batch entries
+    int H, Hkv, Dh;
+    int s_q;           // rows per entry: entry e's rows are rows e * s_q .. of q and o
+    int s_kv;          // keys per entry (the stride between entries)
+    bool causal;       // bottom-right aligned: row r of n sees the first n_kv - (n - 1 - r) keys
+    float scale;
+    const void *q;            // (b, s_q, H, Dh) bf16
+    const void *k, *v;        // (b, s_kv, Hkv, Dh) bf16; PADDED: keys past seq_kv must be finite
+    void *o;                  // (b, s_q, H, Dh) bf16
+    float *lse;               // (b, H, s_q) log-sum-exp of the scaled scores (natural log), or NULL
+    const int32_t *seq_q;     // (b) rows of each entry (PADDED)
+    const int32_t *seq_kv;    // (b) keys of each entry (PADDED)
+} li_sdpa_args;
+
+// Loads cuDNN and creates a handle bound to `stream`; NULL with the reason in err when cuDNN
+// cannot be loaded or initialised.
+li_cudnn *li_cudnn_open(cudaStream_t stream, char *err, size_t n_err);
+void li_cudnn_close(li_cudnn *c);  // NULL is a no-op
+
+// Queues the call on the handle's stream. 0: queued; 1: cuDNN has no engine for this shape
+// (nothing queued, err says why: the caller runs its own kernel); -1: an error (err).
+int li_cudnn_sdpa(li_cudnn *c, const li_sdpa_args *a, char *err, size_t n_err);
+
+// Plans built so far, the milliseconds spent building them, calls run, and workspace
+// (re)allocations.
+typedef struct {
+    int64_t plans_built, calls, workspace_allocs;
+    double build_ms;
+    int64_t unsupported;  // shapes cuDNN refused (each tried once)
+} li_cudnn_stats;
+void li_cudnn_get_stats(const li_cudnn *c, li_cudnn_stats *out);
+// cuDNN's version as loaded (e.g. 91900), 0 when none.
+int li_cudnn_version(const li_cudnn *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
