@@ -19,7 +19,7 @@ LI_CUDA_API cudaError_t li_cuda_fp8_quant_rows(cudaStream_t st, uint8_t *q, floa
                                                const float *x, int T, int K);
 // Fused activation quantisation (codes and scales as fp8_quant_rows of the f32 result):
 // x += y (y NULL: none), then q, scale of rmsnorm(x) * w (T, D); and q, scale of silu(gate) * up
-// (T, F). li_cuda_fp8_fused_ok: the kernels take K (norm: with add_rmsnorm's block size).
+// (T, F). li_cuda_fp8_fused_ok: the kernels take K (K <= 16384).
 LI_CUDA_API bool li_cuda_fp8_fused_ok(int K, bool norm);
 LI_CUDA_API cudaError_t li_cuda_add_rmsnorm_fp8(cudaStream_t st, uint8_t *q, float *scale,
                                                 float *x, const float *y, const float *w, int T,
