@@ -99,9 +99,10 @@ ROPE_LLAMA3 = {
 }
 MAX_POS = 131072
 
-BENCH_NAMES = ["sdpa_decode", "sdpa_prefill", "eager_llama8b", "copy_bw", "gemm_bf16"]
+BENCH_NAMES = ["sdpa_decode", "sdpa_prefill", "sdpa_dense", "eager_llama8b", "copy_bw",
+               "gemm_bf16"]
 # not in the default run (issue 5's baselines): --only eager_llada8b
-EXTRA_BENCHES = ["eager_llada8b"]
+EXTRA_BENCHES = ["eager_llada8b", "gemm_fp8"]
 
 
 def log(msg):
@@ -362,6 +363,40 @@ def bench_sdpa_prefill(ctx):
         q = k = v = None  # noqa: F841
         ctx.free()
     ctx.emit(rec)
+
+
+# ---------------------------------------------------------------------------
+# 2b. sdpa_dense: LLaDA-8B's bidirectional attention (H = Hkv = 32, Dh 128) at T 1024 / 2048,
+#     every SDPA backend forced alone (cuDNN is the one lazyinfer's --attn-impl cudnn calls)
+# ---------------------------------------------------------------------------
+def bench_sdpa_dense(ctx):
+    dtype = ctx.half
+    warmup, iters = ctx.iters(5, 30)
+    for T in ([64] if ctx.smoke else [1024, 2048]):
+        rec = {"bench": "sdpa_dense", "dtype": str(dtype).replace("torch.", ""), "T": T,
+               "n_heads": 32, "head_dim": HEAD_DIM, "is_causal": False}
+        flops = 4.0 * T * T * 32 * HEAD_DIM
+        rec["flops"] = flops
+        try:
+            q = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+            k = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+            v = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+
+            def make_fn():
+                return lambda: F.scaled_dot_product_attention(q, k, v)
+
+            times = ctx.time_ms(make_fn(), warmup, iters)
+            rec["default_backend"] = default_sdpa_backend(q, k, v, False, False)
+            rec.update(summarize(times, warmup))
+            rec["TFLOPs"] = flops / (rec["ms"] * 1e-3) / 1e12
+            if SDPA_BACKENDS:
+                rec["backends_ms"] = time_forced_backends(ctx, make_fn, warmup, iters)
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"[:500]
+        finally:
+            q = k = v = None  # noqa: F841
+            ctx.free()
+        ctx.emit(rec)
 
 
 # ---------------------------------------------------------------------------
@@ -728,10 +763,77 @@ def bench_gemm_bf16(ctx):
     ctx.emit(rec)
 
 
+# ---------------------------------------------------------------------------
+# gemm_fp8: LLaDA-8B's FFN GEMMs in block-scaled FP8 (1x128 activation, 128x128 weight scales)
+#   through cuBLASLt as torch._scaled_mm calls it, against bf16 torch.matmul of the same shape
+# ---------------------------------------------------------------------------
+def _scaled_mm_blockwise(a8, b8t, sa, sb, out_dtype):
+    """torch._scaled_mm with 1x128 / 128x128 scales; tries the scale layouts torch versions want.
+
+    a8 (M, K) e4m3 row-major, b8t (K, N) e4m3 column-major (a (N, K) tensor transposed),
+    sa (M, K/128), sb (K/128, N/128) fp32. Returns (fn, layout name).
+    """
+    tries = [
+        ("sa outer-major, sb outer-major", sa.t().contiguous().t(), sb.t().contiguous().t()),
+        ("sa outer-major, sb row-major", sa.t().contiguous().t(), sb.contiguous()),
+        ("sa row-major, sb row-major", sa.contiguous(), sb.contiguous()),
+    ]
+    errors = []
+    for name, x, y in tries:
+        def fn(x=x, y=y):
+            return torch._scaled_mm(a8, b8t, scale_a=x, scale_b=y, out_dtype=out_dtype)
+        try:
+            fn()
+            torch.cuda.synchronize()
+            return fn, name
+        except Exception as e:  # noqa: BLE001 - a refused layout: try the next one
+            errors.append(f"{name}: {type(e).__name__}: {e}"[:200])
+    raise RuntimeError(" | ".join(errors))
+
+
+def bench_gemm_fp8(ctx):
+    warmup, iters = ctx.iters(5, 30)
+    shapes = [(12288, 4096), (4096, 12288)]  # (N, K): gate / up, then down
+    Ms = [128] if ctx.smoke else [256, 1024, 2048, 4096]
+    for N, K in ([(256, 256)] if ctx.smoke else shapes):
+        for M in Ms:
+            rec = {"bench": "gemm_fp8", "M": M, "N": N, "K": K,
+                   "scales": "1x128 activations, 128x128 weights"}
+            flops = 2.0 * M * N * K
+            try:
+                a = torch.randn(M, K, device=ctx.dev, dtype=torch.bfloat16)
+                w = torch.randn(N, K, device=ctx.dev, dtype=torch.bfloat16) * 0.02
+                c = torch.empty(M, N, device=ctx.dev, dtype=torch.bfloat16)
+                rec["bf16_ms"] = statistics.median(
+                    ctx.time_ms(lambda: torch.matmul(a, w.t(), out=c), warmup, iters))
+                a8 = a.to(torch.float8_e4m3fn)
+                w8 = w.to(torch.float8_e4m3fn)
+                sa = torch.rand(M, K // 128, device=ctx.dev, dtype=torch.float32) + 0.5
+                sb = torch.rand(K // 128, N // 128, device=ctx.dev, dtype=torch.float32) + 0.5
+                for out_dtype in (torch.bfloat16, torch.float32):
+                    key = "fp8_" + str(out_dtype).replace("torch.", "") + "_out"
+                    try:
+                        fn, layout = _scaled_mm_blockwise(a8, w8.t(), sa, sb, out_dtype)
+                        rec[key + "_ms"] = statistics.median(ctx.time_ms(fn, warmup, iters))
+                        rec[key + "_speedup"] = rec["bf16_ms"] / rec[key + "_ms"]
+                        rec["layout"] = layout
+                    except Exception as e:  # noqa: BLE001
+                        rec[key + "_error"] = f"{type(e).__name__}: {e}"[:400]
+                rec["bf16_TFLOPs"] = flops / (rec["bf16_ms"] * 1e-3) / 1e12
+            except Exception as e:  # noqa: BLE001
+                rec["error"] = f"{type(e).__name__}: {e}"[:500]
+            finally:
+                a = w = c = a8 = w8 = sa = sb = None  # noqa: F841
+                ctx.free()
+            ctx.emit(rec)
+
+
 BENCHES = {
+    "gemm_fp8": bench_gemm_fp8,
     "sdpa_decode": bench_sdpa_decode,
     "sdpa_prefill": bench_sdpa_prefill,
     "eager_llama8b": bench_eager_llama8b,
+    "sdpa_dense": bench_sdpa_dense,
     "copy_bw": bench_copy_bw,
     "gemm_bf16": bench_gemm_bf16,
     "eager_llada8b": bench_eager_llada8b,
