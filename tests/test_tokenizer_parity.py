@@ -2,7 +2,7 @@
 jinja2) on the same deterministic set of strings.
 
 Oracles
-- Llama-3: tests/data/llama3-tokenizer/tokenizer.json loaded by tokenizers.Tokenizer.from_file.
+- Llama-3: data/llama3-tokenizer/tokenizer.json loaded by tokenizers.Tokenizer.from_file.
 - SmolLM2: built in Python from the GGUF metadata of the default model (tokens, merges,
   token_type 3 → special AddedToken) as tokenizers.Tokenizer(BPE(vocab, merges)) with
   pre-tokenizer Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False,
@@ -26,7 +26,7 @@ import unicodedata
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LLAMA3_DIR = os.path.join(ROOT, "tests", "data", "llama3-tokenizer")
+LLAMA3_DIR = os.path.join(ROOT, "data", "llama3-tokenizer")
 SMOL_GGUF = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 LLAMA31_TEMPLATE = os.path.join(ROOT, "tests", "data", "tokenizer", "llama31-chat-template.jinja")
 SEED = int(os.environ.get("LI_TOKENIZER_SEED", "20261130"))

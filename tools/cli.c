@@ -1,5 +1,5 @@
-// cli.c — what every lazyinfer subcommand shares: option parsing, the default model path and
-// error printing (see cli.h).
+// cli.c — what every lazyinfer subcommand shares: option parsing, the default model and data
+// paths and error printing (see cli.h).
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -109,6 +109,30 @@ const char *cli_default_model(void) {
         }
     }
     return DEFAULT_MODEL_REL;
+}
+
+const char *cli_data_path(const char *rel, char *buf, size_t cap) {
+    if (cap == 0) return NULL;
+    buf[0] = 0;
+    if (access(rel, R_OK) == 0) {
+        snprintf(buf, cap, "%s", rel);
+        return buf;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    if ((size_t)snprintf(buf, cap, "%s/%s", exe, rel) >= cap) return NULL;
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+void cli_data_missing(const char *cmd, const char *what, const char *rel, const char *buf,
+                      const char *fix) {
+    fprintf(stderr, "lazyinfer %s: no %s at %s (looked under the working directory%s%s); %s\n",
+            cmd, what, rel, buf && buf[0] ? " and at " : "", buf && buf[0] ? buf : "", fix);
 }
 
 int cli_fail(const char *what) {

@@ -3,6 +3,7 @@
 #define LI_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define DEFAULT_MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -28,6 +29,15 @@ int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, in
                    const char **pos, int max_pos, int *n_pos);
 // The model setup fetched: models/ next to the binary, else under the working directory.
 const char *cli_default_model(void);
+// The repository's data files (data/README.md), e.g. "data/gsm8k/test.jsonl": REL under the
+// working directory, else next to the binary (the repository root for ./lazyinfer). Returns the
+// first readable one, copied into buf; NULL when neither is there (then buf holds the candidate
+// next to the binary, for cli_data_missing).
+const char *cli_data_path(const char *rel, char *buf, size_t cap);
+// Prints "lazyinfer CMD: no WHAT at REL (looked under the working directory and at BUF); FIX"
+// to stderr, for a default data path that cli_data_path did not find.
+void cli_data_missing(const char *cmd, const char *what, const char *rel, const char *buf,
+                      const char *fix);
 // Prints "lazyinfer: <what>: <last error>" and returns 1.
 int cli_fail(const char *what);
 

@@ -12,8 +12,8 @@
 // (prompt block tokens served from cache / block tokens), resident bytes, evictions, and how many
 // requests produced the same tokens as the first mode (the modes are exact: DESIGN.md §3).
 //
-// --synthetic replaces the samples by random tokens, for machines without ../shared and models
-// with random weights (synth:llama-3.1-8b): N documents of exactly L token ids drawn uniformly
+// --synthetic replaces the samples by random tokens, for models with random weights
+// (synth:llama-3.1-8b): N documents of exactly L token ids drawn uniformly
 // from ordinary ids of the model's vocabulary, and per request a query of random lowercase words
 // cut to Q tokens (li_request takes the query as text only). --rates / --budgets sweep every
 // (rate, budget, mode) combination, one short table row each (and --csv rows for plotting).
@@ -40,7 +40,7 @@
 #include "lazyinfer.h"
 #include "zipf.h"
 
-#define SAMPLES_REL "../shared/data/rag-samples"
+#define SAMPLES_REL "data/rag-samples" // the repository's CacheBlend samples (data/README.md)
 #define MAX_MODES 5
 #define MAX_K 64
 #define MAX_REQUESTS 1000000
@@ -313,24 +313,6 @@ static li_status load_corpus(corpus *c, const char *dir) {
     free(names);
     if (rc != LI_OK) corpus_free(c);
     return rc;
-}
-
-// The default samples folder: ../shared/data/rag-samples next to the binary (the repository
-// root), else relative to the working directory.
-static const char *default_samples(void) {
-    static char path[PATH_MAX + sizeof SAMPLES_REL + 1];
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            snprintf(path, sizeof path, "%s/%s", exe, SAMPLES_REL);
-            if (li_path_exists(path)) return path;
-        }
-    }
-    return SAMPLES_REL;
 }
 
 // ---- the synthetic workload (--synthetic) ------------------------------------------------------
@@ -1035,7 +1017,8 @@ int cmd_bench_rag(int argc, char **argv) {
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &a.model, "model (default: the model setup fetched)"},
         {"--samples", NULL, OPT_STR, &a.samples,
-         "folder of RAG sample JSONs (default " SAMPLES_REL " from the repository root)"},
+         "folder of RAG sample JSONs (default " SAMPLES_REL ", under the working directory or "
+         "next to the binary)"},
         {"--synthetic", NULL, OPT_FLAG, &a.synthetic,
          "no sample files: N documents of exactly L random token ids (uniform over ordinary ids "
          "of the model's vocabulary, from --seed) and per request a query of random lowercase "
@@ -1168,7 +1151,13 @@ int cmd_bench_rag(int argc, char **argv) {
         }
         if (synthetic_corpus(&c, &a) != LI_OK) return cli_fail("bench rag: synthetic workload");
     } else {
-        dir = a.samples ? a.samples : default_samples();
+        static char dir_buf[PATH_MAX + sizeof SAMPLES_REL + 1];
+        if (!(dir = a.samples) && !(dir = cli_data_path(SAMPLES_REL, dir_buf, sizeof dir_buf))) {
+            cli_data_missing("bench rag", "RAG samples folder", SAMPLES_REL, dir_buf,
+                             "run from the repository root (the samples are in git), pass "
+                             "--samples DIR or use --synthetic");
+            return 2;
+        }
         if (load_corpus(&c, dir) != LI_OK) return cli_fail("bench rag: samples");
         if (a.n_docs == 0) a.n_docs = c.n_docs;
         if (a.n_docs > c.n_docs || a.k > a.n_docs) {

@@ -398,6 +398,9 @@ out:
 
 // ---- bench dllm --------------------------------------------------------------------------------
 
+// The default prompts: the repository's GSM8K subset (data/README.md).
+#define GSM8K_REL "data/gsm8k/test.jsonl"
+
 // GSM8K: one JSON object per line with "question" and "answer".
 typedef struct {
     char **q, **a;
@@ -452,30 +455,6 @@ static int gsm8k_load(const char *path, int max, gsm8k *g) {
         status = 1;
     }
     return status;
-}
-
-// The default prompt file: the shared data next to the repository (CI clones the repo next to
-// shared/), else a copy under tests/data; relative to the working directory, then to the binary.
-static const char *default_prompts(void) {
-    static const char *const rel[] = {"../shared/data/gsm8k/test.jsonl",
-                                      "tests/data/gsm8k/test.jsonl"};
-    static char path[PATH_MAX + 64];
-    for (int i = 0; i < 2; i++)
-        if (access(rel[i], R_OK) == 0) return rel[i];
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = 0;
-            for (int i = 0; i < 2; i++) {
-                snprintf(path, sizeof path, "%s/%s", exe, rel[i]);
-                if (access(path, R_OK) == 0) return path;
-            }
-        }
-    }
-    return NULL;
 }
 
 typedef struct {
@@ -649,7 +628,8 @@ int cmd_bench_dllm(int argc, char **argv) {
     int n_prompts = 2, shots = 0, prompt_tokens = 0;
     const opt opts[] = {
         {"--prompts", NULL, OPT_STR, &prompts,
-         "GSM8K jsonl (default ../shared/data/gsm8k/test.jsonl)"},
+         "GSM8K jsonl (default " GSM8K_REL ", under the working directory or next to the "
+         "binary)"},
         {"--n-prompts", "-n", OPT_INT, &n_prompts, "questions to decode per method (default 2)"},
         {"--shots", NULL, OPT_INT, &shots,
          "few-shot examples before each question: 0 (default), 1 or 4"},
@@ -719,10 +699,11 @@ int cmd_bench_dllm(int argc, char **argv) {
         li_model_free(m);
         return r;
     }
-    if (!prompts) prompts = default_prompts();
-    if (!prompts) {
-        fprintf(stderr, "lazyinfer bench dllm: no GSM8K file at ../shared/data/gsm8k/test.jsonl "
-                        "or tests/data/gsm8k/test.jsonl; pass --prompts FILE\n");
+    char prompts_buf[PATH_MAX + sizeof GSM8K_REL + 1];
+    if (!prompts && !(prompts = cli_data_path(GSM8K_REL, prompts_buf, sizeof prompts_buf))) {
+        cli_data_missing("bench dllm", "GSM8K file", GSM8K_REL, prompts_buf,
+                         "run from the repository root (the file is in git) or pass "
+                         "--prompts FILE");
         return 2;
     }
     gsm8k g;

@@ -6,7 +6,7 @@
 // Every query becomes one request [system?][documents…][query]; answers go to stdout, one per
 // request in order (nothing else there); per-request TTFT, cache hits and resident bytes go to
 // stderr. --sample FILE.json takes the passages and the question of a RAG sample (the format of
-// shared/data/rag-samples: keys "0".."N" are passages, "query" the question). --workload FILE
+// data/rag-samples: keys "0".."N" are passages, "query" the question). --workload FILE
 // replays a JSONL of requests: {"docs": [text | {"id": …, "text": …} | {"file": path}, …],
 // "query": …, "system": …, "max_tokens": N, "temperature": T}.
 #include <jansson.h>

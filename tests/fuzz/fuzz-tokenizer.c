@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int init;
     if (!init) {
         init = 1;
-        if (li_tokenizer_load_json(&llama, "tests/data/llama3-tokenizer/tokenizer.json", NULL) !=
+        if (li_tokenizer_load_json(&llama, "data/llama3-tokenizer/tokenizer.json", NULL) !=
             LI_OK)
             fprintf(stderr, "fuzz-tokenizer: no Llama-3 tokenizer (%s); text mode uses the small "
                     "one only\n", li_error_msg());
