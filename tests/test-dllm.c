@@ -13,15 +13,14 @@
 //  * bad parameters and wrong models are rejected with messages naming the problem;
 //  * the cases of the independent Python reference (tests/ref/gen_llada_ref.py, files in
 //    tests/data/llada-ref/) commit the same tokens with the same NFE and steps, caches off and on.
-// Inputs (prompts, model seeds) are fresh each run from a seed printed at the start; set
-// LI_TEST_SEED to replay one.
+// Inputs (prompts, model seeds) come from test_seed() (tests/test.h): fixed by default,
+// LI_TEST_SEED=N or random for other draws; printed at the start.
 #include <glob.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/engine-dllm.h"
 #include "engine/engine.h"
@@ -880,9 +879,7 @@ static void test_reference(void) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    printf("test-dllm: LI_TEST_SEED=%llu\n", (unsigned long long)g_seed);
+    g_seed = test_seed("test-dllm");
     li_rng rng;
     li_rng_seed(&rng, g_seed);
     test_schedule(&rng);
