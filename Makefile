@@ -3,8 +3,13 @@
 #   make              CPU build: build/liblazyinfer.a and ./lazyinfer
 #   make CUDA=1       also compiles the CUDA backend (src/backend/cuda/*.cu) and links cuBLASLt
 #   make debug        the same with ASan + UBSan into build/debug/ (./lazyinfer-debug)
-#   make test         setup check, build, every test; ends with "N passed, N failed"
+#   make test         setup check, build, every test; ends with "N passed, N failed". Random
+#                     inputs come from a fixed seed (tests/test.h), so every run gives the same
+#                     result; LI_TEST_SEED=N make test (or =random) draws other inputs
 #   make test DEBUG=1 the suite against the sanitizer build
+#   make test-random  the C test programs and their variants with LI_TEST_SEED=random,
+#                     TEST_RANDOM_RUNS times (default 3); each prints the seed it drew, a
+#                     failure its replay command. Not part of make test
 #   make fuzz         libFuzzer targets (clang) in build/fuzz/, each run FUZZ_RUNS times
 #   make demo         setup (packages, venv, default model) + one generation on the default model
 #   make bench        lazyinfer bench generate on the default model
@@ -76,7 +81,7 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard tests/test-*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all debug test fuzz demo bench setup clean tests
+.PHONY: all debug test test-random fuzz demo bench setup clean tests
 all: $(BIN)
 
 $(BUILD)/%.o: %.c
@@ -128,6 +133,17 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory all tests
 	@BUILD=$(BUILD) BIN=./$(BIN) tests/run.sh
+
+# Other draws than the fixed seed's, each run with fresh seeds from /dev/urandom: a failure
+# here is a real bug the fixed draw misses; its "replay:" line reproduces it.
+TEST_RANDOM_RUNS ?= 3
+test-random: setup
+	@$(MAKE) --no-print-directory all tests
+	@failed=0; for i in $$(seq $(TEST_RANDOM_RUNS)); do \
+	  echo "=== random draw $$i of $(TEST_RANDOM_RUNS)"; \
+	  LI_TEST_SEED=random BUILD=$(BUILD) BIN=./$(BIN) tests/run.sh --c-only || failed=$$((failed + 1)); \
+	done; \
+	echo "test-random: $$failed of $(TEST_RANDOM_RUNS) runs failed"; [ $$failed -eq 0 ]
 
 # ---- GPU correctness: every CUDA op against the CPU oracle (tests/gpu/gpu-check.c) ------------
 # `make CUDA=1 gpu-check` builds $(BUILD)/tests/gpu-check and runs it on GPU 0 (LI_GPU=N picks

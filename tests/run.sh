@@ -2,18 +2,28 @@
 # tests/run.sh — runs every C test program in $BUILD/tests and every tests/test_*.py (pytest, in
 # the project venv), counts PASS/FAIL lines, and ends with one line "N passed, N failed".
 # A test program that exits non-zero without printing a FAIL line (a crash) counts as one failure.
+# Each program's seed line ("# test-ops: LI_TEST_SEED=N", tests/test.h) is shown, and a failing
+# program's replay command. LI_TEST_SEED passes through (unset: every program's fixed default).
+#   tests/run.sh            everything (make test)
+#   tests/run.sh --c-only   the C programs and their variants only (make test-random)
 set -u
 BUILD=${BUILD:-build/release}
+c_only=0
+[ "${1:-}" = "--c-only" ] && c_only=1
 pass=0; fail=0; failed_names=()
 # run_test NAME [VAR=VALUE ...] PROGRAM: runs one test program, counts its PASS/FAIL lines
 run_test() {
   local name=$1; shift
   echo "== $name"
   out=$(env "$@" 2>"$BUILD/tests/$name.stderr"); rc=$?
-  echo "$out" | grep -E "^(PASS|FAIL|SKIP):" || true
+  echo "$out" | grep -E "^(PASS|FAIL|SKIP):|^# [^ ]+: LI_TEST_SEED=" || true
   p=$(echo "$out" | grep -c "^PASS:"); f=$(echo "$out" | grep -c "^FAIL:")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "FAIL: $name exited with status $rc"; fi
-  if [ "$f" -ne 0 ]; then failed_names+=("$name"); sed 's/^/  | /' "$BUILD/tests/$name.stderr" | tail -40; fi
+  if [ "$f" -ne 0 ]; then
+    failed_names+=("$name"); sed 's/^/  | /' "$BUILD/tests/$name.stderr" | tail -40
+    seed=$(echo "$out" | grep -oE "LI_TEST_SEED=[0-9]+" | head -1)
+    [ -n "$seed" ] && echo "  replay: $seed $*"
+  fi
   pass=$((pass + p)); fail=$((fail + f))
 }
 for t in "$BUILD"/tests/test-*; do
@@ -28,8 +38,10 @@ run_test test-rag-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-rag"
 run_test test-rag-bf16kv LI_TEST_KV_DTYPE=bf16 "$BUILD/tests/test-rag"
 run_test test-dllm-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-dllm"
 # The CUDA backend must keep compiling even where no GPU runs it (make CUDA=1, sm_90a).
-echo "== cuda build"
-if [ -n "${LI_SKIP_CUDA_BUILD:-}" ]; then
+[ "$c_only" -eq 0 ] && echo "== cuda build"
+if [ "$c_only" -eq 1 ]; then
+  :
+elif [ -n "${LI_SKIP_CUDA_BUILD:-}" ]; then
   echo "SKIP: cuda build: LI_SKIP_CUDA_BUILD is set"
 elif command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   if PATH="$PATH:/usr/local/cuda/bin" make --no-print-directory CUDA=1 all >"$BUILD/cuda-build.log" 2>&1; then
@@ -41,7 +53,7 @@ elif command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc
 else
   echo "SKIP: cuda build: no nvcc on this machine"
 fi
-if ls tests/test_*.py >/dev/null 2>&1; then
+if [ "$c_only" -eq 0 ] && ls tests/test_*.py >/dev/null 2>&1; then
   echo "== pytest"
   out=$(BIN=${BIN:-./lazyinfer} .venv/bin/python -m pytest -q -p no:cacheprovider tests/ 2>&1); rc=$?
   echo "$out" | tail -30

@@ -3,7 +3,6 @@
 // the thread pool and the PRNG.
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "test.h"
@@ -206,9 +205,7 @@ static void test_rng(void) {
 
 int main(void) {
     li_rng rng;
-    uint64_t seed = (uint64_t)time(NULL);
-    li_rng_seed(&rng, seed);
-    printf("# seed %llu\n", (unsigned long long)seed);
+    li_rng_seed(&rng, test_seed("test-core"));
     test_bf16(&rng);
     test_f16(&rng);
     test_dequant(&rng);

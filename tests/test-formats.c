@@ -10,15 +10,14 @@
 // must give an error status whose message names the file and the problem, and never crash (run
 // it under ASan/UBSan with `make test DEBUG=1`).
 //
-// Seed: LI_TEST_SEED=<n> reproduces a run; the seed is printed at the start and on failure.
+// Seed: test_seed() (tests/test.h), fixed unless LI_TEST_SEED says otherwise; printed at the
+// start and on failure.
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "format/gguf-hparams.h"
 #include "format/gguf.h"
@@ -1694,11 +1693,8 @@ static void rm_tree(const char *dir) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    g_seed = test_seed("test-formats");
     rng_state = g_seed;
-    fprintf(stderr, "test-formats: seed %llu (LI_TEST_SEED to repeat)\n",
-            (unsigned long long)g_seed);
     snprintf(g_tmp, sizeof g_tmp, "/tmp/li-test-formats-XXXXXX");
     if (!mkdtemp(g_tmp)) {
         perror("mkdtemp");

@@ -103,8 +103,8 @@ static void test_properties(uint64_t seed) {
     TEST_END();
 }
 
-int main(int argc, char **argv) {
-    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : 20261130;
+int main(void) {
+    uint64_t seed = test_seed("test-fp8");
     test_golden();
     test_properties(seed);
     return test_summary();

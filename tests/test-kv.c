@@ -2,7 +2,6 @@
 // KV-full error that leaves a sequence untouched, and the pool returning to full.
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "kv/kv-pool.h"
 #include "test.h"
@@ -92,9 +91,7 @@ static void test_copy_rotate(li_rng *rng) {
 int main(void) {
     li_hparams hp = {.n_layer = 3, .n_head_kv = 2, .head_dim = 8};
     li_rng rng;
-    uint64_t seed = (uint64_t)time(NULL);
-    li_rng_seed(&rng, seed);
-    printf("# seed %llu\n", (unsigned long long)seed);
+    li_rng_seed(&rng, test_seed("test-kv"));
 
     test_copy_rotate(&rng);
 

@@ -17,11 +17,10 @@
 // different blockings) and the order of the attention key tiles: each is a few fp32 ulps
 // (~6e-8 relative) per value, amplified by 3 layers: observed NMSE ~1e-14, so 1e-10 leaves four
 // orders of magnitude and still fails on any real error (a wrong row is NMSE ~1).
-// Seed: LI_TEST_SEED (printed on stderr).
+// Seed: test_seed() (tests/test.h), fixed unless LI_TEST_SEED says otherwise; printed first.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "model/llada-internal.h"
 #include "model/llada.h"
@@ -773,11 +772,8 @@ static void test_configs(void) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10)
-                 : (unsigned long long)time(NULL) ^ (unsigned long long)clock();
+    g_seed = test_seed("test-llada");
     li_rng_seed(&rng, g_seed);
-    fprintf(stderr, "test-llada: seed %llu (LI_TEST_SEED=%llu reproduces)\n", g_seed, g_seed);
     // One thread: the tiny model's ops are far too small for the pool (the ops' threading is
     // covered by test-ops-llada), and the test stays fast on a loaded machine.
     if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 1) != LI_OK) {

@@ -3,11 +3,10 @@
 // oracle against independent references: full-softmax attention in fp64 (any tiling, any split of
 // the key range at tile boundaries, any starting state), the FP8 GEMM against an fp64 product of
 // the dequantised inputs, quantisation error bounds. FP8 ops must agree bit for bit.
-// Seed: LI_TEST_SEED (printed on stderr).
+// Seed: test_seed() (tests/test.h), fixed unless LI_TEST_SEED says otherwise; printed first.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/backend.h"
 #include "test.h"
@@ -219,11 +218,8 @@ static void test_fp8(void) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10)
-                 : (unsigned long long)time(NULL) ^ (unsigned long long)clock();
+    g_seed = test_seed("test-ops-llada");
     li_rng_seed(&rng, g_seed);
-    fprintf(stderr, "test-ops-llada: seed %llu (LI_TEST_SEED=%llu reproduces)\n", g_seed, g_seed);
     if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {
         fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
         return 1;

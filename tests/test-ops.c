@@ -4,13 +4,13 @@
 // deferred-RoPE identity of paged attention, and the sampling contract (same u -> same token,
 // top_k = 1 is greedy, the temperature -> 0 limit, the empirical distribution).
 //
-// Every output buffer sits between guard floats that no op may touch. Inputs are seeded from the
-// clock (LI_TEST_SEED=N reproduces a run); every failure message carries the seed.
+// Every output buffer sits between guard floats that no op may touch. Inputs come from
+// test_seed() (tests/test.h): fixed unless LI_TEST_SEED=N or random; every failure message
+// carries the seed.
 // At the end it prints timings of the fast ops against the oracle (not checked).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/backend.h"
 #include "test.h"
@@ -1201,10 +1201,8 @@ static void print_timings(void) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL) ^ (unsigned long long)clock();
+    g_seed = test_seed("test-ops");
     li_rng_seed(&rng, g_seed);
-    fprintf(stderr, "test-ops: seed %llu (LI_TEST_SEED=%llu reproduces)\n", g_seed, g_seed);
     if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {
         fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
         return 1;

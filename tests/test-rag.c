@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "lazyinfer.h"
@@ -252,15 +251,13 @@ static void free_docs(fixture *f) {
 }
 
 int main(void) {
-    uint64_t seed = (uint64_t)time(NULL);
-    if (getenv("LI_TEST_SEED")) seed = strtoull(getenv("LI_TEST_SEED"), NULL, 10);
+    uint64_t seed = test_seed("test-rag");
     if (getenv("LI_TEST_BACKEND")) g_backend = getenv("LI_TEST_BACKEND");
     g_kv_dtype = getenv("LI_TEST_KV_DTYPE");
     bool cpu = !strcmp(g_backend, "cpu") || !strcmp(g_backend, "cpu-ref");
     g_kv_bf16 = g_kv_dtype ? !strcmp(g_kv_dtype, "bf16") : !cpu;  // "auto": bf16 on devices
     if (!cpu || g_kv_bf16) g_tol = NMSE_TOL_BF16;
-    printf("# seed %llu (LI_TEST_SEED reproduces), backend %s, %s KV, nmse bound %g\n",
-           (unsigned long long)seed, g_backend, g_kv_bf16 ? "bf16" : "f32", g_tol);
+    printf("# backend %s, %s KV, nmse bound %g\n", g_backend, g_kv_bf16 ? "bf16" : "f32", g_tol);
     if (!test_backend_usable("test-rag", g_backend, "synth:tiny-llama")) return test_summary();
     li_rng rng;
     li_rng_seed(&rng, seed);

@@ -6,12 +6,11 @@
 // Run: make test, or alone (one command line, then /tmp/test-rng-jump):
 //   cc -std=c11 -O2 -pthread -D_DEFAULT_SOURCE -Isrc -Iinclude -o /tmp/test-rng-jump
 //      tests/test-rng-jump.c src/core/*.c -lm
-// LI_TEST_SEED=N reproduces a run.
+// Seed: test_seed() (tests/test.h), fixed unless LI_TEST_SEED=N or random.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "core/rng-jump.h"
@@ -212,9 +211,7 @@ static void test_gumbel_chunked(li_rng *rng) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL);
-    printf("# seed %llu\n", g_seed);
+    g_seed = test_seed("test-rng-jump");
     li_rng rng;
     li_rng_seed(&rng, g_seed);
     test_jump_vs_steps(&rng);

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -709,10 +708,7 @@ static void test_chat_detect(void) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
-    fprintf(stderr, "test-tokenizer: seed %llu (set LI_TEST_SEED to repeat)\n",
-            (unsigned long long)seed);
+    seed = test_seed("test-tokenizer");
     test_llama3();
     test_smollm2();
     test_bytes();

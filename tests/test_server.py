@@ -6,7 +6,8 @@ clients that disconnect mid-stream. After the load and the disconnects, /metrics
 pool back to its idle level: pages in use == pages held by the document cache.
 synth:tiny-llama (random weights, fast) where the text does not matter, the default SmolLM2 model
 where it does, synth:tiny-llada for the diffusion fields. Random inputs come from a seeded RNG
-whose seed is printed in failure messages (LI_TEST_SEED to replay).
+whose seed (fixed unless LI_TEST_SEED says otherwise, tests/seeding.py) is printed in failure
+messages.
 """
 import json
 import os
@@ -23,10 +24,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
 from harness import ROOT, Server  # noqa: E402
+from seeding import li_seed  # noqa: E402
 
 openai = pytest.importorskip("openai")
 
-SEED = int(os.environ.get("LI_TEST_SEED", str(random.randrange(1 << 30))))
+SEED = li_seed("test_server.py")
 KEY = "sk-test-%08x" % random.Random(SEED).randrange(1 << 32)
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 WORDS = ("apple river stone cloud garden window silver music paper candle forest bridge "

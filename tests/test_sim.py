@@ -8,7 +8,8 @@ Runs the built binary (env BIN, default ./lazyinfer). The oracles are independen
   - structural facts: lazy >= copy-any >= copy per lookup (an LRU stack argument, docs/SIM.md),
     prefix == lazy when every request is one page-aligned document at position 0, same seed ->
     byte-identical output, bad arguments rejected with a message.
-Fresh random configurations are drawn from a seed printed on failure (PYTEST_SIM_SEED fixes it).
+Random configurations are drawn from one seed, fixed unless LI_TEST_SEED says otherwise
+(tests/seeding.py), printed on failure.
 """
 import math
 import os
@@ -20,9 +21,10 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from seeding import li_seed
 
 BIN = os.environ.get("BIN", "./lazyinfer")
-SEED = int(os.environ.get("PYTEST_SIM_SEED", random.randrange(1 << 30)))
+SEED = li_seed("test_sim.py")
 
 
 def sim(*args, check=True, env=None):

@@ -24,12 +24,13 @@ import sys
 import unicodedata
 
 import pytest
+from seeding import li_seed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LLAMA3_DIR = os.path.join(ROOT, "data", "llama3-tokenizer")
 SMOL_GGUF = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 LLAMA31_TEMPLATE = os.path.join(ROOT, "tests", "data", "tokenizer", "llama31-chat-template.jinja")
-SEED = int(os.environ.get("LI_TOKENIZER_SEED", "20261130"))
+SEED = li_seed("test_tokenizer_parity.py")
 
 tokenizers = pytest.importorskip("tokenizers")
 

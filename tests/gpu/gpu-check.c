@@ -8,14 +8,13 @@
 // kernel at ctx 20K with Llama-3.1-8B heads and prints GB/s (printed, not checked).
 //
 // Run: make CUDA=1 gpu-check (on the GPU machine; LI_GPU=N picks the device, LI_TEST_SEED=N
-// reproduces a run, LI_GPU_CHECK_NO_BENCH=1 skips the timing, LI_GPU_CHECK_ONLY=attention,sample
+// or random draws other inputs than the fixed default, LI_GPU_CHECK_NO_BENCH=1 skips the timing, LI_GPU_CHECK_ONLY=attention,sample
 // runs only those groups). Without a usable GPU it prints SKIP with the reason and exits 0. Not
 // here: whole-model checks (issue 4, after engine integration).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../test.h"
 #include "backend/backend.h"
@@ -2783,8 +2782,7 @@ int main(void) {
         TEST_SKIP("gpu-check", "no usable GPU here: %s", li_error_msg());
         return test_summary();
     }
-    const char *seed_env = getenv("LI_TEST_SEED");
-    g_seed = seed_env ? strtoull(seed_env, NULL, 10) : (unsigned long long)time(NULL);
+    g_seed = test_seed("gpu-check");
     li_rng_seed(&rng, g_seed);
     // The oracle's table without li_backend_cpu_ref_init (backend-cpu.c), which would pull in
     // OpenBLAS: the reference ops use no backend state.
@@ -2794,7 +2792,7 @@ int main(void) {
     gpu->attn_impl = LI_ATTN_NATIVE;
     char desc[400];
     li_backend_cuda_describe(gpu, desc, sizeof desc);
-    printf("gpu-check on %s, seed %llu (LI_TEST_SEED=%llu reproduces)\n", desc, g_seed, g_seed);
+    printf("gpu-check on %s\n", desc);
 
     // LI_GPU_CHECK_ONLY=name[,name...] runs only those groups (e.g. under compute-sanitizer)
     const struct {

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/core.h"
 #include "lazyinfer.h"
@@ -279,9 +278,7 @@ int main(int argc, char **argv) {
         return test_summary();
     }
     li_model_free(probe);
-    uint64_t seed = getenv("LI_TEST_SEED") ? strtoull(getenv("LI_TEST_SEED"), NULL, 10)
-                                           : (uint64_t)time(NULL);
-    printf("# gpu-model: seed %llu (LI_TEST_SEED reproduces)\n", (unsigned long long)seed);
+    uint64_t seed = test_seed("gpu-model");
     li_rng rng;
     li_rng_seed(&rng, seed);
     static const char *models[] = {
