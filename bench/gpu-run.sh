@@ -108,7 +108,7 @@ fi
 has wmma && run gpu-model-wmma 300 env LI_CUDA_ATTN_MMA=0 $B/gpu-model
 has wmma && run e2e-8b-wmma 300 env LI_CUDA_ATTN_MMA=0 $LI bench generate --backend cuda \
   -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
-# The paper's RAG setting (DESIGN.md §3): 100 documents x 2048 tokens, 5 per request in random
+# The paper's RAG setting (docs/RAG-BENCH.md): 100 documents x 2048 tokens, 5 per request in random
 # order, 64-token queries, 32 output tokens. bf16 KV (the GPU default): a document is 256 MiB, so
 # 1G cannot hold one request's five (reported as such), 2G / 4G / 8G / 32G hold 8 / 16 / 32 /
 # 128 documents. `none` re-prefills every document of every request.

@@ -139,8 +139,8 @@ li_status li_eval_logits(li_model *m, const int32_t *tokens, int n_tokens, float
 
 // ---- requests with documents (RAG) and the scheduler ----------------------------------------
 //
-// A request is [system?][document…][query] (DESIGN.md §3). Each document is tokenised alone (no
-// BOS) and encoded alone from position 0; the query and the generated tokens attend to every
+// A request is [system?][document…][query] (ARCHITECTURE.md §3.1). Each document is tokenised
+// alone (no BOS) and encoded alone from position 0; the query and generated tokens attend to every
 // block. With `chat`, the system block is the model's chat template up to the user message, and
 // the query block is the user's text followed by the template's end of turn and assistant header.
 // Requests are queued with li_submit and advanced together by li_step (continuous batching:

@@ -1,4 +1,4 @@
-// test-rag.c — the exactness suite of LazyAttention (DESIGN.md §3 invariants):
+// test-rag.c — the exactness suite of LazyAttention (ARCHITECTURE.md §3.5 invariants):
 //   lazy, copy, prefix and none give the same first-token logits (NMSE <= 1e-10, fp32) and the
 //   same greedy continuations, for every RoPE variant and layout, GQA ratios 1/2/4/8 and page
 //   sizes 1/16/64, over document permutations, a document repeated in one prompt, lengths that
@@ -17,7 +17,7 @@
 
 // fp32 with different summation orders: deferred rotation (lazy), rotation at global positions
 // (copy/none/prefix) and re-rotation of copied pages (copy) differ by a few ulps per element;
-// through 2-30 layers that is NMSE ~1e-14..1e-12. 1e-10 is the bound DESIGN.md §3 sets.
+// through 2-30 layers that is NMSE ~1e-14..1e-12. 1e-10 is the bound ARCHITECTURE.md §3.5 sets.
 #define NMSE_TOL 1e-10
 // LI_TEST_BACKEND=cuda runs the suite on the GPU (make CUDA=1 gpu-check does): the matmuls and the
 // prefill attention round their inputs to bf16, so a few-ulp fp32 difference between modes (K

@@ -1,4 +1,4 @@
-"""test_server.py — `lazyinfer serve` end to end with real clients (DESIGN.md §6, issue 6).
+"""test_server.py — `lazyinfer serve` end to end with real clients (docs/SERVER.md).
 
 The official `openai` package for chat, completions, streaming, documents and diffusion fields;
 curl for raw HTTP (bad requests, API key, sizes); a load test of 64 concurrent streaming clients;

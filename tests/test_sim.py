@@ -58,7 +58,7 @@ def read_trace(path):
 def lru_replay(reqs, M, L, warmup, agnostic):
     """Document-cache LRU over copies of uniform size: M copies fit. Returns (hits, any_hits).
 
-    Mirrors DESIGN.md §3, not doc-cache.c's code: a request pins its documents; a miss (or a hit
+    Mirrors ARCHITECTURE.md §3.2, not doc-cache.c: a request pins its documents; a miss (or a hit
     at another Δ, copy mode) evicts the least recently used unpinned copy when full; the source of
     a re-rotation counts as used."""
     cache = OrderedDict()

@@ -1,4 +1,4 @@
-// cmd-bench-kernels.c — `lazyinfer bench kernels` (DESIGN.md §7): the ops of one transformer layer
+// cmd-bench-kernels.c — `lazyinfer bench kernels` (docs/CUDA.md): the ops of one transformer layer
 // timed one at a time through a backend's op table, with the bytes and FLOPs each must move and
 // its share of the ceilings measured in the same run:
 //   copy      a device copy of a large buffer: the memory ceiling (bytes read + written);

@@ -1,5 +1,5 @@
 // cmd-bench-rag.c — `lazyinfer bench rag`: RAG serving benchmark of the document-cache modes
-// (DESIGN.md §7, issue 7 item 10). One trace, replayed once per mode on a fresh model load:
+// (docs/RAG-BENCH.md). One trace, replayed once per mode on a fresh model load:
 //   documents  the passages "0".."5" of every RAG sample JSON (--samples DIR), each document's
 //              text = passage + "\n\n", tokenised alone (optionally cut to --doc-len tokens);
 //   requests   k distinct documents drawn with Zipf(α) popularity over a shuffled pool (the
@@ -10,7 +10,7 @@
 // Reports per mode TTFT p50/p90/p99/mean (arrival → first token: the submit lag, at most one
 // step, plus li_request_result.ttft_ms), end-to-end latency, throughput, the document hit ratio
 // (prompt block tokens served from cache / block tokens), resident bytes, evictions, and how many
-// requests produced the same tokens as the first mode (the modes are exact: DESIGN.md §3).
+// requests produced the same tokens as the first mode (the modes are exact: ARCHITECTURE.md §3.5).
 //
 // --synthetic replaces the samples by random tokens, for models with random weights
 // (synth:llama-3.1-8b): N documents of exactly L token ids drawn uniformly

@@ -1,4 +1,4 @@
-// cmd-sim.c — `lazyinfer sim`: the trace-driven hit-ratio simulator of DESIGN.md §3. It replays
+// cmd-sim.c — `lazyinfer sim`: the trace-driven hit-ratio simulator (ARCHITECTURE.md §3.6): replays
 // a synthetic RAG trace (N documents of L tokens, Zipf(α) popularity, k distinct documents per
 // request, D possible positions) through the engine's own caches on a virtual page pool
 // (li_kv_pool_init_virtual: pages are counted, no KV memory exists):
@@ -580,7 +580,7 @@ static void print_ratio(const char *label, double a, double b) {
 }
 
 static void print_closed_form(const sim_config *c, const predictions *pr, const pol_result *res) {
-    printf("\nclosed form (DESIGN.md §3): lazy holds the top M documents, copy the top ⌊M/D⌋\n");
+    printf("\nclosed form (ARCHITECTURE.md §3.6): lazy holds the top M documents, copy ⌊M/D⌋\n");
     printf("  M = (budget / P) / ceil(L / P) = %lld documents, ⌊M/D⌋ = %lld (D = %d)%s\n",
            (long long)pr->M, (long long)pr->m_aware, c->positions,
            (c->doc_len % c->page_size || c->budget % c->page_size)

@@ -1,7 +1,7 @@
 // zipf.h — Zipf(α) rank sampler over 1..N for the RAG workloads of the tools (bench rag).
 //
 // P(r) ∝ r^-α for r = 1..N, i.e. "draw Zipf(α), reject r > N" as the LazyAttention paper's
-// scripts do (DESIGN.md §3). α <= 1.001: inverse CDF over an (N) table; α > 1.001: Devroye's
+// scripts do (ARCHITECTURE.md §3.6). α <= 1.001: inverse CDF over an (N) table; else Devroye's
 // rejection method (numpy's random_zipf) with U restricted so that X <= N, which is the same
 // conditional law without the wasted draws. Shared by `lazyinfer sim` and `bench rag`; tested
 // through tests/test_sim.py and tests/test_bench_rag.py (chi-square against the exact pmf).

@@ -99,7 +99,7 @@ typedef struct {
     float min_p;  // <= 0: off
 } li_sampler_config;
 
-// ---- diffusion / FP8 data (LLaDA, DESIGN.md §4) ------------------------------------------------
+// ---- diffusion / FP8 data (LLaDA, ARCHITECTURE.md §5) ------------------------------------------
 
 // A weight W (N, K) quantised to e4m3 per 128 x 128 block: q (N, K) codes, row-major; scale
 // (ceil(N/128), ceil(K/128)) fp32, row-major; W[n, k] ~ e4m3(q[n, k]) * scale[n/128, k/128].
@@ -268,7 +268,7 @@ typedef struct {
     // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what
     // li_fp8_weight_quantize computes on the host. NULL: the host does it.
     void (*fp8_quant_weight)(li_backend *be, li_fp8_weight *out, const li_weight *W);
-    // LLaDA's denoising step over B block rows (DESIGN.md §4 steps 1-5) on logits (B, V), changed
+    // LLaDA's denoising step over B block rows (DLLM.md contract, 1-5) on logits (B, V), changed
     // in place, ulogits (B, V) or NULL, for the rows with masked[b] != 0 (masked (B) bytes):
     //   1. CFG when ulogits: l = u + w (l - u) (fp32);  2. l[eos] = -inf when eos >= 0;
     //   3. x0[b]: temperature 0: argmax_v l[b, v], the lowest id on ties; temperature > 0: LLaDA's

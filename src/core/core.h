@@ -111,7 +111,7 @@ uint16_t li_f32_to_f16(float f);   // round-to-nearest-even
 // Converts n elements of `src` (of type t) to f32. n must be a multiple of the block size.
 void li_dequantize_row(li_dtype t, const void *src, float *dst, int64_t n);
 
-// ---- fp8 e4m3 (src/core/fp8.c; the LLaDA FP8 FFN, DESIGN.md §4) ------------------------------
+// ---- fp8 e4m3 (src/core/fp8.c; the LLaDA FP8 FFN, ARCHITECTURE.md §5.3) -----------------------
 //
 // OCP FP8 E4M3 "fn" (torch.float8_e4m3fn): 1 sign, 4 exponent (bias 7), 3 mantissa bits; finite
 // max 448; subnormals m * 2^-9; no infinities; S.1111.111 is NaN. Tested by tests/test-fp8.c

@@ -1,6 +1,6 @@
 // fp8.c — FP8 E4M3 ("fn": no inf, one NaN code per sign) conversions and the group scale of the
-// block-scaled FP8 FFN (DESIGN.md §4). Bit-exact: li_f32_to_e4m3 rounds to nearest even from the
-// f32 bits and saturates at ±448 (where torch.float8_e4m3fn gives NaN above 464); decoding is
+// block-scaled FP8 FFN (ARCHITECTURE.md §5.3). Bit-exact: li_f32_to_e4m3 rounds to nearest even
+// from f32 bits, saturates at ±448 (where torch.float8_e4m3fn gives NaN above 464); decoding is
 // exact. Not here: the quantise and GEMM ops (src/backend/cpu/ops-*.c), the weight cache
 // (arch-llada.c). Tested by tests/test-fp8.c: all 256 codes and random floats against PyTorch
 // golden values.

@@ -1,6 +1,6 @@
 // scheduler.c — requests with documents (RAG) and continuous batching for Llama-family models.
 //
-// A request is a list of blocks [system?][doc…] followed by a query (DESIGN.md §3). Per cache mode:
+// A request is blocks [system?][doc…] followed by a query (ARCHITECTURE.md §3). Per cache mode:
 //   lazy    each block is a document-cache copy encoded alone at local positions 0..n-1; the
 //           request's page table points at the copy's pages with the block's Δ, which attention
 //           applies as one relative rotation. One physical copy serves every position.
@@ -198,7 +198,7 @@ static li_status add_block(request *r, int32_t *tokens, int n) {
     return LI_OK;
 }
 
-// Tokenises the request into blocks + query (DESIGN.md §3 layout; README "Documents").
+// Tokenises the request into blocks + query (ARCHITECTURE.md §3.1; README "Documents").
 static li_status build_blocks(li_model *m, const li_request *q, request *r, int32_t **query,
                               int *n_query) {
     char *prefix = NULL, *suffix = NULL;

@@ -1,5 +1,5 @@
-// doc-cache.h — the document KV cache of LazyAttention (DESIGN.md §3) and of its position-aware
-// baseline (`copy`): documents keyed by a cryptographic content key, each resident copy owning
+// doc-cache.h — the document KV cache of LazyAttention (ARCHITECTURE.md §3.2) and of its
+// position-aware baseline (`copy`): documents keyed by a cryptographic content key, a copy owning
 // whole pages of the KV pool, pinned while requests use it, evicted as a whole under the pool's
 // budget by a pluggable policy (LRU first).
 //

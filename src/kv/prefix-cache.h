@@ -1,4 +1,4 @@
-// prefix-cache.h — vLLM-style automatic prefix caching, the `prefix` baseline of DESIGN.md §3:
+// prefix-cache.h — vLLM-style automatic prefix caching, the `prefix` mode (ARCHITECTURE.md §3.2):
 // full pages of a prompt identified by a hash chain (page k's key = SHA-256(key of page k-1 ‖
 // its P token ids)), reusable only for an identical prefix from position 0, with no notion of
 // documents. The cache holds one reference on each cached page; pages no running request

@@ -1,5 +1,5 @@
-// arch-llada.c — the LLaDA denoising step (DESIGN.md §4): a bidirectional Llama-style forward over
-// whole canvases, with the exact LaCache caches of layer 0 and the FP8 FFN of layers >= 1.
+// arch-llada.c — the LLaDA denoising step (ARCHITECTURE.md §5): a bidirectional Llama-style forward
+// over whole canvases, with the exact LaCache caches of layer 0 and the FP8 FFN of layers >= 1.
 //
 //   x = embed(canvas)                                   EmbedCache: block rows only per step
 //   layer 0: q,k,v = rope(proj(norm(x)))                RoPECache: block rows only per step

@@ -1,5 +1,5 @@
 // llada-load.c — fills li_llada from an HF directory (config.json model_type "llada", safetensors
-// with the names of DESIGN.md §2) or from a named synthetic configuration with random weights, and
+// named as in ARCHITECTURE.md §2.3) or from a named synthetic configuration of random weights, and
 // builds the FP8 copies of the FFN weights (layers >= 1) on first use.
 //
 // Weight handling as for Llama (model-load.c, whose helpers weights-internal.h shares): f32 used in

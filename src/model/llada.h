@@ -1,4 +1,4 @@
-// llada.h — the LLaDA diffusion LM (DESIGN.md §2 "LLaDA-8B", §4): bidirectional Llama-style
+// llada.h — the LLaDA diffusion LM (ARCHITECTURE.md §2.3, §5): bidirectional Llama-style
 // transformer evaluated over a whole canvas per denoising step, with the LaCache exact caches
 // (EmbedCache, RoPECache, FACache, LM-head truncation) and the FP8 FFN of layers >= 1.
 //
@@ -19,7 +19,7 @@
 typedef struct li_llada li_llada;
 
 // Loads an HF directory with config.json model_type "llada" and the safetensors names of
-// DESIGN.md §2 (prefix model.transformer.).
+// ARCHITECTURE.md §2.3 (prefix model.transformer.).
 li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool metadata_only);
 // Random weights of a named configuration: "tiny-llada" (3 layers, D 64, vocab 512: the byte
 // tokenizer's ids, mask 261), "llada-8b" (real shapes, bf16), "llada-mid" (8 layers, D 1024,

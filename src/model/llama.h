@@ -91,7 +91,7 @@ typedef struct {
     li_weight_store store;
     li_backend *be;  // borrowed: valid for the model's lifetime
     bool has_weights;  // false when loaded for metadata only
-    // FP8 FFN for layers >= 1 (LLaDA's scheme, DESIGN.md §4), an error proxy on real weights:
+    // FP8 FFN for layers >= 1 (LLaDA's, ARCHITECTURE.md §5.3), an error proxy on real weights:
     // (L * 3) block-quantised gate/up/down when on (li_llama_set_fp8); NULL (default): off.
     li_fp8_weight *fp8_ffn;
 } li_llama;

@@ -1,7 +1,7 @@
 // model-load.c — fills li_llama from a GGUF file, an HF safetensors directory, or a synthetic
 // configuration with random weights.
 //
-// Weight handling (DESIGN.md §2, §5): f32 tensors are used in place in the mapping; quantised
+// Weight handling (ARCHITECTURE.md §2.2): f32 tensors are used in place in the mapping; quantised
 // GGUF tensors (Q8_0/Q4_0/Q4_1) and f16 are dequantised to f32 at load; bf16 matrices stay bf16
 // (mapped) for models too big to hold in f32 and are widened to f32 otherwise. Every tensor's
 // shape is checked against the hyper-parameters before use.
@@ -89,7 +89,7 @@ const li_tensor_names li_names_hf_llama = {
     {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
      "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
      "mlp.down_proj"}};
-// DESIGN.md §2: ff_proj is the gate, up_proj the up, ff_out the down (and ff_out.weight, outside
+// ARCHITECTURE.md §2.3: ff_proj is the gate, up_proj the up, ff_out the down (ff_out.weight outside
 // the blocks, the LM head).
 const li_tensor_names li_names_hf_llada = {
     "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",

@@ -399,7 +399,7 @@ li_status li_tokenizer_init_bytes(li_tokenizer **out, int n_vocab, li_chat_forma
     static const char *const llada[] = {"<|startoftext|>", "<|endoftext|>",
                                         "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                                         "<|mdm_mask|>"};
-    // LLaDA-8B's real ids (DESIGN.md §2: BOS 126080, EOS 126081, mask 126336, EOT 126348; the
+    // LLaDA-8B's ids (ARCHITECTURE.md §2.3: BOS 126080, EOS 126081, mask 126336, EOT 126348; the
     // header ids 126346/126347 are those of the released LLaDA tokenizer).
     static const int32_t llada_ids[] = {126080, 126081, 126346, 126347, 126348, 126336};
     static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};

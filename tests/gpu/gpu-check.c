@@ -2257,7 +2257,7 @@ static void bench_prefill_attention(void) {
     li_backend_cuda_free(gpu, dout);
 }
 
-// The RAG query prefill (DESIGN.md §3, the paper's setting): 64 query rows over 5 cached
+// The RAG query prefill (ARCHITECTURE.md §3.4, the paper's setting): 64 query rows over 5 cached
 // documents of 2048 tokens (each with its own Δ) and their own causal part, bf16 pool,
 // Llama-3.1-8B heads. One row tile per head: 32 blocks, so split-K decides how much of the GPU
 // works (LI_CUDA_ATTN_PREFILL_SPLIT=0: unsplit). FLOPs = 4 H Dh Σ_t visible(t).

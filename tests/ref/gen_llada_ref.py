@@ -3,7 +3,7 @@
 autoregressive) diffusion decoding loop, and the reference files that tests/test-llada-ref.c checks
 lazyinfer's C engine (src/model/arch-llada.c, src/engine/engine-dllm.c) against.
 
-Written from the specification only (DESIGN.md §2 "LLaDA-8B" and §4, and the decoding contract
+Written from the specification only (docs/ARCHITECTURE.md §2.3 and §5, and the decoding contract
 that tests/ref/README-llada.md restates), never from the C code: numpy, float64 throughout, one
 function per concept. The one thing copied rather than re-derived is the PRNG, which has to be bit
 for bit lazyinfer's li_rng (xoshiro256** seeded by splitmix64, uniform = (u64 >> 11) * 2^-53); the
@@ -136,7 +136,7 @@ def llada_config():
 
 
 def make_weights():
-    """Random fp32 weights with the exact safetensors names of DESIGN.md §2. Linear weights are
+    """Random fp32 weights with the safetensors names of ARCHITECTURE.md §2.3. Linear weights are
     W (out, in) as in HF (y = x @ W^T)."""
     rng = np.random.default_rng(WEIGHT_SEED)
 

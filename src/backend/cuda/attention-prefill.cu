@@ -237,7 +237,7 @@ __device__ __forceinline__ int pf_row0() { return (gridDim.x - 1 - blockIdx.x) *
 // exp2(x log2 e)), rotated by -Δ when delta > 0 (r, cs: cos / sin of Δ·θ_i, build_cs). Rows past
 // T are zeros. Q·(R_Δ k) = (R_-Δ q)·k: a tile whose keys all share Δ needs no K rotation when Q
 // is staged this way — the block rotates its 64 query rows once per document instead of 64 K
-// rows per tile (DESIGN.md §3 rotates K; the product is the same, the rotation moves to the side
+// rows per tile (backend.h rotates K; the product is the same, the rotation moves to the side
 // that changes less often). Each value is rounded to bf16 once, as the unrotated path does.
 template <int DH>
 __device__ __forceinline__ void stage_query(const li_cuda_attn_args &a,

@@ -1,5 +1,5 @@
-// attention.cu — paged GQA attention with per-page deferred RoPE (DESIGN.md §3), the GPU version
-// of the op table's `attention` for rows below the tensor-core threshold (decode; prefill tiles:
+// attention.cu — paged GQA attention with per-page deferred RoPE (ARCHITECTURE.md §3.3), the
+// GPU op table's `attention` for rows below the tensor-core threshold (decode; prefill tiles:
 // attention-prefill.cu), and of `attention_decode` (decode rows of many sequences in one launch).
 //
 // Grid (n_split, Hkv, T): one block per (query row, kv head, key range) holds all G = H / Hkv query

@@ -1,4 +1,4 @@
-// dllm.cu — the diffusion / FP8 ops of the op table on the GPU (LLaDA, DESIGN.md §4).
+// dllm.cu — the diffusion / FP8 ops of the op table on the GPU (LLaDA, ARCHITECTURE.md §5).
 //   flash_attn_tiles: for Dh 64/128 16 query rows of one head per block sharing K/V chunks in
 //     shared memory (flash_attn_kernel_rows); otherwise one block per (query row, head). Per tile,
 //     fp32 scores in shared memory, the tile's max and sum, o = a o + Σ p v. The oracle keeps fp64
