@@ -197,12 +197,8 @@ static scenario fresh(li_rng *rng) {
 }
 
 int main(void) {
-    const char *env = getenv("LI_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 10) : 20261202;
-    fprintf(stderr, "test-attn-blocks: seed %llu (LI_TEST_SEED reproduces)\n",
-            (unsigned long long)seed);
     li_rng rng;
-    li_rng_seed(&rng, seed);
+    li_rng_seed(&rng, test_seed("test-attn-blocks"));
     char name[160];
     for (int rep = 0; rep < 3; rep++) {
         // lazy: system (Δ 0), documents at their offsets, then the query chunk over all of them

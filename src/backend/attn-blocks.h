@@ -3,7 +3,7 @@
 // keys that all carry the same RoPE offset Δ, either every row seeing every key of the run
 // (non-causal) or the run ending on the rows' causal diagonal (bottom-right causal).
 //
-// Why this is exact (docs/ARCHITECTURE.md, "Deferred RoPE"): a page's K is stored rotated at its
+// Why this is exact (docs/ARCHITECTURE.md §3.3): a page's K is stored rotated at its
 // local position j and is used at position Δ + j. For query row i, rotated at i,
 //     ⟨R(i) q, R(Δ + j) k⟩ = ⟨R(i − Δ) q, R(j) k⟩ = ⟨R(−Δ) (R(i) q), stored k⟩,
 // so a block runs over the stored keys with the query rotated back by Δ. The blocks of a row are
