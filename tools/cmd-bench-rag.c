@@ -62,7 +62,7 @@ typedef struct {
     const char *rates_s, *budgets_s, *csv; // sweep lists and their CSV output
     int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads, gpu;
     int n_ctx; // li_model_params.n_ctx (0: the engine's default)
-    const char *backend, *kv_dtype;
+    const char *backend, *kv_dtype, *attn_impl;
     float alpha, rate;
     uint64_t seed;
     bool dry_run, synthetic;
@@ -631,6 +631,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     mp.cache_mode = li_cache_mode_name(mode);
     mp.kv_budget_bytes = budget;
     mp.kv_dtype = a->kv_dtype;
+    mp.attn_impl = a->attn_impl;
     mp.n_ctx = a->n_ctx;
     double t_load = li_time_ms();
     li_model *m = NULL;
@@ -1058,6 +1059,7 @@ int cmd_bench_rag(int argc, char **argv) {
          "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
         {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,

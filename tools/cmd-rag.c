@@ -266,7 +266,7 @@ int cmd_rag(int argc, char **argv) {
     const char *docs_arg[MAX_DOCS], *samples_arg[MAX_DOCS];
     int n_docs_arg = 0, n_samples_arg = 0;
     int n_predict = 64, n_threads = 0, page_size = 16, max_batch = 1, n_ctx = 0, gpu = 0;
-    const char *backend = NULL, *kv_dtype = NULL;
+    const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     float temp = 0;
     uint64_t seed = 0;
     bool no_chat = false;
@@ -299,6 +299,7 @@ int cmd_rag(int argc, char **argv) {
         {"--cache", NULL, OPT_STR, &cache, "lazy (default), copy, prefix, none, full"},
         {"--budget", NULL, OPT_STR, &budget_s, "KV pool size in bytes (K/M/G suffixes)"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
         {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer (default 64)"},
         {"--temp", NULL, OPT_FLOAT, &temp, "temperature (default 0: greedy)"},
         {"--seed", NULL, OPT_U64, &seed, "sampling seed"},
@@ -361,6 +362,7 @@ int cmd_rag(int argc, char **argv) {
     mp.cache_mode = cache;
     mp.kv_budget_bytes = budget;
     mp.kv_dtype = kv_dtype;
+    mp.attn_impl = attn_impl;
     mp.page_size = page_size;
     mp.max_seqs = max_batch;
     mp.n_threads = n_threads;

@@ -28,7 +28,7 @@ int cmd_serve(int argc, char **argv) {
     const char *chat_template = NULL;
     int port = 8080, max_batch = 8, max_queue = 256, n_ctx = 0, n_threads = 0, max_tokens = 256;
     int gpu = 0;
-    const char *backend = NULL, *kv_dtype = NULL;
+    const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     uint64_t kv_budget = 0;
     bool quiet = false;
     const opt opts[] = {
@@ -41,6 +41,7 @@ int cmd_serve(int argc, char **argv) {
         {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
         {"--ctx-size", "-c", OPT_INT, &n_ctx, "context size in tokens (default: min(trained, 4096))"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
         {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
@@ -80,6 +81,7 @@ int cmd_serve(int argc, char **argv) {
     mp.cache_mode = cache;
     mp.kv_budget_bytes = (int64_t)kv_budget;
     mp.kv_dtype = kv_dtype;
+    mp.attn_impl = attn_impl;
     double t0 = li_time_ms();
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
