@@ -1308,16 +1308,21 @@ static void test_bf16_matmul(void) {
 }
 
 // attention_dense_bf16 = attention_dense (bf16 flash path) on the widened K / V, rounded.
+// attention_dense_bf16 = attention_dense rounded, bit for bit, and both near the oracle: on our
+// flash kernel (--attn-impl native) and through cuDNN (LLaDA's dense layers by default).
 static void test_bf16_attention(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
         {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
-        {512, 8, 8, 128, 512}};
+        {512, 8, 8, 128, 512}, {1024, 32, 32, 128, 1024}};
     setenv("LI_CUDA_DENSE", "bf16", 1);
+    const li_attn_impl saved = gpu->attn_impl;
+    for (int lib = 0; lib < 2; lib++)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
         int nk = cases[c][4];
+        gpu->attn_impl = lib ? LI_ATTN_LIBRARY : LI_ATTN_NATIVE;
         TEST_BEGIN(NAME("attention_dense_bf16 T=%d H=%d Hkv=%d Dh=%d nk=%d = attention_dense "
-                        "rounded", T, H, Hkv, Dh, nk));
+                        "rounded (%s)", T, H, Hkv, Dh, nk, lib ? "cudnn" : "flash kernel"));
         long on = (long)T * H * Dh, kn = (long)nk * Hkv * Dh;
         float *q = xmalloc(sizeof(float) * on), *kf = xmalloc(sizeof(float) * kn);
         float *vf = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
@@ -1353,6 +1358,7 @@ static void test_bf16_attention(void) {
         free(q), free(kf), free(vf), free(o), free(kb), free(vb), free(want), free(got), free(orc);
         TEST_END();
     }
+    gpu->attn_impl = saved;
     unsetenv("LI_CUDA_DENSE");
 }
 
@@ -2454,52 +2460,6 @@ static void test_attention_cudnn(void) {
             start += lens[d];
         }
         lib_case("prefix documents", &s, G, Hkv, Dh, true);
-    }
-    // dense (LLaDA's layers >= 1): attention_dense and attention_dense_bf16 through cuDNN against
-    // the oracle, and the bf16 op = the f32 op rounded, bit for bit (test_bf16_attention's rule)
-    const int cases[][5] = {  // T, H, Hkv, Dh, nk
-        {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
-        {1024, 32, 32, 128, 1024}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3], nk = cases[c][4];
-        TEST_BEGIN(NAME("attention_dense cudnn T=%d H=%d Hkv=%d Dh=%d nk=%d", T, H, Hkv, Dh, nk));
-        long on = (long)T * H * Dh, kn = (long)nk * Hkv * Dh;
-        float *q = xmalloc(sizeof(float) * on), *kf = xmalloc(sizeof(float) * kn);
-        float *vf = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
-        uint16_t *kb = xmalloc(2 * kn), *vb = xmalloc(2 * kn);
-        uint16_t *want = xmalloc(2 * on), *got = xmalloc(2 * on), *orc = xmalloc(2 * on);
-        fill(q, on, 1.0f);
-        fill(kf, kn, 1.0f);
-        fill(vf, kn, 1.0f);
-        round_host(kb, kf, kn);
-        round_host(vb, vf, kn);
-        widen_host(kf, kb, kn);
-        widen_host(vf, vb, kn);
-        float scale = 1.0f / sqrtf((float)Dh);
-        dbuf gq, gkf, gvf, gkb, gvb, go, gb;
-        float *dq = dnew(&gq, sizeof(float) * on, q);
-        float *dkf = dnew(&gkf, sizeof(float) * kn, kf), *dvf = dnew(&gvf, sizeof(float) * kn, vf);
-        uint16_t *dkb = dnew(&gkb, 2 * kn, kb), *dvb = dnew(&gvb, 2 * kn, vb);
-        float *dout = dnew(&go, sizeof(float) * on, NULL);
-        uint16_t *db = dnew(&gb, 2 * on, NULL);
-        gpu->attn_impl = LI_ATTN_LIBRARY;
-        gpu->ops->attention_dense(gpu, dout, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
-        gpu->ops->attention_dense_bf16(gpu, db, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
-        gpu->attn_impl = LI_ATTN_NATIVE;
-        ref->ops->attention_dense_bf16(ref, orc, q, T, H, kb, vb, nk, Hkv, Dh, scale);
-        CHECK_BACKEND();
-        dget(o, &go);
-        dget(got, &gb);
-        round_host(want, o, on);
-        CHECK(memcmp(got, want, 2 * on) == 0, "bf16 op is not the f32 op rounded; seed %llu",
-              g_seed);
-        double e = nmse_bf16(got, orc, on);
-        CHECK(e <= TOL_ATTENTION_TC, "vs oracle: nmse %g; seed %llu", e, g_seed);
-        CHECK(dguard_ok(&gb) && dguard_ok(&go) && dguard_ok(&gq), "guard damaged; seed %llu",
-              g_seed);
-        dfree(&gq), dfree(&gkf), dfree(&gvf), dfree(&gkb), dfree(&gvb), dfree(&go), dfree(&gb);
-        free(q), free(kf), free(vf), free(o), free(kb), free(vb), free(want), free(got), free(orc);
-        TEST_END();
     }
     char note[512];
     li_backend_cuda_attn_note(gpu, note, sizeof note);
