@@ -522,17 +522,24 @@ static void random_prompt(li_rng *rng, int32_t *p, int n) {
         p[i] = (int32_t)(li_rng_u64(rng) % 256); // byte tokens
 }
 
+// Loads a test model on LI_TEST_BACKEND (e.g. cpu-devsim: the device data path, run.sh), one
+// thread: tiny shapes, where worker hand-offs would cost more than the work.
+static li_status load_model(const char *path, li_model **m) {
+    li_model_params mp = li_model_default_params();
+    mp.path = path;
+    mp.n_threads = 1;
+    mp.backend = getenv("LI_TEST_BACKEND");
+    *m = NULL;
+    return li_model_load(m, &mp);
+}
+
 // The exactness bar, counted: 100 random prompts (5..44 tokens), vanilla decoding, every
 // LaCache component on against all off (FACache tile 5 in both); at least 99 must commit the same
 // tokens (on the CPU all 100 do, and on the H200 too since the GEMMs are batch-invariant).
 static void test_hundred_prompts(li_rng *rng) {
-    li_model_params mp = li_model_default_params();
-    mp.path = "synth:tiny-llada:7";
-    mp.n_threads = 1;
-    mp.backend = getenv("LI_TEST_BACKEND");
     li_model *m = NULL;
     TEST_BEGIN("100 prompts: all LaCache on commits the all-off tokens on >= 99");
-    li_status rc = li_model_load(&m, &mp);
+    li_status rc = load_model("synth:tiny-llada:7", &m);
     CHECK(rc == LI_OK, "%s", li_last_error());
     int same = 0, n = 0;
     for (int i = 0; rc == LI_OK && i < 100; i++) {
@@ -564,17 +571,13 @@ static void test_hundred_prompts(li_rng *rng) {
 // mask id itself (not filtered out here: the oracle decodes them as the contract says). Each
 // configuration against the oracle, caches off and all on, and the batch of all of them.
 static void test_infill(li_rng *rng) {
-    li_model_params mp = li_model_default_params();
     char path[64];
     snprintf(path, sizeof path, "synth:tiny-llada:%llu",
              (unsigned long long)(li_rng_u64(rng) % 1000));
-    mp.path = path;
-    mp.n_threads = 1;
-    mp.backend = getenv("LI_TEST_BACKEND");
     li_model *m = NULL;
     TEST_BEGIN("infilling: prompt masks are filled as the oracle fills them (caches off, on, "
                "batch)");
-    li_status rc = li_model_load(&m, &mp);
+    li_status rc = load_model(path, &m);
     CHECK(rc == LI_OK, "%s", li_last_error());
     int32_t MASK = -1, EOS, EOT;
     if (rc == LI_OK) li_dllm_special_tokens(m, &MASK, &EOS, &EOT);

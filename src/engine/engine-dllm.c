@@ -25,7 +25,9 @@
 //
 // Not here: the model forward and its caches (src/model/arch-llada.c), the CLI (tools/cmd-dllm.c).
 // Tested by tests/test-dllm.c (schedule and selection rules on hand-made inputs, DPad draws,
-// cache-flag exactness, seeds, batching, parameter errors).
+// an oracle of the contract, infilling, cache-flag exactness, seeds, batching, parameter errors)
+// and tests/test-llada-generate-ref.c (the public generate.py / Fast-dLLM code's runs, torch.topk's
+// ties).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
