@@ -233,7 +233,8 @@ int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double ta
     int take = take_rule(NULL, work, nc, mode, k, tau, f);
     for (int i = 0; i < take; i++)
         rows[i] = work[i].i;
-    if (mode == LI_DLLM_SEL_THRESHOLD || take == nc || work[take - 1].v != work[take].v)
+    if (mode == LI_DLLM_SEL_THRESHOLD || take == 0 || take == nc ||
+        work[take - 1].v != work[take].v)
         return take;
     // The cut splits a run of equal confidences: those of them torch.topk returns.
     const double tie = work[take].v;
