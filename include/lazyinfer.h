@@ -221,7 +221,8 @@ void li_get_cache_stats(const li_model *m, li_cache_stats *out);
 //
 // Semi-autoregressive (SAR) decoding of a diffusion LM (models whose arch is "llada"): the
 // canvas [prompt | MASK × gen_length] is denoised block by block, a few tokens committed per
-// forward pass. The exact semantics (schedule, remasking, Gumbel-max, CFG, ties, RNG draw order,
+// forward pass; every mask up to the current block's end is a candidate (mask tokens in the
+// prompt too: infilling, see canvas_out). The exact semantics (schedule, remasking, Gumbel-max, CFG, ties, RNG draw order,
 // Fast-dLLM threshold/factor, DPad) are the contract in docs/DLLM.md, which a Python reference
 // (tests/ref/gen_llada_ref.py) implements independently.
 
@@ -236,7 +237,7 @@ enum {
 
 typedef enum {
     LI_DLLM_REMASK_LOW_CONFIDENCE,  // confidence = softmax probability of the predicted token
-    LI_DLLM_REMASK_RANDOM,          // confidence = one uniform draw per block row
+    LI_DLLM_REMASK_RANDOM,          // confidence = one uniform draw per candidate row
 } li_dllm_remasking;
 
 // What the trace callback sees after each denoising step of one request.
@@ -264,7 +265,8 @@ typedef struct {
     // schedule is replaced by "repeat steps until the block has no mask" (`steps` is then only
     // validated).
     double threshold;     // 0: off; τ in (0, 1]: commit the best + every candidate >= τ
-    double factor;        // 0: off; f > 0: the largest prefix with c_i >= 1 - f/(i+1)
+    double factor;        // 0: off; f > 0: Fast-dLLM's prefix with c_i >= 1 - f/(i+1)
+                          // (docs/DLLM.md: its count rule exactly, quirk included)
     int commit_per_step;  // 0: off; K > 0: commit exactly min(K, masks left) per step
                           // (benchmarks with random weights, whose flat confidences defeat τ, f)
     // DPad: suffix masks after the block kept with probability scale·N(x_d; 0, 1),
@@ -275,13 +277,18 @@ typedef struct {
     double dpad_scale;    // 2
     bool early_stop;              // stop after a finished block that contains EOS (rest → EOS)
     bool logits_eos_inf;          // logits[EOS] = -inf before x0
-    bool confidence_eos_eot_inf;  // logits[EOT] = -inf after x0, before the confidence softmax
+    bool confidence_eos_eot_inf;  // logits[EOT] (and at temperature 0 logits[EOS]) = -inf after
+                                  // x0, before the confidence softmax: their confidence is 0
     unsigned lacache;  // LI_DLLM_LACACHE_* bits (0: all off)
     bool fp8;          // FP8 FFN for layers >= 1 (approximate: changes the logits)
     int fa_tile;       // FACache tile in tokens (0: the model's default, 64)
     uint64_t seed;     // per-request RNG seed (li_rng: xoshiro256** seeded by splitmix64)
     li_dllm_trace_cb on_step;  // optional, called after every step
     void *user;
+    // Optional (n_prompt + gen_length), filled at the end: the whole final canvas — the prompt
+    // with its mask tokens decoded (infilling: masks in the prompt are filled like the generated
+    // ones), then the generated part.
+    int32_t *canvas_out;
 } li_dllm_params;
 li_dllm_params li_dllm_default_params(void);  // gen 128, block 32, steps 128, all else off
 

@@ -85,85 +85,164 @@ static int brute_rank(const double *conf, int n, int *rows) {
     }
 }
 
+// Fast-dLLM get_transfer_index_dynamic's count, transcribed: threshs, the loop with its break,
+// the bump of top_i at 0 and at the last index.
+static int fastdllm_factor_count(const double *sorted, int n, double f) {
+    if (n == 0) return 0;
+    double threshs[512];
+    for (int i = 0; i < n; i++)
+        threshs[i] = 1 - f / (i + 2);  // es = [factor / (n + 1) for n in 1..]
+    threshs[0] = -1;
+    int top_i = 0;
+    for (top_i = 0; top_i < n; top_i++)
+        if (sorted[top_i] < threshs[top_i]) break;
+    if (top_i == n) top_i = n - 1;  // (Python's loop variable keeps its last value)
+    if (top_i == 0 || top_i == n - 1) top_i++;
+    return top_i;
+}
+
+// The rows li_dllm_select must pick: the count by the rule, the set ranked by confidence, and
+// for rows tied at the cut (top-k, factor) those li_dllm_topk_torch picks (tests/
+// test-llada-generate-ref.c checks it against torch.topk). Sorted ascending into want.
+static int want_rows(const double *conf, int n, li_dllm_sel mode, int k, double tau, double f,
+                     int *want) {
+    int ref[512], nref = brute_rank(conf, n, ref);
+    double sorted[512];
+    for (int i = 0; i < nref; i++)
+        sorted[i] = conf[ref[i]];
+    int take = mode == LI_DLLM_SEL_TOPK    ? (k < nref ? (k > 0 ? k : 0) : nref)
+               : mode == LI_DLLM_SEL_FACTOR ? fastdllm_factor_count(sorted, nref, f)
+                                            : 0;
+    if (mode == LI_DLLM_SEL_THRESHOLD)
+        for (int i = 0; i < nref; i++)
+            take += i == 0 || sorted[i] >= tau;
+    int m = 0;
+    if (mode != LI_DLLM_SEL_THRESHOLD && take > 0 && take < nref &&
+        sorted[take - 1] == sorted[take]) {
+        li_dllm_pair work[512];
+        li_dllm_topk_torch(conf, n, take, want, work);
+        m = take;
+    } else {
+        for (int i = 0; i < take; i++)
+            want[m++] = ref[i];
+    }
+    for (int i = 1; i < m; i++)  // ascending
+        for (int j = i; j > 0 && want[j] < want[j - 1]; j--) {
+            int t = want[j];
+            want[j] = want[j - 1];
+            want[j - 1] = t;
+        }
+    return m;
+}
+
+static bool same_set(const int *got, int n, const int *want, int nw) {
+    int g[512];
+    memcpy(g, got, (size_t)n * sizeof *g);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && g[j] < g[j - 1]; j--) {
+            int t = g[j];
+            g[j] = g[j - 1];
+            g[j - 1] = t;
+        }
+    return same_rows(g, n, want, nw);
+}
+
 static void test_select(li_rng *rng) {
     int rows[16], n;
+    li_dllm_pair work[512];
     TEST_BEGIN("select: hand-made top-k, threshold, factor");
     {
         double c[5] = {0.5, 0.9, 0.5, -INFINITY, 0.9};
-        n = li_dllm_select(c, 5, LI_DLLM_SEL_TOPK, 3, 0, 0, rows);
-        CHECK(same_rows(rows, n, (int[]){1, 4, 0}, 3), "top-3 with ties: n %d %d %d %d", n, rows[0],
-              rows[1], rows[2]);
-        n = li_dllm_select(c, 5, LI_DLLM_SEL_TOPK, 9, 0, 0, rows);
+        n = li_dllm_select(c, 5, LI_DLLM_SEL_TOPK, 2, 0, 0, rows, work);
+        CHECK(same_rows(rows, n, (int[]){1, 4}, 2), "top-2: n %d %d %d", n, rows[0], rows[1]);
+        n = li_dllm_select(c, 5, LI_DLLM_SEL_TOPK, 9, 0, 0, rows, work);
         CHECK(n == 4, "k beyond the candidates: %d", n);
     }
     {
+        // A cut inside equal values: torch 2.15's topk([0, 0, 0, 0.5, -inf, 0], k) returns
+        // {3, 5} for k = 2 and {0, 3, 5} for k = 3 (its nth_element moves the last zero first;
+        // the lowest rows would give {0, 3} and {0, 1, 3}).
+        double c[6] = {0, 0, 0, 0.5, -INFINITY, 0};
+        n = li_dllm_select(c, 6, LI_DLLM_SEL_TOPK, 2, 0, 0, rows, work);
+        CHECK(same_rows(rows, n, (int[]){3, 5}, 2), "tied cut, k 2: n %d %d %d", n, rows[0],
+              rows[1]);
+        n = li_dllm_select(c, 6, LI_DLLM_SEL_TOPK, 3, 0, 0, rows, work);
+        CHECK(same_rows(rows, n, (int[]){3, 0, 5}, 3), "tied cut, k 3: n %d %d %d %d", n, rows[0],
+              rows[1], rows[2]);
+    }
+    {
         double c[5] = {0.3, 0.85, 0.2, 0.95, -INFINITY};
-        n = li_dllm_select(c, 5, LI_DLLM_SEL_THRESHOLD, 0, 0.8, 0, rows);
+        n = li_dllm_select(c, 5, LI_DLLM_SEL_THRESHOLD, 0, 0.8, 0, rows, work);
         CHECK(same_rows(rows, n, (int[]){3, 1}, 2), "tau 0.8: n %d", n);
-        n = li_dllm_select(c, 5, LI_DLLM_SEL_THRESHOLD, 0, 0.99, 0, rows);
+        n = li_dllm_select(c, 5, LI_DLLM_SEL_THRESHOLD, 0, 0.99, 0, rows, work);
         CHECK(same_rows(rows, n, (int[]){3}, 1), "tau 0.99: only the best, n %d", n);
-        n = li_dllm_select(c, 5, LI_DLLM_SEL_THRESHOLD, 0, 0.85, 0, rows);
+        n = li_dllm_select(c, 5, LI_DLLM_SEL_THRESHOLD, 0, 0.85, 0, rows, work);
         CHECK(same_rows(rows, n, (int[]){3, 1}, 2), "confidence == tau is committed, n %d", n);
         double t[3] = {0.4, 0.4, 0.4};
-        n = li_dllm_select(t, 3, LI_DLLM_SEL_THRESHOLD, 0, 0.9, 0, rows);
-        CHECK(same_rows(rows, n, (int[]){0}, 1), "all below tau, tied: lowest row, n %d", n);
+        n = li_dllm_select(t, 3, LI_DLLM_SEL_THRESHOLD, 0, 0.9, 0, rows, work);
+        CHECK(same_rows(rows, n, (int[]){0}, 1), "all below tau, tied: lowest row (argmax), n %d",
+              n);
     }
     {
         // f = 1: c1 >= 1/2, c2 >= 2/3, c3 >= 3/4, c4 >= 4/5.
-        double c[5] = {0.6, 0.9, 0.8, 0.76, 0.1}; // sorted 0.9 0.8 0.76 | 0.6 < 4/5
-        n = li_dllm_select(c, 5, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
+        double c[6] = {0.6, 0.9, 0.8, 0.76, 0.1, 0.05};  // 0.9 0.8 0.76 | 0.6 < 4/5, 2 more
+        n = li_dllm_select(c, 6, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows, work);
         CHECK(same_rows(rows, n, (int[]){1, 2, 3}, 3), "factor 1: n %d", n);
-        c[2] = 0.7; // sorted 0.9 0.76 | 0.7 < 3/4
-        n = li_dllm_select(c, 5, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
+        c[2] = 0.7;  // 0.9 0.76 | 0.7 < 3/4
+        n = li_dllm_select(c, 6, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows, work);
         CHECK(same_rows(rows, n, (int[]){1, 3}, 2), "factor 1, second: n %d", n);
-        double d[3] = {0.3, 0.2, 0.95}; // sorted 0.95, 0.3: 0.3 < 2/3 stops the prefix
-        n = li_dllm_select(d, 3, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
+        double d[3] = {0.3, 0.2, 0.95};  // 0.95 | 0.3 < 2/3, the middle of 3: the prefix stops
+        n = li_dllm_select(d, 3, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows, work);
         CHECK(same_rows(rows, n, (int[]){2}, 1), "factor prefix stops, n %d", n);
-        double e[2] = {0.1, 0.2}; // c1 = 0.2 < 1/2: the top-1 anyway
-        n = li_dllm_select(e, 2, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows);
-        CHECK(same_rows(rows, n, (int[]){1}, 1), "factor top-1 always, n %d", n);
+        // Fast-dLLM's bump: when only the last rank fails, every candidate is taken.
+        double e[2] = {0.1, 0.2};  // 0.2 | 0.1 < 2/3 fails at the last rank: both
+        n = li_dllm_select(e, 2, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows, work);
+        CHECK(same_rows(rows, n, (int[]){1, 0}, 2), "factor, last rank fails: all, n %d", n);
+        double g[4] = {0.9, 0.8, 0.78, 0.1};  // fails only at the last rank (0.1 < 4/5): all 4
+        n = li_dllm_select(g, 4, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows, work);
+        CHECK(n == 4, "factor, only the last fails: %d", n);
         double z[2] = {-INFINITY, -INFINITY};
-        CHECK(li_dllm_select(z, 2, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows) == 0, "no candidate");
+        CHECK(li_dllm_select(z, 2, LI_DLLM_SEL_FACTOR, 0, 0, 1.0, rows, work) == 0,
+              "no candidate");
     }
     TEST_END();
 
-    TEST_BEGIN("select: random confidences vs brute force");
+    TEST_BEGIN("select: random confidences vs brute force and Fast-dLLM's rules");
     for (int it = 0; it < 500; it++) {
         int nr = 1 + (int)(li_rng_u64(rng) % 64);
         double conf[64];
-        int got[64], ref[64];
+        int got[64], want[64];
         for (int r = 0; r < nr; r++) {
             uint64_t u = li_rng_u64(rng) % 10;
-            // few distinct values so that ties are common; some non-candidates
-            conf[r] = u == 0 ? -INFINITY : (double)(li_rng_u64(rng) % 8) / 8.0 + 0.05;
+            // few distinct values so that ties are common (zeros: banned EOS / EOT rows)
+            conf[r] = u == 0 ? -INFINITY : u == 1 ? 0.0 : (double)(li_rng_u64(rng) % 8) / 8.0 + 0.05;
         }
-        int nref = brute_rank(conf, nr, ref);
         int k = (int)(li_rng_u64(rng) % 10);
-        int ng = li_dllm_select(conf, nr, LI_DLLM_SEL_TOPK, k, 0, 0, got);
-        int kk = k < nref ? k : nref;
-        CHECK(same_rows(got, ng, ref, kk), "seed %llu it %d topk %d", (unsigned long long)g_seed,
+        int ng = li_dllm_select(conf, nr, LI_DLLM_SEL_TOPK, k, 0, 0, got, work);
+        int nw = want_rows(conf, nr, LI_DLLM_SEL_TOPK, k, 0, 0, want);
+        CHECK(same_set(got, ng, want, nw), "seed %llu it %d topk %d", (unsigned long long)g_seed,
               it, k);
         double tau = (double)(li_rng_u64(rng) % 9) / 8.0 + 0.01;
-        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, 0, 0, got); // tau 0: all
+        int nref = brute_rank(conf, nr, want);
+        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, 0, 0, got, work);  // tau 0: all
         CHECK(ng == nref, "threshold 0 takes every candidate");
-        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, tau, 0, got);
-        int want = 0;
-        for (int i = 0; i < nref; i++)
-            if (i == 0 || conf[ref[i]] >= tau) want++;
-        CHECK(same_rows(got, ng, ref, want), "seed %llu it %d threshold %g",
+        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, tau, 0, got, work);
+        nw = want_rows(conf, nr, LI_DLLM_SEL_THRESHOLD, 0, tau, 0, want);
+        CHECK(same_set(got, ng, want, nw), "seed %llu it %d threshold %g",
               (unsigned long long)g_seed, it, tau);
         double f = 0.1 + (double)(li_rng_u64(rng) % 20) / 10.0;
-        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_FACTOR, 0, 0, f, got);
-        want = 0;
-        for (int i = 1; i <= nref; i++) {
-            bool all = true;
-            for (int j = 1; j <= i; j++)
-                all &= conf[ref[j - 1]] >= 1.0 - f / (j + 1);
-            if (all) want = i;
-        }
-        if (nref > 0 && want == 0) want = 1;
-        CHECK(same_rows(got, ng, ref, want), "seed %llu it %d factor %g",
+        ng = li_dllm_select(conf, nr, LI_DLLM_SEL_FACTOR, 0, 0, f, got, work);
+        nw = want_rows(conf, nr, LI_DLLM_SEL_FACTOR, 0, 0, f, want);
+        CHECK(same_set(got, ng, want, nw), "seed %llu it %d factor %g",
               (unsigned long long)g_seed, it, f);
+        // li_dllm_take on the ranked values agrees with the selection's count
+        double sorted[64];
+        int rk[64];
+        nref = brute_rank(conf, nr, rk);
+        for (int i = 0; i < nref; i++) sorted[i] = conf[rk[i]];
+        CHECK(li_dllm_take(sorted, nref, LI_DLLM_SEL_FACTOR, 0, 0, f) ==
+                  fastdllm_factor_count(sorted, nref, f),
+              "li_dllm_take factor it %d", it);
     }
     TEST_END();
 }
@@ -210,9 +289,9 @@ static void test_dpad(li_rng *rng) {
 // ---- the naive oracle --------------------------------------------------------------------------
 
 // The contract of docs/DLLM.md written out plainly: the whole (DPad-compacted) canvas through the
-// model every step, every cache off, block_start on every step.
-// *mask_commits: how many times the mask token itself was committed (random weights can
-// predict it; the contract then leaves the row masked and decodes it again).
+// model every step, every cache off, block_start on every step, the logits of every row up to
+// the block's end. *mask_commits: how many times the mask token itself was committed (random
+// weights can predict it; the contract then leaves the row masked and decodes it again).
 static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm_params *p,
                         int32_t *gen, int *mask_commits) {
     *mask_commits = 0;
@@ -220,15 +299,17 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
     LI_TRY(li_dllm_special_tokens(m, &MASK, &EOS, &EOT));
     int V = li_llada_hparams(m->llada)->n_vocab, G = p->gen_length, B = p->block_length, T = P + G;
     int nb = G / B, S = p->steps / nb;
+    LI_ASSERT(T <= 512);  // (brute_rank's bound)
     int32_t *x = calloc(T, 4), *ct = calloc(T, 4), *ut = calloc(T, 4), *pos = calloc(T, 4);
-    float *lg = calloc((size_t)B * V, 4), *ul = calloc((size_t)B * V, 4);
+    float *lg = calloc((size_t)T * V, 4), *ul = calloc((size_t)T * V, 4);
     // The forward writes backend memory (device memory on a GPU): the logits come back by
     // download, as the engine's do.
-    float *dlg = li_be_alloc(m->be, (size_t)B * V * 4, "oracle logits");
-    float *dul = li_be_alloc(m->be, (size_t)B * V * 4, "oracle logits (uncond)");
-    double *conf = calloc(B, 8), *prob = calloc(p->dpad_window + 1, 8);
-    int32_t *x0 = calloc(B, 4);
-    int *order = calloc(B, sizeof(int));
+    float *dlg = li_be_alloc(m->be, (size_t)T * V * 4, "oracle logits");
+    float *dul = li_be_alloc(m->be, (size_t)T * V * 4, "oracle logits (uncond)");
+    double *conf = calloc(T, 8);
+    int32_t *x0 = calloc(T, 4);
+    int *order = calloc(T, sizeof(int)), *win = calloc(T, sizeof(int));
+    li_dllm_pair *work = calloc(T, sizeof *work);
     li_llada_cache *c1 = NULL, *c2 = NULL;
     li_llada_scratch *scr = NULL;
     li_status rc;
@@ -236,6 +317,10 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
         (rc = li_llada_cache_init(&c2, m->llada, T)) ||
         (rc = li_llada_scratch_init(&scr, m->llada, 2 * T)))
         goto out;
+    if (!dlg || !dul) {
+        rc = LI_ERR_OOM;
+        goto out;
+    }
     li_rng rng;
     li_rng_seed(&rng, p->seed);
     for (int i = 0; i < T; i++)
@@ -260,6 +345,10 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
             for (int i = hi; i < T; i++)
                 pos[n++] = i;
         }
+        // The block's window: the rows before it still holding the mask, then the block.
+        int W = 0;
+        for (int i = 0; i < hi; i++)
+            if (i >= lo || x[i] == MASK) win[W++] = i;
         int masks0 = 0;
         for (int i = lo; i < hi; i++)
             masks0 += x[i] == MASK;
@@ -275,30 +364,28 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
             }
             for (int j = 0; j < n; j++) {
                 ct[j] = x[pos[j]];
-                ut[j] = pos[j] < P ? MASK : ct[j];
+                // generate.py: un_x[prompt_index] = mask, prompt_index = the prompt's non-masks
+                ut[j] = pos[j] < P && prompt[pos[j]] != MASK ? MASK : ct[j];
             }
-            li_llada_canvas cv[2] = {{n, ct, pos, lo, hi, true}, {n, ut, pos, lo, hi, true}};
+            // every row up to the block's end: rows [0, hi) of the canvas are its first rows
+            li_llada_canvas cv[2] = {{n, ct, pos, 0, hi, true, NULL, 0}, {n, ut, pos, 0, hi, true, NULL, 0}};
             li_llada_cache *cs[2] = {c1, c2};
             float *outs[2] = {dlg, dul};
-            if (!dlg || !dul) {
-                rc = LI_ERR_OOM;
-                goto out;
-            }
             if ((rc = li_llada_forward(m->llada, &off, scr, cs, cv, p->cfg > 0 ? 2 : 1, outs,
                                        NULL)) ||
-                (rc = li_be_download(m->be, lg, dlg, (size_t)B * V * 4)) ||
-                (p->cfg > 0 && (rc = li_be_download(m->be, ul, dul, (size_t)B * V * 4))))
+                (rc = li_be_download(m->be, lg, dlg, (size_t)hi * V * 4)) ||
+                (p->cfg > 0 && (rc = li_be_download(m->be, ul, dul, (size_t)hi * V * 4))))
                 goto out;
-            for (int r = 0; r < B; r++) {
-                float *l = lg + (size_t)r * V;
+            for (int w = 0; w < W; w++) {
+                float *l = lg + (size_t)win[w] * V;
                 if (p->cfg > 0)
                     for (int v = 0; v < V; v++)
-                        l[v] = ul[(size_t)r * V + v] +
-                               (float)(p->cfg + 1) * (l[v] - ul[(size_t)r * V + v]);
+                        l[v] = ul[(size_t)win[w] * V + v] +
+                               (float)(p->cfg + 1) * (l[v] - ul[(size_t)win[w] * V + v]);
                 if (p->logits_eos_inf) l[EOS] = -INFINITY;
             }
-            for (int r = 0; r < B; r++) {
-                float *l = lg + (size_t)r * V;
+            for (int w = 0; w < W; w++) {  // Gumbel draws: every window row and id
+                float *l = lg + (size_t)win[w] * V;
                 int best = 0;
                 double bv = -1;
                 for (int v = 0; v < V; v++) {
@@ -307,40 +394,58 @@ static li_status oracle(li_model *m, const int32_t *prompt, int P, const li_dllm
                         sc = exp((double)l[v]) / pow(-log(li_rng_uniform(&rng)), p->temperature);
                     if (v == 0 || sc > bv) bv = sc, best = v;
                 }
-                x0[r] = best;
+                x0[w] = best;
             }
-            for (int r = 0; r < B; r++) {
-                float *l = lg + (size_t)r * V;
-                if (p->confidence_eos_eot_inf) l[EOT] = -INFINITY;
-                float mx = l[0], sum = 0;
+            for (int w = 0; w < W; w++) {
+                float *l = lg + (size_t)win[w] * V;
+                if (p->confidence_eos_eot_inf) {  // EOT; EOS too when the noisy logits are l
+                    l[EOT] = -INFINITY;
+                    if (p->temperature == 0) l[EOS] = -INFINITY;
+                }
+                double mx = l[0], sum = 0;
                 for (int v = 1; v < V; v++)
                     mx = l[v] > mx ? l[v] : mx;
                 for (int v = 0; v < V; v++)
-                    sum += expf(l[v] - mx);
-                conf[r] = expf(l[x0[r]] - mx) / sum;
+                    sum += exp(l[v] - mx);
+                conf[w] = exp(l[x0[w]] - mx) / sum;
             }
             if (p->remasking == LI_DLLM_REMASK_RANDOM)
-                for (int r = 0; r < B; r++)
-                    conf[r] = li_rng_uniform(&rng);
-            for (int r = 0; r < B; r++)
-                if (x[lo + r] != MASK) conf[r] = -INFINITY;
-            int nr = brute_rank(conf, B, order), k;
+                for (int w = 0; w < W; w++)
+                    conf[w] = li_rng_uniform(&rng);
+            // The canvas's confidence vector: window masks, -inf elsewhere.
+            double *full = calloc(T, 8);
+            if (!full) {
+                rc = LI_ERR_OOM;
+                goto out;
+            }
+            for (int i = 0; i < T; i++)
+                full[i] = -INFINITY;
+            for (int w = 0; w < W; w++)
+                if (x[win[w]] == MASK) full[win[w]] = conf[w];
+            int nr = brute_rank(full, T, order), k;
+            double *sorted = calloc(T + 1, 8);
+            for (int i = 0; i < nr; i++)
+                sorted[i] = full[order[i]];
             if (p->threshold > 0) {
-                for (k = 1; k < nr && conf[order[k]] >= p->threshold; k++) {
+                for (k = 1; k < nr && sorted[k] >= p->threshold; k++) {
                 }
             } else if (p->factor > 0) {
-                for (k = 0; k < nr && conf[order[k]] >= 1 - p->factor / (k + 2); k++) {
-                }
-                if (k == 0) k = 1;
+                k = fastdllm_factor_count(sorted, nr, p->factor);
             } else if (p->commit_per_step > 0) {
                 k = p->commit_per_step < nr ? p->commit_per_step : nr;
             } else {
                 k = masks0 / S + (s < masks0 % S);
             }
+            if (p->threshold == 0 && k > 0 && k < nr && sorted[k - 1] == sorted[k])
+                li_dllm_topk_torch(full, T, k, order, work);  // torch.topk's rows at the tie
             for (int i = 0; i < k; i++) {
-                x[lo + order[i]] = x0[order[i]];
-                *mask_commits += x0[order[i]] == MASK;
+                int w = 0;
+                while (win[w] != order[i]) w++;
+                x[order[i]] = x0[w];
+                *mask_commits += x0[w] == MASK;
             }
+            free(full);
+            free(sorted);
         }
         bool has_eos = false;
         for (int i = lo; i < hi; i++)
@@ -365,9 +470,10 @@ out:
     li_be_free(m->be, dlg);
     li_be_free(m->be, dul);
     free(conf);
-    free(prob);
     free(x0);
     free(order);
+    free(win);
+    free(work);
     return rc;
 }
 
@@ -415,17 +521,24 @@ static void random_prompt(li_rng *rng, int32_t *p, int n) {
         p[i] = (int32_t)(li_rng_u64(rng) % 256); // byte tokens
 }
 
+// Loads a test model on LI_TEST_BACKEND (e.g. cpu-devsim: the device data path, run.sh), one
+// thread: tiny shapes, where worker hand-offs would cost more than the work.
+static li_status load_model(const char *path, li_model **m) {
+    li_model_params mp = li_model_default_params();
+    mp.path = path;
+    mp.n_threads = 1;
+    mp.backend = getenv("LI_TEST_BACKEND");
+    *m = NULL;
+    return li_model_load(m, &mp);
+}
+
 // The exactness bar, counted: 100 random prompts (5..44 tokens), vanilla decoding, every
 // LaCache component on against all off (FACache tile 5 in both); at least 99 must commit the same
 // tokens (on the CPU all 100 do, and on the H200 too since the GEMMs are batch-invariant).
 static void test_hundred_prompts(li_rng *rng) {
-    li_model_params mp = li_model_default_params();
-    mp.path = "synth:tiny-llada:7";
-    mp.n_threads = 1;
-    mp.backend = getenv("LI_TEST_BACKEND");
     li_model *m = NULL;
     TEST_BEGIN("100 prompts: all LaCache on commits the all-off tokens on >= 99");
-    li_status rc = li_model_load(&m, &mp);
+    li_status rc = load_model("synth:tiny-llada:7", &m);
     CHECK(rc == LI_OK, "%s", li_last_error());
     int same = 0, n = 0;
     for (int i = 0; rc == LI_OK && i < 100; i++) {
@@ -448,6 +561,88 @@ static void test_hundred_prompts(li_rng *rng) {
     CHECK(rc == LI_OK, "%s", li_last_error());
     printf("#   %d of %d prompts commit the same tokens with every cache on\n", same, n);
     CHECK(n == 100 && same >= 99, "%d of %d", same, n);
+    TEST_END();
+    li_model_free(m);
+}
+
+// Rows before the block that hold the mask id are candidates too (generate.py: every mask up to
+// the block's end): prompts with mask tokens (infilling), and rows the model filled with the
+// mask id itself (not filtered out here: the oracle decodes them as the contract says). Each
+// configuration against the oracle, caches off and all on, and the batch of all of them.
+static void test_infill(li_rng *rng) {
+    char path[64];
+    snprintf(path, sizeof path, "synth:tiny-llada:%llu",
+             (unsigned long long)(li_rng_u64(rng) % 1000));
+    li_model *m = NULL;
+    TEST_BEGIN("infilling: prompt masks are filled as the oracle fills them (caches off, on, "
+               "batch)");
+    li_status rc = load_model(path, &m);
+    CHECK(rc == LI_OK, "%s", li_last_error());
+    int32_t MASK = -1, EOS, EOT;
+    if (rc == LI_OK) li_dllm_special_tokens(m, &MASK, &EOS, &EOT);
+    enum { NCFG = 6 };
+    li_dllm_params ps[NCFG];
+    for (int i = 0; i < NCFG; i++) {
+        ps[i] = li_dllm_default_params();
+        ps[i].gen_length = 16;
+        ps[i].block_length = 8;
+        ps[i].steps = 8;  // 2 per step: the prompt's masks compete with the block's rows
+    }
+    ps[1].threshold = 0.05;
+    ps[2].factor = 2.0;
+    ps[3].cfg = 0.8;  // the unconditional canvas keeps the filled prompt masks
+    ps[4].temperature = 0.9, ps[4].remasking = LI_DLLM_REMASK_RANDOM;
+    ps[5].confidence_eos_eot_inf = true, ps[5].logits_eos_inf = true, ps[5].steps = 4;
+    int32_t prompts[NCFG][40], want[NCFG][16], got[NCFG][16];
+    int Ps[NCFG];
+    li_dllm_request reqs[NCFG];
+    for (int ci = 0; rc == LI_OK && ci < NCFG; ci++) {
+        li_dllm_params *p = &ps[ci];
+        p->seed = li_rng_u64(rng);
+        int P = Ps[ci] = 10 + (int)(li_rng_u64(rng) % 20), holes = 0;
+        random_prompt(rng, prompts[ci], P);
+        for (int i = 1; i < P; i++)  // about one prompt token in four is a mask (BOS kept)
+            if (li_rng_u64(rng) % 4 == 0) prompts[ci][i] = MASK, holes++;
+        if (holes == 0) prompts[ci][P - 1] = MASK;
+        int mc = 0;
+        li_status orc = oracle(m, prompts[ci], P, p, want[ci], &mc);
+        li_status e0 = li_dllm_generate(m, prompts[ci], P, p, got[ci], NULL);
+        CHECK(orc == e0, "config %d: oracle %d, engine %d (%s); seed %llu", ci, orc, e0,
+              li_last_error(), (unsigned long long)g_seed);
+        if (orc != LI_OK || e0 != LI_OK) {  // (a block stuck on the mask token: both say so)
+            ps[ci].gen_length = 0;
+            continue;
+        }
+        int d = first_diff(got[ci], want[ci], p->gen_length);
+        CHECK(d < 0, "config %d (P %d): differs from the oracle at %d: %d vs %d; seed %llu", ci, P,
+              d, d >= 0 ? got[ci][d] : 0, d >= 0 ? want[ci][d] : 0, (unsigned long long)g_seed);
+        p->lacache = LI_DLLM_LACACHE_ALL;
+        p->fa_tile = 5;
+        li_dllm_params q = *p;
+        q.lacache = 0;
+        int32_t off[16];
+        rc = li_dllm_generate(m, prompts[ci], P, &q, off, NULL);  // all off at the same tile
+        CHECK(rc == LI_OK, "%s", li_last_error());
+        if (rc == LI_OK) rc = li_dllm_generate(m, prompts[ci], P, p, got[ci], NULL);
+        CHECK(rc == LI_OK, "%s", li_last_error());
+        d = rc == LI_OK ? first_diff(got[ci], off, p->gen_length) : -1;
+        if (g_bf16 && d >= 0) g_parted++;
+        if (!g_bf16) CHECK(d < 0, "config %d: all caches differ from all off at %d", ci, d);
+        g_compared += g_bf16;
+        memcpy(want[ci], got[ci], sizeof want[ci]);
+    }
+    int nq = 0;
+    for (int ci = 0; rc == LI_OK && ci < NCFG; ci++)
+        if (ps[ci].gen_length > 0)
+            reqs[nq++] = (li_dllm_request){prompts[ci], Ps[ci], ps[ci], got[ci], {0}};
+    if (rc == LI_OK && nq > 0) {
+        rc = li_dllm_generate_batch(m, reqs, nq, NULL);
+        CHECK(rc == LI_OK, "batch: %s", li_last_error());
+        for (int ci = 0, q = 0; rc == LI_OK && ci < NCFG; ci++)
+            if (ps[ci].gen_length > 0)
+                CHECK(first_diff(reqs[q++].out, want[ci], 16) < 0, "batch: request %d differs",
+                      ci);
+    }
     TEST_END();
     li_model_free(m);
 }
@@ -893,6 +1088,7 @@ int main(void) {
     test_model(&rng, true);
     test_model(&rng, false);
     test_hundred_prompts(&rng);
+    test_infill(&rng);
     if (g_bf16) {
         TEST_BEGIN("bf16 backend: LaCache combinations commit the all-off tokens on >= 99%");
         printf("#   %d of %d combination runs parted from all off\n", g_parted, g_compared);

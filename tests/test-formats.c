@@ -1605,11 +1605,9 @@ static void test_config_bad(void) {
         {"{\"architectures\": [\"FalconForCausalLM\"]}", "FalconForCausalLM"},
         {"{\"model_type\": \"llama\"} trailing", "invalid JSON"},
         {"{\"model_type\": \"llada\", \"d_model\": 64, \"n_layers\": 2, \"n_heads\": 4, "
-         "\"mlp_hidden_size\": 128, \"vocab_size\": 100, \"alibi\": true}", "alibi"},
-        {"{\"model_type\": \"llada\", \"d_model\": 64, \"n_layers\": 2, \"n_heads\": 4, "
-         "\"mlp_hidden_size\": 128, \"vocab_size\": 100, \"n_kv_heads\": 3}", "n_kv_heads"},
-        {"{\"model_type\": \"llada\", \"d_model\": 64, \"n_layers\": 2, \"n_heads\": 4, "
-         "\"vocab_size\": 100}", "mlp_hidden_size"},
+         "\"block_type\": \"llama\", \"rope\": true, \"layer_norm_type\": \"rms\", "
+         "\"activation_type\": \"silu\", \"vocab_size\": 100, \"n_kv_heads\": 3}",
+         "n_kv_heads"},
     };
     for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
         char file[64];
@@ -1624,6 +1622,86 @@ static void test_config_bad(void) {
 }
 
 // Every cut point of a valid config.json (in memory) fails cleanly.
+// LLaDA's config.json as the reference's config class reads it (configuration_llada.py
+// ModelConfig defaults for absent keys), and every switch the model layer cannot run refused
+// with its key named.
+static void test_config_llada(void) {
+    TEST_BEGIN("config.json: llada defaults of the reference, switches implemented or refused");
+    // What LLaDA-8B sets and the reference's defaults would not give.
+#define LLADA_MIN "\"model_type\": \"llada\", \"block_type\": \"llama\", \"rope\": true, " \
+                  "\"layer_norm_type\": \"rms\", \"activation_type\": \"silu\""
+    li_hparams hp;
+    li_status st = load_cfg_text("{" LLADA_MIN "}", "llada-min.json", &hp);
+    CHECK(st == LI_OK && hp.n_embd == 768 && hp.n_head == 12 && hp.n_layer == 12 &&
+              hp.n_head_kv == 12 && hp.head_dim == 64 && hp.n_ff == 4 * 768 &&
+              hp.n_vocab == 50304 && hp.tied_embeddings && hp.rms_eps == 1e-5f &&
+              hp.n_ctx_train == 1024 && hp.rope.theta == 10000.0f && !hp.scale_logits &&
+              !hp.input_emb_norm,
+          "defaults: %s (D %d H %d L %d F %d V %d tied %d)", li_error_msg(), hp.n_embd, hp.n_head,
+          hp.n_layer, hp.n_ff, hp.n_vocab, hp.tied_embeddings);
+    st = load_cfg_text("{" LLADA_MIN ", \"d_model\": 64, \"n_heads\": 4, \"vocab_size\": 300, "
+                       "\"embedding_size\": null, \"mlp_ratio\": 3, \"multi_query_attention\": "
+                       "true, \"layer_norm_eps\": 0.5, \"rope_scaling\": {\"type\": \"linear\", "
+                       "\"factor\": 4.0}, \"scale_logits\": true, \"weight_tying\": false, "
+                       "\"input_emb_norm\": true}",
+                       "llada-switches.json", &hp);
+    CHECK(st == LI_OK && hp.n_vocab == 300 && hp.n_ff == 192 && hp.n_head_kv == 1 &&
+              hp.rms_eps == 1e-5f && hp.rope.scaling == LI_ROPE_SCALING_NONE &&
+              hp.scale_logits && hp.input_emb_norm && !hp.tied_embeddings,
+          "switches: %s (V %d F %d Hkv %d eps %g)", li_error_msg(), hp.n_vocab, hp.n_ff,
+          hp.n_head_kv, hp.rms_eps);
+    // Documents: the four keys of LLADA_MIN with `key` set to `value` (or added; NULL value:
+    // left out), plus `more`.
+    static const struct {
+        const char *key, *value, *more, *want;
+    } bad[] = {
+        {"activation_type", "\"gelu\"", "", "activation_type 'gelu'"},
+        {"activation_type", "\"relu\"", "", "activation_type 'relu'"},
+        {"activation_type", "\"swiglu\"", "", "activation_type 'swiglu'"},
+        {"block_type", "\"sequential\"", "", "block_type 'sequential'"},
+        {"layer_norm_type", "\"default\"", "", "layer_norm_type 'default'"},
+        {"layer_norm_type", "\"gemma_rms\"", "", "layer_norm_type 'gemma_rms'"},
+        {"rope", "false", "", "rope = false"},
+        {"alibi", "true", "", "alibi = true"},
+        {"attention_layer_norm", "true", "", "attention_layer_norm = true"},
+        {"layer_norm_with_affine", "false", "", "layer_norm_with_affine = false"},
+        {"bias_for_layer_norm", "true", "", "bias_for_layer_norm = true"},
+        {"input_emb_norm", "true", "", "weight_tying"},
+        {"vocab_size", "60000", "", "embedding_size 50304 is smaller than vocab_size 60000"},
+        {"n_kv_heads", "4", ", \"multi_query_attention\": true", "multi_query_attention"},
+        {"d_model", "100", ", \"n_heads\": 3", "not a multiple of n_heads"},
+        // absent: the reference's default, which the model layer cannot run
+        {"block_type", NULL, "", "block_type 'sequential' (the reference's default"},
+        {"rope", NULL, "", "rope = false (the reference's default"},
+        {"layer_norm_type", NULL, "", "layer_norm_type 'default' (the reference's default"},
+        {"activation_type", NULL, "", "activation_type 'swiglu' (the reference's default"},
+    };
+    static const char *const base[4][2] = {{"block_type", "\"llama\""}, {"rope", "true"},
+                                           {"layer_norm_type", "\"rms\""},
+                                           {"activation_type", "\"silu\""}};
+    char text[1024], file[64];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t n = (size_t)snprintf(text, sizeof text, "{\"model_type\": \"llada\"");
+        bool seen = false;
+        for (int j = 0; j < 4; j++) {
+            bool it = strcmp(base[j][0], bad[i].key) == 0;
+            seen |= it;
+            const char *v = it ? bad[i].value : base[j][1];
+            if (v) n += (size_t)snprintf(text + n, sizeof text - n, ", \"%s\": %s", base[j][0], v);
+        }
+        if (!seen)
+            n += (size_t)snprintf(text + n, sizeof text - n, ", \"%s\": %s", bad[i].key,
+                                  bad[i].value);
+        snprintf(text + n, sizeof text - n, "%s}", bad[i].more);
+        snprintf(file, sizeof file, "llada-bad-%zu.json", i);
+        st = load_cfg_text(text, file, &hp);
+        CHECK(st != LI_OK && msg_has(file) && msg_has(bad[i].want), "%s: st %d msg '%s'", text,
+              st, li_error_msg());
+    }
+#undef LLADA_MIN
+    TEST_END();
+}
+
 static void test_config_truncation(void) {
     TEST_BEGIN("config.json truncated at every byte");
     const char *full = json_from(llama_cfg, N_LLAMA, NULL, NULL, NULL);
@@ -1720,6 +1798,7 @@ int main(void) {
     test_st_index();
     test_config_variants();
     test_config_bad();
+    test_config_llada();
     test_config_truncation();
     test_generation_config();
 

@@ -107,7 +107,7 @@ static li_status run_script(li_llada *m, const li_lacache *lc, const script_t *s
     size_t off = 0;
     for (int i = 0; i < sc->n && rc == LI_OK; i++) {
         const step_t *st = &sc->s[i];
-        li_llada_canvas cv = {st->T, st->tok, st->pos, st->lo, st->hi, st->block_start};
+        li_llada_canvas cv = {st->T, st->tok, st->pos, st->lo, st->hi, st->block_start, NULL, 0};
         float *lg = dev ? dev : out + off;
         size_t nb = (size_t)(st->hi - st->lo) * V;
         rc = li_llada_forward(m, lc, s, &c, &cv, 1, &lg, info);
@@ -323,7 +323,7 @@ static void test_batch_and_info(uint64_t mseed) {
         float *lg[2];
         for (int j = 0; j < 2; j++) {
             const step_t *st = &sc[j].s[i];
-            cv[j] = (li_llada_canvas){st->T, st->tok, st->pos, st->lo, st->hi, st->block_start};
+            cv[j] = (li_llada_canvas){st->T, st->tok, st->pos, st->lo, st->hi, st->block_start, NULL, 0};
             lg[j] = bat[j] + off[j];
             off[j] += (size_t)(st->hi - st->lo) * V;
         }
@@ -350,7 +350,7 @@ static void test_batch_and_info(uint64_t mseed) {
         li_llada_canvas cv[2];
         for (int j = 0; j < 2; j++) {
             const step_t *st = &sc[j].s[1];
-            cv[j] = (li_llada_canvas){st->T, st->tok, st->pos, st->lo, st->hi, false};
+            cv[j] = (li_llada_canvas){st->T, st->tok, st->pos, st->lo, st->hi, false, NULL, 0};
         }
         rc = li_llada_forward(m, &off_, s, c2, cv, 2, (float *[]){bat[0], bat[1]}, &inf_off);
     }
@@ -373,7 +373,7 @@ static void test_batch_and_info(uint64_t mseed) {
     TEST_BEGIN("a row outside the block changed without block_start is an error");
     step_t bad = sc[0].s[1];
     bad.tok[0] = (bad.tok[0] + 1) % 256;
-    li_llada_canvas cv = {bad.T, bad.tok, bad.pos, bad.lo, bad.hi, false};
+    li_llada_canvas cv = {bad.T, bad.tok, bad.pos, bad.lo, bad.hi, false, NULL, 0};
     li_status r3 = li_llada_forward(m, &all, s, c, &cv, 1, (float *[]){bat[0]}, NULL);
     CHECK(r3 == LI_ERR_INVALID_ARG, "status %d", r3);
     fprintf(stderr, "  (expected error: %s)\n", li_error_msg());
@@ -753,7 +753,7 @@ static void test_configs(void) {
         CHECK(np > 8000000000ll && np < 8100000000ll, "llada-8b has %lld parameters",
               (long long)np);
         CHECK(m->w.layers[3].w_gate.dtype == LI_DTYPE_BF16, "llada-8b matrices should be bf16");
-        li_llada_canvas cv = {1, (int32_t[]){0}, (int32_t[]){0}, 0, 1, true};
+        li_llada_canvas cv = {1, (int32_t[]){0}, (int32_t[]){0}, 0, 1, true, NULL, 0};
         li_lacache lc = {0};
         CHECK(li_llada_forward(m, &lc, NULL, NULL, &cv, 1, NULL, NULL) == LI_ERR_INVALID_ARG,
               "forward on a metadata-only model");

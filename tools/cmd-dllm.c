@@ -295,7 +295,8 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--dpad-scale", NULL, OPT_STR, &(a).dpad_scale, "DPad scale (turns DPad on; default 2)"},     \
     {"--early-stop", NULL, OPT_FLAG, &(a).early_stop, "stop after a finished block holding EOS"}, \
     {"--logits-eos-inf", NULL, OPT_FLAG, &(a).logits_eos_inf, "never predict EOS"},               \
-    {"--confidence-eos-eot-inf", NULL, OPT_FLAG, &(a).confidence_eos_eot_inf, "EOT confidence 0"}, \
+    {"--confidence-eos-eot-inf", NULL, OPT_FLAG, &(a).confidence_eos_eot_inf,                   \
+     "EOT confidence 0 (and EOS at temperature 0)"},                                            \
     {"--fa-tile", NULL, OPT_INT, &(a).fa_tile, "FACache tile in tokens (default 64)"},            \
     {"--fp8", NULL, OPT_STR, &(a).fp8, "on|off: FP8 FFN for layers >= 1 (default off; approximate)"}, \
     {"--seed", NULL, OPT_U64, &(a).seed, "RNG seed (default 0)"},                                   \

@@ -127,7 +127,7 @@ typedef struct {
     int64_t dense_kv;      // elements of K (as many of V) in one dense attention / flash_attn_tiles
                            // call: keys x Hkv x Dh
     int64_t fp8_n, fp8_k;  // bounds on the FP8 weights' N and K (matmul_fp8_fast); 0: no FP8
-    int dllm_rows;         // rows of one dllm_x0 call (a block), over V; also the RNG jump table
+    int dllm_rows;         // rows of one dllm_x0 call (a window), over V; also the RNG jump table
 } li_backend_reserve;
 
 // Largest key tile of flash_attn_tiles (the per-row scores of one tile live on the stack).
@@ -268,29 +268,35 @@ typedef struct {
     // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what
     // li_fp8_weight_quantize computes on the host. NULL: the host does it.
     void (*fp8_quant_weight)(li_backend *be, li_fp8_weight *out, const li_weight *W);
-    // LLaDA's denoising step over B block rows (DLLM.md contract, 1-5) on logits (B, V), changed
-    // in place, ulogits (B, V) or NULL, for the rows with masked[b] != 0 (masked (B) bytes):
+    // LLaDA's denoising step over B window rows (docs/DLLM.md steps 2-5) on logits (B, V),
+    // changed in place, ulogits (B, V) or NULL, for the rows with masked[b] != 0 (masked (B)):
     //   1. CFG when ulogits: l = u + w (l - u) (fp32);  2. l[eos] = -inf when eos >= 0;
     //   3. x0[b]: temperature 0: argmax_v l[b, v], the lowest id on ties; temperature > 0: LLaDA's
     //      Gumbel-max in float64, argmax_v exp(l[v]) / (-log u)^T (lowest id on ties), u = uniform
     //      number b V + v of the stream *rng (li_rng_uniform; one draw per row and id, masked or
-    //      not, as the CPU decoder consumes them);  4. l[eot] = -inf when eot >= 0;
-    //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in fp32 (the CPU sums in index order;
-    //      a GPU's reduction order differs in the last bits).
+    //      not, as the CPU decoder consumes them);  4. l[ban0] = l[ban1] = -inf for those >= 0
+    //      (confidence_eos_eot_inf: EOT, and EOS at temperature 0);
+    //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in float64 (as Fast-dLLM's softmax of
+    //      the logits cast to float64; the CPU sums in index order, a GPU's reduction order
+    //      differs in the last bits).
     // Rows not masked: x0 = 0, conf = -inf. x0 (B) and conf (B) in backend memory. *rng is not
     // advanced: the caller jumps it by B V draws (li_rng_jump) when temperature > 0.
-    void (*dllm_x0)(li_backend *be, int32_t *x0, float *conf, float *logits,
+    void (*dllm_x0)(li_backend *be, int32_t *x0, double *conf, float *logits,
                     const float *ulogits, const uint8_t *masked, int B, int V, float w,
-                    int32_t eos, int32_t eot, double temperature, const li_rng *rng);
+                    int32_t eos, int32_t ban0, int32_t ban1, double temperature,
+                    const li_rng *rng);
     // Step 6's choice where x0 and conf are (a device; NULL: the decoder selects on the host
     // with li_dllm_select, whose rules and order this follows): candidates are the rows with
     // masked[b]; their confidence is conf[b], or with random_remask the uniform number b of the
-    // stream *rng (not advanced: the caller moves it B draws on). mode 0: the k best; 1: the best
-    // and every other >= tau; 2: the longest prefix with c_i >= 1 - f / (i + 1), i = 1.., at
-    // least one (ranked by confidence, then lower row). commit (B + 1) in backend memory:
-    // x0[b] for a selected row, -1 otherwise; commit[B] = how many: all a step reports.
-    // B <= LI_DLLM_SELECT_MAX_ROWS (the decoder selects on the host for longer blocks).
-    void (*dllm_select)(li_backend *be, int32_t *commit, const int32_t *x0, const float *conf,
+    // stream *rng (not advanced: the caller moves it B draws on). How many: li_dllm_take over the
+    // confidences ranked descending (mode 0 top-k, 1 threshold tau, 2 factor f); which: the best
+    // ranked (higher conf, then lower row). commit (B + 1) in backend memory: x0[b] for a
+    // selected row, -1 otherwise; commit[B] = how many: all a step reports. When the cut falls
+    // between equal confidences (modes 0 and 2), torch.topk's choice among them is the host's
+    // (li_dllm_topk_torch needs the whole canvas): then commit[B] = -1, every row -1, the stream
+    // not to be moved, and the decoder selects on the host. B <= LI_DLLM_SELECT_MAX_ROWS (the
+    // decoder selects larger windows on the host).
+    void (*dllm_select)(li_backend *be, int32_t *commit, const int32_t *x0, const double *conf,
                         const uint8_t *masked, int B, int mode, int k, double tau, double f,
                         bool random_remask, const li_rng *rng);
     // DPad's draw for one block where its flags are needed next (a device; NULL: the decoder

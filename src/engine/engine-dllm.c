@@ -1,25 +1,33 @@
 // engine-dllm.c — semi-autoregressive (SAR) decoding of diffusion LMs (LLaDA): the canvas
 // [prompt | MASK × gen_length] is denoised block by block; each step runs one forward over the
-// canvas (li_llada_forward, with the LaCache flags passed through), picks x0 per block row (argmax
-// or Gumbel-max in float64), scores the masked rows (softmax probability of x0, or a uniform
-// draw) and commits some of them: the LLaDA schedule (top-k), Fast-dLLM threshold or factor, or a
-// fixed K per step. Optional CFG (a second, prompt-masked canvas in the same forward), DPad
-// (suffix masks dropped from the canvas once per block, seeded) and early termination.
+// canvas (li_llada_forward, with the LaCache flags passed through), picks x0 for every row that
+// can be committed — the rows up to the block's end that hold the mask id: the block's, and
+// before it the prompt's masks (infilling) and rows the model filled with the mask id itself —
+// (argmax or Gumbel-max in float64), scores the masked ones (float64 softmax probability of x0,
+// or a uniform draw) and commits some of them: the LLaDA schedule (top-k), Fast-dLLM threshold or
+// factor, or a fixed K per step. Optional CFG (a second canvas, the prompt masked, in the same
+// forward), DPad (suffix masks dropped from the canvas once per block, seeded) and early
+// termination.
 //
 // The semantics are the binding contract of docs/DLLM.md (= LLaDA generate.py + Fast-dLLM + DPad),
-// implemented independently by tests/ref/gen_llada_ref.py; everything that decides a token (draw
-// order, ties → lowest id / lowest row, fp32 softmax summed in index order) is fixed there.
+// checked token for token against the public generate.py / Fast-dLLM code on small checkpoints
+// (tests/ref/gen_llada_generate_ref.py) and implemented independently by tests/ref/gen_llada_ref.py;
+// everything that decides a token (draw order, ties → lowest id; among equal confidences
+// torch.topk's choice, li_dllm_topk_torch) is fixed there.
 // Several requests decode in one batch: each step forwards the canvases of every request still
 // decoding; each request keeps its own RNG, canvas and caches, so its tokens are those it would
-// get alone. Every buffer is allocated before the first step; the step loop allocates nothing.
-// On a device backend the block logits stay in device memory: steps 1-5 (dllm_x0), the commit
+// get alone. Every buffer is allocated before the first step; the step loop allocates nothing
+// (except when a block ends holding the mask id: the next window grows once).
+// On a device backend the window logits stay in device memory: steps 1-5 (dllm_x0), the commit
 // choice (dllm_select) and DPad's per-block draw (dllm_dpad) run there as backend ops, each
 // consuming the request's stream as the host would, and only what a step reports comes back
 // (the commits; once per block the keep flags of the suffix rows).
 //
 // Not here: the model forward and its caches (src/model/arch-llada.c), the CLI (tools/cmd-dllm.c).
 // Tested by tests/test-dllm.c (schedule and selection rules on hand-made inputs, DPad draws,
-// cache-flag exactness, seeds, batching, parameter errors).
+// an oracle of the contract, infilling, cache-flag exactness, seeds, batching, parameter errors)
+// and tests/test-llada-generate-ref.c (the public generate.py / Fast-dLLM code's runs, torch.topk's
+// ties).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,43 +44,209 @@ int li_dllm_schedule(int n, int S, int i) {
     return n / S + (i < n % S ? 1 : 0);
 }
 
-// Candidate a ranks before b: higher confidence, then lower row.
-static bool ranks_before(const double *conf, int a, int b) {
-    return conf[a] > conf[b] || (conf[a] == conf[b] && a < b);
-}
-
-int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double tau, double f,
-                   int *rows) {
-    // Insertion sort of the candidates into rows: n is a block length (tens to hundreds), and
-    // the forward that precedes each call costs orders of magnitude more.
-    int nc = 0;
-    for (int r = 0; r < n; r++) {
-        if (!(conf[r] > -INFINITY)) continue; // not a candidate (also drops NaN)
-        int j = nc++;
-        while (j > 0 && ranks_before(conf, r, rows[j - 1])) {
-            rows[j] = rows[j - 1];
-            j--;
-        }
-        rows[j] = r;
-    }
-    if (nc == 0) return 0;
+// The count rule of li_dllm_take over ranked values d (or, when d is NULL, w[i].v).
+static int take_rule(const double *d, const li_dllm_pair *w, int nc, li_dllm_sel mode, int k,
+                     double tau, double f) {
+#define RV(i) (d ? d[i] : w[i].v)
+    if (nc <= 0) return 0;
     int take = 0;
     switch (mode) {
     case LI_DLLM_SEL_TOPK: take = k < nc ? (k > 0 ? k : 0) : nc; break;
     case LI_DLLM_SEL_THRESHOLD:
         // Sorted descending, so "the best plus all others >= tau" is a prefix.
         take = 1;
-        while (take < nc && conf[rows[take]] >= tau)
+        while (take < nc && RV(take) >= tau)
             take++;
         break;
     case LI_DLLM_SEL_FACTOR:
-        // 1-based i: c_i >= 1 - f / (i + 1) for every i <= n; the top-1 always.
-        take = 0;
-        while (take < nc && conf[rows[take]] >= 1.0 - f / (double)(take + 2))
+        // Fast-dLLM: threshs[i] = 1 - f / (i + 2), threshs[0] = -1; the loop breaks at the first
+        // failing rank top_i; then `if top_i == 0 or top_i == len(threshs) - 1: top_i += 1`.
+        take = 1;
+        while (take < nc && !(RV(take) < 1.0 - f / (double)(take + 2)))
             take++;
-        if (take == 0) take = 1;
+        if (take == nc - 1) take = nc;
         break;
     }
+    return take;
+#undef RV
+}
+
+int li_dllm_take(const double *ranked, int nc, li_dllm_sel mode, int k, double tau, double f) {
+    return take_rule(ranked, NULL, nc, mode, k, tau, f);
+}
+
+// ---- torch.topk's order among equal values (li_dllm_topk_torch) --------------------------------
+//
+// PyTorch's CPU topk sorts (value, index) pairs with the comparator "a.v > b.v" through
+// libstdc++'s std::partial_sort or std::nth_element. Neither is stable, so which of several equal
+// values end up among the k first is decided by the exact sequence of their swaps; the functions
+// below take the same steps in the same order (stl_heap.h / stl_algo.h of GCC; unchanged in
+// substance for many releases), on indices into one array. NaN never occurs here (candidates
+// are finite or -inf).
+
+static bool before(li_dllm_pair a, li_dllm_pair b) { return a.v > b.v; }
+
+static void swap_pairs(li_dllm_pair *a, li_dllm_pair *b) {
+    li_dllm_pair t = *a;
+    *a = *b;
+    *b = t;
+}
+
+// __adjust_heap then __push_heap: sift the hole at `hole` down to a leaf, then val up.
+static void heap_adjust(li_dllm_pair *a, int hole, int len, li_dllm_pair val) {
+    const int top = hole;
+    int child = hole;
+    while (child < (len - 1) / 2) {
+        child = 2 * (child + 1);
+        if (before(a[child], a[child - 1])) child--;
+        a[hole] = a[child];
+        hole = child;
+    }
+    if ((len & 1) == 0 && child == (len - 2) / 2) {
+        child = 2 * (child + 1);
+        a[hole] = a[child - 1];
+        hole = child - 1;
+    }
+    int parent = (hole - 1) / 2;
+    while (hole > top && before(a[parent], val)) {
+        a[hole] = a[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    a[hole] = val;
+}
+
+// __heap_select(a, a + mid, a + len): a heap of the mid "largest" under before() in a[0, mid).
+static void heap_select(li_dllm_pair *a, int mid, int len) {
+    if (mid >= 2)
+        for (int parent = (mid - 2) / 2;; parent--) {  // __make_heap
+            heap_adjust(a, parent, mid, a[parent]);
+            if (parent == 0) break;
+        }
+    for (int i = mid; i < len; i++)
+        if (before(a[i], a[0])) {  // __pop_heap(a, a + mid, a + i)
+            li_dllm_pair v = a[i];
+            a[i] = a[0];
+            heap_adjust(a, 0, mid, v);
+        }
+}
+
+static void insertion_sort(li_dllm_pair *a, int first, int last) {
+    if (first == last) return;
+    for (int i = first + 1; i < last; i++) {
+        li_dllm_pair v = a[i];
+        if (before(v, a[first])) {
+            memmove(a + first + 1, a + first, (size_t)(i - first) * sizeof *a);
+            a[first] = v;
+        } else {  // __unguarded_linear_insert
+            int j = i;
+            while (before(v, a[j - 1])) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = v;
+        }
+    }
+}
+
+// __unguarded_partition_pivot over [first, last): median of a[first + 1], a[mid], a[last - 1]
+// moved to a[first], then the Hoare partition of [first + 1, last) around it.
+static int partition_pivot(li_dllm_pair *a, int first, int last) {
+    int mid = first + (last - first) / 2, x = first + 1, y = mid, z = last - 1;
+    int m;  // __move_median_to_first
+    if (before(a[x], a[y]))
+        m = before(a[y], a[z]) ? y : before(a[x], a[z]) ? z : x;
+    else
+        m = before(a[x], a[z]) ? x : before(a[y], a[z]) ? z : y;
+    swap_pairs(&a[first], &a[m]);
+    int lo = first + 1, hi = last;
+    for (;;) {
+        while (before(a[lo], a[first]))
+            lo++;
+        hi--;
+        while (before(a[first], a[hi]))
+            hi--;
+        if (!(lo < hi)) return lo;
+        swap_pairs(&a[lo], &a[hi]);
+        lo++;
+    }
+}
+
+// torch.topk's choice left in a[0, k): a[i] = (conf[i], i) first.
+static void topk_torch_pairs(const double *conf, int n, int k, li_dllm_pair *a) {
+    LI_ASSERT(k >= 1 && k <= n);
+    for (int i = 0; i < n; i++)
+        a[i] = (li_dllm_pair){conf[i], i};
+    if ((int64_t)k * 64 <= n) {  // std::partial_sort: __heap_select (then __sort_heap: same set)
+        heap_select(a, k, n);
+        return;
+    }
+    // std::nth_element(a, a + k - 1, a + n): __introselect, depth limit 2 __lg(n)
+    int first = 0, last = n, nth = k - 1, depth = 0;
+    for (int m = n; m > 1; m >>= 1)
+        depth++;
+    depth *= 2;
+    while (last - first > 3) {
+        if (depth == 0) {
+            heap_select(a + first, nth + 1 - first, last - first);
+            swap_pairs(&a[first], &a[nth]);
+            return;
+        }
+        depth--;
+        int cut = partition_pivot(a, first, last);
+        if (cut <= nth)
+            first = cut;
+        else
+            last = cut;
+    }
+    insertion_sort(a, first, last);
+    // (torch then sorts a[0, k - 1) for sorted=True: the set does not change)
+}
+
+static int int_cmp(const void *pa, const void *pb) {
+    int a = *(const int *)pa, b = *(const int *)pb;
+    return (a > b) - (a < b);
+}
+
+void li_dllm_topk_torch(const double *conf, int n, int k, int *idx, li_dllm_pair *work) {
+    topk_torch_pairs(conf, n, k, work);
+    for (int i = 0; i < k; i++)
+        idx[i] = work[i].i;
+    qsort(idx, (size_t)k, sizeof *idx, int_cmp);
+}
+
+// Candidate a ranks before b: higher confidence, then lower row.
+static int rank_cmp(const void *pa, const void *pb) {
+    const li_dllm_pair *a = pa, *b = pb;
+    if (a->v != b->v) return a->v > b->v ? -1 : 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double tau, double f,
+                   int *rows, li_dllm_pair *work) {
+    int nc = 0;
+    for (int r = 0; r < n; r++)
+        if (conf[r] > -INFINITY) work[nc++] = (li_dllm_pair){conf[r], r};  // (drops NaN too)
+    if (nc == 0) return 0;
+    // The forward that precedes each call costs orders of magnitude more than this sort.
+    qsort(work, (size_t)nc, sizeof *work, rank_cmp);
+    int take = take_rule(NULL, work, nc, mode, k, tau, f);
+    for (int i = 0; i < take; i++)
+        rows[i] = work[i].i;
+    if (mode == LI_DLLM_SEL_THRESHOLD || take == 0 || take == nc ||
+        work[take - 1].v != work[take].v)
+        return take;
+    // The cut splits a run of equal confidences: those of them torch.topk returns.
+    const double tie = work[take].v;
+    int above = 0;  // rows[0, above) rank strictly better and stay
+    while (above < take && conf[rows[above]] != tie)
+        above++;
+    topk_torch_pairs(conf, n, take, work);
+    int m = above;
+    for (int i = 0; i < take; i++)
+        if (work[i].v == tie) rows[m++] = work[i].i;
+    LI_ASSERT(m == take);
+    qsort(rows + above, (size_t)(take - above), sizeof *rows, int_cmp);
     return take;
 }
 
@@ -182,7 +356,7 @@ typedef struct {
     bool cfg;
     int32_t *x;        // (T) the canvas
     int32_t *ctok;     // (T) canvas given to the model: DPad-dropped rows removed
-    int32_t *utok;     // (T) its unconditional twin (prompt rows masked), CFG only
+    int32_t *utok;     // (T) its unconditional twin (the prompt's non-mask rows masked), CFG only
     int32_t *cpos;     // (T) original positions of the rows of ctok
     int *crow;         // (T) canvas row of each row of ctok
     int n_rows;        // rows of ctok in the current block's layout
@@ -192,21 +366,27 @@ typedef struct {
     // once, the flags drawn there and downloaded into keep once per block. NULL: host draws.
     uint8_t *dkeep;     // (G + 1)
     double *ddpad_prob; // (dpad_window)
-    // Block logits (B, V), the unconditional twin (CFG only): host memory on the CPU, backend
-    // memory on a device (d*), where they stay: the backend's dllm_x0 op runs steps 1-5 there and
-    // only x0 and the confidences (B each) come back.
+    // The step window, fixed at a block's start: the rows that still hold the mask id before the
+    // block (prompt masks: infilling; rows the model filled with the mask id itself), then the
+    // block's rows — every row a step can commit (the references' candidates: masks up to the
+    // block's end). wrow (W) their canvas rows, ascending; wlo = wrow[0] starts the LaCache block
+    // [wlo, hi) handed to the model, which returns the window rows' logits. Buffers hold Wcap rows.
+    int W, Wcap, wlo;
+    int32_t *wrow;
+    // Window logits (W, V), the unconditional twin (CFG only): host memory on the CPU, backend
+    // memory on a device (d*), where they stay: the backend's dllm_x0 op runs steps 2-5 there and
+    // only x0 and the confidences (W each) or the commits come back.
     float *logits, *ulogits;
     li_backend *be;
     float *dlogits, *dulogits;
-    uint8_t *masked, *dmasked;  // (B) 1 where the block row is still a mask (host, device)
-    float *fconf;               // (B) dllm_x0's confidences (host)
-    int32_t *dx0;               // (B) device x0
-    float *dconf;               // (B) device confidences
-    int32_t *commit, *dcommit;  // (B + 1) dllm_select's answer (host, device)
+    uint8_t *masked, *dmasked;  // (W) 1 where the window row is still a mask (host, device)
+    int32_t *x0, *dx0;          // (W) predicted token per window row (host, device)
+    double *wconf, *dconf;      // (W) confidence per window row, -inf for non-candidates
+    int32_t *commit, *dcommit;  // (W + 1) dllm_select's answer (host, device)
     int n_committed;            // this step's
-    int32_t *x0;       // (B) predicted token per block row
-    double *conf;      // (B) confidence per block row, -inf for non-candidates
-    int *sel;          // (B) selected rows
+    double *conf;      // (T) the canvas's confidence vector for li_dllm_select
+    int *sel;          // (T) selected canvas rows
+    li_dllm_pair *work;  // (T) li_dllm_select's scratch
     li_llada_cache *cache, *ucache;
     li_rng rng;
     int block, step_in_block, n_block_masks;
@@ -218,7 +398,61 @@ typedef struct {
     int V;
 } specials;
 
+// The buffers sized by the window (W rows), freed.
+static void window_free(req_state *r) {
+    li_free(r->wrow);
+    li_free(r->logits);
+    li_free(r->ulogits);
+    li_free(r->masked);
+    li_free(r->x0);
+    li_free(r->wconf);
+    li_free(r->commit);
+    li_be_free(r->be, r->dlogits);
+    li_be_free(r->be, r->dulogits);
+    li_be_free(r->be, r->dmasked);
+    li_be_free(r->be, r->dx0);
+    li_be_free(r->be, r->dconf);
+    li_be_free(r->be, r->dcommit);
+    r->wrow = r->x0 = r->dx0 = r->commit = r->dcommit = NULL;
+    r->logits = r->ulogits = r->dlogits = r->dulogits = NULL;
+    r->masked = r->dmasked = NULL;
+    r->wconf = r->dconf = NULL;
+    r->Wcap = 0;
+}
+
+// The window buffers for up to cap rows: host memory, and backend memory on a device.
+static li_status window_alloc(req_state *r, li_backend *be, int V, int cap) {
+    window_free(r);
+    const bool dev = li_be_is_device(be);
+    size_t W = (size_t)cap, WV = W * (size_t)V;
+    if (!(r->wrow = li_alloc(W * sizeof *r->wrow, "dllm window rows")) ||
+        !(r->masked = li_alloc(W, "dllm mask flags")) ||
+        !(r->x0 = li_alloc(W * sizeof *r->x0, "dllm x0")) ||
+        !(r->wconf = li_alloc(W * sizeof *r->wconf, "dllm confidences")) ||
+        !(r->commit = li_alloc((W + 1) * sizeof *r->commit, "dllm commits")))
+        return LI_ERR_OOM;
+    if (!dev && (!(r->logits = li_alloc(WV * sizeof *r->logits, "dllm logits")) ||
+                 (r->cfg && !(r->ulogits = li_alloc(WV * sizeof *r->ulogits,
+                                                    "dllm uncond logits")))))
+        return LI_ERR_OOM;
+    if (dev) {
+        r->be = be;
+        if (!(r->dx0 = li_be_alloc(be, W * sizeof(int32_t), "dllm x0 (device)")) ||
+            !(r->dconf = li_be_alloc(be, W * sizeof(double), "dllm conf (device)")) ||
+            !(r->dmasked = li_be_alloc(be, W, "dllm mask flags (device)")) ||
+            (be->ops->dllm_select &&
+             !(r->dcommit = li_be_alloc(be, (W + 1) * sizeof(int32_t), "dllm commits (device)"))) ||
+            !(r->dlogits = li_be_alloc(be, WV * sizeof(float), "dllm logits (device)")) ||
+            (r->cfg && !(r->dulogits = li_be_alloc(be, WV * sizeof(float), "dllm uncond logits "
+                                                   "(device)"))))
+            return LI_ERR_OOM;
+    }
+    r->Wcap = cap;
+    return LI_OK;
+}
+
 static void state_free(req_state *r) {
+    window_free(r);
     li_free(r->x);
     li_free(r->ctok);
     li_free(r->utok);
@@ -228,22 +462,18 @@ static void state_free(req_state *r) {
     li_free(r->dpad_prob);
     li_be_free(r->be, r->dkeep);
     li_be_free(r->be, r->ddpad_prob);
-    li_free(r->logits);
-    li_free(r->ulogits);
-    li_be_free(r->be, r->dlogits);
-    li_be_free(r->be, r->dulogits);
-    li_be_free(r->be, r->dx0);
-    li_be_free(r->be, r->dconf);
-    li_be_free(r->be, r->dmasked);
-    li_be_free(r->be, r->dcommit);
-    li_free(r->commit);
-    li_free(r->fconf);
-    li_free(r->masked);
-    li_free(r->x0);
     li_free(r->conf);
     li_free(r->sel);
+    li_free(r->work);
     li_llada_cache_free(r->cache);
     li_llada_cache_free(r->ucache);
+}
+
+static int count_masks(const int32_t *x, int lo, int hi, int32_t mask) {
+    int n = 0;
+    for (int i = lo; i < hi; i++)
+        n += x[i] == mask;
+    return n;
 }
 
 static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *lm,
@@ -258,38 +488,23 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
     r->n_blocks = r->G / r->B;
     r->S = p->steps / r->n_blocks;
     r->cfg = p->cfg > 0;
-    size_t T = (size_t)r->T, B = (size_t)r->B, BV = B * (size_t)sp->V;
+    r->be = be;
+    size_t T = (size_t)r->T;
     bool dev = li_be_is_device(be);
     if (!(r->x = li_alloc(T * sizeof *r->x, "dllm canvas")) ||
         !(r->ctok = li_alloc(T * sizeof *r->ctok, "dllm canvas")) ||
         !(r->cpos = li_alloc(T * sizeof *r->cpos, "dllm positions")) ||
         !(r->crow = li_alloc(T * sizeof *r->crow, "dllm rows")) ||
         !(r->keep = li_alloc((size_t)r->G + 1, "dllm dpad flags")) ||
-        !(r->x0 = li_alloc(B * sizeof *r->x0, "dllm x0")) ||
-        !(r->conf = li_alloc(B * sizeof *r->conf, "dllm confidences")) ||
-        !(r->fconf = li_alloc(B * sizeof *r->fconf, "dllm confidences (f32)")) ||
-        !(r->masked = li_alloc(B, "dllm mask flags")) ||
-        !(r->sel = li_alloc(B * sizeof *r->sel, "dllm selection")))
+        !(r->conf = li_alloc(T * sizeof *r->conf, "dllm confidences")) ||
+        !(r->sel = li_alloc(T * sizeof *r->sel, "dllm selection")) ||
+        !(r->work = li_alloc(T * sizeof *r->work, "dllm selection scratch")))
         return LI_ERR_OOM;
     if (r->cfg && !(r->utok = li_alloc(T * sizeof *r->utok, "dllm uncond canvas")))
         return LI_ERR_OOM;
-    if (!dev && (!(r->logits = li_alloc(BV * sizeof *r->logits, "dllm logits")) ||
-                 (r->cfg && !(r->ulogits = li_alloc(BV * sizeof *r->ulogits,
-                                                    "dllm uncond logits")))))
-        return LI_ERR_OOM;
-    if (dev) {
-        r->be = be;
-        if (!(r->dx0 = li_be_alloc(be, B * sizeof(int32_t), "dllm x0 (device)")) ||
-            !(r->dconf = li_be_alloc(be, B * sizeof(float), "dllm conf (device)")) ||
-            !(r->dmasked = li_be_alloc(be, B, "dllm mask flags (device)")) ||
-            (be->ops->dllm_select && r->B <= LI_DLLM_SELECT_MAX_ROWS &&
-             (!(r->commit = li_alloc((B + 1) * sizeof(int32_t), "dllm commits")) ||
-              !(r->dcommit = li_be_alloc(be, (B + 1) * sizeof(int32_t), "dllm commits (device)")))) ||
-            !(r->dlogits = li_be_alloc(be, BV * sizeof(float), "dllm logits (device)")) ||
-            (r->cfg && !(r->dulogits = li_be_alloc(be, BV * sizeof(float), "dllm uncond logits "
-                                                   "(device)"))))
-            return LI_ERR_OOM;
-    }
+    // The window: the block plus the prompt's masks; it grows at a block's start only when an
+    // earlier block was left holding the mask id (a model that predicts the mask token).
+    LI_TRY(window_alloc(r, be, sp->V, r->B + count_masks(req->prompt, 0, r->P, sp->mask)));
     if (p->dpad) {
         if (!(r->dpad_prob = li_alloc((size_t)p->dpad_window * sizeof *r->dpad_prob, "dpad")))
             return LI_ERR_OOM;
@@ -314,17 +529,10 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
     return LI_OK;
 }
 
-static int count_masks(const int32_t *x, int lo, int hi, int32_t mask) {
-    int n = 0;
-    for (int i = lo; i < hi; i++)
-        n += x[i] == mask;
-    return n;
-}
-
-// Start of a block: DPad draws and the canvas layout (rows kept, their positions), masks left.
-// On a device with dllm_dpad the draws run there (the op leaves the stream as it is; it moves the
-// window draws on here) and only the n_suffix keep flags come back.
-static li_status block_begin(req_state *r, int32_t mask) {
+// Start of a block: DPad draws and the canvas layout (rows kept, their positions), the step
+// window, masks left. On a device with dllm_dpad the draws run there (the op leaves the stream as
+// it is; it moves the window draws on here) and only the n_suffix keep flags come back.
+static li_status block_begin(req_state *r, const specials *sp) {
     int lo = r->P + r->block * r->B, hi = lo + r->B, n_suffix = r->T - hi;
     const int window = r->p->dpad_window;
     if (r->dkeep) {
@@ -345,17 +553,28 @@ static li_status block_begin(req_state *r, int32_t mask) {
         n++;
     }
     r->n_rows = n;
-    r->n_block_masks = count_masks(r->x, lo, hi, mask);
+    r->n_block_masks = count_masks(r->x, lo, hi, sp->mask);
+    int W = r->B + count_masks(r->x, 0, lo, sp->mask);
+    if (W > r->Wcap) LI_TRY(window_alloc(r, r->be, sp->V, W));  // (a mask left behind)
+    r->W = 0;
+    for (int i = 0; i < hi; i++)
+        if (i >= lo || r->x[i] == sp->mask) r->wrow[r->W++] = i;
+    LI_ASSERT(r->W == W);
+    r->wlo = r->wrow[0];
     return LI_OK;
 }
 
-// The canvases of this step (current tokens through the block layout).
+// The canvases of this step (current tokens through the block layout). The unconditional one
+// masks the prompt's rows that were not masks (generate.py: un_x[prompt_index] = mask_id,
+// prompt_index = x != mask_id at the start): prompt masks keep what the decoder filled in.
 static void build_canvas(req_state *r, int32_t mask) {
     for (int j = 0; j < r->n_rows; j++)
         r->ctok[j] = r->x[r->crow[j]];
     if (r->cfg)
-        for (int j = 0; j < r->n_rows; j++)
-            r->utok[j] = r->crow[j] < r->P ? mask : r->ctok[j];
+        for (int j = 0; j < r->n_rows; j++) {
+            int i = r->crow[j];
+            r->utok[j] = i < r->P && r->req->prompt[i] != mask ? mask : r->ctok[j];
+        }
 }
 
 // Step 6's rule for this request and step: the li_dllm_sel mode and its k, tau or f.
@@ -371,55 +590,66 @@ static li_dllm_sel sel_rule(const req_state *r, int *k, double *tau, double *f) 
     return LI_DLLM_SEL_TOPK;
 }
 
-// Steps 1-6 of the contract for one request on its block logits from the forward just run
+// Steps 1-6 of the contract for one request on its window logits from the forward just run
 // (logits, ulogits: where the forward wrote them); sets r->n_committed. Steps 1-5 run as the
-// backend's dllm_x0 op: x0 and the confidence of every masked block row. The op draws the Gumbel
-// noise from the request's stream (one draw per row and id) without advancing it: the stream
-// jumps B V draws here, then random remasking takes one number per block row. On a device with
-// dllm_select step 6 runs there too and only the commits (B + 1 ints) come back; otherwise x0
-// and conf come back (B each) and li_dllm_select chooses on the host.
+// backend's dllm_x0 op: x0 and the confidence of every masked window row. The op draws the
+// Gumbel noise from the request's stream (one draw per window row and id) without advancing it:
+// the stream jumps W V draws here, then random remasking takes one number per window row. On a
+// device with dllm_select (and W <= LI_DLLM_SELECT_MAX_ROWS) step 6 runs there too and only the
+// commits (W + 1 ints) come back — unless the cut falls among equal confidences, which the op
+// leaves to li_dllm_select here; otherwise x0 and conf come back (W each) and li_dllm_select
+// chooses on the host.
 static li_status step_decide(li_backend *be, req_state *r, const specials *sp, float *logits,
                              const float *ulogits) {
     const li_dllm_params *p = r->p;
-    const int B = r->B, V = sp->V, lo = r->P + r->block * r->B;
-    for (int b = 0; b < B; b++) r->masked[b] = r->x[lo + b] == sp->mask;
-    if (r->dmasked) LI_TRY(li_be_upload(be, r->dmasked, r->masked, (size_t)B));
-    const float w = r->cfg ? (float)(p->cfg + 1.0) : 0.0f;
+    const int W = r->W, V = sp->V;
+    for (int w = 0; w < W; w++) r->masked[w] = r->x[r->wrow[w]] == sp->mask;
+    if (r->dmasked) LI_TRY(li_be_upload(be, r->dmasked, r->masked, (size_t)W));
+    const float cw = r->cfg ? (float)(p->cfg + 1.0) : 0.0f;
     int32_t eos = p->logits_eos_inf ? sp->eos : -1;
-    int32_t eot = p->confidence_eos_eot_inf ? sp->eot : -1;
-    be->ops->dllm_x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->fconf, logits,
-                     ulogits, r->dmasked ? r->dmasked : r->masked, B, V, w, eos, eot,
+    // confidence_eos_eot_inf: generate.py runs `logits_with_noise[:, :, EOS] = logits[:, :, EOT]
+    // = -inf`; at temperature 0 logits_with_noise is the logits tensor itself, so EOS leaves the
+    // confidence softmax too; at temperature > 0 it is a float64 copy and only EOT does.
+    int32_t ban0 = p->confidence_eos_eot_inf ? sp->eot : -1;
+    int32_t ban1 = p->confidence_eos_eot_inf && p->temperature == 0 ? sp->eos : -1;
+    be->ops->dllm_x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->wconf, logits, ulogits,
+                     r->dmasked ? r->dmasked : r->masked, W, V, cw, eos, ban0, ban1,
                      p->temperature, &r->rng);
-    if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)B * (uint64_t)V);
+    if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)W * (uint64_t)V);
     const bool random = p->remasking == LI_DLLM_REMASK_RANDOM;
     int k;
     double tau, f;
     li_dllm_sel mode = sel_rule(r, &k, &tau, &f);
-    if (r->dcommit) {  // 6. on the device
-        be->ops->dllm_select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, B, (int)mode, k, tau,
+    if (r->dcommit && W <= LI_DLLM_SELECT_MAX_ROWS) {  // 6. on the device
+        be->ops->dllm_select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, W, (int)mode, k, tau,
                              f, random, &r->rng);
-        if (random) li_rng_jump(&r->rng, (uint64_t)B);
-        LI_TRY(li_be_download(be, r->commit, r->dcommit, (size_t)(B + 1) * sizeof(int32_t)));
-        for (int b = 0; b < B; b++)
-            if (r->commit[b] >= 0) r->x[lo + b] = r->commit[b];
-        r->n_committed = r->commit[B];
-        return LI_OK;  // (the download waited for the ops and reported their errors)
+        LI_TRY(li_be_download(be, r->commit, r->dcommit, (size_t)(W + 1) * sizeof(int32_t)));
+        if (r->commit[W] >= 0) {  // (the download waited for the ops and reported their errors)
+            if (random) li_rng_jump(&r->rng, (uint64_t)W);
+            for (int w = 0; w < W; w++)
+                if (r->commit[w] >= 0) r->x[r->wrow[w]] = r->commit[w];
+            r->n_committed = r->commit[W];
+            return LI_OK;
+        }
+        // -1: the cut splits equal confidences; the host picks the tied rows torch.topk picks
     }
     if (r->dx0) {
-        LI_TRY(li_be_download(be, r->x0, r->dx0, (size_t)B * sizeof(int32_t)));
-        LI_TRY(li_be_download(be, r->fconf, r->dconf, (size_t)B * sizeof(float)));
+        LI_TRY(li_be_download(be, r->x0, r->dx0, (size_t)W * sizeof(int32_t)));
+        LI_TRY(li_be_download(be, r->wconf, r->dconf, (size_t)W * sizeof(double)));
     }
-    for (int b = 0; b < B; b++) {
-        if (random) {
-            double u = li_rng_uniform(&r->rng);  // one per block row, masked or not
-            r->conf[b] = r->masked[b] ? u : -INFINITY;
-        } else {
-            r->conf[b] = r->masked[b] ? (double)r->fconf[b] : -INFINITY;
-        }
+    // 6. Commit, over the canvas's confidence vector (-inf outside the window's masks).
+    for (int i = 0; i < r->T; i++) r->conf[i] = -INFINITY;
+    for (int w = 0; w < W; w++) {
+        double c = r->wconf[w];
+        if (random) c = li_rng_uniform(&r->rng);  // one per window row, masked or not
+        if (r->masked[w]) r->conf[r->wrow[w]] = c;
     }
-    // 6. Commit.
-    int n_sel = li_dllm_select(r->conf, B, mode, k, tau, f, r->sel);
-    for (int i = 0; i < n_sel; i++) r->x[lo + r->sel[i]] = r->x0[r->sel[i]];
+    int n_sel = li_dllm_select(r->conf, r->T, mode, k, tau, f, r->sel, r->work);
+    for (int i = 0; i < n_sel; i++) {
+        int row = r->sel[i], w = 0;
+        while (r->wrow[w] != row) w++;  // (W is tens of rows; a commit is a few of them)
+        r->x[row] = r->x0[w];
+    }
     r->n_committed = n_sel;
     return LI_OK;
 }
@@ -565,12 +795,12 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         goto done;
     }
     int64_t max_rows = 0;
-    int max_canvas = 0, max_block = 0;  // (the backend's reservation)
+    int max_canvas = 0, max_window = 0;  // (the backend's reservation)
     for (int q = 0; q < n; q++) {
         if ((rc = state_init(&rs[q], &reqs[q], m->llada, m->be, &sp)) != LI_OK) goto done;
         max_rows += (int64_t)rs[q].T * (rs[q].cfg ? 2 : 1);
         if (rs[q].T > max_canvas) max_canvas = rs[q].T;
-        if (rs[q].B > max_block) max_block = rs[q].B;
+        if (rs[q].Wcap > max_window) max_window = rs[q].Wcap;
     }
     if (max_rows > (1 << 28)) {
         rc = li_error_set(LI_ERR_LIMIT, "dllm: batch of %lld canvas rows is too large",
@@ -578,7 +808,7 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         goto done;
     }
     if ((rc = li_llada_scratch_init(&scratch, m->llada, (int)max_rows)) != LI_OK) goto done;
-    if ((rc = li_llada_reserve(m->llada, scratch, max_canvas, max_block, lc.fp8)) != LI_OK)
+    if ((rc = li_llada_reserve(m->llada, scratch, max_canvas, max_window, lc.fp8)) != LI_OK)
         goto done;
     int64_t (*allocs)(li_backend *) = m->be->ops->scratch_allocs;
     const int64_t allocs0 = allocs ? allocs(m->be) : 0;
@@ -591,10 +821,11 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             req_state *r = &rs[q];
             if (r->done) continue;
             bool start = r->step_in_block == 0;
-            if (start && (rc = block_begin(r, sp.mask)) != LI_OK) goto done;
+            if (start && (rc = block_begin(r, &sp)) != LI_OK) goto done;
             build_canvas(r, sp.mask);
-            int lo = r->P + r->block * r->B; // rows before the block end are never dropped
-            li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, lo, lo + r->B, start};
+            // rows before the block end are never dropped: window rows are canvas rows
+            int hi = r->P + (r->block + 1) * r->B;
+            li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, r->wlo, hi, start, r->wrow, r->W};
             canv[nc] = c;
             caches[nc] = r->cache;
             outs[nc] = r->dlogits ? r->dlogits : r->logits;
@@ -641,6 +872,8 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
             }
             if (r->done) {
                 memcpy(r->req->out, r->x + r->P, (size_t)r->G * sizeof *r->x);
+                if (r->p->canvas_out)
+                    memcpy(r->p->canvas_out, r->x, (size_t)r->T * sizeof *r->x);
                 finish_stats(s, r->req->out, r->G, sp.eos, li_time_ms() - t0);
             }
         }

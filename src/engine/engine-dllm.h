@@ -1,6 +1,7 @@
 // engine-dllm.h — the pieces of the SAR decoder (engine-dllm.c) that tests/test-dllm.c checks on
-// their own: the transfer schedule, the commit selection (top-k, Fast-dLLM threshold and factor)
-// and DPad's keep probabilities and drop rule. Not a public API.
+// their own: the transfer schedule, the commit selection (top-k, Fast-dLLM threshold and factor,
+// with the references' order among tied confidences) and DPad's keep probabilities and drop rule.
+// Not a public API.
 #ifndef LI_ENGINE_DLLM_H
 #define LI_ENGINE_DLLM_H
 
@@ -11,18 +12,44 @@
 int li_dllm_schedule(int n, int S, int i);
 
 typedef enum {
-    LI_DLLM_SEL_TOPK,      // the k best candidates
-    LI_DLLM_SEL_THRESHOLD, // the best + every other candidate with confidence >= tau
-    LI_DLLM_SEL_FACTOR,    // the largest prefix n >= 1 with c_i >= 1 - f/(i+1), i = 1..n
+    LI_DLLM_SEL_TOPK,      // the k best candidates (LLaDA generate.py: torch.topk)
+    LI_DLLM_SEL_THRESHOLD, // the best (lowest row among equals) + every candidate >= tau
+    LI_DLLM_SEL_FACTOR,    // Fast-dLLM's factor rule over the ranked confidences, see li_dllm_take
 } li_dllm_sel;
 
-// Commit selection over n rows. conf: (n) confidences (double: random remasking draws are
-// doubles, softmax probabilities are fp32 values), -INFINITY for rows that are not
-// candidates (committed, or outside the block). Candidates are ranked by confidence descending,
-// ties by lowest row. rows: (n) out, the selected rows in rank order. Returns how many were
-// selected (0 only when there is no candidate; TOPK selects min(k, candidates)).
+// How many of nc candidates a rule commits, from their confidences sorted descending (ranked,
+// (nc)): TOPK min(k, nc) (k < 0 counts as 0); THRESHOLD 1 + the others >= tau; FACTOR Fast-dLLM
+// get_transfer_index_dynamic: the first rank i >= 1 (0-based) with ranked[i] < 1 - f / (i + 2)
+// ends the prefix (take i), except that a failure at the last rank i = nc - 1 alone is ignored
+// (that code's `top_i == len(threshs) - 1` bump: take nc); no failure: nc. 0 when nc == 0.
+int li_dllm_take(const double *ranked, int nc, li_dllm_sel mode, int k, double tau, double f);
+
+// One (value, index) element of the tie-breaking selection (scratch of li_dllm_select).
+typedef struct {
+    double v;
+    int i;
+} li_dllm_pair;
+
+// Commit selection over the confidence vector of a canvas, conf (n): one entry per canvas row,
+// -INFINITY for rows that are not candidates (not masks, or past the block end) — the vector the
+// references hand to torch.topk. Candidates are ranked by confidence descending, then lower row,
+// and li_dllm_take says how many are committed. Where the cut falls inside a run of equal
+// confidences (exact ties: the zero confidences of EOS / EOT rows under confidence_eos_eot_inf
+// at temperature 0) and the rule is TOPK or FACTOR, the tied rows committed are those
+// torch.topk(conf, k) returns on the CPU (li_dllm_topk_torch); THRESHOLD's best among equals is
+// the lowest row (torch.argmax). rows (n) out: the selected rows, best first (the tied ones at
+// the end, in row order). work (n) scratch. Returns how many were selected.
 int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double tau, double f,
-                   int *rows);
+                   int *rows, li_dllm_pair *work);
+
+// torch.topk(conf, k, largest=True) on the CPU, as PyTorch's topk_impl_loop runs it (ATen
+// TopKImpl.h): (value, index) pairs compared by value only, then std::partial_sort of the first
+// k when 64 k <= n, else std::nth_element at k - 1 — with libstdc++'s algorithms (heap select;
+// introselect: median of three, unguarded Hoare partition, insertion sort below 4 elements,
+// depth limit 2 floor(log2 n)), reproduced step for step so that equal values land where they
+// land there. idx (k) out: the selected indices in ascending order. work (n) scratch.
+// 1 <= k <= n. Checked against torch by tests/test-llada-generate-ref.c.
+void li_dllm_topk_torch(const double *conf, int n, int k, int *idx, li_dllm_pair *work);
 
 // DPad keep probabilities: prob[d] = scale * exp(-x_d^2 / 2) / sqrt(2 pi), x = numpy
 // linspace(0, k_sigma, window), for d = 0..window-1. prob: (window).

@@ -7,9 +7,19 @@
 //          (required); num_key_value_heads (= heads), head_dim (= hidden / heads),
 //          max_position_embeddings (2048), rms_norm_eps (1e-6), rope_theta (10000),
 //          tie_word_embeddings (false), attention_bias, mlp_bias (false): LlamaConfig's defaults.
-//   llada: d_model, mlp_hidden_size, n_layers, n_heads, embedding_size or vocab_size (required);
-//          n_kv_heads (= n_heads), max_sequence_length (1024), rms_norm_eps or layer_norm_eps
-//          (1e-5), rope_theta (10000), weight_tying (false), include_bias, include_qkv_bias.
+//   llada: the defaults of the reference's config class (configuration_llada.py ModelConfig, which
+//          LLaDAConfig starts from): d_model 768, n_heads 12, n_layers 12, mlp_hidden_size or
+//          mlp_ratio (4) x d_model, n_kv_heads or multi_query_attention (1 kv head) or n_heads,
+//          embedding_size (absent: 50304; null: vocab_size, 50257) >= vocab_size, the logits'
+//          width; max_sequence_length 1024, rms_norm_eps 1e-5 (layer_norm_eps is not read, as
+//          there), rope_theta 10000 (rope_scaling is not read, as there), weight_tying true,
+//          scale_logits and input_emb_norm false, include_bias / include_qkv_bias false.
+//          Refused with the key named (LI_ERR_UNSUPPORTED) unless as LLaDA-8B has them:
+//          block_type llama (default sequential), rope true (default false), alibi false,
+//          layer_norm_type rms (default "default"), layer_norm_with_affine true,
+//          bias_for_layer_norm false / null, activation_type silu (default swiglu),
+//          attention_layer_norm false; input_emb_norm with weight_tying (the embedding would need
+//          a second, scaled copy).
 //   rope_scaling: null or {"rope_type" | "type": default | linear | llama3 | yarn, ...}; newer
 //          transformers' "rope_parameters" (same keys plus rope_theta) is read when present.
 // A JSON null counts as absent. A wrong JSON type or an impossible value is LI_ERR_FORMAT naming
@@ -210,21 +220,6 @@ static li_status parse_rope_scaling(const char *file, const char *key, json_t *r
     return LI_OK;
 }
 
-// Names of the fields that differ between the llama and llada configs.
-typedef struct {
-    const char *embd, *ff, *layers, *heads, *heads_kv, *ctx, *tied;
-    int default_ctx;
-    float default_eps;
-} field_names;
-
-static const field_names llama_names = {"hidden_size", "intermediate_size", "num_hidden_layers",
-                                        "num_attention_heads", "num_key_value_heads",
-                                        "max_position_embeddings", "tie_word_embeddings",
-                                        2048, 1e-6f};
-static const field_names llada_names = {"d_model", "mlp_hidden_size", "n_layers", "n_heads",
-                                        "n_kv_heads", "max_sequence_length", "weight_tying",
-                                        1024, 1e-5f};
-
 // model_type, or the architecture named by architectures[0] when model_type is absent.
 static li_status model_type(const char *file, json_t *root, char *arch, size_t cap) {
     json_t *mt = field(root, "model_type");
@@ -255,6 +250,99 @@ static li_status model_type(const char *file, json_t *root, char *arch, size_t c
     return missing(file, "model_type");
 }
 
+// A boolean LLaDA switch that must have one value: LI_ERR_UNSUPPORTED naming it otherwise.
+static li_status want_bool(const char *file, json_t *root, const char *key, bool dflt, bool want) {
+    bool v = dflt;
+    LI_TRY(get_bool(file, root, key, &v));
+    if (v != want)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA with %s = %s%s is not supported (only "
+                            "%s)", file, key, v ? "true" : "false",
+                            field(root, key) ? "" : " (the reference's default when absent)",
+                            want ? "true" : "false");
+    return LI_OK;
+}
+
+// A string LLaDA switch that must be `want`.
+static li_status want_str(const char *file, json_t *root, const char *key, const char *dflt,
+                          const char *want) {
+    char v[32];
+    snprintf(v, sizeof v, "%s", dflt);
+    LI_TRY(get_str(file, root, key, v, sizeof v, false));
+    if (strcmp(v, want) != 0)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA with %s '%s'%s is not supported (only "
+                            "'%s')", file, key, v,
+                            field(root, key) ? "" : " (the reference's default when absent)",
+                            want);
+    return LI_OK;
+}
+
+// The LLaDA (OLMo-style) config.json: every key the reference's modelling code reads, with the
+// reference's defaults; what the model layer cannot run is refused by name (see the file top).
+static li_status parse_llada(const char *file, json_t *root, li_hparams *hp) {
+    hp->n_embd = 768, hp->n_head = 12, hp->n_layer = 12;
+    LI_TRY(get_int(file, root, "d_model", false, 1, LIM_SIZE, &hp->n_embd));
+    LI_TRY(get_int(file, root, "n_heads", false, 1, LIM_HEADS, &hp->n_head));
+    LI_TRY(get_int(file, root, "n_layers", false, 1, LIM_LAYERS, &hp->n_layer));
+    if (hp->n_embd % hp->n_head != 0)
+        return li_error_set(LI_ERR_FORMAT, "%s: d_model = %d is not a multiple of n_heads = %d",
+                            file, hp->n_embd, hp->n_head);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    // effective_n_kv_heads
+    json_t *mq = field(root, "multi_query_attention");
+    if (mq && !json_is_boolean(mq)) return wrong(file, "multi_query_attention", "true or false", mq);
+    hp->n_head_kv = mq && json_is_true(mq) ? 1 : hp->n_head;
+    if (field(root, "n_kv_heads")) {
+        LI_TRY(get_int(file, root, "n_kv_heads", false, 1, LIM_HEADS, &hp->n_head_kv));
+        if (mq && hp->n_head_kv != (json_is_true(mq) ? 1 : hp->n_head))
+            return li_error_set(LI_ERR_FORMAT, "%s: n_kv_heads = %d contradicts "
+                                "multi_query_attention = %s", file, hp->n_head_kv,
+                                json_is_true(mq) ? "true" : "false");
+    }
+    if (field(root, "mlp_hidden_size")) {
+        LI_TRY(get_int(file, root, "mlp_hidden_size", false, 1, LIM_SIZE, &hp->n_ff));
+    } else {
+        int ratio = 4;
+        LI_TRY(get_int(file, root, "mlp_ratio", false, 1, LIM_SIZE, &ratio));
+        if ((int64_t)ratio * hp->n_embd > LIM_SIZE)
+            return li_error_set(LI_ERR_FORMAT, "%s: mlp_ratio %d x d_model %d is too large", file,
+                                ratio, hp->n_embd);
+        hp->n_ff = ratio * hp->n_embd;
+    }
+    int vocab = 50257;
+    LI_TRY(get_int(file, root, "vocab_size", false, 1, LIM_SIZE, &vocab));
+    hp->n_vocab = json_object_get(root, "embedding_size") ? vocab : 50304;  // (null: vocab_size)
+    LI_TRY(get_int(file, root, "embedding_size", false, 1, LIM_SIZE, &hp->n_vocab));
+    if (hp->n_vocab < vocab)
+        return li_error_set(LI_ERR_FORMAT, "%s: embedding_size %d is smaller than vocab_size %d",
+                            file, hp->n_vocab, vocab);
+    hp->n_ctx_train = 1024;
+    LI_TRY(get_int(file, root, "max_sequence_length", false, 1, LIM_CTX, &hp->n_ctx_train));
+    hp->rms_eps = 1e-5f;
+    LI_TRY(get_float(file, root, "rms_norm_eps", false, &hp->rms_eps, NULL));
+    hp->tied_embeddings = true;
+    LI_TRY(get_bool(file, root, "weight_tying", &hp->tied_embeddings));
+    bool b = false, qkv = false;
+    LI_TRY(get_bool(file, root, "include_bias", &b));
+    LI_TRY(get_bool(file, root, "include_qkv_bias", &qkv));
+    hp->attention_bias = b || qkv;  // (refused by the model layer, naming biases)
+    hp->mlp_bias = b;
+    LI_TRY(want_str(file, root, "block_type", "sequential", "llama"));
+    LI_TRY(want_bool(file, root, "rope", false, true));
+    LI_TRY(want_bool(file, root, "alibi", false, false));
+    LI_TRY(want_str(file, root, "layer_norm_type", "default", "rms"));
+    LI_TRY(want_bool(file, root, "layer_norm_with_affine", true, true));
+    LI_TRY(want_bool(file, root, "bias_for_layer_norm", b, false));  // (null: include_bias)
+    LI_TRY(want_str(file, root, "activation_type", "swiglu", "silu"));
+    LI_TRY(want_bool(file, root, "attention_layer_norm", false, false));
+    LI_TRY(get_bool(file, root, "scale_logits", &hp->scale_logits));
+    LI_TRY(get_bool(file, root, "input_emb_norm", &hp->input_emb_norm));
+    if (hp->input_emb_norm && hp->tied_embeddings)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: LLaDA with input_emb_norm = true and "
+                            "weight_tying = true%s is not supported", file,
+                            field(root, "weight_tying") ? "" : " (the default when absent)");
+    return LI_OK;
+}
+
 li_status li_hf_config_parse(li_hparams *hp, const char *json, size_t len, const char *name) {
     LI_ASSERT(hp && (json || len == 0));
     const char *file = name ? name : "config.json";
@@ -267,59 +355,40 @@ li_status li_hf_config_parse(li_hparams *hp, const char *json, size_t len, const
     st = model_type(file, root, hp->arch, sizeof hp->arch);
     if (st != LI_OK) goto out;
     bool llada = strcmp(hp->arch, "llada") == 0;
-    const field_names *fn = llada ? &llada_names : &llama_names;
 
     if ((st = get_str(file, root, "_name_or_path", hp->name, sizeof hp->name, false))) goto out;
-    if ((st = get_int(file, root, fn->embd, true, 1, LIM_SIZE, &hp->n_embd))) goto out;
-    if ((st = get_int(file, root, fn->ff, true, 1, LIM_SIZE, &hp->n_ff))) goto out;
-    if ((st = get_int(file, root, fn->layers, true, 1, LIM_LAYERS, &hp->n_layer))) goto out;
-    if ((st = get_int(file, root, fn->heads, true, 1, LIM_HEADS, &hp->n_head))) goto out;
+    if (llada) {
+        if ((st = parse_llada(file, root, hp))) goto out;
+        goto ids;
+    }
+    if ((st = get_int(file, root, "hidden_size", true, 1, LIM_SIZE, &hp->n_embd))) goto out;
+    if ((st = get_int(file, root, "intermediate_size", true, 1, LIM_SIZE, &hp->n_ff))) goto out;
+    if ((st = get_int(file, root, "num_hidden_layers", true, 1, LIM_LAYERS, &hp->n_layer)))
+        goto out;
+    if ((st = get_int(file, root, "num_attention_heads", true, 1, LIM_HEADS, &hp->n_head)))
+        goto out;
     hp->n_head_kv = hp->n_head;
-    if ((st = get_int(file, root, fn->heads_kv, false, 1, LIM_HEADS, &hp->n_head_kv))) goto out;
+    if ((st = get_int(file, root, "num_key_value_heads", false, 1, LIM_HEADS, &hp->n_head_kv)))
+        goto out;
     if (hp->n_embd % hp->n_head != 0 && !field(root, "head_dim")) {
-        st = li_error_set(LI_ERR_FORMAT, "%s: %s = %d is not a multiple of %s = %d (and there "
-                          "is no head_dim)", file, fn->embd, hp->n_embd, fn->heads, hp->n_head);
+        st = li_error_set(LI_ERR_FORMAT, "%s: hidden_size = %d is not a multiple of "
+                          "num_attention_heads = %d (and there is no head_dim)", file, hp->n_embd,
+                          hp->n_head);
         goto out;
     }
     hp->head_dim = hp->n_embd / hp->n_head;
-    if (!llada && (st = get_int(file, root, "head_dim", false, 1, LIM_SIZE, &hp->head_dim)))
+    if ((st = get_int(file, root, "head_dim", false, 1, LIM_SIZE, &hp->head_dim))) goto out;
+    if ((st = get_int(file, root, "vocab_size", true, 1, LIM_SIZE, &hp->n_vocab))) goto out;
+    hp->n_ctx_train = 2048;
+    if ((st = get_int(file, root, "max_position_embeddings", false, 1, LIM_CTX,
+                      &hp->n_ctx_train)))
         goto out;
-    if (llada && field(root, "embedding_size")) {
-        // OLMo/LLaDA: the embedding may be padded beyond vocab_size; its rows are what we load.
-        if ((st = get_int(file, root, "embedding_size", true, 1, LIM_SIZE, &hp->n_vocab)))
-            goto out;
-    } else if ((st = get_int(file, root, "vocab_size", true, 1, LIM_SIZE, &hp->n_vocab))) {
-        goto out;
-    }
-    hp->n_ctx_train = fn->default_ctx;
-    if ((st = get_int(file, root, fn->ctx, false, 1, LIM_CTX, &hp->n_ctx_train))) goto out;
-    hp->rms_eps = fn->default_eps;
-    bool has_eps = false;
-    if ((st = get_float(file, root, "rms_norm_eps", false, &hp->rms_eps, &has_eps))) goto out;
-    if (llada && !has_eps &&
-        (st = get_float(file, root, "layer_norm_eps", false, &hp->rms_eps, NULL)))
-        goto out;
-    if ((st = get_bool(file, root, fn->tied, &hp->tied_embeddings))) goto out;
-    if (llada) {
-        bool b = false, qkv = false, alibi = false, rope = true;
-        char norm[16] = "rms";
-        if ((st = get_bool(file, root, "include_bias", &b))) goto out;
-        if ((st = get_bool(file, root, "include_qkv_bias", &qkv))) goto out;
-        if ((st = get_bool(file, root, "alibi", &alibi))) goto out;
-        if ((st = get_bool(file, root, "rope", &rope))) goto out;
-        if ((st = get_str(file, root, "layer_norm_type", norm, sizeof norm, false))) goto out;
-        hp->attention_bias = b || qkv;
-        hp->mlp_bias = b;
-        if (alibi || !rope || strcmp(norm, "rms") != 0) {
-            st = li_error_set(LI_ERR_UNSUPPORTED, "%s: only LLaDA with RoPE and RMSNorm is "
-                              "supported (alibi %d, rope %d, layer_norm_type '%s')", file, alibi,
-                              rope, norm);
-            goto out;
-        }
-    } else {
-        if ((st = get_bool(file, root, "attention_bias", &hp->attention_bias))) goto out;
-        if ((st = get_bool(file, root, "mlp_bias", &hp->mlp_bias))) goto out;
-    }
+    hp->rms_eps = 1e-6f;
+    if ((st = get_float(file, root, "rms_norm_eps", false, &hp->rms_eps, NULL))) goto out;
+    if ((st = get_bool(file, root, "tie_word_embeddings", &hp->tied_embeddings))) goto out;
+    if ((st = get_bool(file, root, "attention_bias", &hp->attention_bias))) goto out;
+    if ((st = get_bool(file, root, "mlp_bias", &hp->mlp_bias))) goto out;
+ids:
     if ((st = get_bos(file, root, &hp->bos_id))) goto out;
     if ((st = get_ids(file, root, "eos_token_id", hp->eos_ids, &hp->n_eos))) goto out;
     if ((st = get_str(file, root, "torch_dtype", hp->torch_dtype, sizeof hp->torch_dtype, true)))
@@ -337,11 +406,12 @@ li_status li_hf_config_parse(li_hparams *hp, const char *json, size_t len, const
     r->beta_fast = 32.0f;
     r->beta_slow = 1.0f;
     if ((st = get_float(file, root, "rope_theta", false, &r->theta, NULL))) goto out;
-    json_t *rp = field(root, "rope_parameters");
+    // (LLaDA's RotaryEmbedding reads rope_theta only: rope_scaling / rope_parameters unused)
+    json_t *rp = llada ? NULL : field(root, "rope_parameters");
     if (rp && json_is_object(rp) &&
         (st = get_float(file, rp, "rope_theta", false, &r->theta, NULL)))
         goto out;
-    json_t *rs = field(root, "rope_scaling");
+    json_t *rs = llada ? NULL : field(root, "rope_scaling");
     if (rs) {
         st = parse_rope_scaling(file, "rope_scaling", rs, hp);
     } else if (rp) {

@@ -57,6 +57,9 @@ typedef struct {
     li_rope_config rope;
     bool tied_embeddings;  // tie_word_embeddings (llama default: false; GGUF: no output.weight)
     bool attention_bias, mlp_bias;  // must be false for now: loaders reject true
+    // LLaDA (OLMo-style config): logits *= 1/sqrt(D) (scale_logits); embeddings *= sqrt(D)
+    // (input_emb_norm). Both false for Llama.
+    bool scale_logits, input_emb_norm;
     int32_t bos_id;        // -1 if unknown
     int32_t eos_ids[LI_MAX_EOS];
     int n_eos;

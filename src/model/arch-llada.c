@@ -6,7 +6,8 @@
 //            att = flash(q, k, v) in tiles              FACache: see below
 //            x += attn_out(att); x += ffn(x)            (fp32/bf16, never FP8)
 //   layers >= 1: the same over all rows, plain tiled flash (no cache), FFN in FP8 when asked
-//   logits = head(norm(x)) for the block rows           truncation: only the block rows computed
+//   logits = head(norm(x)) for the output rows          truncation: only those rows computed
+//                                                       (the block's, or the canvas's out_rows)
 //
 // Activations: f32 throughout, or (a device backend with backend.h's bf16 ops; LI_LLADA_ACT picks)
 // GEMM inputs and attention K / V / output made in bf16 by the op before, the residual adds in
@@ -376,6 +377,14 @@ static li_status check_canvas(const li_llada *m, const li_lacache *lc, const li_
     if (cv->block_lo < 0 || cv->block_lo >= cv->block_hi || cv->block_hi > T)
         return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: block [%d, %d) outside [0, %d)", i,
                             cv->block_lo, cv->block_hi, T);
+    if (cv->out_rows && cv->n_out < 1)
+        return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: %d output rows", i, cv->n_out);
+    for (int j = 0; cv->out_rows && j < cv->n_out; j++)
+        if (cv->out_rows[j] < cv->block_lo || cv->out_rows[j] >= cv->block_hi ||
+            (j > 0 && cv->out_rows[j] <= cv->out_rows[j - 1]))
+            return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: output row %d (%d) is not "
+                                "ascending within the block [%d, %d)", i, j, cv->out_rows[j],
+                                cv->block_lo, cv->block_hi);
     for (int t = 0; t < T; t++) {
         if (cv->tokens[t] < 0 || cv->tokens[t] >= m->hp.n_vocab)
             return li_error_set(LI_ERR_INVALID_ARG, "canvas %d: token id %d out of range [0, %d)",
@@ -537,6 +546,22 @@ static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, cons
     if (f->info) f->info->flops += 4.0 * Dh * H * (double)T * T;
 }
 
+// A canvas's output rows (li_llada_canvas.out_rows, or the block rows).
+static int out_count(const li_llada_canvas *cv) {
+    return cv->out_rows ? cv->n_out : cv->block_hi - cv->block_lo;
+}
+static int out_row(const li_llada_canvas *cv, int j) {
+    return cv->out_rows ? cv->out_rows[j] : cv->block_lo + j;
+}
+// Consecutive canvas rows from output row j on.
+static int run_length(const li_llada_canvas *cv, int j) {
+    const int n = out_count(cv);
+    int len = 1;
+    while (j + len < n && out_row(cv, j + len) == out_row(cv, j) + len)
+        len++;
+    return len;
+}
+
 // The ops of one step over the canvases (index arrays uploaded, layouts recorded): embeddings,
 // layer 0 with the caches, layers >= 1, the head. g_lo/g_hi (n): each canvas's layer-0 rows, G
 // of them in all; R canvas rows in all.
@@ -625,25 +650,35 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
         ffn(&f, s, l, lc->fp8 ? &m->fp8[3 * il] : NULL, R);  // (x += attention,) the FFN
     }
 
-    // ---- head: block rows (truncation) or all rows, returning the block rows ----
+    // ---- head: the output rows (truncation) or all rows, returning the output rows ----
+    // Output rows are runs of consecutive canvas rows (the block: one run); each run is one GEMM
+    // under truncation (the backends' GEMMs are batch-invariant: a row's bits do not depend on
+    // the rows beside it), a copy out of each head chunk otherwise.
     for (int i = 0, r0 = 0; i < n; r0 += canvases[i].n_tokens, i++) {
         const li_llada_canvas *cv = &canvases[i];
-        int lo = cv->block_lo, hi = cv->block_hi, T = cv->n_tokens;
+        const int T = cv->n_tokens, n_out = out_count(cv);
         if (lc->trunc) {
-            int nb = hi - lo;
-            norm_matmul(&f, s, logits[i], s->x + (size_t)(r0 + lo) * D, m->w.out_norm.data,
-                        &m->w.output, nb);
-            if (info) info->head_rows += nb;
+            for (int j = 0, len; j < n_out; j += len) {
+                const int a = out_row(cv, j);
+                len = run_length(cv, j);
+                norm_matmul(&f, s, logits[i] + (size_t)j * V, s->x + (size_t)(r0 + a) * D,
+                            m->w.out_norm.data, &m->w.output, len);
+            }
+            if (info) info->head_rows += n_out;
             continue;
         }
-        for (int t0 = 0; t0 < T; t0 += s->head_rows) {
+        for (int t0 = 0, j = 0; t0 < T; t0 += s->head_rows) {
             int nr = T - t0 < s->head_rows ? T - t0 : s->head_rows;
             norm_matmul(&f, s, s->head, s->x + (size_t)(r0 + t0) * D, m->w.out_norm.data,
                         &m->w.output, nr);
-            int a = t0 > lo ? t0 : lo, b = t0 + nr < hi ? t0 + nr : hi;  // block rows here
-            if (a < b)
-                li_be_copy(be, logits[i] + (size_t)(a - lo) * V, s->head + (size_t)(a - t0) * V,
-                           (size_t)(b - a) * V * sizeof(float));
+            while (j < n_out && out_row(cv, j) < t0 + nr) {  // the output rows in this chunk
+                const int a = out_row(cv, j);
+                int len = run_length(cv, j);
+                if (a + len > t0 + nr) len = t0 + nr - a;
+                li_be_copy(be, logits[i] + (size_t)j * V, s->head + (size_t)(a - t0) * V,
+                           (size_t)len * V * sizeof(float));
+                j += len;
+            }
         }
         if (info) info->head_rows += T;
     }
@@ -730,6 +765,11 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
                      (uint64_t)(c->fa_tile == ft) << 4 | (uint64_t)at_start << 5 |
                      (uint64_t)at_end << 6;
         key = (key ^ v) * 1099511628211ull;
+        // the head's GEMMs or copies: one per run of output rows
+        int runs = 0;
+        for (int j = 0, n_out = out_count(cv); j < n_out; j += run_length(cv, j))
+            runs++;
+        key = (key ^ ((uint64_t)out_count(cv) << 20 | (uint64_t)runs)) * 1099511628211ull;
     }
     key = (key ^ ((uint64_t)lc->embed | (uint64_t)lc->rope << 1 | (uint64_t)lc->fa << 2 |
                   (uint64_t)lc->trunc << 3 | (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8)) *

@@ -41,6 +41,45 @@ static li_status create(li_llada **out, const li_hparams *hp, li_backend *be, co
 
 // ---- HF directory -------------------------------------------------------------------------------
 
+// W (host memory: f32, or bf16 rounded back to bf16) times s, as a copy the store owns.
+static li_status scaled_copy(li_weight_store *st, li_weight *W, float s) {
+    if (!W->data) return LI_OK;  // (metadata only)
+    size_t n = (size_t)(W->n_rows * W->n_cols);
+    if (W->dtype == LI_DTYPE_F32) {
+        float *p = li_alloc(n * sizeof *p, "scaled weight");
+        if (!p) return LI_ERR_OOM;
+        for (size_t i = 0; i < n; i++) p[i] = ((const float *)W->data)[i] * s;
+        LI_TRY(li_store_own(st, p));
+        W->data = p;
+    } else {
+        LI_ASSERT(W->dtype == LI_DTYPE_BF16);
+        uint16_t *p = li_alloc(n * sizeof *p, "scaled weight");
+        if (!p) return LI_ERR_OOM;
+        for (size_t i = 0; i < n; i++)
+            p[i] = li_f32_to_bf16(li_bf16_to_f32(((const uint16_t *)W->data)[i]) * s);
+        LI_TRY(li_store_own(st, p));
+        W->data = p;
+    }
+    return LI_OK;
+}
+
+// The config switches scale_logits and input_emb_norm, folded into the weights that feed them:
+// HF `logits.mul_(1 / sqrt(d_model))` into ln_f's weight (the logits are linear in it; the
+// product's rounding differs from the reference's by an fp32 ulp), HF `x * d_model**0.5` into the
+// embedding rows (bit for bit the reference's f32 product; a bf16-kept embedding rounds it to
+// bf16, as a bf16 run of the reference would). The embedding is not the head here (hf-config.c
+// refuses input_emb_norm with weight_tying).
+static li_status fold_switches(li_llada *m) {
+    const li_hparams *hp = &m->hp;
+    if (hp->scale_logits)
+        LI_TRY(scaled_copy(&m->store, &m->w.out_norm, (float)(1.0 / sqrt((double)hp->n_embd))));
+    if (hp->input_emb_norm) {
+        LI_ASSERT(!hp->tied_embeddings);
+        LI_TRY(scaled_copy(&m->store, &m->w.tok_embd, (float)sqrt((double)hp->n_embd)));
+    }
+    return LI_OK;
+}
+
 static li_status load_hf(li_llada **out, const char *dir, li_backend *be, bool metadata_only) {
     char path[4096];
     li_hparams hp;
@@ -53,8 +92,9 @@ static li_status load_hf(li_llada **out, const char *dir, li_backend *be, bool m
         li_safetensors_find(m->store.st, "model.transformer.blocks.0.q_proj.weight");
     snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
              probe ? probe->dtype_str : "?");
-    return li_bind_safetensors(&m->store, &m->w, &m->hp, &li_names_hf_llada,
-                               li_llama_keeps_bf16(&m->hp), metadata_only);
+    LI_TRY(li_bind_safetensors(&m->store, &m->w, &m->hp, &li_names_hf_llada,
+                               li_llama_keeps_bf16(&m->hp), metadata_only));
+    return fold_switches(m);
 }
 
 li_status li_llada_load(li_llada **out, const char *path, li_backend *be, bool metadata_only) {

@@ -63,6 +63,11 @@ typedef struct {
     const int32_t *pos;    // (T) RoPE positions (kept suffix rows keep their original positions)
     int block_lo, block_hi;  // rows [lo, hi) of this canvas form the current block
     bool block_start;      // first step of this block (or a new layout): caches are refilled
+    // Rows whose logits the step returns: NULL for the block rows [lo, hi); else n_out rows of
+    // the block, ascending (the decoder's mask rows: those before its SAR block still holding
+    // the mask id, then that block's rows).
+    const int32_t *out_rows;
+    int n_out;
 } li_llada_canvas;
 
 // Work actually done in a step, for the per-component savings the benchmarks report.
@@ -79,7 +84,8 @@ typedef struct {
 } li_llada_step_info;
 
 // One denoising step over n canvases. logits[i] receives (block_hi - block_lo, V) floats for
-// canvas i's block rows. info (may be NULL) is accumulated into, not reset.
+// canvas i's block rows, or (n_out, V) for its out_rows. info (may be NULL) is accumulated into,
+// not reset.
 // Within a block (block_start false) the rows outside [block_lo, block_hi) must keep their
 // tokens, and every row its position, as at block_start: otherwise LI_ERR_INVALID_ARG (checked
 // when any of embed/rope/fa is on). Flags may change between steps; a cache that was not filled

@@ -514,7 +514,11 @@ def sar_generate(m, prompt, p):
                                   max(1.0, float(np.max(np.abs(lscore[r][np.isfinite(lscore[r])]))))
                                   for r in range(B)])
             if p["confidence_eos_eot_inf"]:
+                # generate.py: logits_with_noise[:, :, EOS] = logits[:, :, EOT] = -inf; at T = 0
+                # logits_with_noise is the logits array itself, so EOS leaves the softmax too
                 logits[:, EOT] = -np.inf
+                if T == 0:
+                    logits[:, EOS] = -np.inf
             masked = x[lo:hi] == MASK
             if p["remasking"] == "low_confidence":
                 z = logits - np.max(logits, axis=1, keepdims=True)
@@ -530,9 +534,11 @@ def sar_generate(m, prompt, p):
             gaps = []  # relative gaps of the comparisons that decided this step's commit set
             if k is not None:
                 sel = order[:k]
-                if 0 < k < len(order) and not (cs[k - 1] == cs[k] == 0.0):
-                    # (two exact zeros, EOT confidences under confidence_eos_eot_inf, tie
-                    # exactly on both sides and go to the lower row)
+                if 0 < k < len(order):
+                    # A cut between two exact zeros (EOS / EOT rows under
+                    # confidence_eos_eot_inf) gives gap 0: torch.topk's choice among equal
+                    # values is not modelled here, so such a trial is rejected (the engine's rule
+                    # is checked against torch by tests/ref/gen_llada_generate_ref.py).
                     gaps.append((cs[k - 1] - cs[k]) / max(cs[k - 1], 1e-300))
             elif thr is not None:
                 sel = order[:1] + [r for r in order[1:] if conf[r] >= thr]
@@ -541,9 +547,14 @@ def sar_generate(m, prompt, p):
                 if len(cs) > 1 and cs[1] < thr:
                     gaps.append((cs[0] - cs[1]) / max(cs[0], 1e-300))
             else:
+                # Fast-dLLM get_transfer_index_dynamic: the first rank j >= 1 with
+                # c_j < 1 - f / (j + 2) ends the prefix, except that a failure at the last rank
+                # alone takes every candidate (its `top_i == len(threshs) - 1` bump)
                 nn = 1
-                while nn < len(cs) and all(cs[j] >= 1.0 - fac / (j + 2) for j in range(nn + 1)):
+                while nn < len(cs) and cs[nn] >= 1.0 - fac / (nn + 2):
                     nn += 1
+                if nn == len(cs) - 1:
+                    nn = len(cs)
                 sel = order[:nn]
                 for j in range(min(nn + 1, len(cs))):
                     bound = 1.0 - fac / (j + 2)

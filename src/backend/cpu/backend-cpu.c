@@ -58,25 +58,43 @@ static void devsim_fill(li_backend *be, float *x, float value, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = value;
 }
 
-// dllm_select as a device runs it (backend.h), here with the decoder's own rule (li_dllm_select),
-// so that CI drives the decoder's device branch — commits downloaded, the stream moved B draws
-// for random remasking — and checks it against the CPU's host branch (gpu-check tests the CUDA
-// kernel against an independent oracle).
+// dllm_select as a device runs it (backend.h): the candidates ranked here, li_dllm_take's count,
+// and at a cut among equal confidences the answer "decide on the host" (-1), as the CUDA kernel
+// gives it — so that CI drives the decoder's device branch (commits downloaded, the stream moved
+// W draws for random remasking, the host's tie path) and checks it against the CPU's host branch
+// (gpu-check tests the CUDA kernel against an independent oracle).
 static void devsim_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0,
-                               const float *conf, const uint8_t *masked, int B, int mode, int k,
+                               const double *conf, const uint8_t *masked, int B, int mode, int k,
                                double tau, double f, bool random_remask, const li_rng *rng) {
-    double c[LI_DLLM_SELECT_MAX_ROWS];
-    int rows[LI_DLLM_SELECT_MAX_ROWS];
-    LI_ASSERT(B <= LI_DLLM_SELECT_MAX_ROWS);  // the decoder selects longer blocks on the host
+    li_dllm_pair c[LI_DLLM_SELECT_MAX_ROWS];
+    double ranked[LI_DLLM_SELECT_MAX_ROWS];
+    LI_ASSERT(B <= LI_DLLM_SELECT_MAX_ROWS);  // the decoder selects larger windows on the host
     li_rng r = *rng;
+    int nc = 0;
     for (int b = 0; b < B; b++) {
         double u = random_remask ? li_rng_uniform(&r) : 0;  // one per row, masked or not
-        c[b] = !masked[b] ? -INFINITY : random_remask ? u : (double)conf[b];
+        if (masked[b]) c[nc++] = (li_dllm_pair){random_remask ? u : conf[b], b};
         commit[b] = -1;
     }
-    int n = li_dllm_select(c, B, (li_dllm_sel)mode, k, tau, f, rows);
-    for (int i = 0; i < n; i++) commit[rows[i]] = x0[rows[i]];
-    commit[B] = n;
+    // insertion sort by (confidence desc, row asc): B is a window of tens of rows
+    for (int i = 1; i < nc; i++) {
+        li_dllm_pair v = c[i];
+        int j = i;
+        while (j > 0 && c[j - 1].v < v.v) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = v;
+    }
+    for (int i = 0; i < nc; i++) ranked[i] = c[i].v;
+    int take = li_dllm_take(ranked, nc, (li_dllm_sel)mode, k, tau, f);
+    if (mode != LI_DLLM_SEL_THRESHOLD && take > 0 && take < nc &&
+        ranked[take - 1] == ranked[take]) {
+        commit[B] = -1;
+        return;
+    }
+    for (int i = 0; i < take; i++) commit[c[i].i] = x0[c[i].i];
+    commit[B] = take;
 }
 
 // dllm_dpad likewise: the decoder's own draw on a copy of the stream (the decoder moves its

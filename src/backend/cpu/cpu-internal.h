@@ -29,8 +29,9 @@ typedef struct {
 void *li_cpu_scratch_get(li_cpu_scratch *s, size_t n);
 void li_cpu_scratch_free(li_cpu_scratch *s);
 // dllm_x0 for both CPU tables (ops-ref.c): the decoder's steps 1-5 at any temperature.
-void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, const float *ulogits,
-                    const uint8_t *masked, int B, int V, float w, int32_t eos, int32_t eot,
-                    double temperature, const li_rng *rng);
+void li_cpu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
+                    const float *ulogits, const uint8_t *masked, int B, int V, float w,
+                    int32_t eos, int32_t ban0, int32_t ban1, double temperature,
+                    const li_rng *rng);
 
 #endif

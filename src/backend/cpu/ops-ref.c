@@ -397,14 +397,15 @@ static void ref_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
         }
 }
 
-// LLaDA's denoising step at any temperature (backend.h dllm_x0): engine-dllm.c step_commit steps
+// LLaDA's denoising step at any temperature (backend.h dllm_x0): engine-dllm.c step_decide steps
 // 1-5 as the decoder runs them, with low-confidence remasking (conf always computed), on a local
 // copy of *rng: uniform i = b V + v is drawn for every row, masked or not, and the caller advances
 // its own stream by B V draws when temperature > 0. Rows not masked: x0 = 0, conf = -inf.
 // Also the fast table's.
-void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, const float *ulogits,
-                    const uint8_t *masked, int B, int V, float w, int32_t eos, int32_t eot,
-                    double temperature, const li_rng *rng) {
+void li_cpu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
+                    const float *ulogits, const uint8_t *masked, int B, int V, float w,
+                    int32_t eos, int32_t ban0, int32_t ban1, double temperature,
+                    const li_rng *rng) {
     (void)be;
     li_rng r = *rng;
     // 1. CFG: un + w (cond - un), fp32 like the reference's tensors.
@@ -414,7 +415,7 @@ void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, con
     // 2. Ban EOS.
     if (eos >= 0)
         for (int b = 0; b < B; b++) logits[(size_t)b * V + eos] = -INFINITY;
-    // 3. x0. Gumbel draws cover every block row and every vocab id, masked or not.
+    // 3. x0. Gumbel draws cover every window row and every vocab id, masked or not.
     for (int b = 0; b < B; b++) {
         const float *l = logits + (size_t)b * V;
         x0[b] = 0;
@@ -443,21 +444,25 @@ void li_cpu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits, con
             x0[b] = arg;
         }
     }
-    // 4. EOT confidence 0: its logit leaves the softmax.
-    if (eot >= 0)
-        for (int b = 0; b < B; b++) logits[(size_t)b * V + eot] = -INFINITY;
-    // 5. Confidence of the masked block rows: fp32 softmax, max-subtracted, summed in index order.
+    // 4. The banned ids leave the softmax: their confidence is 0.
+    for (int b = 0; b < B; b++) {
+        if (ban0 >= 0) logits[(size_t)b * V + ban0] = -INFINITY;
+        if (ban1 >= 0) logits[(size_t)b * V + ban1] = -INFINITY;
+    }
+    // 5. Confidence of the masked window rows: float64 softmax (Fast-dLLM's
+    //    softmax(logits.to(float64))), max-subtracted, summed in index order.
     for (int b = 0; b < B; b++) {
         if (!masked[b]) {
             conf[b] = -INFINITY;
             continue;
         }
         const float *l = logits + (size_t)b * V;
-        float mx = -INFINITY, sum = 0.0f;
+        float mx = -INFINITY;
         for (int v = 0; v < V; v++)
             if (l[v] > mx) mx = l[v];
-        for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
-        conf[b] = expf(l[x0[b]] - mx) / sum;
+        double sum = 0;
+        for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
+        conf[b] = exp((double)l[x0[b]] - mx) / sum;
     }
 }
 

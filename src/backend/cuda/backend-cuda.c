@@ -2064,7 +2064,7 @@ static li_cuda_rng_state rng_state(const li_rng *rng) {
     return st;
 }
 
-static void cu_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0, const float *conf,
+static void cu_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0, const double *conf,
                            const uint8_t *masked, int B, int mode, int k, double tau, double f,
                            bool random_remask, const li_rng *rng) {
     li_cuda_impl *im = be->impl;
@@ -2087,17 +2087,18 @@ static void cu_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int 
 
 // LLaDA's step at any temperature (backend.h dllm_x0): dllm-sample.cu. Runs between forwards
 // (never inside a step graph), so the jump table and the scratch may be allocated here.
-static void cu_dllm_x0(li_backend *be, int32_t *x0, float *conf, float *logits,
+static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                        const float *ulogits, const uint8_t *masked, int B, int V, float w,
-                       int32_t eos, int32_t eot, double temperature, const li_rng *rng) {
+                       int32_t eos, int32_t ban0, int32_t ban1, double temperature,
+                       const li_rng *rng) {
     li_cuda_impl *im = be->impl;
     if (temperature > 0 && !jump_table_ready(im)) return;
     size_t nb = li_cuda_dllm_x0_scratch_bytes(B, V);
     void *scratch = scratch_get(im, &im->x0s, nb, "dllm_x0 (partials)");
     if (!scratch) return;
     cu_fail(im, "dllm_x0",
-            li_cuda_dllm_x0(im->stream, x0, conf, logits, ulogits, masked, B, V, w, eos, eot,
-                            temperature, rng_state(rng), im->jump_table, scratch, nb));
+            li_cuda_dllm_x0(im->stream, x0, conf, logits, ulogits, masked, B, V, w, eos, ban0,
+                            ban1, temperature, rng_state(rng), im->jump_table, scratch, nb));
 }
 
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");

@@ -1,8 +1,8 @@
-// dllm-sample.cu — LLaDA's x0 step (backend.h dllm_x0, engine-dllm.c step_commit steps 1-5) on
+// dllm-sample.cu — LLaDA's x0 step (backend.h dllm_x0, engine-dllm.c step_decide steps 1-5) on
 // the GPU: CFG and the EOS ban in place, x0 by argmax (temperature 0) or by Gumbel-max over the
-// engine's own xoshiro256** stream (temperature > 0, the same draws as the CPU), the EOT ban and
-// the softmax probability of x0. Only x0 and conf (8 B bytes) need to reach the host. Below it,
-// in sections of their own: the transfer selection (dllm_select, then only the commits come back)
+// engine's own xoshiro256** stream (temperature > 0, the same draws as the CPU), the confidence
+// bans (EOT; EOS too at temperature 0) and the fp64 softmax probability of x0. Only x0 and conf
+// (12 B bytes) need to reach the host. Below it, in sections of their own: the transfer selection (dllm_select, then only the commits come back)
 // and DPad's per-block draw (dllm_dpad, the keep flags of the suffix rows).
 //
 // The CPU draws u_i, i = b V + v, in one sequence. Here a row is cut into regions of 32 chunks of
@@ -15,14 +15,16 @@
 //
 //   kernel 1, dllm_x0_kernel_scan, grid (regions / X0_WARPS, B): per region, coalesced (lanes
 //     stride 32): CFG, EOS ban, the greedy candidate (largest l, lowest id) and the online softmax
-//     state (max m, Σ exp(l - m)) with EOT left out; then, at temperature > 0 in masked rows, the
-//     lane's Gumbel scan (largest g, lowest id). One partial per lane to scratch.
+//     state (max m, Σ exp(l - m) in fp64) with the banned ids (EOT; EOS at temperature 0 under
+//     confidence_eos_eot_inf) left out; then, at temperature > 0 in masked rows, the lane's
+//     Gumbel scan (largest g, lowest id). One partial per lane to scratch.
 //   kernel 2, dllm_x0_kernel_finish, one block per row: the partials combined (largest key, lowest
-//     id on equal keys: the order does not matter, so the result is the CPU's), the EOT ban, and
-//     conf = exp(l[x0] - M) / Σ_slots s exp(m - M).
+//     id on equal keys: the order does not matter, so the result is the CPU's), the bans, and
+//     conf = exp(l[x0] - M) / Σ_slots s exp(m - M) in fp64.
 // Differences from the CPU: exp / log / pow in fp64 are within 1-2 ulp of glibc's (not always the
 // same bits), so at a near tie (top-2 g within ~1e-15 relative) x0 may differ; the softmax sum is
-// a tree of per-lane online sums instead of one sequential fp32 sum (last-bits differences).
+// a tree of per-lane online fp64 sums instead of one sequential fp64 sum (last-bits differences,
+// ~1e-16 relative).
 //
 // Napkin maths, H200 (132 SMs, 64 fp64 lanes per SM per clock at ~1.98 GHz: 16.7 T fp64
 // instructions/s; 33.5 TFLOP/s counts an FMA twice), B = 32 masked rows, V = 126,464: 4.05M draws.
@@ -39,7 +41,10 @@
 //   kernel 2: B x 992 partials of 24 bytes; a few µs with its launch.
 // With ~8 warps per SM the fp64 chains are latency- rather than throughput-bound; expected
 // ~40-60 µs for T != 1, ~20-30 µs for T = 1, ~10-15 µs at temperature 0 (memory-bound: one pass,
-// where the old greedy kernel made three). Half the rows masked: the Gumbel part halves. Not yet measured.
+// where the old greedy kernel made three). Half the rows masked: the Gumbel part halves.
+// The softmax terms in fp64 (Fast-dLLM's precision: the fp32 sum overstated a 126,464-id
+// confidence by up to 2.3e-4): B V exp in fp64 (~20 instructions) at temperature 0 add ~80M
+// instructions, ~5 µs at the fp64 peak. Not yet measured on a GPU.
 //
 // Tested by tests/gpu/gpu-check.c (dllm_x0 against ops-ref.c, dllm_select and dllm_dpad against
 // oracles of the decoder's rules) and, for the jump arithmetic on the CPU, tests/test-rng-jump.c.
@@ -64,8 +69,8 @@
 typedef struct {
     double key;   // largest g (temperature > 0) or logit (else); -inf: no candidate
     int32_t arg;  // its lowest id; X0_NONE: none
-    float m;      // max of the lane's logits (EOT left out); -inf: none
-    float s;      // Σ exp(l - m) over them
+    float m;      // max of the lane's logits (the banned ids left out); -inf: none
+    double s;     // Σ exp(l - m) over them, fp64
 } x0_partial;
 
 static __host__ __device__ int x0_regions(int V) { return (V + X0_REGION - 1) / X0_REGION; }
@@ -147,8 +152,9 @@ __device__ __forceinline__ void warp_lane_states(unsigned long long st[4], li_cu
 // blockIdx.y. part (B, regions * 32).
 __global__ void __launch_bounds__(32 * X0_WARPS)
     dllm_x0_kernel_scan(x0_partial *part, float *logits, const float *ulogits,
-                        const uint8_t *masked, int V, float w, int32_t eos, int32_t eot,
-                        double temperature, li_cuda_rng_state rng, const uint64_t *jump_table) {
+                        const uint8_t *masked, int V, float w, int32_t eos, int32_t ban0,
+                        int32_t ban1, double temperature, li_cuda_rng_state rng,
+                        const uint64_t *jump_table) {
     const int lane = threadIdx.x & 31, b = blockIdx.y;
     const int region = blockIdx.x * X0_WARPS + (threadIdx.x >> 5);
     const int r0 = region * X0_REGION, r1 = min(V, r0 + X0_REGION);
@@ -160,7 +166,8 @@ __global__ void __launch_bounds__(32 * X0_WARPS)
         if (lane == 0 && eos >= r0 && eos < r1) l[eos] = -INFINITY;
         return;
     }
-    float best = -INFINITY, m = -INFINITY, s = 0.0f;
+    float best = -INFINITY, m = -INFINITY;
+    double s = 0.0;
     int arg = X0_NONE;
     for (int v = r0 + lane; v < r1; v += 32) {
         float x = l[v];
@@ -174,12 +181,12 @@ __global__ void __launch_bounds__(32 * X0_WARPS)
             best = x;
             arg = v;
         }
-        if (v == eot) continue;  // banned after x0: out of the softmax only
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
+        if (v == ban0 || v == ban1) continue;  // banned after x0: out of the softmax only
+        if (x > m) {  // Fast-dLLM's softmax(logits.to(float64)): the terms and sums in fp64
+            s = s * exp((double)m - (double)x) + 1.0;
             m = x;
         } else if (m > -INFINITY) {
-            s += expf(x - m);
+            s += exp((double)x - (double)m);
         }
     }
     if (!is_mask) return;
@@ -215,18 +222,33 @@ __global__ void __launch_bounds__(32 * X0_WARPS)
     part[((int64_t)b * x0_regions(V) + region) * 32 + lane] = p;
 }
 
+// block_sum (cuda-device.cuh) in fp64.
+__device__ __forceinline__ double block_sum_f64(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    __syncthreads();
+    return v;
+}
+
 // One block per row, X0_FINISH_THREADS threads over the row's n_slots partials.
 __global__ void __launch_bounds__(X0_FINISH_THREADS)
-    dllm_x0_kernel_finish(int32_t *x0, float *conf, float *logits, const uint8_t *masked,
-                          const x0_partial *part, int V, int n_slots, int32_t eot) {
+    dllm_x0_kernel_finish(int32_t *x0, double *conf, float *logits, const uint8_t *masked,
+                          const x0_partial *part, int V, int n_slots, int32_t ban0,
+                          int32_t ban1) {
     __shared__ double sk[32];
     __shared__ int si[32];
     __shared__ float red[32];
+    __shared__ double red64[32];
     const int b = blockIdx.x;
     float *l = logits + (int64_t)b * V;
     if (!masked[b]) {
         if (threadIdx.x == 0) {
-            if (eot >= 0) l[eot] = -INFINITY;
+            if (ban0 >= 0) l[ban0] = -INFINITY;
+            if (ban1 >= 0) l[ban1] = -INFINITY;
             x0[b] = 0;
             conf[b] = -INFINITY;
         }
@@ -246,49 +268,54 @@ __global__ void __launch_bounds__(X0_FINISH_THREADS)
     }
     arg = block_argmax(key, arg, sk, si);  // no candidate (all NaN): 0, as the CPU keeps
     const float mx = block_max(m, red);
-    float sum = 0.0f;
+    double sum = 0.0;
     for (int i = threadIdx.x; i < n_slots; i += blockDim.x) {
         const x0_partial q = p[i];
-        if (q.m > -INFINITY) sum += q.s * expf(q.m - mx);
+        if (q.m > -INFINITY) sum += q.s * exp((double)q.m - (double)mx);
     }
-    sum = block_sum(sum, red);
+    sum = block_sum_f64(sum, red64);
     if (threadIdx.x == 0) {
-        if (eot >= 0) l[eot] = -INFINITY;
-        const float la = arg == eot ? -INFINITY : l[arg];
+        if (ban0 >= 0) l[ban0] = -INFINITY;
+        if (ban1 >= 0) l[ban1] = -INFINITY;
+        const double la = arg == ban0 || arg == ban1 ? -INFINITY : (double)l[arg];
         x0[b] = arg;
-        conf[b] = expf(la - mx) / sum;
+        conf[b] = exp(la - (double)mx) / sum;
     }
 }
 
-extern "C" cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, float *conf, float *logits,
+extern "C" cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, double *conf, float *logits,
                                        const float *ulogits, const uint8_t *masked, int B, int V,
-                                       float w, int32_t eos, int32_t eot, double temperature,
+                                       float w, int32_t eos, int32_t ban0, int32_t ban1,
+                                       double temperature,
                                        li_cuda_rng_state rng, const uint64_t *jump_table,
                                        void *scratch, size_t scratch_bytes) {
     if (B <= 0 || V <= 0) return cudaSuccess;
-    if (B > 65535 || eos >= V || eot >= V || !scratch ||
+    if (B > 65535 || eos >= V || ban0 >= V || ban1 >= V || !scratch ||
         scratch_bytes < li_cuda_dllm_x0_scratch_bytes(B, V) || (temperature > 0 && !jump_table))
         return cudaErrorInvalidValue;
     const int R = x0_regions(V);
     x0_partial *part = (x0_partial *)scratch;
     dllm_x0_kernel_scan<<<dim3((R + X0_WARPS - 1) / X0_WARPS, B), 32 * X0_WARPS, 0, st>>>(
-        part, logits, ulogits, masked, V, w, eos, eot, temperature, rng, jump_table);
+        part, logits, ulogits, masked, V, w, eos, ban0, ban1, temperature, rng, jump_table);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dllm_x0_kernel_finish<<<B, X0_FINISH_THREADS, 0, st>>>(x0, conf, logits, masked, part, V,
-                                                           R * 32, eot);
+                                                           R * 32, ban0, ban1);
     return cudaGetLastError();
 }
 
 // ---- the transfer selection (backend.h dllm_select) ----------------------------------------------
 //
-// One block of B threads (B <= 1024), thread b for block row b: its confidence (float conf of
+// One block of B threads (B <= 1024), thread b for window row b: its confidence (conf of
 // dllm_x0, or at random remasking the uniform number b of the stream, reached by applying the
 // table matrices of b's set bits: <= 10 products of ~128 column XORs), its rank among the
 // candidates (conf > -inf) by counting those that rank before it (higher conf, then lower row:
-// li_dllm_select's order, O(B) per thread), then how many to take: top-k, the best plus every
-// candidate >= tau (a prefix of the ranking), or Fast-dLLM's factor rule (the longest prefix
-// whose i-th, 0-based, has c >= 1 - f / (i + 2); at least one). B = 32: a few µs.
+// li_dllm_select's order, O(B) per thread), then how many to take (li_dllm_take): top-k, the
+// best plus every candidate >= tau (a prefix of the ranking), or Fast-dLLM's factor rule (the
+// first rank i >= 1, 0-based, with c < 1 - f / (i + 2) ends the prefix, a failure at the last
+// rank alone ignored). A cut between equal confidences under top-k / factor is answered -1: the
+// rows torch.topk picks among them depend on the whole canvas's vector (li_dllm_topk_torch), so
+// the host decides. B = 32: a few µs.
 
 // x = M x, one thread (the column form of rng-jump.h).
 __device__ __forceinline__ void thread_apply(unsigned long long x[4], const uint64_t *M) {
@@ -305,15 +332,16 @@ __device__ __forceinline__ void thread_apply(unsigned long long x[4], const uint
 }
 
 __global__ void __launch_bounds__(1024)
-    dllm_select_kernel(int32_t *commit, const int32_t *x0, const float *conf,
+    dllm_select_kernel(int32_t *commit, const int32_t *x0, const double *conf,
                        const uint8_t *masked, int B, int mode, int k, double tau, double f,
                        int random_remask, li_cuda_rng_state rng, const uint64_t *jump_table) {
     __shared__ double c[1024];
-    __shared__ int n_cand, take_sh;
+    __shared__ double by_rank[1024];  // the candidates' confidences, best first
+    __shared__ int n_cand, fail_sh;
     const int b = threadIdx.x;
     if (b == 0) {
         n_cand = 0;
-        take_sh = 0x7fffffff;
+        fail_sh = 0x7fffffff;
     }
     double cb = -INFINITY;
     if (b < B) {
@@ -324,7 +352,7 @@ __global__ void __launch_bounds__(1024)
             const double u = (double)(xoshiro_next(s) >> 11) * 0x1p-53;
             cb = masked[b] ? u : -INFINITY;
         } else {
-            cb = masked[b] ? (double)conf[b] : -INFINITY;
+            cb = masked[b] ? conf[b] : -INFINITY;
         }
         c[b] = cb;
     }
@@ -335,23 +363,29 @@ __global__ void __launch_bounds__(1024)
         atomicAdd(&n_cand, 1);
         for (int a = 0; a < B; a++)
             rank += c[a] > -INFINITY && (c[a] > cb || (c[a] == cb && a < b));
+        by_rank[rank] = cb;
+        // mode 1 threshold, 2 factor: the first rank >= 1 that fails ends the prefix
+        if (rank > 0 && ((mode == 1 && !(cb >= tau)) ||
+                         (mode == 2 && cb < 1.0 - f / (double)(rank + 2))))
+            atomicMin(&fail_sh, rank);
     }
     __syncthreads();
     const int nc = n_cand;
-    // mode 0 top-k, 1 threshold, 2 factor (li_dllm_sel's order)
-    if (cand && mode == 1 && rank > 0 && !(cb >= tau)) atomicMin(&take_sh, rank);
-    if (cand && mode == 2 && !(cb >= 1.0 - f / (double)(rank + 2))) atomicMin(&take_sh, rank);
-    __syncthreads();
     int take;
-    if (mode == 0) take = k < nc ? (k > 0 ? k : 0) : nc;
-    else if (mode == 1) take = take_sh < nc ? take_sh : nc;
-    else take = take_sh < nc ? (take_sh > 0 ? take_sh : 1) : nc;
-    if (b < B) commit[b] = cand && rank < take ? x0[b] : -1;
-    if (b == 0) commit[B] = take;
+    if (mode == 0) {
+        take = k < nc ? (k > 0 ? k : 0) : nc;
+    } else {
+        take = fail_sh < nc ? fail_sh : nc;
+        if (nc == 0) take = 0;
+        if (mode == 2 && take == nc - 1) take = nc;  // Fast-dLLM's last-rank bump
+    }
+    const bool tie = mode != 1 && take > 0 && take < nc && by_rank[take - 1] == by_rank[take];
+    if (b < B) commit[b] = !tie && cand && rank < take ? x0[b] : -1;
+    if (b == 0) commit[B] = tie ? -1 : take;
 }
 
 extern "C" cudaError_t li_cuda_dllm_select(cudaStream_t st, int32_t *commit, const int32_t *x0,
-                                           const float *conf, const uint8_t *masked, int B,
+                                           const double *conf, const uint8_t *masked, int B,
                                            int mode, int k, double tau, double f,
                                            int random_remask, li_cuda_rng_state rng,
                                            const uint64_t *jump_table) {

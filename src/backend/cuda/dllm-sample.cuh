@@ -22,31 +22,34 @@ typedef struct {
 // partials of 24 bytes per 4096 ids (0.76 MB at B 32, V 126464).
 size_t li_cuda_dllm_x0_scratch_bytes(int B, int V);
 
-// backend.h dllm_x0 (engine-dllm.c step_commit steps 1-5), per row b of logits (B, V), changed in
+// backend.h dllm_x0 (engine-dllm.c step_decide steps 1-5), per row b of logits (B, V), changed in
 // place; ulogits (B, V) or NULL; masked (B) bytes, 1: the row is a mask (a candidate):
 //   1. ulogits: l = u + w (l - u) in fp32, unfused;  2. eos >= 0: l[eos] = -inf;
 //   3. x0 (B): temperature <= 0: argmax_v l, lowest id on ties. temperature > 0: argmax_v
 //      exp(l[v]) / (-log u_i)^T in fp64, u_i uniform number i = b V + v of the stream starting at
 //      rng (li_rng_uniform's: (u64 >> 11) 2^-53), lowest id on ties; the draws of unmasked rows
 //      are skipped, not computed. Unmasked rows: x0 = 0;
-//   4. eot >= 0: l[eot] = -inf;  5. conf (B) fp32: softmax(l)[x0] for masked rows, -inf otherwise.
+//   4. l[ban0] = l[ban1] = -inf for those >= 0;  5. conf (B) fp64: softmax(l)[x0] for masked
+//      rows (terms and sums in fp64), -inf otherwise.
 // rng is not advanced here: the caller jumps its stream by B V draws when temperature > 0.
 // jump_table: a device copy of li_rng_jump_table() (64 x 256 x 4 words, 16-byte aligned as
 // cudaMalloc's are; may be NULL when temperature <= 0). scratch: scratch_bytes >=
 // li_cuda_dllm_x0_scratch_bytes(B, V) of device memory, reused by the next call once this one is
 // done on st.
-cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, float *conf, float *logits,
+cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, double *conf, float *logits,
                             const float *ulogits, const uint8_t *masked, int B, int V, float w,
-                            int32_t eos, int32_t eot, double temperature, li_cuda_rng_state rng,
-                            const uint64_t *jump_table, void *scratch, size_t scratch_bytes);
+                            int32_t eos, int32_t ban0, int32_t ban1, double temperature,
+                            li_cuda_rng_state rng, const uint64_t *jump_table, void *scratch,
+                            size_t scratch_bytes);
 
-// backend.h dllm_select: which masked block rows take their x0 this step. conf (B) from
+// backend.h dllm_select: which masked window rows take their x0 this step. conf (B) from
 // dllm_x0, or at random_remask the uniform numbers 0..B-1 of the stream at rng (jump_table as
-// above); mode 0 top-k, 1 threshold tau (the best and every candidate >= tau), 2 factor f
-// (li_dllm_select's rules and order: higher conf, then lower row). commit (B + 1): x0[b] for a
-// selected row, -1 otherwise; commit[B] = the number selected.
+// above); mode 0 top-k, 1 threshold tau, 2 factor f (li_dllm_take's count, li_dllm_select's
+// order: higher conf, then lower row). commit (B + 1): x0[b] for a selected row, -1 otherwise;
+// commit[B] = the number selected, or -1 (every row -1) when modes 0 / 2 cut between equal
+// confidences: the host then picks torch.topk's rows among them.
 cudaError_t li_cuda_dllm_select(cudaStream_t st, int32_t *commit, const int32_t *x0,
-                                const float *conf, const uint8_t *masked, int B, int mode, int k,
+                                const double *conf, const uint8_t *masked, int B, int mode, int k,
                                 double tau, double f, int random_remask, li_cuda_rng_state rng,
                                 const uint64_t *jump_table);
 
