@@ -8,9 +8,11 @@
 set -eu
 cd "$(dirname "$0")/.."
 make -j"$(nproc)" CUDA=1 all build/release-cuda/tests/gpu-check build/release-cuda/tests/gpu-model \
-  build/release-cuda/tests/test-rag build/release-cuda/tests/test-dllm build/release-cuda/tests/test-llada >/dev/null
+  build/release-cuda/tests/test-rag build/release-cuda/tests/test-dllm build/release-cuda/tests/test-llada \
+  build/release-cuda/tests/test-llada-generate-ref >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
-cp lazyinfer-cuda build/release-cuda/tests/{gpu-check,gpu-model,test-rag,test-dllm,test-llada} .gpu/bin/
+cp lazyinfer-cuda build/release-cuda/tests/{gpu-check,gpu-model,test-rag,test-dllm,test-llada,test-llada-generate-ref} \
+  .gpu/bin/
 ldd lazyinfer-cuda | awk '$3 ~ /^\// {print $3}' |
   grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcudart|libcublas[^/]*)\.so' |
   xargs -I{} cp -L {} .gpu/lib/

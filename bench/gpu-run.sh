@@ -129,6 +129,8 @@ has torch && run torch 300 python3 bench/torch_baselines.py ${TORCH_ONLY:+--only
 # benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
 { has dllm || has dllmtest; } && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
 { has dllm || has dllmtest; } && run test-llada-cuda 200 env LI_TEST_BACKEND=cuda $B/test-llada
+{ has dllm || has dllmtest; } && run test-llada-generate-ref-cuda 120 env LI_TEST_BACKEND=cuda \
+  $B/test-llada-generate-ref
 { has dllm || has dllmtest; } && run test-dllm-cuda-graphs 300 env LI_TEST_BACKEND=cuda LI_CUDA_GRAPHS=1 \
   LI_CUDA_GRAPH_STATS=1 $B/test-dllm
 # where a step's time goes (LI_CUDA_PROFILE: per op, printed at exit): a LLaDA step at canvas

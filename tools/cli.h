@@ -9,7 +9,7 @@
 #define DEFAULT_MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 // --attn-impl's help, the same for every command that loads a model
 #define CLI_ATTN_IMPL_HELP                                                                         \
-    "prefill attention on cuda: auto (cuDNN where it takes the shape, else the engine's kernels; "  \
+    "prefill / dense attention on cuda: auto (cuDNN where it takes the shape, else our kernels; "  \
     "default), cudnn, native"
 
 typedef enum { OPT_FLAG, OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64 } opt_kind;

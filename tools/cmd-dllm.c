@@ -27,7 +27,7 @@ typedef struct {
     const char *remasking, *temp, *cfg, *threshold, *factor;
     const char *dpad_k, *dpad_scale, *lacache, *fp8;
     int gen_length, block_length, steps, dpad_window, fa_tile, commit_per_step, n_threads, gpu;
-    const char *backend;
+    const char *backend, *attn_impl;
     bool chat, dpad, early_stop, logits_eos_inf, confidence_eos_eot_inf, trace;
     uint64_t seed;
 } dllm_args;
@@ -187,6 +187,7 @@ static int load_model(const char *cmd, const dllm_args *a, li_model **m) {
     mp.chat_template = a->chat_template;
     mp.n_threads = a->n_threads;
     mp.backend = a->backend;
+    mp.attn_impl = a->attn_impl;
     mp.device = a->gpu;
     if (li_model_load(m, &mp) != LI_OK) return cli_fail("cannot load the model");
     if (!(*m)->llada) {
@@ -306,7 +307,8 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--tokenizer", NULL, OPT_STR, &(a).tokenizer, "tokenizer.json to use instead of the model's"}, \
     {"--threads", "-t", OPT_INT, &(a).n_threads, "CPU threads (default: all cores)"},             \
     {"--backend", NULL, OPT_STR, &(a).backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"}, \
-    {"--gpu", NULL, OPT_INT, &(a).gpu, "GPU index for --backend cuda (default 0)"}
+    {"--gpu", NULL, OPT_INT, &(a).gpu, "GPU index for --backend cuda (default 0)"},            \
+    {"--attn-impl", NULL, OPT_STR, &(a).attn_impl, CLI_ATTN_IMPL_HELP}
 // clang-format on
 
 int cmd_dllm(int argc, char **argv) {
