@@ -1658,8 +1658,14 @@ static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
              scratch_get(im, &im->keys, ((size_t)r->max_keys + 1) * 8, "attention (key index)") &&
              attn_tickets(im, T * r->max_heads);
     }
-    if (r->dense_kv > 0)
+    if (r->dense_kv > 0) {
         ok = ok && scratch_get(im, &im->dense, (size_t)r->dense_kv * 4, "attention (bf16 K / V)");
+        // dense attention through cuDNN: the queries in bf16, and the f32 path's bf16 output
+        const size_t qo = T * (size_t)r->max_heads * (size_t)r->head_dim * 2;
+        if (qo > 0 && be->attn_impl != LI_ATTN_NATIVE)
+            ok = ok && scratch_get(im, &im->lib_q, qo, "attention_dense (cudnn q)") &&
+                 scratch_get(im, &im->lib_o, qo, "attention_dense (cudnn o)");
+    }
     if (r->fp8_n > 0 && r->fp8_k > 0) {
         if (im->fp8_mode < 0) fp8_calibrate(im);  // which tables need transposing
         size_t GN = (size_t)r->fp8_n / LI_FP8_GROUP, GK = (size_t)r->fp8_k / LI_FP8_GROUP;
