@@ -124,37 +124,6 @@ static char *xstrdup(const char *s) {
     return p;
 }
 
-// "256M", "2G", "1048576", "64KiB" → bytes (binary multiples). false on junk or overflow.
-static bool parse_bytes(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0)) return false;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        mul = 1024.0;
-        end++;
-        break;
-    case 'M':
-        mul = 1024.0 * 1024;
-        end++;
-        break;
-    case 'G':
-        mul = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    default: break;
-    }
-    if (mul > 1 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return false;
-    v *= mul;
-    if (v > 9.0e18) return false;
-    *out = (int64_t)v;
-    return true;
-}
-
 static double loadavg1(void) {
     double x = -1;
     FILE *f = fopen("/proc/loadavg", "r");
@@ -928,7 +897,7 @@ static bool parse_budgets(const char *s, char *buf, size_t cap, char **items, in
                           int *n) {
     if ((size_t)snprintf(buf, cap, "%s", s) >= cap || !split_list(buf, items, n)) return false;
     for (int i = 0; i < *n; i++)
-        if (!parse_bytes(items[i], &bytes[i]) || bytes[i] <= 0) return false;
+        if (!cli_parse_bytes(items[i], &bytes[i]) || bytes[i] <= 0) return false;
     return true;
 }
 
@@ -1071,7 +1040,7 @@ int cmd_bench_rag(int argc, char **argv) {
                 a.mode_s);
         return 2;
     }
-    if (a.budget_s && !parse_bytes(a.budget_s, &budget)) {
+    if (a.budget_s && !cli_parse_bytes(a.budget_s, &budget)) {
         fprintf(stderr,
                 "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
                 "K/M/G suffix (e.g. 256M)\n",
