@@ -592,7 +592,8 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
     li_doc docs[MAX_K];
     for (int j = 0; j < x->a->k; j++) {
         int d = x->tr[i].docs[j];
-        docs[j] = (li_doc){.ids = x->p->doc_ids[d], .n_ids = x->p->doc_n[d], .id = x->c->doc_name[d]};
+        docs[j] =
+            (li_doc){.ids = x->p->doc_ids[d], .n_ids = x->p->doc_n[d], .id = x->c->doc_name[d]};
     }
     li_request q = {.docs = docs,
                     .n_docs = x->a->k,
@@ -633,8 +634,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     prepared p = {0};
     double *arrival = malloc((size_t)R * sizeof *arrival);
     replay_out *ro = malloc((size_t)R * sizeof *ro);
-    li_status rc =
-        arrival && ro ? prepare(m, a, c, &p) : li_error_set(LI_ERR_OOM, "out of memory");
+    li_status rc = arrival && ro ? prepare(m, a, c, &p) : li_error_set(LI_ERR_OOM, "out of memory");
     memset(out, 0, (size_t)R * sizeof *out);
     for (int i = 0; arrival && i < R; i++)
         arrival[i] = tr[i].arrival_ms;
@@ -642,8 +642,8 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     double t_end = 0;
     double cpu0 = cpu_seconds();
     replay_ctx ctx = {a, c, tr, &p, out};
-    replay_plan plan = {.n = R, .arrival_ms = arrival, .submit = submit_one, .user = &ctx,
-                        .progress = "bench rag"};
+    replay_plan plan = {
+        .n = R, .arrival_ms = arrival, .submit = submit_one, .user = &ctx, .progress = "bench rag"};
     if (rc == LI_OK) rc = replay_run(m, &plan, ro);
     for (int i = 0; rc == LI_OK && i < R; i++) {
         out[i].res = ro[i].res;
@@ -1016,7 +1016,8 @@ int cmd_bench_rag(int argc, char **argv) {
         {"--backend", NULL, OPT_STR, &a.backend,
          "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
-        {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype,
+         "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},

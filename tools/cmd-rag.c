@@ -27,7 +27,7 @@
 #include "rag-requests.h"
 #include "replay.h"
 
-#define MAX_ARG_FILES 1024  // --doc / --sample options
+#define MAX_ARG_FILES 1024 // --doc / --sample options
 
 static const char usage_text[] =
     "usage: lazyinfer rag [-m MODEL] --doc FILE [--doc FILE …] (--query TEXT | --queries FILE) "
@@ -42,8 +42,9 @@ static const char usage_text[] =
     "   \"documents\": [\"text\", {\"id\": \"a\", \"text\": \"…\"}, {\"id\": \"b\", \"file\": "
     "\"notes.txt\"}],\n"
     "   \"query\": \"the question\",\n"
-    "   \"system\": \"…\", \"max_tokens\": 64, \"temperature\": 0, \"top_p\": 0.95, \"top_k\": 40,\n"
-    "   \"min_p\": 0.05, \"seed\": 1, \"stop\": [\"\\n\\n\"], \"ignore_eos\": false,\n"
+    "   \"system\": \"…\", \"max_tokens\": 64, \"temperature\": 0,\n"
+    "   \"top_p\": 0.95, \"top_k\": 40, \"min_p\": 0.05, \"seed\": 1,\n"
+    "   \"stop\": [\"\\n\\n\"], \"ignore_eos\": false,\n"
     "   \"arrival_ms\": 250}      submitted no earlier than this, ms after the start (as bench "
     "rag)\n"
     "  Only \"query\" is required; the others default to the options below. \"file\" paths are\n"
@@ -91,7 +92,7 @@ static bool set_get(const kv_set *s, uint64_t key, int64_t *val) {
 
 // Adds key → val; false when it was there already (then nothing changes) or on OOM (*oom).
 static bool set_put(kv_set *s, uint64_t key, int64_t val, bool *oom) {
-    key |= !key;  // 0 marks an empty slot
+    key |= !key; // 0 marks an empty slot
     if (2 * (s->n + 1) > s->cap) {
         kv_set g = {.cap = s->cap ? 2 * s->cap : 256};
         g.key = calloc(g.cap, sizeof *g.key);
@@ -124,27 +125,29 @@ static bool set_put(kv_set *s, uint64_t key, int64_t val, bool *oom) {
 }
 
 typedef struct {
-    int64_t base_pages;   // the engine's default: max_batch × a context
-    int64_t keep_pages;   // every cached block of the run resident at once
+    int64_t base_pages; // the engine's default: max_batch × a context
+    int64_t keep_pages; // every cached block of the run resident at once
     int64_t page_bytes;
-    int64_t cap_pages;    // half the available memory (-1: unknown)
-    int n_distinct;       // distinct blocks (system blocks and document texts) the run looks up
+    int64_t cap_pages; // half the available memory (-1: unknown)
+    int n_distinct;    // distinct blocks (system blocks and document texts) the run looks up
 } budget_plan;
 
 typedef struct {
     const rag_list *l;
-    const char *system;  // --system
+    const char *system; // --system
     bool chat;
     li_cache_mode mode;
     int page_size, max_batch;
 } plan_args;
 
-static int64_t pages_of(int64_t tokens, int P) { return (tokens + P - 1) / P; }
+static int64_t pages_of(int64_t tokens, int P) {
+    return (tokens + P - 1) / P;
+}
 
 // Tokens of text (memoised by content in `counts`); -1 if it does not tokenise (li_submit will
 // fail that request with the reason).
-static int64_t count_tokens(li_model *meta, kv_set *counts, const char *text, size_t len,
-                            bool bos, bool special, bool *oom) {
+static int64_t count_tokens(li_model *meta, kv_set *counts, const char *text, size_t len, bool bos,
+                            bool special, bool *oom) {
     uint64_t h = fnv(fnv(0xcbf29ce484222325ull, &bos, 1), text, len) ^ (uint64_t)special;
     int64_t n;
     if (set_get(counts, h | !h, &n)) return n;
@@ -162,8 +165,9 @@ static int64_t count_tokens(li_model *meta, kv_set *counts, const char *text, si
 static int64_t system_tokens(li_model *meta, kv_set *counts, const char *system, bool chat,
                              uint64_t *key, bool *oom) {
     *key = fnv(fnv(0x5157e11ull, &chat, 1), system ? system : "", system ? strlen(system) + 1 : 0);
-    if (!chat) return count_tokens(meta, counts, system ? system : "", system ? strlen(system) : 0,
-                                   true, false, oom);
+    if (!chat)
+        return count_tokens(meta, counts, system ? system : "", system ? strlen(system) : 0, true,
+                            false, oom);
     char *r = NULL;
     if (li_chat_render(meta, system, "", &r) != LI_OK) return -1;
     int64_t n = count_tokens(meta, counts, r, strlen(r), false, true, oom);
@@ -189,8 +193,8 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
         const rag_doc *docs = r->shared_docs ? a->l->docs : r->docs;
         int n_docs = r->shared_docs ? a->l->n_docs : r->n_docs;
         uint64_t sk;
-        int64_t delta = system_tokens(meta, &counts, r->system ? r->system : a->system, a->chat,
-                                      &sk, &oom);
+        int64_t delta =
+            system_tokens(meta, &counts, r->system ? r->system : a->system, a->chat, &sk, &oom);
         if (delta < 0) continue;
         if (delta > 0 && set_put(&distinct, sk, 0, &oom)) bp->n_distinct++;
         if (delta > 0 && a->mode != LI_CACHE_PREFIX && set_put(&keep, sk, 0, &oom))
@@ -207,8 +211,9 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
             prompt = fnv(prompt, &dk, sizeof dk);
             delta += n;
         }
-        if (a->mode == LI_CACHE_PREFIX) {  // full pages of the whole prompt, the query's too
-            int64_t nq = count_tokens(meta, &counts, r->query, strlen(r->query), false, false, &oom);
+        if (a->mode == LI_CACHE_PREFIX) { // full pages of the whole prompt, the query's too
+            int64_t nq =
+                count_tokens(meta, &counts, r->query, strlen(r->query), false, false, &oom);
             prompt = fnv(prompt, r->query, strlen(r->query));
             if (nq >= 0 && set_put(&keep, prompt, 0, &oom)) bp->keep_pages += (delta + nq) / P;
         }
@@ -222,7 +227,9 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
     return oom ? li_error_set(LI_ERR_OOM, "out of memory") : LI_OK;
 }
 
-static double mib(int64_t bytes) { return bytes / 1048576.0; }
+static double mib(int64_t bytes) {
+    return bytes / 1048576.0;
+}
 
 // Loads the model. With a plan (no --budget), the KV budget is the plan's: the engine's default
 // plus every document of the run, cut to half the memory available on the CPU backends (never
@@ -244,10 +251,12 @@ static li_status load_model(li_model **m, li_model_params *mp, budget_plan *bp, 
         pages /= 2;
     }
     if (st == LI_OK)
-        fprintf(stderr, "KV budget %.2f MiB: %d × a context (%.2f MiB) + the run's documents "
-                        "(%.2f MiB)%s\n", mib(mp->kv_budget_bytes), max_batch,
-                mib(bp->base_pages * bp->page_bytes), mib(bp->keep_pages * bp->page_bytes),
-                pages >= need ? ""
+        fprintf(stderr,
+                "KV budget %.2f MiB: %d × a context (%.2f MiB) + the run's documents "
+                "(%.2f MiB)%s\n",
+                mib(mp->kv_budget_bytes), max_batch, mib(bp->base_pages * bp->page_bytes),
+                mib(bp->keep_pages * bp->page_bytes),
+                pages >= need            ? ""
                 : pages > bp->base_pages ? ", cut to what the memory holds"
                                          : ", without the documents: the memory holds no more");
     return st;
@@ -256,8 +265,8 @@ static li_status load_model(li_model **m, li_model_params *mp, budget_plan *bp, 
 // ---- answers and records -------------------------------------------------------------------
 
 typedef struct {
-    li_buf text;       // the answer so far (a stop string and what follows cut off)
-    bool stopped;      // a stop string matched
+    li_buf text;  // the answer so far (a stop string and what follows cut off)
+    bool stopped; // a stop string matched
     const rag_req *req;
     li_model *m;
     replay_out out;
@@ -267,7 +276,7 @@ typedef struct {
 typedef struct {
     const rag_list *l;
     answer *ans;
-    int next_print;  // records are printed in input order, each as soon as those before are
+    int next_print; // records are printed in input order, each as soon as those before are
     bool jsonl;
     li_cache_mode mode;
     // the command's defaults for what a request leaves out
@@ -307,8 +316,12 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
     answer *a = &x->ans[i];
     a->m = m;
     a->req = r;
-    li_request q = {.system = r->system ? r->system : x->system, .docs = d, .n_docs = n_docs,
-                    .query = r->query, .chat = x->chat, .gen = li_generate_default_params()};
+    li_request q = {.system = r->system ? r->system : x->system,
+                    .docs = d,
+                    .n_docs = n_docs,
+                    .query = r->query,
+                    .chat = x->chat,
+                    .gen = li_generate_default_params()};
     const li_api_request *o = &r->opt;
     q.gen.n_predict = o->max_tokens > 0 ? o->max_tokens : x->n_predict;
     q.gen.sampling.temperature = o->has_temperature ? (float)o->temperature : x->temp;
@@ -327,10 +340,14 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
 // The answer on one line: a newline is written \n, a carriage return \r, a backslash \\.
 static void print_escaped(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        if (s[i] == '\n') fputs("\\n", stdout);
-        else if (s[i] == '\r') fputs("\\r", stdout);
-        else if (s[i] == '\\') fputs("\\\\", stdout);
-        else putchar(s[i]);
+        if (s[i] == '\n')
+            fputs("\\n", stdout);
+        else if (s[i] == '\r')
+            fputs("\\r", stdout);
+        else if (s[i] == '\\')
+            fputs("\\\\", stdout);
+        else
+            putchar(s[i]);
     }
     putchar('\n');
 }
@@ -358,8 +375,10 @@ static void print_record(run_ctx *x, int i) {
     const char *label = rag_req_label(r, i, lb, sizeof lb);
     if (!ok) x->n_failed++;
     if (!x->jsonl) {
-        if (ok) print_escaped(a->text.data ? a->text.data : "", a->text.len);
-        else putchar('\n');
+        if (ok)
+            print_escaped(a->text.data ? a->text.data : "", a->text.len);
+        else
+            putchar('\n');
         fflush(stdout);
         if (!ok) {
             fprintf(stderr, "request %s: error: %s\n", label, res->error);
@@ -373,7 +392,8 @@ static void print_record(run_ctx *x, int i) {
             snprintf(cache, sizeof cache, " (%d from cached prefix pages)", res->n_cached_tokens);
         else
             snprintf(cache, sizeof cache, " (all computed)");
-        fprintf(stderr, "request %s: TTFT %.1f ms, total %.1f ms, prompt %d tokens%s, %d generated\n",
+        fprintf(stderr,
+                "request %s: TTFT %.1f ms, total %.1f ms, prompt %d tokens%s, %d generated\n",
                 label, ttft, res->total_ms, res->n_prompt, cache, res->n_generated);
         return;
     }
@@ -409,8 +429,10 @@ static void print_record(run_ctx *x, int i) {
     }
     char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
     json_decref(o);
-    if (line) puts(line);
-    else puts("{\"error\": \"out of memory\"}");
+    if (line)
+        puts(line);
+    else
+        puts("{\"error\": \"out of memory\"}");
     free(line);
     fflush(stdout);
 }
@@ -444,25 +466,32 @@ static void print_summary(const run_ctx *x, li_model *m, const budget_plan *bp, 
         fprintf(stderr, "cache %s: %lld document hits, %lld misses, %lld evictions", name,
                 (long long)cs.doc_hits, (long long)cs.doc_misses, (long long)cs.evictions);
         if (x->mode == LI_CACHE_COPY)
-            fprintf(stderr, ", %lld copies made; resident %.2f MiB in %lld copies of %lld "
-                            "documents\n", (long long)cs.copies_made, mib(cs.resident_bytes),
+            fprintf(stderr,
+                    ", %lld copies made; resident %.2f MiB in %lld copies of %lld "
+                    "documents\n",
+                    (long long)cs.copies_made, mib(cs.resident_bytes),
                     (long long)cs.resident_copies, (long long)cs.resident_docs);
         else
-            fprintf(stderr, "; resident %.2f MiB in %lld documents (a position-aware cache would "
-                            "hold %.2f MiB)\n", mib(cs.resident_bytes),
-                    (long long)cs.resident_docs, mib(cs.copy_baseline_bytes));
+            fprintf(stderr,
+                    "; resident %.2f MiB in %lld documents (a position-aware cache would "
+                    "hold %.2f MiB)\n",
+                    mib(cs.resident_bytes), (long long)cs.resident_docs,
+                    mib(cs.copy_baseline_bytes));
         again = planned ? misses - bp->n_distinct : 0;
         break;
     case LI_CACHE_PREFIX:
-        fprintf(stderr, "cache prefix: %lld of %lld prompt tokens from cached pages, %lld "
-                        "evictions; resident %.2f MiB\n", (long long)cs.prefix_hit_tokens,
-                (long long)cs.prefix_lookup_tokens, (long long)cs.evictions,
-                mib(cs.resident_bytes));
+        fprintf(stderr,
+                "cache prefix: %lld of %lld prompt tokens from cached pages, %lld "
+                "evictions; resident %.2f MiB\n",
+                (long long)cs.prefix_hit_tokens, (long long)cs.prefix_lookup_tokens,
+                (long long)cs.evictions, mib(cs.resident_bytes));
         again = cs.evictions;
         break;
     case LI_CACHE_NONE:
-        fprintf(stderr, "cache none: nothing cached; %lld document blocks (%lld tokens) computed, "
-                        "each in its request\n", (long long)blocks, (long long)block_tokens);
+        fprintf(stderr,
+                "cache none: nothing cached; %lld document blocks (%lld tokens) computed, "
+                "each in its request\n",
+                (long long)blocks, (long long)block_tokens);
         break;
     case LI_CACHE_FULL:
         fprintf(stderr, "cache full: nothing cached; every prompt computed whole, with ordinary "
@@ -471,9 +500,10 @@ static void print_summary(const run_ctx *x, li_model *m, const budget_plan *bp, 
     }
     if (cs.evictions > 0 && again > 0 && planned) {
         int64_t want = (bp->base_pages + bp->keep_pages) * bp->page_bytes;
-        fprintf(stderr, "lazyinfer rag: warning: the KV budget of %.1f MiB was too small to keep "
-                        "this run's documents: %lld evicted, then computed again (%lld %s); "
-                        "--budget %lldM keeps them all\n",
+        fprintf(stderr,
+                "lazyinfer rag: warning: the KV budget of %.1f MiB was too small to keep "
+                "this run's documents: %lld evicted, then computed again (%lld %s); "
+                "--budget %lldM keeps them all\n",
                 mib(cs.kv_pages_total * cs.kv_page_bytes), (long long)cs.evictions,
                 (long long)again, x->mode == LI_CACHE_PREFIX ? "prefix evictions" : "re-prefills",
                 (long long)((want + (1 << 20) - 1) >> 20));
@@ -511,8 +541,10 @@ int cmd_rag(int argc, char **argv) {
                 free(rest);
                 return 2;
             }
-            if (is_doc) docs_arg[n_docs_arg++] = argv[++i];
-            else samples_arg[n_samples_arg++] = argv[++i];
+            if (is_doc)
+                docs_arg[n_docs_arg++] = argv[++i];
+            else
+                samples_arg[n_samples_arg++] = argv[++i];
             continue;
         }
         rest[n_rest++] = argv[i];
@@ -534,7 +566,8 @@ int cmd_rag(int argc, char **argv) {
         {"--budget", NULL, OPT_STR, &budget_s,
          "KV pool size in bytes, K/M/G suffixes (default: --max-batch contexts + every document "
          "of the run, at most half the available memory)"},
-        {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--kv-dtype", NULL, OPT_STR, &kv_dtype,
+         "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
         {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer at most (default 64)"},
         {"--temp", NULL, OPT_FLOAT, &temp, "temperature >= 0 (default 0: greedy)"},
@@ -545,7 +578,8 @@ int cmd_rag(int argc, char **argv) {
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
         {"--ctx-size", "-c", OPT_INT, &n_ctx, "context per request (default: min(trained, 4096))"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--backend", NULL, OPT_STR, &backend,
+         "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
     };
     const char *pos[1];
@@ -568,8 +602,9 @@ int cmd_rag(int argc, char **argv) {
     struct {
         const char *name;
         long long v, lo;
-    } ints[] = {{"-n", n_predict, 1},     {"--max-batch", max_batch, 1}, {"--page-size", page_size, 1},
-                {"--threads", n_threads, 0}, {"--ctx-size", n_ctx, 0},   {"--gpu", gpu, 0}};
+    } ints[] = {{"-n", n_predict, 1},          {"--max-batch", max_batch, 1},
+                {"--page-size", page_size, 1}, {"--threads", n_threads, 0},
+                {"--ctx-size", n_ctx, 0},      {"--gpu", gpu, 0}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].v < ints[i].lo) {
             fprintf(stderr, "lazyinfer rag: %s %lld: must be >= %lld\n", ints[i].name, ints[i].v,
@@ -582,7 +617,8 @@ int cmd_rag(int argc, char **argv) {
     }
     if (workload && (n_docs_arg || n_samples_arg || query || queries))
         return bad("%s: a workload holds its own documents and questions; give --doc, --query, "
-                   "--queries and --sample without --workload", "--workload");
+                   "--queries and --sample without --workload",
+                   "--workload");
     if (n_samples_arg && (n_docs_arg || query || queries))
         return bad("%s: a sample holds its own passages and question; to ask other questions "
                    "about them, or to combine samples, write a --workload (docs/RAG.md)",
@@ -595,8 +631,10 @@ int cmd_rag(int argc, char **argv) {
 
     rag_list l = {0};
     li_status st = LI_OK;
-    for (int i = 0; i < n_docs_arg && st == LI_OK; i++) st = rag_add_doc_file(&l, docs_arg[i]);
-    for (int i = 0; i < n_samples_arg && st == LI_OK; i++) st = rag_load_sample(&l, samples_arg[i]);
+    for (int i = 0; i < n_docs_arg && st == LI_OK; i++)
+        st = rag_add_doc_file(&l, docs_arg[i]);
+    for (int i = 0; i < n_samples_arg && st == LI_OK; i++)
+        st = rag_load_sample(&l, samples_arg[i]);
     if (st == LI_OK && query) st = rag_add_query(&l, query);
     if (st == LI_OK && queries) st = rag_load_queries(&l, queries);
     if (st == LI_OK && workload) st = rag_load_workload(&l, workload);
@@ -634,7 +672,7 @@ int cmd_rag(int argc, char **argv) {
     m = NULL;
     mp.metadata_only = false;
     mp.kv_budget_bytes = budget;
-    if (st != LI_OK) {  // a model, or a model option, that does not load: a bad value
+    if (st != LI_OK) { // a model, or a model option, that does not load: a bad value
         fprintf(stderr, "lazyinfer rag: model %s: %s\n", mp.path, li_last_error());
         rag_list_free(&l);
         return st == LI_ERR_OOM || st == LI_ERR_BACKEND ? 1 : 2;
@@ -654,19 +692,29 @@ int cmd_rag(int argc, char **argv) {
         status = cli_fail("out of memory");
         goto done;
     }
-    for (int i = 0; arrival && i < l.n_reqs; i++)  // without one: at the start
+    for (int i = 0; arrival && i < l.n_reqs; i++) // without one: at the start
         arrival[i] = l.reqs[i].arrival_ms >= 0 ? l.reqs[i].arrival_ms : 0;
-    run_ctx x = {.l = &l, .ans = ans, .jsonl = !strcmp(output, "jsonl"), .mode = mode,
-                 .system = system, .n_predict = n_predict, .temp = temp, .seed = seed,
+    run_ctx x = {.l = &l,
+                 .ans = ans,
+                 .jsonl = !strcmp(output, "jsonl"),
+                 .mode = mode,
+                 .system = system,
+                 .n_predict = n_predict,
+                 .temp = temp,
+                 .seed = seed,
                  .chat = !no_chat};
-    replay_plan plan = {.n = l.n_reqs, .arrival_ms = arrival, .max_in_flight = max_batch,
-                        .submit = submit_one, .done = on_done, .user = &x, .progress = "rag"};
+    replay_plan plan = {.n = l.n_reqs,
+                        .arrival_ms = arrival,
+                        .max_in_flight = max_batch,
+                        .submit = submit_one,
+                        .done = on_done,
+                        .user = &x,
+                        .progress = "rag"};
     double t0 = li_time_ms();
     st = replay_run(m, &plan, outs);
     if (st != LI_OK) fprintf(stderr, "lazyinfer rag: the engine failed: %s\n", li_last_error());
     fprintf(stderr, "%d request%s: %d answered, %d failed, %.2f s\n", l.n_reqs,
-            l.n_reqs == 1 ? "" : "s", l.n_reqs - x.n_failed, x.n_failed,
-            (li_time_ms() - t0) / 1e3);
+            l.n_reqs == 1 ? "" : "s", l.n_reqs - x.n_failed, x.n_failed, (li_time_ms() - t0) / 1e3);
     print_summary(&x, m, &bp, planned);
     status = st != LI_OK || x.n_failed ? 1 : 0;
 done:

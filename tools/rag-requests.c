@@ -8,8 +8,8 @@
 
 #include "../src/core/core.h"
 
-#define MAX_TEXT_BYTES (256u << 20)  // a document, a --queries or --workload file
-#define MAX_WARNED 32                // distinct unknown workload fields warned about
+#define MAX_TEXT_BYTES (256u << 20) // a document, a --queries or --workload file
+#define MAX_WARNED 32               // distinct unknown workload fields warned about
 
 // ---- text ----------------------------------------------------------------------------------
 
@@ -18,13 +18,15 @@
 static const char *text_problem(const unsigned char *s, size_t n, char *buf, size_t cap) {
     if (n >= 4 && ((s[0] == 0xFF && s[1] == 0xFE && !s[2] && !s[3]) ||
                    (!s[0] && !s[1] && s[2] == 0xFE && s[3] == 0xFF))) {
-        snprintf(buf, cap, "is UTF-32 text (it starts with a UTF-32 byte-order mark), not UTF-8: "
-                           "convert it, e.g. iconv -f UTF-32 -t UTF-8");
+        snprintf(buf, cap,
+                 "is UTF-32 text (it starts with a UTF-32 byte-order mark), not UTF-8: "
+                 "convert it, e.g. iconv -f UTF-32 -t UTF-8");
         return buf;
     }
     if (n >= 2 && ((s[0] == 0xFF && s[1] == 0xFE) || (s[0] == 0xFE && s[1] == 0xFF))) {
-        snprintf(buf, cap, "is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8: "
-                           "convert it, e.g. iconv -f UTF-16 -t UTF-8");
+        snprintf(buf, cap,
+                 "is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8: "
+                 "convert it, e.g. iconv -f UTF-16 -t UTF-8");
         return buf;
     }
     size_t nul[2] = {0, 0}, first_nul = n;
@@ -35,8 +37,9 @@ static const char *text_problem(const unsigned char *s, size_t n, char *buf, siz
         }
     // UTF-16 without a byte-order mark: mostly ASCII, so every other byte is NUL, all on one side
     if (n >= 2 && (nul[0] == 0) != (nul[1] == 0) && nul[0] + nul[1] >= n / 4) {
-        snprintf(buf, cap, "looks like UTF-16 text without a byte-order mark (a NUL byte between "
-                           "the characters), not UTF-8: convert it, e.g. iconv -f UTF-16%s -t UTF-8",
+        snprintf(buf, cap,
+                 "looks like UTF-16 text without a byte-order mark (a NUL byte between "
+                 "the characters), not UTF-8: convert it, e.g. iconv -f UTF-16%s -t UTF-8",
                  nul[1] ? "LE" : "BE");
         return buf;
     }
@@ -46,8 +49,9 @@ static const char *text_problem(const unsigned char *s, size_t n, char *buf, siz
     }
     size_t bad = li_api_utf8_check((const char *)s, n);
     if (bad < n) {
-        snprintf(buf, cap, "is not UTF-8 text: byte 0x%02X at offset %zu; convert it, e.g. "
-                           "iconv -f LATIN1 -t UTF-8 if it is Latin-1",
+        snprintf(buf, cap,
+                 "is not UTF-8 text: byte 0x%02X at offset %zu; convert it, e.g. "
+                 "iconv -f LATIN1 -t UTF-8 if it is Latin-1",
                  s[bad], bad);
         return buf;
     }
@@ -69,7 +73,7 @@ li_status rag_read_text(const char *path, char **out, size_t *len) {
     *out = NULL;
     LI_TRY(li_file_read_all(path, &s, &n, MAX_TEXT_BYTES));
     char why[256];
-    size_t skip = n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0;  // the UTF-8 BOM
+    size_t skip = n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0; // the UTF-8 BOM
     if (text_problem((const unsigned char *)s + skip, n - skip, why, sizeof why)) {
         free(s);
         return li_error_set(LI_ERR_FORMAT, "%s %s", path, why);
@@ -80,14 +84,17 @@ li_status rag_read_text(const char *path, char **out, size_t *len) {
     return LI_OK;
 }
 
-static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+static bool is_space(char c) {
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
 
 // d ← text[0, n) as the engine sees it (rag_doc.text). `what` names it in the error messages.
 static li_status doc_make(rag_doc *d, const char *text, size_t n, const char *id,
                           const char *what) {
     memset(d, 0, sizeof *d);
-    size_t bad = li_api_utf8_check(text, n);  // a JSON string can hold a NUL (\u0000)
-    if (bad < n) return li_error_set(LI_ERR_FORMAT, "%s has a NUL character at offset %zu", what, bad);
+    size_t bad = li_api_utf8_check(text, n); // a JSON string can hold a NUL (\u0000)
+    if (bad < n)
+        return li_error_set(LI_ERR_FORMAT, "%s has a NUL character at offset %zu", what, bad);
     d->text = malloc(n + 3);
     if (!d->text || (id && !(d->id = strdup(id)))) {
         free(d->text);
@@ -214,8 +221,10 @@ li_status rag_load_sample(rag_list *l, const char *path) {
                             jerr.line, jerr.text);
     json_t *q = json_object_get(root, "query");
     if (!json_is_object(root) || !json_is_string(q)) {
-        rc = li_error_set(LI_ERR_FORMAT, "--sample %s: expected an object with passages \"0\", "
-                          "\"1\", … and a string \"query\" (data/README.md)", path);
+        rc = li_error_set(LI_ERR_FORMAT,
+                          "--sample %s: expected an object with passages \"0\", "
+                          "\"1\", … and a string \"query\" (data/README.md)",
+                          path);
         goto out;
     }
     rag_req *r = new_req(l);
@@ -252,8 +261,9 @@ out:
 // ---- the workload ----------------------------------------------------------------------------
 
 static const char *const known_fields[] = {
-    "id", "documents", "docs", "query", "system", "max_tokens", "max_completion_tokens",
-    "temperature", "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos", "arrival_ms"};
+    "id",          "documents", "docs",  "query", "system", "max_tokens", "max_completion_tokens",
+    "temperature", "top_p",     "top_k", "min_p", "seed",   "stop",       "ignore_eos",
+    "arrival_ms"};
 
 typedef struct {
     char *names[MAX_WARNED];
@@ -268,16 +278,20 @@ static void warn_unknown(warned *w, const char *where, const char *key) {
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->names[i], key)) return;
     if (w->n < MAX_WARNED) w->names[w->n++] = strdup(key);
-    fprintf(stderr, "lazyinfer rag: %s: field \"%s\" ignored (request fields: id, documents, "
-                    "query, system, max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-                    "ignore_eos, arrival_ms)\n", where, key);
+    fprintf(stderr,
+            "lazyinfer rag: %s: field \"%s\" ignored (request fields: id, documents, "
+            "query, system, max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
+            "ignore_eos, arrival_ms)\n",
+            where, key);
 }
 
 // The documents array of a line: texts, {"id", "text"} or {"id", "file"} objects.
 static void parse_docs(rag_req *r, const json_t *docs, const char *key) {
     if (!json_is_array(docs)) {
-        req_fail(r, "\"%s\" must be an array of texts, {\"id\", \"text\"} or {\"id\", \"file\"} "
-                    "objects", key);
+        req_fail(r,
+                 "\"%s\" must be an array of texts, {\"id\", \"text\"} or {\"id\", \"file\"} "
+                 "objects",
+                 key);
         return;
     }
     size_t n = json_array_size(docs);
@@ -303,8 +317,10 @@ static void parse_docs(rag_req *r, const json_t *docs, const char *key) {
             }
             if (!text == !file || (text && !json_is_string(text)) ||
                 (file && !json_is_string(file))) {
-                req_fail(r, "%s: give a string \"text\" or a string \"file\" (a path), one of the "
-                            "two", what);
+                req_fail(r,
+                         "%s: give a string \"text\" or a string \"file\" (a path), one of the "
+                         "two",
+                         what);
                 break;
             }
         } else if (!json_is_string(d)) {
@@ -312,11 +328,14 @@ static void parse_docs(rag_req *r, const json_t *docs, const char *key) {
             break;
         }
         const char *ids = id ? json_string_value(id) : NULL;
-        li_status rc = text ? doc_make(&r->docs[r->n_docs], json_string_value(text),
-                                       json_string_length(text), ids, what)
-                            : doc_from_file(&r->docs[r->n_docs], json_string_value(file), ids, what);
-        if (rc != LI_OK) req_fail(r, "%s", li_last_error());
-        else r->n_docs++;
+        li_status rc = text
+                           ? doc_make(&r->docs[r->n_docs], json_string_value(text),
+                                      json_string_length(text), ids, what)
+                           : doc_from_file(&r->docs[r->n_docs], json_string_value(file), ids, what);
+        if (rc != LI_OK)
+            req_fail(r, "%s", li_last_error());
+        else
+            r->n_docs++;
     }
 }
 
@@ -330,20 +349,27 @@ static void parse_line(rag_req *r, const json_t *o, warned *w) {
     json_object_foreach((json_t *)o, key, v) warn_unknown(w, r->where, key);
     const json_t *id = json_object_get(o, "id");
     if (id && !json_is_null(id)) {
-        if (json_is_string(id) || json_is_integer(id)) r->id = json_incref((json_t *)id);
-        else req_fail(r, "\"id\" must be a string or an integer");
+        if (json_is_string(id) || json_is_integer(id))
+            r->id = json_incref((json_t *)id);
+        else
+            req_fail(r, "\"id\" must be a string or an integer");
     }
     const json_t *docs = json_object_get(o, "documents"), *old = json_object_get(o, "docs");
-    if (docs && old) req_fail(r, "give \"documents\" or \"docs\" (its old name), not both");
-    else if (docs || old) parse_docs(r, docs ? docs : old, docs ? "documents" : "docs");
+    if (docs && old)
+        req_fail(r, "give \"documents\" or \"docs\" (its old name), not both");
+    else if (docs || old)
+        parse_docs(r, docs ? docs : old, docs ? "documents" : "docs");
     const json_t *q = json_object_get(o, "query"), *sys = json_object_get(o, "system");
-    if (!q) req_fail(r, "no \"query\" (the question)");
-    else if (!json_is_string(q)) req_fail(r, "\"query\" must be a string");
+    if (!q)
+        req_fail(r, "no \"query\" (the question)");
+    else if (!json_is_string(q))
+        req_fail(r, "\"query\" must be a string");
     else if (li_api_utf8_check(json_string_value(q), json_string_length(q)) < json_string_length(q))
         req_fail(r, "\"query\" has a NUL character");
     if (sys && !json_is_null(sys) &&
         (!json_is_string(sys) ||
-         li_api_utf8_check(json_string_value(sys), json_string_length(sys)) < json_string_length(sys)))
+         li_api_utf8_check(json_string_value(sys), json_string_length(sys)) <
+             json_string_length(sys)))
         req_fail(r, "\"system\" must be a string without NUL characters");
     li_api_error err;
     if (!li_api_parse_sampling(o, &r->opt, &err)) req_fail(r, "%s", err.message);
@@ -351,7 +377,8 @@ static void parse_line(rag_req *r, const json_t *o, warned *w) {
     if (t && !json_is_null(t)) {
         if (!json_is_number(t) || !(json_number_value(t) >= 0))
             req_fail(r, "\"arrival_ms\" must be a number >= 0 (ms after the start of the run)");
-        else r->arrival_ms = json_number_value(t);
+        else
+            r->arrival_ms = json_number_value(t);
     }
     if (r->error) return;
     if (!(r->query = strdup(json_string_value(q))) ||
@@ -387,8 +414,10 @@ li_status rag_load_workload(rag_list *l, const char *path) {
         snprintf(r->where, wn, "%s:%d", path, line_no);
         json_error_t jerr;
         json_t *o = json_loads(line, JSON_REJECT_DUPLICATES, &jerr);
-        if (!o) req_fail(r, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
-        else parse_line(r, o, &w);
+        if (!o)
+            req_fail(r, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+        else
+            parse_line(r, o, &w);
         json_decref(o);
         l->n_arrivals += r->arrival_ms >= 0;
     }
@@ -422,7 +451,9 @@ void rag_list_free(rag_list *l) {
 
 const char *rag_req_label(const rag_req *r, int i, char *buf, size_t cap) {
     if (r->id && json_is_string(r->id)) return json_string_value(r->id);
-    if (r->id) snprintf(buf, cap, "%lld", (long long)json_integer_value(r->id));
-    else snprintf(buf, cap, "%d", i);
+    if (r->id)
+        snprintf(buf, cap, "%lld", (long long)json_integer_value(r->id));
+    else
+        snprintf(buf, cap, "%d", i);
     return buf;
 }

@@ -10,8 +10,8 @@
 #include "../src/core/core.h"
 
 typedef struct {
-    double t;  // arrival, ms since the start
-    int i;     // request index
+    double t; // arrival, ms since the start
+    int i;    // request index
 } arrival;
 
 // By arrival, then by index: requests that arrive together are submitted in list order.
@@ -38,7 +38,7 @@ li_status replay_run(li_model *m, const replay_plan *p, replay_out *out) {
     const int n = p->n;
     arrival *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     int64_t *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
-    int *live = malloc((size_t)(n ? n : 1) * sizeof *live);  // submitted, not finished
+    int *live = malloc((size_t)(n ? n : 1) * sizeof *live); // submitted, not finished
     if (!order || !ids || !live) {
         free(order);
         free(ids);
@@ -88,8 +88,8 @@ li_status replay_run(li_model *m, const replay_plan *p, replay_out *out) {
         }
         if (p->progress) li_progress(p->progress, n_done, n);
     }
-    if (rc != LI_OK) {  // the engine failed: every request not finished fails with it
-        char msg[200];  // + the prefix below fits li_request_result.error
+    if (rc != LI_OK) { // the engine failed: every request not finished fails with it
+        char msg[200]; // + the prefix below fits li_request_result.error
         snprintf(msg, sizeof msg, "%s", li_last_error());
         for (int i = 0; i < n; i++) {
             if (out[i].done) continue;

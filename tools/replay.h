@@ -16,9 +16,9 @@
 #include "lazyinfer.h"
 
 typedef struct {
-    li_request_result res;  // status != LI_OK: failed (res.error says why)
-    double submit_ms;       // when li_submit was called, since the start (-1: never)
-    double end_ms;          // when the replay saw it finished, since the start
+    li_request_result res; // status != LI_OK: failed (res.error says why)
+    double submit_ms;      // when li_submit was called, since the start (-1: never)
+    double end_ms;         // when the replay saw it finished, since the start
     bool done;
 } replay_out;
 
@@ -30,13 +30,13 @@ typedef li_status (*replay_submit_fn)(void *user, li_model *m, int i, int64_t *i
 typedef void (*replay_done_fn)(void *user, int i, const replay_out *o);
 
 typedef struct {
-    int n;                     // requests
-    const double *arrival_ms;  // (n) earliest submission, ms since the start; NULL: closed loop
-    int max_in_flight;         // closed loop: unfinished requests at most (0: all at once)
+    int n;                    // requests
+    const double *arrival_ms; // (n) earliest submission, ms since the start; NULL: closed loop
+    int max_in_flight;        // closed loop: unfinished requests at most (0: all at once)
     replay_submit_fn submit;
-    replay_done_fn done;       // optional
+    replay_done_fn done; // optional
     void *user;
-    const char *progress;      // li_progress label (NULL: none)
+    const char *progress; // li_progress label (NULL: none)
 } replay_plan;
 
 // Runs every request of the plan; out (n) receives each one's outcome. Returns LI_OK, or the
