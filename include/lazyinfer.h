@@ -73,6 +73,11 @@ typedef struct {
     char weight_dtype[16];  // dtype of the weights in the source file ("q4_1", "bf16", …)
     char compute_dtype[16]; // dtype the weights are held in for compute ("f32")
     char kv_dtype[16];      // dtype of the KV page pool ("f32", "bf16"; "" without one)
+    int64_t kv_token_bytes; // bytes of K and V one token takes in the pool (K/V dtype resolved
+                            // from the params, also for metadata_only loads; 0 for diffusion
+                            // models, which have no pool)
+    int n_ctx;              // tokens per sequence this load allows (params.n_ctx, else
+                            // min(trained, 4096)); 0 for diffusion models
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train;
     float rope_theta, rms_eps;
     char rope_scaling[16];  // "none", "linear", "llama3", "yarn"

@@ -146,6 +146,47 @@ int main(void) {
     CHECK(!none && strstr(li_last_error(), "/nonexistent/model.gguf"), "missing: %s", li_last_error());
     TEST_END();
 
+    TEST_BEGIN("info: context and K/V bytes per token, also from a metadata-only load");
+    // The oracle is the pool itself: a full load's page size × bytes per token must be the page
+    // the pool reports, for both K/V dtypes and the default and explicit contexts.
+    const char *dtypes[] = {"f32", "bf16"};
+    const int ctxs[] = {0, 320};
+    for (int k = 0; k < 4; k++) {
+        li_model_params mp = li_model_default_params();
+        mp.path = path;
+        mp.kv_dtype = dtypes[k % 2];
+        mp.n_ctx = ctxs[k / 2];
+        mp.page_size = 8 + 8 * k;
+        li_model *full = NULL, *meta = NULL;
+        CHECK(li_model_load(&full, &mp) == LI_OK, "%s", li_last_error());
+        mp.metadata_only = true;
+        CHECK(li_model_load(&meta, &mp) == LI_OK, "%s", li_last_error());
+        if (!full || !meta) {
+            li_model_free(full);
+            li_model_free(meta);
+            break;
+        }
+        li_model_info fi, mi;
+        li_cache_stats cs;
+        li_model_get_info(full, &fi);
+        li_model_get_info(meta, &mi);
+        li_get_cache_stats(full, &cs);
+        CHECK(fi.kv_token_bytes > 0 && fi.kv_token_bytes * mp.page_size == cs.kv_page_bytes,
+              "%s: %lld bytes/token × %d != page of %lld", dtypes[k % 2],
+              (long long)fi.kv_token_bytes, mp.page_size, (long long)cs.kv_page_bytes);
+        CHECK(mi.kv_token_bytes == fi.kv_token_bytes, "metadata-only: %lld bytes/token, full %lld",
+              (long long)mi.kv_token_bytes, (long long)fi.kv_token_bytes);
+        // the pool of a default load holds one context: max_seqs (1) × n_ctx tokens
+        int want_ctx = ctxs[k / 2] ? ctxs[k / 2] : info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
+        CHECK(fi.n_ctx == want_ctx && mi.n_ctx == want_ctx, "n_ctx %d / %d, want %d", fi.n_ctx,
+              mi.n_ctx, want_ctx);
+        CHECK(cs.kv_pages_total == (want_ctx + mp.page_size - 1) / mp.page_size,
+              "%lld pages for a context of %d", (long long)cs.kv_pages_total, want_ctx);
+        li_model_free(full);
+        li_model_free(meta);
+    }
+    TEST_END();
+
     free(a);
     free(b);
     li_model_free(fast);

@@ -41,6 +41,9 @@ README_COMMANDS = [
     ("./lazyinfer bench generate -t 2 -p 16 -n 4 -r 1", r"\| pp16 \|[\s\S]*\| tg4 \|", "out"),
     ("./lazyinfer rag --sample data/rag-samples/1.json -n 8",
      r"request 0: TTFT [\d.]+ ms.*8 generated", "err"),
+    ("./lazyinfer rag --workload data/rag-requests.jsonl --output jsonl --max-batch 4",
+     r'\A\{"id":"code","answer":"[^"]*4821[^\n]*\n\{"id":"cheese",.*\n\{"id":"both",.*\n\Z',
+     "out"),
     ("./lazyinfer bench rag -m synth:tiny-llama --requests 4 --rate 0 --doc-len 64 "
      "--query-len 16 --out-len 4",
      r"samples: data/rag-samples \([\s\S]*\| lazy \| 4/4 \|", "out"),

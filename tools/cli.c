@@ -1,5 +1,6 @@
 // cli.c — what every lazyinfer subcommand shares: option parsing, the default model and data
 // paths and error printing (see cli.h).
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -140,3 +141,44 @@ int cli_fail(const char *what) {
     return 1;
 }
 
+
+int64_t cli_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+    fclose(f);
+    return kib >= 0 ? (int64_t)kib * 1024 : -1;
+}
+
+bool cli_parse_bytes(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return false;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    default: break;
+    }
+    if (mul > 1 && *end == 'i') end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return false;
+    v *= mul;
+    if (v > 9.0e18) return false;
+    *out = (int64_t)v;
+    return true;
+}

@@ -38,6 +38,11 @@ const char *cli_data_path(const char *rel, char *buf, size_t cap);
 // to stderr, for a default data path that cli_data_path did not find.
 void cli_data_missing(const char *cmd, const char *what, const char *rel, const char *buf,
                       const char *fix);
+// "256M", "2G", "1048576", "64KiB" → bytes (binary multiples, >= 0). false on junk or overflow.
+bool cli_parse_bytes(const char *s, int64_t *out);
+// Bytes of memory available to a new allocation without swapping (MemAvailable of
+// /proc/meminfo); -1 when unknown.
+int64_t cli_mem_available(void);
 // Prints "lazyinfer: <what>: <last error>" and returns 1.
 int cli_fail(const char *what);
 

@@ -32,12 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../src/core/core.h"
 #include "cli.h"
 #include "lazyinfer.h"
+#include "replay.h"
 #include "zipf.h"
 
 #define SAMPLES_REL "data/rag-samples" // the repository's CacheBlend samples (data/README.md)
@@ -94,7 +94,6 @@ typedef struct {
     double submit_ms;  // since the start, when li_submit was called
     uint64_t tok_hash; // FNV-1a over the generated token ids
     int n_tok;
-    bool done;
 } req_out;
 
 typedef struct {
@@ -125,37 +124,6 @@ static char *xstrdup(const char *s) {
     return p;
 }
 
-// "256M", "2G", "1048576", "64KiB" → bytes (binary multiples). false on junk or overflow.
-static bool parse_bytes(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0)) return false;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K':
-        mul = 1024.0;
-        end++;
-        break;
-    case 'M':
-        mul = 1024.0 * 1024;
-        end++;
-        break;
-    case 'G':
-        mul = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    default: break;
-    }
-    if (mul > 1 && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return false;
-    v *= mul;
-    if (v > 9.0e18) return false;
-    *out = (int64_t)v;
-    return true;
-}
-
 static double loadavg1(void) {
     double x = -1;
     FILE *f = fopen("/proc/loadavg", "r");
@@ -171,12 +139,6 @@ static double cpu_seconds(void) {
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
            (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
-static void sleep_ms(double ms) {
-    if (ms <= 0) return;
-    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
-    nanosleep(&ts, NULL);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -615,6 +577,38 @@ static li_status prepare(li_model *m, const bench_args *a, const corpus *c, prep
     return LI_OK;
 }
 
+// What submit_one needs to build request i of the trace.
+typedef struct {
+    const bench_args *a;
+    const corpus *c;
+    const trace_req *tr;
+    const prepared *p;
+    req_out *out;
+} replay_ctx;
+
+// Request i: its k documents as token ids, its query, greedy, exactly out_len tokens.
+static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
+    const replay_ctx *x = user;
+    li_doc docs[MAX_K];
+    for (int j = 0; j < x->a->k; j++) {
+        int d = x->tr[i].docs[j];
+        docs[j] =
+            (li_doc){.ids = x->p->doc_ids[d], .n_ids = x->p->doc_n[d], .id = x->c->doc_name[d]};
+    }
+    li_request q = {.docs = docs,
+                    .n_docs = x->a->k,
+                    .query = x->p->query[x->tr[i].query],
+                    .chat = true,
+                    .gen = li_generate_default_params()};
+    q.gen.n_predict = x->a->out_len;
+    q.gen.sampling.temperature = 0;
+    q.gen.stop_at_eos = false; // every request decodes exactly out_len tokens
+    q.gen.on_token = on_token;
+    q.gen.user = &x->out[i];
+    x->out[i].tok_hash = 0xcbf29ce484222325ull;
+    return li_submit(m, &q, id);
+}
+
 // Loads the model in `mode`, replays the trace, fills the row. Errors of the engine (not of one
 // request) end the benchmark.
 static li_status run_mode(const bench_args *a, const corpus *c, const trace_req *tr, int64_t budget,
@@ -638,61 +632,24 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     LI_TRY(li_model_load(&m, &mp));
     row->load_ms = li_time_ms() - t_load;
     prepared p = {0};
-    int64_t *ids = malloc((size_t)R * sizeof *ids);
-    li_status rc = ids ? prepare(m, a, c, &p) : li_error_set(LI_ERR_OOM, "out of memory");
+    double *arrival = malloc((size_t)R * sizeof *arrival);
+    replay_out *ro = malloc((size_t)R * sizeof *ro);
+    li_status rc = arrival && ro ? prepare(m, a, c, &p) : li_error_set(LI_ERR_OOM, "out of memory");
     memset(out, 0, (size_t)R * sizeof *out);
-    int next = 0, n_done = 0, n_tokens = 0;
+    for (int i = 0; arrival && i < R; i++)
+        arrival[i] = tr[i].arrival_ms;
+    int n_tokens = 0;
     double t_end = 0;
     double cpu0 = cpu_seconds();
-    double t0 = li_time_ms();
-    while (rc == LI_OK && n_done < R) {
-        double now = li_time_ms() - t0;
-        for (; next < R && tr[next].arrival_ms <= now && rc == LI_OK; next++) {
-            li_doc docs[MAX_K];
-            for (int j = 0; j < a->k; j++) {
-                int d = tr[next].docs[j];
-                docs[j] = (li_doc){.ids = p.doc_ids[d], .n_ids = p.doc_n[d], .id = c->doc_name[d]};
-            }
-            li_request q = {.docs = docs,
-                            .n_docs = a->k,
-                            .query = p.query[tr[next].query],
-                            .chat = true,
-                            .gen = li_generate_default_params()};
-            q.gen.n_predict = a->out_len;
-            q.gen.sampling.temperature = 0;
-            q.gen.stop_at_eos = false; // every request decodes exactly out_len tokens
-            q.gen.on_token = on_token;
-            q.gen.user = &out[next];
-            out[next].tok_hash = 0xcbf29ce484222325ull;
-            out[next].submit_ms = li_time_ms() - t0;
-            li_status src = li_submit(m, &q, &ids[next]);
-            if (src != LI_OK) { // this request only: counted as failed
-                out[next].done = true;
-                out[next].res.status = src;
-                snprintf(out[next].res.error, sizeof out[next].res.error, "%s", li_last_error());
-                ids[next] = -1;
-                n_done++;
-            }
-        }
-        int in_flight = 0;
-        for (int i = 0; i < next; i++)
-            in_flight += !out[i].done;
-        if (in_flight == 0) {
-            if (next < R) sleep_ms(tr[next].arrival_ms - (li_time_ms() - t0));
-            continue;
-        }
-        int left;
-        if ((rc = li_step(m, &left)) != LI_OK) break;
-        for (int i = 0; i < next; i++) {
-            if (out[i].done) continue;
-            // li_result fails (and sets the error message) for requests not finished yet
-            if (li_result(m, ids[i], &out[i].res) != LI_OK) continue;
-            out[i].done = true;
-            n_done++;
-            double end = out[i].submit_ms + out[i].res.total_ms;
-            if (end > t_end) t_end = end;
-        }
-        li_progress("bench rag", n_done, R);
+    replay_ctx ctx = {a, c, tr, &p, out};
+    replay_plan plan = {
+        .n = R, .arrival_ms = arrival, .submit = submit_one, .user = &ctx, .progress = "bench rag"};
+    if (rc == LI_OK) rc = replay_run(m, &plan, ro);
+    for (int i = 0; rc == LI_OK && i < R; i++) {
+        out[i].res = ro[i].res;
+        out[i].submit_ms = ro[i].submit_ms;
+        double end = ro[i].submit_ms + ro[i].res.total_ms;
+        if (ro[i].res.status == LI_OK && end > t_end) t_end = end;
     }
     row->cpu_s = cpu_seconds() - cpu0;
     if (rc == LI_OK) {
@@ -759,7 +716,8 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
         }
     }
     prepared_free(&p, a->n_docs, c->n_queries);
-    free(ids);
+    free(arrival);
+    free(ro);
     li_model_free(m);
     return rc;
 }
@@ -939,7 +897,7 @@ static bool parse_budgets(const char *s, char *buf, size_t cap, char **items, in
                           int *n) {
     if ((size_t)snprintf(buf, cap, "%s", s) >= cap || !split_list(buf, items, n)) return false;
     for (int i = 0; i < *n; i++)
-        if (!parse_bytes(items[i], &bytes[i]) || bytes[i] <= 0) return false;
+        if (!cli_parse_bytes(items[i], &bytes[i]) || bytes[i] <= 0) return false;
     return true;
 }
 
@@ -1058,7 +1016,8 @@ int cmd_bench_rag(int argc, char **argv) {
         {"--backend", NULL, OPT_STR, &a.backend,
          "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
-        {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype,
+         "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
@@ -1082,7 +1041,7 @@ int cmd_bench_rag(int argc, char **argv) {
                 a.mode_s);
         return 2;
     }
-    if (a.budget_s && !parse_bytes(a.budget_s, &budget)) {
+    if (a.budget_s && !cli_parse_bytes(a.budget_s, &budget)) {
         fprintf(stderr,
                 "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
                 "K/M/G suffix (e.g. 256M)\n",

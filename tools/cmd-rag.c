@@ -1,269 +1,528 @@
-// cmd-rag.c — `lazyinfer rag`: answers questions over documents with the document KV cache.
+// cmd-rag.c — `lazyinfer rag`: answers questions over documents with the document KV cache
+// (docs/RAG.md). The requests come from --doc + --query / --queries, --sample files or a JSONL
+// --workload (tools/rag-requests.c); they are replayed through the engine's scheduler with
+// continuous batching (tools/replay.c): as slots free up (at most --max-batch unfinished), or at
+// their arrival_ms when the workload gives them. Output, one record per request in input order:
+// a text line with the answer escaped onto one line (figures on stderr), or a JSON object
+// (--output jsonl). A request that is bad or fails is an error record and the run goes on; the
+// exit status is 1 when any request failed, 2 for a bad option.
 //
-//   lazyinfer rag -m MODEL --doc FILE [--doc FILE …] (--query TEXT | --queries FILE)
-//                 [--cache MODE] [--budget BYTES] [-n N] [--temp T] [--workload FILE] …
+// Without --budget the KV pool holds the engine's default (--max-batch requests of a whole
+// context) plus every document of the run at once, at most half the memory available (CPU
+// backends), so that no question re-prefills a document an earlier one used; the run warns when
+// documents were evicted and prefilled again.
 //
-// Every query becomes one request [system?][documents…][query]; answers go to stdout, one per
-// request in order (nothing else there); per-request TTFT, cache hits and resident bytes go to
-// stderr. --sample FILE.json takes the passages and the question of a RAG sample (the format of
-// data/rag-samples: keys "0".."N" are passages, "query" the question). --workload FILE
-// replays a JSONL of requests: {"docs": [text | {"id": …, "text": …} | {"file": path}, …],
-// "query": …, "system": …, "max_tokens": N, "temperature": T}.
+// Not here: the cache modes themselves (src/engine/scheduler.c, tested by tests/test-rag.c).
+// Tested by tests/test_rag_cli.py.
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../src/core/core.h"
+#include "../src/server/api.h"
 #include "cli.h"
 #include "lazyinfer.h"
+#include "rag-requests.h"
+#include "replay.h"
 
-#define MAX_DOCS 256
-#define MAX_REQS 4096
+#define MAX_ARG_FILES 1024 // --doc / --sample options
 
+static const char usage_text[] =
+    "usage: lazyinfer rag [-m MODEL] --doc FILE [--doc FILE …] (--query TEXT | --queries FILE) "
+    "[options]\n"
+    "       lazyinfer rag [-m MODEL] --sample FILE.json [--sample FILE.json …] [options]\n"
+    "       lazyinfer rag [-m MODEL] --workload FILE.jsonl [--output jsonl] [options]\n\n"
+    "Answers questions over documents with the document KV cache (docs/RAG.md): a request is\n"
+    "[system][document …][question]. --doc and --queries files are UTF-8 text (CRLF is read as\n"
+    "LF); a --sample's passages go with its own question only.\n\n"
+    "--workload FILE: one request per line (blank lines and lines starting with # skipped):\n"
+    "  {\"id\": \"q1\",           string or integer, echoed in the output (default: the index)\n"
+    "   \"documents\": [\"text\", {\"id\": \"a\", \"text\": \"…\"}, {\"id\": \"b\", \"file\": "
+    "\"notes.txt\"}],\n"
+    "   \"query\": \"the question\",\n"
+    "   \"system\": \"…\", \"max_tokens\": 64, \"temperature\": 0,\n"
+    "   \"top_p\": 0.95, \"top_k\": 40, \"min_p\": 0.05, \"seed\": 1,\n"
+    "   \"stop\": [\"\\n\\n\"], \"ignore_eos\": false,\n"
+    "   \"arrival_ms\": 250}      submitted no earlier than this, ms after the start (as bench "
+    "rag)\n"
+    "  Only \"query\" is required; the others default to the options below. \"file\" paths are\n"
+    "  read from the working directory. A bad line becomes an error record, the run goes on.\n\n"
+    "Output: --output text (default): stdout has one line per request, the answer with a newline\n"
+    "written \\n and a backslash \\\\ (an empty line for a failed request); figures and errors go\n"
+    "to stderr. --output jsonl: one JSON object per request, in input order: id, answer,\n"
+    "finish_reason (stop, length, error), error, prompt_tokens, cached_tokens, computed_tokens,\n"
+    "generated_tokens, doc_hits and doc_misses (lazy and copy), ttft_ms, total_ms, queue_ms,\n"
+    "start_ms and end_ms (since the start of the run).\n"
+    "Requests run continuously batched, at most --max-batch at once. Exit status: 0 when every\n"
+    "request was answered, 1 when any failed, 2 for a bad option.";
+
+// ---- the default budget --------------------------------------------------------------------
+
+// A set of 64-bit keys with a value each (open addressing; a key is a hash, never 0).
 typedef struct {
-    char *text;  // owned, ends with a blank line
-    char *id;    // owned
-} doc_text;
+    uint64_t *key;
+    int64_t *val;
+    size_t cap, n;
+} kv_set;
 
-typedef struct {
-    doc_text *docs;
-    int n_docs;
-    char *query, *system;
-    int n_predict;
-    float temp;
-    bool has_temp;
-} req_text;
-
-typedef struct {
-    req_text reqs[MAX_REQS];
-    int n_reqs;
-    doc_text docs[MAX_DOCS];  // documents given with --doc / --sample, shared by every --query
-    int n_docs;
-    char *queries[MAX_REQS];
-    int n_queries;
-} plan;
-
-// A document's text as the engine sees it: trailing whitespace trimmed, then one blank line,
-// so consecutive documents are separated the same way whatever the files end with.
-static char *doc_normalise(const char *s, size_t n) {
-    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\t' || s[n - 1] == '\r'))
-        n--;
-    char *out = malloc(n + 3);
-    if (!out) return NULL;
-    memcpy(out, s, n);
-    memcpy(out + n, "\n\n", 3);
-    return out;
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 0x100000001b3ull;
+    return h;
 }
 
-static int add_doc(doc_text *docs, int *n, const char *text, size_t len, const char *id) {
-    if (*n >= MAX_DOCS) {
-        fprintf(stderr, "lazyinfer rag: more than %d documents\n", MAX_DOCS);
-        return 2;
-    }
-    docs[*n].text = doc_normalise(text, len);
-    docs[*n].id = strdup(id ? id : "");
-    if (!docs[*n].text || !docs[*n].id) return cli_fail("out of memory");
-    (*n)++;
-    return 0;
+// The slot of `key`: found (*found) or where it would go. The set is never full (set_put grows).
+static size_t set_slot(const kv_set *s, uint64_t key, bool *found) {
+    size_t i = key & (s->cap - 1);
+    while (s->key[i] && s->key[i] != key)
+        i = (i + 1) & (s->cap - 1);
+    *found = s->key[i] == key;
+    return i;
 }
 
-static int add_doc_file(doc_text *docs, int *n, const char *path) {
-    char *s;
-    size_t len;
-    if (li_file_read_all(path, &s, &len, 64u << 20) != LI_OK) return cli_fail("cannot read a document");
-    int r = add_doc(docs, n, s, len, path);
-    free(s);
-    return r;
+static bool set_get(const kv_set *s, uint64_t key, int64_t *val) {
+    bool found = false;
+    size_t i = s->cap ? set_slot(s, key, &found) : 0;
+    if (found) *val = s->val[i];
+    return found;
 }
 
-static int add_query(plan *p, const char *q) {
-    if (p->n_queries >= MAX_REQS) {
-        fprintf(stderr, "lazyinfer rag: more than %d queries\n", MAX_REQS);
-        return 2;
-    }
-    p->queries[p->n_queries] = strdup(q);
-    if (!p->queries[p->n_queries]) return cli_fail("out of memory");
-    p->n_queries++;
-    return 0;
-}
-
-static int load_sample(plan *p, const char *path) {
-    json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
-    if (!root || !json_is_object(root)) {
-        fprintf(stderr, "lazyinfer rag: %s: not a JSON object (line %d: %s)\n", path, err.line,
-                err.text);
-        json_decref(root);
-        return 1;
-    }
-    int rc = 0;
-    for (int i = 0; rc == 0; i++) {
-        char key[16], id[64];
-        snprintf(key, sizeof key, "%d", i);
-        json_t *v = json_object_get(root, key);
-        if (!v) break;
-        if (!json_is_string(v)) {
-            fprintf(stderr, "lazyinfer rag: %s: passage \"%s\" is not a string\n", path, key);
-            rc = 1;
-            break;
+// Adds key → val; false when it was there already (then nothing changes) or on OOM (*oom).
+static bool set_put(kv_set *s, uint64_t key, int64_t val, bool *oom) {
+    key |= !key; // 0 marks an empty slot
+    if (2 * (s->n + 1) > s->cap) {
+        kv_set g = {.cap = s->cap ? 2 * s->cap : 256};
+        g.key = calloc(g.cap, sizeof *g.key);
+        g.val = calloc(g.cap, sizeof *g.val);
+        if (!g.key || !g.val) {
+            free(g.key);
+            free(g.val);
+            *oom = true;
+            return false;
         }
-        snprintf(id, sizeof id, "%.40s#%d", path, i);
-        rc = add_doc(p->docs, &p->n_docs, json_string_value(v), json_string_length(v), id);
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->key[i]) {
+                bool f;
+                size_t j = set_slot(&g, s->key[i], &f);
+                g.key[j] = s->key[i];
+                g.val[j] = s->val[i];
+            }
+        g.n = s->n;
+        free(s->key);
+        free(s->val);
+        *s = g;
     }
-    json_t *q = json_object_get(root, "query");
-    if (rc == 0 && q && !json_is_string(q)) {
-        fprintf(stderr, "lazyinfer rag: %s: \"query\" is not a string\n", path);
-        rc = 1;
-    }
-    if (rc == 0 && q) rc = add_query(p, json_string_value(q));
-    json_decref(root);
-    return rc;
-}
-
-static int load_queries(plan *p, const char *path) {
-    char *s;
-    size_t len;
-    if (li_file_read_all(path, &s, &len, 64u << 20) != LI_OK) return cli_fail("cannot read the queries");
-    int rc = 0;
-    for (char *line = strtok(s, "\n"); line && rc == 0; line = strtok(NULL, "\n"))
-        if (*line) rc = add_query(p, line);
-    free(s);
-    return rc;
-}
-
-// One JSONL line → a request.
-static int parse_workload_line(req_text *r, json_t *o, const char *where) {
-    if (!json_is_object(o)) {
-        fprintf(stderr, "lazyinfer rag: %s: not a JSON object\n", where);
-        return 1;
-    }
-    json_t *docs = json_object_get(o, "docs"), *q = json_object_get(o, "query");
-    json_t *sys = json_object_get(o, "system"), *n = json_object_get(o, "max_tokens");
-    json_t *t = json_object_get(o, "temperature");
-    if (!q || !json_is_string(q)) {
-        fprintf(stderr, "lazyinfer rag: %s: \"query\" must be a string\n", where);
-        return 1;
-    }
-    if ((docs && !json_is_array(docs)) || (sys && !json_is_string(sys)) ||
-        (n && !json_is_integer(n)) || (t && !json_is_number(t))) {
-        fprintf(stderr, "lazyinfer rag: %s: wrong type for docs (array), system (string), "
-                        "max_tokens (integer) or temperature (number)\n", where);
-        return 1;
-    }
-    r->query = strdup(json_string_value(q));
-    r->system = sys ? strdup(json_string_value(sys)) : NULL;
-    r->n_predict = n ? (int)json_integer_value(n) : -1;
-    r->has_temp = t != NULL;
-    r->temp = t ? (float)json_number_value(t) : 0;
-    size_t nd = docs ? json_array_size(docs) : 0;
-    if (nd > MAX_DOCS) {
-        fprintf(stderr, "lazyinfer rag: %s: more than %d documents\n", where, MAX_DOCS);
-        return 1;
-    }
-    r->docs = calloc(nd ? nd : 1, sizeof *r->docs);
-    if (!r->query || !r->docs) return cli_fail("out of memory");
-    for (size_t i = 0; i < nd; i++) {
-        json_t *d = json_array_get(docs, i);
-        int rc;
-        if (json_is_string(d)) {
-            rc = add_doc(r->docs, &r->n_docs, json_string_value(d), json_string_length(d), NULL);
-        } else if (json_is_object(d) && json_is_string(json_object_get(d, "text"))) {
-            json_t *id = json_object_get(d, "id"), *tx = json_object_get(d, "text");
-            rc = add_doc(r->docs, &r->n_docs, json_string_value(tx), json_string_length(tx),
-                         json_is_string(id) ? json_string_value(id) : NULL);
-        } else if (json_is_object(d) && json_is_string(json_object_get(d, "file"))) {
-            rc = add_doc_file(r->docs, &r->n_docs, json_string_value(json_object_get(d, "file")));
-        } else {
-            fprintf(stderr, "lazyinfer rag: %s: document %zu must be a string or an object with "
-                            "\"text\" or \"file\"\n", where, i);
-            rc = 1;
-        }
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-static int load_workload(plan *p, const char *path) {
-    char *s;
-    size_t len;
-    if (li_file_read_all(path, &s, &len, 256u << 20) != LI_OK) return cli_fail("cannot read the workload");
-    int rc = 0, line_no = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(s, "\n", &save); line && rc == 0; line = strtok_r(NULL, "\n", &save)) {
-        line_no++;
-        if (!*line || *line == '#') continue;
-        if (p->n_reqs >= MAX_REQS) {
-            fprintf(stderr, "lazyinfer rag: %s: more than %d requests\n", path, MAX_REQS);
-            rc = 2;
-            break;
-        }
-        char where[600];
-        snprintf(where, sizeof where, "%s:%d", path, line_no);
-        json_error_t err;
-        json_t *o = json_loads(line, 0, &err);
-        if (!o) {
-            fprintf(stderr, "lazyinfer rag: %s: bad JSON: %s\n", where, err.text);
-            rc = 1;
-            break;
-        }
-        rc = parse_workload_line(&p->reqs[p->n_reqs++], o, where);
-        json_decref(o);
-    }
-    free(s);
-    return rc;
-}
-
-static void plan_free(plan *p) {
-    for (int i = 0; i < p->n_docs; i++) {
-        free(p->docs[i].text);
-        free(p->docs[i].id);
-    }
-    for (int i = 0; i < p->n_reqs; i++) {
-        req_text *r = &p->reqs[i];
-        if (r->docs == p->docs) continue;  // --query requests share the --doc documents
-        for (int k = 0; k < r->n_docs; k++) {
-            free(r->docs[k].text);
-            free(r->docs[k].id);
-        }
-        free(r->docs);
-        free(r->query);
-        free(r->system);
-    }
-    for (int i = 0; i < p->n_queries; i++) free(p->queries[i]);
-    memset(p, 0, sizeof *p);
+    bool found;
+    size_t i = set_slot(s, key, &found);
+    if (found) return false;
+    s->key[i] = key;
+    s->val[i] = val;
+    s->n++;
+    return true;
 }
 
 typedef struct {
-    li_buf text;
+    int64_t base_pages; // the engine's default: max_batch × a context
+    int64_t keep_pages; // every cached block of the run resident at once
+    int64_t page_bytes;
+    int64_t cap_pages; // half the available memory (-1: unknown)
+    int n_distinct;    // distinct blocks (system blocks and document texts) the run looks up
+} budget_plan;
+
+typedef struct {
+    const rag_list *l;
+    const char *system; // --system
+    bool chat;
+    li_cache_mode mode;
+    int page_size, max_batch;
+} plan_args;
+
+static int64_t pages_of(int64_t tokens, int P) {
+    return (tokens + P - 1) / P;
+}
+
+// Tokens of text (memoised by content in `counts`); -1 if it does not tokenise (li_submit will
+// fail that request with the reason).
+static int64_t count_tokens(li_model *meta, kv_set *counts, const char *text, size_t len, bool bos,
+                            bool special, bool *oom) {
+    uint64_t h = fnv(fnv(0xcbf29ce484222325ull, &bos, 1), text, len) ^ (uint64_t)special;
+    int64_t n;
+    if (set_get(counts, h | !h, &n)) return n;
+    int32_t *ids;
+    int k;
+    if (li_tokenize(meta, text, len, bos, special, &ids, &k) != LI_OK) return -1;
+    li_free_tokens(ids);
+    set_put(counts, h, k, oom);
+    return k;
+}
+
+// The system block's tokens (and a key naming it): the chat template up to the user's text, or
+// BOS + the system text without chat. The count includes the template's end of turn (the query
+// block's): a few tokens more than the block, fine for sizing a budget.
+static int64_t system_tokens(li_model *meta, kv_set *counts, const char *system, bool chat,
+                             uint64_t *key, bool *oom) {
+    *key = fnv(fnv(0x5157e11ull, &chat, 1), system ? system : "", system ? strlen(system) + 1 : 0);
+    if (!chat)
+        return count_tokens(meta, counts, system ? system : "", system ? strlen(system) : 0, true,
+                            false, oom);
+    char *r = NULL;
+    if (li_chat_render(meta, system, "", &r) != LI_OK) return -1;
+    int64_t n = count_tokens(meta, counts, r, strlen(r), false, true, oom);
+    free(r);
+    return n;
+}
+
+// What the run's blocks take in the pool, per mode: lazy holds a document once; copy once per
+// (document, offset Δ); prefix the full pages of each distinct prompt.
+static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp) {
+    li_model_info info;
+    li_model_get_info(meta, &info);
+    const int P = a->page_size;
+    memset(bp, 0, sizeof *bp);
+    bp->page_bytes = info.kv_token_bytes * P;
+    bp->base_pages = (int64_t)a->max_batch * pages_of(info.n_ctx, P);
+    bp->cap_pages = -1;
+    kv_set counts = {0}, keep = {0}, distinct = {0};
+    bool oom = false;
+    for (int i = 0; i < a->l->n_reqs && !oom; i++) {
+        const rag_req *r = &a->l->reqs[i];
+        if (r->error) continue;
+        const rag_doc *docs = r->shared_docs ? a->l->docs : r->docs;
+        int n_docs = r->shared_docs ? a->l->n_docs : r->n_docs;
+        uint64_t sk;
+        int64_t delta =
+            system_tokens(meta, &counts, r->system ? r->system : a->system, a->chat, &sk, &oom);
+        if (delta < 0) continue;
+        if (delta > 0 && set_put(&distinct, sk, 0, &oom)) bp->n_distinct++;
+        if (delta > 0 && a->mode != LI_CACHE_PREFIX && set_put(&keep, sk, 0, &oom))
+            bp->keep_pages += pages_of(delta, P);
+        uint64_t prompt = fnv(sk, "P", 1);
+        for (int k = 0; k < n_docs && !oom; k++) {
+            int64_t n = count_tokens(meta, &counts, docs[k].text, docs[k].len, false, false, &oom);
+            if (n < 0) break;
+            uint64_t dk = fnv(0xd0c5ull, docs[k].text, docs[k].len);
+            if (set_put(&distinct, dk, 0, &oom)) bp->n_distinct++;
+            uint64_t ck = a->mode == LI_CACHE_COPY ? fnv(dk, &delta, sizeof delta) : dk;
+            if (a->mode != LI_CACHE_PREFIX && set_put(&keep, ck, 0, &oom))
+                bp->keep_pages += pages_of(n, P);
+            prompt = fnv(prompt, &dk, sizeof dk);
+            delta += n;
+        }
+        if (a->mode == LI_CACHE_PREFIX) { // full pages of the whole prompt, the query's too
+            int64_t nq =
+                count_tokens(meta, &counts, r->query, strlen(r->query), false, false, &oom);
+            prompt = fnv(prompt, r->query, strlen(r->query));
+            if (nq >= 0 && set_put(&keep, prompt, 0, &oom)) bp->keep_pages += (delta + nq) / P;
+        }
+    }
+    free(counts.key);
+    free(counts.val);
+    free(keep.key);
+    free(keep.val);
+    free(distinct.key);
+    free(distinct.val);
+    return oom ? li_error_set(LI_ERR_OOM, "out of memory") : LI_OK;
+}
+
+static double mib(int64_t bytes) {
+    return bytes / 1048576.0;
+}
+
+// Loads the model. With a plan (no --budget), the KV budget is the plan's: the engine's default
+// plus every document of the run, cut to half the memory available on the CPU backends (never
+// below the engine's default), and halved while a device pool does not fit.
+static li_status load_model(li_model **m, li_model_params *mp, budget_plan *bp, int max_batch) {
+    if (!bp) return li_model_load(m, mp);
+    const int64_t need = bp->base_pages + bp->keep_pages;
+    int64_t pages = need;
+    // the CPU backends' pool is host memory (zero-filled at load, so all of it is touched)
+    int64_t avail = mp->backend && !strncmp(mp->backend, "cuda", 4) ? -1 : cli_mem_available();
+    if (avail > 0) bp->cap_pages = avail / 2 / bp->page_bytes;
+    if (bp->cap_pages >= 0 && pages > bp->cap_pages)
+        pages = bp->cap_pages > bp->base_pages ? bp->cap_pages : bp->base_pages;
+    li_status st;
+    for (;;) {
+        mp->kv_budget_bytes = pages * bp->page_bytes;
+        st = li_model_load(m, mp);
+        if (st != LI_ERR_OOM || pages / 2 < bp->base_pages) break;
+        pages /= 2;
+    }
+    if (st == LI_OK)
+        fprintf(stderr,
+                "KV budget %.2f MiB: %d × a context (%.2f MiB) + the run's documents "
+                "(%.2f MiB)%s\n",
+                mib(mp->kv_budget_bytes), max_batch, mib(bp->base_pages * bp->page_bytes),
+                mib(bp->keep_pages * bp->page_bytes),
+                pages >= need            ? ""
+                : pages > bp->base_pages ? ", cut to what the memory holds"
+                                         : ", without the documents: the memory holds no more");
+    return st;
+}
+
+// ---- answers and records -------------------------------------------------------------------
+
+typedef struct {
+    li_buf text;  // the answer so far (a stop string and what follows cut off)
+    bool stopped; // a stop string matched
+    const rag_req *req;
     li_model *m;
+    replay_out out;
+    bool done;
 } answer;
 
-static bool collect(void *u, int32_t tok) {
-    answer *a = u;
+typedef struct {
+    const rag_list *l;
+    answer *ans;
+    int next_print; // records are printed in input order, each as soon as those before are
+    bool jsonl;
+    li_cache_mode mode;
+    // the command's defaults for what a request leaves out
+    const char *system;
+    int n_predict;
+    float temp;
+    uint64_t seed;
+    bool chat;
+    int n_failed;
+} run_ctx;
+
+static bool on_token(void *user, int32_t tok) {
+    answer *a = user;
     char buf[256];
-    size_t n;
+    size_t n, old = a->text.len;
     if (li_token_to_piece(a->m, tok, buf, sizeof buf, &n) != LI_OK) return false;
-    return li_buf_append(&a->text, buf, n < sizeof buf ? n : sizeof buf) == LI_OK;
+    if (li_buf_append(&a->text, buf, n < sizeof buf ? n : sizeof buf) != LI_OK) return false;
+    const li_api_request *o = &a->req->opt;
+    size_t cut = li_api_stop_find(a->text.data, a->text.len, old, o->stop, o->n_stop);
+    if (cut == SIZE_MAX) return true;
+    a->text.len = cut;
+    a->text.data[cut] = 0;
+    a->stopped = true;
+    return false;
 }
 
-static bool parse_bytes(const char *s, int64_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    double mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (end == s || *end || !(v > 0) || v * mul > 9e18) return false;
-    *out = (int64_t)(v * mul);
-    return true;
+static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
+    run_ctx *x = user;
+    const rag_req *r = &x->l->reqs[i];
+    if (r->error) return li_error_set(LI_ERR_INVALID_ARG, "%s", r->error);
+    const rag_doc *docs = r->shared_docs ? x->l->docs : r->docs;
+    int n_docs = r->shared_docs ? x->l->n_docs : r->n_docs;
+    li_doc *d = malloc((size_t)(n_docs ? n_docs : 1) * sizeof *d);
+    if (!d) return li_error_set(LI_ERR_OOM, "out of memory");
+    for (int k = 0; k < n_docs; k++)
+        d[k] = (li_doc){.text = docs[k].text, .len = docs[k].len, .id = docs[k].id};
+    answer *a = &x->ans[i];
+    a->m = m;
+    a->req = r;
+    li_request q = {.system = r->system ? r->system : x->system,
+                    .docs = d,
+                    .n_docs = n_docs,
+                    .query = r->query,
+                    .chat = x->chat,
+                    .gen = li_generate_default_params()};
+    const li_api_request *o = &r->opt;
+    q.gen.n_predict = o->max_tokens > 0 ? o->max_tokens : x->n_predict;
+    q.gen.sampling.temperature = o->has_temperature ? (float)o->temperature : x->temp;
+    if (o->has_top_p) q.gen.sampling.top_p = (float)o->top_p;
+    if (o->top_k >= 0) q.gen.sampling.top_k = o->top_k;
+    if (o->min_p >= 0) q.gen.sampling.min_p = (float)o->min_p;
+    q.gen.sampling.seed = o->has_seed ? o->seed : x->seed + (uint64_t)i;
+    q.gen.stop_at_eos = !o->ignore_eos;
+    q.gen.on_token = on_token;
+    q.gen.user = a;
+    li_status rc = li_submit(m, &q, id);
+    free(d);
+    return rc;
+}
+
+// The answer on one line: a newline is written \n, a carriage return \r, a backslash \\.
+static void print_escaped(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\n')
+            fputs("\\n", stdout);
+        else if (s[i] == '\r')
+            fputs("\\r", stdout);
+        else if (s[i] == '\\')
+            fputs("\\\\", stdout);
+        else
+            putchar(s[i]);
+    }
+    putchar('\n');
+}
+
+static const char *finish_reason(const answer *a, int n_predict) {
+    if (a->out.res.status != LI_OK) return "error";
+    if (a->stopped) return "stop";
+    return a->out.res.n_generated >= n_predict ? "length" : "stop";
+}
+
+static bool has_doc_lookups(li_cache_mode mode) {
+    return mode == LI_CACHE_LAZY || mode == LI_CACHE_COPY;
+}
+
+static void print_record(run_ctx *x, int i) {
+    const answer *a = &x->ans[i];
+    const rag_req *r = &x->l->reqs[i];
+    const li_request_result *res = &a->out.res;
+    const bool ok = res->status == LI_OK;
+    const int n_predict = r->opt.max_tokens > 0 ? r->opt.max_tokens : x->n_predict;
+    // TTFT from the arrival when the request has one (the submission lags it by up to a step)
+    double ttft = res->ttft_ms + (r->arrival_ms >= 0 ? a->out.submit_ms - r->arrival_ms : 0);
+    int computed = res->n_prompt - res->n_cached_tokens;
+    char lb[32];
+    const char *label = rag_req_label(r, i, lb, sizeof lb);
+    if (!ok) x->n_failed++;
+    if (!x->jsonl) {
+        if (ok)
+            print_escaped(a->text.data ? a->text.data : "", a->text.len);
+        else
+            putchar('\n');
+        fflush(stdout);
+        if (!ok) {
+            fprintf(stderr, "request %s: error: %s\n", label, res->error);
+            return;
+        }
+        char cache[96];
+        if (has_doc_lookups(x->mode))
+            snprintf(cache, sizeof cache, " (%d from cache), docs %d hit / %d miss",
+                     res->n_cached_tokens, res->doc_hits, res->doc_misses);
+        else if (x->mode == LI_CACHE_PREFIX)
+            snprintf(cache, sizeof cache, " (%d from cached prefix pages)", res->n_cached_tokens);
+        else
+            snprintf(cache, sizeof cache, " (all computed)");
+        fprintf(stderr,
+                "request %s: TTFT %.1f ms, total %.1f ms, prompt %d tokens%s, %d generated\n",
+                label, ttft, res->total_ms, res->n_prompt, cache, res->n_generated);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "id", r->id ? json_incref(r->id) : json_integer(i));
+    if (ok) {
+        char *s = li_api_utf8_sanitize(a->text.data ? a->text.data : "", a->text.len, NULL);
+        json_object_set_new(o, "answer", s ? json_string(s) : json_null());
+        free(s);
+    } else {
+        json_object_set_new(o, "answer", json_null());
+    }
+    json_object_set_new(o, "finish_reason", json_string(finish_reason(a, n_predict)));
+    if (!ok) {
+        char *s = li_api_utf8_sanitize(res->error, strlen(res->error), NULL);
+        json_object_set_new(o, "error", s ? json_string(s) : json_null());
+        free(s);
+    } else {
+        json_object_set_new(o, "prompt_tokens", json_integer(res->n_prompt));
+        json_object_set_new(o, "cached_tokens", json_integer(res->n_cached_tokens));
+        json_object_set_new(o, "computed_tokens", json_integer(computed));
+        json_object_set_new(o, "generated_tokens", json_integer(res->n_generated));
+        if (has_doc_lookups(x->mode)) {
+            json_object_set_new(o, "doc_hits", json_integer(res->doc_hits));
+            json_object_set_new(o, "doc_misses", json_integer(res->doc_misses));
+        }
+        // 0.1 ms, printed with 10 significant digits: no binary tails (12.300000000000001)
+        json_object_set_new(o, "ttft_ms", json_real(round(ttft * 10) / 10));
+        json_object_set_new(o, "total_ms", json_real(round(res->total_ms * 10) / 10));
+        json_object_set_new(o, "queue_ms", json_real(round(res->queue_ms * 10) / 10));
+        json_object_set_new(o, "start_ms", json_real(round(a->out.submit_ms * 10) / 10));
+        json_object_set_new(o, "end_ms", json_real(round(a->out.end_ms * 10) / 10));
+    }
+    char *line = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    json_decref(o);
+    if (line)
+        puts(line);
+    else
+        puts("{\"error\": \"out of memory\"}");
+    free(line);
+    fflush(stdout);
+}
+
+static void on_done(void *user, int i, const replay_out *o) {
+    run_ctx *x = user;
+    x->ans[i].out = *o;
+    x->ans[i].done = true;
+    while (x->next_print < x->l->n_reqs && x->ans[x->next_print].done)
+        print_record(x, x->next_print++);
+}
+
+// The cache's figures that mean something in this mode, and a warning when documents were
+// evicted and prefilled again within the run.
+static void print_summary(const run_ctx *x, li_model *m, const budget_plan *bp, bool planned) {
+    li_cache_stats cs;
+    li_get_cache_stats(m, &cs);
+    const char *name = li_cache_mode_name(x->mode);
+    int64_t misses = 0, blocks = 0, block_tokens = 0;
+    for (int i = 0; i < x->l->n_reqs; i++) {
+        const li_request_result *res = &x->ans[i].out.res;
+        if (res->status != LI_OK) continue;
+        misses += res->doc_misses;
+        blocks += res->doc_hits + res->doc_misses;
+        block_tokens += res->n_doc_tokens;
+    }
+    int64_t again = 0;
+    switch (x->mode) {
+    case LI_CACHE_LAZY:
+    case LI_CACHE_COPY:
+        fprintf(stderr, "cache %s: %lld document hits, %lld misses, %lld evictions", name,
+                (long long)cs.doc_hits, (long long)cs.doc_misses, (long long)cs.evictions);
+        if (x->mode == LI_CACHE_COPY)
+            fprintf(stderr,
+                    ", %lld copies made; resident %.2f MiB in %lld copies of %lld "
+                    "documents\n",
+                    (long long)cs.copies_made, mib(cs.resident_bytes),
+                    (long long)cs.resident_copies, (long long)cs.resident_docs);
+        else
+            fprintf(stderr,
+                    "; resident %.2f MiB in %lld documents (a position-aware cache would "
+                    "hold %.2f MiB)\n",
+                    mib(cs.resident_bytes), (long long)cs.resident_docs,
+                    mib(cs.copy_baseline_bytes));
+        again = planned ? misses - bp->n_distinct : 0;
+        break;
+    case LI_CACHE_PREFIX:
+        fprintf(stderr,
+                "cache prefix: %lld of %lld prompt tokens from cached pages, %lld "
+                "evictions; resident %.2f MiB\n",
+                (long long)cs.prefix_hit_tokens, (long long)cs.prefix_lookup_tokens,
+                (long long)cs.evictions, mib(cs.resident_bytes));
+        again = cs.evictions;
+        break;
+    case LI_CACHE_NONE:
+        fprintf(stderr,
+                "cache none: nothing cached; %lld document blocks (%lld tokens) computed, "
+                "each in its request\n",
+                (long long)blocks, (long long)block_tokens);
+        break;
+    case LI_CACHE_FULL:
+        fprintf(stderr, "cache full: nothing cached; every prompt computed whole, with ordinary "
+                        "causal attention\n");
+        break;
+    }
+    if (cs.evictions > 0 && again > 0 && planned) {
+        int64_t want = (bp->base_pages + bp->keep_pages) * bp->page_bytes;
+        fprintf(stderr,
+                "lazyinfer rag: warning: the KV budget of %.1f MiB was too small to keep "
+                "this run's documents: %lld evicted, then computed again (%lld %s); "
+                "--budget %lldM keeps them all\n",
+                mib(cs.kv_pages_total * cs.kv_page_bytes), (long long)cs.evictions,
+                (long long)again, x->mode == LI_CACHE_PREFIX ? "prefix evictions" : "re-prefills",
+                (long long)((want + (1 << 20) - 1) >> 20));
+    }
+}
+
+// ---- the command -----------------------------------------------------------------------------
+
+static int bad(const char *fmt, const char *v) {
+    fprintf(stderr, "lazyinfer rag: ");
+    fprintf(stderr, fmt, v);
+    fputc('\n', stderr);
+    return 2;
 }
 
 int cmd_rag(int argc, char **argv) {
     const char *model = NULL, *query = NULL, *queries = NULL, *workload = NULL, *system = NULL;
-    const char *cache = "lazy", *budget_s = NULL, *chat_template = NULL;
-    const char *docs_arg[MAX_DOCS], *samples_arg[MAX_DOCS];
+    const char *cache = "lazy", *budget_s = NULL, *chat_template = NULL, *output = "text";
+    const char *docs_arg[MAX_ARG_FILES], *samples_arg[MAX_ARG_FILES];
     int n_docs_arg = 0, n_samples_arg = 0;
     int n_predict = 64, n_threads = 0, page_size = 16, max_batch = 1, n_ctx = 0, gpu = 0;
     const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
@@ -277,90 +536,117 @@ int cmd_rag(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if ((!strcmp(argv[i], "--doc") || !strcmp(argv[i], "--sample")) && i + 1 < argc) {
             bool is_doc = !strcmp(argv[i], "--doc");
-            if ((is_doc ? n_docs_arg : n_samples_arg) >= MAX_DOCS) {
-                fprintf(stderr, "lazyinfer rag: too many %s options\n", argv[i]);
+            if ((is_doc ? n_docs_arg : n_samples_arg) >= MAX_ARG_FILES) {
+                fprintf(stderr, "lazyinfer rag: more than %d %s options\n", MAX_ARG_FILES, argv[i]);
                 free(rest);
                 return 2;
             }
-            if (is_doc) docs_arg[n_docs_arg++] = argv[++i];
-            else samples_arg[n_samples_arg++] = argv[++i];
+            if (is_doc)
+                docs_arg[n_docs_arg++] = argv[++i];
+            else
+                samples_arg[n_samples_arg++] = argv[++i];
             continue;
         }
         rest[n_rest++] = argv[i];
     }
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
-        {"--doc", NULL, OPT_STR, &docs_arg[0], "a document file (repeat for more)"},
-        {"--sample", NULL, OPT_STR, &samples_arg[0], "a RAG sample JSON: its passages and question (repeatable)"},
-        {"--query", NULL, OPT_STR, &query, "the question"},
-        {"--queries", NULL, OPT_STR, &queries, "a file of questions, one per line"},
-        {"--workload", NULL, OPT_STR, &workload, "a JSONL file of requests to replay"},
-        {"--system", NULL, OPT_STR, &system, "system message"},
+        {"--doc", NULL, OPT_STR, &docs_arg[0], "a document: a UTF-8 text file (repeat for more)"},
+        {"--query", NULL, OPT_STR, &query, "a question over the --doc documents"},
+        {"--queries", NULL, OPT_STR, &queries, "a UTF-8 file of questions over them, one per line"},
+        {"--sample", NULL, OPT_STR, &samples_arg[0],
+         "a RAG sample JSON (data/rag-samples): its question over its own passages (repeatable: "
+         "one request each)"},
+        {"--workload", NULL, OPT_STR, &workload,
+         "a JSONL file of requests (the format above); alone, without --doc, --query, --queries, "
+         "--sample"},
+        {"--output", NULL, OPT_STR, &output, "text (default) or jsonl: one record per request"},
+        {"--system", NULL, OPT_STR, &system, "system message (a workload line may give its own)"},
         {"--cache", NULL, OPT_STR, &cache, "lazy (default), copy, prefix, none, full"},
-        {"--budget", NULL, OPT_STR, &budget_s, "KV pool size in bytes (K/M/G suffixes)"},
-        {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--budget", NULL, OPT_STR, &budget_s,
+         "KV pool size in bytes, K/M/G suffixes (default: --max-batch contexts + every document "
+         "of the run, at most half the available memory)"},
+        {"--kv-dtype", NULL, OPT_STR, &kv_dtype,
+         "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
-        {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer (default 64)"},
-        {"--temp", NULL, OPT_FLOAT, &temp, "temperature (default 0: greedy)"},
-        {"--seed", NULL, OPT_U64, &seed, "sampling seed"},
+        {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer at most (default 64)"},
+        {"--temp", NULL, OPT_FLOAT, &temp, "temperature >= 0 (default 0: greedy)"},
+        {"--seed", NULL, OPT_U64, &seed, "sampling seed (request i draws from seed + i)"},
         {"--no-chat", NULL, OPT_FLAG, &no_chat, "raw text instead of the chat template"},
         {"--chat-template", NULL, OPT_STR, &chat_template, "llama3, chatml or llada"},
         {"--page-size", NULL, OPT_INT, &page_size, "KV page size in tokens (default 16)"},
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
         {"--ctx-size", "-c", OPT_INT, &n_ctx, "context per request (default: min(trained, 4096))"},
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--backend", NULL, OPT_STR, &backend,
+         "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
     };
     const char *pos[1];
     int n_pos;
-    int r = cli_parse_args(n_rest, rest, "usage: lazyinfer rag -m MODEL --doc FILE [--doc FILE …] "
-                           "(--query TEXT | --queries FILE) [options]", opts,
-                           sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    int r = cli_parse_args(n_rest, rest, usage_text, opts, sizeof opts / sizeof opts[0], pos, 0,
+                           &n_pos);
     free(rest);
     if (r) return r == 1 ? 0 : 2;
-    int64_t budget = 0;
-    if (budget_s && !parse_bytes(budget_s, &budget)) {
-        fprintf(stderr, "lazyinfer rag: bad --budget '%s' (bytes, with an optional K/M/G suffix)\n",
-                budget_s);
-        return 2;
-    }
-    if (n_predict < 1 || max_batch < 1 || page_size < 1 || n_threads < 0 || n_ctx < 0) {
-        fprintf(stderr, "lazyinfer rag: -n, --max-batch and --page-size must be >= 1\n");
-        return 2;
-    }
-    li_cache_mode mode;
-    if (li_cache_mode_parse(cache, &mode) != LI_OK) return cli_fail("--cache");
 
-    static plan p;
-    int rc = 0;
-    for (int i = 0; i < n_docs_arg && rc == 0; i++) rc = add_doc_file(p.docs, &p.n_docs, docs_arg[i]);
-    for (int i = 0; i < n_samples_arg && rc == 0; i++) rc = load_sample(&p, samples_arg[i]);
-    if (rc == 0 && query) rc = add_query(&p, query);
-    if (rc == 0 && queries) rc = load_queries(&p, queries);
-    if (rc == 0 && workload) rc = load_workload(&p, workload);
-    if (rc) {
-        plan_free(&p);
-        return rc;
-    }
-    for (int i = 0; i < p.n_queries && p.n_reqs < MAX_REQS; i++) {
-        req_text *rq = &p.reqs[p.n_reqs++];
-        rq->docs = p.docs;
-        rq->n_docs = p.n_docs;
-        rq->query = p.queries[i];
-        rq->n_predict = -1;
-    }
-    if (p.n_reqs == 0) {
-        fprintf(stderr, "lazyinfer rag: nothing to answer: give --query, --queries, --sample or "
-                        "--workload (see --help)\n");
-        plan_free(&p);
+    // every bad value: exit 2 with one line naming it
+    li_cache_mode mode;
+    int64_t budget = 0;
+    if (li_cache_mode_parse(cache, &mode) != LI_OK)
+        return bad("--cache '%s': expected lazy, copy, prefix, none or full", cache);
+    if (budget_s && (!cli_parse_bytes(budget_s, &budget) || budget <= 0))
+        return bad("--budget '%s': expected bytes > 0 with an optional K/M/G suffix (e.g. 256M)",
+                   budget_s);
+    if (strcmp(output, "text") && strcmp(output, "jsonl"))
+        return bad("--output '%s': expected text or jsonl", output);
+    struct {
+        const char *name;
+        long long v, lo;
+    } ints[] = {{"-n", n_predict, 1},          {"--max-batch", max_batch, 1},
+                {"--page-size", page_size, 1}, {"--threads", n_threads, 0},
+                {"--ctx-size", n_ctx, 0},      {"--gpu", gpu, 0}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].v < ints[i].lo) {
+            fprintf(stderr, "lazyinfer rag: %s %lld: must be >= %lld\n", ints[i].name, ints[i].v,
+                    ints[i].lo);
+            return 2;
+        }
+    if (!(temp >= 0)) {
+        fprintf(stderr, "lazyinfer rag: --temp %g: must be >= 0 (0: greedy)\n", temp);
         return 2;
+    }
+    if (workload && (n_docs_arg || n_samples_arg || query || queries))
+        return bad("%s: a workload holds its own documents and questions; give --doc, --query, "
+                   "--queries and --sample without --workload",
+                   "--workload");
+    if (n_samples_arg && (n_docs_arg || query || queries))
+        return bad("%s: a sample holds its own passages and question; to ask other questions "
+                   "about them, or to combine samples, write a --workload (docs/RAG.md)",
+                   "--sample");
+    if (n_docs_arg && !query && !queries)
+        return bad("%s: no question: give --query TEXT or --queries FILE", "--doc");
+    if (!workload && !n_samples_arg && !query && !queries)
+        return bad("%s", "nothing to answer: give --doc with --query or --queries, --sample or "
+                         "--workload (see --help)");
+
+    rag_list l = {0};
+    li_status st = LI_OK;
+    for (int i = 0; i < n_docs_arg && st == LI_OK; i++)
+        st = rag_add_doc_file(&l, docs_arg[i]);
+    for (int i = 0; i < n_samples_arg && st == LI_OK; i++)
+        st = rag_load_sample(&l, samples_arg[i]);
+    if (st == LI_OK && query) st = rag_add_query(&l, query);
+    if (st == LI_OK && queries) st = rag_load_queries(&l, queries);
+    if (st == LI_OK && workload) st = rag_load_workload(&l, workload);
+    if (st != LI_OK) {
+        fprintf(stderr, "lazyinfer rag: %s\n", li_last_error());
+        rag_list_free(&l);
+        return st == LI_ERR_OOM ? 1 : 2;
     }
 
     li_model_params mp = li_model_default_params();
     mp.path = model ? model : cli_default_model();
     mp.cache_mode = cache;
-    mp.kv_budget_bytes = budget;
     mp.kv_dtype = kv_dtype;
     mp.attn_impl = attn_impl;
     mp.page_size = page_size;
@@ -370,74 +656,74 @@ int cmd_rag(int argc, char **argv) {
     mp.device = gpu;
     mp.n_ctx = n_ctx;
     mp.chat_template = chat_template;
-    li_model *m;
-    if (li_model_load(&m, &mp) != LI_OK) {
-        plan_free(&p);
-        return cli_fail("cannot load the model");
+    // A metadata-only load first (tokenizer and shapes, no weights): it checks the model options
+    // and sizes the default budget from the run's documents.
+    budget_plan bp = {0};
+    bool planned = false;
+    li_model *m = NULL;
+    mp.metadata_only = true;
+    st = li_model_load(&m, &mp);
+    if (st == LI_OK && mode != LI_CACHE_NONE && mode != LI_CACHE_FULL) {
+        plan_args pa = {&l, system, !no_chat, mode, page_size, max_batch};
+        st = plan_budget(m, &pa, &bp);
+        planned = st == LI_OK;
+    }
+    li_model_free(m);
+    m = NULL;
+    mp.metadata_only = false;
+    mp.kv_budget_bytes = budget;
+    if (st != LI_OK) { // a model, or a model option, that does not load: a bad value
+        fprintf(stderr, "lazyinfer rag: model %s: %s\n", mp.path, li_last_error());
+        rag_list_free(&l);
+        return st == LI_ERR_OOM || st == LI_ERR_BACKEND ? 1 : 2;
+    }
+    st = load_model(&m, &mp, planned && !budget ? &bp : NULL, max_batch);
+    if (st != LI_OK) {
+        fprintf(stderr, "lazyinfer rag: model %s: %s\n", mp.path, li_last_error());
+        rag_list_free(&l);
+        return st == LI_ERR_INVALID_ARG || st == LI_ERR_LIMIT ? 2 : 1;
     }
 
-    answer *ans = calloc((size_t)p.n_reqs, sizeof *ans);
-    int64_t *ids = calloc((size_t)p.n_reqs, sizeof *ids);
-    li_request_result *res = calloc((size_t)p.n_reqs, sizeof *res);
-    if (!ans || !ids || !res) return cli_fail("out of memory");
+    answer *ans = calloc((size_t)l.n_reqs, sizeof *ans);
+    double *arrival = l.n_arrivals ? malloc((size_t)l.n_reqs * sizeof *arrival) : NULL;
+    replay_out *outs = malloc((size_t)l.n_reqs * sizeof *outs);
     int status = 0;
-    // With --max-batch 1 each request runs alone (its TTFT is its own); otherwise all are queued
-    // at once and share the scheduler's batches.
-    for (int i0 = 0; i0 < p.n_reqs && status == 0; i0 += max_batch) {
-        int i1 = i0 + max_batch < p.n_reqs ? i0 + max_batch : p.n_reqs;
-        for (int i = i0; i < i1 && status == 0; i++) {
-            req_text *rq = &p.reqs[i];
-            li_doc d[MAX_DOCS];
-            for (int k = 0; k < rq->n_docs; k++)
-                d[k] = (li_doc){.text = rq->docs[k].text, .len = strlen(rq->docs[k].text),
-                                .id = rq->docs[k].id};
-            ans[i].m = m;
-            li_request q = {.system = rq->system ? rq->system : system, .docs = d,
-                            .n_docs = rq->n_docs, .query = rq->query, .chat = !no_chat};
-            q.gen = li_generate_default_params();
-            q.gen.n_predict = rq->n_predict > 0 ? rq->n_predict : n_predict;
-            q.gen.sampling.temperature = rq->has_temp ? rq->temp : temp;
-            q.gen.sampling.seed = seed + (uint64_t)i;
-            q.gen.on_token = collect;
-            q.gen.user = &ans[i];
-            if (li_submit(m, &q, &ids[i]) != LI_OK) {
-                char what[64];
-                snprintf(what, sizeof what, "request %d", i);
-                status = cli_fail(what);
-            }
-        }
-        if (status == 0 && li_run(m) != LI_OK) status = cli_fail("generation failed");
-        for (int i = i0; i < i1 && status == 0; i++) {
-            if (li_result(m, ids[i], &res[i]) != LI_OK) status = cli_fail("result");
-            li_cache_stats cs;
-            li_get_cache_stats(m, &cs);
-            if (res[i].status != LI_OK) {
-                fprintf(stderr, "lazyinfer rag: request %d failed: %s\n", i, res[i].error);
-                status = 1;
-                continue;
-            }
-            printf("%s\n", ans[i].text.data ? ans[i].text.data : "");
-            fflush(stdout);
-            fprintf(stderr,
-                    "request %d: TTFT %.1f ms, total %.1f ms, prompt %d tokens (%d from cache), "
-                    "docs %d hit / %d miss, %d generated, resident %.2f MB in %lld documents\n",
-                    i, res[i].ttft_ms, res[i].total_ms, res[i].n_prompt, res[i].n_cached_tokens,
-                    res[i].doc_hits, res[i].doc_misses, res[i].n_generated,
-                    cs.resident_bytes / 1048576.0, (long long)cs.resident_docs);
-        }
+    if (!ans || !outs || (l.n_arrivals && !arrival)) {
+        status = cli_fail("out of memory");
+        goto done;
     }
-    li_cache_stats cs;
-    li_get_cache_stats(m, &cs);
-    fprintf(stderr, "cache %s: %lld document hits, %lld misses, %lld evictions, %lld copies made; "
-                    "resident %.2f MB (a position-aware cache would hold %.2f MB)\n",
-            li_cache_mode_name(mode), (long long)cs.doc_hits, (long long)cs.doc_misses,
-            (long long)cs.evictions, (long long)cs.copies_made, cs.resident_bytes / 1048576.0,
-            cs.copy_baseline_bytes / 1048576.0);
-    for (int i = 0; i < p.n_reqs; i++) li_buf_free(&ans[i].text);
+    for (int i = 0; arrival && i < l.n_reqs; i++) // without one: at the start
+        arrival[i] = l.reqs[i].arrival_ms >= 0 ? l.reqs[i].arrival_ms : 0;
+    run_ctx x = {.l = &l,
+                 .ans = ans,
+                 .jsonl = !strcmp(output, "jsonl"),
+                 .mode = mode,
+                 .system = system,
+                 .n_predict = n_predict,
+                 .temp = temp,
+                 .seed = seed,
+                 .chat = !no_chat};
+    replay_plan plan = {.n = l.n_reqs,
+                        .arrival_ms = arrival,
+                        .max_in_flight = max_batch,
+                        .submit = submit_one,
+                        .done = on_done,
+                        .user = &x,
+                        .progress = "rag"};
+    double t0 = li_time_ms();
+    st = replay_run(m, &plan, outs);
+    if (st != LI_OK) fprintf(stderr, "lazyinfer rag: the engine failed: %s\n", li_last_error());
+    fprintf(stderr, "%d request%s: %d answered, %d failed, %.2f s\n", l.n_reqs,
+            l.n_reqs == 1 ? "" : "s", l.n_reqs - x.n_failed, x.n_failed, (li_time_ms() - t0) / 1e3);
+    print_summary(&x, m, &bp, planned);
+    status = st != LI_OK || x.n_failed ? 1 : 0;
+done:
+    for (int i = 0; ans && i < l.n_reqs; i++)
+        li_buf_free(&ans[i].text);
     free(ans);
-    free(ids);
-    free(res);
+    free(arrival);
+    free(outs);
     li_model_free(m);
-    plan_free(&p);
+    rag_list_free(&l);
     return status;
 }

@@ -160,16 +160,23 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         if (li_path_exists(gc) && (rc = li_hf_generation_config_load(&m->gen_cfg, gc)) != LI_OK)
             goto fail;
     }
-    if (p->metadata_only || m->llada) {  // diffusion models allocate per request (engine-dllm.c)
+    if (m->llada) {  // diffusion models allocate per request (engine-dllm.c)
         *out = m;
         return LI_OK;
     }
-
-    // Context, pool and scratch: everything allocated here, nothing while generating.
+    // Context and K/V dtype, also for metadata-only loads (li_model_info reports them)
     m->n_ctx = p->n_ctx > 0 ? p->n_ctx
                             : (hp->n_ctx_train > DEFAULT_N_CTX_CAP || hp->n_ctx_train <= 0
                                    ? DEFAULT_N_CTX_CAP
                                    : hp->n_ctx_train);
+    if ((rc = kv_dtype_parse(p->kv_dtype, li_be_is_device(m->be), &m->kv_dtype)) != LI_OK)
+        goto fail;
+    if (p->metadata_only) {
+        *out = m;
+        return LI_OK;
+    }
+
+    // Pool and scratch: everything allocated here, nothing while generating.
     if (m->n_ctx > LI_PAGE_MAX_DELTA) {
         rc = li_error_set(LI_ERR_LIMIT, "context of %d tokens exceeds the page table's offset "
                           "field (%lld positions)", m->n_ctx, (long long)LI_PAGE_MAX_DELTA);
@@ -179,8 +186,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     m->max_running = p->max_seqs > 0 ? p->max_seqs : 1;
     if ((rc = li_cache_mode_parse(p->cache_mode ? p->cache_mode : "lazy", &m->cache_mode)) != LI_OK)
         goto fail;
-    li_dtype kv_dtype = LI_DTYPE_F32;
-    if ((rc = kv_dtype_parse(p->kv_dtype, li_be_is_device(m->be), &kv_dtype)) != LI_OK) goto fail;
+    const li_dtype kv_dtype = m->kv_dtype;
     int64_t pages = (int64_t)m->max_running * ((m->n_ctx + page_size - 1) / page_size);
     if (p->kv_budget_bytes > 0) {
         pages = p->kv_budget_bytes / (int64_t)li_kv_page_bytes(hp, page_size, kv_dtype);
@@ -262,6 +268,10 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
              li_llama_keeps_bf16(hp) ? "bf16" : "f32");
     if (m->kv.storage.data)
         snprintf(o->kv_dtype, sizeof o->kv_dtype, "%s", li_dtype_name(m->kv.storage.dtype));
+    if (!m->llada) {
+        o->kv_token_bytes = (int64_t)li_kv_page_bytes(hp, 1, m->kv_dtype);
+        o->n_ctx = m->n_ctx;
+    }
     o->n_layer = hp->n_layer;
     o->n_embd = hp->n_embd;
     o->n_ff = hp->n_ff;

@@ -21,7 +21,8 @@ struct li_model {
     li_kv_pool kv;
     li_llama_scratch scratch;
     li_generation_config gen_cfg;  // defaults from generation_config.json (HF dirs)
-    int n_ctx;    // max tokens per sequence
+    int n_ctx;    // max tokens per sequence (also set by metadata_only loads)
+    li_dtype kv_dtype;  // of the KV pool (also resolved by metadata_only loads)
     int n_batch;  // max tokens per forward call (prefill chunk)
     float *logits;  // (n_batch, V) output of the last forward
     bool metadata_only;

@@ -239,24 +239,7 @@ static bool parse_stop(const json_t *o, li_api_request *r, li_api_error *err) {
     return true;
 }
 
-static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r, li_api_error *err) {
-    const json_t *model = json_object_get(o, "model");
-    if (model && !json_is_null(model)) {
-        if (!json_is_string(model)) return BAD("model", "'model' must be a string");
-        if (!dup_string(model, "model", &r->model, NULL, err)) return false;
-    }
-    if (ep == LI_API_CHAT ? !parse_messages(o, r, err) : !parse_prompt(o, r, err)) return false;
-    if (!parse_docs(o, r, err)) return false;
-    int stream = 0;
-    if (!get_bool(o, "stream", &stream, err)) return false;
-    r->stream = stream;
-    const json_t *so = json_object_get(o, "stream_options");
-    if (so && !json_is_null(so)) {
-        if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
-        int iu = 0;
-        if (!get_bool(so, "include_usage", &iu, err)) return false;
-        r->include_usage = iu;
-    }
+bool li_api_parse_sampling(const json_t *o, li_api_request *r, li_api_error *err) {
     long long x = -1;
     // max_completion_tokens is the newer chat name of max_tokens; either may be given.
     if (!get_int(o, "max_tokens", 1, 1 << 24, &x, err)) return false;
@@ -280,7 +263,29 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
         r->seed = (uint64_t)json_integer_value(seed);
         r->has_seed = true;
     }
-    x = 1;
+    return parse_stop(o, r, err);
+}
+
+static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r, li_api_error *err) {
+    const json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model)) return BAD("model", "'model' must be a string");
+        if (!dup_string(model, "model", &r->model, NULL, err)) return false;
+    }
+    if (ep == LI_API_CHAT ? !parse_messages(o, r, err) : !parse_prompt(o, r, err)) return false;
+    if (!parse_docs(o, r, err)) return false;
+    int stream = 0;
+    if (!get_bool(o, "stream", &stream, err)) return false;
+    r->stream = stream;
+    const json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
+        int iu = 0;
+        if (!get_bool(so, "include_usage", &iu, err)) return false;
+        r->include_usage = iu;
+    }
+    if (!li_api_parse_sampling(o, r, err)) return false;
+    long long x = 1;
     if (!get_int(o, "n", LLONG_MIN, LLONG_MAX, &x, err)) return false;
     if (x != 1) return BAD("n", "only n=1 is supported (got %lld)", x);
     const json_t *lp = json_object_get(o, "logprobs");
@@ -291,7 +296,6 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
     const json_t *tools = json_object_get(o, "tools");
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
         return BAD("tools", "tools are not supported");
-    if (!parse_stop(o, r, err)) return false;
     // diffusion extension fields (checked against each other by li_dllm_check_params later)
     x = -1;
     if (!get_int(o, "gen_length", 1, 1 << 20, &x, err)) return false;
@@ -416,6 +420,31 @@ char *li_api_utf8_sanitize(const char *s, size_t len, size_t *out_len) {
     o[w] = 0;
     if (out_len) *out_len = w;
     return o;
+}
+
+size_t li_api_utf8_check(const char *s, size_t len) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        bool inc;
+        size_t k = u[i] ? utf8_seq(u + i, len - i, &inc) : 0;
+        if (!k) return i;
+        i += k;
+    }
+    return len;
+}
+
+size_t li_api_stop_find(const char *text, size_t len, size_t old, char *const *stop, int n_stop) {
+    size_t cut = SIZE_MAX;
+    for (int i = 0; i < n_stop; i++) {
+        size_t L = strlen(stop[i]);
+        if (L == 0) continue;
+        for (size_t p = old >= L ? old - L + 1 : 0; p + L <= len && p < cut; p++)
+            if (!memcmp(text + p, stop[i], L)) {
+                cut = p;
+                break;
+            }
+    }
+    return cut;
 }
 
 size_t li_api_utf8_complete_prefix(const char *s, size_t len) {

@@ -78,12 +78,26 @@ bool li_api_parse(const char *body, size_t len, li_api_endpoint ep, li_api_reque
                   li_api_error *err);
 void li_api_request_free(li_api_request *r);
 
+// The sampling fields of a request object `o` (a jansson json_t): max_tokens (or
+// max_completion_tokens), temperature, top_p, min_p, top_k, ignore_eos, seed and stop, checked
+// for type and range into r (which must be zeroed: fields absent keep the "not given" values
+// -1 / false). Shared with `lazyinfer rag`'s workload lines (tools/rag-requests.c). On failure
+// *err names the field; r's strings are freed by li_api_request_free either way.
+struct json_t;
+bool li_api_parse_sampling(const struct json_t *o, li_api_request *r, li_api_error *err);
+
 // {"error": {"message", "type", "param", "code"}} as a malloc'ed string.
 char *li_api_error_json(const li_api_error *err);
 
 // Copies `len` bytes into a malloc'ed NUL-terminated string in which every invalid UTF-8 sequence
 // is replaced by U+FFFD (model output can split or garble characters; JSON must be UTF-8).
 char *li_api_utf8_sanitize(const char *s, size_t len, size_t *out_len);
+// Offset of the first byte of s[0, len) that is not part of valid UTF-8 (a NUL byte counts as
+// invalid: the engine takes C strings); len when all of it is valid.
+size_t li_api_utf8_check(const char *s, size_t len);
+// Offset in text[0, len) of the earliest match of any of the n_stop stop strings that ends past
+// `old` (text[0, old) was searched before, without a match); SIZE_MAX when there is none.
+size_t li_api_stop_find(const char *text, size_t len, size_t old, char *const *stop, int n_stop);
 // Largest n <= len such that s[0, n) does not end inside a UTF-8 sequence that may still be
 // completed by later bytes (streaming: hold the tail of a character back).
 size_t li_api_utf8_complete_prefix(const char *s, size_t len);

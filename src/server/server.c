@@ -156,6 +156,7 @@ static size_t stop_holdback(const sreq *r, const char *text, size_t n) {
     size_t hold = 0;
     for (int i = 0; i < r->api.n_stop; i++) {
         size_t L = strlen(r->api.stop[i]);
+        if (L == 0) continue;  // an empty stop string never matches (li_api_stop_find)
         for (size_t k = L - 1 < n ? L - 1 : n; k > hold; k--)
             if (!memcmp(text + n - k, r->api.stop[i], k)) {
                 hold = k;
@@ -172,16 +173,7 @@ static void append_text_locked(sreq *r, const char *piece, size_t len) {
         r->cancelled = true;  // out of memory: stop this request
         return;
     }
-    size_t cut = SIZE_MAX;
-    for (int i = 0; i < r->api.n_stop; i++) {
-        size_t L = strlen(r->api.stop[i]);
-        size_t from = old >= L ? old - L + 1 : 0;
-        for (size_t p = from; p + L <= r->text.len && p < cut; p++)
-            if (!memcmp(r->text.data + p, r->api.stop[i], L)) {
-                cut = p;
-                break;
-            }
-    }
+    size_t cut = li_api_stop_find(r->text.data, r->text.len, old, r->api.stop, r->api.n_stop);
     if (cut != SIZE_MAX) {
         r->text.len = cut;
         r->stopped = true;
