@@ -77,7 +77,7 @@ typedef struct {
                             // from the params, also for metadata_only loads; 0 for diffusion
                             // models, which have no pool)
     int n_ctx;              // tokens per sequence this load allows (params.n_ctx, else
-                            // min(trained, 4096)); 0 for diffusion models
+                            // min(trained, 4096); diffusion models: prompt + gen_length)
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train;
     float rope_theta, rms_eps;
     char rope_scaling[16];  // "none", "linear", "llama3", "yarn"
@@ -339,6 +339,20 @@ typedef struct {
 // still decoding (prompts, lengths and options may differ). Each request commits exactly the
 // tokens it would alone. total (may be NULL): wall time, NFE, steps and the work of the batch.
 li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_dllm_stats *total);
+
+// The same batch one step at a time, so that a caller (the server) can interleave batches, drop
+// requests whose client left and stop between steps. begin checks and allocates everything
+// (reqs must outlive the batch); each step runs one forward over every request still decoding
+// (*n_left: those left; a request's out is filled when it finishes, and done says so); cancel
+// drops request q (it takes no more steps, its out is not filled); stats: the totals so far.
+// li_dllm_generate_batch = begin, step until none is left, stats, free.
+typedef struct li_dllm_batch li_dllm_batch;
+li_status li_dllm_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm_batch **out);
+li_status li_dllm_batch_step(li_dllm_batch *b, int *n_left);
+li_status li_dllm_batch_cancel(li_dllm_batch *b, int q);
+bool li_dllm_batch_done(const li_dllm_batch *b, int q);  // finished or cancelled
+void li_dllm_batch_stats(const li_dllm_batch *b, li_dllm_stats *total);
+void li_dllm_batch_free(li_dllm_batch *b);  // NULL is a no-op
 
 // The model's mask, EOS and EOT token ids (-1 where the tokenizer has none).
 li_status li_dllm_special_tokens(const li_model *m, int32_t *mask, int32_t *eos, int32_t *eot);

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from harness import ROOT, Server  # noqa: E402
+from harness import ROOT, Server, assert_error, client, curl, open_stream  # noqa: E402
 from seeding import li_seed  # noqa: E402
 
 openai = pytest.importorskip("openai")
@@ -59,49 +59,6 @@ def real():
     yield s
     assert s.alive(), s.log_tail()
     assert s.stop() == 0
-
-
-def client(s, key=None, **kw):
-    return openai.OpenAI(base_url=s.url + "/v1", api_key=key or s.api_key or "none", max_retries=0, **kw)
-
-
-def curl(s, path, body=None, key=None, method=None, headers=()):
-    """Raw HTTP with curl: returns (status, parsed JSON or text, response headers)."""
-    cmd = ["curl", "-s", "-S", "-D", "-", "--max-time", "30", s.url + path]
-    if method:
-        cmd += ["-X", method]
-    if key:
-        cmd += ["-H", f"Authorization: Bearer {key}"]
-    for h in headers:
-        cmd += ["-H", h]
-    data = None
-    if body is not None:
-        data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
-        cmd += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
-    out = subprocess.run(cmd, input=data, capture_output=True, timeout=60)
-    assert out.returncode == 0, out.stderr.decode()
-    raw = out.stdout.decode(errors="replace")
-    head, _, text = raw.partition("\r\n\r\n")
-    while head.startswith("HTTP/1.1 100"):
-        head, _, text = text.partition("\r\n\r\n")
-    status = int(head.split()[1])
-    hdrs = {k.strip().lower(): v.strip() for k, _, v in (l.partition(":") for l in head.split("\r\n")[1:])}
-    try:
-        return status, json.loads(text), hdrs
-    except ValueError:
-        return status, text, hdrs
-
-
-def assert_error(status, body, want_status, param=None, code=None):
-    assert status == want_status, (status, body)
-    assert set(body) == {"error"}, body
-    e = body["error"]
-    assert set(e) == {"message", "type", "param", "code"}, e
-    assert isinstance(e["message"], str) and e["message"]
-    if param is not None:
-        assert e["param"] == param, e
-    if code is not None:
-        assert e["code"] == code, e
 
 
 def assert_idle_pages(s):
@@ -419,18 +376,7 @@ def test_load_64_streaming_clients(tiny):
 
 
 def raw_stream(s, body):
-    """Opens a streaming request on a plain socket; returns the socket after the first event."""
-    data = json.dumps(body).encode()
-    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
-    got = b""
-    while b"data: " not in got:
-        chunk = sock.recv(4096)
-        assert chunk, got
-        got += chunk
-        assert b"\r\n\r\n" not in got or got.startswith(b"HTTP/1.1 200"), got
-    return sock
+    return open_stream(s, "/v1/completions", body, key=KEY)
 
 
 def test_disconnect_mid_stream(real):

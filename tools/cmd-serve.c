@@ -26,7 +26,8 @@ static void model_id_of(const char *path, char *out, size_t size) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *cache = NULL, *name = NULL;
     const char *chat_template = NULL;
-    int port = 8080, max_batch = 8, max_queue = 256, n_ctx = 0, n_threads = 0, max_tokens = 256;
+    int port = 8080, max_batch = 8, max_queue = 256, n_ctx = 0, n_threads = 0, max_tokens = 0;
+    int max_gen = LI_SERVER_DEFAULT_MAX_GEN;
     int gpu = 0;
     const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     uint64_t kv_budget = 0;
@@ -46,7 +47,8 @@ int cmd_serve(int argc, char **argv) {
         {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
         {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
-        {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256)"},
+        {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256, or --max-gen if smaller)"},
+        {"--max-gen", NULL, OPT_INT, &max_gen, "tokens one request may generate, max_tokens or gen_length (default 2048)"},
         {"--model-name", NULL, OPT_STR, &name, "model id in /v1/models (default: the file name)"},
         {"--chat-template", NULL, OPT_STR, &chat_template, "chat format override: llama3, chatml, llada"},
         {"--quiet", "-q", OPT_FLAG, &quiet, "no log line per request"},
@@ -59,9 +61,15 @@ int cmd_serve(int argc, char **argv) {
                            opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     if (port < 0 || port > 65535 || max_batch < 1 || max_queue < 1 || n_ctx < 0 || n_threads < 0 ||
-        max_tokens < 1 || kv_budget > (uint64_t)INT64_MAX) {
-        fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue and "
-                        "--max-tokens >= 1; -c, -t >= 0 (see --help)\n");
+        max_tokens < 0 || max_gen < 1 || kv_budget > (uint64_t)INT64_MAX) {
+        fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue, "
+                        "--max-tokens and --max-gen >= 1; -c, -t >= 0 (see --help)\n");
+        return 2;
+    }
+    if (max_tokens == 0) max_tokens = max_gen < 256 ? max_gen : 256;
+    if (max_tokens > max_gen) {
+        fprintf(stderr, "lazyinfer serve: --max-tokens %d is larger than --max-gen %d\n", max_tokens,
+                max_gen);
         return 2;
     }
     if (!api_key) api_key = getenv("LAZYINFER_API_KEY");
@@ -100,7 +108,7 @@ int cmd_serve(int argc, char **argv) {
     else model_id_of(mp.path, id, sizeof id);
     li_server_params sp = {.host = host, .port = port, .api_key = api_key, .model_id = id,
                            .model_path = mp.path, .max_running = max_batch, .max_queue = max_queue,
-                           .default_max_tokens = max_tokens, .quiet = quiet};
+                           .default_max_tokens = max_tokens, .max_gen = max_gen, .quiet = quiet};
     li_server *s;
     if (li_server_start(&s, m, &sp) != LI_OK) {
         li_model_free(m);

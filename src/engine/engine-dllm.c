@@ -728,7 +728,42 @@ static li_status get_specials(const li_model *m, specials *sp) {
 
 // ---- the decoding loop -----------------------------------------------------------------------
 
-li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_dllm_stats *total) {
+// A batch being decoded (li_dllm_batch_begin … _step … _free): the requests' states and the
+// forward's arrays, allocated at the start.
+struct li_dllm_batch {
+    li_model *m;
+    li_dllm_request *reqs;  // (n) the caller's, which outlive the batch
+    int n;
+    specials sp;
+    li_lacache lc;
+    req_state *rs;             // (n)
+    li_llada_cache **caches;   // (2n) per canvas of a forward: its cache, canvas, logits, request
+    li_llada_canvas *canv;
+    float **outs;
+    int *owner;
+    li_llada_scratch *scratch;
+    int64_t (*allocs)(li_backend *);
+    int64_t allocs0;
+    li_dllm_stats tot;
+    double t0;
+};
+
+void li_dllm_batch_free(li_dllm_batch *b) {
+    if (!b) return;
+    if (b->rs)
+        for (int q = 0; q < b->n; q++)
+            state_free(&b->rs[q]);
+    li_llada_scratch_free(b->scratch);
+    free(b->rs);
+    free(b->caches);
+    free(b->canv);
+    free(b->outs);
+    free(b->owner);
+    free(b);
+}
+
+li_status li_dllm_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm_batch **out) {
+    *out = NULL;
     if (!m || !reqs || n < 1) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no requests given");
     if (!m->llada)
         return li_error_set(LI_ERR_UNSUPPORTED,
@@ -773,7 +808,13 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
                                 "dllm: confidence_eos_eot_inf: the tokenizer has no <|eot_id|>");
     }
     const li_dllm_params *p0 = &reqs[0].params;
-    li_lacache lc = {
+    li_dllm_batch *b = calloc(1, sizeof *b);
+    if (!b) return li_error_set(LI_ERR_OOM, "dllm: out of memory");
+    b->m = m;
+    b->reqs = reqs;
+    b->n = n;
+    b->sp = sp;
+    b->lc = (li_lacache){
         .embed = p0->lacache & LI_DLLM_LACACHE_EMBED,
         .rope = p0->lacache & LI_DLLM_LACACHE_ROPE,
         .fa = p0->lacache & LI_DLLM_LACACHE_FA,
@@ -781,128 +822,149 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
         .fp8 = p0->fp8,
         .fa_tile = p0->fa_tile,
     };
-
     li_status rc = LI_OK;
-    li_llada_scratch *scratch = NULL;
-    req_state *rs = calloc((size_t)n, sizeof *rs);
     int n_canv_max = 2 * n;
-    li_llada_cache **caches = calloc((size_t)n_canv_max, sizeof *caches);
-    li_llada_canvas *canv = calloc((size_t)n_canv_max, sizeof *canv);
-    float **outs = calloc((size_t)n_canv_max, sizeof *outs);
-    int *owner = calloc((size_t)n_canv_max, sizeof *owner);
-    if (!rs || !caches || !canv || !outs || !owner) {
+    b->rs = calloc((size_t)n, sizeof *b->rs);
+    b->caches = calloc((size_t)n_canv_max, sizeof *b->caches);
+    b->canv = calloc((size_t)n_canv_max, sizeof *b->canv);
+    b->outs = calloc((size_t)n_canv_max, sizeof *b->outs);
+    b->owner = calloc((size_t)n_canv_max, sizeof *b->owner);
+    if (!b->rs || !b->caches || !b->canv || !b->outs || !b->owner) {
         rc = li_error_set(LI_ERR_OOM, "dllm: out of memory");
-        goto done;
+        goto fail;
     }
     int64_t max_rows = 0;
     int max_canvas = 0, max_window = 0;  // (the backend's reservation)
     for (int q = 0; q < n; q++) {
-        if ((rc = state_init(&rs[q], &reqs[q], m->llada, m->be, &sp)) != LI_OK) goto done;
-        max_rows += (int64_t)rs[q].T * (rs[q].cfg ? 2 : 1);
-        if (rs[q].T > max_canvas) max_canvas = rs[q].T;
-        if (rs[q].Wcap > max_window) max_window = rs[q].Wcap;
+        if ((rc = state_init(&b->rs[q], &reqs[q], m->llada, m->be, &sp)) != LI_OK) goto fail;
+        max_rows += (int64_t)b->rs[q].T * (b->rs[q].cfg ? 2 : 1);
+        if (b->rs[q].T > max_canvas) max_canvas = b->rs[q].T;
+        if (b->rs[q].Wcap > max_window) max_window = b->rs[q].Wcap;
     }
     if (max_rows > (1 << 28)) {
         rc = li_error_set(LI_ERR_LIMIT, "dllm: batch of %lld canvas rows is too large",
                           (long long)max_rows);
-        goto done;
+        goto fail;
     }
-    if ((rc = li_llada_scratch_init(&scratch, m->llada, (int)max_rows)) != LI_OK) goto done;
-    if ((rc = li_llada_reserve(m->llada, scratch, max_canvas, max_window, lc.fp8)) != LI_OK)
-        goto done;
-    int64_t (*allocs)(li_backend *) = m->be->ops->scratch_allocs;
-    const int64_t allocs0 = allocs ? allocs(m->be) : 0;
+    if ((rc = li_llada_scratch_init(&b->scratch, m->llada, (int)max_rows)) != LI_OK) goto fail;
+    if ((rc = li_llada_reserve(m->llada, b->scratch, max_canvas, max_window, b->lc.fp8)) != LI_OK)
+        goto fail;
+    b->allocs = m->be->ops->scratch_allocs;
+    b->allocs0 = b->allocs ? b->allocs(m->be) : 0;
+    b->t0 = li_time_ms();
+    *out = b;
+    return LI_OK;
+fail:
+    li_dllm_batch_free(b);
+    return rc;
+}
 
-    li_dllm_stats tot = {0};
-    double t0 = li_time_ms();
-    for (;;) {
-        int nc = 0;
-        for (int q = 0; q < n; q++) {
-            req_state *r = &rs[q];
-            if (r->done) continue;
-            bool start = r->step_in_block == 0;
-            if (start && (rc = block_begin(r, &sp)) != LI_OK) goto done;
-            build_canvas(r, sp.mask);
-            // rows before the block end are never dropped: window rows are canvas rows
-            int hi = r->P + (r->block + 1) * r->B;
-            li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, r->wlo, hi, start, r->wrow, r->W};
-            canv[nc] = c;
-            caches[nc] = r->cache;
-            outs[nc] = r->dlogits ? r->dlogits : r->logits;
-            owner[nc++] = q;
-            if (r->cfg) {
-                c.tokens = r->utok;
-                canv[nc] = c;
-                caches[nc] = r->ucache;
-                outs[nc] = r->dulogits ? r->dulogits : r->ulogits;
-                owner[nc++] = q;
-            }
-        }
-        if (nc == 0) break;
-        li_llada_step_info info = {0};
-        if ((rc = li_llada_forward(m->llada, &lc, scratch, caches, canv, nc, outs, &info)) !=
-            LI_OK) {
-            li_error_wrap(rc, "dllm step %d: ", tot.steps + 1);
-            goto done;
-        }
-        for (int c = 0; c < nc && rc == LI_OK; c++) {  // steps 1-6 where the logits are
-            if (c > 0 && owner[c] == owner[c - 1]) continue;  // the CFG twin (of the one before)
-            req_state *r = &rs[owner[c]];
-            rc = step_decide(m->be, r, &sp, outs[c], r->cfg ? outs[c + 1] : NULL);
-        }
-        if (rc != LI_OK) goto done;
-        add_info(&tot, &info);
-        tot.nfe += nc;
-        tot.steps++;
-        for (int c = 0; c < nc; c++)
-            tot.canvas_rows += canv[c].n_tokens;
-        for (int c = 0; c < nc; c++) {
-            if (c > 0 && owner[c] == owner[c - 1]) continue; // the CFG twin of the one before
-            req_state *r = &rs[owner[c]];
-            li_dllm_stats *s = &r->req->stats;
-            int committed = r->n_committed;
-            s->steps++;
-            s->nfe += r->cfg ? 2 : 1;
-            int block = r->block, sib = r->step_in_block;
-            if ((rc = step_advance(r, &sp)) != LI_OK) goto done;
-            if (r->p->on_step) {
-                li_dllm_step ev = {owner[c],  block,       sib,  s->steps, s->nfe,
-                                   committed, r->x + r->P, r->G, sp.mask};
-                r->p->on_step(r->p->user, &ev);
-            }
-            if (r->done) {
-                memcpy(r->req->out, r->x + r->P, (size_t)r->G * sizeof *r->x);
-                if (r->p->canvas_out)
-                    memcpy(r->p->canvas_out, r->x, (size_t)r->T * sizeof *r->x);
-                finish_stats(s, r->req->out, r->G, sp.eos, li_time_ms() - t0);
-            }
+li_status li_dllm_batch_step(li_dllm_batch *b, int *n_left) {
+    li_model *m = b->m;
+    const specials sp = b->sp;
+    req_state *rs = b->rs;
+    li_dllm_stats *tot = &b->tot;
+    int nc = 0;
+    li_status rc = LI_OK;
+    *n_left = 0;
+    for (int q = 0; q < b->n; q++) {
+        req_state *r = &rs[q];
+        if (r->done) continue;
+        bool start = r->step_in_block == 0;
+        if (start) LI_TRY(block_begin(r, &sp));
+        build_canvas(r, sp.mask);
+        // rows before the block end are never dropped: window rows are canvas rows
+        int hi = r->P + (r->block + 1) * r->B;
+        li_llada_canvas c = {r->n_rows, r->ctok, r->cpos, r->wlo, hi, start, r->wrow, r->W};
+        b->canv[nc] = c;
+        b->caches[nc] = r->cache;
+        b->outs[nc] = r->dlogits ? r->dlogits : r->logits;
+        b->owner[nc++] = q;
+        if (r->cfg) {
+            c.tokens = r->utok;
+            b->canv[nc] = c;
+            b->caches[nc] = r->ucache;
+            b->outs[nc] = r->dulogits ? r->dulogits : r->ulogits;
+            b->owner[nc++] = q;
         }
     }
-    double wall = li_time_ms() - t0;
-    tot.backend_allocs = allocs ? allocs(m->be) - allocs0 : 0;
-    if (total) {
-        tot.n_prompt = 0;
-        for (int q = 0; q < n; q++) {
-            tot.n_prompt += reqs[q].n_prompt;
-            tot.gen_length += reqs[q].params.gen_length;
-            tot.n_tokens_fastdllm += reqs[q].stats.n_tokens_fastdllm;
-            tot.n_tokens_dinfer += reqs[q].stats.n_tokens_dinfer;
-            tot.early_stopped |= reqs[q].stats.early_stopped;
-        }
-        finish_stats(&tot, NULL, 0, sp.eos, wall);
-        *total = tot;
+    if (nc == 0) return LI_OK;
+    li_llada_step_info info = {0};
+    if ((rc = li_llada_forward(m->llada, &b->lc, b->scratch, b->caches, b->canv, nc, b->outs,
+                               &info)) != LI_OK)
+        return li_error_wrap(rc, "dllm step %d: ", tot->steps + 1);
+    for (int c = 0; c < nc && rc == LI_OK; c++) {  // steps 1-6 where the logits are
+        if (c > 0 && b->owner[c] == b->owner[c - 1]) continue;  // the CFG twin of the one before
+        req_state *r = &rs[b->owner[c]];
+        rc = step_decide(m->be, r, &sp, b->outs[c], r->cfg ? b->outs[c + 1] : NULL);
     }
+    if (rc != LI_OK) return rc;
+    add_info(tot, &info);
+    tot->nfe += nc;
+    tot->steps++;
+    for (int c = 0; c < nc; c++)
+        tot->canvas_rows += b->canv[c].n_tokens;
+    for (int c = 0; c < nc; c++) {
+        if (c > 0 && b->owner[c] == b->owner[c - 1]) continue;  // the CFG twin of the one before
+        req_state *r = &rs[b->owner[c]];
+        li_dllm_stats *s = &r->req->stats;
+        int committed = r->n_committed;
+        s->steps++;
+        s->nfe += r->cfg ? 2 : 1;
+        int block = r->block, sib = r->step_in_block;
+        LI_TRY(step_advance(r, &sp));
+        if (r->p->on_step) {
+            li_dllm_step ev = {b->owner[c], block,       sib,  s->steps, s->nfe,
+                               committed,   r->x + r->P, r->G, sp.mask};
+            r->p->on_step(r->p->user, &ev);
+        }
+        if (r->done) {
+            memcpy(r->req->out, r->x + r->P, (size_t)r->G * sizeof *r->x);
+            if (r->p->canvas_out) memcpy(r->p->canvas_out, r->x, (size_t)r->T * sizeof *r->x);
+            finish_stats(s, r->req->out, r->G, sp.eos, li_time_ms() - b->t0);
+        }
+    }
+    for (int q = 0; q < b->n; q++)
+        *n_left += !rs[q].done;
+    return LI_OK;
+}
 
-done:
-    if (rs)
-        for (int q = 0; q < n; q++)
-            state_free(&rs[q]);
-    li_llada_scratch_free(scratch);
-    free(rs);
-    free(caches);
-    free(canv);
-    free(outs);
-    free(owner);
+li_status li_dllm_batch_cancel(li_dllm_batch *b, int q) {
+    if (q < 0 || q >= b->n)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: no request %d in a batch of %d", q, b->n);
+    b->rs[q].done = true;
+    return LI_OK;
+}
+
+bool li_dllm_batch_done(const li_dllm_batch *b, int q) {
+    return q < 0 || q >= b->n || b->rs[q].done;
+}
+
+void li_dllm_batch_stats(const li_dllm_batch *b, li_dllm_stats *total) {
+    li_dllm_stats tot = b->tot;
+    double wall = li_time_ms() - b->t0;
+    tot.backend_allocs = b->allocs ? b->allocs(b->m->be) - b->allocs0 : 0;
+    tot.n_prompt = 0;
+    for (int q = 0; q < b->n; q++) {
+        const li_dllm_request *rq = &b->reqs[q];
+        tot.n_prompt += rq->n_prompt;
+        tot.gen_length += rq->params.gen_length;
+        tot.n_tokens_fastdllm += rq->stats.n_tokens_fastdllm;
+        tot.n_tokens_dinfer += rq->stats.n_tokens_dinfer;
+        tot.early_stopped |= rq->stats.early_stopped;
+    }
+    finish_stats(&tot, NULL, 0, b->sp.eos, wall);
+    *total = tot;
+}
+
+li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_dllm_stats *total) {
+    li_dllm_batch *b;
+    LI_TRY(li_dllm_batch_begin(m, reqs, n, &b));
+    li_status rc = LI_OK;
+    int left = n;
+    while (left > 0 && rc == LI_OK) rc = li_dllm_batch_step(b, &left);
+    if (rc == LI_OK && total) li_dllm_batch_stats(b, total);
+    li_dllm_batch_free(b);
     return rc;
 }
 

@@ -160,15 +160,17 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         if (li_path_exists(gc) && (rc = li_hf_generation_config_load(&m->gen_cfg, gc)) != LI_OK)
             goto fail;
     }
-    if (m->llada) {  // diffusion models allocate per request (engine-dllm.c)
-        *out = m;
-        return LI_OK;
-    }
-    // Context and K/V dtype, also for metadata-only loads (li_model_info reports them)
+    // Context and K/V dtype, also for metadata-only loads (li_model_info reports them) and for
+    // diffusion models (the canvas, prompt + gen_length, that the server holds requests to; the
+    // decoder itself sizes each request's buffers)
     m->n_ctx = p->n_ctx > 0 ? p->n_ctx
                             : (hp->n_ctx_train > DEFAULT_N_CTX_CAP || hp->n_ctx_train <= 0
                                    ? DEFAULT_N_CTX_CAP
                                    : hp->n_ctx_train);
+    if (m->llada) {  // diffusion models allocate per request (engine-dllm.c)
+        *out = m;
+        return LI_OK;
+    }
     if ((rc = kv_dtype_parse(p->kv_dtype, li_be_is_device(m->be), &m->kv_dtype)) != LI_OK)
         goto fail;
     if (p->metadata_only) {
@@ -268,10 +270,8 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
              li_llama_keeps_bf16(hp) ? "bf16" : "f32");
     if (m->kv.storage.data)
         snprintf(o->kv_dtype, sizeof o->kv_dtype, "%s", li_dtype_name(m->kv.storage.dtype));
-    if (!m->llada) {
-        o->kv_token_bytes = (int64_t)li_kv_page_bytes(hp, 1, m->kv_dtype);
-        o->n_ctx = m->n_ctx;
-    }
+    if (!m->llada) o->kv_token_bytes = (int64_t)li_kv_page_bytes(hp, 1, m->kv_dtype);
+    o->n_ctx = m->n_ctx;
     o->n_layer = hp->n_layer;
     o->n_embd = hp->n_embd;
     o->n_ff = hp->n_ff;

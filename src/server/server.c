@@ -9,8 +9,9 @@
 // connection thread; returning false when the client is gone or a stop string matched makes the
 // scheduler finish the request at the end of that step, which frees its sequence and pages.
 // After each step the engine collects finished requests with li_result.
-// Diffusion models: the engine takes the waiting requests that share LaCache/FP8 options and
-// decodes them as one li_dllm_generate_batch (no joining mid-way).
+// Diffusion models: the engine starts the waiting requests that share LaCache/FP8 options as one
+// batch (li_dllm_batch_begin); batches take turns one denoising step each, so a long request
+// cannot starve later ones, and a request whose client left is dropped between two steps.
 // Streaming responses are MHD callback responses whose reader blocks until text arrives.
 // Not here: TLS (bind to localhost, or put a proxy in front), n > 1, logprobs, tools.
 // Every sreq is reference-counted (connection context, engine, stream response); one mutex
@@ -78,6 +79,9 @@ struct li_server {
     int n_queued, n_accepted;  // queued; accepted and not done (queued + in the engine)
     sreq **active;             // (max_running) in the engine (engine thread only)
     int n_active;
+    struct dllm_run *runs;     // (max_running) diffusion batches decoding (engine thread only)
+    int n_runs, rr;            // batches; the one whose turn is next
+    int n_dllm;                // diffusion requests in them
     uint64_t id_counter;
     li_metrics mx;
 };
@@ -319,7 +323,7 @@ static bool submit(li_server *s, sreq *r) {
     return true;
 }
 
-// ---- diffusion: requests decoded together by li_dllm_generate_batch --------------------------
+// ---- diffusion: requests decoded together in batches (li_dllm_batch) -------------------------
 
 typedef struct {
     li_server *s;
@@ -332,7 +336,17 @@ typedef struct {
     int n_use;     // generated tokens returned (max_tokens may cut the canvas)
     int n_streamed;   // committed prefix already turned into text
     size_t n_text;    // bytes of that text given to the request
+    int q;            // index in its batch
+    bool finished;    // answered (and the engine's reference dropped)
 } dllm_job;
+
+// A diffusion batch in progress (li_dllm_batch): its requests' jobs, decoded step by step.
+typedef struct dllm_run {
+    li_dllm_batch *b;
+    dllm_job *jobs;         // (n)
+    li_dllm_request *reqs;  // (n) the batch's view of the jobs
+    int n, n_live;          // requests; those not finished
+} dllm_run;
 
 // Appends the text of tokens gen[0, n) beyond what j already gave (engine thread).
 static void dllm_push_text(dllm_job *j, const int32_t *gen, int n) {
@@ -361,13 +375,36 @@ static void dllm_on_step(void *user, const li_dllm_step *ev) {
     j->n_streamed = n;
 }
 
-// The options a batch must share (li_dllm_generate_batch): LaCache bits and FP8.
+// The options a batch must share (li_dllm_batch_begin): LaCache bits and FP8.
 static unsigned dllm_lacache(const li_api_request *a) {
     return a->lacache >= 0 ? (unsigned)a->lacache : LI_DLLM_LACACHE_ALL;  // exact: on by default
 }
 
 static bool dllm_same_batch(const li_api_request *a, const li_api_request *b) {
     return dllm_lacache(a) == dllm_lacache(b) && (a->fp8 == 1) == (b->fp8 == 1);
+}
+
+// The decoding parameters of a request (the seed and callbacks aside): the fields given, else
+// gen_length from max_tokens rounded up to a block (128 without either), block_length 32 or
+// gen_length when smaller, steps = gen_length.
+static void dllm_params_of(const li_api_request *a, li_dllm_params *p) {
+    *p = li_dllm_default_params();
+    p->lacache = dllm_lacache(a);
+    if (a->block_length > 0) p->block_length = a->block_length;
+    if (a->gen_length > 0) {
+        p->gen_length = a->gen_length;
+    } else if (a->max_tokens > 0) {
+        if (a->block_length <= 0 && a->max_tokens < p->block_length) p->block_length = a->max_tokens;
+        p->gen_length = (a->max_tokens + p->block_length - 1) / p->block_length * p->block_length;
+    }
+    if (a->gen_length > 0 && a->block_length <= 0 && p->gen_length < p->block_length)
+        p->block_length = p->gen_length;
+    p->steps = a->steps > 0 ? a->steps : p->gen_length;
+    if (a->threshold > 0) p->threshold = a->threshold;
+    if (a->factor > 0) p->factor = a->factor;
+    if (a->dpad >= 0) p->dpad = a->dpad;
+    p->fp8 = a->fp8 == 1;
+    if (a->has_temperature) p->temperature = a->temperature;
 }
 
 // Tokenises the prompt and builds the parameters; on failure the request is failed (400).
@@ -392,28 +429,15 @@ static bool dllm_prepare(li_server *s, sreq *r, dllm_job *j) {
         rc = li_tokenize(s->m, a->prompt, strlen(a->prompt), true, false, &j->ids, &j->n_ids);
     }
     li_dllm_params *p = &j->p;
-    *p = li_dllm_default_params();
-    p->lacache = dllm_lacache(a);
-    if (a->block_length > 0) p->block_length = a->block_length;
-    if (a->gen_length > 0) {
-        p->gen_length = a->gen_length;
-    } else if (a->max_tokens > 0) {
-        if (a->block_length <= 0 && a->max_tokens < p->block_length) p->block_length = a->max_tokens;
-        p->gen_length = (a->max_tokens + p->block_length - 1) / p->block_length * p->block_length;
-    }
-    if (a->gen_length > 0 && a->block_length <= 0 && p->gen_length < p->block_length)
-        p->block_length = p->gen_length;
-    p->steps = a->steps > 0 ? a->steps : p->gen_length;
-    if (a->threshold > 0) p->threshold = a->threshold;
-    if (a->factor > 0) p->factor = a->factor;
-    if (a->dpad >= 0) p->dpad = a->dpad;
-    p->fp8 = a->fp8 == 1;
-    if (a->has_temperature) p->temperature = a->temperature;
+    dllm_params_of(a, p);
     p->seed = a->has_seed ? a->seed : fresh_seed(s);
     p->on_step = dllm_on_step;
     p->user = j;
     j->n_use = a->max_tokens > 0 && a->max_tokens < p->gen_length ? a->max_tokens : p->gen_length;
     if (rc == LI_OK) rc = li_dllm_check_params(p);
+    if (rc == LI_OK && (int64_t)j->n_ids + p->gen_length > s->m->n_ctx)
+        rc = li_error_set(LI_ERR_LIMIT, "prompt of %d tokens + gen_length %d exceeds the context of "
+                          "%d tokens (-c)", j->n_ids, p->gen_length, s->m->n_ctx);
     int V = li_model_hparams(s->m)->n_vocab;
     for (int i = 0; rc == LI_OK && i < j->n_ids; i++)
         if (j->ids[i] < 0 || j->ids[i] >= V)
@@ -436,11 +460,15 @@ static bool dllm_prepare(li_server *s, sreq *r, dllm_job *j) {
     return true;
 }
 
-// Turns the decoded canvas into the answer (rc: how decoding went); frees the job.
+// Turns the decoded canvas into the answer (rc: how decoding went, LI_OK with r->cancelled: the
+// client left and the batch dropped it); frees the job's buffers and the engine's reference.
 static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg) {
     sreq *r = j->r;
     int n_use = j->n_use, n_gen = n_use;
-    if (rc == LI_OK) {
+    pthread_mutex_lock(&s->mu);
+    bool cancelled = r->cancelled;
+    pthread_mutex_unlock(&s->mu);
+    if (rc == LI_OK && !cancelled) {
         int32_t mask, eos, eot;
         li_dllm_special_tokens(s->m, &mask, &eos, &eot);
         for (int i = 0; i < n_use; i++)
@@ -453,51 +481,160 @@ static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg
     if (rc != LI_OK) {
         fail_request(s, r, rc, msg);
     } else {
-        li_metrics_tokens(&s->mx, n_gen);
+        if (!cancelled) li_metrics_tokens(&s->mx, n_gen);
         pthread_mutex_lock(&s->mu);
-        if (r->t_first == 0) r->t_first = now_ms();
+        if (r->t_first == 0 && !cancelled) r->t_first = now_ms();
         r->n_prompt = j->n_ids;
-        r->n_generated = n_gen;
+        r->n_generated = cancelled ? 0 : n_gen;
         r->length = !r->stopped && n_gen == n_use;
         done_locked(s, r);
         pthread_mutex_unlock(&s->mu);
     }
     free(j->out);
+    j->out = NULL;
     if (j->own_ids) li_free_tokens(j->ids);
+    j->ids = NULL;
+    j->finished = true;
+    sreq_unref(s, r);
 }
 
-// Decodes requests rs[0..n) (same LaCache/FP8 options) in one batch; each commits exactly the
-// tokens it would alone. If the batch as a whole fails, each runs alone so one cannot sink the rest.
-static void run_dllm_batch(li_server *s, sreq **rs, int n) {
+static void dllm_run_free(dllm_run *run) {
+    li_dllm_batch_free(run->b);
+    free(run->jobs);
+    free(run->reqs);
+}
+
+// Starts a batch of the jobs jobs[0..n) (prepared; the run takes them): on success it joins
+// s->runs and takes its turns from the next step on.
+static li_status dllm_run_start(li_server *s, dllm_job *jobs, int n) {
+    dllm_run run = {.jobs = jobs, .n = n, .n_live = n};
+    run.reqs = calloc((size_t)n, sizeof *run.reqs);
+    if (!run.reqs) return li_error_set(LI_ERR_OOM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        jobs[i].q = i;
+        run.reqs[i] = (li_dllm_request){.prompt = jobs[i].ids, .n_prompt = jobs[i].n_ids,
+                                        .params = jobs[i].p, .out = jobs[i].out};
+    }
+    li_status rc = li_dllm_batch_begin(s->m, run.reqs, n, &run.b);
+    if (rc != LI_OK) {
+        free(run.reqs);
+        return rc;
+    }
+    s->runs[s->n_runs++] = run;
+    s->n_dllm += n;
+    if (n > 1) li_metrics_dllm_batch(&s->mx, n);
+    return LI_OK;
+}
+
+// Prepares the requests rs[0..n) (same LaCache/FP8 options) and starts them as one batch; each
+// commits exactly the tokens it would alone. If the batch cannot start (one request's canvas too
+// large for the memory left), each starts alone so one cannot sink the rest.
+static void dllm_start(li_server *s, sreq **rs, int n) {
     dllm_job *jobs = calloc((size_t)n, sizeof *jobs);
-    li_dllm_request *reqs = calloc((size_t)n, sizeof *reqs);
-    if (!jobs || !reqs) {
-        for (int i = 0; i < n; i++) fail_request(s, rs[i], LI_ERR_OOM, "out of memory");
-        free(jobs);
-        free(reqs);
+    if (!jobs) {
+        for (int i = 0; i < n; i++) {
+            fail_request(s, rs[i], LI_ERR_OOM, "out of memory");
+            sreq_unref(s, rs[i]);
+        }
         return;
     }
     int k = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (dllm_prepare(s, rs[i], &jobs[k])) k++;
-    for (int i = 0; i < k; i++)
-        reqs[i] = (li_dllm_request){.prompt = jobs[i].ids, .n_prompt = jobs[i].n_ids,
-                                    .params = jobs[i].p, .out = jobs[i].out};
-    li_status rc = k > 0 ? li_dllm_generate_batch(s->m, reqs, k, NULL) : LI_OK;
-    if (rc == LI_OK || k == 1) {
-        if (k > 1) li_metrics_dllm_batch(&s->mx, k);
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", rc == LI_OK ? "" : li_last_error());
-        for (int i = 0; i < k; i++) dllm_finish(s, &jobs[i], rc, msg);
-    } else {
-        LI_WARN("serve: diffusion batch of %d failed (%s); decoding them one by one", k, li_last_error());
-        for (int i = 0; i < k; i++) {
-            li_status one = li_dllm_generate_batch(s->m, &reqs[i], 1, NULL);
-            dllm_finish(s, &jobs[i], one, one == LI_OK ? "" : li_last_error());
+        else sreq_unref(s, rs[i]);
+    }
+    if (k == 0) {
+        free(jobs);
+        return;
+    }
+    li_status rc = dllm_run_start(s, jobs, k);
+    if (rc == LI_OK) return;  // the run owns jobs now
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", li_last_error());
+    if (k > 1) LI_WARN("serve: a diffusion batch of %d cannot start (%s); starting them one by one",
+                       k, msg);
+    for (int i = 0; i < k; i++) {
+        dllm_job *one = k > 1 ? malloc(sizeof *one) : NULL;
+        if (one) {
+            *one = jobs[i];
+            one->p.user = one;  // the step callback's
+            if ((rc = dllm_run_start(s, one, 1)) == LI_OK) continue;
+            snprintf(msg, sizeof msg, "%s", li_last_error());
+            jobs[i] = *one;
+            free(one);
+        } else if (k > 1) {
+            rc = LI_ERR_OOM;
+            snprintf(msg, sizeof msg, "out of memory");
         }
+        dllm_finish(s, &jobs[i], rc, msg);
     }
     free(jobs);
-    free(reqs);
+}
+
+// Ends every live request of run (rc != LI_OK: failed with msg; else: the client left).
+static void dllm_run_end(li_server *s, dllm_run *run, li_status rc, const char *msg) {
+    for (int q = 0; q < run->n; q++)
+        if (!run->jobs[q].finished) {
+            li_dllm_batch_cancel(run->b, q);
+            dllm_finish(s, &run->jobs[q], rc, msg);
+        }
+    run->n_live = 0;
+}
+
+// Drops finished runs from s->runs, keeping the order of the others.
+static void dllm_runs_compact(li_server *s) {
+    int w = 0;
+    for (int i = 0; i < s->n_runs; i++) {
+        if (s->runs[i].n_live > 0) {
+            s->runs[w++] = s->runs[i];
+        } else {
+            if (i < s->rr) s->rr--;
+            dllm_run_free(&s->runs[i]);
+        }
+    }
+    s->n_runs = w;
+    if (s->rr >= s->n_runs) s->rr = 0;
+}
+
+// One turn of the diffusion engine: requests whose client left are dropped from their batch
+// (between steps: a batch whose clients all left stops at once), then the next batch in turn
+// takes one step. Batches alternate step by step, so a long request cannot starve short ones.
+static void dllm_turn(li_server *s) {
+    for (int i = 0; i < s->n_runs; i++) {
+        dllm_run *run = &s->runs[i];
+        for (int q = 0; q < run->n; q++) {
+            if (run->jobs[q].finished) continue;
+            pthread_mutex_lock(&s->mu);
+            bool gone = run->jobs[q].r->cancelled;
+            pthread_mutex_unlock(&s->mu);
+            if (!gone) continue;
+            li_dllm_batch_cancel(run->b, q);
+            dllm_finish(s, &run->jobs[q], LI_OK, "");
+            run->n_live--;
+            s->n_dllm--;
+        }
+    }
+    dllm_runs_compact(s);
+    if (s->n_runs == 0) return;
+    dllm_run *run = &s->runs[s->rr];
+    int left = 0;
+    li_status rc = li_dllm_batch_step(run->b, &left);
+    if (rc != LI_OK) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", li_last_error());
+        LI_WARN("serve: diffusion step failed: %s", msg);
+        s->n_dllm -= run->n_live;
+        dllm_run_end(s, run, rc, msg);
+    } else {
+        for (int q = 0; q < run->n; q++)
+            if (!run->jobs[q].finished && li_dllm_batch_done(run->b, q)) {
+                dllm_finish(s, &run->jobs[q], LI_OK, "");
+                run->n_live--;
+                s->n_dllm--;
+            }
+    }
+    s->rr++;
+    dllm_runs_compact(s);
 }
 
 // Collects the requests the last step finished.
@@ -528,7 +665,7 @@ static void snapshot(li_server *s) {
     pthread_mutex_lock(&s->mu);
     int waiting = s->n_queued;
     pthread_mutex_unlock(&s->mu);
-    li_metrics_engine(&s->mx, &cs, s->n_active, waiting);
+    li_metrics_engine(&s->mx, &cs, s->dllm ? s->n_dllm : s->n_active, waiting);
 }
 
 static void *engine_main(void *arg) {
@@ -536,11 +673,12 @@ static void *engine_main(void *arg) {
     snapshot(s);
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
-        while (!s->stopping && s->n_active == 0 && !s->queue) pthread_cond_wait(&s->engine_cv, &s->mu);
+        while (!s->stopping && s->n_active == 0 && s->n_runs == 0 && !s->queue)
+            pthread_cond_wait(&s->engine_cv, &s->mu);
         if (s->stopping) break;
         // take what fits: the scheduler admits at most max_running at once; later ones wait
         // here, where a client that leaves costs nothing
-        int room = s->p.max_running - s->n_active;
+        int room = s->p.max_running - (s->dllm ? s->n_dllm : s->n_active);
         sreq *take = NULL, **tail = &take, *first = NULL;
         while (s->queue && room > 0) {
             sreq *r = s->queue;
@@ -568,12 +706,19 @@ static void *engine_main(void *arg) {
             int nb = 0;
             for (sreq *r = take; r && nb < 256; r = r->next)
                 if (r->state != SR_DONE) batch[nb++] = r;
-            if (nb) run_dllm_batch(s, batch, nb);
+            for (sreq *r = take, *next; r; r = next) {
+                next = r->next;
+                r->next = NULL;
+                if (r->state == SR_DONE) sreq_unref(s, r);  // cancelled before it ran
+            }
+            if (nb) dllm_start(s, batch, nb);  // the runs hold the engine's references now
+            take = NULL;
+            dllm_turn(s);
         }
         for (sreq *r = take, *next; r; r = next) {
             next = r->next;
             r->next = NULL;
-            if (r->state == SR_DONE || s->dllm) {  // cancelled before it ran, or decoded above
+            if (r->state == SR_DONE) {  // cancelled before it ran
                 sreq_unref(s, r);
             } else if (submit(s, r)) {
                 s->active[s->n_active++] = r;  // the engine's reference moves to active
@@ -610,6 +755,11 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
+    // shutting down: diffusion batches stop between steps
+    for (int i = 0; i < s->n_runs; i++)
+        dllm_run_end(s, &s->runs[i], LI_ERR_BACKEND, "the server is shutting down");
+    s->n_dllm = 0;
+    dllm_runs_compact(s);
     return NULL;
 }
 
@@ -801,6 +951,35 @@ static char *models_json(li_server *s, bool one) {
     return b.data;
 }
 
+// Work bounds that need no tokens (connection thread): --max-gen, and for diffusion models
+// steps <= gen_length and gen_length within the context (the prompt is checked once tokenised).
+// False with *e filled (400 naming the limit).
+static bool check_limits(const li_server *s, const li_api_request *a, li_api_error *e) {
+    if (!s->dllm) {
+        if (a->max_tokens > s->p.max_gen)
+            return li_api_error_set(e, 400, "invalid_request_error", "max_tokens", NULL,
+                                    "max_tokens is %d; this server generates at most %d tokens "
+                                    "per request (--max-gen)", a->max_tokens, s->p.max_gen);
+        return true;
+    }
+    li_dllm_params p;
+    dllm_params_of(a, &p);
+    const char *param = a->gen_length > 0 ? "gen_length" : "max_tokens";
+    if (p.gen_length > s->p.max_gen)
+        return li_api_error_set(e, 400, "invalid_request_error", param, NULL,
+                                "gen_length is %d; this server generates at most %d tokens per "
+                                "request (--max-gen)", p.gen_length, s->p.max_gen);
+    if (p.gen_length > s->m->n_ctx)
+        return li_api_error_set(e, 400, "invalid_request_error", param, "context_length_exceeded",
+                                "gen_length %d exceeds the context of %d tokens (-c)",
+                                p.gen_length, s->m->n_ctx);
+    if (p.steps > p.gen_length)
+        return li_api_error_set(e, 400, "invalid_request_error", "steps", NULL,
+                                "steps is %d, more than gen_length %d: at most one denoising step "
+                                "per generated token", p.steps, p.gen_length);
+    return true;
+}
+
 static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
     li_api_error e;
     sreq *r = calloc(1, sizeof *r);
@@ -810,10 +989,13 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
         free(r);
         return send_error(c, x, &e);
     }
-    if (r->api.model && strcmp(r->api.model, s->model_id) && strcmp(r->api.model, s->model_path)) {
-        li_api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
-                         "The model '%.200s' does not exist; this server serves '%.200s'",
-                         r->api.model, s->model_id);
+    bool ok = true;
+    if (r->api.model && strcmp(r->api.model, s->model_id) && strcmp(r->api.model, s->model_path))
+        ok = li_api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
+                              "The model '%.200s' does not exist; this server serves '%.200s'",
+                              r->api.model, s->model_id);
+    if (ok) ok = check_limits(s, &r->api, &e);
+    if (!ok) {
         li_api_request_free(&r->api);
         free(r);
         return send_error(c, x, &e);
@@ -995,7 +1177,9 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     if (!s->p.host) s->p.host = "127.0.0.1";
     if (s->p.max_running < 1) s->p.max_running = 1;
     if (s->p.max_queue < s->p.max_running) s->p.max_queue = s->p.max_running;
+    if (s->p.max_gen < 1) s->p.max_gen = LI_SERVER_DEFAULT_MAX_GEN;
     if (s->p.default_max_tokens < 1) s->p.default_max_tokens = 256;
+    if (s->p.default_max_tokens > s->p.max_gen) s->p.default_max_tokens = s->p.max_gen;
     if (!s->p.max_body_bytes) s->p.max_body_bytes = 16u << 20;
     snprintf(s->model_id, sizeof s->model_id, "%s", p->model_id ? p->model_id : "lazyinfer");
     snprintf(s->model_path, sizeof s->model_path, "%s", p->model_path ? p->model_path : s->model_id);
@@ -1008,7 +1192,10 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
         return li_error_set(LI_ERR_INVALID_ARG, "serve: the model was loaded without a scheduler");
     }
     s->active = calloc((size_t)s->p.max_running, sizeof *s->active);
-    if (!s->active) {
+    s->runs = calloc((size_t)s->p.max_running, sizeof *s->runs);
+    if (!s->active || !s->runs) {
+        free(s->active);
+        free(s->runs);
         free(s);
         return li_error_set(LI_ERR_OOM, "out of memory");
     }
@@ -1062,6 +1249,7 @@ fail:
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->active);
+    free(s->runs);
     free(s);
     return rc;
 }
@@ -1096,5 +1284,6 @@ void li_server_stop(li_server *s) {
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->active);
+    free(s->runs);
     free(s);
 }

@@ -4,7 +4,8 @@
 // (api.c), put them on a bounded queue and wait on the request's condition variable. ONE engine
 // thread owns the li_model: between li_step calls it submits queued requests (li_submit), the
 // on_token callback appends text to the request and wakes its connection thread. Diffusion models
-// decode the requests waiting together as one li_dllm_generate_batch. See docs/SERVER.md.
+// decode the requests waiting together as one batch; batches take turns step by step. See
+// docs/SERVER.md.
 // Not here: option parsing (tools/cmd-serve.c). Tested by tests/test_server.py.
 #ifndef LI_SERVER_H
 #define LI_SERVER_H
@@ -12,6 +13,8 @@
 #include <stddef.h>
 
 #include "lazyinfer.h"
+
+#define LI_SERVER_DEFAULT_MAX_GEN 2048
 
 typedef struct {
     const char *host;        // address to bind (default "127.0.0.1")
@@ -22,6 +25,8 @@ typedef struct {
     int max_running;         // requests in the engine at once (the model's max_seqs)
     int max_queue;           // requests accepted (queued + running) before 503
     int default_max_tokens;  // chat requests without max_tokens (completions: 16, as OpenAI)
+    int max_gen;             // tokens one request may generate (max_tokens, gen_length); 0: the
+                             // default, LI_SERVER_DEFAULT_MAX_GEN
     size_t max_body_bytes;   // larger bodies: 413
     bool quiet;              // no per-request log line
 } li_server_params;
