@@ -8,6 +8,7 @@ the status codes do). Timing checks compare against the failure they guard with 
 (the machine may be loaded): a bound of tens of seconds where the broken server takes minutes.
 """
 import json
+import socket
 import sys
 import threading
 import time
@@ -115,4 +116,227 @@ def test_diffusion_shares_the_engine_and_stops_when_its_client_leaves():
         m = s.metrics()
         assert m["lazyinfer_requests_cancelled_total"] >= before["lazyinfer_requests_cancelled_total"] + 1
     finally:
+        assert s.stop() == 0
+
+
+# ---- 2. connections --------------------------------------------------------------------------------
+
+def raise_fd_limit(n):
+    """This process holds n sockets at once: raise its descriptor limit (soft up to hard)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, max(soft, n + 256))
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    if want < n + 256:
+        pytest.skip(f"needs {n + 256} file descriptors, the hard limit is {hard}")
+
+
+def connect_from(s, i, per_address=100):
+    """A socket to the server from loopback address 127.0.1.(1 + i // per_address): each address
+    stays under the per-client cap, as a crowd of clients would."""
+    sock = socket.socket()
+    sock.bind((f"127.0.1.{1 + i // per_address}", 0))
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", s.port))
+    return sock
+
+
+def health_seconds(s):
+    """Seconds a new client (127.0.0.1, its own connection) takes to get 200 from /health."""
+    t0 = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(4096)
+            assert chunk, got
+            got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got
+    return time.perf_counter() - t0
+
+
+def test_idle_and_slow_clients_cannot_lock_others_out():
+    """The check of issue 19: N idle sockets and M clients sending their headers a byte at a time
+    are open, and a new client still gets /health within 1 s (1,000 idle sockets locked every new
+    client out for up to 600 s). N = LI_CONN_IDLE (default 2000), M = LI_CONN_SLOW (default 50)."""
+    import os
+    n_idle = int(os.environ.get("LI_CONN_IDLE", "2000"))
+    n_slow = int(os.environ.get("LI_CONN_SLOW", "50"))
+    raise_fd_limit(n_idle + n_slow + 64)
+    s = Server("synth:tiny-llama", "--ctx-size", "256")
+    socks = []
+    stop = threading.Event()
+    try:
+        for i in range(n_idle):
+            socks.append(connect_from(s, i))
+        slow = [connect_from(s, n_idle + 100 + i, per_address=25) for i in range(n_slow)]
+        for x in slow:
+            x.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+
+        def trickle():  # one header byte per client every 0.2 s: never idle, never done
+            while not stop.wait(0.2):
+                for x in slow:
+                    try:
+                        x.sendall(b"X")
+                    except OSError:
+                        pass
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        socks += slow
+        # every one of them is held by the server (none was refused)
+        wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= n_idle + n_slow, 60,
+                 f"{n_idle + n_slow} connections open")
+        took = [health_seconds(s) for _ in range(3)]
+        assert max(took) < 1.0, f"/health took {took} s beside {n_idle} idle and {n_slow} slow clients"
+        st, b, _ = curl(s, "/v1/completions", {"prompt": "still served", "max_tokens": 4})
+        assert st == 200, b
+    finally:
+        stop.set()
+        for x in socks:
+            x.close()
+        assert s.stop() == 0
+
+
+def closed_within(sock, seconds):
+    """True when the server closes sock (end of stream or reset) within `seconds`; what it sends
+    before that is read and dropped."""
+    sock.settimeout(0.2)
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if sock.recv(4096) == b"":
+                return True
+        except socket.timeout:
+            continue
+        except OSError:
+            return True
+    return False
+
+
+def test_deadlines_idle_headers_body():
+    """Deadlines per phase (--idle-timeout, --header-timeout, --body-timeout): a silent socket, a
+    client sending its headers or its body a byte at a time, and a kept-alive connection left
+    idle are closed; an answer that takes longer than the idle timeout is still sent (before, a
+    silent socket or a trickling client held its connection for 600 s or forever)."""
+    s = Server("synth:tiny-llada", "--idle-timeout", "2", "--header-timeout", "2", "--body-timeout", "2")
+    stop = threading.Event()
+    try:
+        silent = socket.create_connection(("127.0.0.1", s.port))
+        heads = socket.create_connection(("127.0.0.1", s.port))
+        heads.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        body = socket.create_connection(("127.0.0.1", s.port))
+        body.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{")
+        kept = socket.create_connection(("127.0.0.1", s.port))
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+
+        def trickle():  # one byte every 0.2 s: MHD's inactivity timeout alone never fires
+            while not stop.wait(0.2):
+                for x, byte in ((heads, b"X"), (body, b" ")):
+                    try:
+                        x.sendall(byte)
+                    except OSError:
+                        pass
+        threading.Thread(target=trickle, daemon=True).start()
+        for name, x in (("silent", silent), ("slow headers", heads), ("slow body", body),
+                        ("kept alive", kept)):
+            assert closed_within(x, 20), f"the {name} connection is still open"
+        # the trickling two can only have been closed by the guard (silent ones may go to
+        # libmicrohttpd's own inactivity timeout, the same 2 s)
+        m = s.metrics()
+        assert m["lazyinfer_connections_timed_out_total"] >= 2, m
+        # 256 tokens in 256 steps take seconds, longer than the idle timeout: still answered
+        st, b, _ = curl(s, "/v1/completions", {"prompt": "x", "gen_length": 256})
+        assert st == 200, b
+    finally:
+        stop.set()
+        assert s.stop() == 0
+
+
+def raw_headers(s, head, key=None):
+    """Sends only a request's head (no body) and returns the status line the server answers with
+    within 10 s (socket.timeout if none)."""
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    sock.sendall(head.replace("\r\n\r\n", f"\r\n{auth}\r\n").encode())
+    got = b""
+    while b"\r\n" not in got:
+        chunk = sock.recv(4096)
+        assert chunk, "closed without an answer"
+        got += chunk
+    sock.close()
+    return got.split(b"\r\n")[0].decode()
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
+
+
+def test_key_size_and_type_checked_before_the_body():
+    """The API key, Content-Length against the body limit (413) and Content-Type (415) are answered
+    from the headers, before any body is read: unauthenticated clients made the server buffer up
+    to 16 MiB each (16 connections: +258 MB), and Content-Type was never checked."""
+    key = "sk-robust-%d" % SEED
+    s = Server("synth:tiny-llama", "--ctx-size", "256", api_key=key)
+    try:
+        head = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Content-Length: 10000000\r\n\r\n")
+        assert raw_headers(s, head).startswith("HTTP/1.1 401"), "no 401 before the body"
+        big = head.replace("10000000", str(20 << 20))
+        assert raw_headers(s, big, key=key).startswith("HTTP/1.1 413"), "no 413 before the body"
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x"):
+            st, b, _ = curl(s, "/v1/completions", b'{"prompt": "a", "max_tokens": 2}', key=key,
+                            headers=[f"Content-Type: {ctype}"])
+            assert_error(st, b, 415, code="unsupported_media_type")
+        st, b, _ = curl(s, "/v1/completions", b'{"prompt": "a", "max_tokens": 2}', key=key,
+                        headers=["Content-Type: application/json; charset=utf-8"])
+        assert st == 200, b
+        # 16 clients without the key push 8 MB each: the server's memory does not follow
+        rss0 = rss_mb(s.proc.pid)
+        payload = b'{"prompt": "' + b"a" * (8 << 20) + b'"}'
+
+        def push(i):
+            try:
+                with socket.create_connection(("127.0.0.1", s.port), timeout=30) as x:
+                    x.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+                    x.recv(4096)
+            except OSError:
+                pass  # the server answered 401 and closed without reading: the point
+        threads = [threading.Thread(target=push, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        grew = rss_mb(s.proc.pid) - rss0
+        assert grew < 48, f"the server's RSS grew by {grew:.0f} MB for unauthenticated bodies"
+    finally:
+        assert s.stop() == 0
+
+
+def test_per_client_cap_and_shedding():
+    """--max-connections-per-client refuses one address's surplus; past 15/16 of --max-connections
+    the idle connections nearest their deadline are shed, so a new client is still served when
+    idle sockets from many addresses fill the server."""
+    s = Server("synth:tiny-llama", "--ctx-size", "256", "--max-connections", "64",
+               "--max-connections-per-client", "8")
+    socks = []
+    try:
+        own = [connect_from(s, i, per_address=100) for i in range(12)]  # one address, cap 8
+        socks += own
+        wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= 8, 20, "8 connections")
+        refused = sum(closed_within(x, 0.5) for x in own)
+        assert refused == 4, f"{refused} of 12 connections from one address refused, want 4"
+        for i in range(120):  # 8 per address, 15 addresses: twice the cap
+            socks.append(connect_from(s, 1000 + i, per_address=8))
+        took = health_seconds(s)
+        assert took < 1.0, f"/health took {took:.2f} s with the server full of idle sockets"
+        m = s.metrics()
+        assert m["lazyinfer_connections_shed_total"] > 0 and m["lazyinfer_connections_open"] <= 64, m
+    finally:
+        for x in socks:
+            x.close()
         assert s.stop() == 0

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../src/core/core.h"
 #include "../src/server/server.h"
@@ -32,6 +33,10 @@ int cmd_serve(int argc, char **argv) {
     const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     uint64_t kv_budget = 0;
     bool quiet = false;
+    li_server_params dp = li_server_default_params();
+    int idle_timeout = (int)dp.idle_timeout_s, header_timeout = (int)dp.header_timeout_s;
+    int body_timeout = (int)dp.body_timeout_s, max_conns = (int)dp.max_connections;
+    int max_conns_client = (int)dp.max_connections_per_client;
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1)"},
@@ -51,6 +56,11 @@ int cmd_serve(int argc, char **argv) {
         {"--max-gen", NULL, OPT_INT, &max_gen, "tokens one request may generate, max_tokens or gen_length (default 2048)"},
         {"--model-name", NULL, OPT_STR, &name, "model id in /v1/models (default: the file name)"},
         {"--chat-template", NULL, OPT_STR, &chat_template, "chat format override: llama3, chatml, llada"},
+        {"--idle-timeout", NULL, OPT_INT, &idle_timeout, "seconds a connection may wait without a request, or without reading a response (default 30)"},
+        {"--header-timeout", NULL, OPT_INT, &header_timeout, "seconds from a request line to the end of its headers (default 10)"},
+        {"--body-timeout", NULL, OPT_INT, &body_timeout, "seconds from the headers to the end of the body (default 60)"},
+        {"--max-connections", NULL, OPT_INT, &max_conns, "connections open at once (default 4096; idle ones are shed past 15/16)"},
+        {"--max-connections-per-client", NULL, OPT_INT, &max_conns_client, "connections per client address (default 256; 0: no limit)"},
         {"--quiet", "-q", OPT_FLAG, &quiet, "no log line per request"},
     };
     const char *pos[1];
@@ -61,9 +71,11 @@ int cmd_serve(int argc, char **argv) {
                            opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
     if (port < 0 || port > 65535 || max_batch < 1 || max_queue < 1 || n_ctx < 0 || n_threads < 0 ||
-        max_tokens < 0 || max_gen < 1 || kv_budget > (uint64_t)INT64_MAX) {
+        max_tokens < 0 || max_gen < 1 || kv_budget > (uint64_t)INT64_MAX || idle_timeout < 1 ||
+        header_timeout < 1 || body_timeout < 1 || max_conns < 1 || max_conns_client < 0) {
         fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue, "
-                        "--max-tokens and --max-gen >= 1; -c, -t >= 0 (see --help)\n");
+                        "--max-tokens, --max-gen, the timeouts and --max-connections >= 1; -c, -t, "
+                        "--max-connections-per-client >= 0 (see --help)\n");
         return 2;
     }
     if (max_tokens == 0) max_tokens = max_gen < 256 ? max_gen : 256;
@@ -106,9 +118,28 @@ int cmd_serve(int argc, char **argv) {
     char id[256];
     if (name) snprintf(id, sizeof id, "%s", name);
     else model_id_of(mp.path, id, sizeof id);
-    li_server_params sp = {.host = host, .port = port, .api_key = api_key, .model_id = id,
-                           .model_path = mp.path, .max_running = max_batch, .max_queue = max_queue,
-                           .default_max_tokens = max_tokens, .max_gen = max_gen, .quiet = quiet};
+    li_server_params sp = dp;
+    sp.host = host;
+    sp.port = port;
+    sp.api_key = api_key;
+    sp.model_id = id;
+    sp.model_path = mp.path;
+    sp.max_running = max_batch;
+    sp.max_queue = max_queue;
+    sp.default_max_tokens = max_tokens;
+    sp.max_gen = max_gen;
+    sp.quiet = quiet;
+    sp.idle_timeout_s = (unsigned)idle_timeout;
+    sp.header_timeout_s = (unsigned)header_timeout;
+    sp.body_timeout_s = (unsigned)body_timeout;
+    sp.max_connections = (unsigned)max_conns;
+    sp.max_connections_per_client = (unsigned)max_conns_client;
+    // every connection is a descriptor: take the hard limit (li_server_start stays below it)
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     li_server *s;
     if (li_server_start(&s, m, &sp) != LI_OK) {
         li_model_free(m);

@@ -88,6 +88,16 @@ void li_metrics_engine(li_metrics *mx, const li_cache_stats *cs, int running, in
     pthread_mutex_unlock(&mx->mu);
 }
 
+void li_metrics_connections(li_metrics *mx, int open, int64_t timed_out, int64_t shed,
+                            int64_t refused) {
+    pthread_mutex_lock(&mx->mu);
+    mx->conns_open = open;
+    mx->conns_timed_out = timed_out;
+    mx->conns_shed = shed;
+    mx->conns_refused = refused;
+    pthread_mutex_unlock(&mx->mu);
+}
+
 static li_status histogram(li_buf *b, const char *name, const char *help, const li_histogram *h) {
     LI_TRY(li_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name));
     int64_t cum = 0;
@@ -119,6 +129,14 @@ li_status li_metrics_render(li_metrics *mx, li_buf *b) {
                  "requests whose client disconnected before the end", (double)m.cancelled));
     LI_TRY(gauge(b, "lazyinfer_requests_running", "gauge", "requests in the engine", m.running));
     LI_TRY(gauge(b, "lazyinfer_requests_waiting", "gauge", "requests queued in the server", m.waiting));
+    LI_TRY(gauge(b, "lazyinfer_connections_open", "gauge", "HTTP connections open", m.conns_open));
+    LI_TRY(gauge(b, "lazyinfer_connections_timed_out_total", "counter",
+                 "connections closed by a deadline (idle, headers, body)", (double)m.conns_timed_out));
+    LI_TRY(gauge(b, "lazyinfer_connections_shed_total", "counter",
+                 "idle connections closed to make room for new ones", (double)m.conns_shed));
+    LI_TRY(gauge(b, "lazyinfer_connections_refused_total", "counter",
+                 "connections refused at --max-connections (every other one busy)",
+                 (double)m.conns_refused));
     LI_TRY(histogram(b, "lazyinfer_time_to_first_token_seconds",
                      "time from request arrival to the first generated token", &m.ttft));
     LI_TRY(histogram(b, "lazyinfer_request_duration_seconds",

@@ -32,6 +32,8 @@ typedef struct {
     int64_t tps_second[LI_METRICS_TPS_WINDOW];
     int64_t dllm_batches, dllm_batched;  // diffusion batches of >= 2 requests, requests in them
     int running, waiting;  // requests in the engine / queued in the server
+    int conns_open;        // connections (conn.h), set before each render
+    int64_t conns_timed_out, conns_shed, conns_refused;
     li_cache_stats cache;  // last snapshot by the engine thread
 } li_metrics;
 
@@ -44,6 +46,8 @@ void li_metrics_tokens(li_metrics *mx, int n);  // tokens generated just now
 void li_metrics_cancelled(li_metrics *mx);
 void li_metrics_dllm_batch(li_metrics *mx, int n);  // n >= 2 diffusion requests decoded together
 void li_metrics_engine(li_metrics *mx, const li_cache_stats *cs, int running, int waiting);
+void li_metrics_connections(li_metrics *mx, int open, int64_t timed_out, int64_t shed,
+                            int64_t refused);
 // Appends the Prometheus text to b.
 li_status li_metrics_render(li_metrics *mx, li_buf *b);
 

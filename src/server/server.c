@@ -13,6 +13,8 @@
 // batch (li_dllm_batch_begin); batches take turns one denoising step each, so a long request
 // cannot starve later ones, and a request whose client left is dropped between two steps.
 // Streaming responses are MHD callback responses whose reader blocks until text arrives.
+// Connections: conn.c's guard holds each phase to a deadline and sheds idle connections; what the
+// headers decide (route, key, Content-Length, Content-Type) is answered before the body is read.
 // Not here: TLS (bind to localhost, or put a proxy in front), n > 1, logprobs, tools.
 // Every sreq is reference-counted (connection context, engine, stream response); one mutex
 // (srv->mu) guards every sreq field that two threads touch.
@@ -27,11 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include "../engine/engine.h"
 #include "api.h"
+#include "conn.h"
 #include "metrics.h"
 
 typedef enum { SR_QUEUED, SR_SUBMITTED, SR_DONE } sr_state;
@@ -46,6 +51,7 @@ struct sreq {
     char id[48];
     double t_arrive, t_first;  // li_time_ms
     int fd;                    // client socket, to notice a disconnect while waiting
+    struct MHD_Connection *conn;  // a stream's connection (its reader runs on that thread)
     // engine side (engine thread only)
     int64_t engine_id;
     int n_predict;
@@ -84,10 +90,12 @@ struct li_server {
     int n_dllm;                // diffusion requests in them
     uint64_t id_counter;
     li_metrics mx;
+    li_conn_guard *guard;  // connection deadlines and shedding (conn.h)
 };
 
 // Per-HTTP-request context (MHD's con_cls): the body as it arrives, what to log.
 typedef struct {
+    li_server *srv;
     double t0;
     char method[16], url[128];
     int endpoint;  // 0 completions, 1 chat, 2 other
@@ -806,6 +814,13 @@ static bool has_output(const sreq *r) {
     return r->state == SR_DONE || r->safe > r->sent;
 }
 
+// Restarts libmicrohttpd's inactivity timeout: the writes that follow must make progress within
+// --idle-timeout (a client that stops reading is closed then), however long the answer took.
+static void refresh_timeout(li_server *s, struct MHD_Connection *c) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->p.idle_timeout_s);
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, conn_ctx *x, int status,
                                  const char *ctype, char *body) {
     if (!body) {
@@ -824,6 +839,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, conn_ctx *x, int stat
     if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     x->status = status;
+    refresh_timeout(x->srv, c);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -910,6 +926,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         next_events_locked(r);
         pthread_mutex_unlock(&s->mu);
+        refresh_timeout(s, r->conn);  // the wait was ours, not the client's
     }
 }
 
@@ -1042,6 +1059,7 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     }
     if (r->api.stream) {
         r->refs++;  // the stream response's
+        r->conn = c;
         pthread_mutex_unlock(&s->mu);
         struct MHD_Response *resp =
             MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, r, stream_free);
@@ -1052,6 +1070,7 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         x->status = 200;
+        refresh_timeout(s, c);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -1065,20 +1084,81 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     return send_json(c, x, 200, body);
 }
 
+// The connection's guard entry (conn.h), set when it opened.
+static li_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+// What the headers alone decide, answered before any byte of the body is read (a client without
+// the key, with a body over the limit or of another type costs no memory): route, method, API key,
+// Content-Length, Content-Type. Returns true with *ret set when it answered.
+static bool answer_from_headers(li_server *s, struct MHD_Connection *c, conn_ctx *x,
+                                const char *url, const char *method, enum MHD_Result *ret) {
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    bool models = !strcmp(url, "/v1/models"), model_one = !strncmp(url, "/v1/models/", 11);
+    if (!strcmp(url, "/health") || !strcmp(url, "/metrics")) {
+        if (get) return false;
+        *ret = send_err(c, x, 405, "invalid_request_error", NULL, "use GET");
+        return true;
+    }
+    if (!models && !model_one && x->endpoint == 2) {
+        *ret = send_err(c, x, 404, "invalid_request_error", "unknown_url",
+                        "unknown URL (see docs/SERVER.md)");
+        return true;
+    }
+    if (!auth_ok(s, c)) {
+        *ret = send_err(c, x, 401, "invalid_request_error", "invalid_api_key",
+                        "missing or incorrect API key: send 'Authorization: Bearer KEY'");
+        return true;
+    }
+    if (models || model_one) {
+        if (get) return false;
+        *ret = send_err(c, x, 405, "invalid_request_error", NULL, "use GET");
+        return true;
+    }
+    if (!post) {
+        *ret = send_err(c, x, 405, "invalid_request_error", NULL, "use POST");
+        return true;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->p.max_body_bytes);
+        *ret = send_err(c, x, 413, "invalid_request_error", "request_too_large", msg);
+        return true;
+    }
+    // JSON bodies only; no Content-Type is taken as JSON (as most servers of this API do)
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    size_t n = ct ? strcspn(ct, "; \t") : 0;
+    if (ct && !(n == 16 && !strncasecmp(ct, "application/json", 16))) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "Content-Type '%.100s' is not supported: send "
+                 "'Content-Type: application/json'", ct);
+        *ret = send_err(c, x, 415, "invalid_request_error", "unsupported_media_type", msg);
+        return true;
+    }
+    return false;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version, const char *upload,
                                  size_t *upload_size, void **con_cls) {
     li_server *s = cls;
     conn_ctx *x = *con_cls;
     (void)version;
-    if (!x) {
+    if (!x) {  // the headers are in
         x = calloc(1, sizeof *x);
         if (!x) return MHD_NO;
+        x->srv = s;
         x->t0 = now_ms();
         snprintf(x->method, sizeof x->method, "%s", method);
         snprintf(x->url, sizeof x->url, "%s", url);
         x->endpoint = !strcmp(url, "/v1/completions") ? 0 : !strcmp(url, "/v1/chat/completions") ? 1 : 2;
         *con_cls = x;
+        enum MHD_Result ret;
+        if (answer_from_headers(s, c, x, url, method, &ret)) return ret;
+        li_conn_set_phase(s->guard, conn_of(c), strcmp(method, "POST") ? LI_CONN_BUSY : LI_CONN_BODY);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -1087,13 +1167,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         *upload_size = 0;
         return MHD_YES;
     }
-    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
-    if (!strcmp(url, "/health")) {
-        if (!get) return send_err(c, x, 405, "invalid_request_error", NULL, "use GET /health");
-        return send_json(c, x, 200, strdup("{\"status\": \"ok\"}"));
-    }
+    li_conn_set_phase(s->guard, conn_of(c), LI_CONN_BUSY);
+    // answering may take long (the engine, a stream): libmicrohttpd's inactivity timeout waits
+    // (refreshed before each write, refresh_timeout)
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    if (!strcmp(url, "/health")) return send_json(c, x, 200, strdup("{\"status\": \"ok\"}"));
     if (!strcmp(url, "/metrics")) {
-        if (!get) return send_err(c, x, 405, "invalid_request_error", NULL, "use GET /metrics");
+        int open;
+        int64_t timed_out, shed, refused;
+        li_conn_counts(s->guard, &open, &timed_out, &shed, &refused);
+        li_metrics_connections(&s->mx, open, timed_out, shed, refused);
         li_buf b = {0};
         if (li_metrics_render(&s->mx, &b) != LI_OK) {
             li_buf_free(&b);
@@ -1102,20 +1185,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         li_buf_append(&b, "", 1);
         return send_text(c, x, 200, "text/plain; version=0.0.4", b.data);
     }
-    bool models = !strcmp(url, "/v1/models"), model_one = !strncmp(url, "/v1/models/", 11);
-    if (!models && !model_one && x->endpoint == 2)
-        return send_err(c, x, 404, "invalid_request_error", "unknown_url", "unknown URL (see docs/SERVER.md)");
-    if (!auth_ok(s, c))
-        return send_err(c, x, 401, "invalid_request_error", "invalid_api_key",
-                        "missing or incorrect API key: send 'Authorization: Bearer KEY'");
-    if (models || model_one) {
-        if (!get) return send_err(c, x, 405, "invalid_request_error", NULL, "use GET");
-        if (model_one && strcmp(url + 11, s->model_id) && strcmp(url + 11, s->model_path))
+    if (!strcmp(url, "/v1/models")) return send_json(c, x, 200, models_json(s, false));
+    if (!strncmp(url, "/v1/models/", 11)) {
+        if (strcmp(url + 11, s->model_id) && strcmp(url + 11, s->model_path))
             return send_err(c, x, 404, "invalid_request_error", "model_not_found", "no such model");
-        return send_json(c, x, 200, models_json(s, model_one));
+        return send_json(c, x, 200, models_json(s, true));
     }
-    if (!post) return send_err(c, x, 405, "invalid_request_error", NULL, "use POST");
-    if (x->too_big) {
+    if (x->too_big) {  // a chunked body (no Content-Length) that grew past the limit
         char msg[128];
         snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->p.max_body_bytes);
         return send_err(c, x, 413, "invalid_request_error", "request_too_large", msg);
@@ -1123,12 +1199,33 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     return handle_completion(s, c, x);
 }
 
+// libmicrohttpd: a request line arrived (its headers are coming).
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    li_server *s = cls;
+    (void)uri;
+    li_conn_set_phase(s->guard, conn_of(c), LI_CONN_HEADERS);
+    return NULL;
+}
+
+// libmicrohttpd: a connection opened or closed (the guard's list).
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    li_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? li_conn_open(s->guard, ci->connect_fd) : NULL;
+    } else {
+        li_conn_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 // One log line per request, metrics, and the cancel of a stream whose client went away.
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     li_server *s = cls;
     conn_ctx *x = *con_cls;
-    (void)c;
+    li_conn_set_phase(s->guard, conn_of(c), LI_CONN_IDLE);  // kept alive: the next request's wait
     if (!x) return;
     double t = now_ms();
     int n_prompt = 0, n_gen = 0;
@@ -1168,6 +1265,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 // ---- lifetime --------------------------------------------------------------------------------
 
+li_server_params li_server_default_params(void) {
+    return (li_server_params){.host = "127.0.0.1", .port = 8080, .max_running = 8, .max_queue = 256,
+                              .default_max_tokens = 256, .max_gen = LI_SERVER_DEFAULT_MAX_GEN,
+                              .max_body_bytes = 16u << 20, .idle_timeout_s = 30,
+                              .header_timeout_s = 10, .body_timeout_s = 60,
+                              .max_connections = 4096, .max_connections_per_client = 256};
+}
+
 li_status li_server_start(li_server **out, li_model *m, const li_server_params *p) {
     *out = NULL;
     li_server *s = calloc(1, sizeof *s);
@@ -1186,6 +1291,24 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     snprintf(s->api_key, sizeof s->api_key, "%s", p->api_key ? p->api_key : "");
     s->p.host = NULL;  // borrowed strings are copied above or used only here
     s->p.model_id = s->p.model_path = s->p.api_key = NULL;
+    li_server_params d = li_server_default_params();
+    if (!s->p.idle_timeout_s) s->p.idle_timeout_s = d.idle_timeout_s;
+    if (!s->p.header_timeout_s) s->p.header_timeout_s = d.header_timeout_s;
+    if (!s->p.body_timeout_s) s->p.body_timeout_s = d.body_timeout_s;
+    if (!s->p.max_connections) s->p.max_connections = d.max_connections;
+    // A connection is a descriptor: stay below the process's limit. libmicrohttpd's own limit
+    // is twice ours, so that connections the guard shut and it has not closed yet never keep a
+    // new client out (the guard counts connections open and not shut, conn.h).
+    unsigned fd_room = 1u << 20;
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+        fd_room = nofile.rlim_cur > 128 ? (unsigned)nofile.rlim_cur - 64 : 64;
+    if (s->p.max_connections > fd_room) {
+        LI_WARN("serve: %u connections need more file descriptors than the limit of %u "
+                "(ulimit -n): at most %u", s->p.max_connections, fd_room + 64, fd_room);
+        s->p.max_connections = fd_room;
+    }
+    unsigned mhd_limit = s->p.max_connections * 2 < fd_room ? s->p.max_connections * 2 : fd_room;
     s->dllm = m->llada != NULL;
     if (!s->dllm && !m->sched) {
         free(s);
@@ -1202,6 +1325,13 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
     li_metrics_init(&s->mx);
+    unsigned reserve = s->p.max_connections / 16 > 0 ? s->p.max_connections / 16 : 1;
+    li_conn_limits lim = {.idle_s = s->p.idle_timeout_s, .header_s = s->p.header_timeout_s,
+                          .body_s = s->p.body_timeout_s, .max_open = (int)s->p.max_connections,
+                          .shed_at = (int)(s->p.max_connections > reserve
+                                               ? s->p.max_connections - reserve : 1)};
+    li_status rc = li_conn_guard_start(&s->guard, &lim);
+    if (rc != LI_OK) goto fail;
 
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
@@ -1210,14 +1340,14 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     snprintf(port, sizeof port, "%d", p->port);
     const char *host = p->host ? p->host : "127.0.0.1";
     int gai = getaddrinfo(host, port, &hints, &ai);
-    li_status rc = LI_OK;
     if (gai != 0) {
         rc = li_error_set(LI_ERR_INVALID_ARG, "serve: cannot resolve host '%s': %s", host,
                           gai_strerror(gai));
         goto fail;
     }
+    // ITC: a connection thread that ends wakes the listening thread, which frees its slot at once
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     if (pthread_create(&s->engine, NULL, engine_main, s) != 0) {
         freeaddrinfo(ai);
@@ -1226,8 +1356,11 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     }
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR,
                                  ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+                                 MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->p.max_connections_per_client,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, s->p.idle_timeout_s,
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
@@ -1245,6 +1378,7 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     *out = s;
     return LI_OK;
 fail:
+    li_conn_guard_stop(s->guard);
     li_metrics_free(&s->mx);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
@@ -1280,6 +1414,7 @@ void li_server_stop(li_server *s) {
     for (int i = 0; i < s->n_active; i++) sreq_unref(s, s->active[i]);
     s->n_active = 0;
     MHD_stop_daemon(s->daemon);
+    li_conn_guard_stop(s->guard);
     li_metrics_free(&s->mx);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);

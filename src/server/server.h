@@ -29,7 +29,17 @@ typedef struct {
                              // default, LI_SERVER_DEFAULT_MAX_GEN
     size_t max_body_bytes;   // larger bodies: 413
     bool quiet;              // no per-request log line
+    // Connections (conn.h): a connection without a request (new, or kept alive after a response)
+    // and a response the client stops reading are closed after idle_timeout_s; a request's
+    // headers must arrive within header_timeout_s of its request line, its body within
+    // body_timeout_s of its headers.
+    unsigned idle_timeout_s, header_timeout_s, body_timeout_s;
+    unsigned max_connections;             // open at once (within RLIMIT_NOFILE); more: refused,
+                                          // and past 15/16 of it idle ones are shed
+    unsigned max_connections_per_client;  // per client address; 0: no limit
 } li_server_params;
+
+li_server_params li_server_default_params(void);
 
 typedef struct li_server li_server;
 
