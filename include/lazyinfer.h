@@ -170,6 +170,9 @@ typedef struct {
     const char *id;        // optional caller id, for logs
 } li_doc;
 
+// A request's token ids made ahead of li_submit (li_request_tokenize): its blocks and query.
+typedef struct li_request_tokens li_request_tokens;
+
 typedef struct {
     const char *system;     // optional system message
     const li_doc *docs;     // (n_docs) documents, in prompt order
@@ -180,6 +183,9 @@ typedef struct {
     bool chat;              // format through the model's chat template
     li_generate_params gen; // on_token / user are called from li_step
     float *first_logits;    // optional (V): receives the logits the first token was drawn from
+    li_request_tokens *tokens;  // optional: system/docs/query tokenised by li_request_tokenize
+                                // (then not tokenised again; li_submit moves the ids out of it,
+                                // the caller still frees it)
 } li_request;
 
 typedef struct {
@@ -195,6 +201,13 @@ typedef struct {
     double ttft_ms;         // submit → first token
     double total_ms;        // submit → finished
 } li_request_result;
+
+// Tokenises a request's system/docs/query into its blocks and query, as li_submit would. It reads
+// only the tokenizer, so any thread may call it while another one steps the model (a server
+// tokenises on its connection threads, never stalling the engine). *out: li_request_tokens_free.
+li_status li_request_tokenize(const li_model *m, const li_request *q, li_request_tokens **out);
+int li_request_tokens_count(const li_request_tokens *t);  // prompt tokens, blocks + query
+void li_request_tokens_free(li_request_tokens *t);        // NULL is a no-op
 
 // Queues a request (everything it points to is copied or tokenised here, except the callbacks
 // and first_logits). *id identifies it for li_result.

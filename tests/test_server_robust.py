@@ -8,6 +8,7 @@ the status codes do). Timing checks compare against the failure they guard with 
 (the machine may be loaded): a bound of tens of seconds where the broken server takes minutes.
 """
 import json
+import random
 import socket
 import sys
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from harness import Server, assert_error, client, curl, open_stream  # noqa: E402
+from harness import ROOT, Server, assert_error, client, curl, open_stream  # noqa: E402
 from seeding import li_seed  # noqa: E402
 
 SEED = li_seed("test_server_robust.py")
@@ -339,4 +340,65 @@ def test_per_client_cap_and_shedding():
     finally:
         for x in socks:
             x.close()
+        assert s.stop() == 0
+
+
+# ---- 3. tokenization off the engine thread, once per request ---------------------------------------
+
+def test_huge_prompt_does_not_stall_streams():
+    """A 15 MB chat without max_tokens is refused (400) without stalling a running stream: it was
+    tokenised on the engine thread, up to 9 times (the default max_tokens halved until it fit),
+    and every stream stopped for seconds meanwhile."""
+    model = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not model.exists():
+        pytest.skip("default model not fetched (make setup)")
+    s = Server(str(model), "--ctx-size", "2048")
+    try:
+        sock = open_stream(s, "/v1/completions", {"prompt": "Tell me a story", "max_tokens": 1500,
+                                                  "ignore_eos": True, "stream": True})
+        arrivals = []
+
+        def read():
+            sock.settimeout(60)
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                arrivals.append(time.perf_counter())
+        threading.Thread(target=read, daemon=True).start()
+        wait_for(lambda: len(arrivals) >= 10, 60, "the stream's first events")
+        r = random.Random(f"{SEED}-huge")
+        words = "apple river stone cloud garden window silver music paper candle".split()
+        huge = " ".join(r.choice(words) for _ in range(15_000_000 // 6))
+        t0 = time.perf_counter()
+        st, b, _ = curl(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": huge}]})
+        t1 = time.perf_counter()
+        assert_error(st, b, 400, code="context_length_exceeded")
+        time.sleep(0.5)
+        during = [b - a for a, b in zip(arrivals, arrivals[1:]) if t0 <= b <= t1 + 0.3]
+        assert during, "the stream sent nothing while the prompt was refused"
+        # one event per token every ~20 ms; the old server stalled it for several seconds
+        assert max(during) < 2.5, f"the stream stalled {max(during):.2f} s while a 15 MB prompt was refused"
+        sock.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_default_max_tokens_fills_the_context():
+    """Without max_tokens a chat gets what the context leaves, up to --max-tokens, from one
+    tokenisation (the default was halved and the prompt tokenised again until it fit)."""
+    s = Server("synth:tiny-llama", "--ctx-size", "512")
+    try:
+        text = "".join(random.Random(f"{SEED}-fill").choice("abcdefgh ") for _ in range(400))
+        st, b, _ = curl(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": text}],
+                                                     "ignore_eos": True})
+        assert st == 200, b
+        u = b["usage"]
+        assert u["prompt_tokens"] > 256, u
+        assert u["completion_tokens"] == 512 - u["prompt_tokens"], u
+        assert b["choices"][0]["finish_reason"] == "length", b
+    finally:
         assert s.stop() == 0

@@ -184,29 +184,53 @@ static void request_free_memory(request *r) {
     free(r);
 }
 
-static li_status add_block(request *r, int32_t *tokens, int n) {
-    block *b = realloc(r->blocks, (size_t)(r->n_blocks + 1) * sizeof *b);
+// A request's token ids before it is submitted: its blocks and its query (li_request_tokenize).
+typedef struct {
+    int32_t *tokens;
+    int n;
+} block_tokens;
+
+struct li_request_tokens {
+    block_tokens *blocks;  // (n_blocks) system block, then documents
+    int n_blocks;
+    int32_t *query;        // (n_query)
+    int n_query;
+};
+
+void li_request_tokens_free(li_request_tokens *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n_blocks; i++) free(t->blocks[i].tokens);
+    free(t->blocks);
+    free(t->query);
+    free(t);
+}
+
+int li_request_tokens_count(const li_request_tokens *t) {
+    int64_t n = t->n_query;
+    for (int i = 0; i < t->n_blocks; i++) n += t->blocks[i].n;
+    return n > INT32_MAX ? INT32_MAX : (int)n;
+}
+
+static li_status add_block(li_request_tokens *t, int32_t *tokens, int n) {
+    block_tokens *b = realloc(t->blocks, (size_t)(t->n_blocks + 1) * sizeof *b);
     if (!b) {
         free(tokens);
         return li_error_set(LI_ERR_OOM, "out of memory");
     }
-    r->blocks = b;
-    memset(&b[r->n_blocks], 0, sizeof *b);
-    b[r->n_blocks].tokens = tokens;
-    b[r->n_blocks].n = n;
-    r->n_blocks++;
+    t->blocks = b;
+    b[t->n_blocks++] = (block_tokens){tokens, n};
     return LI_OK;
 }
 
-// Tokenises the request into blocks + query (ARCHITECTURE.md §3.1; README "Documents").
-static li_status build_blocks(li_model *m, const li_request *q, request *r, int32_t **query,
-                              int *n_query) {
+// Tokenises the request into blocks + query (ARCHITECTURE.md §3.1; README "Documents"). Reads
+// only the tokenizer: any thread may call it while another steps the model.
+static li_status build_blocks(const li_model *m, const li_request *q, li_request_tokens *r) {
     char *prefix = NULL, *suffix = NULL;
     int32_t *ids = NULL;
     int n = 0;
     li_status rc = LI_OK;
-    *query = NULL;
-    *n_query = 0;
+    int32_t **query = &r->query;
+    int *n_query = &r->n_query;
     if (q->chat) {
         if ((rc = chat_split(m, q->system, &prefix, &suffix)) != LI_OK) goto out;
         if (*prefix) {
@@ -300,11 +324,26 @@ out:
     free(ids);
     free(prefix);
     free(suffix);
-    if (rc != LI_OK) {
-        free(*query);
-        *query = NULL;
-    }
     return rc;
+}
+
+li_status li_request_tokenize(const li_model *m, const li_request *q, li_request_tokens **out) {
+    *out = NULL;
+    if (!m->sched)
+        return li_error_set(LI_ERR_INVALID_ARG, "the model has no request scheduler");
+    if (q->prompt_ids || q->tokens)
+        return li_error_set(LI_ERR_INVALID_ARG, "the request is tokenised already");
+    if (q->n_docs < 0 || (q->n_docs > 0 && !q->docs))
+        return li_error_set(LI_ERR_INVALID_ARG, "bad document list");
+    li_request_tokens *t = calloc(1, sizeof *t);
+    if (!t) return li_error_set(LI_ERR_OOM, "out of memory");
+    li_status rc = build_blocks(m, q, t);
+    if (rc != LI_OK) {
+        li_request_tokens_free(t);
+        return rc;
+    }
+    *out = t;
+    return LI_OK;
 }
 
 li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
@@ -322,9 +361,10 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
     int32_t *query = NULL;
     int n_query = 0;
     li_status rc;
+    li_request_tokens own = {0}, *t = q->tokens ? q->tokens : &own;
     if (q->prompt_ids) {
-        if (q->n_docs || q->query || q->system) {
-            rc = li_error_set(LI_ERR_INVALID_ARG, "give either prompt_ids or system/docs/query");
+        if (q->n_docs || q->query || q->system || q->tokens) {
+            rc = li_error_set(LI_ERR_INVALID_ARG, "give one of prompt_ids, tokens, system/docs/query");
             goto fail;
         }
         if (q->n_prompt_ids < 1) {
@@ -334,8 +374,25 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
         int cap = 0;
         if ((rc = append_tokens(&query, &n_query, &cap, q->prompt_ids, q->n_prompt_ids)) != LI_OK)
             goto fail;
-    } else if ((rc = build_blocks(m, q, r, &query, &n_query)) != LI_OK) {
-        goto fail;
+    } else {
+        if (!q->tokens && (rc = build_blocks(m, q, &own)) != LI_OK) goto fail;
+        // the tokens move into the request (q->tokens is left empty)
+        if (t->n_blocks && !(r->blocks = calloc((size_t)t->n_blocks, sizeof *r->blocks))) {
+            rc = li_error_set(LI_ERR_OOM, "out of memory");
+            goto fail;
+        }
+        for (int b = 0; b < t->n_blocks; b++) {
+            r->blocks[b].tokens = t->blocks[b].tokens;
+            r->blocks[b].n = t->blocks[b].n;
+        }
+        r->n_blocks = t->n_blocks;
+        free(t->blocks);
+        t->blocks = NULL;
+        t->n_blocks = 0;
+        query = t->query;
+        n_query = t->n_query;
+        t->query = NULL;
+        t->n_query = 0;
     }
     // block offsets Δ (contiguous: page padding never shifts positions), ids in range, context
     int64_t delta = 0;
@@ -409,6 +466,9 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
     return LI_OK;
 fail:
     free(query);
+    for (int b = 0; b < own.n_blocks; b++) free(own.blocks[b].tokens);
+    free(own.blocks);
+    free(own.query);
     request_free_memory(r);
     return rc;
 }

@@ -1,10 +1,11 @@
 // server.c — HTTP layer (libmicrohttpd, thread per connection) and the engine thread of
 // `lazyinfer serve` (server.h).
 //
-// A request's life: the connection thread parses the body (api.c), checks key and model, puts an
-// sreq on the queue (bounded: 503 beyond max_queue) and waits. The engine thread takes queued
-// requests while fewer than max_running are in the engine, submits them (li_submit tokenises;
-// context overflow is a 400 here), and loops li_step. on_token (engine thread, inside li_step)
+// A request's life: the connection thread parses the body (api.c), checks key, model and limits,
+// tokenises the prompt once (prepare_prompt; context overflow is a 400 here), puts an sreq on the
+// queue (bounded: 503 beyond max_queue) and waits. The engine thread takes queued requests while
+// fewer than max_running are in the engine, submits their tokens (li_submit, which tokenises
+// nothing more), and loops li_step. on_token (engine thread, inside li_step)
 // decodes the token, appends it to the request's text, looks for stop strings and wakes the
 // connection thread; returning false when the client is gone or a stop string matched makes the
 // scheduler finish the request at the end of that step, which frees its sequence and pages.
@@ -52,9 +53,16 @@ struct sreq {
     double t_arrive, t_first;  // li_time_ms
     int fd;                    // client socket, to notice a disconnect while waiting
     struct MHD_Connection *conn;  // a stream's connection (its reader runs on that thread)
+    // the prompt, tokenised once on the connection thread (prepare_prompt): tok (blocks + query
+    // of an autoregressive request with documents or a one-turn chat), else ids
+    li_request_tokens *tok;
+    int32_t *ids;  // (n_ids)
+    int n_ids;
+    bool own_ids;
+    int n_predict;  // tokens it may generate (autoregressive)
+    uint64_t seed;
     // engine side (engine thread only)
     int64_t engine_id;
-    int n_predict;
     // output, under srv->mu
     sr_state state;
     li_buf text;   // generated text, stop string trimmed
@@ -115,6 +123,8 @@ static void sreq_unref(li_server *s, sreq *r) {
     int left = --r->refs;
     pthread_mutex_unlock(&s->mu);
     if (left > 0) return;
+    li_request_tokens_free(r->tok);
+    if (r->own_ids) li_free_tokens(r->ids);
     li_api_request_free(&r->api);
     li_buf_free(&r->text);
     free(r->pending);
@@ -133,7 +143,9 @@ static void done_locked(li_server *s, sreq *r) {
     pthread_cond_broadcast(&r->cv);
 }
 
-static void fail_locked(li_server *s, sreq *r, li_status st, const char *msg) {
+// The answer to an engine status: limits are 400 context_length_exceeded, bad input 400, the
+// rest 500. Returns false (for `return error_of(...)`).
+static bool error_of(li_api_error *e, li_status st, const char *msg) {
     int status = 500;
     const char *type = "server_error", *code = NULL;
     switch (st) {
@@ -152,7 +164,11 @@ static void fail_locked(li_server *s, sreq *r, li_status st, const char *msg) {
     default:
         break;
     }
-    li_api_error_set(&r->err, status, type, NULL, code, "%s", msg);
+    return li_api_error_set(e, status, type, NULL, code, "%s", msg);
+}
+
+static void fail_locked(li_server *s, sreq *r, li_status st, const char *msg) {
+    error_of(&r->err, st, msg);
     r->failed = true;
     done_locked(s, r);
 }
@@ -251,46 +267,16 @@ static uint64_t fresh_seed(li_server *s) {
     return ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ (++s->id_counter << 32);
 }
 
-// Submits r to the scheduler (engine thread). On failure r is failed and false returned.
+// Submits r, tokenised by prepare_prompt, to the scheduler (engine thread: no tokenising here).
+// On failure r is failed and false returned.
 static bool submit(li_server *s, sreq *r) {
     const li_api_request *a = &r->api;
     li_request q = {0};
-    li_doc *docs = NULL;
-    int32_t *ids = NULL;
-    int n_ids = 0;
-    li_status rc = LI_OK;
-    if (a->n_docs) {
-        docs = calloc((size_t)a->n_docs, sizeof *docs);
-        if (!docs) {
-            fail_request(s, r, LI_ERR_OOM, "out of memory");
-            return false;
-        }
-        for (int i = 0; i < a->n_docs; i++)
-            docs[i] = (li_doc){.text = a->docs[i].text, .len = a->docs[i].len, .id = a->docs[i].id};
-        q.docs = docs;
-        q.n_docs = a->n_docs;
-    }
-    if (a->endpoint == LI_API_CHAT) {
-        const char *system, *user;
-        if (simple_chat(a, &system, &user)) {
-            q.chat = true;
-            q.system = system;
-            q.query = user;
-        } else if (a->n_docs) {
-            rc = li_error_set(LI_ERR_INVALID_ARG, "with 'documents' the messages must be one user "
-                              "message, optionally after one system message");
-        } else {
-            rc = chat_tokens(s, a, &ids, &n_ids);
-            q.prompt_ids = ids;
-            q.n_prompt_ids = n_ids;
-        }
-    } else if (a->prompt_ids) {
-        if (a->n_docs)
-            rc = li_error_set(LI_ERR_INVALID_ARG, "'documents' need a text prompt, not token ids");
-        q.prompt_ids = a->prompt_ids;
-        q.n_prompt_ids = a->n_prompt_ids;
+    if (r->tok) {
+        q.tokens = r->tok;
     } else {
-        q.query = a->prompt;
+        q.prompt_ids = r->ids;
+        q.n_prompt_ids = r->n_ids;
     }
     q.gen = li_generate_default_params();
     q.gen.stop_at_eos = !a->ignore_eos;
@@ -302,28 +288,16 @@ static bool submit(li_server *s, sreq *r) {
     sp.top_p = a->has_top_p ? (float)a->top_p : 1.0f;
     sp.top_k = a->top_k >= 0 ? a->top_k : 0;
     sp.min_p = a->min_p >= 0 ? (float)a->min_p : 0.0f;
-    sp.seed = a->has_seed ? a->seed : fresh_seed(s);
+    sp.seed = r->seed;
     q.gen.sampling = sp;
-    bool explicit_max = a->max_tokens > 0;
-    int n_predict = explicit_max ? a->max_tokens
-                    : a->endpoint == LI_API_CHAT ? s->p.default_max_tokens : 16;
+    q.gen.n_predict = r->n_predict;
     int64_t id = -1;
-    while (rc == LI_OK) {
-        q.gen.n_predict = n_predict;
-        rc = li_submit(s->m, &q, &id);
-        // without an explicit max_tokens, shrink the default until the prompt fits the context
-        if (rc != LI_ERR_LIMIT || explicit_max || n_predict == 1) break;
-        n_predict /= 2;
-        rc = LI_OK;
-    }
-    free(docs);
-    li_free_tokens(ids);
+    li_status rc = li_submit(s->m, &q, &id);
     if (rc != LI_OK) {
         fail_request(s, r, rc, li_last_error());
         return false;
     }
     r->engine_id = id;
-    r->n_predict = n_predict;
     pthread_mutex_lock(&s->mu);
     r->state = SR_SUBMITTED;
     pthread_cond_broadcast(&r->cv);
@@ -336,9 +310,8 @@ static bool submit(li_server *s, sreq *r) {
 typedef struct {
     li_server *s;
     sreq *r;
-    int32_t *ids;  // (n_ids) prompt
+    const int32_t *ids;  // (n_ids) prompt, the request's
     int n_ids;
-    bool own_ids;
     li_dllm_params p;
     int32_t *out;  // (p.gen_length) generated canvas
     int n_use;     // generated tokens returned (max_tokens may cut the canvas)
@@ -418,47 +391,24 @@ static void dllm_params_of(const li_api_request *a, li_dllm_params *p) {
 // Tokenises the prompt and builds the parameters; on failure the request is failed (400).
 static bool dllm_prepare(li_server *s, sreq *r, dllm_job *j) {
     const li_api_request *a = &r->api;
-    li_status rc = LI_OK;
     memset(j, 0, sizeof *j);
     j->s = s;
     j->r = r;
-    j->own_ids = true;
-    if (a->n_docs) {
-        fail_request(s, r, LI_ERR_UNSUPPORTED, "'documents' are not supported with diffusion models");
-        return false;
-    }
-    if (a->endpoint == LI_API_CHAT) {
-        rc = chat_tokens(s, a, &j->ids, &j->n_ids);
-    } else if (a->prompt_ids) {
-        j->ids = a->prompt_ids;
-        j->n_ids = a->n_prompt_ids;
-        j->own_ids = false;
-    } else {
-        rc = li_tokenize(s->m, a->prompt, strlen(a->prompt), true, false, &j->ids, &j->n_ids);
-    }
+    j->ids = r->ids;  // the request's (prepare_prompt)
+    j->n_ids = r->n_ids;
     li_dllm_params *p = &j->p;
     dllm_params_of(a, p);
-    p->seed = a->has_seed ? a->seed : fresh_seed(s);
+    p->seed = r->seed;
     p->on_step = dllm_on_step;
     p->user = j;
     j->n_use = a->max_tokens > 0 && a->max_tokens < p->gen_length ? a->max_tokens : p->gen_length;
-    if (rc == LI_OK) rc = li_dllm_check_params(p);
-    if (rc == LI_OK && (int64_t)j->n_ids + p->gen_length > s->m->n_ctx)
-        rc = li_error_set(LI_ERR_LIMIT, "prompt of %d tokens + gen_length %d exceeds the context of "
-                          "%d tokens (-c)", j->n_ids, p->gen_length, s->m->n_ctx);
-    int V = li_model_hparams(s->m)->n_vocab;
-    for (int i = 0; rc == LI_OK && i < j->n_ids; i++)
-        if (j->ids[i] < 0 || j->ids[i] >= V)
-            rc = li_error_set(LI_ERR_INVALID_ARG, "prompt token %d is outside the vocabulary (%d)",
-                              j->ids[i], V);
+    li_status rc = li_dllm_check_params(p);
     if (rc == LI_OK) {
         j->out = malloc((size_t)p->gen_length * sizeof *j->out);
         if (!j->out) rc = li_error_set(LI_ERR_OOM, "out of memory");
     }
     if (rc != LI_OK) {
         fail_request(s, r, rc, li_last_error());
-        if (j->own_ids) li_free_tokens(j->ids);
-        j->ids = NULL;
         return false;
     }
     pthread_mutex_lock(&s->mu);  // parameters are valid: a stream may send its headers now
@@ -500,8 +450,6 @@ static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg
     }
     free(j->out);
     j->out = NULL;
-    if (j->own_ids) li_free_tokens(j->ids);
-    j->ids = NULL;
     j->finished = true;
     sreq_unref(s, r);
 }
@@ -968,6 +916,73 @@ static char *models_json(li_server *s, bool one) {
     return b.data;
 }
 
+// Tokenises the prompt (connection thread, once: the engine thread never tokenises, so a huge
+// prompt costs its own client's thread, not every stream's next token) and fixes how many tokens
+// the request may generate. False with *e filled (400) when it is malformed or cannot fit.
+static bool prepare_prompt(li_server *s, sreq *r, li_api_error *e) {
+    const li_api_request *a = &r->api;
+    li_status rc = LI_OK;
+    const char *system = NULL, *user = NULL;
+    bool chat = a->endpoint == LI_API_CHAT, simple = chat && !s->dllm && simple_chat(a, &system, &user);
+    if (a->n_docs && s->dllm)
+        return li_api_error_set(e, 400, "invalid_request_error", "documents", NULL,
+                                "'documents' are not supported with diffusion models");
+    if (a->n_docs && chat && !simple)
+        return li_api_error_set(e, 400, "invalid_request_error", "documents", NULL,
+                                "with 'documents' the messages must be one user message, "
+                                "optionally after one system message");
+    if (a->n_docs && a->prompt_ids)
+        return li_api_error_set(e, 400, "invalid_request_error", "documents", NULL,
+                                "'documents' need a text prompt, not token ids");
+    if (chat && !simple) {
+        rc = chat_tokens(s, a, &r->ids, &r->n_ids);
+        r->own_ids = true;
+    } else if (a->prompt_ids) {
+        r->ids = a->prompt_ids;
+        r->n_ids = a->n_prompt_ids;
+    } else if (s->dllm) {
+        rc = li_tokenize(s->m, a->prompt, strlen(a->prompt), true, false, &r->ids, &r->n_ids);
+        r->own_ids = true;
+    } else {  // blocks: [system][documents][query] (ARCHITECTURE.md §3.1)
+        li_request q = {.chat = simple, .system = system, .query = simple ? user : a->prompt};
+        li_doc *docs = a->n_docs ? calloc((size_t)a->n_docs, sizeof *docs) : NULL;
+        if (a->n_docs && !docs) return li_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        for (int i = 0; i < a->n_docs; i++)
+            docs[i] = (li_doc){.text = a->docs[i].text, .len = a->docs[i].len, .id = a->docs[i].id};
+        q.docs = docs;
+        q.n_docs = a->n_docs;
+        rc = li_request_tokenize(s->m, &q, &r->tok);
+        free(docs);
+    }
+    if (rc != LI_OK) return error_of(e, rc, li_last_error());
+    int n = r->tok ? li_request_tokens_count(r->tok) : r->n_ids, n_ctx = s->m->n_ctx;
+    int V = li_model_hparams(s->m)->n_vocab;
+    for (int i = 0; i < r->n_ids; i++)
+        if (r->ids[i] < 0 || r->ids[i] >= V)
+            return li_api_error_set(e, 400, "invalid_request_error", "prompt", NULL,
+                                    "prompt token %d is outside the vocabulary [0, %d)", r->ids[i], V);
+    if (s->dllm) {
+        li_dllm_params p;
+        dllm_params_of(a, &p);
+        if ((int64_t)n + p.gen_length > n_ctx)
+            return li_api_error_set(e, 400, "invalid_request_error", NULL, "context_length_exceeded",
+                                    "prompt of %d tokens + gen_length %d exceeds the context of %d "
+                                    "tokens (-c)", n, p.gen_length, n_ctx);
+        return true;
+    }
+    if (a->max_tokens > 0) {
+        r->n_predict = a->max_tokens;
+    } else {  // the default, shrunk to what the context leaves
+        r->n_predict = chat ? s->p.default_max_tokens : 16;
+        if (n < n_ctx && r->n_predict > n_ctx - n) r->n_predict = n_ctx - n;
+    }
+    if ((int64_t)n + r->n_predict > n_ctx)
+        return li_api_error_set(e, 400, "invalid_request_error", NULL, "context_length_exceeded",
+                                "request of %d prompt tokens + %d to generate exceeds the context of "
+                                "%d tokens", n, r->n_predict, n_ctx);
+    return true;
+}
+
 // Work bounds that need no tokens (connection thread): --max-gen, and for diffusion models
 // steps <= gen_length and gen_length within the context (the prompt is checked once tokenised).
 // False with *e filled (400 naming the limit).
@@ -1012,7 +1027,10 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
                               "The model '%.200s' does not exist; this server serves '%.200s'",
                               r->api.model, s->model_id);
     if (ok) ok = check_limits(s, &r->api, &e);
+    if (ok) ok = prepare_prompt(s, r, &e);
     if (!ok) {
+        li_request_tokens_free(r->tok);
+        if (r->own_ids) li_free_tokens(r->ids);
         li_api_request_free(&r->api);
         free(r);
         return send_error(c, x, &e);
@@ -1032,6 +1050,7 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     pthread_mutex_lock(&s->mu);
     snprintf(r->id, sizeof r->id, "%s-%llx%04llx", x->endpoint == 1 ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL), (unsigned long long)(++s->id_counter & 0xffff));
+    r->seed = r->api.has_seed ? r->api.seed : fresh_seed(s);
     if (s->stopping || s->n_accepted >= s->p.max_queue) {
         bool stopping = s->stopping;
         r->refs = 1;
