@@ -10,6 +10,7 @@ the status codes do). Timing checks compare against the failure they guard with 
 import json
 import random
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "server"))
-from harness import ROOT, Server, assert_error, client, curl, open_stream  # noqa: E402
+from harness import ROOT, Server, assert_error, binary, client, curl, open_stream  # noqa: E402
 from seeding import li_seed  # noqa: E402
 
 SEED = li_seed("test_server_robust.py")
@@ -402,3 +403,42 @@ def test_default_max_tokens_fills_the_context():
         assert b["choices"][0]["finish_reason"] == "length", b
     finally:
         assert s.stop() == 0
+
+
+# ---- 4. no silent port sharing ---------------------------------------------------------------------
+
+def test_port_in_use_is_an_error():
+    """A second server on a port in use fails with a clear error (port reuse was always on: it
+    started and took half the clients; a keyed and an unkeyed server alternated 401 / 200);
+    --reuse-port shares a port on purpose. An IPv6 host prints a valid URL."""
+    a = Server("synth:tiny-llama", "--ctx-size", "256")
+    try:
+        second = subprocess.Popen([binary(), "serve", "-m", "synth:tiny-llama", "--port", str(a.port),
+                                   "--api-key", "sk-other"], stderr=subprocess.PIPE, text=True)
+        try:
+            err = second.communicate(timeout=30)[1]
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.communicate()
+            pytest.fail("a second server started on a port in use")
+        assert second.returncode != 0 and "in use" in err and "--reuse-port" in err, err
+        assert all(curl(a, "/v1/models")[0] == 200 for _ in range(20)), "another server answers too"
+    finally:
+        assert a.stop() == 0
+    b = Server("synth:tiny-llama", "--ctx-size", "256", "--reuse-port")
+    try:
+        c = Server("synth:tiny-llama", "--ctx-size", "256", "--reuse-port", port=b.port)
+        assert c.alive() and curl(c, "/health")[0] == 200
+        assert c.stop() == 0
+    finally:
+        assert b.stop() == 0
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        return  # no IPv6 loopback here
+    v6 = Server("synth:tiny-llama", "--ctx-size", "256", host="::1")
+    try:
+        assert f"http://[::1]:{v6.port}" in v6.log_tail(), v6.log_tail()
+        assert curl(v6, "/health")[0] == 200
+    finally:
+        assert v6.stop() == 0

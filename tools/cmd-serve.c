@@ -32,7 +32,7 @@ int cmd_serve(int argc, char **argv) {
     int gpu = 0;
     const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     uint64_t kv_budget = 0;
-    bool quiet = false;
+    bool quiet = false, reuse_port = false;
     li_server_params dp = li_server_default_params();
     int idle_timeout = (int)dp.idle_timeout_s, header_timeout = (int)dp.header_timeout_s;
     int body_timeout = (int)dp.body_timeout_s, max_conns = (int)dp.max_connections;
@@ -41,6 +41,7 @@ int cmd_serve(int argc, char **argv) {
         {"--model", "-m", OPT_STR, &model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1)"},
         {"--port", NULL, OPT_INT, &port, "port (default 8080; 0: any free port)"},
+        {"--reuse-port", NULL, OPT_FLAG, &reuse_port, "share the port with other servers started with it (SO_REUSEPORT); without it a port in use is an error"},
         {"--api-key", NULL, OPT_STR, &api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env LAZYINFER_API_KEY, else none)"},
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 8)"},
         {"--max-queue", NULL, OPT_INT, &max_queue, "requests accepted (running + queued) before 503 (default 256)"},
@@ -121,6 +122,7 @@ int cmd_serve(int argc, char **argv) {
     li_server_params sp = dp;
     sp.host = host;
     sp.port = port;
+    sp.reuse_port = reuse_port;
     sp.api_key = api_key;
     sp.model_id = id;
     sp.model_path = mp.path;
@@ -147,10 +149,11 @@ int cmd_serve(int argc, char **argv) {
     }
     li_model_info in;
     li_model_get_info(m, &in);
+    bool v6 = strchr(host, ':') != NULL;  // an IPv6 literal goes in brackets in a URL
     fprintf(stderr,
-            "lazyinfer serve: listening on http://%s:%d — model '%s' (%s, %.1f M params), loaded in "
+            "lazyinfer serve: listening on http://%s%s%s:%d — model '%s' (%s, %.1f M params), loaded in "
             "%.0f ms, server up %.1f ms later; max batch %d, %s%s\n",
-            host, li_server_port(s), id, in.arch, in.n_params / 1e6, t_loaded - t0,
+            v6 ? "[" : "", host, v6 ? "]" : "", li_server_port(s), id, in.arch, in.n_params / 1e6, t_loaded - t0,
             li_time_ms() - t_loaded, max_batch, api_key && *api_key ? "API key required" : "no API key",
             strcmp(host, "127.0.0.1") && strcmp(host, "localhost") && strcmp(host, "::1")
                 ? " (WARNING: not bound to localhost)" : "");

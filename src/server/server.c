@@ -23,8 +23,10 @@
 #define _GNU_SOURCE  // POLLRDHUP
 #include "server.h"
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../engine/engine.h"
 #include "api.h"
@@ -1284,6 +1287,58 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 // ---- lifetime --------------------------------------------------------------------------------
 
+// Binds and listens on host:port (0: any free port, *port gets the one bound). SO_REUSEADDR, so
+// that a restart rebinds a port whose old connections linger in TIME_WAIT; SO_REUSEPORT only
+// when asked: without it a second server on a port in use fails here, where it used to start
+// and silently take half the clients.
+static li_status listen_socket(const char *host, int port, bool reuse_port, int *out_fd,
+                               int *family, int *bound_port) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int gai = getaddrinfo(host, service, &hints, &ai);
+    if (gai != 0)
+        return li_error_set(LI_ERR_INVALID_ARG, "serve: cannot resolve host '%s': %s", host,
+                            gai_strerror(gai));
+    li_status rc = LI_OK;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0) {
+        rc = li_error_set(LI_ERR_IO, "serve: socket: %s", strerror(errno));
+        goto out;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+        rc = li_error_set(LI_ERR_UNSUPPORTED, "serve: --reuse-port: %s", strerror(errno));
+        goto out;
+    }
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        int err = errno;
+        rc = li_error_set(LI_ERR_IO, "serve: cannot listen on %s port %d: %s%s", host, port,
+                          strerror(err), err == EADDRINUSE ? " (another server has it; "
+                          "--reuse-port shares a port on purpose)" : "");
+        goto out;
+    }
+    if (listen(fd, SOMAXCONN) != 0) {
+        rc = li_error_set(LI_ERR_IO, "serve: listen on %s port %d: %s", host, port, strerror(errno));
+        goto out;
+    }
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    *bound_port = port;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        *bound_port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                     : ((struct sockaddr_in *)&sa)->sin_port);
+    *family = ai->ai_family;
+    *out_fd = fd;
+    fd = -1;
+out:
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return rc;
+}
+
 li_server_params li_server_default_params(void) {
     return (li_server_params){.host = "127.0.0.1", .port = 8080, .max_running = 8, .max_queue = 256,
                               .default_max_tokens = 256, .max_gen = LI_SERVER_DEFAULT_MAX_GEN,
@@ -1352,48 +1407,36 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     li_status rc = li_conn_guard_start(&s->guard, &lim);
     if (rc != LI_OK) goto fail;
 
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
-    struct addrinfo *ai = NULL;
-    char port[16];
-    snprintf(port, sizeof port, "%d", p->port);
     const char *host = p->host ? p->host : "127.0.0.1";
-    int gai = getaddrinfo(host, port, &hints, &ai);
-    if (gai != 0) {
-        rc = li_error_set(LI_ERR_INVALID_ARG, "serve: cannot resolve host '%s': %s", host,
-                          gai_strerror(gai));
+    int lfd = -1, family = AF_INET;
+    if ((rc = listen_socket(host, p->port, p->reuse_port, &lfd, &family, &s->port)) != LI_OK)
         goto fail;
-    }
     // ITC: a connection thread that ends wakes the listening thread, which frees its slot at once
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (family == AF_INET6) flags |= MHD_USE_IPv6;
     if (pthread_create(&s->engine, NULL, engine_main, s) != 0) {
-        freeaddrinfo(ai);
+        close(lfd);
         rc = li_error_set(LI_ERR_BACKEND, "serve: cannot start the engine thread");
         goto fail;
     }
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s, MHD_OPTION_LISTEN_SOCKET, lfd,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                  MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                                  MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
                                  MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->p.max_connections_per_client,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, s->p.idle_timeout_s,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
-    freeaddrinfo(ai);
+                                 MHD_OPTION_CONNECTION_TIMEOUT, s->p.idle_timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
+        close(lfd);
         pthread_mutex_lock(&s->mu);
         s->stopping = true;
         pthread_cond_signal(&s->engine_cv);
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->engine, NULL);
-        rc = li_error_set(LI_ERR_IO, "serve: cannot listen on %s:%d (address in use or not local?)",
-                          host, p->port);
+        rc = li_error_set(LI_ERR_IO, "serve: cannot start the HTTP daemon on %s:%d", host, s->port);
         goto fail;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : p->port;
     *out = s;
     return LI_OK;
 fail:

@@ -19,6 +19,7 @@
 typedef struct {
     const char *host;        // address to bind (default "127.0.0.1")
     int port;                // 0: any free port (li_server_port tells which)
+    bool reuse_port;         // SO_REUSEPORT: several servers share the port (else in use: error)
     const char *api_key;     // NULL or "": no authentication
     const char *model_id;    // name served in /v1/models (also accepted: model_path)
     const char *model_path;

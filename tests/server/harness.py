@@ -28,12 +28,14 @@ def free_port():
 
 
 class Server:
-    def __init__(self, model, *args, api_key=None):
-        self.port = free_port()
+    def __init__(self, model, *args, api_key=None, port=None, host=None):
+        self.port = port or free_port()
         self.api_key = api_key
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{'[' + host + ']' if host and ':' in host else host or '127.0.0.1'}:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="lazyinfer-serve-", suffix=".log", delete=False)
         cmd = [binary(), "serve", "-m", model, "--port", str(self.port), *args]
+        if host:
+            cmd += ["--host", host]
         if api_key:
             cmd += ["--api-key", api_key]
         self.cmd = cmd
