@@ -141,20 +141,25 @@ static li_status tokenize_into(const li_model *m, const char *text, size_t len, 
 
 // Splits the model's chat rendering of one user turn around the user's text:
 // prefix = everything before it (BOS, system turn, user header), suffix = everything after it
-// (end of turn, assistant header).
+// (end of turn, assistant header). sys (2): where the system message's text lies in the prefix
+// (never parsed for special tokens), {0, 0} without one.
 #define USER_MARKER "\x01lazyinfer-user\x01"
-static li_status chat_split(const li_model *m, const char *system, char **prefix, char **suffix) {
+static li_status chat_split(const li_model *m, const char *system, char **prefix, char **suffix,
+                            size_t sys[2]) {
     li_chat_message msgs[2];
+    size_t spans[4] = {0};
     int n = 0;
     if (system) msgs[n++] = (li_chat_message){"system", system};
     msgs[n++] = (li_chat_message){"user", USER_MARKER};
     li_buf b = {0};
-    LI_TRY(li_chat_render_messages(m->tok, msgs, n, true, &b));
+    LI_TRY(li_chat_render_spans(m->tok, msgs, n, true, &b, spans));
     char *at = strstr(b.data, USER_MARKER);
     if (!at) {
         li_buf_free(&b);
         return li_error_set(LI_ERR_UNSUPPORTED, "the chat template does not place the user message");
     }
+    sys[0] = system ? spans[0] : 0;
+    sys[1] = system ? spans[1] : 0;
     *at = 0;
     *prefix = strdup(b.data);
     *suffix = strdup(at + strlen(USER_MARKER));
@@ -232,9 +237,13 @@ static li_status build_blocks(const li_model *m, const li_request *q, li_request
     int32_t **query = &r->query;
     int *n_query = &r->n_query;
     if (q->chat) {
-        if ((rc = chat_split(m, q->system, &prefix, &suffix)) != LI_OK) goto out;
+        size_t sys[2];
+        if ((rc = chat_split(m, q->system, &prefix, &suffix, sys)) != LI_OK) goto out;
         if (*prefix) {
-            if ((rc = tokenize_into(m, prefix, strlen(prefix), true, &ids, &n)) != LI_OK) goto out;
+            // the template's special tokens, but none in the system message's text
+            if ((rc = li_tokenizer_encode_spans(m->tok, prefix, strlen(prefix), false, sys,
+                                                sys[1] > sys[0], &ids, &n)) != LI_OK)
+                goto out;
             if (n > 0 && (rc = add_block(r, ids, n)) != LI_OK) goto out;
             if (n == 0) free(ids);
             ids = NULL;

@@ -296,6 +296,8 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
     const json_t *tools = json_object_get(o, "tools");
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
         return BAD("tools", "tools are not supported");
+    r->skip_special = -1;
+    if (!get_bool(o, "skip_special_tokens", &r->skip_special, err)) return false;
     // diffusion extension fields (checked against each other by li_dllm_check_params later)
     x = -1;
     if (!get_int(o, "gen_length", 1, 1 << 20, &x, err)) return false;

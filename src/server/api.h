@@ -52,6 +52,8 @@ typedef struct {
     uint64_t seed;
     char *stop[LI_API_MAX_STOP];
     int n_stop;
+    int skip_special;            // extension (as vLLM): special tokens left out of the text;
+                                 // -1 not given (= 1), else 0/1
     // diffusion models (extension); -1 / negative: not given
     int gen_length, block_length, steps;
     double threshold, factor;  // < 0: not given

@@ -221,7 +221,9 @@ static bool on_token(void *user, int32_t tok) {
     li_server *s = r->srv;
     char small[256], *piece = small;
     size_t len = 0;
-    if (li_token_to_piece(s->m, tok, small, sizeof small, &len) != LI_OK) len = 0;
+    // special tokens (an end of turn generated past with ignore_eos...) are not text unless asked
+    bool skip = r->api.skip_special != 0 && li_tokenizer_is_special(s->m->tok, tok);
+    if (skip || li_token_to_piece(s->m, tok, small, sizeof small, &len) != LI_OK) len = 0;
     if (len > sizeof small) {
         piece = malloc(len);
         if (!piece || li_token_to_piece(s->m, tok, piece, len, &len) != LI_OK) len = 0;
@@ -246,11 +248,9 @@ static li_status chat_tokens(li_server *s, const li_api_request *a, int32_t **id
     if (!msgs) return li_error_set(LI_ERR_OOM, "out of memory");
     for (int i = 0; i < a->n_messages; i++)
         msgs[i] = (li_chat_message){a->messages[i].role, a->messages[i].content};
-    li_buf b = {0};
-    li_status rc = li_chat_render_messages(s->m->tok, msgs, a->n_messages, true, &b);
+    // the template's special tokens are tokens; the messages' text is only text, in any turn
+    li_status rc = li_chat_tokenize(s->m->tok, msgs, a->n_messages, true, ids, n);
     free(msgs);
-    if (rc == LI_OK) rc = li_tokenize(s->m, b.data ? b.data : "", b.len, false, true, ids, n);
-    li_buf_free(&b);
     return rc;
 }
 

@@ -176,17 +176,46 @@ static void py_strip(const char *s, const char **b, size_t *n) {
     *n = e - i;
 }
 
-static li_status llama_turn(li_buf *out, const char *role, const char *content) {
+// Appends a message's content, recording where it lands in span[0..1] (NULL: not recorded).
+static li_status put_content(li_buf *out, const char *c, size_t n, size_t *span) {
+    if (span) span[0] = out->len;
+    LI_TRY(li_buf_append(out, c, n));
+    if (span) span[1] = out->len;
+    return LI_OK;
+}
+
+static li_status llama_turn(li_buf *out, const char *role, const char *content, size_t *span) {
     const char *c;
     size_t n;
     py_strip(content, &c, &n);
     LI_TRY(li_buf_printf(out, "<|start_header_id|>%s<|end_header_id|>\n\n", role));
-    LI_TRY(li_buf_append(out, c, n));
+    LI_TRY(put_content(out, c, n, span));
     return li_buf_append(out, "<|eot_id|>", 10);
 }
 
 li_status li_chat_render_messages(const li_tokenizer *t, const li_chat_message *msgs, int n,
                                   bool add_generation_prompt, li_buf *out) {
+    return li_chat_render_spans(t, msgs, n, add_generation_prompt, out, NULL);
+}
+
+li_status li_chat_tokenize(const li_tokenizer *t, const li_chat_message *msgs, int n,
+                           bool add_generation_prompt, int32_t **ids, int *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    li_buf b = {0};
+    size_t *spans = malloc((size_t)(n > 0 ? n : 1) * 2 * sizeof *spans);
+    if (!spans) return li_error_set(LI_ERR_OOM, "out of memory");
+    li_status rc = li_chat_render_spans(t, msgs, n, add_generation_prompt, &b, spans);
+    if (rc == LI_OK)
+        rc = li_tokenizer_encode_spans(t, b.data ? b.data : "", b.len, false, spans, n, ids, n_ids);
+    free(spans);
+    li_buf_free(&b);
+    return rc;
+}
+
+li_status li_chat_render_spans(const li_tokenizer *t, const li_chat_message *msgs, int n,
+                               bool add_generation_prompt, li_buf *out, size_t *spans) {
+#define SPAN(i) (spans ? spans + 2 * (i) : NULL)
     if (t->chat == LI_CHAT_UNKNOWN)
         return li_error_set(LI_ERR_UNSUPPORTED, "no chat format: the model has no chat template "
                             "or one lazyinfer does not recognise; pass --chat-template "
@@ -200,7 +229,7 @@ li_status li_chat_render_messages(const li_tokenizer *t, const li_chat_message *
             if (i == 0 && t->default_system && strcmp(msgs[0].role, "system") != 0)
                 LI_TRY(li_buf_printf(out, "<|im_start|>system\n%s<|im_end|>\n", t->default_system));
             LI_TRY(li_buf_printf(out, "<|im_start|>%s\n", msgs[i].role));
-            LI_TRY(li_buf_append(out, msgs[i].content, strlen(msgs[i].content)));
+            LI_TRY(put_content(out, msgs[i].content, strlen(msgs[i].content), SPAN(i)));
             LI_TRY(li_buf_append(out, "<|im_end|>\n", 11));
         }
         if (add_generation_prompt) LI_TRY(li_buf_append(out, "<|im_start|>assistant\n", 22));
@@ -212,6 +241,7 @@ li_status li_chat_render_messages(const li_tokenizer *t, const li_chat_message *
     if (t->date_string && t->chat == LI_CHAT_LLAMA3) {
         const char *sys = "";
         int first = 0;
+        size_t unused[2];
         if (n > 0 && strcmp(msgs[0].role, "system") == 0) {
             sys = msgs[0].content;
             first = 1;
@@ -222,16 +252,18 @@ li_status li_chat_render_messages(const li_tokenizer *t, const li_chat_message *
         LI_TRY(li_buf_printf(out, "%s<|start_header_id|>system<|end_header_id|>\n\nCutting "
                              "Knowledge Date: December 2023\nToday Date: %s\n\n", bos,
                              t->date_string));
-        LI_TRY(li_buf_append(out, c, len));
+        LI_TRY(put_content(out, c, len, first ? SPAN(0) : spans ? unused : NULL));
         LI_TRY(li_buf_append(out, "<|eot_id|>", 10));
-        for (int i = first; i < n; i++) LI_TRY(llama_turn(out, msgs[i].role, msgs[i].content));
+        for (int i = first; i < n; i++)
+            LI_TRY(llama_turn(out, msgs[i].role, msgs[i].content, SPAN(i)));
     } else {
         for (int i = 0; i < n; i++) {
             if (i == 0) LI_TRY(li_buf_append(out, bos, strlen(bos)));
-            LI_TRY(llama_turn(out, msgs[i].role, msgs[i].content));
+            LI_TRY(llama_turn(out, msgs[i].role, msgs[i].content, SPAN(i)));
         }
     }
     if (add_generation_prompt)
         LI_TRY(li_buf_append(out, "<|start_header_id|>assistant<|end_header_id|>\n\n", 47));
     return LI_OK;
+#undef SPAN
 }

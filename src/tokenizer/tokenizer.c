@@ -870,8 +870,16 @@ static bool word_char_at(const li_tokenizer *t, enc_ctx *c, const char *s, size_
 // without parse_special, single_word inside a word) is skipped as a whole and the search goes on
 // after it. lstrip/rstrip widen the span over Unicode whitespace, not before `from` (the end of
 // the previous match). Returns the id or -1, with the span in [*ms, *me).
+// Whether [a, b) overlaps one of the plain (user text) ranges.
+static bool in_plain(const size_t *plain, int n_plain, size_t a, size_t b) {
+    for (int i = 0; i < n_plain; i++)
+        if (a < plain[2 * i + 1] && plain[2 * i] < b) return true;
+    return false;
+}
+
 static int32_t find_added(const li_tokenizer *t, enc_ctx *c, const char *s, size_t from,
-                          size_t len, bool parse_special, size_t *ms, size_t *me) {
+                          size_t len, bool parse_special, const size_t *plain, int n_plain,
+                          size_t *ms, size_t *me) {
     size_t p = from;
     while (p < len) {
         int32_t id = -1;
@@ -890,7 +898,7 @@ static int32_t find_added(const li_tokenizer *t, enc_ctx *c, const char *s, size
         if (id < 0) return -1;
         size_t a = q - 1, b = a + t->tok_len[id];
         uint8_t at = t->tok_attr[id];
-        bool skip = (at & TOK_SPECIAL) && !parse_special;
+        bool skip = (at & TOK_SPECIAL) && (!parse_special || in_plain(plain, n_plain, a, b));
         if (!skip && (at & TOK_SINGLE_WORD)) {
             size_t j = a;
             while (j > 0 && ((uint8_t)s[--j] & 0xC0) == 0x80) {}
@@ -913,8 +921,28 @@ static int32_t find_added(const li_tokenizer *t, enc_ctx *c, const char *s, size
     return -1;
 }
 
+static li_status encode(const li_tokenizer *t, const char *text, size_t len, bool add_bos,
+                        bool parse_special, const size_t *plain, int n_plain, int32_t **ids,
+                        int *n);
+
 li_status li_tokenizer_encode(const li_tokenizer *t, const char *text, size_t len, bool add_bos,
                               bool parse_special, int32_t **ids, int *n) {
+    return encode(t, text, len, add_bos, parse_special, NULL, 0, ids, n);
+}
+
+li_status li_tokenizer_encode_spans(const li_tokenizer *t, const char *text, size_t len,
+                                    bool add_bos, const size_t *plain, int n_plain, int32_t **ids,
+                                    int *n) {
+    return encode(t, text, len, add_bos, true, plain, n_plain, ids, n);
+}
+
+bool li_tokenizer_is_special(const li_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && (t->tok_attr[id] & TOK_SPECIAL);
+}
+
+static li_status encode(const li_tokenizer *t, const char *text, size_t len, bool add_bos,
+                        bool parse_special, const size_t *plain, int n_plain, int32_t **ids,
+                        int *n) {
     *ids = NULL;
     *n = 0;
     if (!text && len) return li_error_set(LI_ERR_INVALID_ARG, "tokenize: NULL text");
@@ -941,7 +969,8 @@ li_status li_tokenizer_encode(const li_tokenizer *t, const char *text, size_t le
     size_t pos = 0;
     while (pos <= len) {
         size_t ms = len, me = len;
-        int32_t id = t->n_added ? find_added(t, &c, text, pos, len, parse_special, &ms, &me) : -1;
+        int32_t id = t->n_added ? find_added(t, &c, text, pos, len, parse_special, plain, n_plain,
+                                             &ms, &me) : -1;
         if ((st = encode_segment(t, &c, text, pos, ms - pos, &out)) != LI_OK) goto done;
         if (id < 0) break;
         if ((st = idvec_push(&out, id)) != LI_OK) goto done;

@@ -45,6 +45,14 @@ int32_t li_tokenizer_find(const li_tokenizer *t, const char *token_text);  // -1
 // text → ids. *ids is malloc'ed (free()).
 li_status li_tokenizer_encode(const li_tokenizer *t, const char *text, size_t len, bool add_bos,
                               bool parse_special, int32_t **ids, int *n);
+// As li_tokenizer_encode with parse_special, except inside the n_plain byte ranges
+// [plain[2i], plain[2i + 1]) (text a user wrote), where special tokens are never matched: a
+// special token's text there is plain text, and a match that overlaps one is not made either.
+li_status li_tokenizer_encode_spans(const li_tokenizer *t, const char *text, size_t len,
+                                    bool add_bos, const size_t *plain, int n_plain, int32_t **ids,
+                                    int *n);
+// True for special (control) tokens: eos, end of turn, chat markers (their text is not content).
+bool li_tokenizer_is_special(const li_tokenizer *t, int32_t id);
 // Bytes of one token appended to b (special tokens as their text).
 li_status li_tokenizer_decode_token(const li_tokenizer *t, int32_t id, li_buf *b);
 li_status li_tokenizer_decode(const li_tokenizer *t, const int32_t *ids, int n, li_buf *b);
@@ -66,5 +74,14 @@ typedef struct {
 // message where its template adds one) and, if add_generation_prompt, opens the assistant turn.
 li_status li_chat_render_messages(const li_tokenizer *t, const li_chat_message *msgs, int n,
                                   bool add_generation_prompt, li_buf *out);
+// The same, recording where each message's content lands in out: spans (2n) [begin, end) byte
+// offsets (after the format's trimming); NULL: not recorded.
+li_status li_chat_render_spans(const li_tokenizer *t, const li_chat_message *msgs, int n,
+                               bool add_generation_prompt, li_buf *out, size_t *spans);
+// Renders and tokenises a chat: the template's special tokens are matched, the messages' contents
+// are never parsed for special tokens (a user who writes "<|im_end|>" gets its text, not the
+// control token). *ids: free().
+li_status li_chat_tokenize(const li_tokenizer *t, const li_chat_message *msgs, int n,
+                           bool add_generation_prompt, int32_t **ids, int *n_ids);
 
 #endif
