@@ -9,6 +9,7 @@ the status codes do). Timing checks compare against the failure they guard with 
 """
 import json
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -442,3 +443,76 @@ def test_port_in_use_is_an_error():
         assert curl(v6, "/health")[0] == 200
     finally:
         assert v6.stop() == 0
+
+
+# ---- 7. graceful shutdown --------------------------------------------------------------------------
+
+def read_to_end(sock, timeout):
+    """Everything the server sends on sock until it closes it (within timeout seconds)."""
+    sock.settimeout(timeout)
+    got = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            break
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def sse_events(raw):
+    """The data: payloads of a chunked SSE body, in order."""
+    return [line[6:] for line in raw.decode(errors="replace").split("\n") if line.startswith("data: ")]
+
+
+def test_shutdown_cuts_with_an_error_event_and_503s_the_queue():
+    """SIGTERM: new connections are refused, queued requests get 503, a running stream that does
+    not finish within --drain-timeout ends with an error event and [DONE], and the server exits
+    (queued requests got 500 or nothing, streams were cut without [DONE], and a diffusion batch
+    held the exit for its whole run)."""
+    s = Server("synth:tiny-llada", "--max-batch", "1", "--drain-timeout", "2")
+    sock = long_diffusion(s, "long")
+    queued = {}
+    t = threading.Thread(target=lambda: queued.update(r=curl(s, "/v1/completions", {"prompt": "q", "gen_length": 32})))
+    t.start()
+    wait_for(lambda: s.metrics()["lazyinfer_requests_waiting"] >= 1, 30, "a queued request")
+    t0 = time.time()
+    s.proc.send_signal(signal.SIGTERM)
+    t.join(30)
+    st, b, h = queued["r"]
+    assert_error(st, b, 503, code="overloaded")
+    assert h.get("retry-after") == "1", h
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", s.port), timeout=5).close()
+    events = sse_events(read_to_end(sock, 30))
+    took = time.time() - t0
+    assert events[-1] == "[DONE]", events[-3:]
+    assert "error" in json.loads(events[-2]), events[-3:]
+    assert took < 20, f"the stream was cut {took:.1f} s after SIGTERM (drain 2 s)"
+    assert s.proc.wait(30) == 0
+    s.stop()
+
+
+def test_shutdown_lets_running_streams_finish():
+    """Streams that finish within --drain-timeout end normally after SIGTERM (they were cut)."""
+    model = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not model.exists():
+        pytest.skip("default model not fetched (make setup)")
+    s = Server(str(model), "--ctx-size", "512", "--drain-timeout", "60")
+    body = {"prompt": "Once upon a time", "max_tokens": 100, "ignore_eos": True, "temperature": 0}
+    want = curl(s, "/v1/completions", body)[1]["choices"][0]["text"]
+    first = []
+    sock = open_stream(s, "/v1/completions", {**body, "stream": True}, received=first)
+    s.proc.send_signal(signal.SIGTERM)
+    events = sse_events(first[0] + read_to_end(sock, 60))
+    assert events[-1] == "[DONE]", events[-3:]
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length", chunks[-1]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == want
+    assert s.proc.wait(30) == 0
+    s.stop()

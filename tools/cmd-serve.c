@@ -1,6 +1,7 @@
 // cmd-serve.c — `lazyinfer serve`: loads a model and runs the OpenAI-compatible server
 // (src/server/server.h) until SIGINT or SIGTERM. Endpoints and fields: docs/SERVER.md.
 // Tested by tests/test_server.py, which starts this command on a free port.
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,18 @@ static void model_id_of(const char *path, char *out, size_t size) {
     snprintf(out, size, "%.*s", (int)len, base);
 }
 
+static sigset_t sigs;  // SIGINT, SIGTERM: taken by sigwait
+
+// A second signal during the drain ends it at once.
+static void *second_signal(void *arg) {
+    int sig = 0;
+    if (sigwait(&sigs, &sig) == 0) {
+        fprintf(stderr, "lazyinfer serve: signal %d again, stopping now\n", sig);
+        li_server_hurry(arg);
+    }
+    return NULL;
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *cache = NULL, *name = NULL;
     const char *chat_template = NULL;
@@ -36,7 +49,7 @@ int cmd_serve(int argc, char **argv) {
     li_server_params dp = li_server_default_params();
     int idle_timeout = (int)dp.idle_timeout_s, header_timeout = (int)dp.header_timeout_s;
     int body_timeout = (int)dp.body_timeout_s, max_conns = (int)dp.max_connections;
-    int max_conns_client = (int)dp.max_connections_per_client;
+    int max_conns_client = (int)dp.max_connections_per_client, drain = (int)dp.drain_timeout_s;
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1)"},
@@ -62,6 +75,7 @@ int cmd_serve(int argc, char **argv) {
         {"--body-timeout", NULL, OPT_INT, &body_timeout, "seconds from the headers to the end of the body (default 60)"},
         {"--max-connections", NULL, OPT_INT, &max_conns, "connections open at once (default 4096; idle ones are shed past 15/16)"},
         {"--max-connections-per-client", NULL, OPT_INT, &max_conns_client, "connections per client address (default 256; 0: no limit)"},
+        {"--drain-timeout", NULL, OPT_INT, &drain, "on SIGTERM/SIGINT, seconds running requests have to finish (default 30; a second signal stops at once)"},
         {"--quiet", "-q", OPT_FLAG, &quiet, "no log line per request"},
     };
     const char *pos[1];
@@ -73,10 +87,11 @@ int cmd_serve(int argc, char **argv) {
     if (r) return r == 1 ? 0 : 2;
     if (port < 0 || port > 65535 || max_batch < 1 || max_queue < 1 || n_ctx < 0 || n_threads < 0 ||
         max_tokens < 0 || max_gen < 1 || kv_budget > (uint64_t)INT64_MAX || idle_timeout < 1 ||
-        header_timeout < 1 || body_timeout < 1 || max_conns < 1 || max_conns_client < 0) {
+        header_timeout < 1 || body_timeout < 1 || max_conns < 1 || max_conns_client < 0 ||
+        drain < 0) {
         fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue, "
                         "--max-tokens, --max-gen, the timeouts and --max-connections >= 1; -c, -t, "
-                        "--max-connections-per-client >= 0 (see --help)\n");
+                        "--max-connections-per-client, --drain-timeout >= 0 (see --help)\n");
         return 2;
     }
     if (max_tokens == 0) max_tokens = max_gen < 256 ? max_gen : 256;
@@ -109,7 +124,6 @@ int cmd_serve(int argc, char **argv) {
     double t_loaded = li_time_ms();
 
     // SIGINT/SIGTERM are taken by sigwait below; every thread started from here inherits the mask
-    sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
@@ -136,6 +150,7 @@ int cmd_serve(int argc, char **argv) {
     sp.body_timeout_s = (unsigned)body_timeout;
     sp.max_connections = (unsigned)max_conns;
     sp.max_connections_per_client = (unsigned)max_conns_client;
+    sp.drain_timeout_s = (unsigned)drain;
     // every connection is a descriptor: take the hard limit (li_server_start stays below it)
     struct rlimit nofile;
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -159,7 +174,10 @@ int cmd_serve(int argc, char **argv) {
                 ? " (WARNING: not bound to localhost)" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "lazyinfer serve: signal %d, stopping\n", sig);
+    fprintf(stderr, "lazyinfer serve: signal %d, stopping: new requests get 503, running ones have "
+                    "%d s to finish (a second signal stops them now)\n", sig, drain);
+    pthread_t second;
+    if (pthread_create(&second, NULL, second_signal, s) == 0) pthread_detach(second);
     li_server_stop(s);
     li_model_free(m);
     return 0;

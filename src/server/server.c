@@ -91,7 +91,11 @@ struct li_server {
     pthread_t engine;
     pthread_mutex_t mu;
     pthread_cond_t engine_cv;
-    bool stopping;
+    pthread_cond_t drain_cv;   // shutdown: a request done, an sreq freed, or hurry
+    bool draining;             // shutting down: no new request, what is left gets 503
+    bool hurry;                // end the drain now (li_server_hurry)
+    bool stopping;             // the engine stops (end of the drain)
+    int n_sreqs;               // sreqs alive (connection, engine or stream still holds one)
     sreq *queue, *queue_tail;
     int n_queued, n_accepted;  // queued; accepted and not done (queued + in the engine)
     sreq **active;             // (max_running) in the engine (engine thread only)
@@ -124,6 +128,7 @@ static double now_ms(void) {
 static void sreq_unref(li_server *s, sreq *r) {
     pthread_mutex_lock(&s->mu);
     int left = --r->refs;
+    if (left == 0 && --s->n_sreqs == 0) pthread_cond_broadcast(&s->drain_cv);
     pthread_mutex_unlock(&s->mu);
     if (left > 0) return;
     li_request_tokens_free(r->tok);
@@ -144,6 +149,7 @@ static void done_locked(li_server *s, sreq *r) {
     r->safe = r->text.len;
     s->n_accepted--;
     pthread_cond_broadcast(&r->cv);
+    if (s->draining) pthread_cond_broadcast(&s->drain_cv);
 }
 
 // The answer to an engine status: limits are 400 context_length_exceeded, bad input 400, the
@@ -171,7 +177,11 @@ static bool error_of(li_api_error *e, li_status st, const char *msg) {
 }
 
 static void fail_locked(li_server *s, sreq *r, li_status st, const char *msg) {
-    error_of(&r->err, st, msg);
+    if (s->draining)  // what shutdown cuts (queued, or past the drain deadline) is a 503
+        li_api_error_set(&r->err, 503, "server_error", NULL, "overloaded",
+                         "the server is shutting down; retry on another server or later");
+    else
+        error_of(&r->err, st, msg);
     r->failed = true;
     done_locked(s, r);
 }
@@ -714,11 +724,19 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    // shutting down: diffusion batches stop between steps
+    // the drain is over: what still runs is cut between two steps (503; a stream gets an error
+    // event and [DONE]) and gives its sequence and pages back
     for (int i = 0; i < s->n_runs; i++)
         dllm_run_end(s, &s->runs[i], LI_ERR_BACKEND, "the server is shutting down");
     s->n_dllm = 0;
     dllm_runs_compact(s);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_active; i++) {
+        li_cancel(s->m, s->active[i]->engine_id);
+        fail_locked(s, s->active[i], LI_ERR_BACKEND, "the server is shutting down");
+    }
+    pthread_mutex_unlock(&s->mu);
+    collect(s);
     return NULL;
 }
 
@@ -1054,8 +1072,9 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     snprintf(r->id, sizeof r->id, "%s-%llx%04llx", x->endpoint == 1 ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL), (unsigned long long)(++s->id_counter & 0xffff));
     r->seed = r->api.has_seed ? r->api.seed : fresh_seed(s);
-    if (s->stopping || s->n_accepted >= s->p.max_queue) {
-        bool stopping = s->stopping;
+    s->n_sreqs++;
+    if (s->draining || s->n_accepted >= s->p.max_queue) {
+        bool stopping = s->draining;
         r->refs = 1;
         r->state = SR_DONE;
         pthread_mutex_unlock(&s->mu);
@@ -1343,7 +1362,7 @@ li_server_params li_server_default_params(void) {
     return (li_server_params){.host = "127.0.0.1", .port = 8080, .max_running = 8, .max_queue = 256,
                               .default_max_tokens = 256, .max_gen = LI_SERVER_DEFAULT_MAX_GEN,
                               .max_body_bytes = 16u << 20, .idle_timeout_s = 30,
-                              .header_timeout_s = 10, .body_timeout_s = 60,
+                              .header_timeout_s = 10, .body_timeout_s = 60, .drain_timeout_s = 30,
                               .max_connections = 4096, .max_connections_per_client = 256};
 }
 
@@ -1398,6 +1417,7 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->engine_cv, NULL);
+    pthread_cond_init(&s->drain_cv, NULL);
     li_metrics_init(&s->mx);
     unsigned reserve = s->p.max_connections / 16 > 0 ? s->p.max_connections / 16 : 1;
     li_conn_limits lim = {.idle_s = s->p.idle_timeout_s, .header_s = s->p.header_timeout_s,
@@ -1442,6 +1462,7 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
 fail:
     li_conn_guard_stop(s->guard);
     li_metrics_free(&s->mx);
+    pthread_cond_destroy(&s->drain_cv);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->active);
@@ -1454,30 +1475,65 @@ int li_server_port(const li_server *s) {
     return s->port;
 }
 
+// Waits on drain_cv (s->mu held) until done(s), hurry, or `ms` milliseconds have passed.
+static void drain_wait(li_server *s, bool (*done)(const li_server *), double ms) {
+    double end = now_ms() + ms;
+    while (!done(s) && !s->hurry && now_ms() < end) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&s->drain_cv, &s->mu, &ts);
+    }
+}
+
+static bool nothing_running(const li_server *s) { return s->n_accepted == 0; }
+static bool nothing_held(const li_server *s) { return s->n_sreqs == 0; }
+
+void li_server_hurry(li_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->hurry = true;
+    pthread_cond_broadcast(&s->drain_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void li_server_stop(li_server *s) {
     if (!s) return;
+    // 1. no new connection (the listening socket closes); a request on an open one gets 503
+    MHD_socket lfd = MHD_quiesce_daemon(s->daemon);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
     pthread_mutex_lock(&s->mu);
-    s->stopping = true;
-    pthread_cond_signal(&s->engine_cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->engine, NULL);
-    // the engine is gone: answer everything still waiting (the model frees what it holds)
-    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    // 2. queued requests, not started: 503 now
     sreq *q = s->queue;
     s->queue = s->queue_tail = NULL;
-    for (sreq *r = q; r; r = r->next) fail_locked(s, r, LI_ERR_BACKEND, "the server is shutting down");
-    for (int i = 0; i < s->n_active; i++)
-        fail_locked(s, s->active[i], LI_ERR_BACKEND, "the server is shutting down");
+    s->n_queued = 0;
+    for (sreq *r = q; r; r = r->next) fail_locked(s, r, LI_ERR_BACKEND, "");
     pthread_mutex_unlock(&s->mu);
     for (sreq *r = q, *next; r; r = next) {
         next = r->next;
         sreq_unref(s, r);
     }
-    for (int i = 0; i < s->n_active; i++) sreq_unref(s, s->active[i]);
-    s->n_active = 0;
+    // 3. running requests finish within the drain deadline; then the engine cuts the rest
+    pthread_mutex_lock(&s->mu);
+    drain_wait(s, nothing_running, s->p.drain_timeout_s * 1e3);
+    s->stopping = true;
+    pthread_cond_signal(&s->engine_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->engine, NULL);
+    // 4. connection threads send their last bytes (answers, a stream's error event and [DONE]);
+    // a client that does not read them is not waited for long
+    pthread_mutex_lock(&s->mu);
+    s->hurry = false;
+    drain_wait(s, nothing_held, 5000);
+    pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(s->daemon);
     li_conn_guard_stop(s->guard);
     li_metrics_free(&s->mx);
+    pthread_cond_destroy(&s->drain_cv);
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->active);

@@ -38,6 +38,7 @@ typedef struct {
     unsigned max_connections;             // open at once (within RLIMIT_NOFILE); more: refused,
                                           // and past 15/16 of it idle ones are shed
     unsigned max_connections_per_client;  // per client address; 0: no limit
+    unsigned drain_timeout_s;  // shutdown: seconds running requests have to finish (0: none)
 } li_server_params;
 
 li_server_params li_server_default_params(void);
@@ -48,7 +49,12 @@ typedef struct li_server li_server;
 // the server (li_server_stop first).
 li_status li_server_start(li_server **out, li_model *m, const li_server_params *p);
 int li_server_port(const li_server *s);
-// Stops accepting, fails queued requests with 503, joins every thread, frees s (NULL: no-op).
+// Graceful shutdown: stops accepting connections, answers queued requests and new ones on open
+// connections with 503, gives running requests drain_timeout_s to finish, then cuts the rest
+// between two steps (503; a stream gets an error event and [DONE]), lets the connections send
+// their last bytes (5 s at most), joins every thread and frees s (NULL: no-op).
 void li_server_stop(li_server *s);
+// Ends a li_server_stop's drain now (another thread; e.g. on a second signal).
+void li_server_hurry(li_server *s);
 
 #endif

@@ -144,8 +144,9 @@ def assert_error(status, body, want_status, param=None, code=None):
         assert e["code"] == code, e
 
 
-def open_stream(s, path, body, key=None):
-    """Opens a streaming request on a plain socket; returns the socket after the first event."""
+def open_stream(s, path, body, key=None, received=None):
+    """Opens a streaming request on a plain socket; returns the socket after the first event
+    (the bytes read so far are appended to the list `received` when one is given)."""
     data = json.dumps(body).encode()
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
     auth = f"Authorization: Bearer {key}\r\n" if key else ""
@@ -157,4 +158,6 @@ def open_stream(s, path, body, key=None):
         assert chunk, got
         got += chunk
         assert b"\r\n\r\n" not in got or got.startswith(b"HTTP/1.1 200"), got
+    if received is not None:
+        received.append(got)
     return sock
