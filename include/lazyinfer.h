@@ -116,12 +116,17 @@ li_sampling_params li_sampling_default_params(void);
 
 // Called once per generated token; return false to stop.
 typedef bool (*li_token_cb)(void *user, int32_t token);
+// Called before each token is sampled with the logits it is drawn from, logits (V) in host
+// memory, which it may change (biases, penalties; -INFINITY forbids a token). From li_step
+// (continuous batching: the scheduler's requests only).
+typedef void (*li_logits_cb)(void *user, float *logits, int V);
 
 typedef struct {
     int n_predict;  // max tokens to generate
     li_sampling_params sampling;
     bool stop_at_eos;
     li_token_cb on_token;
+    li_logits_cb on_logits;  // optional
     void *user;
 } li_generate_params;
 li_generate_params li_generate_default_params(void);
@@ -183,9 +188,8 @@ typedef struct {
     bool chat;              // format through the model's chat template
     li_generate_params gen; // on_token / user are called from li_step
     float *first_logits;    // optional (V): receives the logits the first token was drawn from
-    li_request_tokens *tokens;  // optional: system/docs/query tokenised by li_request_tokenize
-                                // (then not tokenised again; li_submit moves the ids out of it,
-                                // the caller still frees it)
+    const li_request_tokens *tokens;  // optional: system/docs/query tokenised by
+                                      // li_request_tokenize (then not tokenised again; copied)
 } li_request;
 
 typedef struct {
@@ -207,6 +211,8 @@ typedef struct {
 // tokenises on its connection threads, never stalling the engine). *out: li_request_tokens_free.
 li_status li_request_tokenize(const li_model *m, const li_request *q, li_request_tokens **out);
 int li_request_tokens_count(const li_request_tokens *t);  // prompt tokens, blocks + query
+// Part i (the blocks in order, then the query): its token count, *ids its ids; -1 past the end.
+int li_request_tokens_part(const li_request_tokens *t, int i, const int32_t **ids);
 void li_request_tokens_free(li_request_tokens *t);        // NULL is a no-op
 
 // Queues a request (everything it points to is copied or tokenised here, except the callbacks

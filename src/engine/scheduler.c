@@ -87,6 +87,7 @@ typedef struct li_sched {
     int64_t *slot;
     li_batch_seq *seqs;
     request **row_req;   // which request a logits row belongs to
+    float *host_logits;  // (V) a row's logits in host memory for on_logits (device backends)
 } li_sched;
 
 // ---- small helpers -------------------------------------------------------------------------
@@ -214,6 +215,12 @@ int li_request_tokens_count(const li_request_tokens *t) {
     int64_t n = t->n_query;
     for (int i = 0; i < t->n_blocks; i++) n += t->blocks[i].n;
     return n > INT32_MAX ? INT32_MAX : (int)n;
+}
+
+int li_request_tokens_part(const li_request_tokens *t, int i, const int32_t **ids) {
+    if (i < 0 || i > t->n_blocks) return -1;
+    *ids = i < t->n_blocks ? t->blocks[i].tokens : t->query;
+    return i < t->n_blocks ? t->blocks[i].n : t->n_query;
 }
 
 static li_status add_block(li_request_tokens *t, int32_t *tokens, int n) {
@@ -370,7 +377,8 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
     int32_t *query = NULL;
     int n_query = 0;
     li_status rc;
-    li_request_tokens own = {0}, *t = q->tokens ? q->tokens : &own;
+    li_request_tokens own = {0};
+    const li_request_tokens *t = q->tokens ? q->tokens : &own;
     if (q->prompt_ids) {
         if (q->n_docs || q->query || q->system || q->tokens) {
             rc = li_error_set(LI_ERR_INVALID_ARG, "give one of prompt_ids, tokens, system/docs/query");
@@ -385,23 +393,19 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
             goto fail;
     } else {
         if (!q->tokens && (rc = build_blocks(m, q, &own)) != LI_OK) goto fail;
-        // the tokens move into the request (q->tokens is left empty)
+        // the request's copy of the tokens (q->tokens may serve several requests: n > 1)
         if (t->n_blocks && !(r->blocks = calloc((size_t)t->n_blocks, sizeof *r->blocks))) {
             rc = li_error_set(LI_ERR_OOM, "out of memory");
             goto fail;
         }
-        for (int b = 0; b < t->n_blocks; b++) {
-            r->blocks[b].tokens = t->blocks[b].tokens;
-            r->blocks[b].n = t->blocks[b].n;
+        for (int b = 0; b < t->n_blocks; b++, r->n_blocks++) {
+            int cap = 0;
+            if ((rc = append_tokens(&r->blocks[b].tokens, &r->blocks[b].n, &cap,
+                                    t->blocks[b].tokens, t->blocks[b].n)) != LI_OK)
+                goto fail;
         }
-        r->n_blocks = t->n_blocks;
-        free(t->blocks);
-        t->blocks = NULL;
-        t->n_blocks = 0;
-        query = t->query;
-        n_query = t->n_query;
-        t->query = NULL;
-        t->n_query = 0;
+        int cap = 0;
+        if ((rc = append_tokens(&query, &n_query, &cap, t->query, t->n_query)) != LI_OK) goto fail;
     }
     // block offsets Δ (contiguous: page padding never shifts positions), ids in range, context
     int64_t delta = 0;
@@ -862,7 +866,14 @@ li_status li_step(li_model *m, int *n_unfinished) {
     }
     for (int i = 0; i < n_log; i++) {
         request *r = S->row_req[i];
-        const float *lg = m->logits + (size_t)i * V;
+        float *lg = m->logits + (size_t)i * V;
+        if (r->gen.on_logits) {  // the caller's processing, on a host copy on a device backend
+            bool dev = li_be_is_device(m->be);
+            float *h = dev ? S->host_logits : lg;
+            if (dev && (rc = li_be_download(m->be, h, lg, (size_t)V * sizeof *h)) != LI_OK) return rc;
+            r->gen.on_logits(r->gen.user, h, V);
+            if (dev && (rc = li_be_upload(m->be, lg, h, (size_t)V * sizeof *h)) != LI_OK) return rc;
+        }
         take_token(m, r, li_sampler_sample(&r->sampler, m->be, lg, V), lg);
     }
     // and the sampling's
@@ -956,8 +967,9 @@ li_status li_sched_init(li_model *m) {
     S->slot = malloc(n * sizeof *S->slot);
     S->seqs = malloc(n * sizeof *S->seqs);
     S->row_req = malloc(n * sizeof *S->row_req);
+    S->host_logits = malloc((size_t)m->llama.hp.n_vocab * sizeof *S->host_logits);
     if (!S->tok || !S->pos || !S->nvis || !S->first || !S->rows || !S->slot || !S->seqs ||
-        !S->row_req)
+        !S->row_req || !S->host_logits)
         return li_error_set(LI_ERR_OOM, "out of memory for the scheduler");
     if (m->cache_mode == LI_CACHE_LAZY || m->cache_mode == LI_CACHE_COPY)
         LI_TRY(li_doc_cache_init(&m->docs, &m->kv, &li_evict_lru, 0));
@@ -987,6 +999,7 @@ void li_sched_free(li_model *m) {
     free(S->slot);
     free(S->seqs);
     free(S->row_req);
+    free(S->host_logits);
     free(S);
     m->sched = NULL;
 }

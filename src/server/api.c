@@ -1,9 +1,10 @@
 // api.c — OpenAI request parsing and response JSON for `lazyinfer serve` (jansson).
 //
 // Parsing is strict about types (a string where a number belongs is a 400 naming the field, as
-// OpenAI does) and lenient about fields it does not know (ignored). It is a pure function of the
-// bytes: no model, no globals; the fuzz target tests/fuzz/fuzz-request.c drives it and
-// tests/test_server.py checks the error responses end to end. Not here: HTTP (server.c) and
+// OpenAI does) and about fields: one it does not know, or an option it does not implement, is a
+// 400 naming it, never silently ignored. It is a pure function of the bytes: no model, no
+// globals; the fuzz target tests/fuzz/fuzz-request.c drives it and tests/test_server*.py check
+// the error responses end to end. Also /tokenize and /detokenize bodies, and logprobs output. Not here: HTTP (server.c) and
 // checks that need the model (context length, token ids in range: the engine does those).
 #include "api.h"
 
@@ -45,6 +46,9 @@ void li_api_request_free(li_api_request *r) {
     }
     free(r->docs);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->json_schema);
     memset(r, 0, sizeof *r);
 }
 
@@ -266,7 +270,126 @@ bool li_api_parse_sampling(const json_t *o, li_api_request *r, li_api_error *err
     return parse_stop(o, r, err);
 }
 
+// Every field a request may carry: OpenAI's that lazyinfer implements or that change nothing
+// (user, metadata, store false, service_tier, parallel_tool_calls without tools), the ones it
+// refuses with a reason below, and the extensions. Anything else is a 400 naming it: an option
+// silently ignored is an answer the client did not ask for.
+static const char *const FIELDS_BOTH[] = {
+    "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",
+    "top_p", "n", "stop", "seed",
+    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "user", "response_format",
+    "metadata", "store", "service_tier",
+    // extensions
+    "documents", "top_k", "min_p", "ignore_eos", "skip_special_tokens", "repetition_penalty",
+    "gen_length", "block_length", "steps", "threshold", "factor", "dpad", "lacache", "fp8", NULL};
+static const char *const FIELDS_CHAT[] = {
+    "messages", "top_logprobs", "tools", "tool_choice",
+    "parallel_tool_calls", "functions", "function_call", "modalities", "audio", "prediction",
+    "reasoning_effort", "web_search_options", NULL};
+static const char *const FIELDS_COMPLETIONS[] = {"prompt", "echo", "best_of", "suffix", NULL};
+
+static bool in_list(const char *const *list, const char *k) {
+    for (; *list; list++)
+        if (!strcmp(*list, k)) return true;
+    return false;
+}
+
+static bool check_known(const json_t *o, li_api_endpoint ep, li_api_error *err) {
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)o, k, v) {
+        if (in_list(FIELDS_BOTH, k) || in_list(ep == LI_API_CHAT ? FIELDS_CHAT : FIELDS_COMPLETIONS, k))
+            continue;
+        if (in_list(ep == LI_API_CHAT ? FIELDS_COMPLETIONS : FIELDS_CHAT, k))
+            return BAD(k, "'%.40s' is not a field of %s requests", k,
+                       ep == LI_API_CHAT ? "chat completion" : "completion");
+        return BAD(k, "unknown field '%.40s' (docs/SERVER.md lists the fields)", k);
+    }
+    // OpenAI fields that would change the answer and that lazyinfer does not implement
+    static const char *const refused[] = {"functions", "function_call", "audio", "prediction",
+                                          "reasoning_effort", "web_search_options", NULL};
+    for (int i = 0; refused[i]; i++) {
+        v = json_object_get(o, refused[i]);
+        if (v && !json_is_null(v)) return BAD(refused[i], "'%s' is not supported", refused[i]);
+    }
+    v = json_object_get(o, "tool_choice");
+    if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return BAD("tool_choice", "tools are not supported ('tool_choice' may only be \"none\")");
+    v = json_object_get(o, "modalities");
+    if (v && !json_is_null(v) &&
+        !(json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0)) &&
+          !strcmp(json_string_value(json_array_get(v, 0)), "text")))
+        return BAD("modalities", "only [\"text\"] output is supported");
+    v = json_object_get(o, "store");
+    if (v && json_is_true(v)) return BAD("store", "stored completions are not supported");
+    long long x = 1;
+    if (!get_int(o, "best_of", 1, 1, &x, err)) return false;
+    v = json_object_get(o, "suffix");
+    if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0))
+        return BAD("suffix", "'suffix' (insertion) is not supported");
+    return true;
+}
+
+// logit_bias: {"token id": bias in [-100, 100], ...}.
+static bool parse_logit_bias(const json_t *o, li_api_request *r, li_api_error *err) {
+    const json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_object(v))
+        return BAD("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    size_t n = json_object_size(v);
+    if (n > LI_API_MAX_LOGIT_BIAS)
+        return BAD("logit_bias", "%zu logit_bias entries, at most %d", n, LI_API_MAX_LOGIT_BIAS);
+    if (n == 0) return true;
+    r->bias_ids = malloc(n * sizeof *r->bias_ids);
+    r->bias = malloc(n * sizeof *r->bias);
+    if (!r->bias_ids || !r->bias)
+        return li_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    const char *k;
+    const json_t *b;
+    json_object_foreach((json_t *)v, k, b) {
+        char *end;
+        long long id = strtoll(k, &end, 10);
+        if (!*k || *end || id < 0 || id > INT32_MAX || !(k[0] >= '0' && k[0] <= '9'))
+            return BAD("logit_bias", "logit_bias key '%.40s' is not a token id", k);
+        if (!json_is_number(b) || !(json_number_value(b) >= -100 && json_number_value(b) <= 100))
+            return BAD("logit_bias", "logit_bias[%.40s] must be a number in [-100, 100]", k);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)json_number_value(b);
+    }
+    return true;
+}
+
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+// "schema", "strict", "description"}}. The schema's features are checked when it is compiled
+// (json-grammar.c).
+static bool parse_format(const json_t *o, li_api_request *r, li_api_error *err) {
+    const json_t *v = json_object_get(o, "response_format");
+    if (!v || json_is_null(v)) return true;
+    const json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    if (!json_is_string(type))
+        return BAD("response_format", "'response_format' must be an object with a string 'type'");
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "text")) return true;
+    if (!strcmp(t, "json_object")) {
+        r->format = LI_API_FORMAT_JSON_OBJECT;
+        return true;
+    }
+    if (strcmp(t, "json_schema"))
+        return BAD("response_format", "response_format type '%.40s' is not one of text, "
+                   "json_object, json_schema", t);
+    const json_t *js = json_object_get(v, "json_schema");
+    const json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+    if (!json_is_object(schema))
+        return BAD("response_format", "response_format json_schema needs {\"json_schema\": "
+                   "{\"name\": ..., \"schema\": {...}}}");
+    r->format = LI_API_FORMAT_JSON_SCHEMA;
+    r->json_schema = json_dumps(schema, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!r->json_schema) return li_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    return true;
+}
+
 static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r, li_api_error *err) {
+    if (!check_known(o, ep, err)) return false;
     const json_t *model = json_object_get(o, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model)) return BAD("model", "'model' must be a string");
@@ -286,11 +409,30 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
     }
     if (!li_api_parse_sampling(o, r, err)) return false;
     long long x = 1;
-    if (!get_int(o, "n", LLONG_MIN, LLONG_MAX, &x, err)) return false;
-    if (x != 1) return BAD("n", "only n=1 is supported (got %lld)", x);
-    const json_t *lp = json_object_get(o, "logprobs");
-    if (lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0))
-        return BAD("logprobs", "logprobs are not supported");
+    if (!get_int(o, "n", 1, LI_API_MAX_N, &x, err)) return false;
+    r->n = (int)x;
+    // logprobs: chat {"logprobs": true, "top_logprobs": k}; completions {"logprobs": k}
+    x = 0;
+    if (ep == LI_API_CHAT) {
+        int lp = 0;
+        if (!get_bool(o, "logprobs", &lp, err)) return false;
+        if (!get_int(o, "top_logprobs", 0, LI_API_MAX_TOP_LOGPROBS, &x, err)) return false;
+        if (json_object_get(o, "top_logprobs") && !json_is_null(json_object_get(o, "top_logprobs")) && !lp)
+            return BAD("top_logprobs", "'top_logprobs' needs \"logprobs\": true");
+        r->logprobs = lp;
+    } else {
+        const json_t *lp = json_object_get(o, "logprobs");
+        if (!get_int(o, "logprobs", 0, LI_API_MAX_TOP_LOGPROBS, &x, err)) return false;
+        r->logprobs = lp && !json_is_null(lp);
+    }
+    r->top_logprobs = (int)x;
+    if (!parse_logit_bias(o, r, err) || !parse_format(o, r, err)) return false;
+    if (!get_number(o, "presence_penalty", -2, 2, &r->presence_penalty, &r->has_presence, err) ||
+        !get_number(o, "frequency_penalty", -2, 2, &r->frequency_penalty, &r->has_frequency, err) ||
+        !get_number(o, "repetition_penalty", 0, 10, &r->repetition_penalty, &r->has_repetition, err))
+        return false;
+    if (r->has_repetition && r->repetition_penalty <= 0)
+        return BAD("repetition_penalty", "'repetition_penalty' must be > 0");
     const json_t *echo = json_object_get(o, "echo");
     if (echo && json_is_true(echo)) return BAD("echo", "echo is not supported");
     const json_t *tools = json_object_get(o, "tools");
@@ -346,6 +488,82 @@ bool li_api_parse(const char *body, size_t len, li_api_endpoint ep, li_api_reque
     else ok = parse_fields(o, ep, out, err);
     json_decref(o);
     if (!ok) li_api_request_free(out);
+    return ok;
+}
+
+// Parses a body into a JSON object whose keys are all in `known` (NULL-terminated).
+static json_t *load_object(const char *body, size_t len, const char *const *known, li_api_error *err) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        BAD(NULL, "malformed JSON body: %s (line %d, column %d)", je.text, je.line, je.column);
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        BAD(NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (!in_list(known, k)) {
+            BAD(k, "unknown field '%.40s'", k);
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+bool li_api_parse_tokenize(const char *body, size_t len, li_api_tokenize *out, li_api_error *err) {
+    static const char *const known[] = {"content", "add_special", "parse_special", "with_pieces", NULL};
+    memset(out, 0, sizeof *out);
+    json_t *o = load_object(body, len, known, err);
+    if (!o) return false;
+    const json_t *c = json_object_get(o, "content");
+    int add = 0, parse = 1, pieces = 0;
+    bool ok = json_is_string(c) ? true : BAD("content", "'content' must be a string");
+    ok = ok && get_bool(o, "add_special", &add, err) && get_bool(o, "parse_special", &parse, err) &&
+         get_bool(o, "with_pieces", &pieces, err) &&
+         dup_string(c, "content", &out->content, &out->len, err);
+    json_decref(o);
+    out->add_special = add;
+    out->parse_special = parse;
+    out->with_pieces = pieces;
+    if (!ok) {
+        free(out->content);
+        out->content = NULL;
+    }
+    return ok;
+}
+
+bool li_api_parse_detokenize(const char *body, size_t len, int32_t **ids, int *n,
+                             li_api_error *err) {
+    static const char *const known[] = {"tokens", NULL};
+    *ids = NULL;
+    *n = 0;
+    json_t *o = load_object(body, len, known, err);
+    if (!o) return false;
+    const json_t *t = json_object_get(o, "tokens");
+    size_t k = json_is_array(t) ? json_array_size(t) : 0;
+    bool ok = json_is_array(t) ? true : BAD("tokens", "'tokens' must be an array of token ids");
+    if (ok && k > (1u << 24)) ok = BAD("tokens", "%zu tokens, at most %d", k, 1 << 24);
+    if (ok && !(*ids = malloc((k ? k : 1) * sizeof **ids)))
+        ok = li_api_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; ok && i < k; i++) {
+        const json_t *v = json_array_get(t, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            ok = BAD("tokens", "tokens[%zu] is not a token id", i);
+        else
+            (*ids)[(*n)++] = (int32_t)json_integer_value(v);
+    }
+    json_decref(o);
+    if (!ok) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
     return ok;
 }
 
@@ -462,51 +680,114 @@ size_t li_api_utf8_complete_prefix(const char *s, size_t len) {
     return len;
 }
 
-static json_t *usage_json(int prompt_tokens, int completion_tokens, int cached_tokens) {
-    json_t *u = json_pack("{s:i, s:i, s:i}", "prompt_tokens", prompt_tokens, "completion_tokens",
-                          completion_tokens, "total_tokens", prompt_tokens + completion_tokens);
-    if (u && cached_tokens >= 0)
-        json_object_set_new(u, "prompt_tokens_details", json_pack("{s:i}", "cached_tokens", cached_tokens));
-    return u;
+static json_t *usage_json(const li_api_usage *u) {
+    json_t *o = json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", u->prompt_tokens,
+                          "completion_tokens", u->completion_tokens, "total_tokens",
+                          u->prompt_tokens + u->completion_tokens, "prompt_tokens_details",
+                          "cached_tokens", u->cached_tokens);
+    return o;
 }
 
-char *li_api_response_json(const li_api_meta *meta, const char *text, const char *finish,
-                           int prompt_tokens, int completion_tokens, int cached_tokens) {
-    json_t *choice;
-    if (meta->endpoint == LI_API_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:s}, s:n, s:s}", "index", 0, "message", "role", "assistant",
-                           "content", text, "logprobs", "finish_reason", finish);
-    else
-        choice = json_pack("{s:i, s:s, s:n, s:s}", "index", 0, "text", text, "logprobs",
-                           "finish_reason", finish);
-    return dump(json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", meta->id, "object",
-                          meta->endpoint == LI_API_CHAT ? "chat.completion" : "text_completion",
-                          "created", (json_int_t)meta->created, "model", meta->model, "choices",
-                          choice, "usage", usage_json(prompt_tokens, completion_tokens, cached_tokens)));
+// A token's text as JSON: a string (invalid UTF-8, a split character, shown as U+FFFD).
+static json_t *token_string(const char *text, size_t len) {
+    char *t = li_api_utf8_sanitize(text, len, NULL);
+    json_t *s = t ? json_string(t) : NULL;
+    free(t);
+    return s ? s : json_string("");
 }
 
-char *li_api_chunk_sse(const li_api_meta *meta, const char *text, bool first, const char *finish,
-                       bool usage, int prompt_tokens, int completion_tokens) {
+static json_t *token_bytes(const char *text, size_t len) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < len; i++) json_array_append_new(a, json_integer((unsigned char)text[i]));
+    return a;
+}
+
+// logprobs of a choice: chat {"content": [{token, logprob, bytes, top_logprobs}]}; completions
+// {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+static json_t *logprobs_json(bool chat, const li_api_choice *c) {
+    if (!c->logprobs) return json_null();
+    if (chat) {
+        json_t *content = json_array();
+        for (int i = 0; i < c->n_lp; i++) {
+            const li_api_logprob *l = &c->lp[i];
+            json_t *top = json_array();
+            for (int k = 0; k < l->n_top; k++)
+                json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token",
+                                                     token_string(l->top[k].text, l->top[k].len),
+                                                     "logprob", (double)l->top[k].logprob, "bytes",
+                                                     token_bytes(l->top[k].text, l->top[k].len)));
+            json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token",
+                                                     token_string(l->text, l->len), "logprob",
+                                                     (double)l->logprob, "bytes",
+                                                     token_bytes(l->text, l->len), "top_logprobs", top));
+        }
+        return json_pack("{s:o}", "content", content);
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int i = 0; i < c->n_lp; i++) {
+        const li_api_logprob *l = &c->lp[i];
+        json_array_append_new(tokens, token_string(l->text, l->len));
+        json_array_append_new(lps, json_real(l->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < l->n_top; k++) {
+            char *t = li_api_utf8_sanitize(l->top[k].text, l->top[k].len, NULL);
+            if (t) json_object_set_new(top, t, json_real(l->top[k].logprob));
+            free(t);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)l->offset));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
+}
+
+static json_t *finish_json(const char *finish) { return finish ? json_string(finish) : json_null(); }
+
+char *li_api_response_json(const li_api_meta *meta, const li_api_choice *ch, int n,
+                           const li_api_usage *usage) {
     bool chat = meta->endpoint == LI_API_CHAT;
     json_t *choices = json_array();
-    if (!usage) {
+    for (int i = 0; i < n; i++) {
+        const li_api_choice *c = &ch[i];
+        const char *text = c->text ? c->text : "";
+        json_array_append_new(choices,
+                              chat ? json_pack("{s:i, s:{s:s, s:s}, s:o, s:o}", "index", c->index,
+                                               "message", "role", "assistant", "content", text,
+                                               "logprobs", logprobs_json(true, c),
+                                               "finish_reason", finish_json(c->finish))
+                                   : json_pack("{s:i, s:s, s:o, s:o}", "index", c->index, "text",
+                                               text, "logprobs", logprobs_json(false, c),
+                                               "finish_reason", finish_json(c->finish)));
+    }
+    return dump(json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", meta->id, "object",
+                          chat ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)meta->created, "model", meta->model, "choices", choices,
+                          "usage", usage_json(usage)));
+}
+
+char *li_api_chunk_sse(const li_api_meta *meta, const li_api_choice *c, const li_api_usage *usage) {
+    bool chat = meta->endpoint == LI_API_CHAT;
+    json_t *choices = json_array();
+    if (c) {
         json_t *choice;
         if (chat) {
             json_t *delta = json_object();
-            if (first) json_object_set_new(delta, "role", json_string("assistant"));
-            if (text) json_object_set_new(delta, "content", json_string(text));
-            choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs",
-                               "finish_reason", finish ? json_string(finish) : json_null());
+            if (c->first) json_object_set_new(delta, "role", json_string("assistant"));
+            if (c->text) json_object_set_new(delta, "content", json_string(c->text));
+            choice = json_pack("{s:i, s:o, s:o, s:o}", "index", c->index, "delta", delta,
+                               "logprobs", logprobs_json(true, c), "finish_reason",
+                               finish_json(c->finish));
         } else {
-            choice = json_pack("{s:i, s:s, s:n, s:o}", "index", 0, "text", text ? text : "",
-                               "logprobs", "finish_reason", finish ? json_string(finish) : json_null());
+            choice = json_pack("{s:i, s:s, s:o, s:o}", "index", c->index, "text",
+                               c->text ? c->text : "", "logprobs", logprobs_json(false, c),
+                               "finish_reason", finish_json(c->finish));
         }
         json_array_append_new(choices, choice);
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", meta->id, "object",
                           chat ? "chat.completion.chunk" : "text_completion", "created",
                           (json_int_t)meta->created, "model", meta->model, "choices", choices);
-    if (o && usage) json_object_set_new(o, "usage", usage_json(prompt_tokens, completion_tokens, -1));
+    if (o && !c && usage) json_object_set_new(o, "usage", usage_json(usage));
     char *s = dump(o);
     if (!s) return NULL;
     size_t n = strlen(s);
@@ -518,4 +799,27 @@ char *li_api_chunk_sse(const li_api_meta *meta, const char *text, bool first, co
     }
     free(s);
     return e;
+}
+
+char *li_api_tokenize_json(const int32_t *ids, int n, const char *const *texts, const size_t *lens) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++) {
+        if (!texts) {
+            json_array_append_new(a, json_integer(ids[i]));
+            continue;
+        }
+        bool utf8 = li_api_utf8_check(texts[i], lens[i]) == lens[i];
+        char *t = utf8 ? li_api_utf8_sanitize(texts[i], lens[i], NULL) : NULL;
+        json_t *piece = utf8 && t ? json_string(t) : token_bytes(texts[i], lens[i]);
+        free(t);
+        json_array_append_new(a, json_pack("{s:i, s:o}", "id", ids[i], "piece", piece));
+    }
+    return dump(json_pack("{s:o}", "tokens", a));
+}
+
+char *li_api_detokenize_json(const char *text, size_t len) {
+    char *t = li_api_utf8_sanitize(text, len, NULL);
+    char *s = t ? dump(json_pack("{s:s}", "content", t)) : NULL;
+    free(t);
+    return s;
 }

@@ -15,6 +15,11 @@
 #define LI_API_MAX_STOP 4        // OpenAI: up to 4 stop sequences
 #define LI_API_MAX_DOCS 1024     // documents per request
 #define LI_API_MAX_MESSAGES 1024 // chat messages per request
+#define LI_API_MAX_N 16          // choices per request (n)
+#define LI_API_MAX_TOP_LOGPROBS 20
+#define LI_API_MAX_LOGIT_BIAS 1024  // entries of logit_bias
+
+typedef enum { LI_API_FORMAT_TEXT, LI_API_FORMAT_JSON_OBJECT, LI_API_FORMAT_JSON_SCHEMA } li_api_format;
 
 typedef enum { LI_API_COMPLETIONS, LI_API_CHAT } li_api_endpoint;
 
@@ -54,6 +59,18 @@ typedef struct {
     int n_stop;
     int skip_special;            // extension (as vLLM): special tokens left out of the text;
                                  // -1 not given (= 1), else 0/1
+    int n;                       // choices (1 .. LI_API_MAX_N)
+    bool logprobs;               // chat: logprobs; completions: logprobs given (an int)
+    int top_logprobs;            // alternatives per token (0 .. 20)
+    int32_t *bias_ids;           // (n_bias) logit_bias: token ids and what is added to their logits
+    float *bias;
+    int n_bias;
+    bool has_presence, has_frequency, has_repetition;
+    double presence_penalty, frequency_penalty;  // [-2, 2]; subtracted per generated token (OpenAI)
+    double repetition_penalty;   // extension (as vLLM), (0, 10]: logits of prompt and generated
+                                 // tokens divided (> 0) or multiplied (< 0) by it
+    li_api_format format;        // response_format
+    char *json_schema;           // LI_API_FORMAT_JSON_SCHEMA: the schema, as compact JSON text
     // diffusion models (extension); -1 / negative: not given
     int gen_length, block_length, steps;
     double threshold, factor;  // < 0: not given
@@ -88,6 +105,22 @@ void li_api_request_free(li_api_request *r);
 struct json_t;
 bool li_api_parse_sampling(const struct json_t *o, li_api_request *r, li_api_error *err);
 
+// POST /tokenize (llama-server's shape): {"content": string, "add_special": false,
+// "parse_special": true, "with_pieces": false}. *content is malloc'ed (free()).
+typedef struct {
+    char *content;
+    size_t len;
+    bool add_special, parse_special, with_pieces;
+} li_api_tokenize;
+bool li_api_parse_tokenize(const char *body, size_t len, li_api_tokenize *out, li_api_error *err);
+// POST /detokenize: {"tokens": [int, ...]}. *ids is malloc'ed (free()).
+bool li_api_parse_detokenize(const char *body, size_t len, int32_t **ids, int *n,
+                             li_api_error *err);
+// {"tokens": [ids]} or, with pieces (texts[i] of lens[i] bytes), {"tokens": [{"id", "piece"}]}
+// where a piece that is not valid UTF-8 is its list of bytes. {"content": text}.
+char *li_api_tokenize_json(const int32_t *ids, int n, const char *const *texts, const size_t *lens);
+char *li_api_detokenize_json(const char *text, size_t len);
+
 // {"error": {"message", "type", "param", "code"}} as a malloc'ed string.
 char *li_api_error_json(const li_api_error *err);
 
@@ -111,13 +144,43 @@ typedef struct {
     li_api_endpoint endpoint;
 } li_api_meta;
 
-// A whole (non-streaming) response. text: sanitized UTF-8. finish: "stop" / "length".
-char *li_api_response_json(const li_api_meta *meta, const char *text, const char *finish,
-                           int prompt_tokens, int completion_tokens, int cached_tokens);
-// One SSE event "data: {...}\n\n" of a stream: a text delta (text != NULL; first: the chat role
-// is announced), a final chunk with finish reason (finish != NULL), or the usage chunk
-// (usage == true). Returns a malloc'ed string.
-char *li_api_chunk_sse(const li_api_meta *meta, const char *text, bool first, const char *finish,
-                       bool usage, int prompt_tokens, int completion_tokens);
+// Log-probabilities of one generated token: its text (raw bytes, may split a character), its
+// log-probability, where it starts in the choice's text, and the most likely alternatives.
+typedef struct {
+    const char *text;
+    size_t len;
+    float logprob;
+} li_api_top;
+
+typedef struct {
+    const char *text;
+    size_t len;
+    float logprob;
+    size_t offset;  // byte offset of the token in the choice's text
+    int n_top;
+    li_api_top top[LI_API_MAX_TOP_LOGPROBS];
+} li_api_logprob;
+
+// One choice of a response or a stream chunk.
+typedef struct {
+    int index;
+    const char *text;          // sanitized UTF-8 (a stream's delta); NULL: none
+    const char *finish;        // "stop" / "length"; NULL: not finished (a delta)
+    bool first;                // stream: the choice's first chunk (chat announces the role)
+    bool logprobs;             // logprobs asked: lp (n_lp) are this text's tokens
+    const li_api_logprob *lp;
+    int n_lp;
+} li_api_choice;
+
+typedef struct {
+    int prompt_tokens, completion_tokens, cached_tokens;
+} li_api_usage;
+
+// A whole (non-streaming) response of n choices. Returns a malloc'ed string.
+char *li_api_response_json(const li_api_meta *meta, const li_api_choice *ch, int n,
+                           const li_api_usage *usage);
+// One SSE event "data: {...}\n\n" of a stream: one choice's chunk (a text delta, or its final
+// chunk with a finish reason), or, with ch NULL, the usage chunk. Returns a malloc'ed string.
+char *li_api_chunk_sse(const li_api_meta *meta, const li_api_choice *ch, const li_api_usage *usage);
 
 #endif

@@ -16,7 +16,10 @@
 // Streaming responses are MHD callback responses whose reader blocks until text arrives.
 // Connections: conn.c's guard holds each phase to a deadline and sheds idle connections; what the
 // headers decide (route, key, Content-Length, Content-Type) is answered before the body is read.
-// Not here: TLS (bind to localhost, or put a proxy in front), n > 1, logprobs, tools.
+// A request of n choices is n engine requests (choice i seeded seed + i); logit_bias,
+// penalties, response_format's grammar and logprobs act on each choice's logits through the
+// engine's on_logits hook (logits.c, json-grammar.c).
+// Not here: TLS (bind to localhost, or put a proxy in front), tools.
 // Every sreq is reference-counted (connection context, engine, stream response); one mutex
 // (srv->mu) guards every sreq field that two threads touch.
 // Tested by tests/test_server.py (openai client, curl, load test, disconnects).
@@ -41,11 +44,32 @@
 #include "../engine/engine.h"
 #include "api.h"
 #include "conn.h"
+#include "json-grammar.h"
+#include "logits.h"
 #include "metrics.h"
 
 typedef enum { SR_QUEUED, SR_SUBMITTED, SR_DONE } sr_state;
 
 typedef struct sreq sreq;
+
+// One generated sequence of a request: n > 1 asks for several, each its own engine request.
+typedef struct {
+    sreq *r;
+    int index;
+    // engine side (engine thread only)
+    int64_t engine_id;
+    li_logits_proc proc;  // bias, penalties, grammar, logprobs (logits.h); unused when none
+    bool complete;        // the grammar's document is complete: stop
+    // output, under srv->mu
+    li_buf text;    // generated text, stop string trimmed
+    size_t safe;    // bytes of text that may be sent (no partial stop string / character)
+    size_t sent;    // streaming: bytes already turned into events
+    bool stopped, length, done, sent_first, sent_final;
+    int n_generated;
+    li_api_logprob *lp;  // (n_lp) logprobs of its tokens, when asked
+    int n_lp, cap_lp, lp_sent;
+} choice;
+
 struct sreq {
     int refs;  // under srv->mu
     pthread_cond_t cv;
@@ -62,22 +86,20 @@ struct sreq {
     int32_t *ids;  // (n_ids)
     int n_ids;
     bool own_ids;
-    int n_predict;  // tokens it may generate (autoregressive)
-    uint64_t seed;
-    // engine side (engine thread only)
-    int64_t engine_id;
+    int n_predict;  // tokens each choice may generate (autoregressive)
+    uint64_t seed;  // choice i draws with seed + i
+    li_json_grammar *grammar;  // response_format's, NULL: none
+    choice *ch;     // (n_ch)
+    int n_ch, n_ch_done;
     // output, under srv->mu
     sr_state state;
-    li_buf text;   // generated text, stop string trimmed
-    size_t safe;   // bytes of text that may be sent (no partial stop string / character)
-    size_t sent;   // streaming: bytes already turned into events
-    bool stopped, cancelled, failed, length;
+    bool cancelled, failed;
     li_api_error err;
-    int n_prompt, n_generated, n_cached;
+    int n_prompt, n_cached;
     // streaming output (connection thread only)
     char *pending;
     size_t pending_len, pending_off;
-    bool sent_first, sent_final;
+    bool sent_final;
     sreq *next;  // queue link
 };
 
@@ -98,7 +120,7 @@ struct li_server {
     int n_sreqs;               // sreqs alive (connection, engine or stream still holds one)
     sreq *queue, *queue_tail;
     int n_queued, n_accepted;  // queued; accepted and not done (queued + in the engine)
-    sreq **active;             // (max_running) in the engine (engine thread only)
+    choice **active;           // (max_running) choices in the engine (engine thread only)
     int n_active;
     struct dllm_run *runs;     // (max_running) diffusion batches decoding (engine thread only)
     int n_runs, rr;            // batches; the one whose turn is next
@@ -106,6 +128,7 @@ struct li_server {
     uint64_t id_counter;
     li_metrics mx;
     li_conn_guard *guard;  // connection deadlines and shedding (conn.h)
+    li_vocab vocab;        // every token's text (logits.h), for logprobs and response_format
 };
 
 // Per-HTTP-request context (MHD's con_cls): the body as it arrives, what to log.
@@ -113,7 +136,7 @@ typedef struct {
     li_server *srv;
     double t0;
     char method[16], url[128];
-    int endpoint;  // 0 completions, 1 chat, 2 other
+    int endpoint;  // 0 completions, 1 chat, 2 other, 3 tokenize, 4 detokenize
     li_buf body;
     bool too_big;
     int status;
@@ -125,19 +148,28 @@ static double now_ms(void) {
     return li_time_ms();
 }
 
+static void sreq_free(sreq *r) {
+    li_request_tokens_free(r->tok);
+    if (r->own_ids) li_free_tokens(r->ids);
+    for (int i = 0; i < r->n_ch; i++) {
+        li_logits_proc_free(&r->ch[i].proc);
+        li_buf_free(&r->ch[i].text);
+        free(r->ch[i].lp);
+    }
+    free(r->ch);
+    li_json_grammar_free(r->grammar);
+    li_api_request_free(&r->api);
+    free(r->pending);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
 static void sreq_unref(li_server *s, sreq *r) {
     pthread_mutex_lock(&s->mu);
     int left = --r->refs;
     if (left == 0 && --s->n_sreqs == 0) pthread_cond_broadcast(&s->drain_cv);
     pthread_mutex_unlock(&s->mu);
-    if (left > 0) return;
-    li_request_tokens_free(r->tok);
-    if (r->own_ids) li_free_tokens(r->ids);
-    li_api_request_free(&r->api);
-    li_buf_free(&r->text);
-    free(r->pending);
-    pthread_cond_destroy(&r->cv);
-    free(r);
+    if (left == 0) sreq_free(r);
 }
 
 // ---- engine thread ---------------------------------------------------------------------------
@@ -146,7 +178,10 @@ static void sreq_unref(li_server *s, sreq *r) {
 static void done_locked(li_server *s, sreq *r) {
     if (r->state == SR_DONE) return;
     r->state = SR_DONE;
-    r->safe = r->text.len;
+    for (int i = 0; i < r->n_ch; i++) {
+        r->ch[i].done = true;
+        r->ch[i].safe = r->ch[i].text.len;
+    }
     s->n_accepted--;
     pthread_cond_broadcast(&r->cv);
     if (s->draining) pthread_cond_broadcast(&s->drain_cv);
@@ -192,6 +227,15 @@ static void fail_request(li_server *s, sreq *r, li_status st, const char *msg) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// A choice is finished (under s->mu); the request is done with its last choice.
+static void choice_done_locked(li_server *s, choice *c) {
+    if (c->done) return;
+    c->done = true;
+    c->safe = c->text.len;
+    pthread_cond_broadcast(&c->r->cv);
+    if (++c->r->n_ch_done == c->r->n_ch) done_locked(s, c->r);
+}
+
 // Longest suffix of text[0, n) that is a proper prefix of some stop string.
 static size_t stop_holdback(const sreq *r, const char *text, size_t n) {
     size_t hold = 0;
@@ -207,27 +251,59 @@ static size_t stop_holdback(const sreq *r, const char *text, size_t n) {
     return hold;
 }
 
-// Appends generated bytes to r (under s->mu): trims at the first stop string, updates `safe`.
-static void append_text_locked(sreq *r, const char *piece, size_t len) {
-    size_t old = r->text.len;
-    if (li_buf_append(&r->text, piece, len) != LI_OK) {
+// Appends generated bytes to a choice (under s->mu): trims at the first stop string (and the
+// logprobs of tokens after it), updates `safe`.
+static void append_text_locked(choice *c, const char *piece, size_t len) {
+    sreq *r = c->r;
+    size_t old = c->text.len;
+    if (li_buf_append(&c->text, piece, len) != LI_OK) {
         r->cancelled = true;  // out of memory: stop this request
         return;
     }
-    size_t cut = li_api_stop_find(r->text.data, r->text.len, old, r->api.stop, r->api.n_stop);
+    size_t cut = li_api_stop_find(c->text.data, c->text.len, old, r->api.stop, r->api.n_stop);
     if (cut != SIZE_MAX) {
-        r->text.len = cut;
-        r->stopped = true;
-        r->safe = cut;
+        c->text.len = cut;
+        c->stopped = true;
+        c->safe = cut;
+        while (c->n_lp > 0 && c->lp[c->n_lp - 1].offset >= cut && c->n_lp > c->lp_sent) c->n_lp--;
         return;
     }
-    size_t safe = r->text.len - stop_holdback(r, r->text.data, r->text.len);
-    safe = li_api_utf8_complete_prefix(r->text.data, safe);
-    if (safe > r->safe) r->safe = safe;
+    size_t safe = c->text.len - stop_holdback(r, c->text.data, c->text.len);
+    safe = li_api_utf8_complete_prefix(c->text.data, safe);
+    if (safe > c->safe) c->safe = safe;
+}
+
+// Records a token's logprobs (under s->mu; the text before it is c->text.len long).
+static void add_logprob_locked(choice *c, int32_t tok) {
+    if (c->n_lp == c->cap_lp) {
+        int cap = c->cap_lp ? 2 * c->cap_lp : 16;
+        li_api_logprob *lp = realloc(c->lp, (size_t)cap * sizeof *lp);
+        if (!lp) {
+            c->r->cancelled = true;
+            return;
+        }
+        c->lp = lp;
+        c->cap_lp = cap;
+    }
+    li_api_logprob *l = &c->lp[c->n_lp++];
+    li_logits_report(&c->proc, tok, c->r->api.top_logprobs, l);
+    l->offset = c->text.len;
+}
+
+// li_generate_params.on_logits (engine thread): the choice's processing (logits.h).
+static void on_logits(void *user, float *logits, int V) {
+    choice *c = user;
+    (void)V;
+    if (!li_logits_apply(&c->proc, logits)) {
+        // the grammar left no token: cannot happen with a vocabulary of all bytes; stop cleanly
+        LI_WARN("serve: response_format: no token fits the grammar; stopping request %s", c->r->id);
+        c->complete = true;
+    }
 }
 
 static bool on_token(void *user, int32_t tok) {
-    sreq *r = user;
+    choice *c = user;
+    sreq *r = c->r;
     li_server *s = r->srv;
     char small[256], *piece = small;
     size_t len = 0;
@@ -238,13 +314,16 @@ static bool on_token(void *user, int32_t tok) {
         piece = malloc(len);
         if (!piece || li_token_to_piece(s->m, tok, piece, len, &len) != LI_OK) len = 0;
     }
+    bool complete = c->complete || li_logits_take(&c->proc, tok);  // the JSON document ends
     li_metrics_tokens(&s->mx, 1);
     pthread_mutex_lock(&s->mu);
-    bool go_on = !r->cancelled && !r->stopped;
+    bool go_on = !r->cancelled && !c->stopped;
     if (go_on) {
         if (r->t_first == 0) r->t_first = now_ms();
-        append_text_locked(r, piece ? piece : "", piece ? len : 0);
-        go_on = !r->cancelled && !r->stopped;
+        if (r->api.logprobs) add_logprob_locked(c, tok);
+        append_text_locked(c, piece ? piece : "", piece ? len : 0);
+        if (complete) c->stopped = true;
+        go_on = !r->cancelled && !c->stopped;
         pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -280,9 +359,10 @@ static uint64_t fresh_seed(li_server *s) {
     return ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ (++s->id_counter << 32);
 }
 
-// Submits r, tokenised by prepare_prompt, to the scheduler (engine thread: no tokenising here).
-// On failure r is failed and false returned.
-static bool submit(li_server *s, sreq *r) {
+// Submits r's choices, tokenised by prepare_prompt, to the scheduler (engine thread: no
+// tokenising here); each that is submitted goes to s->active with one reference of r. On
+// failure r is failed (the choices already submitted are cancelled and collected as usual).
+static void submit(li_server *s, sreq *r) {
     const li_api_request *a = &r->api;
     li_request q = {0};
     if (r->tok) {
@@ -294,28 +374,36 @@ static bool submit(li_server *s, sreq *r) {
     q.gen = li_generate_default_params();
     q.gen.stop_at_eos = !a->ignore_eos;
     q.gen.on_token = on_token;
-    q.gen.user = r;
+    q.gen.on_logits = li_logits_wanted(a) ? on_logits : NULL;
     // OpenAI semantics: temperature 1 and top_p 1 unless given; no top-k / min-p unless given.
     li_sampling_params sp = li_sampling_default_params();
     sp.temperature = a->has_temperature ? (float)a->temperature : 1.0f;
     sp.top_p = a->has_top_p ? (float)a->top_p : 1.0f;
     sp.top_k = a->top_k >= 0 ? a->top_k : 0;
     sp.min_p = a->min_p >= 0 ? (float)a->min_p : 0.0f;
-    sp.seed = r->seed;
-    q.gen.sampling = sp;
     q.gen.n_predict = r->n_predict;
-    int64_t id = -1;
-    li_status rc = li_submit(s->m, &q, &id);
-    if (rc != LI_OK) {
-        fail_request(s, r, rc, li_last_error());
-        return false;
+    for (int i = 0; i < r->n_ch; i++) {
+        choice *c = &r->ch[i];
+        sp.seed = r->seed + (uint64_t)i;
+        q.gen.sampling = sp;
+        q.gen.user = c;
+        li_status rc = li_submit(s->m, &q, &c->engine_id);
+        if (rc != LI_OK) {
+            pthread_mutex_lock(&s->mu);
+            fail_locked(s, r, rc, li_last_error());
+            r->cancelled = true;  // the choices submitted stop at their next token
+            pthread_mutex_unlock(&s->mu);
+            for (int k = 0; k < i; k++) li_cancel(s->m, r->ch[k].engine_id);
+            sreq_unref(s, r);  // the engine's reference of the choices not submitted
+            for (int k = i + 1; k < r->n_ch; k++) sreq_unref(s, r);
+            return;
+        }
+        s->active[s->n_active++] = c;
     }
-    r->engine_id = id;
     pthread_mutex_lock(&s->mu);
     r->state = SR_SUBMITTED;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
-    return true;
 }
 
 // ---- diffusion: requests decoded together in batches (li_dllm_batch) -------------------------
@@ -350,7 +438,7 @@ static void dllm_push_text(dllm_job *j, const int32_t *gen, int n) {
     if (len > j->n_text) {
         pthread_mutex_lock(&j->s->mu);
         if (j->r->t_first == 0) j->r->t_first = now_ms();
-        if (!j->r->stopped) append_text_locked(j->r, text + j->n_text, len - j->n_text);
+        if (!j->r->ch[0].stopped) append_text_locked(&j->r->ch[0], text + j->n_text, len - j->n_text);
         pthread_cond_broadcast(&j->r->cv);
         pthread_mutex_unlock(&j->s->mu);
         j->n_text = len;
@@ -456,8 +544,8 @@ static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg
         pthread_mutex_lock(&s->mu);
         if (r->t_first == 0 && !cancelled) r->t_first = now_ms();
         r->n_prompt = j->n_ids;
-        r->n_generated = cancelled ? 0 : n_gen;
-        r->length = !r->stopped && n_gen == n_use;
+        r->ch[0].n_generated = cancelled ? 0 : n_gen;
+        r->ch[0].length = !r->ch[0].stopped && n_gen == n_use;
         done_locked(s, r);
         pthread_mutex_unlock(&s->mu);
     }
@@ -606,22 +694,23 @@ static void dllm_turn(li_server *s) {
     dllm_runs_compact(s);
 }
 
-// Collects the requests the last step finished.
+// Collects the choices the last step finished.
 static void collect(li_server *s) {
     for (int i = 0; i < s->n_active;) {
-        sreq *r = s->active[i];
+        choice *c = s->active[i];
+        sreq *r = c->r;
         li_request_result res;
-        if (li_result(s->m, r->engine_id, &res) != LI_OK) {
+        if (li_result(s->m, c->engine_id, &res) != LI_OK) {
             i++;
             continue;
         }
         pthread_mutex_lock(&s->mu);
         r->n_prompt = res.n_prompt;
-        r->n_generated = res.n_generated;
         r->n_cached = res.n_cached_tokens;
-        r->length = !r->stopped && res.n_generated >= r->n_predict;
+        c->n_generated = res.n_generated;
+        c->length = !c->stopped && res.n_generated >= r->n_predict;
         if (res.status != LI_OK) fail_locked(s, r, res.status, res.error);
-        else done_locked(s, r);
+        else choice_done_locked(s, c);
         pthread_mutex_unlock(&s->mu);
         sreq_unref(s, r);
         s->active[i] = s->active[--s->n_active];
@@ -651,6 +740,7 @@ static void *engine_main(void *arg) {
         sreq *take = NULL, **tail = &take, *first = NULL;
         while (s->queue && room > 0) {
             sreq *r = s->queue;
+            if (!r->cancelled && r->n_ch > room) break;  // n choices run together
             // diffusion: one batch shares LaCache/FP8 options; stop at the first that differs
             if (s->dllm && first && !r->cancelled && !dllm_same_batch(&first->api, &r->api)) break;
             s->queue = r->next;
@@ -666,7 +756,7 @@ static void *engine_main(void *arg) {
             }
             *tail = r;
             tail = &r->next;
-            room--;
+            room -= r->n_ch;
             if (!first) first = r;
         }
         pthread_mutex_unlock(&s->mu);
@@ -689,17 +779,18 @@ static void *engine_main(void *arg) {
             r->next = NULL;
             if (r->state == SR_DONE) {  // cancelled before it ran
                 sreq_unref(s, r);
-            } else if (submit(s, r)) {
-                s->active[s->n_active++] = r;  // the engine's reference moves to active
-            } else {
-                sreq_unref(s, r);
+            } else {  // the engine's reference, one per choice, moves to s->active
+                pthread_mutex_lock(&s->mu);
+                r->refs += r->n_ch - 1;
+                pthread_mutex_unlock(&s->mu);
+                submit(s, r);
             }
         }
         if (s->n_active > 0) {
             // clients that left: their sequences and pages go back now, not at their next token
             pthread_mutex_lock(&s->mu);
             for (int i = 0; i < s->n_active; i++)
-                if (s->active[i]->cancelled) li_cancel(s->m, s->active[i]->engine_id);
+                if (s->active[i]->r->cancelled) li_cancel(s->m, s->active[i]->engine_id);
             pthread_mutex_unlock(&s->mu);
             int left = 0;
             li_status rc = li_step(s->m, &left);
@@ -711,8 +802,8 @@ static void *engine_main(void *arg) {
                 snprintf(msg, sizeof msg, "engine step failed: %s", li_last_error());
                 pthread_mutex_lock(&s->mu);
                 for (int i = 0; i < s->n_active; i++) {
-                    s->active[i]->cancelled = true;
-                    fail_locked(s, s->active[i], LI_ERR_BACKEND, msg);
+                    s->active[i]->r->cancelled = true;
+                    fail_locked(s, s->active[i]->r, LI_ERR_BACKEND, msg);
                 }
                 pthread_mutex_unlock(&s->mu);
                 struct timespec ts = {0, 10 * 1000 * 1000};
@@ -733,7 +824,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n_active; i++) {
         li_cancel(s->m, s->active[i]->engine_id);
-        fail_locked(s, s->active[i], LI_ERR_BACKEND, "the server is shutting down");
+        fail_locked(s, s->active[i]->r, LI_ERR_BACKEND, "the server is shutting down");
     }
     pthread_mutex_unlock(&s->mu);
     collect(s);
@@ -780,7 +871,10 @@ static bool first_token_or_done(const sreq *r) {
 }
 
 static bool has_output(const sreq *r) {
-    return r->state == SR_DONE || r->safe > r->sent;
+    if (r->state == SR_DONE) return true;
+    for (int i = 0; i < r->n_ch; i++)
+        if (r->ch[i].safe > r->ch[i].sent || (r->ch[i].done && !r->ch[i].sent_final)) return true;
+    return false;
 }
 
 // Restarts libmicrohttpd's inactivity timeout: the writes that follow must make progress within
@@ -829,39 +923,64 @@ static enum MHD_Result send_err(struct MHD_Connection *c, conn_ctx *x, int statu
     return send_error(c, x, &e);
 }
 
-static char *final_text(sreq *r, size_t from, size_t to) {
-    return li_api_utf8_sanitize(r->text.data ? r->text.data + from : "", to - from, NULL);
+static const char *finish_reason(const choice *c) {
+    return c->length ? "length" : "stop";
 }
 
-static const char *finish_reason(const sreq *r) {
-    return r->length ? "length" : "stop";
+// A choice's text [from, to) as an API choice (sanitized into *text, free()), with the logprobs
+// of the tokens that start before `to` from index *lp_from on (advanced past them).
+static li_api_choice api_choice(const choice *c, size_t from, size_t to, char **text, int *lp_from) {
+    li_api_choice a = {.index = c->index, .logprobs = c->r->api.logprobs, .first = !c->sent_first};
+    *text = li_api_utf8_sanitize(c->text.data ? c->text.data + from : "", to - from, NULL);
+    a.text = *text;
+    int k = *lp_from;
+    while (k < c->n_lp && c->lp[k].offset < to) k++;
+    a.lp = c->lp + *lp_from;
+    a.n_lp = k - *lp_from;
+    *lp_from = k;
+    return a;
 }
 
-// The next SSE bytes of a stream (s->mu held): text delta, then final chunk(s) and [DONE].
+static li_api_usage usage_of(const sreq *r) {
+    li_api_usage u = {.prompt_tokens = r->n_prompt, .cached_tokens = r->n_cached};
+    for (int i = 0; i < r->n_ch; i++) u.completion_tokens += r->ch[i].n_generated;
+    return u;
+}
+
+static void add_event(li_buf *b, char *e) {
+    if (e) li_buf_append(b, e, strlen(e));
+    free(e);
+}
+
+// The next SSE bytes of a stream (s->mu held): each choice's text delta, each finished choice's
+// final chunk; at the end the usage chunk if asked, and [DONE]; a failure: an error event.
 static void next_events_locked(sreq *r) {
     li_buf b = {0};
-    if (r->safe > r->sent) {
-        char *t = final_text(r, r->sent, r->safe);
-        char *e = t ? li_api_chunk_sse(&r->meta, t, !r->sent_first, NULL, false, 0, 0) : NULL;
-        if (e) li_buf_append(&b, e, strlen(e));
-        free(t);
-        free(e);
-        r->sent = r->safe;
-        r->sent_first = true;
-    } else if (r->state == SR_DONE && !r->sent_final) {
+    for (int i = 0; i < r->n_ch && !r->failed; i++) {
+        choice *c = &r->ch[i];
+        if (c->safe > c->sent) {
+            char *t;
+            li_api_choice a = api_choice(c, c->sent, c->safe, &t, &c->lp_sent);
+            add_event(&b, t ? li_api_chunk_sse(&r->meta, &a, NULL) : NULL);
+            free(t);
+            c->sent = c->safe;
+            c->sent_first = true;
+        }
+        if (c->done && c->sent == c->text.len && !c->sent_final) {
+            li_api_choice a = {.index = c->index, .finish = finish_reason(c), .first = !c->sent_first,
+                               .logprobs = r->api.logprobs};
+            add_event(&b, li_api_chunk_sse(&r->meta, &a, NULL));
+            c->sent_final = true;
+        }
+    }
+    if (r->state == SR_DONE && !r->sent_final) {
         if (r->failed) {
             char *j = li_api_error_json(&r->err);
             if (j) li_buf_printf(&b, "data: %s\n\n", j);
             free(j);
-        } else {
-            char *e = li_api_chunk_sse(&r->meta, NULL, !r->sent_first, finish_reason(r), false, 0, 0);
-            if (e) li_buf_append(&b, e, strlen(e));
-            free(e);
-            if (r->api.include_usage) {
-                e = li_api_chunk_sse(&r->meta, NULL, false, NULL, true, r->n_prompt, r->n_generated);
-                if (e) li_buf_append(&b, e, strlen(e));
-                free(e);
-            }
+        } else if (r->api.include_usage) {
+            li_api_usage u = usage_of(r);
+            add_event(&b, li_api_chunk_sse(&r->meta, NULL, &u));
         }
         li_buf_append(&b, "data: [DONE]\n\n", 14);
         r->sent_final = true;
@@ -1004,15 +1123,48 @@ static bool prepare_prompt(li_server *s, sreq *r, li_api_error *e) {
     return true;
 }
 
-// Work bounds that need no tokens (connection thread): --max-gen, and for diffusion models
-// steps <= gen_length and gen_length within the context (the prompt is checked once tokenised).
-// False with *e filled (400 naming the limit).
+#define BAD_FIELD(param, ...) li_api_error_set(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+// The fields that one kind of model does not take (a 400 naming the first given): sampling
+// options of autoregressive decoding on a diffusion model, and the diffusion fields elsewhere.
+static bool check_model_fields(const li_server *s, const li_api_request *a, li_api_error *e) {
+    if (s->dllm) {
+        const char *f = a->has_top_p ? "top_p" : a->top_k >= 0 ? "top_k" : a->min_p >= 0 ? "min_p"
+                        : a->ignore_eos ? "ignore_eos" : a->has_presence ? "presence_penalty"
+                        : a->has_frequency ? "frequency_penalty"
+                        : a->has_repetition ? "repetition_penalty" : a->n_bias ? "logit_bias"
+                        : a->logprobs ? "logprobs" : a->n > 1 ? "n"
+                        : a->format != LI_API_FORMAT_TEXT ? "response_format"
+                        : a->skip_special == 0 ? "skip_special_tokens" : NULL;
+        if (f) return BAD_FIELD(f, "'%s' is not supported with diffusion models", f);
+        return true;
+    }
+    const char *f = a->gen_length > 0 ? "gen_length" : a->block_length > 0 ? "block_length"
+                    : a->steps > 0 ? "steps" : a->threshold > 0 ? "threshold"
+                    : a->factor > 0 ? "factor" : a->dpad >= 0 ? "dpad" : a->lacache >= 0 ? "lacache"
+                    : a->fp8 >= 0 ? "fp8" : NULL;
+    if (f) return BAD_FIELD(f, "'%s' is a field of diffusion models; this one is autoregressive", f);
+    return true;
+}
+
+// Work bounds that need no tokens (connection thread): --max-gen, n <= --max-batch, token ids of
+// logit_bias in the vocabulary; for diffusion models steps <= gen_length and gen_length within
+// the context (the prompt is checked once tokenised). False with *e filled (400 naming the limit).
 static bool check_limits(const li_server *s, const li_api_request *a, li_api_error *e) {
+    if (!check_model_fields(s, a, e)) return false;
     if (!s->dllm) {
         if (a->max_tokens > s->p.max_gen)
             return li_api_error_set(e, 400, "invalid_request_error", "max_tokens", NULL,
                                     "max_tokens is %d; this server generates at most %d tokens "
                                     "per request (--max-gen)", a->max_tokens, s->p.max_gen);
+        if (a->n > s->p.max_running)
+            return BAD_FIELD("n", "n is %d; this server decodes at most %d sequences at once "
+                             "(--max-batch)", a->n, s->p.max_running);
+        int V = s->vocab.V;
+        for (int i = 0; i < a->n_bias; i++)
+            if (a->bias_ids[i] >= V)
+                return BAD_FIELD("logit_bias", "logit_bias: token id %d is outside the vocabulary "
+                                 "[0, %d)", a->bias_ids[i], V);
         return true;
     }
     li_dllm_params p;
@@ -1033,6 +1185,36 @@ static bool check_limits(const li_server *s, const li_api_request *a, li_api_err
     return true;
 }
 
+// The request's choices (n) and what their logits need: the grammar of response_format (400 for
+// a schema it does not support), the processing state (logits.h) with the prompt's tokens for
+// repetition_penalty.
+static bool prepare_choices(li_server *s, sreq *r, li_api_error *e) {
+    const li_api_request *a = &r->api;
+    li_status rc = LI_OK;
+    if (a->format == LI_API_FORMAT_JSON_OBJECT) rc = li_json_grammar_object(&r->grammar);
+    if (a->format == LI_API_FORMAT_JSON_SCHEMA) rc = li_json_grammar_schema(a->json_schema, &r->grammar);
+    if (rc != LI_OK)
+        return li_api_error_set(e, rc == LI_ERR_OOM ? 500 : 400, rc == LI_ERR_OOM ? "server_error"
+                                : "invalid_request_error", "response_format", NULL, "%s",
+                                li_last_error());
+    r->n_ch = a->n > 0 ? a->n : 1;
+    if (!(r->ch = calloc((size_t)r->n_ch, sizeof *r->ch)))
+        return li_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (int i = 0; i < r->n_ch; i++) {
+        choice *c = &r->ch[i];
+        c->r = r;
+        c->index = i;
+        if (!li_logits_wanted(a)) continue;
+        if (li_logits_proc_init(&c->proc, a, &s->vocab, r->grammar) != LI_OK)
+            return li_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        li_logits_proc_seen(&c->proc, r->ids, r->n_ids);
+        const int32_t *part;
+        for (int k = 0, n; r->tok && (n = li_request_tokens_part(r->tok, k, &part)) >= 0; k++)
+            li_logits_proc_seen(&c->proc, part, n);
+    }
+    return true;
+}
+
 static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
     li_api_error e;
     sreq *r = calloc(1, sizeof *r);
@@ -1047,16 +1229,14 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
         ok = li_api_error_set(&e, 404, "invalid_request_error", "model", "model_not_found",
                               "The model '%.200s' does not exist; this server serves '%.200s'",
                               r->api.model, s->model_id);
+    pthread_cond_init(&r->cv, NULL);
     if (ok) ok = check_limits(s, &r->api, &e);
     if (ok) ok = prepare_prompt(s, r, &e);
+    if (ok) ok = prepare_choices(s, r, &e);
     if (!ok) {
-        li_request_tokens_free(r->tok);
-        if (r->own_ids) li_free_tokens(r->ids);
-        li_api_request_free(&r->api);
-        free(r);
+        sreq_free(r);
         return send_error(c, x, &e);
     }
-    pthread_cond_init(&r->cv, NULL);
     r->srv = s;
     r->refs = 2;  // connection context + engine
     r->t_arrive = x->t0;
@@ -1116,12 +1296,85 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
         MHD_destroy_response(resp);
         return ret;
     }
-    char *text = final_text(r, 0, r->text.len);
-    char *body = text ? li_api_response_json(&r->meta, text, finish_reason(r), r->n_prompt,
-                                             r->n_generated, r->n_cached)
-                      : NULL;
+    li_api_choice *chs = calloc((size_t)r->n_ch, sizeof *chs);
+    char **texts = calloc((size_t)r->n_ch, sizeof *texts);
+    bool built = chs && texts;
+    for (int i = 0; built && i < r->n_ch; i++) {
+        int from = 0;
+        chs[i] = api_choice(&r->ch[i], 0, r->ch[i].text.len, &texts[i], &from);
+        chs[i].finish = finish_reason(&r->ch[i]);
+        built = texts[i] != NULL;
+    }
+    li_api_usage u = usage_of(r);
+    char *body = built ? li_api_response_json(&r->meta, chs, r->n_ch, &u) : NULL;
     pthread_mutex_unlock(&s->mu);
-    free(text);
+    for (int i = 0; texts && i < r->n_ch; i++) free(texts[i]);
+    free(texts);
+    free(chs);
+    return send_json(c, x, 200, body);
+}
+
+// POST /tokenize (llama-server's shape; the connection thread tokenises: the tokenizer is
+// read-only).
+static enum MHD_Result handle_tokenize(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
+    li_api_error e;
+    li_api_tokenize t;
+    if (!li_api_parse_tokenize(x->body.data ? x->body.data : "", x->body.len, &t, &e))
+        return send_error(c, x, &e);
+    int32_t *ids = NULL;
+    int n = 0;
+    li_status rc = li_tokenize(s->m, t.content, t.len, t.add_special, t.parse_special, &ids, &n);
+    free(t.content);
+    if (rc != LI_OK) {
+        error_of(&e, rc, li_last_error());
+        return send_error(c, x, &e);
+    }
+    char **texts = t.with_pieces ? calloc((size_t)n + 1, sizeof *texts) : NULL;
+    size_t *lens = t.with_pieces ? calloc((size_t)n + 1, sizeof *lens) : NULL;
+    li_buf piece = {0};
+    bool ok = !t.with_pieces || (texts && lens);
+    for (int i = 0; ok && t.with_pieces && i < n; i++) {
+        piece.len = 0;
+        ok = li_tokenizer_decode_token(s->m->tok, ids[i], &piece) == LI_OK &&
+             (texts[i] = malloc(piece.len + 1)) != NULL;
+        if (ok) memcpy(texts[i], piece.data ? piece.data : "", piece.len);
+        if (ok) lens[i] = piece.len;
+    }
+    char *body = ok ? li_api_tokenize_json(ids, n, t.with_pieces ? (const char *const *)texts : NULL,
+                                           lens)
+                    : NULL;
+    for (int i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+    free(lens);
+    li_buf_free(&piece);
+    li_free_tokens(ids);
+    return send_json(c, x, 200, body);
+}
+
+// POST /detokenize: the text of token ids (special tokens as their text, as llama-server).
+static enum MHD_Result handle_detokenize(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
+    li_api_error e;
+    int32_t *ids;
+    int n;
+    if (!li_api_parse_detokenize(x->body.data ? x->body.data : "", x->body.len, &ids, &n, &e))
+        return send_error(c, x, &e);
+    li_buf b = {0};
+    li_status rc = LI_OK;
+    int V = li_model_hparams(s->m)->n_vocab;
+    for (int i = 0; i < n && rc == LI_OK; i++)
+        rc = ids[i] < V ? li_tokenizer_decode_token(s->m->tok, ids[i], &b)
+                        : li_error_set(LI_ERR_INVALID_ARG, "token %d is outside the vocabulary "
+                                       "[0, %d)", ids[i], V);
+    free(ids);
+    if (rc != LI_OK) {
+        li_buf_free(&b);
+        error_of(&e, rc, li_last_error());
+        e.status = rc == LI_ERR_OOM ? 500 : 400;
+        snprintf(e.param, sizeof e.param, "tokens");
+        return send_error(c, x, &e);
+    }
+    char *body = li_api_detokenize_json(b.data ? b.data : "", b.len);
+    li_buf_free(&b);
     return send_json(c, x, 200, body);
 }
 
@@ -1195,7 +1448,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         x->t0 = now_ms();
         snprintf(x->method, sizeof x->method, "%s", method);
         snprintf(x->url, sizeof x->url, "%s", url);
-        x->endpoint = !strcmp(url, "/v1/completions") ? 0 : !strcmp(url, "/v1/chat/completions") ? 1 : 2;
+        x->endpoint = !strcmp(url, "/v1/completions") ? 0 : !strcmp(url, "/v1/chat/completions") ? 1
+                      : !strcmp(url, "/tokenize") ? 3 : !strcmp(url, "/detokenize") ? 4 : 2;
         *con_cls = x;
         enum MHD_Result ret;
         if (answer_from_headers(s, c, x, url, method, &ret)) return ret;
@@ -1237,6 +1491,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         snprintf(msg, sizeof msg, "request body larger than %zu bytes", s->p.max_body_bytes);
         return send_err(c, x, 413, "invalid_request_error", "request_too_large", msg);
     }
+    if (x->endpoint == 3) return handle_tokenize(s, c, x);
+    if (x->endpoint == 4) return handle_detokenize(s, c, x);
     return handle_completion(s, c, x);
 }
 
@@ -1281,7 +1537,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             cancelled = r->state != SR_DONE || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
         }
         n_prompt = r->n_prompt;
-        n_gen = r->n_generated;
+        n_gen = usage_of(r).completion_tokens;
         if (r->t_first > 0) ttft = r->t_first - r->t_arrive;
         pthread_mutex_unlock(&s->mu);
         sreq_unref(s, r);
@@ -1407,11 +1663,16 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
         free(s);
         return li_error_set(LI_ERR_INVALID_ARG, "serve: the model was loaded without a scheduler");
     }
+    if (!s->dllm && li_vocab_init(&s->vocab, m) != LI_OK) {
+        free(s);
+        return li_error_set(LI_ERR_OOM, "serve: out of memory for the vocabulary");
+    }
     s->active = calloc((size_t)s->p.max_running, sizeof *s->active);
     s->runs = calloc((size_t)s->p.max_running, sizeof *s->runs);
     if (!s->active || !s->runs) {
         free(s->active);
         free(s->runs);
+        li_vocab_free(&s->vocab);
         free(s);
         return li_error_set(LI_ERR_OOM, "out of memory");
     }
@@ -1467,6 +1728,7 @@ fail:
     pthread_mutex_destroy(&s->mu);
     free(s->active);
     free(s->runs);
+    li_vocab_free(&s->vocab);
     free(s);
     return rc;
 }
@@ -1538,5 +1800,6 @@ void li_server_stop(li_server *s) {
     pthread_mutex_destroy(&s->mu);
     free(s->active);
     free(s->runs);
+    li_vocab_free(&s->vocab);
     free(s);
 }
