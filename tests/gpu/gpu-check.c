@@ -2715,9 +2715,7 @@ static void bench_fp8(void) {
             // the block-scaled GEMM alone (what the fused LLaDA FFN pays), per heuristic candidate
             gpu->ops->fp8_quant_rows(gpu, dqa, dsa, dx, T, K);
             for (int algo = 0; algo < 4 && T >= 256; algo++) {
-                char a[8];
-                snprintf(a, sizeof a, "%d", algo);
-                setenv("LI_CUDA_FP8_ALGO", a, 1);
+                li_backend_cuda_set_fp8_algo(gpu, algo);
                 mm8_ctx c = {dy, dx, dqa, dsa, W8, {LI_DTYPE_BF16, N, K, dw}, T, 2};
                 double t = 0;
                 li_status st = li_backend_cuda_time(gpu, mm8_step, &c, 3, &t);
@@ -2726,7 +2724,7 @@ static void bench_fp8(void) {
                     printf("  bench:   fp8 GEMM only, candidate %d: %8.4f ms %6.1f TFLOP/s\n",
                            algo, t, flops / (t * 1e-3) / 1e12);
             }
-            unsetenv("LI_CUDA_FP8_ALGO");
+            li_backend_cuda_set_fp8_algo(gpu, 0);
         }
     }
     void *all[] = {dw, dq, ds, dx, dy, dqa, dsa, wf};

@@ -140,6 +140,7 @@ typedef struct {
     int fp8_mode;
     bool fp8_t4;  // the library took the activation scales only with T a multiple of 4
     int fp8_status;  // the last heuristic query's cublasStatus_t (for the note)
+    int fp8_algo;    // which heuristic candidate FP8 plans take (LI_CUDA_FP8_ALGO at init; A/B)
     char fp8_note[1200];
     plan_cache fp8_plans;
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
@@ -344,6 +345,10 @@ li_status li_backend_cuda_init(li_backend **out, int device) {
     be->impl = im;
     im->device = device;
     im->fp8_mode = -1;
+    // LI_CUDA_FP8_ALGO=i: FP8 plans take the heuristic's i-th candidate (A/B of the algorithms)
+    const char *fp8_algo = getenv("LI_CUDA_FP8_ALGO");
+    im->fp8_algo = fp8_algo ? atoi(fp8_algo) : 0;
+    if (im->fp8_algo < 0 || im->fp8_algo > 7) im->fp8_algo = 0;
     im->n_sm = prop.multiProcessorCount;
     im->total_mem = prop.totalGlobalMem;
     snprintf(im->name, sizeof im->name, "%s", prop.name);
@@ -1352,9 +1357,7 @@ static void cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const flo
 // checks), which the preference states so that the heuristic does not assume 256.
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
                                const float *as) {
-    // LI_CUDA_FP8_ALGO=i takes the heuristic's i-th candidate (A/B of the algorithms)
-    const char *ae = getenv("LI_CUDA_FP8_ALGO");
-    const int want = ae ? atoi(ae) : 0;
+    const int want = im->fp8_algo;
     for (int i = 0; i < im->fp8_plans.n; i++) {  // 16-byte aligned (the caller checked)
         gemm_plan *q = &im->fp8_plans.p[i];
         if (q->N == N && q->K == K && q->T == T && q->algo_idx == want) return q;
@@ -1593,6 +1596,11 @@ const char *li_backend_cuda_fp8_note(li_backend *be) {
 
 bool li_backend_cuda_matmul_gemv(int T, int64_t K, const void *W, const void *x) {
     return li_cuda_gemv_ok(T, K, W, x) != 0;
+}
+
+void li_backend_cuda_set_fp8_algo(li_backend *be, int i) {
+    li_cuda_impl *im = be->impl;
+    im->fp8_algo = i >= 0 && i <= 7 ? i : 0;
 }
 
 bool li_backend_cuda_attention_tc(int T, int head_dim) {
