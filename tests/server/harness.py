@@ -44,12 +44,16 @@ class Server:
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
+            # up = this process says it listens (printed once its signal handling is set up) and
+            # /health answers; /health alone is not enough with --reuse-port, where another server
+            # on the same port may answer while this one still loads its model
+            if "listening on" in self.log_tail(200):
+                try:
+                    with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
             if time.time() > deadline:
                 self.stop()
                 raise RuntimeError(f"server did not come up:\n{self.log_tail()}")
