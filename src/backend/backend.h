@@ -86,6 +86,13 @@ typedef struct {
     const int32_t *kv_first_host, *n_visible_host;
 } li_kv_seq;
 
+// One sequence's part of a multi-sequence call (a batch): rows [t0, t0 + n) of the call's
+// q / out / kv_first / n_visible, and its keys.
+typedef struct {
+    int t0, n;
+    li_kv_seq kv;
+} li_attn_seq;
+
 // ---- sampling -------------------------------------------------------------------------------
 
 // Filters applied in HF transformers' order: temperature, top-k, top-p, min-p (each on the
@@ -189,6 +196,15 @@ typedef struct {
                       const li_kv_storage *kv, int il, const li_kv_seq *seq,
                       const int32_t *kv_first, const int32_t *n_visible, float scale,
                       const li_rope_table *rope);
+    // Rows of n sequences in one call (a batch's prefill and query chunks; NULL: the caller
+    // calls attention per sequence): sequence i's rows are [seqs[i].t0, seqs[i].t0 + seqs[i].n)
+    // of q, out, kv_first and n_visible (device pointers to the whole call's arrays; the host
+    // copies in seqs[i].kv are the sequence's own); otherwise as attention. A backend with a
+    // library attention runs every sequence's blocks in one library call.
+    void (*attention_seqs)(li_backend *be, float *out, const float *q, int n_seqs,
+                           const li_attn_seq *seqs, int H, const li_kv_storage *kv, int il,
+                           const int32_t *kv_first, const int32_t *n_visible, float scale,
+                           const li_rope_table *rope);
     // Decode rows of n sequences in one call (a batch's decode step; NULL: the caller calls
     // attention per sequence): row i of q and out (n, H, Dh) is sequence i's one query row, which
     // sees its keys [0, n_visible[i]); its page table is pages[page_start[i] ..

@@ -204,6 +204,9 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
             op->attention_decode(be, s->att, q, b->n_seqs, H, kv, il, b->seqs[0].kv.pages,
                                  s->page_start, s->page_start_host, b->n_visible, scale,
                                  &m->rope);
+        } else if (op->attention_seqs) {  // every sequence's chunk in one call
+            op->attention_seqs(be, s->att, q, b->n_seqs, b->seqs, H, kv, il, b->kv_first,
+                               b->n_visible, scale, &m->rope);
         } else for (int si = 0; si < b->n_seqs; si++) {
             const li_batch_seq *sq = &b->seqs[si];
             op->attention(be, s->att + (size_t)sq->t0 * H * Dh, q + (size_t)sq->t0 * H * Dh,

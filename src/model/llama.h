@@ -52,11 +52,10 @@ typedef struct {
     int n_dev_owned, cap_dev_owned;
 } li_weight_store;
 
-// One sequence's part of a batch: tokens [t0, t0 + n) of the batch.
-typedef struct {
-    int t0, n;
-    li_kv_seq kv;  // its page table (includes the pages the new tokens are written into)
-} li_batch_seq;
+// One sequence's part of a batch: tokens [t0, t0 + n) of the batch, and its page table
+// (including the pages the new tokens are written into). backend.h's li_attn_seq, so that a batch's
+// sequences go to attention_seqs as they are.
+typedef li_attn_seq li_batch_seq;
 
 // Scratch for one forward of up to max_tokens tokens (allocated once at init), in the backend's
 // memory. On a device backend the batch's index arrays (tokens, positions, slots, visibility,

@@ -2479,6 +2479,124 @@ static void test_attention_cudnn(void) {
     printf("  cudnn: %s\n", note);
 }
 
+// A batch's sequences in one attention_seqs call (one cuDNN call for all their blocks): a lazy
+// query over documents, a plain prompt chunk, a prefix-mode chunk with first keys, a decode row
+// (our kernel, in the same call) — on one pool, pages shuffled — against the oracle per sequence.
+static void test_attention_cudnn_batch(void) {
+    enum { NS = 5 };
+    for (int it = 0; it < 6; it++) {
+        const int P = (int[]){1, 16, 64}[it % 3], G = (int[]){1, 4, 8}[it % 3];
+        const int Hkv = 1 + it % 2, Dh = it % 2 ? 64 : 128, H = G * Hkv, L = 2, il = 1;
+        static lib_seq s[NS];
+        int base[NS], T0[NS], n_pages = 0, T = 0;
+        for (int i = 0; i < NS; i++) {
+            lib_seq *x = &s[i];
+            memset(x, 0, sizeof *x);
+            x->P = P;
+            const int kind = (i + it) % NS;
+            if (kind == 0) {  // lazy query over documents at their offsets
+                int pos = randint(3, 40);
+                lib_block(x, pos, 0);
+                for (int d = 0, nd = randint(1, 4); d < nd; d++) {
+                    int len = randint(5, 200);
+                    lib_block(x, len, pos);
+                    pos += len;
+                }
+                int nq = randint(2, 100);
+                int64_t q0 = lib_block(x, nq, 0);
+                lib_rows(x, randint(2, nq), 0, (int)q0 + nq);
+            } else if (kind == 1 || kind == 4) {  // a prompt's chunk; kind 4: a decode row
+                int len = randint(20, 500);
+                lib_block(x, len, 0);
+                lib_rows(x, kind == 4 ? 1 : randint(2, len - 1), 0, len);
+            } else if (kind == 2) {  // prefix / none: documents that see from their first key
+                int lens[3], total = 0;
+                for (int d = 0; d < 3; d++) total += lens[d] = randint(4, 120);
+                lib_block(x, total, 0);
+                for (int d = 0, start = 0; d < 3; start += lens[d], d++)
+                    lib_rows(x, lens[d], d == 2 ? 0 : start, start + lens[d]);
+            } else {  // a document's own prefill from position 0
+                int len = randint(2, 300);
+                lib_block(x, len, 0);
+                lib_rows(x, len, 0, len);
+            }
+            base[i] = n_pages;
+            T0[i] = T;
+            n_pages += x->n_pages;
+            T += x->T;
+        }
+        TEST_BEGIN(NAME("attention cudnn batch of %d sequences P=%d H=%d Hkv=%d Dh=%d T=%d", NS,
+                        P, H, Hkv, Dh, T));
+        // physical ids: a random permutation of the pool's pages across the sequences
+        int64_t pool = n_pages + 2, *perm = xmalloc(sizeof(int64_t) * n_pages);
+        for (int p = 0; p < n_pages; p++) perm[p] = p;
+        for (int p = n_pages - 1; p > 0; p--) {
+            int j = (int)(li_rng_u64(&rng) % (uint64_t)(p + 1));
+            int64_t t = perm[p];
+            perm[p] = perm[j], perm[j] = t;
+        }
+        for (int i = 0; i < NS; i++)
+            for (int p = 0; p < s[i].n_pages; p++) {
+                uint64_t w = s[i].words[p];
+                s[i].words[p] = li_page_word(perm[base[i] + p], li_page_count(w), li_page_delta(w));
+            }
+        free(perm);
+        li_kv_storage kv = {L, Hkv, Dh, P, pool, NULL, LI_DTYPE_BF16};
+        long n = (long)pool * L * 2 * Hkv * P * Dh;
+        kv.data = xmalloc(sizeof(float) * n);
+        fill_pool(kv.data, LI_DTYPE_BF16, n);
+        li_rope_table tab = table_for(it % 3, it % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
+        const long row = (long)H * Dh, qn = (long)T * row;
+        float *q = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
+        float *o2 = xmalloc(sizeof(float) * qn);
+        fill(q, qn, 1.0f);
+        int32_t *first = xmalloc(sizeof(int32_t) * T), *nvis = xmalloc(sizeof(int32_t) * T);
+        const float scale = 1.0f / sqrtf((float)Dh);
+        for (int i = 0; i < NS; i++) {
+            memcpy(first + T0[i], s[i].first, sizeof(int32_t) * s[i].T);
+            memcpy(nvis + T0[i], s[i].nvis, sizeof(int32_t) * s[i].T);
+            li_kv_seq one = {.pages = s[i].words, .n_pages = s[i].n_pages};
+            ref->ops->attention(ref, o1 + T0[i] * row, q + T0[i] * row, s[i].T, H, &kv, il, &one,
+                                first + T0[i], nvis + T0[i], scale, &tab);
+        }
+        dbuf gpool, gpages[NS], gq, go, gnv, gfirst;
+        li_kv_storage kvd = kv;
+        kvd.data = dnew(&gpool, 2 * n, kv.data);
+        li_attn_seq seqs[NS];
+        for (int i = 0; i < NS; i++)
+            seqs[i] = (li_attn_seq){
+                .t0 = T0[i], .n = s[i].T,
+                .kv = {.pages = dnew(&gpages[i], 8 * s[i].n_pages, s[i].words),
+                       .n_pages = s[i].n_pages, .pages_host = s[i].words,
+                       .kv_first_host = first + T0[i], .n_visible_host = nvis + T0[i]}};
+        float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
+        int32_t *dnv = dnew(&gnv, 4 * T, nvis), *dfirst = dnew(&gfirst, 4 * T, first);
+        gpu->attn_impl = LI_ATTN_LIBRARY;
+        gpu->ops->attention_seqs(gpu, dout, dq, NS, seqs, H, &kvd, il, dfirst, dnv, scale, &tab);
+        gpu->attn_impl = LI_ATTN_NATIVE;
+        CHECK_BACKEND();
+        dget(o2, &go);
+        double e = test_nmse(o2, o1, qn);
+        // the tensor-core tolerance, as lib_case (bf16 Q and O per block)
+        CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
+        CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
+        bool guards = dguard_ok(&gpool) && dguard_ok(&gq) && dguard_ok(&go) && dguard_ok(&gnv) &&
+                      dguard_ok(&gfirst);
+        for (int i = 0; i < NS; i++) guards = guards && dguard_ok(&gpages[i]);
+        CHECK(guards, "guard damaged; seed %llu", g_seed);
+        dfree(&gpool), dfree(&gq), dfree(&go), dfree(&gnv), dfree(&gfirst);
+        for (int i = 0; i < NS; i++) dfree(&gpages[i]);
+        free(kv.data), free(q), free(o1), free(o2), free(first), free(nvis);
+        TEST_END();
+    }
+}
+
+// The "cudnn" group: single calls of every mode, then batches.
+static void test_cudnn_group(void) {
+    test_attention_cudnn();
+    test_attention_cudnn_batch();
+}
+
 // Our kernels against cuDNN on the shapes the issue names, same call (printed, not checked):
 // causal prefill T 4096 (Llama-3.1-8B heads, P 16, one chunk: keys = rows), the RAG query of 64
 // rows over 5 documents of 2048 tokens with their Δ, and LLaDA-8B's dense layers at T 1024 / 2048.
@@ -2509,6 +2627,89 @@ static void bench_cudnn_case(const char *what, prefill_ctx *c, double flops) {
                flops / (ms * 1e-3) / 1e12);
     }
     gpu->attn_impl = LI_ATTN_NATIVE;
+}
+
+// A batch of RAG queries in one attention_seqs call: n_req requests of 64 query rows, each over
+// the same 5 cached documents of 2048 tokens (one physical copy) in its own order (its own Δs)
+// and its own rows — our kernels one sequence at a time against one cuDNN call for all.
+typedef struct {
+    int n_seqs, T, H;
+    float *out, *q;
+    li_kv_storage kv;
+    li_attn_seq *seqs;
+    int32_t *nv;
+    const li_rope_table *rope;
+} batch_ctx;
+
+static void batch_step(li_backend *be, void *vctx) {
+    batch_ctx *c = vctx;
+    be->ops->attention_seqs(be, c->out, c->q, c->n_seqs, c->seqs, c->H, &c->kv, 0, NULL, c->nv,
+                            1.0f / sqrtf((float)c->kv.head_dim), c->rope);
+}
+
+static void bench_cudnn_batch(const li_rope_table *tab) {
+    const int H = 32, Hkv = 8, Dh = 128, P = 16, doc = 2048, n_docs = 5, rows = 64;
+    for (int n_req = 4; n_req <= 16; n_req *= 2) {
+        const int doc_pages = n_docs * doc / P, own = rows / P;
+        const int n_pages = doc_pages + n_req * own, T = n_req * rows;
+        const int per_seq = doc_pages + own;
+        li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL, LI_DTYPE_BF16};
+        size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * 2;
+        void *pool, *dpages, *dq, *dout, *dnv;
+        need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+        kv.data = pool;
+        need(gpu->ops->fill_random(gpu, pool, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
+                                   0.0f), "fill");
+        uint64_t *words = xmalloc(sizeof(uint64_t) * per_seq * n_req);
+        int32_t *nv = xmalloc(sizeof(int32_t) * T);
+        li_attn_seq *seqs = xmalloc(sizeof(li_attn_seq) * n_req);
+        double flops = 0;
+        for (int r = 0; r < n_req; r++) {
+            uint64_t *w = words + (size_t)r * per_seq;
+            for (int d = 0; d < n_docs; d++) {
+                const int src = (d + r) % n_docs;  // request r's d-th document
+                for (int p = 0; p < doc / P; p++)
+                    w[d * (doc / P) + p] = li_page_word(src * (doc / P) + p, P, (int64_t)d * doc);
+            }
+            for (int p = 0; p < own; p++) w[doc_pages + p] = li_page_word(doc_pages + r * own + p, P, 0);
+            for (int t = 0; t < rows; t++) {
+                nv[r * rows + t] = n_docs * doc + t + 1;
+                flops += 4.0 * H * Dh * nv[r * rows + t];
+            }
+        }
+        need(li_backend_cuda_alloc(gpu, &dpages, 8 * (size_t)per_seq * n_req, "pages"), "alloc");
+        need(li_backend_cuda_upload(gpu, dpages, words, 8 * (size_t)per_seq * n_req), "upload");
+        for (int r = 0; r < n_req; r++)
+            seqs[r] = (li_attn_seq){.t0 = r * rows, .n = rows,
+                                    .kv = {.pages = (uint64_t *)dpages + (size_t)r * per_seq,
+                                           .n_pages = per_seq,
+                                           .pages_host = words + (size_t)r * per_seq,
+                                           .n_visible_host = nv + r * rows}};
+        need(li_backend_cuda_alloc(gpu, &dnv, 4 * (size_t)T, "nv"), "alloc");
+        need(li_backend_cuda_upload(gpu, dnv, nv, 4 * (size_t)T), "upload");
+        need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
+        need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
+        need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+        batch_ctx c = {n_req, T, H, dout, dq, kv, seqs, dnv, tab};
+        for (int impl = 0; impl < 2; impl++) {
+            gpu->attn_impl = impl == 0 ? LI_ATTN_NATIVE : LI_ATTN_LIBRARY;
+            double ms = 0;
+            li_status st = li_backend_cuda_time(gpu, batch_step, &c, 2, &ms);
+            if (st == LI_OK) st = li_backend_cuda_time(gpu, batch_step, &c, 10, &ms);
+            if (st != LI_OK) {
+                printf("  bench: query batch failed: %s\n", li_error_msg());
+                continue;
+            }
+            char what[96];
+            snprintf(what, sizeof what, "batch of %d RAG queries, 64 rows over 5 docs x 2048", n_req);
+            printf("  bench: %-58s %-16s %8.4f ms %7.1f TFLOP/s\n", what,
+                   impl ? "cudnn (one call)" : "native", ms, flops / (ms * 1e-3) / 1e12);
+        }
+        gpu->attn_impl = LI_ATTN_NATIVE;
+        free(words), free(nv), free(seqs);
+        li_backend_cuda_free(gpu, pool), li_backend_cuda_free(gpu, dpages);
+        li_backend_cuda_free(gpu, dnv), li_backend_cuda_free(gpu, dq), li_backend_cuda_free(gpu, dout);
+    }
 }
 
 static void bench_cudnn(void) {
@@ -2556,6 +2757,7 @@ static void bench_cudnn(void) {
         li_backend_cuda_free(gpu, pool), li_backend_cuda_free(gpu, dpages);
         li_backend_cuda_free(gpu, dnv), li_backend_cuda_free(gpu, dq), li_backend_cuda_free(gpu, dout);
     }
+    bench_cudnn_batch(&tab);
     for (int T = 1024; T <= 2048; T *= 2) {  // LLaDA-8B: H 32 = Hkv, Dh 128, bidirectional
         const int Hd = 32;
         dense_ctx c = {T, Hd, T, Hd, Dh, NULL, NULL, NULL, NULL};
@@ -2776,7 +2978,7 @@ int main(void) {
                   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8}, {"bf16", test_bf16},
                   {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
-                  {"bench-query", bench_query_prefill}, {"cudnn", test_attention_cudnn},
+                  {"bench-query", bench_query_prefill}, {"cudnn", test_cudnn_group},
                   {"bench-cudnn", bench_cudnn},
                   {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8},
                   {"bench-dllm-x0", bench_dllm_x0}};

@@ -11,8 +11,8 @@
 // (head, pair) rotated (a' = a cos - b sin, b' = b cos + a sin; magnitude 1) and stored as bf16;
 // dims past n_dims converted as they are.
 __global__ void __launch_bounds__(256) blocks_q_kernel(__nv_bfloat16 *qb, const float *q,
-                                                       const li_cuda_block_slot *slots, int s_q,
-                                                       int H, int Dh, const li_cuda_rope_args r) {
+                                                       const li_cuda_block_slot *slots, int H,
+                                                       int Dh, const li_cuda_rope_args r) {
     __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
     const li_cuda_block_slot sl = slots[blockIdx.y];
     const int row = blockIdx.x;
@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(256) blocks_q_kernel(__nv_bfloat16 *qb, const 
     }
     __syncthreads();
     const float *x = q + (int64_t)(sl.row0 + row) * H * Dh;
-    __nv_bfloat16 *y = qb + ((int64_t)blockIdx.y * s_q + row) * H * Dh;
+    __nv_bfloat16 *y = qb + ((int64_t)sl.q_row + row) * H * Dh;
     for (int i = threadIdx.x; i < H * pairs; i += blockDim.x) {
         const int h = i / pairs, p = i - h * pairs;
         int ia, ib;
@@ -44,40 +44,38 @@ __global__ void __launch_bounds__(256) blocks_q_kernel(__nv_bfloat16 *qb, const 
 }
 
 extern "C" cudaError_t li_cuda_blocks_q(cudaStream_t st, uint16_t *qb, const float *q,
-                                        const li_cuda_block_slot *slots, int n_slots, int s_q,
-                                        int H, int Dh, const li_cuda_rope_args *r) {
-    if (n_slots <= 0 || s_q <= 0) return cudaSuccess;
+                                        const li_cuda_block_slot *slots, int n_slots,
+                                        int max_rows, int H, int Dh, const li_cuda_rope_args *r) {
+    if (n_slots <= 0 || max_rows <= 0) return cudaSuccess;
     if (n_slots > 65535) return cudaErrorInvalidValue;
-    blocks_q_kernel<<<dim3((unsigned)s_q, (unsigned)n_slots), 256, 0, st>>>(
-        (__nv_bfloat16 *)qb, q, slots, s_q, H, Dh, *r);
+    blocks_q_kernel<<<dim3((unsigned)max_rows, (unsigned)n_slots), 256, 0, st>>>(
+        (__nv_bfloat16 *)qb, q, slots, H, Dh, *r);
     return cudaGetLastError();
 }
 
 // One warp per (key, slot): the key's Hkv heads of K and V, 16 bytes per lane and step.
 __global__ void __launch_bounds__(256) blocks_gather_kernel(
     uint4 *kb, uint4 *vb, const __nv_bfloat16 *pool, int L, int il, int Hkv, int P, int Dh,
-    const li_cuda_block_slot *slots, const int32_t *pages, int table, int s_kv) {
+    const li_cuda_block_slot *slots, const int32_t *pages) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * (blockDim.x >> 5) + warp, s = blockIdx.y;
     const li_cuda_block_slot sl = slots[s];
+    uint4 *kd = kb + (((int64_t)sl.kv_row + j) * Hkv * Dh) / 8;
+    uint4 *vd = vb + (((int64_t)sl.kv_row + j) * Hkv * Dh) / 8;
     if (j >= sl.n_keys) {
         // zeros past the slot's keys up to a 256-key tile: the library reads whole tiles and
         // masks their scores, but a stale NaN in V would still reach the output (0 x NaN)
         const int tail = (sl.n_keys + 255) & ~255;
-        if (j >= tail || j >= s_kv) return;
-        uint4 *kd = kb + (((int64_t)s * s_kv + j) * Hkv * Dh) / 8;
-        uint4 *vd = vb + (((int64_t)s * s_kv + j) * Hkv * Dh) / 8;
+        if (j >= tail) return;
         for (int i = lane; i < Hkv * Dh / 8; i += 32) kd[i] = vd[i] = make_uint4(0, 0, 0, 0);
         return;
     }
     const int idx = sl.off + j;
-    const int64_t page = pages[(int64_t)s * table + idx / P];
+    const int64_t page = pages[sl.table0 + idx / P];
     const int slot = idx % P, vec = Dh / 8;  // 8 bf16 per uint4
     const int64_t head_elems = (int64_t)P * Dh;
     const __nv_bfloat16 *kbase = pool + ((page * L + il) * 2 * Hkv) * head_elems + (int64_t)slot * Dh;
     const __nv_bfloat16 *vbase = kbase + Hkv * head_elems;
-    uint4 *kd = kb + (((int64_t)s * s_kv + j) * Hkv * Dh) / 8;
-    uint4 *vd = vb + (((int64_t)s * s_kv + j) * Hkv * Dh) / 8;
     for (int i = lane; i < Hkv * vec; i += 32) {
         const int h = i / vec, e = i - h * vec;
         kd[i] = __ldg((const uint4 *)(kbase + h * head_elems) + e);
@@ -88,53 +86,51 @@ __global__ void __launch_bounds__(256) blocks_gather_kernel(
 extern "C" cudaError_t li_cuda_blocks_gather(cudaStream_t st, uint16_t *kb, uint16_t *vb,
                                              const void *pool, int L, int il, int Hkv, int P,
                                              int Dh, const li_cuda_block_slot *slots,
-                                             const int32_t *pages, int table, int n_slots,
-                                             int s_kv) {
-    if (n_slots <= 0 || s_kv <= 0) return cudaSuccess;
+                                             const int32_t *pages, int n_slots, int max_keys) {
+    if (n_slots <= 0 || max_keys <= 0) return cudaSuccess;
     if (Dh % 8 || n_slots > 65535) return cudaErrorInvalidValue;
-    const int keys_per_block = 8;
-    blocks_gather_kernel<<<dim3((unsigned)((s_kv + keys_per_block - 1) / keys_per_block),
+    const int keys_per_block = 8, span = (max_keys + 255) & ~255;  // keys and zeroed tail
+    blocks_gather_kernel<<<dim3((unsigned)((span + keys_per_block - 1) / keys_per_block),
                                 (unsigned)n_slots),
                            32 * keys_per_block, 0, st>>>(
-        (uint4 *)kb, (uint4 *)vb, (const __nv_bfloat16 *)pool, L, il, Hkv, P, Dh, slots, pages,
-        table, s_kv);
+        (uint4 *)kb, (uint4 *)vb, (const __nv_bfloat16 *)pool, L, il, Hkv, P, Dh, slots, pages);
     return cudaGetLastError();
 }
 
 // One block per row; thread i handles elements i, i + blockDim, … of the row's H x Dh.
 __global__ void __launch_bounds__(256) blocks_merge_kernel(float *out, const __nv_bfloat16 *ob,
                                                            const float *lse,
+                                                           const li_cuda_block_slot *slots,
                                                            const li_cuda_block_row *rows,
-                                                           const int32_t *slot_list, int s_q,
-                                                           int H, int Dh) {
-    const int t = blockIdx.x;
-    const li_cuda_block_row rw = rows[t];
-    float *o = out + (int64_t)t * H * Dh;
+                                                           const int32_t *slot_list, int H,
+                                                           int Dh) {
+    const li_cuda_block_row rw = rows[blockIdx.x];
+    float *o = out + (int64_t)rw.t * H * Dh;
     for (int i = threadIdx.x; i < H * Dh; i += blockDim.x) {
         const int h = i / Dh;
         float m = -INFINITY;
         for (int b = 0; b < rw.count; b++) {
-            const int s = slot_list[rw.first + b];
-            m = fmaxf(m, lse[((int64_t)s * H + h) * s_q + rw.r]);
+            const int64_t qr = slots[slot_list[rw.first + b]].q_row + rw.r;
+            m = fmaxf(m, lse[qr * H + h]);
         }
         float w = 0, acc = 0;
         for (int b = 0; b < rw.count; b++) {
-            const int s = slot_list[rw.first + b];
-            const float c = __expf(lse[((int64_t)s * H + h) * s_q + rw.r] - m);
+            const int64_t qr = slots[slot_list[rw.first + b]].q_row + rw.r;
+            const float c = __expf(lse[qr * H + h] - m);
             w += c;
-            acc += c * __bfloat162float(ob[(((int64_t)s * s_q + rw.r) * H) * Dh + i]);
+            acc += c * __bfloat162float(ob[qr * H * Dh + i]);
         }
         o[i] = acc / w;
     }
 }
 
 extern "C" cudaError_t li_cuda_blocks_merge(cudaStream_t st, float *out, const uint16_t *ob,
-                                            const float *lse, const li_cuda_block_row *rows,
-                                            const int32_t *slot_list, int T, int s_q, int H,
-                                            int Dh) {
-    if (T <= 0) return cudaSuccess;
-    blocks_merge_kernel<<<(unsigned)T, 256, 0, st>>>(out, (const __nv_bfloat16 *)ob, lse, rows,
-                                                     slot_list, s_q, H, Dh);
+                                            const float *lse, const li_cuda_block_slot *slots,
+                                            const li_cuda_block_row *rows,
+                                            const int32_t *slot_list, int n_rows, int H, int Dh) {
+    if (n_rows <= 0) return cudaSuccess;
+    blocks_merge_kernel<<<(unsigned)n_rows, 256, 0, st>>>(out, (const __nv_bfloat16 *)ob, lse,
+                                                          slots, rows, slot_list, H, Dh);
     return cudaGetLastError();
 }
 

@@ -2,9 +2,11 @@
 // only, pinned by scripts/setup-cuda.sh). The one C++ file of the engine: it builds one SDPA graph
 // per shape class, caches it, and runs it on the backend's stream.
 //
-// Shapes: Q and O are (b, s_q, H, Dh) row-major, described to cuDNN as dims (b, H, s_q, Dh) with
-// strides (s_q H Dh, Dh, H Dh, 1) ("BSHD"); stats (b, H, s_q, 1); K and V likewise
-// (b, s_kv, Hkv, Dh). Padded calls give each entry's rows and keys as device tensors.
+// Shapes: Q and O are (s_q, H, Dh) row-major, described to cuDNN as dims (b, H, s_q, Dh) with
+// strides (s_q H Dh, Dh, H Dh, 1) ("BSHD"); K and V likewise (s_kv, Hkv, Dh). Ragged calls pack
+// the entries one after another ("THD"): the same strides, each entry's start given by a ragged
+// offset tensor (b + 1 element offsets), its rows and keys by seq_q / seq_kv, and the stats
+// packed (rows, H) with their own offsets.
 //
 // Not here: choosing what to run through cuDNN (backend-cuda.c and attn-blocks.c), the query
 // rotation and the merge of blocks (attention-blocks.cu). Checked by tests/gpu/gpu-check.c against
@@ -35,7 +37,10 @@ void *cudnn_dlhandle = nullptr;
 
 namespace {
 
-enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_LSE, UID_SEQ_Q, UID_SEQ_KV };
+enum : int64_t {
+    UID_Q = 1, UID_K, UID_V, UID_O, UID_LSE, UID_SEQ_Q, UID_SEQ_KV,
+    UID_Q_OFF, UID_KV_OFF, UID_O_OFF, UID_V_OFF, UID_LSE_OFF
+};
 
 // What decides a graph: everything in li_sdpa_args except pointers and per-entry lengths.
 struct plan_key {
@@ -85,13 +90,14 @@ std::vector<int64_t> bshd_stride(int64_t h, int64_t s, int64_t d) {
     return {s * h * d, d, h * d, 1};
 }
 
+// An int32 index tensor of n values: seq_q / seq_kv (b) or ragged offsets (b + 1).
 std::shared_ptr<fe::graph::Tensor_attributes> int_tensor(fe::graph::Graph &g, const char *name,
-                                                         int64_t uid, int64_t b, int64_t n) {
+                                                         int64_t uid, int64_t n) {
     return g.tensor(fe::graph::Tensor_attributes()
                         .set_name(name)
                         .set_uid(uid)
-                        .set_dim({b, 1, n, 1})
-                        .set_stride({n, n, 1, 1})
+                        .set_dim({n, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
                         .set_data_type(fe::DataType_t::INT32));
 }
 
@@ -118,22 +124,30 @@ std::shared_ptr<fe::graph::Graph> build_graph(li_cudnn *c, const plan_key &k, in
                    .set_generate_stats(k.lse)
                    .set_attn_scale(k.scale);
     if (k.causal) opt.set_causal_mask_bottom_right(true);
-    if (k.kind != LI_SDPA_DENSE) {
+    const bool ragged = k.kind == LI_SDPA_RAGGED;
+    if (ragged) {
         opt.set_padding_mask(true)
-            .set_seq_len_q(int_tensor(*g, "seq_q", UID_SEQ_Q, k.b, 1))
-            .set_seq_len_kv(int_tensor(*g, "seq_kv", UID_SEQ_KV, k.b, 1));
+            .set_seq_len_q(int_tensor(*g, "seq_q", UID_SEQ_Q, k.b))
+            .set_seq_len_kv(int_tensor(*g, "seq_kv", UID_SEQ_KV, k.b));
+        Q->set_ragged_offset(int_tensor(*g, "q_off", UID_Q_OFF, k.b + 1));
+        K->set_ragged_offset(int_tensor(*g, "k_off", UID_KV_OFF, k.b + 1));
+        V->set_ragged_offset(int_tensor(*g, "v_off", UID_V_OFF, k.b + 1));
     }
     auto [O, stats] = g->sdpa(Q, K, V, opt);
     O->set_output(true)
         .set_uid(UID_O)
         .set_dim(bshd_dim(k.b, k.H, k.s_q, k.Dh))
         .set_stride(bshd_stride(k.H, k.s_q, k.Dh));
-    if (k.lse)
+    if (ragged) O->set_ragged_offset(int_tensor(*g, "o_off", UID_O_OFF, k.b + 1));
+    if (k.lse) {
+        // (rows, H) per entry: row stride H, head stride 1
         stats->set_output(true)
             .set_uid(UID_LSE)
             .set_data_type(fe::DataType_t::FLOAT)
             .set_dim({k.b, k.H, k.s_q, 1})
-            .set_stride({(int64_t)k.H * k.s_q, k.s_q, 1, 1});
+            .set_stride({(int64_t)k.H * k.s_q, 1, k.H, 1});
+        if (ragged) stats->set_ragged_offset(int_tensor(*g, "lse_off", UID_LSE_OFF, k.b + 1));
+    }
     auto st = g->build(c->handle, {fe::HeurMode_t::A});
     if (!st.is_good()) {
         say(err, n_err, "cuDNN SDPA: no plan for this shape: %s", st.get_message().c_str());
@@ -262,9 +276,14 @@ extern "C" int li_cudnn_sdpa(li_cudnn *c, const li_sdpa_args *a, char *err, size
             {UID_O, a->o},
         };
         if (a->lse) pack[UID_LSE] = a->lse;
-        if (a->kind != LI_SDPA_DENSE) {
+        if (a->kind == LI_SDPA_RAGGED) {
             pack[UID_SEQ_Q] = const_cast<int32_t *>(a->seq_q);
             pack[UID_SEQ_KV] = const_cast<int32_t *>(a->seq_kv);
+            pack[UID_Q_OFF] = const_cast<int32_t *>(a->q_off);
+            pack[UID_O_OFF] = const_cast<int32_t *>(a->q_off);  // O packed as Q
+            pack[UID_KV_OFF] = const_cast<int32_t *>(a->kv_off);
+            pack[UID_V_OFF] = const_cast<int32_t *>(a->kv_off);  // V packed as K
+            if (a->lse) pack[UID_LSE_OFF] = const_cast<int32_t *>(a->lse_off);
         }
         auto st = p->graph->execute(c->handle, pack, c->workspace);
         if (!st.is_good()) {

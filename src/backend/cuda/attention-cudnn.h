@@ -8,8 +8,9 @@
 // its own kernels.
 //
 // Plans: one cuDNN graph per shape class, built on first use and kept (up to LI_CUDNN_PLANS, the
-// least recently used replaced). Runtime-varying lengths (rows and keys of each batch entry, page
-// tables) are device tensors, so a new request reuses the plan of its class.
+// least recently used replaced). Runtime-varying lengths and offsets (rows and keys of each batch
+// entry, where it starts in the packed tensors) are device tensors, so a new batch reuses the
+// plan of its class (entries, and bounds on rows and keys).
 #ifndef LI_ATTENTION_CUDNN_H
 #define LI_ATTENTION_CUDNN_H
 
@@ -28,7 +29,9 @@ typedef struct li_cudnn li_cudnn;
 // How K and V are laid out for one call.
 typedef enum {
     LI_SDPA_DENSE,   // one entry, all rows over all keys: k, v (s_kv, Hkv, Dh); no length tensors
-    LI_SDPA_PADDED,  // b entries, each (s_kv, Hkv, Dh) at entry * s_kv rows; seq_q, seq_kv
+    LI_SDPA_RAGGED,  // b entries packed one after another ("THD"): entry e's rows start at
+                     // element q_off[e] of q and o, its keys at kv_off[e] of k and v, its
+                     // log-sum-exps at lse_off[e]; seq_q, seq_kv give their counts
 } li_sdpa_kind;
 
 // One SDPA call: O = softmax(scale Q Kᵀ [+ mask]) V per entry and query head, GQA (query head h
@@ -37,16 +40,21 @@ typedef struct {
     li_sdpa_kind kind;
     int b;             // batch entries
     int H, Hkv, Dh;
-    int s_q;           // rows per entry: entry e's rows are rows e * s_q .. of q and o
-    int s_kv;          // keys per entry (the stride between entries)
+    int s_q;           // DENSE: rows; RAGGED: a bound on any entry's rows (plan class)
+    int s_kv;          // DENSE: keys; RAGGED: a bound on any entry's keys (plan class)
     bool causal;       // bottom-right aligned: row r of n sees the first n_kv - (n - 1 - r) keys
     float scale;
-    const void *q;            // (b, s_q, H, Dh) bf16
-    const void *k, *v;        // (b, s_kv, Hkv, Dh) bf16; PADDED: keys past seq_kv must be finite
-    void *o;                  // (b, s_q, H, Dh) bf16
-    float *lse;               // (b, H, s_q) log-sum-exp of the scaled scores (natural log), or NULL
-    const int32_t *seq_q;     // (b) rows of each entry (PADDED)
-    const int32_t *seq_kv;    // (b) keys of each entry (PADDED)
+    const void *q;            // DENSE (s_q, H, Dh); RAGGED (rows of all entries, H, Dh); bf16
+    const void *k, *v;        // DENSE (s_kv, Hkv, Dh); RAGGED (keys of all entries, Hkv, Dh);
+                              // bf16; RAGGED: the 256 keys after an entry's last must be finite
+    void *o;                  // as q
+    float *lse;               // RAGGED only, or NULL: (rows of all entries, H) log-sum-exp of the
+                              // scaled scores (natural log)
+    const int32_t *seq_q;     // (b) RAGGED: rows of each entry
+    const int32_t *seq_kv;    // (b) RAGGED: keys of each entry
+    const int32_t *q_off;     // (b + 1) RAGGED: element offsets (rows x H x Dh) into q and o
+    const int32_t *kv_off;    // (b + 1) RAGGED: element offsets (keys x Hkv x Dh) into k and v
+    const int32_t *lse_off;   // (b + 1) RAGGED: element offsets (rows x H) into lse
 } li_sdpa_args;
 
 // Loads cuDNN and creates a handle bound to `stream`; NULL with the reason in err when cuDNN

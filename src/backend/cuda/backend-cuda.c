@@ -88,23 +88,25 @@ typedef struct {
 
 static void attn_plan_destroy(attn_plan *p);
 
-// A paged attention call planned for cuDNN (attn-blocks.h): the call's host inputs (compared on
-// lookup: the layers of one forward share them), the plan, its library shapes and the device
-// copies of its slot tables (uploaded once, read by every layer).
+// A paged attention call planned for cuDNN (attn-blocks.h): the call's host inputs serialised
+// (compared on lookup: the layers of one forward share them), which of its sequences the plan
+// covers, its library shapes and the device copies of its slot tables (uploaded once, read by
+// every layer).
 typedef struct {
-    int T, n_pages, P;
-    bool has_first;
-    uint64_t *pages;          // (n_pages) host copy
-    int32_t *first, *nvis;    // (T) host copies
-    int cap_pages, cap_first, cap_nvis;
+    int64_t *key;             // (key_len) the call's host inputs (lib_plan_key)
+    int key_len, key_cap;
     bool ok;                  // a plan exists and cuDNN took it
-    li_attn_blocks b;
+    uint8_t *covered;         // (n_seqs) 1: the sequence runs through cuDNN; 0: our kernels
+    int n_seqs, cap_seqs;
     int B1, B2;               // slots of the non-causal and the causal call (padded)
-    int s_q, s_kv, table;     // rows per slot, keys per slot (gathered), page ids per slot
-    void *dev;                // slots, seq_q, seq_kv, page table, rows, slot list
+    int s_q, s_kv;            // bounds on a slot's rows and keys (powers of two: plan class)
+    int max_rows, max_keys;   // the largest slot's rows and keys (kernel grids)
+    int n_rows;               // rows merged (of the covered sequences)
+    int64_t q_rows, kv_keys;  // packed rows (qb, ob, lse) and keys (kb, vb) the call needs
+    void *dev;                // slots, seq_q, seq_kv, q_off, kv_off, lse_off, pages, rows, list
     size_t dev_cap;
     li_cuda_block_slot *d_slots;
-    int32_t *d_seq_q, *d_seq_kv, *d_table, *d_slot_list;
+    int32_t *d_seq_q, *d_seq_kv, *d_q_off, *d_kv_off, *d_lse_off, *d_pages, *d_slot_list;
     li_cuda_block_row *d_rows;
     uint64_t last_used;
 } lib_plan;
@@ -172,9 +174,11 @@ typedef struct {
     li_cudnn *cudnn;
     bool cudnn_tried;
     char cudnn_note[512];  // why cuDNN is not used, when it is not
-    lib_plan lib[LI_LIB_PLANS];
+    lib_plan lib[LI_LIB_PLANS + 1];  // the last one holds the key of the call being looked up
     uint64_t lib_tick;
-    dev_scratch lib_q, lib_o, lib_lse, lib_kv;  // bf16 Q / O per slot, LSE, gathered K and V
+    dev_scratch lib_q, lib_o, lib_lse, lib_kv;  // packed bf16 Q / O, LSE, gathered K and V
+    li_attn_blocks *lib_blocks;  // (lib_cap_blocks) per-sequence plans while a call is planned
+    int lib_cap_blocks, lib_init_blocks;
     li_status err;     // first error since init
     char err_msg[512];
 } li_cuda_impl;
@@ -419,14 +423,14 @@ void li_backend_cuda_destroy(li_backend *be) {
         cudaFree(im->keys.p);
         cudaFree(im->tickets.p);
         cudaFree(im->dense.p);
-        for (int i = 0; i < LI_LIB_PLANS; i++) {
+        for (int i = 0; i <= LI_LIB_PLANS; i++) {
             lib_plan *p = &im->lib[i];
-            li_attn_blocks_free(&p->b);
-            li_free(p->pages);
-            li_free(p->first);
-            li_free(p->nvis);
+            li_free(p->key);
+            li_free(p->covered);
             cudaFree(p->dev);
         }
+        for (int i = 0; i < im->lib_cap_blocks; i++) li_attn_blocks_free(&im->lib_blocks[i]);
+        li_free(im->lib_blocks);
         cudaFree(im->lib_q.p);
         cudaFree(im->lib_o.p);
         cudaFree(im->lib_lse.p);
@@ -903,23 +907,85 @@ static int cudnn_call(li_backend *be, const li_sdpa_args *a, const char *op) {
 
 static bool grow_host(void **p, int *cap, int n, size_t size) {
     if (n <= *cap) return true;
-    void *q = realloc(*p, (size_t)n * size);
+    int c = *cap > 16 ? *cap : 16;
+    while (c < n) c *= 2;
+    void *q = realloc(*p, (size_t)c * size);
     if (!q) return false;
     *p = q;
-    *cap = n;
+    *cap = c;
     return true;
 }
 
-// The slot tables of plan p into its device buffer (one upload). false: error recorded.
-static bool lib_plan_upload(li_cuda_impl *im, lib_plan *p, const li_kv_seq *seq, int P) {
-    const li_attn_blocks *b = &p->b;
-    const int n_slots = p->B1 + p->B2, T = p->T;
-    size_t n_slot_b = (size_t)n_slots * sizeof(li_cuda_block_slot);
-    size_t n_len_b = (size_t)n_slots * 4, n_table_b = (size_t)n_slots * p->table * 4;
-    size_t n_rows_b = (size_t)T * sizeof(li_cuda_block_row), n_list_b = (size_t)b->n_entries * 4;
-    size_t bytes = n_slot_b + 2 * n_len_b + n_table_b + n_rows_b + n_list_b;
+// The host inputs that decide a call's plan, as one int64 vector: P, the sequences' count, then
+// per sequence its rows (t0, n), whether it has kv_first, its page words, and its rows' n_visible
+// (and kv_first). Equal vectors: equal plans (the layers of one forward, or a repeated batch).
+static bool lib_plan_key(li_cuda_impl *im, int64_t **key, int *len, int *cap,
+                         const li_attn_seq *seqs, int n_seqs, int P) {
+    int n = 2;
+    for (int i = 0; i < n_seqs; i++)
+        n += 4 + seqs[i].kv.n_pages + seqs[i].n * (seqs[i].kv.kv_first_host ? 2 : 1);
+    if (!grow_host((void **)key, cap, n, sizeof **key)) {
+        record(im, LI_ERR_OOM, "cuda attention (cudnn plan): out of host memory");
+        return false;
+    }
+    int64_t *k = *key;
+    int at = 0;
+    k[at++] = P;
+    k[at++] = n_seqs;
+    for (int i = 0; i < n_seqs; i++) {
+        const li_attn_seq *sq = &seqs[i];
+        const bool has_first = sq->kv.kv_first_host != NULL;
+        k[at++] = sq->t0, k[at++] = sq->n, k[at++] = sq->kv.n_pages, k[at++] = has_first;
+        for (int p = 0; p < sq->kv.n_pages; p++) k[at++] = (int64_t)sq->kv.pages_host[p];
+        for (int t = 0; t < sq->n; t++) k[at++] = sq->kv.n_visible_host[t];
+        for (int t = 0; has_first && t < sq->n; t++) k[at++] = sq->kv.kv_first_host[t];
+    }
+    *len = at;
+    return true;
+}
+
+// Packs the blocks of the covered sequences into p's slots (non-causal first, then causal, each
+// call padded to a power of two with one-row, one-key slots), their page lists, the rows' slot
+// lists, and uploads them in one copy. false: the plan does not apply (p->ok stays false) or an
+// error was recorded.
+static bool lib_plan_pack(li_cuda_impl *im, lib_plan *p, const li_attn_seq *seqs, int n_seqs,
+                          int P, int H, int Hkv, int Dh) {
+    const li_attn_blocks *bl = im->lib_blocks;
+    int n_nc = 0, n_c = 0, n_pages = 0, n_list = 0, n_rows = 0;
+    p->max_rows = p->max_keys = 1;
+    for (int i = 0; i < n_seqs; i++) {
+        if (!p->covered[i]) continue;
+        const li_attn_blocks *b = &bl[i];
+        n_nc += b->n_noncausal;
+        n_c += b->n_entries - b->n_noncausal;
+        n_list += b->group_first[b->n_groups];
+        n_rows += seqs[i].n;
+        for (int e = 0; e < b->n_entries; e++) {
+            const li_attn_entry *en = &b->entries[e];
+            const int off = (int)((en->key0 - b->segs[en->seg].k0) % P);
+            n_pages += (off + en->n_keys + P - 1) / P;
+        }
+        if (b->max_rows > p->max_rows) p->max_rows = b->max_rows;
+        if (b->max_keys > p->max_keys) p->max_keys = b->max_keys;
+    }
+    p->B1 = n_nc ? (int)pow2_at_least((unsigned)n_nc, 1) : 0;
+    p->B2 = n_c ? (int)pow2_at_least((unsigned)n_c, 1) : 0;
+    const int n_slots = p->B1 + p->B2;
+    if (n_slots == 0 || n_slots > 65535) return false;
+    // row and key bounds rounded up to powers of two: a new batch reuses a plan of its class
+    p->s_q = (int)pow2_at_least((unsigned)p->max_rows, 16);
+    p->s_kv = (int)pow2_at_least((unsigned)p->max_keys, 64);
+    p->n_rows = n_rows;
+    n_pages += n_slots - n_nc - n_c;  // a padding slot reads one page
+
+    size_t n_slot_b = (size_t)n_slots * sizeof(li_cuda_block_slot), n_len_b = (size_t)n_slots * 4;
+    size_t n_off_b = ((size_t)n_slots + 1) * 4, n_pages_b = (size_t)n_pages * 4;
+    size_t n_rows_b = (size_t)n_rows * sizeof(li_cuda_block_row), n_list_b = (size_t)n_list * 4;
+    size_t bytes = n_slot_b + 2 * n_len_b + 3 * n_off_b + n_pages_b + n_rows_b + n_list_b;
+    int n_entries = 0;
+    for (int i = 0; i < n_seqs; i++) n_entries += p->covered[i] ? bl[i].n_entries : 0;
     char *h = malloc(bytes);
-    int *slot_of = malloc((size_t)b->n_entries * sizeof *slot_of);
+    int *slot_of = malloc((size_t)(n_entries ? n_entries : 1) * sizeof *slot_of);
     if (!h || !slot_of) {
         free(h);
         free(slot_of);
@@ -928,38 +994,76 @@ static bool lib_plan_upload(li_cuda_impl *im, lib_plan *p, const li_kv_seq *seq,
     }
     li_cuda_block_slot *slots = (li_cuda_block_slot *)h;
     int32_t *seq_q = (int32_t *)(h + n_slot_b), *seq_kv = seq_q + n_slots;
-    int32_t *table = seq_kv + n_slots;
-    li_cuda_block_row *rows = (li_cuda_block_row *)(table + (size_t)n_slots * p->table);
-    int32_t *list = (int32_t *)(rows + T);
-    for (int i = 0; i < n_slots; i++) {
-        // slot i: entry e; padding slots repeat the first slot of their call
-        int e = i < p->B1 ? (i < b->n_noncausal ? i : 0)
-                          : b->n_noncausal + (i - p->B1 < b->n_entries - b->n_noncausal ? i - p->B1 : 0);
-        const li_attn_entry *en = &b->entries[e];
-        const li_attn_segment *sg = &b->segs[en->seg];
-        const int64_t rel = en->key0 - sg->k0;
-        const int page0 = sg->page0 + (int)(rel / P), off = (int)(rel % P);
-        const int n_pg = (off + en->n_keys + P - 1) / P;  // pages the slot's keys touch
-        slots[i] = (li_cuda_block_slot){.row0 = b->groups[en->group].t0,
-                                        .n_rows = b->groups[en->group].n,
-                                        .delta = (int32_t)sg->delta, .off = off,
-                                        .n_keys = en->n_keys};
-        seq_q[i] = slots[i].n_rows;
-        seq_kv[i] = en->n_keys;
-        for (int k = 0; k < p->table; k++)
-            table[(size_t)i * p->table + k] =
-                (int32_t)li_page_id(seq->pages_host[page0 + (k < n_pg ? k : n_pg - 1)]);
-        if ((i < p->B1 && i < b->n_noncausal) ||
-            (i >= p->B1 && i - p->B1 < b->n_entries - b->n_noncausal))
-            slot_of[e] = i;
+    int32_t *q_off = seq_kv + n_slots, *kv_off = q_off + n_slots + 1, *lse_off = kv_off + n_slots + 1;
+    int32_t *pages = lse_off + n_slots + 1;
+    li_cuda_block_row *rows = (li_cuda_block_row *)(pages + n_pages);
+    int32_t *list = (int32_t *)(rows + n_rows);
+    // slots: pass 0 the non-causal blocks of every covered sequence, pass 1 the causal ones
+    int64_t q_row = 0, kv_row = 0;
+    int slot = 0, page = 0, first_row = -1;
+    for (int pass = 0; pass < 2; pass++) {
+        int base = 0;  // entry ids of sequence i in slot_of start at base
+        for (int i = 0; i < n_seqs; i++) {
+            if (!p->covered[i]) continue;
+            const li_attn_blocks *b = &bl[i];
+            if (first_row < 0) first_row = seqs[i].t0;
+            const int e0 = pass ? b->n_noncausal : 0, e1 = pass ? b->n_entries : b->n_noncausal;
+            for (int e = e0; e < e1; e++) {
+                const li_attn_entry *en = &b->entries[e];
+                const li_attn_segment *sg = &b->segs[en->seg];
+                const int64_t rel = en->key0 - sg->k0;
+                const int pg0 = sg->page0 + (int)(rel / P), off = (int)(rel % P);
+                const int n_pg = (off + en->n_keys + P - 1) / P;
+                const li_attn_group *gr = &b->groups[en->group];
+                slots[slot] = (li_cuda_block_slot){
+                    .row0 = seqs[i].t0 + gr->t0, .n_rows = gr->n, .delta = (int32_t)sg->delta,
+                    .off = off, .n_keys = en->n_keys, .q_row = (int32_t)q_row,
+                    .kv_row = (int32_t)kv_row, .table0 = page};
+                for (int k = 0; k < n_pg; k++)
+                    pages[page++] = (int32_t)li_page_id(seqs[i].kv.pages_host[pg0 + k]);
+                slot_of[base + e] = slot++;
+                q_row += gr->n;
+                kv_row += (en->n_keys + 255) & ~255;  // room for the zeroed tail
+            }
+            base += b->n_entries;
+        }
+        const int pad_to = pass ? p->B1 + p->B2 : p->B1;
+        while (slot < pad_to) {  // one row over one real key; its output is never read
+            slots[slot] = (li_cuda_block_slot){.row0 = first_row, .n_rows = 1, .n_keys = 1,
+                                               .q_row = (int32_t)q_row, .kv_row = (int32_t)kv_row,
+                                               .table0 = page};
+            pages[page++] = pages[0];
+            slot++;
+            q_row += 1;
+            kv_row += 256;
+        }
     }
-    for (int g = 0; g < b->n_groups; g++) {
-        for (int k = b->group_first[g]; k < b->group_first[g + 1]; k++)
-            list[k] = slot_of[b->group_entries[k]];
-        for (int r = 0; r < b->groups[g].n; r++)
-            rows[b->groups[g].t0 + r] = (li_cuda_block_row){
-                .first = b->group_first[g], .count = b->group_first[g + 1] - b->group_first[g],
-                .r = r};
+    for (int s = 0; s < n_slots; s++) {
+        seq_q[s] = slots[s].n_rows;
+        seq_kv[s] = slots[s].n_keys;
+        q_off[s] = slots[s].q_row * H * Dh;
+        kv_off[s] = slots[s].kv_row * Hkv * Dh;
+        lse_off[s] = slots[s].q_row * H;
+    }
+    q_off[n_slots] = (int32_t)(q_row * H * Dh);
+    kv_off[n_slots] = (int32_t)(kv_row * Hkv * Dh);
+    lse_off[n_slots] = (int32_t)(q_row * H);
+    p->q_rows = q_row;
+    p->kv_keys = kv_row;
+    // rows: each covered row's output row and its group's slots
+    int r_at = 0, l_at = 0, base = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (!p->covered[i]) continue;
+        const li_attn_blocks *b = &bl[i];
+        for (int g = 0; g < b->n_groups; g++) {
+            const int first = l_at;
+            for (int k = b->group_first[g]; k < b->group_first[g + 1]; k++)
+                list[l_at++] = slot_of[base + b->group_entries[k]];
+            for (int r = 0; r < b->groups[g].n; r++)
+                rows[r_at++] = (li_cuda_block_row){.first = first, .count = l_at - first, .r = r,
+                                                   .t = seqs[i].t0 + b->groups[g].t0 + r};
+        }
+        base += b->n_entries;
     }
     free(slot_of);
     bool ok = true;
@@ -979,65 +1083,65 @@ static bool lib_plan_upload(li_cuda_impl *im, lib_plan *p, const li_kv_seq *seq,
     p->d_slots = (li_cuda_block_slot *)d;
     p->d_seq_q = (int32_t *)(d + n_slot_b);
     p->d_seq_kv = p->d_seq_q + n_slots;
-    p->d_table = p->d_seq_kv + n_slots;
-    p->d_rows = (li_cuda_block_row *)(p->d_table + (size_t)n_slots * p->table);
-    p->d_slot_list = (int32_t *)(p->d_rows + T);
+    p->d_q_off = p->d_seq_kv + n_slots;
+    p->d_kv_off = p->d_q_off + n_slots + 1;
+    p->d_lse_off = p->d_kv_off + n_slots + 1;
+    p->d_pages = p->d_lse_off + n_slots + 1;
+    p->d_rows = (li_cuda_block_row *)(p->d_pages + n_pages);
+    p->d_slot_list = (int32_t *)(p->d_rows + n_rows);
     return true;
 }
 
 // The plan for this call: found among the kept ones (same host inputs) or made and uploaded.
-// NULL when the call has no plan (p->ok false is returned too: the caller runs its kernel).
-static lib_plan *lib_plan_get(li_cuda_impl *im, const li_kv_seq *seq, int P, int T) {
-    const bool has_first = seq->kv_first_host != NULL;
+// Sequences of min_rows rows or more whose visibility splits into blocks are covered; the plan
+// applies (p->ok) when they hold min_total rows in all and the packed offsets fit int32. NULL:
+// an error was recorded.
+static lib_plan *lib_plan_get(li_cuda_impl *im, const li_attn_seq *seqs, int n_seqs, int P,
+                              int H, int Hkv, int Dh, int min_rows, int min_total) {
     im->lib_tick++;
     lib_plan *lru = &im->lib[0];
+    lib_plan *probe = &im->lib[LI_LIB_PLANS];  // the key of this call, built in a spare entry
+    if (!lib_plan_key(im, &probe->key, &probe->key_len, &probe->key_cap, seqs, n_seqs, P))
+        return NULL;
     for (int i = 0; i < LI_LIB_PLANS; i++) {
         lib_plan *p = &im->lib[i];
-        if (p->T == T && p->n_pages == seq->n_pages && p->P == P && p->has_first == has_first &&
-            !memcmp(p->pages, seq->pages_host, (size_t)seq->n_pages * 8) &&
-            !memcmp(p->nvis, seq->n_visible_host, (size_t)T * 4) &&
-            (!has_first || !memcmp(p->first, seq->kv_first_host, (size_t)T * 4))) {
+        if (p->key_len == probe->key_len &&
+            !memcmp(p->key, probe->key, (size_t)p->key_len * sizeof *p->key)) {
             p->last_used = im->lib_tick;
             return p;
         }
         if (p->last_used < lru->last_used) lru = p;
     }
     lib_plan *p = lru;
-    p->T = 0;  // invalid until filled
-    if (!grow_host((void **)&p->pages, &p->cap_pages, seq->n_pages, 8) ||
-        !grow_host((void **)&p->first, &p->cap_first, T, 4) ||
-        !grow_host((void **)&p->nvis, &p->cap_nvis, T, 4)) {
+    int64_t *k = p->key;  // swap keys: the probe's becomes the plan's
+    int cap = p->key_cap;
+    p->key = probe->key, p->key_len = probe->key_len, p->key_cap = probe->key_cap;
+    probe->key = k, probe->key_cap = cap, probe->key_len = 0;
+    p->last_used = im->lib_tick;
+    p->ok = false;
+    if (!grow_host((void **)&p->covered, &p->cap_seqs, n_seqs, 1) ||
+        !grow_host((void **)&im->lib_blocks, &im->lib_cap_blocks, n_seqs, sizeof(li_attn_blocks))) {
+        p->key_len = 0;
         record(im, LI_ERR_OOM, "cuda attention (cudnn plan): out of host memory");
         return NULL;
     }
-    memcpy(p->pages, seq->pages_host, (size_t)seq->n_pages * 8);
-    memcpy(p->nvis, seq->n_visible_host, (size_t)T * 4);
-    if (has_first) memcpy(p->first, seq->kv_first_host, (size_t)T * 4);
-    p->n_pages = seq->n_pages;
-    p->P = P;
-    p->has_first = has_first;
-    p->last_used = im->lib_tick;
-    p->ok = li_attn_blocks_plan(&p->b, p->pages, seq->n_pages, P, has_first ? p->first : NULL,
-                                p->nvis, T);
-    p->T = T;
-    if (!p->ok) return p;
-    const li_attn_blocks *b = &p->b;
-    int n_c = b->n_entries - b->n_noncausal;
-    p->B1 = b->n_noncausal ? (int)pow2_at_least((unsigned)b->n_noncausal, 1) : 0;
-    p->B2 = n_c ? (int)pow2_at_least((unsigned)n_c, 1) : 0;
-    // row and key counts rounded up to powers of two: a new request's chunk reuses a plan
-    p->s_q = (int)pow2_at_least((unsigned)b->max_rows, 16);
-    int max_pages = 1;
-    for (int e = 0; e < b->n_entries; e++) {
-        const li_attn_entry *en = &b->entries[e];
-        int off = (int)((en->key0 - b->segs[en->seg].k0) % P);
-        int np = (off + en->n_keys + P - 1) / P;
-        if (np > max_pages) max_pages = np;
+    // grow_host leaves new li_attn_blocks uninitialised: zero them once (they own their arrays)
+    for (int i = im->lib_init_blocks; i < im->lib_cap_blocks; i++)
+        memset(&im->lib_blocks[i], 0, sizeof im->lib_blocks[i]);
+    im->lib_init_blocks = im->lib_cap_blocks;
+    p->n_seqs = n_seqs;
+    int total = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const li_attn_seq *sq = &seqs[i];
+        p->covered[i] = sq->n >= min_rows && sq->kv.pages_host && sq->kv.n_visible_host &&
+                        li_attn_blocks_plan(&im->lib_blocks[i], sq->kv.pages_host, sq->kv.n_pages,
+                                            P, sq->kv.kv_first_host, sq->kv.n_visible_host, sq->n);
+        if (p->covered[i]) total += sq->n;
     }
-    p->table = max_pages;
-    p->s_kv = (int)pow2_at_least((unsigned)b->max_keys, 64);
-    if (p->B1 + p->B2 > 65535) p->ok = false;
-    if (p->ok && !lib_plan_upload(im, p, seq, P)) p->ok = false;
+    if (total == 0 || total < min_total) return p;
+    if (!lib_plan_pack(im, p, seqs, n_seqs, P, H, Hkv, Dh)) return im->err == LI_OK ? p : NULL;
+    // element offsets are int32 in the library's ragged tensors
+    p->ok = p->q_rows * H * Dh < INT32_MAX && p->kv_keys * Hkv * Dh < INT32_MAX;
     return p;
 }
 
@@ -1055,82 +1159,84 @@ void li_backend_cuda_attn_note(li_backend *be, char *buf, size_t n) {
              im->cudnn_note);
 }
 
-// The call through cuDNN; false when it does not apply (the caller runs its own kernel; nothing
-// was queued that writes `out`). Errors are recorded and return true.
-static bool attention_cudnn(li_backend *be, float *out, const float *q, int T, int H,
-                            const li_kv_storage *kv, int il, const li_kv_seq *seq, float scale,
-                            const li_rope_table *rope) {
+// The multi-row chunks of a batch's sequences through cuDNN, all in one non-causal and one
+// causal call. Returns the plan (its `covered` says which sequences it ran: the caller runs the
+// others on its own kernels) or NULL when none ran through cuDNN (nothing was queued that writes
+// `out`, or an error was recorded).
+static const lib_plan *attention_cudnn(li_backend *be, float *out, const float *q, int n_seqs,
+                                       const li_attn_seq *seqs, int H, const li_kv_storage *kv,
+                                       int il, float scale, const li_rope_table *rope) {
     li_cuda_impl *im = be->impl;
     const int Hkv = kv->n_head_kv, Dh = kv->head_dim, P = kv->page_size;
-    // auto: the row bound; --attn-impl cudnn: every call of 2 rows or more (the A/B switch)
-    const int min_rows = be->attn_impl == LI_ATTN_LIBRARY ? 2 : LI_CUDNN_MIN_ROWS;
-    if (be->attn_impl == LI_ATTN_NATIVE || T < min_rows || !seq->pages_host ||
-        !seq->n_visible_host || im->capturing)
-        return false;
+    const bool lib = be->attn_impl == LI_ATTN_LIBRARY;
+    if (be->attn_impl == LI_ATTN_NATIVE || im->capturing || n_seqs <= 0) return NULL;
     if (kv->dtype != LI_DTYPE_BF16 || Dh % 8 || Dh > 256 || Hkv <= 0 || H % Hkv) {
-        if (be->attn_impl == LI_ATTN_LIBRARY)
+        if (lib)
             record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: needs a bf16 KV pool and a head "
                    "size that is a multiple of 8 up to 256 (pool %s, Dh %d)",
                    li_dtype_name(kv->dtype), Dh);
-        return be->attn_impl == LI_ATTN_LIBRARY;
+        return NULL;
     }
-    if (!cudnn_ready(be)) return be->attn_impl == LI_ATTN_LIBRARY;
-    lib_plan *p = lib_plan_get(im, seq, P, T);
-    if (!p) return true;  // recorded
-    if (!p->ok) {
-        if (be->attn_impl == LI_ATTN_LIBRARY && im->err == LI_OK)
-            record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: this call's visibility pattern "
-                   "has no split into library blocks (attn-blocks.h)");
-        return be->attn_impl == LI_ATTN_LIBRARY;
+    // auto: the row bound over the call; --attn-impl cudnn: every chunk of 2 rows or more
+    int multi = 0;
+    for (int i = 0; i < n_seqs; i++) multi += seqs[i].n >= 2 ? seqs[i].n : 0;
+    if (multi == 0 || (!lib && multi < LI_CUDNN_MIN_ROWS)) return NULL;
+    if (!cudnn_ready(be)) return NULL;
+    lib_plan *p = lib_plan_get(im, seqs, n_seqs, P, H, Hkv, Dh, 2, lib ? 1 : LI_CUDNN_MIN_ROWS);
+    if (!p || !p->ok) {
+        if (p && lib && im->err == LI_OK)
+            record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: no sequence of this call has a "
+                   "visibility pattern that splits into library blocks (attn-blocks.h)");
+        return NULL;
     }
     bool any_delta = false;
-    for (int s = 0; s < p->b.n_segs; s++) any_delta |= p->b.segs[s].delta != 0;
+    for (int i = 0; i < n_seqs && !any_delta; i++)
+        for (int k = 0; p->covered[i] && k < seqs[i].kv.n_pages && !any_delta; k++)
+            any_delta = li_page_delta(seqs[i].kv.pages_host[k]) != 0;
     if (any_delta && !rope) {
         record(im, LI_ERR_INVALID_ARG, "cuda attention: pages with a RoPE offset but no table");
-        return true;
+        return NULL;
     }
     const int n_slots = p->B1 + p->B2;
-    const size_t q_elems = (size_t)n_slots * p->s_q * H * Dh;
+    // packed Q / O rows and gathered keys, plus a tile of slack: the library reads whole tiles
+    const size_t q_elems = (size_t)(p->q_rows + 256) * H * Dh;
     uint16_t *qb = scratch_get(im, &im->lib_q, q_elems * 2, "attention (cudnn q)");
     uint16_t *ob = scratch_get(im, &im->lib_o, q_elems * 2, "attention (cudnn o)");
-    float *lse = scratch_get(im, &im->lib_lse, (size_t)n_slots * H * p->s_q * 4,
+    float *lse = scratch_get(im, &im->lib_lse, (size_t)(p->q_rows + 256) * H * 4,
                              "attention (cudnn lse)");
-    if (!qb || !ob || !lse) return true;
+    const size_t kv_elems = (size_t)(p->kv_keys + 256) * Hkv * Dh;
+    uint16_t *kb = scratch_get(im, &im->lib_kv, kv_elems * 4, "attention (cudnn gathered K / V)");
+    if (!qb || !ob || !lse || !kb) return NULL;
+    uint16_t *vb = kb + kv_elems;
     li_cuda_rope_args r;
     memset(&r, 0, sizeof r);
     if (rope) r = rope_args(rope);
     if (cu_fail(im, "attention (cudnn q)",
-                li_cuda_blocks_q(im->stream, qb, q, p->d_slots, n_slots, p->s_q, H, Dh, &r)))
-        return true;
-    const size_t kv_elems = (size_t)n_slots * p->s_kv * Hkv * Dh;
-    uint16_t *kb = scratch_get(im, &im->lib_kv, kv_elems * 4, "attention (cudnn gathered K / V)");
-    if (!kb) return true;
-    uint16_t *vb = kb + kv_elems;
-    if (cu_fail(im, "attention (cudnn gather)",
+                li_cuda_blocks_q(im->stream, qb, q, p->d_slots, n_slots, p->max_rows, H, Dh, &r)) ||
+        cu_fail(im, "attention (cudnn gather)",
                 li_cuda_blocks_gather(im->stream, kb, vb, kv->data, kv->n_layer, il, Hkv, P, Dh,
-                                      p->d_slots, p->d_table, p->table, n_slots, p->s_kv)))
-        return true;
+                                      p->d_slots, p->d_pages, n_slots, p->max_keys)))
+        return NULL;
     for (int causal = 0; causal < 2; causal++) {
         const int s0 = causal ? p->B1 : 0, nb = causal ? p->B2 : p->B1;
         if (nb == 0) continue;
         li_sdpa_args a = {
-            .kind = LI_SDPA_PADDED, .b = nb, .H = H, .Hkv = Hkv, .Dh = Dh, .s_q = p->s_q,
-            .s_kv = p->s_kv, .causal = causal, .scale = scale,
-            .q = qb + (size_t)s0 * p->s_q * H * Dh, .o = ob + (size_t)s0 * p->s_q * H * Dh,
-            .k = kb + (size_t)s0 * p->s_kv * Hkv * Dh, .v = vb + (size_t)s0 * p->s_kv * Hkv * Dh,
-            .lse = lse + (size_t)s0 * H * p->s_q, .seq_q = p->d_seq_q + s0,
-            .seq_kv = p->d_seq_kv + s0};
+            .kind = LI_SDPA_RAGGED, .b = nb, .H = H, .Hkv = Hkv, .Dh = Dh, .s_q = p->s_q,
+            .s_kv = p->s_kv, .causal = causal, .scale = scale, .q = qb, .o = ob, .k = kb,
+            .v = vb, .lse = lse, .seq_q = p->d_seq_q + s0, .seq_kv = p->d_seq_kv + s0,
+            .q_off = p->d_q_off + s0, .kv_off = p->d_kv_off + s0, .lse_off = p->d_lse_off + s0};
         int rc = cudnn_call(be, &a, causal ? "attention (cudnn causal)" : "attention (cudnn)");
-        if (rc < 0) return true;
-        if (rc > 0) {  // refused: this shape runs on our kernels from now on
+        if (rc < 0) return NULL;
+        if (rc > 0) {  // refused: this call runs on our kernels from now on
             p->ok = false;
-            return be->attn_impl == LI_ATTN_LIBRARY;
+            return NULL;
         }
     }
-    cu_fail(im, "attention (cudnn merge)",
-            li_cuda_blocks_merge(im->stream, out, ob, lse, p->d_rows, p->d_slot_list, T, p->s_q, H,
-                                 Dh));
-    return true;
+    if (cu_fail(im, "attention (cudnn merge)",
+                li_cuda_blocks_merge(im->stream, out, ob, lse, p->d_slots, p->d_rows,
+                                     p->d_slot_list, p->n_rows, H, Dh)))
+        return NULL;
+    return p;
 }
 
 // attention_dense / attention_dense_bf16 through cuDNN: q converted to bf16 (unscaled: cuDNN
@@ -1165,12 +1271,13 @@ static bool dense_cudnn(li_backend *be, float *outf, uint16_t *outb, const float
     return true;
 }
 
-static void cu_attention(li_backend *be, float *out, const float *q, int T, int H,
-                         const li_kv_storage *kv, int il, const li_kv_seq *seq,
-                         const int32_t *kv_first, const int32_t *n_visible, float scale,
-                         const li_rope_table *rope) {
+// One sequence's rows on our own kernels (the decode kernel for few rows, the tensor-core tile
+// kernel for many).
+static void attention_native(li_backend *be, float *out, const float *q, int T, int H,
+                             const li_kv_storage *kv, int il, const li_kv_seq *seq,
+                             const int32_t *kv_first, const int32_t *n_visible, float scale,
+                             const li_rope_table *rope) {
     li_cuda_impl *im = be->impl;
-    if (attention_cudnn(be, out, q, T, H, kv, il, seq, scale, rope)) return;
     li_cuda_attn_args a;
     if (T <= 0 || !attn_args(im, &a, out, q, T, H, kv, il, seq->pages, seq->n_pages, kv_first,
                              n_visible, scale, rope))
@@ -1205,6 +1312,37 @@ static void cu_attention(li_backend *be, float *out, const float *q, int T, int 
     }
     if (attn_split(im, &a))
         cu_fail(im, "attention", li_cuda_attention(im->stream, &a, rope ? &r : NULL));
+}
+
+// Several sequences' rows (backend.h attention_seqs): the multi-row chunks through cuDNN in one
+// call when it applies (attention_cudnn), the rest sequence by sequence on our kernels.
+static void cu_attention_seqs(li_backend *be, float *out, const float *q, int n_seqs,
+                              const li_attn_seq *seqs, int H, const li_kv_storage *kv, int il,
+                              const int32_t *kv_first, const int32_t *n_visible, float scale,
+                              const li_rope_table *rope) {
+    li_cuda_impl *im = be->impl;
+    const size_t row = (size_t)H * kv->head_dim;
+    const lib_plan *p = attention_cudnn(be, out, q, n_seqs, seqs, H, kv, il, scale, rope);
+    const bool lib = be->attn_impl == LI_ATTN_LIBRARY;
+    for (int i = 0; i < n_seqs && im->err == LI_OK; i++) {
+        const li_attn_seq *sq = &seqs[i];
+        if (p && p->covered[i]) continue;
+        if (lib && sq->n >= 2) {  // the A/B switch: a chunk the library cannot run is an error
+            record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: a chunk of %d rows has no split "
+                   "into library blocks (attn-blocks.h)", sq->n);
+            return;
+        }
+        attention_native(be, out + sq->t0 * row, q + sq->t0 * row, sq->n, H, kv, il, &sq->kv,
+                         kv_first ? kv_first + sq->t0 : NULL, n_visible + sq->t0, scale, rope);
+    }
+}
+
+static void cu_attention(li_backend *be, float *out, const float *q, int T, int H,
+                         const li_kv_storage *kv, int il, const li_kv_seq *seq,
+                         const int32_t *kv_first, const int32_t *n_visible, float scale,
+                         const li_rope_table *rope) {
+    li_attn_seq one = {.t0 = 0, .n = T, .kv = *seq};
+    cu_attention_seqs(be, out, q, 1, &one, H, kv, il, kv_first, n_visible, scale, rope);
 }
 
 // Decode rows of n sequences (backend.h attention_decode): one launch of the slot kernel, each
@@ -2129,6 +2267,7 @@ const li_backend_ops li_cuda_ops = {
     .kv_store = cu_kv_store,
     .kv_copy_rotate = cu_kv_copy_rotate,
     .attention = cu_attention,
+    .attention_seqs = cu_attention_seqs,
     .attention_decode = cu_attention_decode,
     .swiglu = cu_swiglu,
     .softmax = cu_softmax,
