@@ -2874,7 +2874,7 @@ static void mm8_step(li_backend *be, void *vctx) {
 static void bench_fp8(void) {
     printf("  bench: fp8 GEMM path: %s\n", li_backend_cuda_fp8_note(gpu));
     const int shapes[][2] = {{12288, 4096}, {4096, 12288}};
-    const int Ts[] = {64, 256, 1024, 4096};
+    const int Ts[] = {64, 256, 1024, 2048, 4096};  // M of the table, and a decode-ish 64
     const int64_t wmax = 12288LL * 4096, xmax = 4096LL * 12288;
     void *dw, *dq, *ds, *dx, *dy, *dqa, *dsa;
     need(li_backend_cuda_alloc(gpu, &dw, (size_t)wmax * 2, "W bf16"), "alloc");
@@ -2896,7 +2896,7 @@ static void bench_fp8(void) {
         // the bf16 copy: embed-free conversion through a 1-row "matmul" is not available here, so
         // the bench uses fill_uniform's values rounded by fill_random (same distribution)
         need(gpu->ops->fill_random(gpu, dw, LI_DTYPE_BF16, (int64_t)N * K, 12, 0.02f, 0.0f), "fill");
-        for (int ti = 0; ti < 4; ti++) {
+        for (int ti = 0; ti < (int)(sizeof Ts / sizeof Ts[0]); ti++) {
             int T = Ts[ti];
             double ms[2];
             for (int f = 0; f < 2; f++) {
