@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine-dllm.h"
+#include "backend/dllm-rules.h"
 #include "engine/engine.h"
 #include "lazyinfer.h"
 #include "test.h"

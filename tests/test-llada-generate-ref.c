@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "engine/engine-dllm.h"
+#include "backend/dllm-rules.h"
 #include "engine/engine.h"
 #include "lazyinfer.h"
 #include "model/llada.h"

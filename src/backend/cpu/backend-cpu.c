@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../engine/engine-dllm.h"
+#include "../dllm-rules.h"
 #include "cpu-internal.h"
 
 li_status li_backend_cpu_init(li_backend **out, int n_threads) {

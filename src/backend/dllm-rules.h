@@ -1,9 +1,10 @@
-// engine-dllm.h — the pieces of the SAR decoder (engine-dllm.c) that tests/test-dllm.c checks on
-// their own: the transfer schedule, the commit selection (top-k, Fast-dLLM threshold and factor,
-// with the references' order among tied confidences) and DPad's keep probabilities and drop rule.
-// Not a public API.
-#ifndef LI_ENGINE_DLLM_H
-#define LI_ENGINE_DLLM_H
+// dllm-rules.h — the diffusion decoder's rules (dllm-rules.c): the transfer schedule, the commit
+// selection (top-k, Fast-dLLM threshold and factor, with the references' order among tied
+// confidences) and DPad's keep probabilities and drop rule. Owned by the decoder
+// (src/engine/engine-dllm.c, docs/DLLM.md); a backend that runs a step's choice itself
+// (ops.dllm_select, ops.dllm_dpad) follows these rules through this header. Not a public API.
+#ifndef LI_BACKEND_DLLM_RULES_H
+#define LI_BACKEND_DLLM_RULES_H
 
 #include "../core/core.h"
 
