@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "llama.h"
+#include "weights-fp8.h"
 #include "weights-internal.h"
 
 li_status li_llama_set_fp8(li_llama *m, bool on) {
