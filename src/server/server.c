@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../engine/engine.h"
+#include "../core/core.h"
 #include "api.h"
 #include "conn.h"
 #include "json-grammar.h"
@@ -105,6 +105,7 @@ struct sreq {
 
 struct li_server {
     li_model *m;
+    li_model_info info;  // m's, read once at start
     li_server_params p;
     char model_id[256], model_path[1024], api_key[256];
     bool dllm;
@@ -308,7 +309,7 @@ static bool on_token(void *user, int32_t tok) {
     char small[256], *piece = small;
     size_t len = 0;
     // special tokens (an end of turn generated past with ignore_eos...) are not text unless asked
-    bool skip = r->api.skip_special != 0 && li_tokenizer_is_special(s->m->tok, tok);
+    bool skip = r->api.skip_special != 0 && li_token_is_special(s->m, tok);
     if (skip || li_token_to_piece(s->m, tok, small, sizeof small, &len) != LI_OK) len = 0;
     if (len > sizeof small) {
         piece = malloc(len);
@@ -338,7 +339,7 @@ static li_status chat_tokens(li_server *s, const li_api_request *a, int32_t **id
     for (int i = 0; i < a->n_messages; i++)
         msgs[i] = (li_chat_message){a->messages[i].role, a->messages[i].content};
     // the template's special tokens are tokens; the messages' text is only text, in any turn
-    li_status rc = li_chat_tokenize(s->m->tok, msgs, a->n_messages, true, ids, n);
+    li_status rc = li_chat_tokenize_messages(s->m, msgs, a->n_messages, true, ids, n);
     free(msgs);
     return rc;
 }
@@ -1051,7 +1052,7 @@ static char *models_json(li_server *s, bool one) {
                   "%s{\"id\": \"%s\", \"object\": \"model\", \"created\": 0, \"owned_by\": "
                   "\"lazyinfer\", \"arch\": \"%s\", \"n_ctx\": %d, \"cache_mode\": \"%s\"}%s",
                   one ? "" : "{\"object\": \"list\", \"data\": [", idq.data ? idq.data : "", in.arch,
-                  s->m->n_ctx, li_cache_mode_name(s->m->cache_mode), one ? "" : "]}");
+                  s->info.n_ctx, s->info.cache_mode, one ? "" : "]}");
     li_buf_free(&idq);
     return b.data;
 }
@@ -1095,8 +1096,8 @@ static bool prepare_prompt(li_server *s, sreq *r, li_api_error *e) {
         free(docs);
     }
     if (rc != LI_OK) return error_of(e, rc, li_last_error());
-    int n = r->tok ? li_request_tokens_count(r->tok) : r->n_ids, n_ctx = s->m->n_ctx;
-    int V = li_model_hparams(s->m)->n_vocab;
+    int n = r->tok ? li_request_tokens_count(r->tok) : r->n_ids, n_ctx = s->info.n_ctx;
+    int V = s->info.n_vocab;
     for (int i = 0; i < r->n_ids; i++)
         if (r->ids[i] < 0 || r->ids[i] >= V)
             return li_api_error_set(e, 400, "invalid_request_error", "prompt", NULL,
@@ -1174,10 +1175,10 @@ static bool check_limits(const li_server *s, const li_api_request *a, li_api_err
         return li_api_error_set(e, 400, "invalid_request_error", param, NULL,
                                 "gen_length is %d; this server generates at most %d tokens per "
                                 "request (--max-gen)", p.gen_length, s->p.max_gen);
-    if (p.gen_length > s->m->n_ctx)
+    if (p.gen_length > s->info.n_ctx)
         return li_api_error_set(e, 400, "invalid_request_error", param, "context_length_exceeded",
                                 "gen_length %d exceeds the context of %d tokens (-c)",
-                                p.gen_length, s->m->n_ctx);
+                                p.gen_length, s->info.n_ctx);
     if (p.steps > p.gen_length)
         return li_api_error_set(e, 400, "invalid_request_error", "steps", NULL,
                                 "steps is %d, more than gen_length %d: at most one denoising step "
@@ -1335,7 +1336,7 @@ static enum MHD_Result handle_tokenize(li_server *s, struct MHD_Connection *c, c
     bool ok = !t.with_pieces || (texts && lens);
     for (int i = 0; ok && t.with_pieces && i < n; i++) {
         piece.len = 0;
-        ok = li_tokenizer_decode_token(s->m->tok, ids[i], &piece) == LI_OK &&
+        ok = li_piece_append(s->m, ids[i], &piece) == LI_OK &&
              (texts[i] = malloc(piece.len + 1)) != NULL;
         if (ok) memcpy(texts[i], piece.data ? piece.data : "", piece.len);
         if (ok) lens[i] = piece.len;
@@ -1360,9 +1361,9 @@ static enum MHD_Result handle_detokenize(li_server *s, struct MHD_Connection *c,
         return send_error(c, x, &e);
     li_buf b = {0};
     li_status rc = LI_OK;
-    int V = li_model_hparams(s->m)->n_vocab;
+    int V = s->info.n_vocab;
     for (int i = 0; i < n && rc == LI_OK; i++)
-        rc = ids[i] < V ? li_tokenizer_decode_token(s->m->tok, ids[i], &b)
+        rc = ids[i] < V ? li_piece_append(s->m, ids[i], &b)
                         : li_error_set(LI_ERR_INVALID_ARG, "token %d is outside the vocabulary "
                                        "[0, %d)", ids[i], V);
     free(ids);
@@ -1658,8 +1659,9 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
         s->p.max_connections = fd_room;
     }
     unsigned mhd_limit = s->p.max_connections * 2 < fd_room ? s->p.max_connections * 2 : fd_room;
-    s->dllm = m->llada != NULL;
-    if (!s->dllm && !m->sched) {
+    li_model_get_info(m, &s->info);
+    s->dllm = s->info.diffusion;
+    if (!s->dllm && s->info.metadata_only) {
         free(s);
         return li_error_set(LI_ERR_INVALID_ARG, "serve: the model was loaded without a scheduler");
     }
