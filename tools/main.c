@@ -1,4 +1,4 @@
-// lazyinfer.c — the command-line tool: `lazyinfer <subcommand> [options]`.
+// main.c — the command-line tool: `lazyinfer <subcommand> [options]`.
 //
 //   generate   prompt → completion on stdout, speeds on stderr
 //   tokenize   text → token ids
