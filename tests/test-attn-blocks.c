@@ -198,7 +198,7 @@ static scenario fresh(li_rng *rng) {
 
 int main(void) {
     li_rng rng;
-    li_rng_seed(&rng, test_seed("test-attn-blocks"));
+    test_rng_init(&rng, "test-attn-blocks");
     char name[160];
     for (int rep = 0; rep < 3; rep++) {
         // lazy: system (Δ 0), documents at their offsets, then the query chunk over all of them

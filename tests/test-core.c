@@ -205,7 +205,7 @@ static void test_rng(void) {
 
 int main(void) {
     li_rng rng;
-    li_rng_seed(&rng, test_seed("test-core"));
+    test_rng_init(&rng, "test-core");
     test_bf16(&rng);
     test_f16(&rng);
     test_dequant(&rng);

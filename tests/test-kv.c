@@ -91,7 +91,7 @@ static void test_copy_rotate(li_rng *rng) {
 int main(void) {
     li_hparams hp = {.n_layer = 3, .n_head_kv = 2, .head_dim = 8};
     li_rng rng;
-    li_rng_seed(&rng, test_seed("test-kv"));
+    test_rng_init(&rng, "test-kv");
 
     test_copy_rotate(&rng);
 

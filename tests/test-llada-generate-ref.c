@@ -78,7 +78,7 @@ static li_model *load_model(const char *rel) {
     li_model_params mp = li_model_default_params();
     mp.path = path;
     mp.n_threads = 1;
-    mp.backend = getenv("LI_TEST_BACKEND");
+    mp.backend = test_backend(NULL);
     li_model *m = NULL;
     if (li_model_load(&m, &mp) != LI_OK) {
         fprintf(stderr, "  %s: %s\n", path, li_last_error());
@@ -485,7 +485,7 @@ static void test_threshold_precision(void) {
 }
 
 int main(void) {
-    const char *backend = getenv("LI_TEST_BACKEND");
+    const char *backend = test_backend(NULL);
     if (!test_backend_usable("test-llada-generate-ref", backend, DATA "/llada-ref/model"))
         return test_summary();
     test_topk();

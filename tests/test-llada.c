@@ -772,14 +772,10 @@ static void test_configs(void) {
 }
 
 int main(void) {
-    g_seed = test_seed("test-llada");
-    li_rng_seed(&rng, g_seed);
+    g_seed = test_rng_init(&rng, "test-llada");
     // One thread: the tiny model's ops are far too small for the pool (the ops' threading is
     // covered by test-ops-llada), and the test stays fast on a loaded machine.
-    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 1) != LI_OK) {
-        fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
-        return 1;
-    }
+    if (!test_cpu_backends(&be_ref, &be_fast, 1)) return 1;
     for (int i = 0; i < 3; i++)
         test_combinations(li_rng_u64(&rng) % 1000000);
     printf("# flag combinations vs all-off: worst nmse %.3g, worst max rel %.3g\n", worst_nmse,
@@ -792,7 +788,7 @@ int main(void) {
         test_fp8_tiny(li_rng_u64(&rng) % 1000000);
     test_fp8_smollm2();
     test_configs();
-    if (getenv("LI_TEST_BACKEND")) test_device_bf16(getenv("LI_TEST_BACKEND"));
+    if (test_backend(NULL)) test_device_bf16(test_backend(NULL));
     li_backend_free(be_fast);
     li_backend_free(be_ref);
     return test_summary();

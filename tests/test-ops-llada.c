@@ -218,12 +218,8 @@ static void test_fp8(void) {
 }
 
 int main(void) {
-    g_seed = test_seed("test-ops-llada");
-    li_rng_seed(&rng, g_seed);
-    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {
-        fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
-        return 1;
-    }
+    g_seed = test_rng_init(&rng, "test-ops-llada");
+    if (!test_cpu_backends(&be_ref, &be_fast, 0)) return 1;
     test_flash();
     test_fp8();
     li_backend_free(be_fast);
