@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "paged-seq.h"
 #include "test.h"
 
 static unsigned long long g_seed;  // printed with every failure
@@ -676,39 +677,20 @@ typedef struct {
     int n_pages, n_keys;
 } paged_seq;
 
-// A random pool and a page table over shuffled physical pages: documents of random lengths, each
-// owning whole pages (its last page partly filled), each with a Δ (0 for the first when
-// zero_first); K and V random.
+// A random pool (guarded) and a page table over shuffled physical pages (paged-seq.h): documents
+// of up to 3 P + 5 tokens; K and V random.
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        li_dtype dtype) {
-    int cap_pages = min_keys / P + 24;
-    s->pages = malloc(sizeof(uint64_t) * cap_pages);
-    s->n_pages = 0;
-    s->n_keys = 0;
-    int64_t pos = 0;
-    while (s->n_keys < min_keys || s->n_pages < 2) {
-        int len = randint(1, 3 * P + 5);  // one document
-        int64_t delta = with_delta ? pos + randint(0, 1000) : 0;
-        if (with_delta && randint(0, 3) == 0) delta = 0;
-        for (int done = 0; done < len && s->n_pages < cap_pages; done += P) {
-            int cnt = len - done < P ? len - done : P;
-            s->pages[s->n_pages++] = li_page_word(0, cnt, delta);
-            s->n_keys += cnt;
-        }
-        pos += len;
-        if (s->n_pages >= cap_pages) break;
+    paged_table t;
+    paged_table_make(&t, &rng, P, min_keys, with_delta, 3 * P + 5);
+    if (!t.pages) {
+        fprintf(stderr, "test-ops: out of memory for a page table\n");
+        exit(2);
     }
-    int64_t pool = s->n_pages + 3;
-    int64_t *perm = malloc(sizeof(int64_t) * pool);
-    for (int64_t i = 0; i < pool; i++) perm[i] = i;
-    for (int64_t i = pool - 1; i > 0; i--) {
-        int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    for (int p = 0; p < s->n_pages; p++)
-        s->pages[p] = li_page_word(perm[p], li_page_count(s->pages[p]), li_page_delta(s->pages[p]));
-    free(perm);
+    s->pages = t.pages;
+    s->n_pages = t.n_pages;
+    s->n_keys = t.n_keys;
+    int64_t pool = t.n_pool;
     s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL, dtype};
     long n = (long)pool * L * 2 * Hkv * P * Dh;
     s->kv.data = gnew(&s->gdata, n);
@@ -1201,12 +1183,8 @@ static void print_timings(void) {
 }
 
 int main(void) {
-    g_seed = test_seed("test-ops");
-    li_rng_seed(&rng, g_seed);
-    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {
-        fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
-        return 1;
-    }
+    g_seed = test_rng_init(&rng, "test-ops");
+    if (!test_cpu_backends(&be_ref, &be_fast, 0)) return 1;
     test_rope_table();
     test_embed();
     test_rmsnorm();

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../paged-seq.h"
 #include "../test.h"
 #include "backend/backend.h"
 #include "core/rng-jump.h"
@@ -680,38 +681,20 @@ typedef struct {
     int n_pages, n_keys;
 } paged_seq;
 
-// A random pool and a page table over shuffled physical pages: documents of random lengths
-// (doc_max tokens at most), each owning whole pages (its last page partly filled) with a Δ (0 for
-// some, or for all when !with_delta); K and V random.
+// A random pool and a page table over shuffled physical pages (paged-seq.h): documents of
+// doc_max tokens at most; K and V random.
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        int doc_max, li_dtype dt) {
-    int cap_pages = min_keys / P + min_keys / 1 + 24;
-    s->pages = xmalloc(sizeof(uint64_t) * cap_pages);
-    s->n_pages = 0;
-    s->n_keys = 0;
-    int64_t pos = 0;
-    while ((s->n_keys < min_keys || s->n_pages < 2) && s->n_pages < cap_pages) {
-        int len = randint(1, doc_max);
-        int64_t delta = with_delta ? pos + randint(0, 1000) : 0;
-        if (with_delta && randint(0, 3) == 0) delta = 0;
-        for (int done = 0; done < len && s->n_pages < cap_pages; done += P) {
-            int cnt = len - done < P ? len - done : P;
-            s->pages[s->n_pages++] = li_page_word(0, cnt, delta);
-            s->n_keys += cnt;
-        }
-        pos += len;
+    paged_table t;
+    paged_table_make(&t, &rng, P, min_keys, with_delta, doc_max);
+    if (!t.pages) {
+        fprintf(stderr, "gpu-check: out of host memory for a page table\n");
+        exit(2);
     }
-    int64_t pool = s->n_pages + 3;
-    int64_t *perm = xmalloc(sizeof(int64_t) * pool);
-    for (int64_t i = 0; i < pool; i++) perm[i] = i;
-    for (int64_t i = pool - 1; i > 0; i--) {
-        int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    for (int p = 0; p < s->n_pages; p++)
-        s->pages[p] = li_page_word(perm[p], li_page_count(s->pages[p]), li_page_delta(s->pages[p]));
-    free(perm);
+    s->pages = t.pages;
+    s->n_pages = t.n_pages;
+    s->n_keys = t.n_keys;
+    int64_t pool = t.n_pool;
     s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL, dt};
     long n = (long)pool * L * 2 * Hkv * P * Dh;
     s->kv.data = xmalloc(sizeof(float) * n);
@@ -2753,8 +2736,7 @@ int main(void) {
         TEST_SKIP("gpu-check", "no usable GPU here: %s", li_error_msg());
         return test_summary();
     }
-    g_seed = test_seed("gpu-check");
-    li_rng_seed(&rng, g_seed);
+    g_seed = test_rng_init(&rng, "gpu-check");
     // The oracle's table without li_backend_cpu_ref_init (backend-cpu.c), which would pull in
     // OpenBLAS: the reference ops use no backend state.
     li_backend ref_be = {.ops = &li_cpu_ref_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
