@@ -33,20 +33,7 @@
 #define MAX_STEPS 16
 
 static unsigned long long g_seed;
-static li_rng rng;
 static li_backend *be_fast, *be_ref;
-
-static int randint(int lo, int hi) {
-    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
-}
-static void *xmalloc(size_t n) {
-    void *p = calloc(1, n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 
 // ---- scripts: a canvas's sequence of denoising steps ------------------------------------------
 

@@ -13,20 +13,7 @@
 
 static unsigned long long g_seed;
 static li_backend *be_ref, *be_fast;
-static li_rng rng;
 
-static void fill(float *x, long n, float scale) {
-    for (long i = 0; i < n; i++)
-        x[i] = li_rng_normal(&rng) * scale;
-}
-static void *xmalloc(size_t n) {
-    void *p = calloc(1, n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 static void fresh(float *o, float *m, float *l, int rows, int Dh) {
     for (int i = 0; i < rows; i++) {
         m[i] = -INFINITY;

@@ -18,15 +18,6 @@
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *be_ref, *be_fast;
-static li_rng rng;
-
-static float randn(void) { return li_rng_normal(&rng); }
-static int randint(int lo, int hi) {  // [lo, hi]
-    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
-}
-static void fill(float *x, long n, float scale) {
-    for (long i = 0; i < n; i++) x[i] = randn() * scale;
-}
 
 // ---- guarded buffers ----------------------------------------------------------------------
 

@@ -115,6 +115,29 @@ static inline uint64_t test_rng_init(li_rng *rng, const char *prog) {
     return seed;
 }
 
+// ---- random inputs from one program-wide stream (the op and model tests) -------------------
+// main() seeds it: test_rng_init(&rng, "test-ops"). Programs that keep their own streams pass
+// those explicitly and leave this one unused.
+static li_rng rng __attribute__((unused));
+
+static inline float randn(void) { return li_rng_normal(&rng); }
+static inline int randint(int lo, int hi) {  // [lo, hi]
+    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
+}
+// x (n) = normal draws * scale.
+static inline void fill(float *x, long n, float scale) {
+    for (long i = 0; i < n; i++) x[i] = randn() * scale;
+}
+// Zeroed memory, or the program exits with status 2 (a test machine out of memory is no result).
+static inline void *xmalloc(size_t n) {
+    void *p = calloc(1, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+
 // The backend a suite runs on: LI_TEST_BACKEND (tests/run.sh sets cpu-devsim, gpu-check cuda),
 // else dflt (NULL: the CPU).
 static inline const char *test_backend(const char *dflt) {

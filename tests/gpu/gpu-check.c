@@ -25,23 +25,7 @@
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *ref, *gpu;
-static li_rng rng;
 
-static float randn(void) { return li_rng_normal(&rng); }
-static int randint(int lo, int hi) {  // [lo, hi]
-    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
-}
-static void fill(float *x, long n, float scale) {
-    for (long i = 0; i < n; i++) x[i] = randn() * scale;
-}
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "gpu-check: out of host memory (%zu bytes)\n", n);
-        exit(2);
-    }
-    return p;
-}
 // Infrastructure failures (allocation, copies) end the run: every later case would fail too.
 static void need(li_status st, const char *what) {
     if (st == LI_OK) return;
