@@ -71,6 +71,20 @@ out:
     return rc;
 }
 
+// What li_server_start made after the socket and threads: the guard, the metrics, the locks,
+// the engine's tables, the vocabulary, s itself.
+static void server_free(li_server *s) {
+    li_conn_guard_stop(s->guard);
+    li_metrics_free(&s->mx);
+    pthread_cond_destroy(&s->drain_cv);
+    pthread_cond_destroy(&s->engine_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->active);
+    free(s->runs);
+    li_vocab_free(&s->vocab);
+    free(s);
+}
+
 li_server_params li_server_default_params(void) {
     return (li_server_params){.host = "127.0.0.1", .port = 8080, .max_running = 8, .max_queue = 256,
                               .default_max_tokens = 256, .max_gen = LI_SERVER_DEFAULT_MAX_GEN,
@@ -179,15 +193,7 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     *out = s;
     return LI_OK;
 fail:
-    li_conn_guard_stop(s->guard);
-    li_metrics_free(&s->mx);
-    pthread_cond_destroy(&s->drain_cv);
-    pthread_cond_destroy(&s->engine_cv);
-    pthread_mutex_destroy(&s->mu);
-    free(s->active);
-    free(s->runs);
-    li_vocab_free(&s->vocab);
-    free(s);
+    server_free(s);
     return rc;
 }
 
@@ -251,13 +257,5 @@ void li_server_stop(li_server *s) {
     drain_wait(s, nothing_held, 5000);
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(s->daemon);
-    li_conn_guard_stop(s->guard);
-    li_metrics_free(&s->mx);
-    pthread_cond_destroy(&s->drain_cv);
-    pthread_cond_destroy(&s->engine_cv);
-    pthread_mutex_destroy(&s->mu);
-    free(s->active);
-    free(s->runs);
-    li_vocab_free(&s->vocab);
-    free(s);
+    server_free(s);
 }
