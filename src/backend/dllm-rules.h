@@ -61,4 +61,54 @@ void li_dllm_dpad_probs(int window, double k_sigma, double scale, double *prob);
 // keep: (n_suffix). Returns the number kept.
 int li_dllm_dpad_draw(li_rng *rng, const double *prob, int window, int n_suffix, uint8_t *keep);
 
+// ---- the decoder's steps as backend ops ---------------------------------------------------------
+// A backend that holds the window logits in its own memory runs steps 1-6 and DPad's draws there
+// (li_backend_ops.dllm points to its table). The decoder (engine-dllm.c) is the only caller; the
+// rules above are the contract each entry follows. Tested by tests/test-dllm.c (cpu, cpu-devsim)
+// and tests/gpu/gpu-check.c (CUDA against ops-ref.c and these rules).
+typedef struct li_backend li_backend;
+
+#define LI_DLLM_SELECT_MAX_ROWS 1024  // select: one CUDA block of B threads
+
+typedef struct {
+    // LLaDA's denoising step over B window rows (docs/DLLM.md steps 2-5) on logits (B, V),
+    // changed in place, ulogits (B, V) or NULL, for the rows with masked[b] != 0 (masked (B)):
+    //   1. CFG when ulogits: l = u + w (l - u) (fp32);  2. l[eos] = -inf when eos >= 0;
+    //   3. x0[b]: temperature 0: argmax_v l[b, v], the lowest id on ties; temperature > 0: LLaDA's
+    //      Gumbel-max in float64, argmax_v exp(l[v]) / (-log u)^T (lowest id on ties), u = uniform
+    //      number b V + v of the stream *rng (li_rng_uniform; one draw per row and id, masked or
+    //      not, as the CPU decoder consumes them);  4. l[ban0] = l[ban1] = -inf for those >= 0
+    //      (confidence_eos_eot_inf: EOT, and EOS at temperature 0);
+    //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in float64 (as Fast-dLLM's softmax of
+    //      the logits cast to float64; the CPU sums in index order, a GPU's reduction order
+    //      differs in the last bits).
+    // Rows not masked: x0 = 0, conf = -inf. x0 (B) and conf (B) in backend memory. *rng is not
+    // advanced: the caller jumps it by B V draws (li_rng_jump) when temperature > 0.
+    void (*x0)(li_backend *be, int32_t *x0, double *conf, float *logits,
+               const float *ulogits, const uint8_t *masked, int B, int V, float w,
+               int32_t eos, int32_t ban0, int32_t ban1, double temperature,
+               const li_rng *rng);
+    // Step 6's choice where x0 and conf are (a device; NULL: the decoder selects on the host
+    // with li_dllm_select, whose rules and order this follows): candidates are the rows with
+    // masked[b]; their confidence is conf[b], or with random_remask the uniform number b of the
+    // stream *rng (not advanced: the caller moves it B draws on). How many: li_dllm_take over the
+    // confidences ranked descending (mode 0 top-k, 1 threshold tau, 2 factor f); which: the best
+    // ranked (higher conf, then lower row). commit (B + 1) in backend memory: x0[b] for a
+    // selected row, -1 otherwise; commit[B] = how many: all a step reports. When the cut falls
+    // between equal confidences (modes 0 and 2), torch.topk's choice among them is the host's
+    // (li_dllm_topk_torch needs the whole canvas): then commit[B] = -1, every row -1, the stream
+    // not to be moved, and the decoder selects on the host. B <= LI_DLLM_SELECT_MAX_ROWS (the
+    // decoder selects larger windows on the host).
+    void (*select)(li_backend *be, int32_t *commit, const int32_t *x0, const double *conf,
+                   const uint8_t *masked, int B, int mode, int k, double tau, double f,
+                   bool random_remask, const li_rng *rng);
+    // DPad's draw for one block where its flags are needed next (a device; NULL: the decoder
+    // draws on the host with li_dllm_dpad_draw, whose rule this follows): keep[d] = 1 iff
+    // d < window and u_d < prob[d], u_d the uniform number d of the stream *rng (not advanced:
+    // the caller moves it window draws on, the draws of d >= n_suffix included), for
+    // d = 0..n_suffix-1. keep (n_suffix) bytes, prob (window) in backend memory; window >= 1.
+    void (*dpad)(li_backend *be, uint8_t *keep, const double *prob, int window, int n_suffix,
+                 const li_rng *rng);
+} li_dllm_ops;
+
 #endif

@@ -18,8 +18,8 @@
 // decoding; each request keeps its own RNG, canvas and caches, so its tokens are those it would
 // get alone. Every buffer is allocated before the first step; the step loop allocates nothing
 // (except when a block ends holding the mask id: the next window grows once).
-// On a device backend the window logits stay in device memory: steps 1-5 (dllm_x0), the commit
-// choice (dllm_select) and DPad's per-block draw (dllm_dpad) run there as backend ops, each
+// On a device backend the window logits stay in device memory: steps 1-5 (dllm->x0), the commit
+// choice (dllm->select) and DPad's per-block draw (dllm->dpad) run there as backend ops, each
 // consuming the request's stream as the host would, and only what a step reports comes back
 // (the commits; once per block the keep flags of the suffix rows).
 //
@@ -126,7 +126,7 @@ typedef struct {
     int n_rows;        // rows of ctok in the current block's layout
     uint8_t *keep;     // (G) DPad keep flags of the suffix rows (index d = row - block end)
     double *dpad_prob; // (dpad_window)
-    // Their device copies where the backend draws DPad (dllm_dpad): the probabilities uploaded
+    // Their device copies where the backend draws DPad (dllm->dpad): the probabilities uploaded
     // once, the flags drawn there and downloaded into keep once per block. NULL: host draws.
     uint8_t *dkeep;     // (G + 1)
     double *ddpad_prob; // (dpad_window)
@@ -138,7 +138,7 @@ typedef struct {
     int W, Wcap, wlo;
     int32_t *wrow;
     // Window logits (W, V), the unconditional twin (CFG only): host memory on the CPU, backend
-    // memory on a device (d*), where they stay: the backend's dllm_x0 op runs steps 2-5 there and
+    // memory on a device (d*), where they stay: the backend's dllm->x0 op runs steps 2-5 there and
     // only x0 and the confidences (W each) or the commits come back.
     float *logits, *ulogits;
     li_backend *be;
@@ -146,7 +146,7 @@ typedef struct {
     uint8_t *masked, *dmasked;  // (W) 1 where the window row is still a mask (host, device)
     int32_t *x0, *dx0;          // (W) predicted token per window row (host, device)
     double *wconf, *dconf;      // (W) confidence per window row, -inf for non-candidates
-    int32_t *commit, *dcommit;  // (W + 1) dllm_select's answer (host, device)
+    int32_t *commit, *dcommit;  // (W + 1) dllm->select's answer (host, device)
     int n_committed;            // this step's
     double *conf;      // (T) the canvas's confidence vector for li_dllm_select
     int *sel;          // (T) selected canvas rows
@@ -204,7 +204,7 @@ static li_status window_alloc(req_state *r, li_backend *be, int V, int cap) {
         if (!(r->dx0 = li_be_alloc(be, W * sizeof(int32_t), "dllm x0 (device)")) ||
             !(r->dconf = li_be_alloc(be, W * sizeof(double), "dllm conf (device)")) ||
             !(r->dmasked = li_be_alloc(be, W, "dllm mask flags (device)")) ||
-            (be->ops->dllm_select &&
+            (be->ops->dllm->select &&
              !(r->dcommit = li_be_alloc(be, (W + 1) * sizeof(int32_t), "dllm commits (device)"))) ||
             !(r->dlogits = li_be_alloc(be, WV * sizeof(float), "dllm logits (device)")) ||
             (r->cfg && !(r->dulogits = li_be_alloc(be, WV * sizeof(float), "dllm uncond logits "
@@ -273,7 +273,7 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
         if (!(r->dpad_prob = li_alloc((size_t)p->dpad_window * sizeof *r->dpad_prob, "dpad")))
             return LI_ERR_OOM;
         li_dllm_dpad_probs(p->dpad_window, p->dpad_k_sigma, p->dpad_scale, r->dpad_prob);
-        if (dev && be->ops->dllm_dpad) {
+        if (dev && be->ops->dllm->dpad) {
             size_t nb = (size_t)p->dpad_window * sizeof *r->dpad_prob;
             if (!(r->ddpad_prob = li_be_alloc(be, nb, "dpad (device)")) ||
                 !(r->dkeep = li_be_alloc(be, (size_t)r->G + 1, "dllm dpad flags (device)")))
@@ -294,14 +294,14 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
 }
 
 // Start of a block: DPad draws and the canvas layout (rows kept, their positions), the step
-// window, masks left. On a device with dllm_dpad the draws run there (the op leaves the stream as
+// window, masks left. On a device with dllm->dpad the draws run there (the op leaves the stream as
 // it is; it moves the window draws on here) and only the n_suffix keep flags come back.
 static li_status block_begin(req_state *r, const specials *sp) {
     int lo = r->P + r->block * r->B, hi = lo + r->B, n_suffix = r->T - hi;
     const int window = r->p->dpad_window;
     if (r->dkeep) {
         if (n_suffix > 0) {  // (the last block's draws only move the stream)
-            r->be->ops->dllm_dpad(r->be, r->dkeep, r->ddpad_prob, window, n_suffix, &r->rng);
+            r->be->ops->dllm->dpad(r->be, r->dkeep, r->ddpad_prob, window, n_suffix, &r->rng);
             // the download waits for the op and reports its error
             LI_TRY(li_be_download(r->be, r->keep, r->dkeep, (size_t)n_suffix));
         }
@@ -356,10 +356,10 @@ static li_dllm_sel sel_rule(const req_state *r, int *k, double *tau, double *f) 
 
 // Steps 1-6 of the contract for one request on its window logits from the forward just run
 // (logits, ulogits: where the forward wrote them); sets r->n_committed. Steps 1-5 run as the
-// backend's dllm_x0 op: x0 and the confidence of every masked window row. The op draws the
+// backend's dllm->x0 op: x0 and the confidence of every masked window row. The op draws the
 // Gumbel noise from the request's stream (one draw per window row and id) without advancing it:
 // the stream jumps W V draws here, then random remasking takes one number per window row. On a
-// device with dllm_select (and W <= LI_DLLM_SELECT_MAX_ROWS) step 6 runs there too and only the
+// device with dllm->select (and W <= LI_DLLM_SELECT_MAX_ROWS) step 6 runs there too and only the
 // commits (W + 1 ints) come back — unless the cut falls among equal confidences, which the op
 // leaves to li_dllm_select here; otherwise x0 and conf come back (W each) and li_dllm_select
 // chooses on the host.
@@ -376,7 +376,7 @@ static li_status step_decide(li_backend *be, req_state *r, const specials *sp, f
     // confidence softmax too; at temperature > 0 it is a float64 copy and only EOT does.
     int32_t ban0 = p->confidence_eos_eot_inf ? sp->eot : -1;
     int32_t ban1 = p->confidence_eos_eot_inf && p->temperature == 0 ? sp->eos : -1;
-    be->ops->dllm_x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->wconf, logits, ulogits,
+    be->ops->dllm->x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->wconf, logits, ulogits,
                      r->dmasked ? r->dmasked : r->masked, W, V, cw, eos, ban0, ban1,
                      p->temperature, &r->rng);
     if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)W * (uint64_t)V);
@@ -385,7 +385,7 @@ static li_status step_decide(li_backend *be, req_state *r, const specials *sp, f
     double tau, f;
     li_dllm_sel mode = sel_rule(r, &k, &tau, &f);
     if (r->dcommit && W <= LI_DLLM_SELECT_MAX_ROWS) {  // 6. on the device
-        be->ops->dllm_select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, W, (int)mode, k, tau,
+        be->ops->dllm->select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, W, (int)mode, k, tau,
                              f, random, &r->rng);
         LI_TRY(li_be_download(be, r->commit, r->dcommit, (size_t)(W + 1) * sizeof(int32_t)));
         if (r->commit[W] >= 0) {  // (the download waited for the ops and reported their errors)
@@ -536,7 +536,7 @@ li_status li_dllm_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm
                             m->llama.hp.arch);
     if (m->metadata_only)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: the model was loaded metadata-only");
-    if (!m->be->ops->dllm_x0)
+    if (!m->be->ops->dllm || !m->be->ops->dllm->x0)
         return li_error_set(LI_ERR_UNSUPPORTED, "dllm: backend '%s' lacks the dllm_x0 op",
                             m->be->ops->name);
     specials sp;

@@ -1541,7 +1541,7 @@ static int gumbel_top2(const float *l, int b, int V, double T, const li_rng *r0,
     return arg;
 }
 
-// dllm_x0 against the oracle (ops-ref.c li_cpu_dllm_x0: the decoder's step_commit loop):
+// dllm->x0 against the oracle (ops-ref.c li_cpu_dllm_x0: the decoder's step_commit loop):
 // - logits after CFG / bans bit-identical (CFG unfused on both sides);
 // - x0 equal on every masked row. At temperature > 0 a masked row may differ only at a near tie of
 //   the oracle's top two Gumbel values: relative gap <= 1e-12. The GPU's fp64 exp / log / pow are
@@ -1598,9 +1598,9 @@ static void test_dllm_x0(void) {
                     uint8_t *dm = dnew(&gm, (size_t)B, masked);
                     int32_t *dx = dnew(&gx, sizeof(int32_t) * B, NULL);
                     double *dc = dnew(&gc, sizeof(double) * B, NULL);
-                    ref->ops->dllm_x0(ref, x1, c1, l1, cfg ? u : NULL, masked, B, V, 2.5f, eos,
+                    ref->ops->dllm->x0(ref, x1, c1, l1, cfg ? u : NULL, masked, B, V, 2.5f, eos,
                                       eot, ban1, T, &r0);
-                    gpu->ops->dllm_x0(gpu, dx, dc, dl, cfg ? du : NULL, dm, B, V, 2.5f, eos, eot,
+                    gpu->ops->dllm->x0(gpu, dx, dc, dl, cfg ? du : NULL, dm, B, V, 2.5f, eos, eot,
                                       ban1, T, &r0);
                     CHECK_BACKEND();
                     CHECK(!memcmp(&r0, &r_before, sizeof r0), "the op moved the caller's stream");
@@ -1667,7 +1667,7 @@ static void test_dllm_x0(void) {
     printf("# dllm_x0: %ld near ties allowed\n", near_ties);
 }
 
-// Times dllm_x0 at LLaDA-8B's shape (B 32, V 126464, every row masked). CFG with w = 1 keeps the
+// Times dllm->x0 at LLaDA-8B's shape (B 32, V 126464, every row masked). CFG with w = 1 keeps the
 // logits (nearly) fixed across iterations. Printed, not checked.
 typedef struct {
     int32_t *x0;
@@ -1681,7 +1681,7 @@ typedef struct {
 
 static void x0_step(li_backend *be, void *vctx) {
     x0_ctx *c = vctx;
-    be->ops->dllm_x0(be, c->x0, c->conf, c->logits, c->ulogits, c->masked, c->B, c->V, 1.0f,
+    be->ops->dllm->x0(be, c->x0, c->conf, c->logits, c->ulogits, c->masked, c->B, c->V, 1.0f,
                      c->V / 3, c->V / 5, -1, c->T, &c->rng);
 }
 
@@ -1717,7 +1717,7 @@ static void bench_dllm_x0(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) li_backend_cuda_free(gpu, all[i]);
 }
 
-// dllm_select against an independent oracle of the decoder's rule (engine-dllm.c li_dllm_take,
+// dllm->select against an independent oracle of the decoder's rule (engine-dllm.c li_dllm_take,
 // li_dllm_select): candidates sorted by (confidence desc, row asc) with qsort, then top-k /
 // threshold / Fast-dLLM's factor count (the first failing rank >= 1 ends the prefix, a failure at
 // the last rank alone ignored); a top-k or factor cut between equal confidences must come back
@@ -1781,7 +1781,7 @@ static void test_dllm_select(void) {
                 double *dc = dnew(&gc, sizeof(double) * B, cf);
                 uint8_t *dm = dnew(&gm, (size_t)B, masked);
                 int32_t *dout = dnew(&go, sizeof(int32_t) * (B + 1), NULL);
-                gpu->ops->dllm_select(gpu, dout, dx, dc, dm, B, mode, k, tau, f, rnd, &r0);
+                gpu->ops->dllm->select(gpu, dout, dx, dc, dm, B, mode, k, tau, f, rnd, &r0);
                 CHECK_BACKEND();
                 dget(got, &go);
                 CHECK(got[B] == (tie ? -1 : take), "%d selected, oracle %d%s; seed %llu", got[B],
@@ -1802,7 +1802,7 @@ static void test_dllm_select(void) {
     printf("# dllm_select: %ld cuts between equal confidences (answered -1)\n", ties);
 }
 
-// dllm_dpad against the decoder's draw (engine-dllm.c li_dllm_dpad_draw, written out here: this
+// dllm->dpad against the decoder's draw (engine-dllm.c li_dllm_dpad_draw, written out here: this
 // program links no engine code): window uniforms from the stream, always all of them; keep[d] =
 // d < window && u_d < prob[d] for d < n_suffix. prob is drawn in [0, 1.25) per d, so both flags
 // occur at every distance (a wrong draw offset flips about a third of them) and rows past the
@@ -1829,7 +1829,7 @@ static void test_dllm_dpad(void) {
                 dbuf gp, gk;
                 double *dp = dnew(&gp, sizeof(double) * W, prob);
                 uint8_t *dk = dnew(&gk, (size_t)n, NULL);
-                gpu->ops->dllm_dpad(gpu, dk, dp, W, n, &rg);
+                gpu->ops->dllm->dpad(gpu, dk, dp, W, n, &rg);
                 CHECK_BACKEND();
                 dget(got, &gk);
                 int bad = 0, first = -1;

@@ -28,7 +28,9 @@ typedef struct {
 // the caller falls back to a path that needs no scratch).
 void *li_cpu_scratch_get(li_cpu_scratch *s, size_t n);
 void li_cpu_scratch_free(li_cpu_scratch *s);
-// dllm_x0 for both CPU tables (ops-ref.c): the decoder's steps 1-5 at any temperature.
+// dllm->x0 for both CPU tables (ops-ref.c): the decoder's steps 1-5 at any temperature, and
+// the table both point to (x0 only).
+extern const li_dllm_ops li_cpu_dllm_ops;
 void li_cpu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                     const float *ulogits, const uint8_t *masked, int B, int V, float w,
                     int32_t eos, int32_t ban0, int32_t ban1, double temperature,

@@ -1194,5 +1194,5 @@ const li_backend_ops li_cpu_fast_ops = {
     .flash_attn_finalize = cpu_flash_attn_finalize,
     .fp8_quant_rows = cpu_fp8_quant_rows,
     .matmul_fp8 = cpu_matmul_fp8,
-    .dllm_x0 = li_cpu_dllm_x0,  // ops-ref.c: one pass over B rows, not worth threads
+    .dllm = &li_cpu_dllm_ops,  // ops-ref.c: one pass over B rows, not worth threads
 };

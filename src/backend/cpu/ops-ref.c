@@ -397,7 +397,7 @@ static void ref_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
         }
 }
 
-// LLaDA's denoising step at any temperature (backend.h dllm_x0): engine-dllm.c step_decide steps
+// LLaDA's denoising step at any temperature (backend.h dllm->x0): engine-dllm.c step_decide steps
 // 1-5 as the decoder runs them, with low-confidence remasking (conf always computed), on a local
 // copy of *rng: uniform i = b V + v is drawn for every row, masked or not, and the caller advances
 // its own stream by B V draws when temperature > 0. Rows not masked: x0 = 0, conf = -inf.
@@ -562,6 +562,9 @@ static void ref_attention_dense_bf16(li_backend *be, uint16_t *out, const float 
     free(l);
 }
 
+// Both CPU tables' diffusion steps: x0 here, selection and DPad on the host (NULL).
+const li_dllm_ops li_cpu_dllm_ops = {.x0 = li_cpu_dllm_x0};
+
 const li_backend_ops li_cpu_ref_ops = {
     .name = "cpu-ref",
     .embed = ref_embed,
@@ -579,7 +582,7 @@ const li_backend_ops li_cpu_ref_ops = {
     .flash_attn_finalize = ref_flash_attn_finalize,
     .fp8_quant_rows = ref_fp8_quant_rows,
     .matmul_fp8 = ref_matmul_fp8,
-    .dllm_x0 = li_cpu_dllm_x0,
+    .dllm = &li_cpu_dllm_ops,
     .rmsnorm_bf16 = ref_rmsnorm_bf16,
     .matmul_bf16 = ref_matmul_bf16,
     .rope_bf16 = ref_rope_bf16,

@@ -146,8 +146,8 @@ typedef struct {
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
     dev_scratch fp8_acc;         // matmul_fp8_fast accumulating through the exact kernel
     li_cuda_sampler *sampler;
-    uint64_t *jump_table;  // dllm_x0: device copy of li_rng_jump_table() (512 KiB), on first use
-    dev_scratch x0s;       // dllm_x0: per-chunk partial argmaxes
+    uint64_t *jump_table;  // dllm->x0: device copy of li_rng_jump_table() (512 KiB), on first use
+    dev_scratch x0s;       // dllm->x0: per-chunk partial argmaxes
     int64_t scratch_allocs;  // scratch_get's allocations and the jump table's (scratch_allocs op)
     // LI_CUDA_PROFILE=1: an event after every op; the time between two events is the later
     // op's (host gaps included), summed per op name and printed on stderr at the end.
@@ -1646,7 +1646,7 @@ static void cu_fill(li_backend *be, float *x, float value, int64_t n) {
 //   fp8_n/k     matmul_fp8_fast: transposed scale tables (whichever orientation the library took,
 //               so it is asked now), and the accumulator of its fallback when the library is not
 //               usable for every shape;
-//   dllm_rows   dllm_x0's partials for a block of rows over V, and the RNG jump table.
+//   dllm_rows   dllm->x0's partials for a block of rows over V, and the RNG jump table.
 static bool jump_table_ready(li_cuda_impl *im);
 static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
     li_cuda_impl *im = be->impl;
@@ -2088,7 +2088,7 @@ static void cu_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0, c
                                 random_remask, rng_state(rng), im->jump_table));
 }
 
-// DPad's draw of a block (backend.h dllm_dpad): dllm-sample.cu. Called between forwards, so the
+// DPad's draw of a block (backend.h dllm->dpad): dllm-sample.cu. Called between forwards, so the
 // jump table may be made here.
 static void cu_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int window,
                          int n_suffix, const li_rng *rng) {
@@ -2099,7 +2099,7 @@ static void cu_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int 
                               im->jump_table));
 }
 
-// LLaDA's step at any temperature (backend.h dllm_x0): dllm-sample.cu. Runs between forwards
+// LLaDA's step at any temperature (backend.h dllm->x0): dllm-sample.cu. Runs between forwards
 // (never inside a step graph), so the jump table and the scratch may be allocated here.
 static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                        const float *ulogits, const uint8_t *masked, int B, int V, float w,
@@ -2117,6 +2117,12 @@ static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
 
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
+
+static const li_dllm_ops cu_dllm_ops = {
+    .x0 = cu_dllm_x0,
+    .select = cu_dllm_select,
+    .dpad = cu_dllm_dpad,
+};
 
 const li_backend_ops li_cuda_ops = {
     .name = "cuda",
@@ -2141,9 +2147,7 @@ const li_backend_ops li_cuda_ops = {
     .matmul_fp8 = cu_matmul_fp8,
     .fp8_quant_weight = cu_fp8_quant_weight,
     .matmul_fp8_fast = cu_matmul_fp8_fast,
-    .dllm_x0 = cu_dllm_x0,
-    .dllm_select = cu_dllm_select,
-    .dllm_dpad = cu_dllm_dpad,
+    .dllm = &cu_dllm_ops,
     .attention_dense = cu_attention_dense,
     .rmsnorm_bf16 = cu_rmsnorm_bf16,
     .matmul_bf16 = cu_matmul_bf16,
