@@ -48,7 +48,7 @@ static void rotate_rows(li_backend *ref, float *x, int rows, int H, int Dh, int6
     pure.mscale = 1.0f;
     int32_t *p = malloc((size_t)rows * sizeof *p);
     for (int i = 0; i < rows; i++) p[i] = (int32_t)pos;
-    ref->ops->rope(ref, x, p, rows, H, Dh, &pure);
+    ref->ops->rope(ref, x, LI_DTYPE_F32, x, p, rows, H, Dh, &pure);
     free(p);
 }
 

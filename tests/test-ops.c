@@ -301,12 +301,12 @@ static void test_rmsnorm(void) {
                 fill(x, (long)T * D, 2.0f);
                 fill(w, D, 1.0f);
                 float *o1 = gnew(&g1, (long)T * D), *o2 = gnew(&g2, (long)T * D);
-                be_ref->ops->rmsnorm(be_ref, o1, x, w, T, D, eps);
+                be_ref->ops->rmsnorm(be_ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
                 if (alias) {
-                    be_fast->ops->rmsnorm(be_fast, x, x, w, T, D, eps);
+                    be_fast->ops->rmsnorm(be_fast, x, LI_DTYPE_F32, x, w, T, D, eps);
                     memcpy(o2, x, sizeof(float) * T * D);
                 } else {
-                    be_fast->ops->rmsnorm(be_fast, o2, x, w, T, D, eps);
+                    be_fast->ops->rmsnorm(be_fast, o2, LI_DTYPE_F32, x, w, T, D, eps);
                 }
                 double e = test_nmse(o2, o1, (long)T * D);
                 CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
@@ -341,7 +341,7 @@ static void test_add_rmsnorm(void) {
             li_add_rmsnorm(be_ref, o1, x1, y, w, T, D, eps);
             be_fast->ops->add_rmsnorm(be_fast, o2, x2, y, w, T, D, eps);
             be_fast->ops->add(be_fast, x3, y, n);
-            be_fast->ops->rmsnorm(be_fast, o3, x3, w, T, D, eps);
+            be_fast->ops->rmsnorm(be_fast, o3, LI_DTYPE_F32, x3, w, T, D, eps);
             CHECK(!memcmp(o2, o3, sizeof(float) * n) && !memcmp(x2, x3, sizeof(float) * n),
                   "fused != add + rmsnorm; seed %llu", g_seed);
             double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x1, n);
@@ -387,12 +387,12 @@ static void test_add_swiglu(void) {
             float *g = gnew(&gg, n), *u = gnew(&gu, n), *o1 = gnew(&g1, n), *o2 = gnew(&g2, n);
             fill(g, n, 3.0f);
             fill(u, n, 1.0f);
-            be_ref->ops->swiglu(be_ref, o1, g, u, n);
+            be_ref->ops->swiglu(be_ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
             if (alias) {
-                be_fast->ops->swiglu(be_fast, g, g, u, n);
+                be_fast->ops->swiglu(be_fast, g, LI_DTYPE_F32, g, u, 1, n, n);
                 memcpy(o2, g, sizeof(float) * n);
             } else {
-                be_fast->ops->swiglu(be_fast, o2, g, u, n);
+                be_fast->ops->swiglu(be_fast, o2, LI_DTYPE_F32, g, u, 1, n, n);
             }
             double e = test_nmse(o2, o1, n);
             CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
@@ -469,8 +469,8 @@ static void test_matmul(void) {
                 float *x = gnew(&gx, (long)T * K);
                 fill(x, (long)T * K, 1.0f);
                 float *y1 = gnew(&g1, (long)T * N), *y2 = gnew(&g2, (long)T * N);
-                be_ref->ops->matmul(be_ref, y1, x, &W, T);
-                be_fast->ops->matmul(be_fast, y2, x, &W, T);
+                be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, T, false);
+                be_fast->ops->matmul(be_fast, y2, x, LI_DTYPE_F32, &W, T, false);
                 double e = matmul_err(y2, y1, x, &W, T);
                 CHECK(e <= TOL_REDUCE, "error %g; seed %llu", e, g_seed);
                 CHECK(!test_has_nan(y2, (long)T * N), "NaN; seed %llu", g_seed);
@@ -529,8 +529,8 @@ static void test_rope(void) {
                 memcpy(x0, x1, sizeof(float) * n);
                 int32_t *pos = malloc(sizeof(int32_t) * T);
                 for (int t = 0; t < T; t++) pos[t] = randint(0, t == 0 ? 0 : 200000);
-                be_ref->ops->rope(be_ref, x1, pos, T, nh, Dh, &tab);
-                be_fast->ops->rope(be_fast, x2, pos, T, nh, Dh, &tab);
+                be_ref->ops->rope(be_ref, x1, LI_DTYPE_F32, x1, pos, T, nh, Dh, &tab);
+                be_fast->ops->rope(be_fast, x2, LI_DTYPE_F32, x2, pos, T, nh, Dh, &tab);
                 double e = test_nmse(x2, x1, n);
                 CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
                 CHECK(!test_has_nan(x2, n), "NaN; seed %llu", g_seed);
@@ -561,9 +561,9 @@ static void test_rope(void) {
         for (int t = 0; t < T; t++) pos[t] = randint(0, 100000);
         fill(x, n, 1.0f);
         memcpy(xn, x, sizeof(float) * n);
-        be->ops->rope(be, xn, pos, T, nh, Dh, &tn);
+        be->ops->rope(be, xn, LI_DTYPE_F32, xn, pos, T, nh, Dh, &tn);
         neox_to_gptj(xg, x, T * nh, Dh, nd);
-        be->ops->rope(be, xg, pos, T, nh, Dh, &tg);
+        be->ops->rope(be, xg, LI_DTYPE_F32, xg, pos, T, nh, Dh, &tg);
         neox_to_gptj(xng, xn, T * nh, Dh, nd);
         CHECK(memcmp(xng, xg, sizeof(float) * n) == 0, "not bit-identical; seed %llu", g_seed);
         double moved = test_nmse(xn, x, n);
@@ -592,9 +592,9 @@ static void test_rope(void) {
         }
         fill(x1, n, 1.0f);
         memcpy(x2, x1, sizeof(float) * n);
-        be_ref->ops->rope(be_ref, x1, pa, T, nh, Dh, &t);
-        be_ref->ops->rope(be_ref, x1, pb, T, nh, Dh, &pure);
-        be_ref->ops->rope(be_ref, x2, pab, T, nh, Dh, &t);
+        be_ref->ops->rope(be_ref, x1, LI_DTYPE_F32, x1, pa, T, nh, Dh, &t);
+        be_ref->ops->rope(be_ref, x1, LI_DTYPE_F32, x1, pb, T, nh, Dh, &pure);
+        be_ref->ops->rope(be_ref, x2, LI_DTYPE_F32, x2, pab, T, nh, Dh, &t);
         double e = test_nmse(x1, x2, n);
         CHECK(e <= TOL_IDENTITY, "nmse %g; seed %llu", e, g_seed);
         free(x1);
@@ -789,8 +789,9 @@ static void test_attention_deferred_rope(void) {
                 memcpy(kl, kraw, sizeof(float) * Hkv * Dh);
                 memcpy(kg, kraw, sizeof(float) * Hkv * Dh);
                 int32_t lp = i, gp = (int32_t)(delta + i);
-                be_ref->ops->rope(be_ref, kl, &lp, 1, Hkv, Dh, &tab);  // at local position
-                be_ref->ops->rope(be_ref, kg, &gp, 1, Hkv, Dh, &tab);  // at global position
+                // at local, then at global position
+                be_ref->ops->rope(be_ref, kl, LI_DTYPE_F32, kl, &lp, 1, Hkv, Dh, &tab);
+                be_ref->ops->rope(be_ref, kg, LI_DTYPE_F32, kg, &gp, 1, Hkv, Dh, &tab);
                 int64_t slot = phys * P + off;
                 be_ref->ops->kv_store(be_ref, &kva, 0, kl, vraw, &slot, 1);
                 be_ref->ops->kv_store(be_ref, &kvb, 0, kg, vraw, &slot, 1);
@@ -812,7 +813,7 @@ static void test_attention_deferred_rope(void) {
             qpos[t] = (int32_t)(gpos + t);
             nv[t] = n_keys - T + t + 1;
         }
-        be_ref->ops->rope(be_ref, q, qpos, T, H, Dh, &tab);
+        be_ref->ops->rope(be_ref, q, LI_DTYPE_F32, q, qpos, T, H, Dh, &tab);
         li_kv_seq sa = {.pages = pa, .n_pages = n_pages}, sb = {.pages = pb, .n_pages = n_pages};
         float scale = 1.0f / sqrtf((float)Dh);
         be_ref->ops->attention(be_ref, o1, q, T, H, &kva, 0, &sa, NULL, nv, scale, &tab);
@@ -1045,8 +1046,8 @@ static void test_fallbacks(void) {
     gbuf gx, gy1, gy2;
     float *x = gnew(&gx, 64 * 131), *y1 = gnew(&gy1, 64 * 67), *y2 = gnew(&gy2, 64 * 67);
     fill(x, 64 * 131, 1.0f);
-    be_ref->ops->matmul(be_ref, y1, x, &W, 64);
-    bare.ops->matmul(&bare, y2, x, &W, 64);
+    be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, 64, false);
+    bare.ops->matmul(&bare, y2, x, LI_DTYPE_F32, &W, 64, false);
     e = matmul_err(y2, y1, x, &W, 64);
     CHECK(e <= TOL_REDUCE, "matmul error %g; seed %llu", e, g_seed);
     CHECK(gok(&gy2), "guard damaged; seed %llu", g_seed);
@@ -1090,7 +1091,7 @@ typedef struct {
 
 static void mm_run(void *p) {
     mm_bench *b = p;
-    b->be->ops->matmul(b->be, b->y, b->x, b->W, b->T);
+    b->be->ops->matmul(b->be, b->y, b->x, LI_DTYPE_F32, b->W, b->T, false);
 }
 
 typedef struct {

@@ -82,9 +82,9 @@ struct li_llada_scratch {
     float *sa;                                         // their scales (R, ceil(max(D, F)/128))
     float *head;                                       // (head_rows, V)
     int head_rows;                                     // min(max_rows, HEAD_CHUNK)
-    // bf16 activations (act_bf16, backend.h's rmsnorm_bf16 & co.): GEMM inputs and attention K,
-    // V, output made in bf16 by the op before (layers >= 1, every FFN, the head). LI_LLADA_ACT
-    // = f32 | bf16 overrides the default (bf16 on a device backend that has the ops).
+    // bf16 activations (act_bf16, the BF16 forms of backend.h's [dt] entries): GEMM inputs and
+    // attention K, V, output made in bf16 by the op before (layers >= 1, every FFN, the head).
+    // LI_LLADA_ACT = f32 | bf16 overrides the default (bf16 on a device backend that has them).
     bool act_bf16;
     // With bf16 activations, Q/K/V of layers >= 1 as one GEMM over the fused weights (wqkv:
     // N = 12288 ran at 0.157 ms against 3 x 0.055 for N = 4096 on the H200) split by qkv_bf16
@@ -167,8 +167,11 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     size_t KM = D > F ? D : F, GM = (KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
     const li_backend_ops *op = m->be->ops;
     const char *act = getenv("LI_LLADA_ACT");
-    bool has_bf16 = op->rmsnorm_bf16 && op->matmul_bf16 && op->rope_bf16 && op->swiglu_bf16 &&
-                    op->attention_dense_bf16;
+    bool has_bf16 = li_be_takes(m->be, LI_ACT_RMSNORM, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_MATMUL, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_ROPE, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_SWIGLU, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_ATTENTION_DENSE, LI_DTYPE_BF16);
     // (a device's dense attention kernel takes head dims 64 and 128; the CPU oracle any)
     has_bf16 = has_bf16 && (hp->head_dim == 64 || hp->head_dim == 128 || !li_be_is_device(m->be));
     s->act_bf16 = has_bf16 && (act ? !strcmp(act, "bf16") : li_be_is_device(m->be));
@@ -352,8 +355,9 @@ static li_status attention0(const fwd *f, const li_lacache *lc, li_llada_cache *
 // layers' tile order, so every LaCache flag combination still sees the same values).
 static void attention_plain(const fwd *f, int T, const float *q, const float *k, const float *v,
                             float *out, float *fo, float *fm, float *fl) {
-    if (f->op->attention_dense && (f->Dh == 64 || f->Dh == 128)) {
-        f->op->attention_dense(f->be, out, q, T, f->H, k, v, T, f->Hkv, f->Dh, f->scale);
+    if (li_be_takes(f->be, LI_ACT_ATTENTION_DENSE, LI_DTYPE_F32) && (f->Dh == 64 || f->Dh == 128)) {
+        f->op->attention_dense(f->be, out, LI_DTYPE_F32, q, T, f->H, k, v, T, f->Hkv, f->Dh,
+                               f->scale);
         if (f->info) f->info->flops += 4.0 * f->Dh * f->H * (double)T * T;
         return;
     }
@@ -439,20 +443,20 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
         }
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
     } else if (s->act_bf16) {  // n(x) and silu(gate) * up made in bf16, down added to x
-        op->rmsnorm_bf16(be, s->xb, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
+        op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
         // (gate and up as two GEMMs: one over w_gate_up measured slower on the H200, 0.304 ms
         // against 2 x 0.149 at LLaDA-8B's R = 1024)
-        op->matmul_bf16(be, s->gate, s->xb, &l->w_gate, R, false);
-        op->matmul_bf16(be, s->up, s->xb, &l->w_up, R, false);
-        op->swiglu_bf16(be, s->xb, s->gate, s->up, R, F, F);
-        op->matmul_bf16(be, s->x, s->xb, &l->w_down, R, true);
+        op->matmul(be, s->gate, s->xb, LI_DTYPE_BF16, &l->w_gate, R, false);
+        op->matmul(be, s->up, s->xb, LI_DTYPE_BF16, &l->w_up, R, false);
+        op->swiglu(be, s->xb, LI_DTYPE_BF16, s->gate, s->up, R, F, F);
+        op->matmul(be, s->x, s->xb, LI_DTYPE_BF16, &l->w_down, R, true);
     } else {
         op->add(be, s->x, attn, (int64_t)R * D);
-        op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
-        op->matmul(be, s->gate, s->xn, &l->w_gate, R);
-        op->matmul(be, s->up, s->xn, &l->w_up, R);
-        op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
-        op->matmul(be, s->tmp, s->gate, &l->w_down, R);
+        op->rmsnorm(be, s->xn, LI_DTYPE_F32, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
+        op->matmul(be, s->gate, s->xn, LI_DTYPE_F32, &l->w_gate, R, false);
+        op->matmul(be, s->up, s->xn, LI_DTYPE_F32, &l->w_up, R, false);
+        op->swiglu(be, s->gate, LI_DTYPE_F32, s->gate, s->up, R, F, F);
+        op->matmul(be, s->tmp, s->gate, LI_DTYPE_F32, &l->w_down, R, false);
         op->add(be, s->x, s->tmp, (int64_t)R * D);
     }
     count_mm(f->info, R, &l->w_gate);
@@ -465,11 +469,11 @@ static void norm_matmul(const fwd *f, li_llada_scratch *s, float *y, const float
                         const float *norm_w, const li_weight *W, int n) {
     const li_hparams *hp = &f->m->hp;
     if (s->act_bf16) {
-        f->op->rmsnorm_bf16(f->be, s->xb, x, norm_w, n, hp->n_embd, hp->rms_eps);
-        f->op->matmul_bf16(f->be, y, s->xb, W, n, false);
+        f->op->rmsnorm(f->be, s->xb, LI_DTYPE_BF16, x, norm_w, n, hp->n_embd, hp->rms_eps);
+        f->op->matmul(f->be, y, s->xb, LI_DTYPE_BF16, W, n, false);
     } else {
-        f->op->rmsnorm(f->be, s->xn, x, norm_w, n, hp->n_embd, hp->rms_eps);
-        f->op->matmul(f->be, y, s->xn, W, n);
+        f->op->rmsnorm(f->be, s->xn, LI_DTYPE_F32, x, norm_w, n, hp->n_embd, hp->rms_eps);
+        f->op->matmul(f->be, y, s->xn, LI_DTYPE_F32, W, n, false);
     }
     count_mm(f->info, n, W);
 }
@@ -480,10 +484,11 @@ static void norm_matmul(const fwd *f, li_llada_scratch *s, float *y, const float
 static void attn_out(const fwd *f, li_llada_scratch *s, const li_weight *wo, int R,
                      bool have_attb) {
     if (s->act_bf16) {
-        if (!have_attb) f->op->rope_bf16(f->be, s->attb, s->att, NULL, R, f->H, f->Dh, NULL);
-        f->op->matmul_bf16(f->be, s->x, s->attb, wo, R, true);
+        if (!have_attb)
+            f->op->rope(f->be, s->attb, LI_DTYPE_BF16, s->att, NULL, R, f->H, f->Dh, NULL);
+        f->op->matmul(f->be, s->x, s->attb, LI_DTYPE_BF16, wo, R, true);
     } else {
-        f->op->matmul(f->be, s->tmp, s->att, wo, R);
+        f->op->matmul(f->be, s->tmp, s->att, LI_DTYPE_F32, wo, R, false);
     }
     count_mm(f->info, R, wo);
 }
@@ -497,19 +502,19 @@ static void qkv_project(const fwd *f, li_llada_scratch *s, const li_llama_layer 
     const li_backend_ops *op = f->op;
     li_backend *be = f->be;
     if (s->act_bf16) {
-        op->rmsnorm_bf16(be, s->xb, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        op->rmsnorm(be, s->xb, LI_DTYPE_BF16, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
         if (fused) {
-            op->matmul_bf16(be, s->qkv, s->xb, &l->wqkv, R, false);
+            op->matmul(be, s->qkv, s->xb, LI_DTYPE_BF16, &l->wqkv, R, false);
         } else {
-            op->matmul_bf16(be, s->q, s->xb, &l->wq, R, false);
-            op->matmul_bf16(be, s->k, s->xb, &l->wk, R, false);
-            op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
+            op->matmul(be, s->q, s->xb, LI_DTYPE_BF16, &l->wq, R, false);
+            op->matmul(be, s->k, s->xb, LI_DTYPE_BF16, &l->wk, R, false);
+            op->matmul(be, s->v, s->xb, LI_DTYPE_BF16, &l->wv, R, false);
         }
     } else {
-        op->rmsnorm(be, s->xn, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
-        op->matmul(be, s->q, s->xn, &l->wq, R);
-        op->matmul(be, s->k, s->xn, &l->wk, R);
-        op->matmul(be, s->v, s->xn, &l->wv, R);
+        op->rmsnorm(be, s->xn, LI_DTYPE_F32, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        op->matmul(be, s->q, s->xn, LI_DTYPE_F32, &l->wq, R, false);
+        op->matmul(be, s->k, s->xn, LI_DTYPE_F32, &l->wk, R, false);
+        op->matmul(be, s->v, s->xn, LI_DTYPE_F32, &l->wv, R, false);
     }
     count_mm(f->info, R, &l->wq);
     count_mm(f->info, R, &l->wk);
@@ -528,8 +533,8 @@ static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, cons
     const size_t HDh = (size_t)H * Dh, KDh = (size_t)Hkv * Dh;
     float *q = s->q + r0 * HDh, *k = s->k + r0 * KDh, *v = s->v + r0 * KDh;
     if (!s->act_bf16) {
-        op->rope(be, q, pos, T, H, Dh, rope);
-        op->rope(be, k, pos, T, Hkv, Dh, rope);
+        op->rope(be, q, LI_DTYPE_F32, q, pos, T, H, Dh, rope);
+        op->rope(be, k, LI_DTYPE_F32, k, pos, T, Hkv, Dh, rope);
         attention_plain(f, T, q, k, v, s->att + r0 * HDh, s->fo + r0 * HDh, s->fm + (size_t)r0 * H,
                         s->fl + (size_t)r0 * H);
         return;
@@ -538,11 +543,12 @@ static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, cons
     if (fused) {
         op->qkv_bf16(be, q, kb, vb, s->qkv + r0 * (HDh + 2 * KDh), pos, T, H, Hkv, Dh, rope);
     } else {
-        op->rope(be, q, pos, T, H, Dh, rope);
-        op->rope_bf16(be, kb, k, pos, T, Hkv, Dh, rope);
-        op->rope_bf16(be, vb, v, NULL, T, Hkv, Dh, NULL);
+        op->rope(be, q, LI_DTYPE_F32, q, pos, T, H, Dh, rope);
+        op->rope(be, kb, LI_DTYPE_BF16, k, pos, T, Hkv, Dh, rope);
+        op->rope(be, vb, LI_DTYPE_BF16, v, NULL, T, Hkv, Dh, NULL);
     }
-    op->attention_dense_bf16(be, s->attb + r0 * HDh, q, T, H, kb, vb, T, Hkv, Dh, f->scale);
+    op->attention_dense(be, s->attb + r0 * HDh, LI_DTYPE_BF16, q, T, H, kb, vb, T, Hkv, Dh,
+                        f->scale);
     if (f->info) f->info->flops += 4.0 * Dh * H * (double)T * T;
 }
 
@@ -608,8 +614,8 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     }
     if (rc == LI_OK) {
         qkv_project(&f, s, l0, s->xn, G, false);  // (layer 0's weights are not fused)
-        op->rope(be, s->q, gpos_d, G, H, Dh, &m->rope);
-        op->rope(be, s->k, gpos_d, G, Hkv, Dh, &m->rope);
+        op->rope(be, s->q, LI_DTYPE_F32, s->q, gpos_d, G, H, Dh, &m->rope);
+        op->rope(be, s->k, LI_DTYPE_F32, s->k, gpos_d, G, Hkv, Dh, &m->rope);
         if (info) info->qkv_rows += G;
     }
     if (rc == LI_OK && lc->rope) { // scatter into the canvases' RoPECache

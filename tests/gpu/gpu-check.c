@@ -193,8 +193,8 @@ static void test_rmsnorm(void) {
                 dbuf gx, gw, go;
                 float *dx = dnew(&gx, sizeof(float) * n, x), *dw = dnew(&gw, sizeof(float) * D, w);
                 float *dout = alias ? dx : dnew(&go, sizeof(float) * n, NULL);
-                ref->ops->rmsnorm(ref, o1, x, w, T, D, eps);
-                gpu->ops->rmsnorm(gpu, dout, dx, dw, T, D, eps);
+                ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
+                gpu->ops->rmsnorm(gpu, dout, LI_DTYPE_F32, dx, dw, T, D, eps);
                 CHECK_BACKEND();
                 dget(o2, alias ? &gx : &go);
                 double e = test_nmse(o2, o1, n);
@@ -230,7 +230,7 @@ static void test_add_rmsnorm(void) {
             float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, y);
             float *dw = dnew(&gw, sizeof(float) * D, w), *dout = dnew(&go, sizeof(float) * n, NULL);
             ref->ops->add(ref, x, y, n);
-            ref->ops->rmsnorm(ref, o1, x, w, T, D, 1e-5f);
+            ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, 1e-5f);
             gpu->ops->add_rmsnorm(gpu, dout, dx, dy, dw, T, D, 1e-5f);
             CHECK_BACKEND();
             dget(o2, &go);
@@ -295,8 +295,8 @@ static void test_add_swiglu(void) {
             dbuf gg, gu, go;
             float *dg = dnew(&gg, sizeof(float) * n, g), *du = dnew(&gu, sizeof(float) * n, u);
             float *dout = alias ? dg : dnew(&go, sizeof(float) * n, NULL);
-            ref->ops->swiglu(ref, o1, g, u, n);
-            gpu->ops->swiglu(gpu, dout, dg, du, n);
+            ref->ops->swiglu(ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
+            gpu->ops->swiglu(gpu, dout, LI_DTYPE_F32, dg, du, 1, n, n);
             CHECK_BACKEND();
             dget(o2, alias ? &gg : &go);
             double e = test_nmse(o2, o1, n);
@@ -379,13 +379,14 @@ static void test_matmul(void) {
             fill(x, (long)T * K, 1.0f);
             for (long i = 0; i < (long)T * K; i++) xr[i] = li_bf16_to_f32(li_f32_to_bf16(x[i]));
             li_weight Wh = {LI_DTYPE_BF16, N, K, w};
-            ref->ops->matmul(ref, y1, x, &Wh, T);   // what the model means
-            ref->ops->matmul(ref, y3, xr, &Wh, T);  // what a bf16 GEMM can compute exactly
+            ref->ops->matmul(ref, y1, x, LI_DTYPE_F32, &Wh, T, false);   // what the model means
+            // what a bf16 GEMM can compute exactly
+            ref->ops->matmul(ref, y3, xr, LI_DTYPE_F32, &Wh, T, false);
             dbuf gw, gx, gy;
             li_weight Wd = {LI_DTYPE_BF16, N, K, dnew(&gw, (size_t)N * K * 2, w)};
             float *dx = dnew(&gx, sizeof(float) * T * K, x);
             float *dy = dnew_off(&gy, sizeof(float) * T * N, NULL, yoff);
-            gpu->ops->matmul(gpu, dy, dx, &Wd, T);
+            gpu->ops->matmul(gpu, dy, dx, LI_DTYPE_F32, &Wd, T, false);
             CHECK_BACKEND();
             dget(y2, &gy);
             double e = matmul_err(y2, y1, x, w, N, K, T), e3 = matmul_err(y2, y3, xr, w, N, K, T);
@@ -432,12 +433,12 @@ static void test_matmul_batch_invariant(void) {
         li_weight Wd = {LI_DTYPE_BF16, N, K, dnew(&gw, (size_t)N * K * 2, w)};
         float *dx = dnew(&gx, sizeof(float) * Tmax * K, x);
         float *dy = dnew(&gy, sizeof(float) * Tmax * N, NULL);
-        gpu->ops->matmul(gpu, dy, dx, &Wd, Tmax);
+        gpu->ops->matmul(gpu, dy, dx, LI_DTYPE_F32, &Wd, Tmax, false);
         CHECK_BACKEND();
         dget(yfull, &gy);
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             int T = rows[r];
-            gpu->ops->matmul(gpu, dy, dx, &Wd, T);
+            gpu->ops->matmul(gpu, dy, dx, LI_DTYPE_F32, &Wd, T, false);
             CHECK_BACKEND();
             dget(yt, &gy);
             long diff = 0;
@@ -509,8 +510,8 @@ static void test_rope(void) {
                 dbuf gx, gp;
                 float *dx = dnew(&gx, sizeof(float) * n, x);
                 int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
-                ref->ops->rope(ref, x, pos, T, nh, Dh, &tab);
-                gpu->ops->rope(gpu, dx, dp, T, nh, Dh, &tab);
+                ref->ops->rope(ref, x, LI_DTYPE_F32, x, pos, T, nh, Dh, &tab);
+                gpu->ops->rope(gpu, dx, LI_DTYPE_F32, dx, dp, T, nh, Dh, &tab);
                 CHECK_BACKEND();
                 dget(o2, &gx);
                 double e = test_nmse(o2, x, n);
@@ -1069,20 +1070,20 @@ static void test_bf16_pointwise(void) {
         for (int op = 0; op < 3; op++) {
             long nn = op == 2 ? n / 2 : n;  // op 2: gate | up halves of each x row (ld D)
             if (op == 0) {
-                gpu->ops->rmsnorm(gpu, dy, dx, dw, T, D, 1e-5f);
-                gpu->ops->rmsnorm_bf16(gpu, db, dx, dw, T, D, 1e-5f);
-                ref->ops->rmsnorm_bf16(ref, orc, x, w, T, D, 1e-5f);
+                gpu->ops->rmsnorm(gpu, dy, LI_DTYPE_F32, dx, dw, T, D, 1e-5f);
+                gpu->ops->rmsnorm(gpu, db, LI_DTYPE_BF16, dx, dw, T, D, 1e-5f);
+                ref->ops->rmsnorm(ref, orc, LI_DTYPE_BF16, x, w, T, D, 1e-5f);
             } else if (op == 1) {
-                gpu->ops->swiglu(gpu, dy, dx, du, n);
-                gpu->ops->swiglu_bf16(gpu, db, dx, du, T, D, D);
-                ref->ops->swiglu_bf16(ref, orc, x, u, T, D, D);
+                gpu->ops->swiglu(gpu, dy, LI_DTYPE_F32, dx, du, 1, n, n);
+                gpu->ops->swiglu(gpu, db, LI_DTYPE_BF16, dx, du, T, D, D);
+                ref->ops->swiglu(ref, orc, LI_DTYPE_BF16, x, u, T, D, D);
             } else {
                 const int F = D / 2;
                 for (int t = 0; t < T; t++)
-                    gpu->ops->swiglu(gpu, dy + (size_t)t * F, dx + (size_t)t * D,
-                                     dx + (size_t)t * D + F, F);
-                gpu->ops->swiglu_bf16(gpu, db, dx, dx + F, T, F, D);
-                ref->ops->swiglu_bf16(ref, orc, x, x + F, T, F, D);
+                    gpu->ops->swiglu(gpu, dy + (size_t)t * F, LI_DTYPE_F32, dx + (size_t)t * D,
+                                     dx + (size_t)t * D + F, 1, F, F);
+                gpu->ops->swiglu(gpu, db, LI_DTYPE_BF16, dx, dx + F, T, F, D);
+                ref->ops->swiglu(ref, orc, LI_DTYPE_BF16, x, x + F, T, F, D);
                 nn = (long)T * F;
             }
             CHECK_BACKEND();
@@ -1121,10 +1122,10 @@ static void test_bf16_rope(void) {
                 float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, x);
                 int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
                 uint16_t *db = dnew(&gb, 2 * n, NULL);
-                if (with_pos) gpu->ops->rope(gpu, dy, dp, T, nh, Dh, &tab);
-                gpu->ops->rope_bf16(gpu, db, dx, with_pos ? dp : NULL, T, nh, Dh,
+                if (with_pos) gpu->ops->rope(gpu, dy, LI_DTYPE_F32, dy, dp, T, nh, Dh, &tab);
+                gpu->ops->rope(gpu, db, LI_DTYPE_BF16, dx, with_pos ? dp : NULL, T, nh, Dh,
                                     with_pos ? &tab : NULL);
-                ref->ops->rope_bf16(ref, orc, x, with_pos ? pos : NULL, T, nh, Dh, &tab);
+                ref->ops->rope(ref, orc, LI_DTYPE_BF16, x, with_pos ? pos : NULL, T, nh, Dh, &tab);
                 CHECK_BACKEND();
                 dget(y, &gy);
                 dget(got, &gb);
@@ -1179,9 +1180,9 @@ static void test_bf16_qkv(void) {
             uint16_t *dk2 = dnew(&gk2, 2 * T * KD, NULL), *dv2 = dnew(&gv2, 2 * T * KD, NULL);
             int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
             gpu->ops->qkv_bf16(gpu, dq, dk, dv, dqkv, dp, T, H, Hkv, Dh, &tab);
-            gpu->ops->rope(gpu, dqp, dp, T, H, Dh, &tab);
-            gpu->ops->rope_bf16(gpu, dk2, dkp, dp, T, Hkv, Dh, &tab);
-            gpu->ops->rope_bf16(gpu, dv2, dvp, NULL, T, Hkv, Dh, NULL);
+            gpu->ops->rope(gpu, dqp, LI_DTYPE_F32, dqp, dp, T, H, Dh, &tab);
+            gpu->ops->rope(gpu, dk2, LI_DTYPE_BF16, dkp, dp, T, Hkv, Dh, &tab);
+            gpu->ops->rope(gpu, dv2, LI_DTYPE_BF16, dvp, NULL, T, Hkv, Dh, NULL);
             CHECK_BACKEND();
             dget(q1, &gq), dget(k1, &gk), dget(v1, &gv);
             dget(q2, &gqp), dget(k2, &gk2), dget(v2, &gv2);
@@ -1236,28 +1237,28 @@ static void test_bf16_matmul(void) {
             float *dt = dnew(&gt, sizeof(float) * ny, y0);
             const bool gemv = !inv && li_backend_cuda_matmul_gemv(T, K, Wd.data, dxf);
             // plain: matmul_bf16 vs matmul of the widened x
-            gpu->ops->matmul(gpu, dy, dxf, &Wd, T);
+            gpu->ops->matmul(gpu, dy, dxf, LI_DTYPE_F32, &Wd, T, false);
             CHECK_BACKEND();
             dget(a, &gy);
-            gpu->ops->matmul_bf16(gpu, dy, dxb, &Wd, T, false);
+            gpu->ops->matmul(gpu, dy, dxb, LI_DTYPE_BF16, &Wd, T, false);
             CHECK_BACKEND();
             dget(b, &gy);
             if (!gemv)  // (the decode GEMV keeps x in f32: another summation)
                 CHECK(memcmp(a, b, sizeof(float) * ny) == 0, "not matmul's bits; seed %llu",
                       g_seed);
             if ((long)N * K * T <= 80000000) {  // (the fp64 oracle under ~1 s)
-                ref->ops->matmul_bf16(ref, orc, xb, &Wh, T, false);
+                ref->ops->matmul(ref, orc, xb, LI_DTYPE_BF16, &Wh, T, false);
                 double e = matmul_err(b, orc, xf, w, N, K, T);
                 CHECK(e <= TOL_MATMUL_EXACT_X, "vs oracle %g; seed %llu", e, g_seed);
             }
             // accumulate: y0 + x W^T in the epilogue vs matmul then add
-            gpu->ops->matmul_bf16(gpu, dt, dxb, &Wd, T, true);
+            gpu->ops->matmul(gpu, dt, dxb, LI_DTYPE_BF16, &Wd, T, true);
             CHECK_BACKEND();
             dget(a, &gt);
             need(li_backend_cuda_upload(gpu, dy, y0, sizeof(float) * ny), "upload");
             float *dtmp = NULL;
             need(li_backend_cuda_alloc(gpu, (void **)&dtmp, sizeof(float) * ny, "tmp"), "alloc");
-            gpu->ops->matmul_bf16(gpu, dtmp, dxb, &Wd, T, false);
+            gpu->ops->matmul(gpu, dtmp, dxb, LI_DTYPE_BF16, &Wd, T, false);
             gpu->ops->add(gpu, dy, dtmp, ny);
             CHECK_BACKEND();
             dget(b, &gy);
@@ -1309,9 +1310,9 @@ static void test_bf16_attention(void) {
         uint16_t *dkb = dnew(&gkb, 2 * kn, kb), *dvb = dnew(&gvb, 2 * kn, vb);
         float *dout = dnew(&go, sizeof(float) * on, NULL);
         uint16_t *db = dnew(&gb, 2 * on, NULL);
-        gpu->ops->attention_dense(gpu, dout, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
-        gpu->ops->attention_dense_bf16(gpu, db, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
-        ref->ops->attention_dense_bf16(ref, orc, q, T, H, kb, vb, nk, Hkv, Dh, scale);
+        gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
+        gpu->ops->attention_dense(gpu, db, LI_DTYPE_BF16, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
+        ref->ops->attention_dense(ref, orc, LI_DTYPE_BF16, q, T, H, kb, vb, nk, Hkv, Dh, scale);
         CHECK_BACKEND();
         dget(o, &go);
         dget(got, &gb);
@@ -1376,7 +1377,8 @@ static void test_attention_dense(void) {
             dbuf gq, gk, gv, go;
             float *dq = dnew(&gq, sizeof(float) * on, q), *dk = dnew(&gk, sizeof(float) * kn, k);
             float *dv = dnew(&gv, sizeof(float) * kn, v), *dout = dnew(&go, sizeof(float) * on, NULL);
-            gpu->ops->attention_dense(gpu, dout, dq, T, H, dk, dv, nk, Hkv, Dh, scale);
+            gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dk, dv, nk, Hkv, Dh,
+                                      scale);
             CHECK_BACKEND();
             dget(o2, &go);
             double e = test_nmse(o2, o, on);
@@ -1938,11 +1940,11 @@ static void test_fp8_fused(void) {
                 float *ds = dnew(&gs, sizeof(float) * T * G, NULL);
                 // unfused on the GPU: f32 result (and x after the add) -> the CPU's quantisation
                 if (kind == 2) {
-                    gpu->ops->swiglu(gpu, dh, da, db, n);
+                    gpu->ops->swiglu(gpu, dh, LI_DTYPE_F32, da, db, 1, n, n);
                 } else if (kind == 0) {
                     gpu->ops->add_rmsnorm(gpu, dh, da, db, dw, T, K, 1e-5f);
                 } else {
-                    gpu->ops->rmsnorm(gpu, dh, da, dw, T, K, 1e-5f);
+                    gpu->ops->rmsnorm(gpu, dh, LI_DTYPE_F32, da, dw, T, K, 1e-5f);
                 }
                 CHECK_BACKEND();
                 dget(f32, &gh);
@@ -2457,8 +2459,8 @@ typedef struct {
 
 static void dense_step(li_backend *be, void *vctx) {
     dense_ctx *c = vctx;
-    be->ops->attention_dense_bf16(be, c->out, c->q, c->T, c->H, c->k, c->v, c->nk, c->Hkv, c->Dh,
-                                  1.0f / sqrtf((float)c->Dh));
+    be->ops->attention_dense(be, c->out, LI_DTYPE_BF16, c->q, c->T, c->H, c->k, c->v, c->nk,
+                             c->Hkv, c->Dh, 1.0f / sqrtf((float)c->Dh));
 }
 
 static void bench_cudnn_case(const char *what, prefill_ctx *c, double flops) {
@@ -2571,7 +2573,7 @@ typedef struct {
 
 static void mm_step(li_backend *be, void *vctx) {
     mm_ctx *c = vctx;
-    be->ops->matmul(be, c->y, c->x, &c->W, c->T);
+    be->ops->matmul(be, c->y, c->x, LI_DTYPE_F32, &c->W, c->T, false);
 }
 
 // Llama-3.1-8B projections: prefill (T 4096) in TFLOP/s against the ~780 TFLOP/s cuBLAS reaches on
@@ -2629,7 +2631,7 @@ static void mm8_step(li_backend *be, void *vctx) {
         be->ops->fp8_quant_rows(be, c->qa, c->sa, c->x, c->T, (int)c->W8.n_cols);
         be->ops->matmul_fp8_fast(be, c->y, c->qa, c->sa, c->T, &c->W8, false);
     } else {
-        be->ops->matmul(be, c->y, c->x, &c->W, c->T);
+        be->ops->matmul(be, c->y, c->x, LI_DTYPE_F32, &c->W, c->T, false);
     }
 }
 

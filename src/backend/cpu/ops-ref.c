@@ -562,20 +562,31 @@ static void ref_attention_dense_bf16(li_backend *be, uint16_t *out, const float 
     free(l);
 }
 
+// ---- the [dt] entries (backend.h): each op's F32 and BF16 forms above behind one entry ---------
+
+LI_DT_FORMS(ref)
+
+static void ref_attention_dense_dt(li_backend *be, void *out, li_dtype dt, const float *q, int T,
+                                   int H, const void *k, const void *v, int nk, int Hkv, int Dh,
+                                   float scale) {
+    LI_ASSERT(dt == LI_DTYPE_BF16);  // (the f32 form: flash_attn_tiles, act_dtypes says so)
+    ref_attention_dense_bf16(be, out, q, T, H, k, v, nk, Hkv, Dh, scale);
+}
+
 // Both CPU tables' diffusion steps: x0 here, selection and DPad on the host (NULL).
 const li_dllm_ops li_cpu_dllm_ops = {.x0 = li_cpu_dllm_x0};
 
 const li_backend_ops li_cpu_ref_ops = {
     .name = "cpu-ref",
     .embed = ref_embed,
-    .rmsnorm = ref_rmsnorm,
-    .matmul = ref_matmul,
+    .rmsnorm = ref_rmsnorm_dt,
+    .matmul = ref_matmul_dt,
     .add = ref_add,
-    .rope = ref_rope,
+    .rope = ref_rope_dt,
     .kv_store = ref_kv_store,
     .kv_copy_rotate = ref_kv_copy_rotate,
     .attention = ref_attention,
-    .swiglu = ref_swiglu,
+    .swiglu = ref_swiglu_dt,
     .softmax = ref_softmax,
     .sample = ref_sample,
     .flash_attn_tiles = ref_flash_attn_tiles,
@@ -583,10 +594,11 @@ const li_backend_ops li_cpu_ref_ops = {
     .fp8_quant_rows = ref_fp8_quant_rows,
     .matmul_fp8 = ref_matmul_fp8,
     .dllm = &li_cpu_dllm_ops,
-    .rmsnorm_bf16 = ref_rmsnorm_bf16,
-    .matmul_bf16 = ref_matmul_bf16,
-    .rope_bf16 = ref_rope_bf16,
-    .swiglu_bf16 = ref_swiglu_bf16,
     .qkv_bf16 = ref_qkv_bf16,
-    .attention_dense_bf16 = ref_attention_dense_bf16,
+    .attention_dense = ref_attention_dense_dt,
+    .act_dtypes = {[LI_ACT_RMSNORM] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_MATMUL] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_ROPE] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_SWIGLU] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_ATTENTION_DENSE] = 1u << LI_DTYPE_BF16},
 };

@@ -2118,6 +2118,19 @@ static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
 
+// ---- the [dt] entries (backend.h): each op's F32 and BF16 forms above behind one entry ---------
+
+LI_DT_FORMS(cu)
+
+static void cu_attention_dense_dt(li_backend *be, void *out, li_dtype dt, const float *q, int T,
+                                  int H, const void *k, const void *v, int nk, int Hkv, int Dh,
+                                  float scale) {
+    if (dt == LI_DTYPE_BF16)
+        cu_attention_dense_bf16(be, out, q, T, H, k, v, nk, Hkv, Dh, scale);
+    else
+        cu_attention_dense(be, out, q, T, H, k, v, nk, Hkv, Dh, scale);
+}
+
 static const li_dllm_ops cu_dllm_ops = {
     .x0 = cu_dllm_x0,
     .select = cu_dllm_select,
@@ -2127,16 +2140,16 @@ static const li_dllm_ops cu_dllm_ops = {
 const li_backend_ops li_cuda_ops = {
     .name = "cuda",
     .embed = cu_embed,
-    .rmsnorm = cu_rmsnorm,
-    .matmul = cu_matmul,
+    .rmsnorm = cu_rmsnorm_dt,
+    .matmul = cu_matmul_dt,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
-    .rope = cu_rope,
+    .rope = cu_rope_dt,
     .kv_store = cu_kv_store,
     .kv_copy_rotate = cu_kv_copy_rotate,
     .attention = cu_attention,
     .attention_decode = cu_attention_decode,
-    .swiglu = cu_swiglu,
+    .swiglu = cu_swiglu_dt,
     .softmax = cu_softmax,
     .sample = cu_sample,
     .flash_attn_tiles = cu_flash_attn_tiles,
@@ -2148,13 +2161,13 @@ const li_backend_ops li_cuda_ops = {
     .fp8_quant_weight = cu_fp8_quant_weight,
     .matmul_fp8_fast = cu_matmul_fp8_fast,
     .dllm = &cu_dllm_ops,
-    .attention_dense = cu_attention_dense,
-    .rmsnorm_bf16 = cu_rmsnorm_bf16,
-    .matmul_bf16 = cu_matmul_bf16,
-    .rope_bf16 = cu_rope_bf16,
-    .swiglu_bf16 = cu_swiglu_bf16,
     .qkv_bf16 = cu_qkv_bf16,
-    .attention_dense_bf16 = cu_attention_dense_bf16,
+    .attention_dense = cu_attention_dense_dt,
+    .act_dtypes = {[LI_ACT_RMSNORM] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_MATMUL] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_ROPE] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_SWIGLU] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
+                   [LI_ACT_ATTENTION_DENSE] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16},
     .matrices_bf16 = true,
     .alloc = cu_alloc,
     .free = cu_free,
