@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/step.h"
 #include "llada-internal.h"
 
 #define DEFAULT_FA_TILE 64
@@ -691,6 +692,84 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     return LI_OK;
 }
 
+// One step for the step runner (step.h): forward_ops' arguments, and the host state its ops
+// change (the caches' flags and tile, the step info) as it was before, to go back to when a
+// recorded step could not run.
+typedef struct {
+    const li_llada *m;
+    const li_lacache *lc;
+    li_llada_scratch *s;
+    li_llada_cache *const *caches;
+    const li_llada_canvas *canvases;
+    int n;
+    float *const *logits;
+    li_llada_step_info *info;
+    const int *g_lo, *g_hi;
+    int G, R;
+    bool *flags0;  // (n, 3) emb_ok, rope_ok, fa_ok before the step
+    int *tile0;    // (n) fa_tile before the step
+    li_llada_step_info info0;
+} step_args;
+
+// The step's graph key: its shape. Canvas sizes, which caches are filled (block start or not),
+// the LaCache flags; the block bounds are arguments that each recording updates.
+static uint64_t step_key(const li_lacache *lc, li_llada_cache *const *caches,
+                         const li_llada_canvas *canvases, int n, int ft) {
+    uint64_t key = LI_STEP_KEY_INIT;
+    for (int i = 0; i < n; i++) {
+        const li_llada_cache *c = caches[i];
+        const li_llada_canvas *cv = &canvases[i];
+        // attention0 skips empty tile ranges: a block at either end of the canvas has fewer ops
+        bool at_start = cv->block_lo < ft;
+        bool at_end = (cv->block_hi + ft - 1) / ft * ft >= cv->n_tokens;
+        uint64_t v = (uint64_t)cv->n_tokens << 8 | (uint64_t)c->emb_ok << 1 |
+                     (uint64_t)c->rope_ok << 2 | (uint64_t)c->fa_ok << 3 |
+                     (uint64_t)(c->fa_tile == ft) << 4 | (uint64_t)at_start << 5 |
+                     (uint64_t)at_end << 6;
+        key = li_step_key(key, v);
+        // the head's GEMMs or copies: one per run of output rows
+        int runs = 0;
+        for (int j = 0, n_out = out_count(cv); j < n_out; j += run_length(cv, j))
+            runs++;
+        key = li_step_key(key, (uint64_t)out_count(cv) << 20 | (uint64_t)runs);
+    }
+    return li_step_key(key, (uint64_t)lc->embed | (uint64_t)lc->rope << 1 |
+                                (uint64_t)lc->fa << 2 | (uint64_t)lc->trunc << 3 |
+                                (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8);
+}
+
+// The caches' flags before the step, for step_restore; false when out of memory (the step then
+// runs without recording, which needs no snapshot).
+static bool step_snapshot(step_args *a) {
+    a->flags0 = malloc((size_t)a->n * 3 * sizeof(bool));
+    a->tile0 = malloc((size_t)a->n * sizeof(int));
+    if (!a->flags0 || !a->tile0) return false;
+    for (int i = 0; i < a->n; i++) {
+        a->flags0[3 * i] = a->caches[i]->emb_ok;
+        a->flags0[3 * i + 1] = a->caches[i]->rope_ok;
+        a->flags0[3 * i + 2] = a->caches[i]->fa_ok;
+        a->tile0[i] = a->caches[i]->fa_tile;
+    }
+    return true;
+}
+
+static li_status step_ops(void *args) {
+    const step_args *a = args;
+    return forward_ops(a->m, a->lc, a->s, a->caches, a->canvases, a->n, a->logits, a->info,
+                       a->g_lo, a->g_hi, a->G, a->R);
+}
+
+static void step_restore(void *args) {
+    const step_args *a = args;
+    for (int i = 0; i < a->n; i++) {
+        a->caches[i]->emb_ok = a->flags0[3 * i];
+        a->caches[i]->rope_ok = a->flags0[3 * i + 1];
+        a->caches[i]->fa_ok = a->flags0[3 * i + 2];
+        a->caches[i]->fa_tile = a->tile0[i];
+    }
+    if (a->info) *a->info = a->info0;
+}
+
 li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scratch *s,
                            li_llada_cache *const *caches, const li_llada_canvas *canvases, int n,
                            float *const *logits, li_llada_step_info *info) {
@@ -756,60 +835,15 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
         free(g_lo);
         return rc;
     }
-    // A device backend runs the step as one graph (backend.h graph_begin). The key is the step's
-    // shape: canvas sizes, which caches are filled (block start or not), the LaCache flags; the
-    // block bounds are arguments that each recording updates. The caches' flags change while
-    // the ops are queued: a recording that fails is queued again from the same flags.
-    uint64_t key = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) {
-        const li_llada_cache *c = caches[i];
-        const li_llada_canvas *cv = &canvases[i];
-        // attention0 skips empty tile ranges: a block at either end of the canvas has fewer ops
-        bool at_start = cv->block_lo < ft, at_end = (cv->block_hi + ft - 1) / ft * ft >= cv->n_tokens;
-        uint64_t v = (uint64_t)cv->n_tokens << 8 | (uint64_t)c->emb_ok << 1 |
-                     (uint64_t)c->rope_ok << 2 | (uint64_t)c->fa_ok << 3 |
-                     (uint64_t)(c->fa_tile == ft) << 4 | (uint64_t)at_start << 5 |
-                     (uint64_t)at_end << 6;
-        key = (key ^ v) * 1099511628211ull;
-        // the head's GEMMs or copies: one per run of output rows
-        int runs = 0;
-        for (int j = 0, n_out = out_count(cv); j < n_out; j += run_length(cv, j))
-            runs++;
-        key = (key ^ ((uint64_t)out_count(cv) << 20 | (uint64_t)runs)) * 1099511628211ull;
-    }
-    key = (key ^ ((uint64_t)lc->embed | (uint64_t)lc->rope << 1 | (uint64_t)lc->fa << 2 |
-                  (uint64_t)lc->trunc << 3 | (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8)) *
-          1099511628211ull;
-    li_llada_step_info info0 = info ? *info : (li_llada_step_info){0};
-    const bool can_record = be->ops->graph_begin != NULL;  // (else no snapshot is needed)
-    bool *flags0 = can_record ? malloc((size_t)n * 3 * sizeof(bool)) : NULL;
-    int *tile0 = can_record ? malloc((size_t)n * sizeof(int)) : NULL;
-    for (int i = 0; flags0 && tile0 && i < n; i++) {
-        flags0[3 * i] = caches[i]->emb_ok;
-        flags0[3 * i + 1] = caches[i]->rope_ok;
-        flags0[3 * i + 2] = caches[i]->fa_ok;
-        tile0[i] = caches[i]->fa_tile;
-    }
-    // (without the snapshot, no recording: the step runs as queued)
-    bool recording = flags0 && tile0 && li_be_graph_begin(be, key), rerun = false;
-    rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
-    if (recording) {
-        li_status rc_end = li_be_graph_end(be, &rerun);
-        if (rc == LI_OK) rc = rc_end;
-        if (rc != LI_OK || rerun) {  // nothing of the recorded step ran: back to the same state
-            for (int i = 0; i < n; i++) {
-                caches[i]->emb_ok = flags0[3 * i];
-                caches[i]->rope_ok = flags0[3 * i + 1];
-                caches[i]->fa_ok = flags0[3 * i + 2];
-                caches[i]->fa_tile = tile0[i];
-            }
-            if (info) *info = info0;
-        }
-        if (rc == LI_OK && rerun)  // not recorded: queue the step again, eagerly
-            rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
-    }
-    free(flags0);
-    free(tile0);
+    // One step (step.h): a graph on a device backend, queued again from the same cache flags
+    // when its recording cannot run.
+    step_args a = {m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R,
+                   .info0 = info ? *info : (li_llada_step_info){0}};
+    bool can_record = be->ops->graph_begin && step_snapshot(&a);
+    rc = li_step_run(be, step_key(lc, caches, canvases, n, ft), can_record, step_ops, step_restore,
+                     &a);
+    free(a.flags0);
+    free(a.tile0);
     free(g_lo);
     if (rc != LI_OK) {
         li_be_sync(be);  // the error is rc's; drop what the backend recorded meanwhile

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/step.h"
 #include "llama.h"
 #include "weights-fp8.h"
 #include "weights-internal.h"
@@ -166,8 +167,25 @@ static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *d
 }
 
 // The ops of one forward over a (staged) batch: embedding, the layers, the head rows.
-static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
-                        const li_batch *b, float *logits, uint8_t *qa, float *sa) {
+typedef struct {
+    const li_llama *m;
+    li_llama_scratch *s;
+    const li_kv_storage *kv;
+    const li_batch *b;
+    float *logits;
+    uint8_t *qa;  // FP8 activation codes (T, max(D, F)), NULL without FP8
+    float *sa;    // and their scales (T, groups)
+} forward_args;
+
+static li_status forward_ops(void *args) {
+    const forward_args *a = args;
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_kv_storage *kv = a->kv;
+    const li_batch *b = a->b;
+    float *logits = a->logits;
+    uint8_t *qa = a->qa;
+    float *sa = a->sa;
     const li_hparams *hp = &m->hp;
     const li_backend_ops *op = m->be->ops;
     li_backend *be = m->be;
@@ -254,6 +272,7 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
         // (n_logits, V)
         op->matmul(be, logits, s->xn, LI_DTYPE_F32, &m->w.output, b->n_logits, false);
     }
+    return LI_OK;
 }
 
 li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
@@ -294,14 +313,12 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         }
     }
 
-    // A device backend runs the ops as one step graph (backend.h graph_begin): the key is the
-    // step's shape, so decode steps of one batch size share an executable graph.
+    // One step (step.h): a graph on a device backend, keyed by the step's shape so that decode
+    // steps of one batch size share an executable graph (FP8 steps run eagerly).
     uint64_t key = (uint64_t)T | (uint64_t)b->n_seqs << 20 | (uint64_t)b->n_logits << 40 |
                    (uint64_t)(b->kv_first != NULL) << 62;
-    bool recording = !m->fp8_ffn && li_be_graph_begin(be, key), rerun = false;
-    forward_ops(m, s, kv, b, logits, qa, sa);
-    li_status rc = recording ? li_be_graph_end(be, &rerun) : LI_OK;
-    if (rc == LI_OK && rerun) forward_ops(m, s, kv, b, logits, qa, sa);  // could not be recorded
+    forward_args args = {m, s, kv, b, logits, qa, sa};
+    li_status rc = li_step_run(be, key, !m->fp8_ffn, forward_ops, NULL, &args);
     free(qa);
     free(sa);
     return rc;
