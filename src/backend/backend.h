@@ -395,6 +395,14 @@ bool li_be_takes(const li_backend *be, li_act_op op, li_dtype dt);
 bool li_be_graph_begin(li_backend *be, uint64_t key);
 li_status li_be_graph_end(li_backend *be, bool *rerun);
 
+// act_dtypes of a table with both forms of rmsnorm, matmul, rope and swiglu, and `dense` the
+// forms of attention_dense.
+#define LI_ACT_F32_BF16 (1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16)
+#define LI_ACT_BF16_FORMS(dense)                                                                   \
+    {[LI_ACT_RMSNORM] = LI_ACT_F32_BF16, [LI_ACT_MATMUL] = LI_ACT_F32_BF16,                       \
+     [LI_ACT_ROPE] = LI_ACT_F32_BF16, [LI_ACT_SWIGLU] = LI_ACT_F32_BF16,                          \
+     [LI_ACT_ATTENTION_DENSE] = (dense)}
+
 // The [dt] entries rmsnorm, matmul, rope and swiglu of a table whose F32 and BF16 forms are
 // separate functions P##_rmsnorm / P##_rmsnorm_bf16 (and so on, with the signatures the table
 // had for them): defines static P##_rmsnorm_dt, P##_matmul_dt, P##_rope_dt and P##_swiglu_dt,

@@ -24,6 +24,14 @@ typedef struct {
     li_cpu_scratch samp_idx;   // sample: (V) candidates (p, id)
 } li_cpu_impl;
 
+// The index of the largest of x (n >= 1), the lowest on ties: the greedy pick of both samplers.
+static inline int32_t li_cpu_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 // Returns a buffer of at least n bytes (contents not kept on growth) or NULL (error cleared:
 // the caller falls back to a path that needs no scratch).
 void *li_cpu_scratch_get(li_cpu_scratch *s, size_t n);

@@ -893,9 +893,7 @@ static double survivors_sum(cand_set *cs, int n) {
 static int32_t cpu_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
                           double u) {
     LI_ASSERT(V >= 1);
-    int32_t best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
+    int32_t best = li_cpu_argmax(logits, V);
     if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
 
     li_cpu_impl *im = impl_of(be);

@@ -263,9 +263,7 @@ static double survivor_sum(const ref_cand *c, int n, int V, double *pid) {
 static int32_t ref_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
                           double u) {
     LI_ASSERT(V >= 1);
-    int32_t best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
+    int32_t best = li_cpu_argmax(logits, V);
     if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
 
     double lmax = logits[best], temp = cfg->temperature;
@@ -596,9 +594,5 @@ const li_backend_ops li_cpu_ref_ops = {
     .dllm = &li_cpu_dllm_ops,
     .qkv_bf16 = ref_qkv_bf16,
     .attention_dense = ref_attention_dense_dt,
-    .act_dtypes = {[LI_ACT_RMSNORM] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
-                   [LI_ACT_MATMUL] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
-                   [LI_ACT_ROPE] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
-                   [LI_ACT_SWIGLU] = 1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16,
-                   [LI_ACT_ATTENTION_DENSE] = 1u << LI_DTYPE_BF16},
+    .act_dtypes = LI_ACT_BF16_FORMS(1u << LI_DTYPE_BF16),
 };
