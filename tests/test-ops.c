@@ -674,15 +674,9 @@ static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys
                        li_dtype dtype) {
     paged_table t;
     paged_table_make(&t, &rng, P, min_keys, with_delta, 3 * P + 5);
-    if (!t.pages) {
-        fprintf(stderr, "test-ops: out of memory for a page table\n");
-        exit(2);
-    }
-    s->pages = t.pages;
-    s->n_pages = t.n_pages;
-    s->n_keys = t.n_keys;
+    *s = (paged_seq){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dtype), .pages = t.pages,
+                      .n_pages = t.n_pages, .n_keys = t.n_keys};
     int64_t pool = t.n_pool;
-    s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL, dtype};
     long n = (long)pool * L * 2 * Hkv * P * Dh;
     s->kv.data = gnew(&s->gdata, n);
     fill(s->kv.data, n, 1.0f);
