@@ -83,6 +83,12 @@ typedef struct {
     char rope_scaling[16];  // "none", "linear", "llama3", "yarn"
     bool tied_embeddings;
     int64_t n_params;
+    int n_vocab_text;       // ids with a text in the tokenizer: 0 .. n_vocab_text - 1 (the
+                            // embedding's n_vocab may be larger; those ids decode as an error)
+    char cache_mode[16];    // the document cache mode li_submit runs ("lazy", …)
+    int n_threads;          // CPU workers of the backend
+    bool diffusion;         // a diffusion LM (li_dllm_*); false: autoregressive (li_submit)
+    bool metadata_only;     // loaded with params.metadata_only: nothing can run
 } li_model_info;
 void li_model_get_info(const li_model *m, li_model_info *out);
 
@@ -98,10 +104,26 @@ void li_free_tokens(int32_t *ids);
 li_status li_token_to_piece(const li_model *m, int32_t id, char *buf, size_t buf_size,
                             size_t *out_len);
 int32_t li_token_eos(const li_model *m);
+// A special (control) token such as an end of turn; false for ids outside the tokenizer.
+bool li_token_is_special(const li_model *m, int32_t id);
+// Tokenizes `text` with a tokenizer.json alone, no model (`lazyinfer tokenize -m FILE.json`);
+// a tokenizer_config.json beside it gives BOS and the chat template. Otherwise as li_tokenize.
+li_status li_tokenize_file(const char *tokenizer_json, const char *text, size_t len, bool add_bos,
+                           bool parse_special, int32_t **out_ids, int *out_n);
 
 // Renders one user message (and optional system message) with the model's chat format,
 // with the assistant turn opened. *out is malloc'ed; release with free().
 li_status li_chat_render(const li_model *m, const char *system, const char *user, char **out);
+
+typedef struct {
+    const char *role;     // "system", "user", "assistant"
+    const char *content;
+} li_chat_message;
+// Renders a conversation with the model's chat format (and, if add_generation_prompt, the
+// assistant turn opened) and tokenises it: the template's special tokens are matched, the
+// messages' contents are never parsed for special tokens. *ids: li_free_tokens.
+li_status li_chat_tokenize_messages(const li_model *m, const li_chat_message *msgs, int n,
+                                    bool add_generation_prompt, int32_t **ids, int *n_ids);
 
 // ---- autoregressive generation --------------------------------------------------------------
 

@@ -30,6 +30,8 @@ for t in "$BUILD"/tests/test-*; do
   [ -x "$t" ] || continue
   run_test "$(basename "$t")" "$t"
 done
+# The include rule of docs/ARCHITECTURE.md §1 (layer order, public header, CUDA headers).
+run_test check-includes python3 tests/check_includes.py
 # The device data path (weights moved into backend memory, index arrays staged and uploaded) on
 # the CPU standing in for a GPU: bit-identical to the CPU, and the LazyAttention suite on it.
 run_test gpu-model-devsim LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu "$BUILD/tests/gpu-model"

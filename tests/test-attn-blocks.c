@@ -48,7 +48,7 @@ static void rotate_rows(li_backend *ref, float *x, int rows, int H, int Dh, int6
     pure.mscale = 1.0f;
     int32_t *p = malloc((size_t)rows * sizeof *p);
     for (int i = 0; i < rows; i++) p[i] = (int32_t)pos;
-    ref->ops->rope(ref, x, p, rows, H, Dh, &pure);
+    ref->ops->rope(ref, x, LI_DTYPE_F32, x, p, rows, H, Dh, &pure);
     free(p);
 }
 
@@ -198,7 +198,7 @@ static scenario fresh(li_rng *rng) {
 
 int main(void) {
     li_rng rng;
-    li_rng_seed(&rng, test_seed("test-attn-blocks"));
+    test_rng_init(&rng, "test-attn-blocks");
     char name[160];
     for (int rep = 0; rep < 3; rep++) {
         // lazy: system (Δ 0), documents at their offsets, then the query chunk over all of them

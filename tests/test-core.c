@@ -7,16 +7,9 @@
 #include "core/core.h"
 #include "test.h"
 
-static float bits_to_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 // Exact nearest-even rounding of f to bf16, by comparing with both neighbours in double.
 static uint16_t bf16_reference(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = li_f32_bits(f);
     uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
     double dlo = li_bf16_to_f32(lo), dhi = li_bf16_to_f32(hi), x = f;
     if ((u & 0xffff) == 0) return lo;
@@ -30,7 +23,7 @@ static void test_bf16(li_rng *rng) {
     TEST_BEGIN("bf16 round trip and nearest-even rounding on 1M random bit patterns");
     for (int i = 0; i < 1000000; i++) {
         uint32_t u = (uint32_t)li_rng_u64(rng);
-        float f = bits_to_f32(u);
+        float f = li_bits_f32(u);
         if (isnan(f) || isinf(f) || fabsf(f) > 3.0e38f) continue;
         uint16_t got = li_f32_to_bf16(f), want = bf16_reference(f);
         if (got != want) {
@@ -205,7 +198,7 @@ static void test_rng(void) {
 
 int main(void) {
     li_rng rng;
-    li_rng_seed(&rng, test_seed("test-core"));
+    test_rng_init(&rng, "test-core");
     test_bf16(&rng);
     test_f16(&rng);
     test_dequant(&rng);

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine-dllm.h"
+#include "backend/dllm-rules.h"
 #include "engine/engine.h"
 #include "lazyinfer.h"
 #include "test.h"
@@ -527,7 +527,7 @@ static li_status load_model(const char *path, li_model **m) {
     li_model_params mp = li_model_default_params();
     mp.path = path;
     mp.n_threads = 1;
-    mp.backend = getenv("LI_TEST_BACKEND");
+    mp.backend = test_backend(NULL);
     *m = NULL;
     return li_model_load(m, &mp);
 }
@@ -656,7 +656,7 @@ static void test_model(li_rng *rng, bool full) {
     li_model_params mp = li_model_default_params();
     mp.path = path;
     mp.n_threads = 1; // tiny shapes: worker hand-offs would cost more than the work
-    mp.backend = getenv("LI_TEST_BACKEND");  // e.g. cpu-devsim: the device data path (run.sh)
+    mp.backend = test_backend(NULL);  // e.g. cpu-devsim: the device data path (run.sh)
     li_model *m = NULL;
     if (li_model_load(&m, &mp) != LI_OK) {
         TEST_BEGIN("load synth:tiny-llada");
@@ -1011,7 +1011,7 @@ static void test_reference(void) {
     li_model_params mp = li_model_default_params();
     mp.path = REF_DIR "/model";
     mp.n_threads = 1;
-    mp.backend = getenv("LI_TEST_BACKEND");
+    mp.backend = test_backend(NULL);
     li_model *m = NULL;
     TEST_BEGIN("Python reference cases: same tokens, NFE and steps (caches off and all on; "
                "on a bf16 backend: all on = off)");
@@ -1077,13 +1077,12 @@ static void test_reference(void) {
 }
 
 int main(void) {
-    g_seed = test_seed("test-dllm");
     li_rng rng;
-    li_rng_seed(&rng, g_seed);
+    g_seed = test_rng_init(&rng, "test-dllm");
     test_schedule(&rng);
     test_select(&rng);
     test_dpad(&rng);
-    if (!test_backend_usable("test-dllm model tests", getenv("LI_TEST_BACKEND"), "synth:tiny-llada"))
+    if (!test_backend_usable("test-dllm model tests", test_backend(NULL), "synth:tiny-llada"))
         return test_summary();
     test_model(&rng, true);
     test_model(&rng, false);

@@ -9,17 +9,6 @@
 #include "core/core.h"
 #include "test.h"
 
-static float f_of(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint32_t u_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static void test_golden(void) {
     FILE *fp = fopen("tests/data/fp8/e4m3_golden.txt", "r");
     if (!fp) {
@@ -35,13 +24,15 @@ static void test_golden(void) {
         unsigned a, b;
         if (line[0] == 'D' && sscanf(line + 2, "%x %x", &a, &b) == 2) {
             float v = li_e4m3_to_f32((uint8_t)a);
-            bool ok = b == 0x7fc00000u ? isnan(v) : u_of(v) == b;
-            if (!ok && bad_dec++ < 5) CHECK(ok, "code %02x: got %08x want %08x", a, u_of(v), b);
+            bool ok = b == 0x7fc00000u ? isnan(v) : li_f32_bits(v) == b;
+            if (!ok && bad_dec++ < 5)
+                CHECK(ok, "code %02x: got %08x want %08x", a, li_f32_bits(v), b);
             n_dec++;
         } else if (line[0] == 'E' && sscanf(line + 2, "%x %x", &a, &b) == 2) {
-            uint8_t c = li_f32_to_e4m3(f_of(a));
+            uint8_t c = li_f32_to_e4m3(li_bits_f32(a));
             if (c != b && bad_enc++ < 5)
-                fprintf(stderr, "  encode %08x (%g): got %02x want %02x\n", a, f_of(a), c, b);
+                fprintf(stderr, "  encode %08x (%g): got %02x want %02x\n", a,
+                        li_bits_f32(a), c, b);
             n_enc++;
         }
     }

@@ -113,7 +113,7 @@ static bool complete(const li_json_grammar *g, const char *text) {
 
 int main(void) {
     li_rng rng;
-    li_rng_seed(&rng, test_seed("test-json-grammar"));
+    test_rng_init(&rng, "test-json-grammar");
     li_json_grammar *obj = NULL, *sch = NULL;
     json_t *schema = json_loads(SCHEMA, 0, NULL);
 

@@ -45,10 +45,11 @@ static void test_copy_rotate(li_rng *rng) {
         for (int s = 0; s < P; s++) pos[s] = s, pos_shift[s] = s + (int)delta;
         for (int il = 0; il < hp.n_layer; il++)
             for (int h = 0; h < hp.n_head_kv; h++) {
-                ref->ops->rope(ref, img + li_kv_offset(kv, 0, il, 0, h, 0), pos, P, 1, 16, &tab);
+                float *kh = img + li_kv_offset(kv, 0, il, 0, h, 0);
+                ref->ops->rope(ref, kh, LI_DTYPE_F32, kh, pos, P, 1, 16, &tab);
                 float *k3 = img + li_kv_offset(kv, 3, il, 0, h, 0);
                 memcpy(k3, raw + (li_kv_offset(kv, 0, il, 0, h, 0)), (size_t)P * 16 * sizeof(float));
-                ref->ops->rope(ref, k3, pos_shift, P, 1, 16, &tab);
+                ref->ops->rope(ref, k3, LI_DTYPE_F32, k3, pos_shift, P, 1, 16, &tab);
             }
         for (int i = 0; i < 4 * n; i++) {  // the image into the pool (bf16: rounded)
             if (dt == LI_DTYPE_BF16) ((uint16_t *)kv->data)[i] = li_f32_to_bf16(img[i]);
@@ -91,7 +92,7 @@ static void test_copy_rotate(li_rng *rng) {
 int main(void) {
     li_hparams hp = {.n_layer = 3, .n_head_kv = 2, .head_dim = 8};
     li_rng rng;
-    li_rng_seed(&rng, test_seed("test-kv"));
+    test_rng_init(&rng, "test-kv");
 
     test_copy_rotate(&rng);
 

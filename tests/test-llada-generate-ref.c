@@ -14,7 +14,7 @@
 //   - one forward of each new checkpoint (maskpred: input_emb_norm; switches: tied head,
 //     scale_logits, mlp_ratio, one kv head, ignored keys): logits within 1e-4 relative;
 //   - li_dllm_topk_torch on 600 tie-laden vectors against torch.topk's indices;
-//   - the threshold decision of the backend's dllm_x0 at LLaDA-8B's vocabulary, where an fp32
+//   - the threshold decision of the backend's dllm->x0 at LLaDA-8B's vocabulary, where an fp32
 //     softmax sum (the old engine's) lands on the other side of tau: float64 as Fast-dLLM.
 // Every decision of a case has a relative margin > 1e-4 against the reference's own float32
 // logits (1e-5 in the near-threshold case, whose one designed comparison sits at 3e-5); the
@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "engine/engine-dllm.h"
+#include "backend/dllm-rules.h"
 #include "engine/engine.h"
 #include "lazyinfer.h"
 #include "model/llada.h"
@@ -78,7 +78,7 @@ static li_model *load_model(const char *rel) {
     li_model_params mp = li_model_default_params();
     mp.path = path;
     mp.n_threads = 1;
-    mp.backend = getenv("LI_TEST_BACKEND");
+    mp.backend = test_backend(NULL);
     li_model *m = NULL;
     if (li_model_load(&m, &mp) != LI_OK) {
         fprintf(stderr, "  %s: %s\n", path, li_last_error());
@@ -402,7 +402,7 @@ static void test_cases(void) {
 
 // Row 1 of a (2, V) logit matrix, V = 126,464 (LLaDA-8B's vocabulary), whose x0 probability is
 // ~0.1 and whose one-token-at-a-time fp32 softmax sum (the engine's old formula) differs from
-// the exact value by more than 1e-5 relative; tau between the two. The backend's dllm_x0 + the
+// the exact value by more than 1e-5 relative; tau between the two. The backend's dllm->x0 + the
 // threshold rule must commit row 1 exactly when the exact confidence is >= tau (Fast-dLLM's
 // float64 decision); the fp32 sum would decide the other way.
 static void test_threshold_precision(void) {
@@ -459,7 +459,7 @@ static void test_threshold_precision(void) {
     if (st == LI_OK) st = li_be_upload(be, dl, l, (size_t)B * V * 4);
     if (st == LI_OK) st = li_be_upload(be, dm, masked, sizeof masked);
     if (st == LI_OK) {
-        be->ops->dllm_x0(be, dx, dc, dl, NULL, dm, B, V, 0.0f, -1, -1, -1, 0.0, &r0);
+        be->ops->dllm->x0(be, dx, dc, dl, NULL, dm, B, V, 0.0f, -1, -1, -1, 0.0, &r0);
         st = li_be_download(be, x0, dx, sizeof x0);
     }
     if (st == LI_OK) st = li_be_download(be, conf, dc, sizeof conf);
@@ -485,11 +485,11 @@ static void test_threshold_precision(void) {
 }
 
 int main(void) {
-    const char *backend = getenv("LI_TEST_BACKEND");
+    const char *backend = test_backend(NULL);
     if (!test_backend_usable("test-llada-generate-ref", backend, DATA "/llada-ref/model"))
         return test_summary();
     test_topk();
-    test_threshold_precision();  // the backend's dllm_x0 (on CUDA: the GPU's fp64 softmax)
+    test_threshold_precision();  // the backend's dllm->x0 (on CUDA: the GPU's fp64 softmax)
     li_model *m = load_model("llada-ref/model");
     bool bf16 = m && m->be->ops->matrices_bf16;
     li_model_free(m);

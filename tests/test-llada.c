@@ -33,20 +33,7 @@
 #define MAX_STEPS 16
 
 static unsigned long long g_seed;
-static li_rng rng;
 static li_backend *be_fast, *be_ref;
-
-static int randint(int lo, int hi) {
-    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
-}
-static void *xmalloc(size_t n) {
-    void *p = calloc(1, n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 
 // ---- scripts: a canvas's sequence of denoising steps ------------------------------------------
 
@@ -215,12 +202,12 @@ static void oracle_forward(const li_llada *m, const step_t *st, float *out) {
     op->embed(be_ref, x, &m->w.tok_embd, st->tok, T);
     for (int il = 0; il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
-        op->rmsnorm(be_ref, xn, x, l->attn_norm.data, T, D, hp->rms_eps);
-        op->matmul(be_ref, q, xn, &l->wq, T);
-        op->matmul(be_ref, k, xn, &l->wk, T);
-        op->matmul(be_ref, v, xn, &l->wv, T);
-        op->rope(be_ref, q, st->pos, T, H, Dh, &m->rope);
-        op->rope(be_ref, k, st->pos, T, Hkv, Dh, &m->rope);
+        op->rmsnorm(be_ref, xn, LI_DTYPE_F32, x, l->attn_norm.data, T, D, hp->rms_eps);
+        op->matmul(be_ref, q, xn, LI_DTYPE_F32, &l->wq, T, false);
+        op->matmul(be_ref, k, xn, LI_DTYPE_F32, &l->wk, T, false);
+        op->matmul(be_ref, v, xn, LI_DTYPE_F32, &l->wv, T, false);
+        op->rope(be_ref, q, LI_DTYPE_F32, q, st->pos, T, H, Dh, &m->rope);
+        op->rope(be_ref, k, LI_DTYPE_F32, k, st->pos, T, Hkv, Dh, &m->rope);
         for (int i = 0; i < T; i++) // softmax(q k^T / sqrt(Dh)) v over all rows: no mask
             for (int h = 0; h < H; h++) {
                 int hk = h / (H / Hkv);
@@ -242,18 +229,19 @@ static void oracle_forward(const li_llada *m, const step_t *st, float *out) {
                     att[(size_t)i * HD + h * Dh + e] = (float)(a / sum);
                 }
             }
-        op->matmul(be_ref, tmp, att, &l->wo, T);
+        op->matmul(be_ref, tmp, att, LI_DTYPE_F32, &l->wo, T, false);
         op->add(be_ref, x, tmp, (int64_t)T * D);
-        op->rmsnorm(be_ref, xn, x, l->ffn_norm.data, T, D, hp->rms_eps);
-        op->matmul(be_ref, g, xn, &l->w_gate, T);
-        op->matmul(be_ref, u, xn, &l->w_up, T);
-        op->swiglu(be_ref, g, g, u, (int64_t)T * F);
-        op->matmul(be_ref, tmp, g, &l->w_down, T);
+        op->rmsnorm(be_ref, xn, LI_DTYPE_F32, x, l->ffn_norm.data, T, D, hp->rms_eps);
+        op->matmul(be_ref, g, xn, LI_DTYPE_F32, &l->w_gate, T, false);
+        op->matmul(be_ref, u, xn, LI_DTYPE_F32, &l->w_up, T, false);
+        op->swiglu(be_ref, g, LI_DTYPE_F32, g, u, T, F, F);
+        op->matmul(be_ref, tmp, g, LI_DTYPE_F32, &l->w_down, T, false);
         op->add(be_ref, x, tmp, (int64_t)T * D);
     }
     int nb = st->hi - st->lo;
-    op->rmsnorm(be_ref, xn, x + (size_t)st->lo * D, m->w.out_norm.data, nb, D, hp->rms_eps);
-    op->matmul(be_ref, out, xn, &m->w.output, nb);
+    op->rmsnorm(be_ref, xn, LI_DTYPE_F32, x + (size_t)st->lo * D, m->w.out_norm.data, nb, D,
+                hp->rms_eps);
+    op->matmul(be_ref, out, xn, LI_DTYPE_F32, &m->w.output, nb, false);
     free(x), free(xn), free(q), free(k), free(v), free(att), free(g), free(u), free(tmp), free(sc);
 }
 
@@ -513,7 +501,8 @@ static void test_device_bf16(const char *backend) {
                li_error_msg());
         return;
     }
-    if (!be->ops->matmul_bf16) {  // (e.g. cpu-devsim: the f32 path only, nothing to compare)
+    // (e.g. cpu-devsim: the f32 path only, nothing to compare)
+    if (!li_be_takes(be, LI_ACT_MATMUL, LI_DTYPE_BF16)) {
         printf("SKIP: test-llada device cases: backend '%s' has no bf16 activation ops\n",
                backend);
         li_backend_free(be);
@@ -772,14 +761,10 @@ static void test_configs(void) {
 }
 
 int main(void) {
-    g_seed = test_seed("test-llada");
-    li_rng_seed(&rng, g_seed);
+    g_seed = test_rng_init(&rng, "test-llada");
     // One thread: the tiny model's ops are far too small for the pool (the ops' threading is
     // covered by test-ops-llada), and the test stays fast on a loaded machine.
-    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 1) != LI_OK) {
-        fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
-        return 1;
-    }
+    if (!test_cpu_backends(&be_ref, &be_fast, 1)) return 1;
     for (int i = 0; i < 3; i++)
         test_combinations(li_rng_u64(&rng) % 1000000);
     printf("# flag combinations vs all-off: worst nmse %.3g, worst max rel %.3g\n", worst_nmse,
@@ -792,7 +777,7 @@ int main(void) {
         test_fp8_tiny(li_rng_u64(&rng) % 1000000);
     test_fp8_smollm2();
     test_configs();
-    if (getenv("LI_TEST_BACKEND")) test_device_bf16(getenv("LI_TEST_BACKEND"));
+    if (test_backend(NULL)) test_device_bf16(test_backend(NULL));
     li_backend_free(be_fast);
     li_backend_free(be_ref);
     return test_summary();

@@ -13,20 +13,7 @@
 
 static unsigned long long g_seed;
 static li_backend *be_ref, *be_fast;
-static li_rng rng;
 
-static void fill(float *x, long n, float scale) {
-    for (long i = 0; i < n; i++)
-        x[i] = li_rng_normal(&rng) * scale;
-}
-static void *xmalloc(size_t n) {
-    void *p = calloc(1, n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
 static void fresh(float *o, float *m, float *l, int rows, int Dh) {
     for (int i = 0; i < rows; i++) {
         m[i] = -INFINITY;
@@ -218,12 +205,8 @@ static void test_fp8(void) {
 }
 
 int main(void) {
-    g_seed = test_seed("test-ops-llada");
-    li_rng_seed(&rng, g_seed);
-    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {
-        fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
-        return 1;
-    }
+    g_seed = test_rng_init(&rng, "test-ops-llada");
+    if (!test_cpu_backends(&be_ref, &be_fast, 0)) return 1;
     test_flash();
     test_fp8();
     li_backend_free(be_fast);

@@ -13,19 +13,11 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "paged-seq.h"
 #include "test.h"
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *be_ref, *be_fast;
-static li_rng rng;
-
-static float randn(void) { return li_rng_normal(&rng); }
-static int randint(int lo, int hi) {  // [lo, hi]
-    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
-}
-static void fill(float *x, long n, float scale) {
-    for (long i = 0; i < n; i++) x[i] = randn() * scale;
-}
 
 // ---- guarded buffers ----------------------------------------------------------------------
 
@@ -309,12 +301,12 @@ static void test_rmsnorm(void) {
                 fill(x, (long)T * D, 2.0f);
                 fill(w, D, 1.0f);
                 float *o1 = gnew(&g1, (long)T * D), *o2 = gnew(&g2, (long)T * D);
-                be_ref->ops->rmsnorm(be_ref, o1, x, w, T, D, eps);
+                be_ref->ops->rmsnorm(be_ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
                 if (alias) {
-                    be_fast->ops->rmsnorm(be_fast, x, x, w, T, D, eps);
+                    be_fast->ops->rmsnorm(be_fast, x, LI_DTYPE_F32, x, w, T, D, eps);
                     memcpy(o2, x, sizeof(float) * T * D);
                 } else {
-                    be_fast->ops->rmsnorm(be_fast, o2, x, w, T, D, eps);
+                    be_fast->ops->rmsnorm(be_fast, o2, LI_DTYPE_F32, x, w, T, D, eps);
                 }
                 double e = test_nmse(o2, o1, (long)T * D);
                 CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
@@ -349,7 +341,7 @@ static void test_add_rmsnorm(void) {
             li_add_rmsnorm(be_ref, o1, x1, y, w, T, D, eps);
             be_fast->ops->add_rmsnorm(be_fast, o2, x2, y, w, T, D, eps);
             be_fast->ops->add(be_fast, x3, y, n);
-            be_fast->ops->rmsnorm(be_fast, o3, x3, w, T, D, eps);
+            be_fast->ops->rmsnorm(be_fast, o3, LI_DTYPE_F32, x3, w, T, D, eps);
             CHECK(!memcmp(o2, o3, sizeof(float) * n) && !memcmp(x2, x3, sizeof(float) * n),
                   "fused != add + rmsnorm; seed %llu", g_seed);
             double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x1, n);
@@ -395,12 +387,12 @@ static void test_add_swiglu(void) {
             float *g = gnew(&gg, n), *u = gnew(&gu, n), *o1 = gnew(&g1, n), *o2 = gnew(&g2, n);
             fill(g, n, 3.0f);
             fill(u, n, 1.0f);
-            be_ref->ops->swiglu(be_ref, o1, g, u, n);
+            be_ref->ops->swiglu(be_ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
             if (alias) {
-                be_fast->ops->swiglu(be_fast, g, g, u, n);
+                be_fast->ops->swiglu(be_fast, g, LI_DTYPE_F32, g, u, 1, n, n);
                 memcpy(o2, g, sizeof(float) * n);
             } else {
-                be_fast->ops->swiglu(be_fast, o2, g, u, n);
+                be_fast->ops->swiglu(be_fast, o2, LI_DTYPE_F32, g, u, 1, n, n);
             }
             double e = test_nmse(o2, o1, n);
             CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
@@ -477,8 +469,8 @@ static void test_matmul(void) {
                 float *x = gnew(&gx, (long)T * K);
                 fill(x, (long)T * K, 1.0f);
                 float *y1 = gnew(&g1, (long)T * N), *y2 = gnew(&g2, (long)T * N);
-                be_ref->ops->matmul(be_ref, y1, x, &W, T);
-                be_fast->ops->matmul(be_fast, y2, x, &W, T);
+                be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, T, false);
+                be_fast->ops->matmul(be_fast, y2, x, LI_DTYPE_F32, &W, T, false);
                 double e = matmul_err(y2, y1, x, &W, T);
                 CHECK(e <= TOL_REDUCE, "error %g; seed %llu", e, g_seed);
                 CHECK(!test_has_nan(y2, (long)T * N), "NaN; seed %llu", g_seed);
@@ -537,8 +529,8 @@ static void test_rope(void) {
                 memcpy(x0, x1, sizeof(float) * n);
                 int32_t *pos = malloc(sizeof(int32_t) * T);
                 for (int t = 0; t < T; t++) pos[t] = randint(0, t == 0 ? 0 : 200000);
-                be_ref->ops->rope(be_ref, x1, pos, T, nh, Dh, &tab);
-                be_fast->ops->rope(be_fast, x2, pos, T, nh, Dh, &tab);
+                be_ref->ops->rope(be_ref, x1, LI_DTYPE_F32, x1, pos, T, nh, Dh, &tab);
+                be_fast->ops->rope(be_fast, x2, LI_DTYPE_F32, x2, pos, T, nh, Dh, &tab);
                 double e = test_nmse(x2, x1, n);
                 CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
                 CHECK(!test_has_nan(x2, n), "NaN; seed %llu", g_seed);
@@ -569,9 +561,9 @@ static void test_rope(void) {
         for (int t = 0; t < T; t++) pos[t] = randint(0, 100000);
         fill(x, n, 1.0f);
         memcpy(xn, x, sizeof(float) * n);
-        be->ops->rope(be, xn, pos, T, nh, Dh, &tn);
+        be->ops->rope(be, xn, LI_DTYPE_F32, xn, pos, T, nh, Dh, &tn);
         neox_to_gptj(xg, x, T * nh, Dh, nd);
-        be->ops->rope(be, xg, pos, T, nh, Dh, &tg);
+        be->ops->rope(be, xg, LI_DTYPE_F32, xg, pos, T, nh, Dh, &tg);
         neox_to_gptj(xng, xn, T * nh, Dh, nd);
         CHECK(memcmp(xng, xg, sizeof(float) * n) == 0, "not bit-identical; seed %llu", g_seed);
         double moved = test_nmse(xn, x, n);
@@ -600,9 +592,9 @@ static void test_rope(void) {
         }
         fill(x1, n, 1.0f);
         memcpy(x2, x1, sizeof(float) * n);
-        be_ref->ops->rope(be_ref, x1, pa, T, nh, Dh, &t);
-        be_ref->ops->rope(be_ref, x1, pb, T, nh, Dh, &pure);
-        be_ref->ops->rope(be_ref, x2, pab, T, nh, Dh, &t);
+        be_ref->ops->rope(be_ref, x1, LI_DTYPE_F32, x1, pa, T, nh, Dh, &t);
+        be_ref->ops->rope(be_ref, x1, LI_DTYPE_F32, x1, pb, T, nh, Dh, &pure);
+        be_ref->ops->rope(be_ref, x2, LI_DTYPE_F32, x2, pab, T, nh, Dh, &t);
         double e = test_nmse(x1, x2, n);
         CHECK(e <= TOL_IDENTITY, "nmse %g; seed %llu", e, g_seed);
         free(x1);
@@ -676,40 +668,15 @@ typedef struct {
     int n_pages, n_keys;
 } paged_seq;
 
-// A random pool and a page table over shuffled physical pages: documents of random lengths, each
-// owning whole pages (its last page partly filled), each with a Δ (0 for the first when
-// zero_first); K and V random.
+// A random pool (guarded) and a page table over shuffled physical pages (paged-seq.h): documents
+// of up to 3 P + 5 tokens; K and V random.
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        li_dtype dtype) {
-    int cap_pages = min_keys / P + 24;
-    s->pages = malloc(sizeof(uint64_t) * cap_pages);
-    s->n_pages = 0;
-    s->n_keys = 0;
-    int64_t pos = 0;
-    while (s->n_keys < min_keys || s->n_pages < 2) {
-        int len = randint(1, 3 * P + 5);  // one document
-        int64_t delta = with_delta ? pos + randint(0, 1000) : 0;
-        if (with_delta && randint(0, 3) == 0) delta = 0;
-        for (int done = 0; done < len && s->n_pages < cap_pages; done += P) {
-            int cnt = len - done < P ? len - done : P;
-            s->pages[s->n_pages++] = li_page_word(0, cnt, delta);
-            s->n_keys += cnt;
-        }
-        pos += len;
-        if (s->n_pages >= cap_pages) break;
-    }
-    int64_t pool = s->n_pages + 3;
-    int64_t *perm = malloc(sizeof(int64_t) * pool);
-    for (int64_t i = 0; i < pool; i++) perm[i] = i;
-    for (int64_t i = pool - 1; i > 0; i--) {
-        int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    for (int p = 0; p < s->n_pages; p++)
-        s->pages[p] = li_page_word(perm[p], li_page_count(s->pages[p]), li_page_delta(s->pages[p]));
-    free(perm);
-    s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL, dtype};
+    paged_table t;
+    paged_table_make(&t, &rng, P, min_keys, with_delta, 3 * P + 5);
+    *s = (paged_seq){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dtype), .pages = t.pages,
+                      .n_pages = t.n_pages, .n_keys = t.n_keys};
+    int64_t pool = t.n_pool;
     long n = (long)pool * L * 2 * Hkv * P * Dh;
     s->kv.data = gnew(&s->gdata, n);
     fill(s->kv.data, n, 1.0f);
@@ -816,8 +783,9 @@ static void test_attention_deferred_rope(void) {
                 memcpy(kl, kraw, sizeof(float) * Hkv * Dh);
                 memcpy(kg, kraw, sizeof(float) * Hkv * Dh);
                 int32_t lp = i, gp = (int32_t)(delta + i);
-                be_ref->ops->rope(be_ref, kl, &lp, 1, Hkv, Dh, &tab);  // at local position
-                be_ref->ops->rope(be_ref, kg, &gp, 1, Hkv, Dh, &tab);  // at global position
+                // at local, then at global position
+                be_ref->ops->rope(be_ref, kl, LI_DTYPE_F32, kl, &lp, 1, Hkv, Dh, &tab);
+                be_ref->ops->rope(be_ref, kg, LI_DTYPE_F32, kg, &gp, 1, Hkv, Dh, &tab);
                 int64_t slot = phys * P + off;
                 be_ref->ops->kv_store(be_ref, &kva, 0, kl, vraw, &slot, 1);
                 be_ref->ops->kv_store(be_ref, &kvb, 0, kg, vraw, &slot, 1);
@@ -839,7 +807,7 @@ static void test_attention_deferred_rope(void) {
             qpos[t] = (int32_t)(gpos + t);
             nv[t] = n_keys - T + t + 1;
         }
-        be_ref->ops->rope(be_ref, q, qpos, T, H, Dh, &tab);
+        be_ref->ops->rope(be_ref, q, LI_DTYPE_F32, q, qpos, T, H, Dh, &tab);
         li_kv_seq sa = {.pages = pa, .n_pages = n_pages}, sb = {.pages = pb, .n_pages = n_pages};
         float scale = 1.0f / sqrtf((float)Dh);
         be_ref->ops->attention(be_ref, o1, q, T, H, &kva, 0, &sa, NULL, nv, scale, &tab);
@@ -1072,8 +1040,8 @@ static void test_fallbacks(void) {
     gbuf gx, gy1, gy2;
     float *x = gnew(&gx, 64 * 131), *y1 = gnew(&gy1, 64 * 67), *y2 = gnew(&gy2, 64 * 67);
     fill(x, 64 * 131, 1.0f);
-    be_ref->ops->matmul(be_ref, y1, x, &W, 64);
-    bare.ops->matmul(&bare, y2, x, &W, 64);
+    be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, 64, false);
+    bare.ops->matmul(&bare, y2, x, LI_DTYPE_F32, &W, 64, false);
     e = matmul_err(y2, y1, x, &W, 64);
     CHECK(e <= TOL_REDUCE, "matmul error %g; seed %llu", e, g_seed);
     CHECK(gok(&gy2), "guard damaged; seed %llu", g_seed);
@@ -1117,7 +1085,7 @@ typedef struct {
 
 static void mm_run(void *p) {
     mm_bench *b = p;
-    b->be->ops->matmul(b->be, b->y, b->x, b->W, b->T);
+    b->be->ops->matmul(b->be, b->y, b->x, LI_DTYPE_F32, b->W, b->T, false);
 }
 
 typedef struct {
@@ -1201,12 +1169,8 @@ static void print_timings(void) {
 }
 
 int main(void) {
-    g_seed = test_seed("test-ops");
-    li_rng_seed(&rng, g_seed);
-    if (li_backend_cpu_ref_init(&be_ref) != LI_OK || li_backend_cpu_init(&be_fast, 0) != LI_OK) {
-        fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
-        return 1;
-    }
+    g_seed = test_rng_init(&rng, "test-ops");
+    if (!test_cpu_backends(&be_ref, &be_fast, 0)) return 1;
     test_rope_table();
     test_embed();
     test_rmsnorm();

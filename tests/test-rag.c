@@ -252,7 +252,7 @@ static void free_docs(fixture *f) {
 
 int main(void) {
     uint64_t seed = test_seed("test-rag");
-    if (getenv("LI_TEST_BACKEND")) g_backend = getenv("LI_TEST_BACKEND");
+    g_backend = test_backend(g_backend);
     g_kv_dtype = getenv("LI_TEST_KV_DTYPE");
     bool cpu = !strcmp(g_backend, "cpu") || !strcmp(g_backend, "cpu-ref");
     g_kv_bf16 = g_kv_dtype ? !strcmp(g_kv_dtype, "bf16") : !cpu;  // "auto": bf16 on devices

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/core.h"
+
 static int test_n_pass, test_n_fail, test_cur_failed;
 static const char *test_cur_name;
 
@@ -104,6 +106,56 @@ static inline uint64_t test_seed(const char *prog) {
     fflush(stdout);
     return seed;
 }
+
+// A program's random stream: test_seed(prog) (printed) seeds *rng; the seed is returned for
+// the tests that derive further seeds from it.
+static inline uint64_t test_rng_init(li_rng *rng, const char *prog) {
+    uint64_t seed = test_seed(prog);
+    li_rng_seed(rng, seed);
+    return seed;
+}
+
+// ---- random inputs from one program-wide stream (the op and model tests) -------------------
+// main() seeds it: test_rng_init(&rng, "test-ops"). Programs that keep their own streams pass
+// those explicitly and leave this one unused.
+static li_rng rng __attribute__((unused));
+
+static inline float randn(void) { return li_rng_normal(&rng); }
+static inline int randint(int lo, int hi) {  // [lo, hi]
+    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
+}
+// x (n) = normal draws * scale.
+static inline void fill(float *x, long n, float scale) {
+    for (long i = 0; i < n; i++) x[i] = randn() * scale;
+}
+// Zeroed memory, or the program exits with status 2 (a test machine out of memory is no result).
+static inline void *xmalloc(size_t n) {
+    void *p = calloc(1, n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+// The backend a suite runs on: LI_TEST_BACKEND (tests/run.sh sets cpu-devsim, gpu-check cuda),
+// else dflt (NULL: the CPU).
+static inline const char *test_backend(const char *dflt) {
+    const char *b = getenv("LI_TEST_BACKEND");
+    return b ? b : dflt;
+}
+
+#ifdef LI_BACKEND_H  // (programs that include backend/backend.h before this file)
+// The two CPU tables the op tests compare: the fp64 oracle (*ref) and the fast table with
+// n_threads workers (*fast; 0: all cores). 0 with the reason on stderr when either fails.
+static inline int test_cpu_backends(li_backend **ref, li_backend **fast, int n_threads) {
+    if (li_backend_cpu_ref_init(ref) != LI_OK || li_backend_cpu_init(fast, n_threads) != LI_OK) {
+        fprintf(stderr, "cannot create backends: %s\n", li_error_msg());
+        return 0;
+    }
+    return 1;
+}
+#endif
 
 static inline int test_summary(void) {
     fprintf(stderr, "%d passed, %d failed\n", test_n_pass, test_n_fail);

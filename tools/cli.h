@@ -1,4 +1,4 @@
-// cli.h — shared helpers of the lazyinfer subcommands (tools/cmd-*.c, tools/lazyinfer.c).
+// cli.h — shared helpers of the lazyinfer subcommands (tools/cmd-*.c, tools/main.c).
 #ifndef LI_CLI_H
 #define LI_CLI_H
 

@@ -72,21 +72,23 @@ static double time_op(bk_ctx *c, void (*fn)(bk_ctx *), int iters) {
 
 static void op_copy(bk_ctx *c) { li_be_copy(c->be, c->y, c->x, (size_t)c->N * sizeof(float)); }
 static void op_rmsnorm(bk_ctx *c) {
-    c->be->ops->rmsnorm(c->be, c->out, c->x, c->normw, c->T, c->D, c->eps);
+    c->be->ops->rmsnorm(c->be, c->out, LI_DTYPE_F32, c->x, c->normw, c->T, c->D, c->eps);
 }
 static void op_add_rmsnorm(bk_ctx *c) {
     li_add_rmsnorm(c->be, c->out, c->x, c->y, c->normw, c->T, c->D, c->eps);
 }
-static void op_rope(bk_ctx *c) { c->be->ops->rope(c->be, c->q, c->pos, c->T, c->H, c->Dh, &c->rope); }
+static void op_rope(bk_ctx *c) {
+    c->be->ops->rope(c->be, c->q, LI_DTYPE_F32, c->q, c->pos, c->T, c->H, c->Dh, &c->rope);
+}
 static void op_swiglu(bk_ctx *c) {
-    c->be->ops->swiglu(c->be, c->gate, c->gate, c->up, (int64_t)c->T * c->F);
+    c->be->ops->swiglu(c->be, c->gate, LI_DTYPE_F32, c->gate, c->up, c->T, c->F, c->F);
 }
 static void op_kv_store(bk_ctx *c) {
     c->be->ops->kv_store(c->be, &c->kv, 0, c->x, c->y, c->slot, c->T);
 }
 static void op_matmul(bk_ctx *c) {
     li_weight w = {LI_DTYPE_BF16, c->N, c->K, c->W};
-    c->be->ops->matmul(c->be, c->out, c->x, &w, c->T);
+    c->be->ops->matmul(c->be, c->out, c->x, LI_DTYPE_F32, &w, c->T, false);
 }
 static void op_decode(bk_ctx *c) {
     const float scale = 1.0f / sqrtf((float)c->Dh);

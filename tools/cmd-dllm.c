@@ -14,7 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/engine/engine.h"
+#include "../src/core/core.h"
+#include "../src/server/logits.h"
 #include "cli.h"
 #include "lazyinfer.h"
 
@@ -190,11 +191,13 @@ static int load_model(const char *cmd, const dllm_args *a, li_model **m) {
     mp.attn_impl = a->attn_impl;
     mp.device = a->gpu;
     if (li_model_load(m, &mp) != LI_OK) return cli_fail("cannot load the model");
-    if (!(*m)->llada) {
+    li_model_info info;
+    li_model_get_info(*m, &info);
+    if (!info.diffusion) {
         fprintf(stderr,
                 "lazyinfer %s: %s is not a diffusion model (arch '%s'); use `lazyinfer generate` "
                 "for it, or a LLaDA model such as synth:tiny-llada\n",
-                cmd, a->model, (*m)->llama.hp.arch);
+                cmd, a->model, info.arch);
         li_model_free(*m);
         *m = NULL;
         return 2;
@@ -254,7 +257,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
             continue;
         }
         t->piece.len = 0;
-        if (li_tokenizer_decode_token(t->m->tok, id, &t->piece) != LI_OK) continue;
+        if (li_piece_append(t->m, id, &t->piece) != LI_OK) continue;
         const char *piece = t->piece.data;
         size_t len = t->piece.len;
         if (len == 0) li_buf_append(&t->line, "∅", strlen("∅")); // a token without text
@@ -773,7 +776,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         total_prompt += n_ids[i];
     }
     printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.model, info.name,
-           info.n_params / 1e6, m->be->n_threads);
+           info.n_params / 1e6, info.n_threads);
     printf(
         "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens%s; gen_length %d, "
         "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; fp8 %s; seed %llu.\n",

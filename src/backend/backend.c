@@ -36,7 +36,7 @@ void li_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const 
         return;
     }
     be->ops->add(be, x, y, (int64_t)T * D);
-    be->ops->rmsnorm(be, out, x, w, T, D, eps);
+    be->ops->rmsnorm(be, out, LI_DTYPE_F32, x, w, T, D, eps);
 }
 
 void li_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
@@ -46,7 +46,7 @@ void li_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, flo
         return;
     }
     if (y) be->ops->add(be, x, y, (int64_t)T * D);
-    be->ops->rmsnorm(be, xn, x, w, T, D, eps);
+    be->ops->rmsnorm(be, xn, LI_DTYPE_F32, x, w, T, D, eps);
     be->ops->fp8_quant_rows(be, q, scale, xn, T, D);
 }
 
@@ -56,7 +56,7 @@ void li_swiglu_fp8(li_backend *be, uint8_t *q, float *scale, float *h, const flo
         be->ops->swiglu_fp8(be, q, scale, h, gate, up, T, F);
         return;
     }
-    be->ops->swiglu(be, h, gate, up, (int64_t)T * F);
+    be->ops->swiglu(be, h, LI_DTYPE_F32, gate, up, T, F, F);
     be->ops->fp8_quant_rows(be, q, scale, h, T, F);
 }
 
@@ -106,4 +106,19 @@ bool li_be_graph_begin(li_backend *be, uint64_t key) {
 li_status li_be_graph_end(li_backend *be, bool *rerun) {
     *rerun = false;
     return be && be->ops && be->ops->graph_end ? be->ops->graph_end(be, rerun) : LI_OK;
+}
+
+bool li_be_takes(const li_backend *be, li_act_op op, li_dtype dt) {
+    const li_backend_ops *o = be->ops;
+    bool there = false;
+    switch (op) {
+    case LI_ACT_RMSNORM: there = o->rmsnorm != NULL; break;
+    case LI_ACT_MATMUL: there = o->matmul != NULL; break;
+    case LI_ACT_ROPE: there = o->rope != NULL; break;
+    case LI_ACT_SWIGLU: there = o->swiglu != NULL; break;
+    case LI_ACT_ATTENTION_DENSE: there = o->attention_dense != NULL; break;
+    default: return false;
+    }
+    uint32_t m = o->act_dtypes[op];
+    return there && (m ? ((m >> dt) & 1u) != 0 : dt == LI_DTYPE_F32);
 }

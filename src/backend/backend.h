@@ -16,9 +16,9 @@
 
 #include "../core/core.h"
 #include "../format/hparams.h"
+#include "dllm-rules.h"
 #include "page-word.h"
 
-#define LI_DLLM_SELECT_MAX_ROWS 1024  // ops.dllm_select: one CUDA block of B threads
 
 // ---- weights --------------------------------------------------------------------------------
 
@@ -146,18 +146,33 @@ typedef struct li_backend li_backend;
 
 typedef enum { LI_ATTN_AUTO = 0, LI_ATTN_LIBRARY, LI_ATTN_NATIVE } li_attn_impl;
 
+// The entries of the table that take an activation dtype (li_backend_ops.act_dtypes, li_be_takes).
+typedef enum {
+    LI_ACT_RMSNORM,
+    LI_ACT_MATMUL,
+    LI_ACT_ROPE,
+    LI_ACT_SWIGLU,
+    LI_ACT_ATTENTION_DENSE,
+    LI_ACT_OPS
+} li_act_op;
+
 typedef struct {
     const char *name;
 
     // out (T, D) = W[tokens[t]] with W (V, D); tokens are checked by the caller.
     void (*embed)(li_backend *be, float *out, const li_weight *W, const int32_t *tokens, int T);
 
-    // out (T, D) = x / sqrt(mean(x^2) + eps) * w, w (D). out may alias x.
-    void (*rmsnorm)(li_backend *be, float *out, const float *x, const float *w, int T, int D,
-                    float eps);
+    // Entries that take an activation dtype dt (li_be_takes says which a backend has; see "bf16
+    // activations" below for what BF16 means) are marked [dt].
 
-    // y (T, N) = x (T, K) @ W^T, W (N, K). y never aliases x.
-    void (*matmul)(li_backend *be, float *y, const float *x, const li_weight *W, int T);
+    // [dt] out (T, D) = x / sqrt(mean(x^2) + eps) * w, w (D), stored as dt. out may alias x (F32).
+    void (*rmsnorm)(li_backend *be, void *out, li_dtype dt, const float *x, const float *w, int T,
+                    int D, float eps);
+
+    // [dt] y (T, N) = x (T, K) @ W^T, W (N, K), x stored as dt; accumulate: y += x @ W^T instead
+    // (the residual add fused: the bits of the product then add; BF16 only). y never aliases x.
+    void (*matmul)(li_backend *be, float *y, const void *x, li_dtype dt, const li_weight *W, int T,
+                   bool accumulate);
 
     // x (n) += y (n): residual add.
     void (*add)(li_backend *be, float *x, const float *y, int64_t n);
@@ -168,10 +183,11 @@ typedef struct {
     void (*add_rmsnorm)(li_backend *be, float *out, float *x, const float *y, const float *w,
                         int T, int D, float eps);
 
-    // In place: x (T, nh, Dh) rotated at positions pos (T). Only the first table->n_dims of each
-    // head are rotated; the rest pass through.
-    void (*rope)(li_backend *be, float *x, const int32_t *pos, int T, int nh, int Dh,
-                 const li_rope_table *table);
+    // [dt] out (T, nh, Dh) = x (T, nh, Dh) rotated at positions pos (T), stored as dt. Only the
+    // first table->n_dims of each head are rotated; the rest pass through. F32: in place (out ==
+    // x). BF16: out never aliases x, x is not changed, and pos NULL stores bf16(x) unrotated.
+    void (*rope)(li_backend *be, void *out, li_dtype dt, float *x, const int32_t *pos, int T,
+                 int nh, int Dh, const li_rope_table *table);
 
     // Writes k, v (T, Hkv, Dh) into layer il at physical slots slot (T) = page * P + offset.
     void (*kv_store)(li_backend *be, const li_kv_storage *kv, int il, const float *k,
@@ -216,8 +232,11 @@ typedef struct {
                              const int32_t *page_start, const int32_t *page_start_host,
                              const int32_t *n_visible, float scale, const li_rope_table *rope);
 
-    // out (n) = silu(gate) * up, silu(x) = x / (1 + exp(-x)). out may alias gate.
-    void (*swiglu)(li_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    // [dt] out (T, F) = silu(gate) * up stored as dt, silu(x) = x / (1 + exp(-x)); row t of gate
+    // and up at t * ld (ld = F: separate arrays; BF16 also gate = gu, up = gu + F, ld = 2F: the
+    // fused gate|up projection's rows). F32 needs ld = F; out may alias gate there.
+    void (*swiglu)(li_backend *be, void *out, li_dtype dt, const float *gate, const float *up,
+                   int T, int64_t F, int64_t ld);
 
     // In place softmax over each of `rows` rows of length n (max-subtracted).
     void (*softmax)(li_backend *be, float *x, int rows, int n);
@@ -238,12 +257,14 @@ typedef struct {
     void (*flash_attn_tiles)(li_backend *be, float *o, float *m, float *l, const float *q, int nq,
                              int H, const float *k, const float *v, int nk, int Hkv, int Dh,
                              int tile, float scale);
-    // Bidirectional attention over dense K/V for Dh 64 or 128 (LLaDA's layers >= 1): out (T, H,
-    // Dh) from q (T, H, Dh) and k, v (nk, Hkv, Dh), every row over every key, GQA: what
-    // flash_attn_tiles over all keys + finalize compute, here on tensor cores (bf16 inputs, fp32
-    // accumulation, so within bf16 rounding of them). NULL: the model uses flash_attn_tiles.
-    void (*attention_dense)(li_backend *be, float *out, const float *q, int T, int H,
-                            const float *k, const float *v, int nk, int Hkv, int Dh, float scale);
+    // [dt] Bidirectional attention over dense K/V for Dh 64 or 128 (LLaDA's layers >= 1): out
+    // (T, H, Dh) from q (T, H, Dh) f32 and k, v (nk, Hkv, Dh), every row over every key, GQA:
+    // what flash_attn_tiles over all keys + finalize compute, here on tensor cores (bf16 inputs,
+    // fp32 accumulation, so within bf16 rounding of them). dt is k's, v's and out's dtype (BF16:
+    // out = bf16 of the F32 out; q is scaled before rounding). Not taken: the model uses
+    // flash_attn_tiles.
+    void (*attention_dense)(li_backend *be, void *out, li_dtype dt, const float *q, int T, int H,
+                            const void *k, const void *v, int nk, int Hkv, int Dh, float scale);
     // out (n, Dh) = o (n, Dh) / l (n): the final normalisation (n = rows * heads). out may alias o.
     void (*flash_attn_finalize)(li_backend *be, float *out, const float *o, const float *l,
                                 int64_t n, int Dh);
@@ -284,77 +305,25 @@ typedef struct {
     // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what
     // li_fp8_weight_quantize computes on the host. NULL: the host does it.
     void (*fp8_quant_weight)(li_backend *be, li_fp8_weight *out, const li_weight *W);
-    // LLaDA's denoising step over B window rows (docs/DLLM.md steps 2-5) on logits (B, V),
-    // changed in place, ulogits (B, V) or NULL, for the rows with masked[b] != 0 (masked (B)):
-    //   1. CFG when ulogits: l = u + w (l - u) (fp32);  2. l[eos] = -inf when eos >= 0;
-    //   3. x0[b]: temperature 0: argmax_v l[b, v], the lowest id on ties; temperature > 0: LLaDA's
-    //      Gumbel-max in float64, argmax_v exp(l[v]) / (-log u)^T (lowest id on ties), u = uniform
-    //      number b V + v of the stream *rng (li_rng_uniform; one draw per row and id, masked or
-    //      not, as the CPU decoder consumes them);  4. l[ban0] = l[ban1] = -inf for those >= 0
-    //      (confidence_eos_eot_inf: EOT, and EOS at temperature 0);
-    //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in float64 (as Fast-dLLM's softmax of
-    //      the logits cast to float64; the CPU sums in index order, a GPU's reduction order
-    //      differs in the last bits).
-    // Rows not masked: x0 = 0, conf = -inf. x0 (B) and conf (B) in backend memory. *rng is not
-    // advanced: the caller jumps it by B V draws (li_rng_jump) when temperature > 0.
-    void (*dllm_x0)(li_backend *be, int32_t *x0, double *conf, float *logits,
-                    const float *ulogits, const uint8_t *masked, int B, int V, float w,
-                    int32_t eos, int32_t ban0, int32_t ban1, double temperature,
-                    const li_rng *rng);
-    // Step 6's choice where x0 and conf are (a device; NULL: the decoder selects on the host
-    // with li_dllm_select, whose rules and order this follows): candidates are the rows with
-    // masked[b]; their confidence is conf[b], or with random_remask the uniform number b of the
-    // stream *rng (not advanced: the caller moves it B draws on). How many: li_dllm_take over the
-    // confidences ranked descending (mode 0 top-k, 1 threshold tau, 2 factor f); which: the best
-    // ranked (higher conf, then lower row). commit (B + 1) in backend memory: x0[b] for a
-    // selected row, -1 otherwise; commit[B] = how many: all a step reports. When the cut falls
-    // between equal confidences (modes 0 and 2), torch.topk's choice among them is the host's
-    // (li_dllm_topk_torch needs the whole canvas): then commit[B] = -1, every row -1, the stream
-    // not to be moved, and the decoder selects on the host. B <= LI_DLLM_SELECT_MAX_ROWS (the
-    // decoder selects larger windows on the host).
-    void (*dllm_select)(li_backend *be, int32_t *commit, const int32_t *x0, const double *conf,
-                        const uint8_t *masked, int B, int mode, int k, double tau, double f,
-                        bool random_remask, const li_rng *rng);
-    // DPad's draw for one block where its flags are needed next (a device; NULL: the decoder
-    // draws on the host with li_dllm_dpad_draw, whose rule this follows): keep[d] = 1 iff
-    // d < window and u_d < prob[d], u_d the uniform number d of the stream *rng (not advanced:
-    // the caller moves it window draws on, the draws of d >= n_suffix included), for
-    // d = 0..n_suffix-1. keep (n_suffix) bytes, prob (window) in backend memory; window >= 1.
-    void (*dllm_dpad)(li_backend *be, uint8_t *keep, const double *prob, int window, int n_suffix,
-                      const li_rng *rng);
+    // The diffusion decoder's steps where the window logits are (dllm-rules.h li_dllm_ops); NULL:
+    // the backend cannot run a diffusion model.
+    const li_dllm_ops *dllm;
 
-    // ---- bf16 activations (LLaDA on a device; NULL: the model runs the f32 ops above) ----
-    // Each op stores bf16 (round to nearest even) where the f32 path would store f32 and the next
-    // op would round that same value to bf16 anyway (a GEMM's input, attention's K / V / output):
-    // the rounding moves into the op that makes the value and the f32 copy is never written, so
-    // a pass costs 2 bytes per element instead of 4 + 6. On one backend the results equal the
-    // f32 ops followed by the conversion, bit for bit (gpu-check holds CUDA to it); the reference
-    // (ops-ref.c) is exactly that composition. The residual stream stays f32.
-    // out (T, D) = bf16(rmsnorm(x) * w).
-    void (*rmsnorm_bf16)(li_backend *be, uint16_t *out, const float *x, const float *w, int T,
-                         int D, float eps);
-    // y (T, N) = x (T, K) @ W^T with x bf16 (what matmul computes from the f32 x it rounds);
-    // accumulate: y += x @ W^T instead (the residual add fused: the bits of matmul then add).
-    void (*matmul_bf16)(li_backend *be, float *y, const uint16_t *x, const li_weight *W, int T,
-                        bool accumulate);
-    // out (T, nh, Dh) = bf16(rope(x)) at positions pos (T); pos NULL: bf16(x). x is not changed
-    // and out never aliases it.
-    void (*rope_bf16)(li_backend *be, uint16_t *out, const float *x, const int32_t *pos, int T,
-                      int nh, int Dh, const li_rope_table *table);
-    // out (T, F) = bf16(silu(gate) * up); row t of gate and up at t * ld (ld = F: separate
-    // arrays; gate = gu, up = gu + F, ld = 2F: the fused gate|up projection's rows).
-    void (*swiglu_bf16)(li_backend *be, uint16_t *out, const float *gate, const float *up, int T,
-                        int F, int64_t ld);
+    // ---- bf16 activations (LLaDA on a device; not taken: the model runs the F32 forms) ----
+    // The [dt] entries' BF16 forms store bf16 (round to nearest even) where the F32 form would
+    // store f32 and the next op would round that same value to bf16 anyway (a GEMM's input,
+    // attention's K / V / output): the rounding moves into the op that makes the value and the
+    // f32 copy is never written, so a pass costs 2 bytes per element instead of 4 + 6. On one
+    // backend the results equal the F32 form followed by the conversion, bit for bit (gpu-check
+    // holds CUDA to it); the reference (ops-ref.c) is exactly that composition. The residual
+    // stream stays f32. act_dtypes says which forms a table has: bit (1u << dt) per li_act_op
+    // entry; an entry left 0 takes LI_DTYPE_F32 only.
+    uint32_t act_dtypes[LI_ACT_OPS];
     // The fused projection's rows qkv (T, (H + 2 Hkv) Dh) = [q | k | v] split for attention:
     // q (T, H, Dh) = rope(q part) in f32, k (T, Hkv, Dh) = bf16(rope(k part)), v = bf16(v part),
-    // at positions pos (T) — the bits of rope and rope_bf16 on separate arrays.
+    // at positions pos (T) — the bits of rope's F32 and BF16 forms on separate arrays.
     void (*qkv_bf16)(li_backend *be, float *q, uint16_t *k, uint16_t *v, const float *qkv,
                      const int32_t *pos, int T, int H, int Hkv, int Dh, const li_rope_table *table);
-    // attention_dense with k, v (nk, Hkv, Dh) already bf16 and out (T, H, Dh) = bf16 of
-    // attention_dense's out; q (T, H, Dh) f32 (the kernel scales it before rounding).
-    void (*attention_dense_bf16)(li_backend *be, uint16_t *out, const float *q, int T, int H,
-                                 const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
-                                 float scale);
 
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
 
@@ -435,9 +404,60 @@ li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t
 void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes);
 void li_be_fill(li_backend *be, float *x, float value, int64_t n);
 li_status li_be_sync(li_backend *be);
+// Whether the backend's entry `op` takes activations of dtype dt (the entry is there and
+// act_dtypes has dt, or is 0 and dt is F32).
+bool li_be_takes(const li_backend *be, li_act_op op, li_dtype dt);
 // Step graphs (ops.graph_begin): false / LI_OK with *rerun false where the backend has none.
 bool li_be_graph_begin(li_backend *be, uint64_t key);
 li_status li_be_graph_end(li_backend *be, bool *rerun);
+
+// act_dtypes of a table with both forms of rmsnorm, matmul, rope and swiglu, and `dense` the
+// forms of attention_dense.
+#define LI_ACT_F32_BF16 (1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16)
+#define LI_ACT_BF16_FORMS(dense)                                                                   \
+    {[LI_ACT_RMSNORM] = LI_ACT_F32_BF16, [LI_ACT_MATMUL] = LI_ACT_F32_BF16,                       \
+     [LI_ACT_ROPE] = LI_ACT_F32_BF16, [LI_ACT_SWIGLU] = LI_ACT_F32_BF16,                          \
+     [LI_ACT_ATTENTION_DENSE] = (dense)}
+
+// The [dt] entries rmsnorm, matmul, rope and swiglu of a table whose F32 and BF16 forms are
+// separate functions P##_rmsnorm / P##_rmsnorm_bf16 (and so on, with the signatures the table
+// had for them): defines static P##_rmsnorm_dt, P##_matmul_dt, P##_rope_dt and P##_swiglu_dt,
+// which pick the form by dt (ops-ref.c, the CUDA backend).
+#define LI_DT_FORMS(P)                                                                             \
+    static void P##_rmsnorm_dt(li_backend *be, void *out, li_dtype dt, const float *x,            \
+                               const float *w, int T, int D, float eps) {                         \
+        if (dt == LI_DTYPE_BF16)                                                                   \
+            P##_rmsnorm_bf16(be, out, x, w, T, D, eps);                                            \
+        else                                                                                       \
+            P##_rmsnorm(be, out, x, w, T, D, eps);                                                 \
+    }                                                                                              \
+    static void P##_matmul_dt(li_backend *be, float *y, const void *x, li_dtype dt,               \
+                              const li_weight *W, int T, bool accumulate) {                        \
+        if (dt == LI_DTYPE_BF16) {                                                                 \
+            P##_matmul_bf16(be, y, x, W, T, accumulate);                                           \
+        } else {                                                                                   \
+            LI_ASSERT(!accumulate);                                                                \
+            P##_matmul(be, y, x, W, T);                                                            \
+        }                                                                                          \
+    }                                                                                              \
+    static void P##_rope_dt(li_backend *be, void *out, li_dtype dt, float *x, const int32_t *pos, \
+                            int T, int nh, int Dh, const li_rope_table *table) {                   \
+        if (dt == LI_DTYPE_BF16) {                                                                 \
+            P##_rope_bf16(be, out, x, pos, T, nh, Dh, table);                                      \
+        } else {                                                                                   \
+            LI_ASSERT(out == x);                                                                   \
+            P##_rope(be, x, pos, T, nh, Dh, table);                                                \
+        }                                                                                          \
+    }                                                                                              \
+    static void P##_swiglu_dt(li_backend *be, void *out, li_dtype dt, const float *gate,          \
+                              const float *up, int T, int64_t F, int64_t ld) {                     \
+        if (dt == LI_DTYPE_BF16) {                                                                 \
+            P##_swiglu_bf16(be, out, gate, up, T, (int)F, ld);                                     \
+        } else {                                                                                   \
+            LI_ASSERT(ld == F);                                                                    \
+            P##_swiglu(be, out, gate, up, (int64_t)T * F);                                         \
+        }                                                                                          \
+    }
 
 // ops.attention_decode as ops.attention once per row (what a backend without a one-call kernel
 // for the shape runs).

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "lazyinfer.h"
 
@@ -103,6 +104,17 @@ const char *li_dtype_name(li_dtype t);
 bool li_dtype_nbytes(li_dtype t, uint64_t n, uint64_t *out_bytes);
 int li_dtype_block_size(li_dtype t);  // elements per block (1 for scalar types)
 
+// A float's bit pattern and back (through memcpy: no aliasing rule broken).
+static inline uint32_t li_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float li_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 float li_bf16_to_f32(uint16_t h);
 uint16_t li_f32_to_bf16(float f);  // round-to-nearest-even, NaN kept quiet
 float li_f16_to_f32(uint16_t h);

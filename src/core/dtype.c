@@ -34,21 +34,10 @@ bool li_dtype_nbytes(li_dtype t, uint64_t n, uint64_t *out_bytes) {
     return !li_mul_overflows(n / blk, (uint64_t)dtype_info[t].block_bytes, out_bytes);
 }
 
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float li_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float li_bf16_to_f32(uint16_t h) { return li_bits_f32((uint32_t)h << 16); }
 
 uint16_t li_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
+    uint32_t u = li_f32_bits(f);
     if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
     u += 0x7fff + ((u >> 16) & 1);  // round to nearest, ties to even
     return (uint16_t)(u >> 16);
@@ -62,19 +51,19 @@ float li_f16_to_f32(uint16_t h) {
         float v = (float)mant * 0x1p-24f;
         return sign ? -v : v;
     }
-    if (exp == 31) return bits_f32(sign | 0x7f800000 | (mant << 13));  // inf / NaN
-    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+    if (exp == 31) return li_bits_f32(sign | 0x7f800000 | (mant << 13));  // inf / NaN
+    return li_bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
 uint16_t li_f32_to_f16(float f) {
-    uint32_t u = f32_bits(f);
+    uint32_t u = li_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
     uint32_t a = u & 0x7fffffff;
     if (a > 0x7f800000) return sign | 0x7e00;       // NaN
     if (a >= 0x477ff000) return sign | 0x7c00;      // rounds to >= 65520: inf
     if (a < 0x38800000) {                           // below the smallest normal 2^-14
         // subnormal: value / 2^-24 rounded to nearest even integer
-        float v = bits_f32(a) * 0x1p24f;
+        float v = li_bits_f32(a) * 0x1p24f;
         float r = rintf(v);  // default rounding mode: nearest, ties to even
         return sign | (uint16_t)r;
     }

@@ -10,8 +10,7 @@
 #include "core.h"
 
 uint8_t li_f32_to_e4m3(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = li_f32_bits(f);
     uint8_t sign = (uint8_t)((u >> 24) & 0x80);
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return sign | 0x7f;  // NaN stays NaN

@@ -18,8 +18,8 @@
 // decoding; each request keeps its own RNG, canvas and caches, so its tokens are those it would
 // get alone. Every buffer is allocated before the first step; the step loop allocates nothing
 // (except when a block ends holding the mask id: the next window grows once).
-// On a device backend the window logits stay in device memory: steps 1-5 (dllm_x0), the commit
-// choice (dllm_select) and DPad's per-block draw (dllm_dpad) run there as backend ops, each
+// On a device backend the window logits stay in device memory: steps 1-5 (dllm->x0), the commit
+// choice (dllm->select) and DPad's per-block draw (dllm->dpad) run there as backend ops, each
 // consuming the request's stream as the host would, and only what a step reports comes back
 // (the commits; once per block the keep flags of the suffix rows).
 //
@@ -34,244 +34,8 @@
 #include <string.h>
 
 #include "../core/rng-jump.h"
-#include "engine-dllm.h"
+#include "../backend/dllm-rules.h"
 #include "engine.h"
-
-// ---- the pieces tests check on their own -----------------------------------------------------
-
-int li_dllm_schedule(int n, int S, int i) {
-    LI_ASSERT(S > 0 && n >= 0 && i >= 0 && i < S);
-    return n / S + (i < n % S ? 1 : 0);
-}
-
-// The count rule of li_dllm_take over ranked values d (or, when d is NULL, w[i].v).
-static int take_rule(const double *d, const li_dllm_pair *w, int nc, li_dllm_sel mode, int k,
-                     double tau, double f) {
-#define RV(i) (d ? d[i] : w[i].v)
-    if (nc <= 0) return 0;
-    int take = 0;
-    switch (mode) {
-    case LI_DLLM_SEL_TOPK: take = k < nc ? (k > 0 ? k : 0) : nc; break;
-    case LI_DLLM_SEL_THRESHOLD:
-        // Sorted descending, so "the best plus all others >= tau" is a prefix.
-        take = 1;
-        while (take < nc && RV(take) >= tau)
-            take++;
-        break;
-    case LI_DLLM_SEL_FACTOR:
-        // Fast-dLLM: threshs[i] = 1 - f / (i + 2), threshs[0] = -1; the loop breaks at the first
-        // failing rank top_i; then `if top_i == 0 or top_i == len(threshs) - 1: top_i += 1`.
-        take = 1;
-        while (take < nc && !(RV(take) < 1.0 - f / (double)(take + 2)))
-            take++;
-        if (take == nc - 1) take = nc;
-        break;
-    }
-    return take;
-#undef RV
-}
-
-int li_dllm_take(const double *ranked, int nc, li_dllm_sel mode, int k, double tau, double f) {
-    return take_rule(ranked, NULL, nc, mode, k, tau, f);
-}
-
-// ---- torch.topk's order among equal values (li_dllm_topk_torch) --------------------------------
-//
-// PyTorch's CPU topk sorts (value, index) pairs with the comparator "a.v > b.v" through
-// libstdc++'s std::partial_sort or std::nth_element. Neither is stable, so which of several equal
-// values end up among the k first is decided by the exact sequence of their swaps; the functions
-// below take the same steps in the same order (stl_heap.h / stl_algo.h of GCC; unchanged in
-// substance for many releases), on indices into one array. NaN never occurs here (candidates
-// are finite or -inf).
-
-static bool before(li_dllm_pair a, li_dllm_pair b) { return a.v > b.v; }
-
-static void swap_pairs(li_dllm_pair *a, li_dllm_pair *b) {
-    li_dllm_pair t = *a;
-    *a = *b;
-    *b = t;
-}
-
-// __adjust_heap then __push_heap: sift the hole at `hole` down to a leaf, then val up.
-static void heap_adjust(li_dllm_pair *a, int hole, int len, li_dllm_pair val) {
-    const int top = hole;
-    int child = hole;
-    while (child < (len - 1) / 2) {
-        child = 2 * (child + 1);
-        if (before(a[child], a[child - 1])) child--;
-        a[hole] = a[child];
-        hole = child;
-    }
-    if ((len & 1) == 0 && child == (len - 2) / 2) {
-        child = 2 * (child + 1);
-        a[hole] = a[child - 1];
-        hole = child - 1;
-    }
-    int parent = (hole - 1) / 2;
-    while (hole > top && before(a[parent], val)) {
-        a[hole] = a[parent];
-        hole = parent;
-        parent = (hole - 1) / 2;
-    }
-    a[hole] = val;
-}
-
-// __heap_select(a, a + mid, a + len): a heap of the mid "largest" under before() in a[0, mid).
-static void heap_select(li_dllm_pair *a, int mid, int len) {
-    if (mid >= 2)
-        for (int parent = (mid - 2) / 2;; parent--) {  // __make_heap
-            heap_adjust(a, parent, mid, a[parent]);
-            if (parent == 0) break;
-        }
-    for (int i = mid; i < len; i++)
-        if (before(a[i], a[0])) {  // __pop_heap(a, a + mid, a + i)
-            li_dllm_pair v = a[i];
-            a[i] = a[0];
-            heap_adjust(a, 0, mid, v);
-        }
-}
-
-static void insertion_sort(li_dllm_pair *a, int first, int last) {
-    if (first == last) return;
-    for (int i = first + 1; i < last; i++) {
-        li_dllm_pair v = a[i];
-        if (before(v, a[first])) {
-            memmove(a + first + 1, a + first, (size_t)(i - first) * sizeof *a);
-            a[first] = v;
-        } else {  // __unguarded_linear_insert
-            int j = i;
-            while (before(v, a[j - 1])) {
-                a[j] = a[j - 1];
-                j--;
-            }
-            a[j] = v;
-        }
-    }
-}
-
-// __unguarded_partition_pivot over [first, last): median of a[first + 1], a[mid], a[last - 1]
-// moved to a[first], then the Hoare partition of [first + 1, last) around it.
-static int partition_pivot(li_dllm_pair *a, int first, int last) {
-    int mid = first + (last - first) / 2, x = first + 1, y = mid, z = last - 1;
-    int m;  // __move_median_to_first
-    if (before(a[x], a[y]))
-        m = before(a[y], a[z]) ? y : before(a[x], a[z]) ? z : x;
-    else
-        m = before(a[x], a[z]) ? x : before(a[y], a[z]) ? z : y;
-    swap_pairs(&a[first], &a[m]);
-    int lo = first + 1, hi = last;
-    for (;;) {
-        while (before(a[lo], a[first]))
-            lo++;
-        hi--;
-        while (before(a[first], a[hi]))
-            hi--;
-        if (!(lo < hi)) return lo;
-        swap_pairs(&a[lo], &a[hi]);
-        lo++;
-    }
-}
-
-// torch.topk's choice left in a[0, k): a[i] = (conf[i], i) first.
-static void topk_torch_pairs(const double *conf, int n, int k, li_dllm_pair *a) {
-    LI_ASSERT(k >= 1 && k <= n);
-    for (int i = 0; i < n; i++)
-        a[i] = (li_dllm_pair){conf[i], i};
-    if ((int64_t)k * 64 <= n) {  // std::partial_sort: __heap_select (then __sort_heap: same set)
-        heap_select(a, k, n);
-        return;
-    }
-    // std::nth_element(a, a + k - 1, a + n): __introselect, depth limit 2 __lg(n)
-    int first = 0, last = n, nth = k - 1, depth = 0;
-    for (int m = n; m > 1; m >>= 1)
-        depth++;
-    depth *= 2;
-    while (last - first > 3) {
-        if (depth == 0) {
-            heap_select(a + first, nth + 1 - first, last - first);
-            swap_pairs(&a[first], &a[nth]);
-            return;
-        }
-        depth--;
-        int cut = partition_pivot(a, first, last);
-        if (cut <= nth)
-            first = cut;
-        else
-            last = cut;
-    }
-    insertion_sort(a, first, last);
-    // (torch then sorts a[0, k - 1) for sorted=True: the set does not change)
-}
-
-static int int_cmp(const void *pa, const void *pb) {
-    int a = *(const int *)pa, b = *(const int *)pb;
-    return (a > b) - (a < b);
-}
-
-void li_dllm_topk_torch(const double *conf, int n, int k, int *idx, li_dllm_pair *work) {
-    topk_torch_pairs(conf, n, k, work);
-    for (int i = 0; i < k; i++)
-        idx[i] = work[i].i;
-    qsort(idx, (size_t)k, sizeof *idx, int_cmp);
-}
-
-// Candidate a ranks before b: higher confidence, then lower row.
-static int rank_cmp(const void *pa, const void *pb) {
-    const li_dllm_pair *a = pa, *b = pb;
-    if (a->v != b->v) return a->v > b->v ? -1 : 1;
-    return (a->i > b->i) - (a->i < b->i);
-}
-
-int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double tau, double f,
-                   int *rows, li_dllm_pair *work) {
-    int nc = 0;
-    for (int r = 0; r < n; r++)
-        if (conf[r] > -INFINITY) work[nc++] = (li_dllm_pair){conf[r], r};  // (drops NaN too)
-    if (nc == 0) return 0;
-    // The forward that precedes each call costs orders of magnitude more than this sort.
-    qsort(work, (size_t)nc, sizeof *work, rank_cmp);
-    int take = take_rule(NULL, work, nc, mode, k, tau, f);
-    for (int i = 0; i < take; i++)
-        rows[i] = work[i].i;
-    if (mode == LI_DLLM_SEL_THRESHOLD || take == 0 || take == nc ||
-        work[take - 1].v != work[take].v)
-        return take;
-    // The cut splits a run of equal confidences: those of them torch.topk returns.
-    const double tie = work[take].v;
-    int above = 0;  // rows[0, above) rank strictly better and stay
-    while (above < take && conf[rows[above]] != tie)
-        above++;
-    topk_torch_pairs(conf, n, take, work);
-    int m = above;
-    for (int i = 0; i < take; i++)
-        if (work[i].v == tie) rows[m++] = work[i].i;
-    LI_ASSERT(m == take);
-    qsort(rows + above, (size_t)(take - above), sizeof *rows, int_cmp);
-    return take;
-}
-
-void li_dllm_dpad_probs(int window, double k_sigma, double scale, double *prob) {
-    // numpy linspace(0, k, w): d * (k / (w - 1)), the last element exactly k; w == 1 gives [0].
-    double step = window > 1 ? k_sigma / (double)(window - 1) : 0.0;
-    for (int d = 0; d < window; d++) {
-        double x = (window > 1 && d == window - 1) ? k_sigma : (double)d * step;
-        prob[d] = scale * (exp(-x * x / 2.0) / sqrt(2.0 * M_PI)); // scipy norm.pdf order
-    }
-}
-
-int li_dllm_dpad_draw(li_rng *rng, const double *prob, int window, int n_suffix, uint8_t *keep) {
-    int kept = 0;
-    for (int d = 0; d < n_suffix; d++)
-        keep[d] = 0;
-    for (int d = 0; d < window; d++) {
-        double u = li_rng_uniform(rng); // drawn for every d, even past the canvas end
-        if (d < n_suffix && u < prob[d]) {
-            keep[d] = 1;
-            kept++;
-        }
-    }
-    return kept;
-}
 
 // ---- parameters ------------------------------------------------------------------------------
 
@@ -362,7 +126,7 @@ typedef struct {
     int n_rows;        // rows of ctok in the current block's layout
     uint8_t *keep;     // (G) DPad keep flags of the suffix rows (index d = row - block end)
     double *dpad_prob; // (dpad_window)
-    // Their device copies where the backend draws DPad (dllm_dpad): the probabilities uploaded
+    // Their device copies where the backend draws DPad (dllm->dpad): the probabilities uploaded
     // once, the flags drawn there and downloaded into keep once per block. NULL: host draws.
     uint8_t *dkeep;     // (G + 1)
     double *ddpad_prob; // (dpad_window)
@@ -374,7 +138,7 @@ typedef struct {
     int W, Wcap, wlo;
     int32_t *wrow;
     // Window logits (W, V), the unconditional twin (CFG only): host memory on the CPU, backend
-    // memory on a device (d*), where they stay: the backend's dllm_x0 op runs steps 2-5 there and
+    // memory on a device (d*), where they stay: the backend's dllm->x0 op runs steps 2-5 there and
     // only x0 and the confidences (W each) or the commits come back.
     float *logits, *ulogits;
     li_backend *be;
@@ -382,7 +146,7 @@ typedef struct {
     uint8_t *masked, *dmasked;  // (W) 1 where the window row is still a mask (host, device)
     int32_t *x0, *dx0;          // (W) predicted token per window row (host, device)
     double *wconf, *dconf;      // (W) confidence per window row, -inf for non-candidates
-    int32_t *commit, *dcommit;  // (W + 1) dllm_select's answer (host, device)
+    int32_t *commit, *dcommit;  // (W + 1) dllm->select's answer (host, device)
     int n_committed;            // this step's
     double *conf;      // (T) the canvas's confidence vector for li_dllm_select
     int *sel;          // (T) selected canvas rows
@@ -440,7 +204,7 @@ static li_status window_alloc(req_state *r, li_backend *be, int V, int cap) {
         if (!(r->dx0 = li_be_alloc(be, W * sizeof(int32_t), "dllm x0 (device)")) ||
             !(r->dconf = li_be_alloc(be, W * sizeof(double), "dllm conf (device)")) ||
             !(r->dmasked = li_be_alloc(be, W, "dllm mask flags (device)")) ||
-            (be->ops->dllm_select &&
+            (be->ops->dllm->select &&
              !(r->dcommit = li_be_alloc(be, (W + 1) * sizeof(int32_t), "dllm commits (device)"))) ||
             !(r->dlogits = li_be_alloc(be, WV * sizeof(float), "dllm logits (device)")) ||
             (r->cfg && !(r->dulogits = li_be_alloc(be, WV * sizeof(float), "dllm uncond logits "
@@ -509,7 +273,7 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
         if (!(r->dpad_prob = li_alloc((size_t)p->dpad_window * sizeof *r->dpad_prob, "dpad")))
             return LI_ERR_OOM;
         li_dllm_dpad_probs(p->dpad_window, p->dpad_k_sigma, p->dpad_scale, r->dpad_prob);
-        if (dev && be->ops->dllm_dpad) {
+        if (dev && be->ops->dllm->dpad) {
             size_t nb = (size_t)p->dpad_window * sizeof *r->dpad_prob;
             if (!(r->ddpad_prob = li_be_alloc(be, nb, "dpad (device)")) ||
                 !(r->dkeep = li_be_alloc(be, (size_t)r->G + 1, "dllm dpad flags (device)")))
@@ -530,14 +294,14 @@ static li_status state_init(req_state *r, li_dllm_request *req, const li_llada *
 }
 
 // Start of a block: DPad draws and the canvas layout (rows kept, their positions), the step
-// window, masks left. On a device with dllm_dpad the draws run there (the op leaves the stream as
+// window, masks left. On a device with dllm->dpad the draws run there (the op leaves the stream as
 // it is; it moves the window draws on here) and only the n_suffix keep flags come back.
 static li_status block_begin(req_state *r, const specials *sp) {
     int lo = r->P + r->block * r->B, hi = lo + r->B, n_suffix = r->T - hi;
     const int window = r->p->dpad_window;
     if (r->dkeep) {
         if (n_suffix > 0) {  // (the last block's draws only move the stream)
-            r->be->ops->dllm_dpad(r->be, r->dkeep, r->ddpad_prob, window, n_suffix, &r->rng);
+            r->be->ops->dllm->dpad(r->be, r->dkeep, r->ddpad_prob, window, n_suffix, &r->rng);
             // the download waits for the op and reports its error
             LI_TRY(li_be_download(r->be, r->keep, r->dkeep, (size_t)n_suffix));
         }
@@ -592,10 +356,10 @@ static li_dllm_sel sel_rule(const req_state *r, int *k, double *tau, double *f) 
 
 // Steps 1-6 of the contract for one request on its window logits from the forward just run
 // (logits, ulogits: where the forward wrote them); sets r->n_committed. Steps 1-5 run as the
-// backend's dllm_x0 op: x0 and the confidence of every masked window row. The op draws the
+// backend's dllm->x0 op: x0 and the confidence of every masked window row. The op draws the
 // Gumbel noise from the request's stream (one draw per window row and id) without advancing it:
 // the stream jumps W V draws here, then random remasking takes one number per window row. On a
-// device with dllm_select (and W <= LI_DLLM_SELECT_MAX_ROWS) step 6 runs there too and only the
+// device with dllm->select (and W <= LI_DLLM_SELECT_MAX_ROWS) step 6 runs there too and only the
 // commits (W + 1 ints) come back — unless the cut falls among equal confidences, which the op
 // leaves to li_dllm_select here; otherwise x0 and conf come back (W each) and li_dllm_select
 // chooses on the host.
@@ -612,7 +376,7 @@ static li_status step_decide(li_backend *be, req_state *r, const specials *sp, f
     // confidence softmax too; at temperature > 0 it is a float64 copy and only EOT does.
     int32_t ban0 = p->confidence_eos_eot_inf ? sp->eot : -1;
     int32_t ban1 = p->confidence_eos_eot_inf && p->temperature == 0 ? sp->eos : -1;
-    be->ops->dllm_x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->wconf, logits, ulogits,
+    be->ops->dllm->x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->wconf, logits, ulogits,
                      r->dmasked ? r->dmasked : r->masked, W, V, cw, eos, ban0, ban1,
                      p->temperature, &r->rng);
     if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)W * (uint64_t)V);
@@ -621,7 +385,7 @@ static li_status step_decide(li_backend *be, req_state *r, const specials *sp, f
     double tau, f;
     li_dllm_sel mode = sel_rule(r, &k, &tau, &f);
     if (r->dcommit && W <= LI_DLLM_SELECT_MAX_ROWS) {  // 6. on the device
-        be->ops->dllm_select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, W, (int)mode, k, tau,
+        be->ops->dllm->select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, W, (int)mode, k, tau,
                              f, random, &r->rng);
         LI_TRY(li_be_download(be, r->commit, r->dcommit, (size_t)(W + 1) * sizeof(int32_t)));
         if (r->commit[W] >= 0) {  // (the download waited for the ops and reported their errors)
@@ -772,7 +536,7 @@ li_status li_dllm_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm
                             m->llama.hp.arch);
     if (m->metadata_only)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: the model was loaded metadata-only");
-    if (!m->be->ops->dllm_x0)
+    if (!m->be->ops->dllm || !m->be->ops->dllm->x0)
         return li_error_set(LI_ERR_UNSUPPORTED, "dllm: backend '%s' lacks the dllm_x0 op",
                             m->be->ops->name);
     specials sp;

@@ -1,5 +1,6 @@
 // engine.c — the public model handle: loading (HF dir, GGUF, synth:NAME[:SEED]), info,
 // tokenizer access and chat rendering. Generation is in engine-ar.c.
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,11 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
     snprintf(o->rope_scaling, sizeof o->rope_scaling, "%s", scaling_name(hp->rope.scaling));
     o->tied_embeddings = hp->tied_embeddings;
     o->n_params = m->llada ? li_llada_n_params(m->llada) : li_llama_n_params(hp);
+    o->n_vocab_text = li_tokenizer_n_vocab(m->tok);
+    snprintf(o->cache_mode, sizeof o->cache_mode, "%s", li_cache_mode_name(m->cache_mode));
+    o->n_threads = m->be->n_threads;
+    o->diffusion = m->llada != NULL;
+    o->metadata_only = m->metadata_only;
 }
 
 li_status li_tokenize(const li_model *m, const char *text, size_t len, bool add_bos,
@@ -308,6 +314,28 @@ li_status li_token_to_piece(const li_model *m, int32_t id, char *buf, size_t buf
 }
 
 int32_t li_token_eos(const li_model *m) { return li_tokenizer_eos(m->tok); }
+
+bool li_token_is_special(const li_model *m, int32_t id) {
+    return li_tokenizer_is_special(m->tok, id);
+}
+
+li_status li_tokenize_file(const char *tokenizer_json, const char *text, size_t len, bool add_bos,
+                           bool parse_special, int32_t **out_ids, int *out_n) {
+    char cfg[PATH_MAX];
+    const char *slash = strrchr(tokenizer_json, '/');
+    snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json",
+             slash ? (int)(slash - tokenizer_json) : 1, slash ? tokenizer_json : ".");
+    li_tokenizer *tok;
+    LI_TRY(li_tokenizer_load_json(&tok, tokenizer_json, li_path_exists(cfg) ? cfg : NULL));
+    li_status rc = li_tokenizer_encode(tok, text, len, add_bos, parse_special, out_ids, out_n);
+    li_tokenizer_free(tok);
+    return rc;
+}
+
+li_status li_chat_tokenize_messages(const li_model *m, const li_chat_message *msgs, int n,
+                                    bool add_generation_prompt, int32_t **ids, int *n_ids) {
+    return li_chat_tokenize(m->tok, msgs, n, add_generation_prompt, ids, n_ids);
+}
 
 li_status li_chat_render(const li_model *m, const char *system, const char *user, char **out) {
     li_chat_message msgs[2];

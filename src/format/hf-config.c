@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "hf-config.h"
+#include "json-type.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
 
@@ -41,18 +42,6 @@
 #define LIM_LAYERS 4096
 #define LIM_HEADS 4096
 #define LIM_CTX (1 << 24)
-
-static const char *json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
 // The value of `key` in `obj`, NULL when absent or null. `key` may carry the path of `obj` for
 // messages ("rope_scaling.factor"): only the part after the last '.' is looked up.
@@ -68,7 +57,7 @@ static li_status missing(const char *file, const char *key) {
 
 static li_status wrong(const char *file, const char *key, const char *want, const json_t *v) {
     return li_error_set(LI_ERR_FORMAT, "%s: field '%s' must be %s, not %s", file, key, want,
-                        json_type_name(v));
+                        li_json_type_name(v));
 }
 
 // Integer field in [lo, hi]. Absent: an error when `req`, else *out is left as it is.

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json-type.h"
+
 #define MAX_HEADER_BYTES (100u << 20)
 #define MAX_INDEX_BYTES (100u << 20)
 #define MAX_PATH_LEN 4096
@@ -104,18 +106,6 @@ static li_status build_index(li_safetensors *st) {
     return LI_OK;
 }
 
-static const char *json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 static li_status push_tensor(li_safetensors *st, li_st_tensor **t) {
     if (st->n_tensors == st->cap_tensors) {
         int64_t cap = st->cap_tensors ? st->cap_tensors * 2 : 64;
@@ -136,7 +126,7 @@ static li_status parse_entry(li_safetensors *st, const shard *sh, const char *na
     li_st_tensor *t = NULL;
     if (!json_is_object(v))
         return li_error_set(LI_ERR_FORMAT, "%s: tensor '%s' must be an object, not %s", file,
-                            name, json_type_name(v));
+                            name, li_json_type_name(v));
     if (name[0] == 0) return li_error_set(LI_ERR_FORMAT, "%s: tensor with an empty name", file);
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
            *jo = json_object_get(v, "data_offsets");
@@ -236,7 +226,7 @@ static li_status parse_shard(li_safetensors *st, int si) {
     json_t *v;
     if (!json_is_object(root)) {
         s = li_error_set(LI_ERR_FORMAT, "%s: the header must be a JSON object, not %s", sh->path,
-                         json_type_name(root));
+                         li_json_type_name(root));
         goto out;
     }
     json_object_foreach(root, key, v) {
@@ -245,13 +235,13 @@ static li_status parse_shard(li_safetensors *st, int si) {
             json_t *mv;
             if (!json_is_object(v)) {
                 s = li_error_set(LI_ERR_FORMAT, "%s: __metadata__ must be an object, not %s",
-                                 sh->path, json_type_name(v));
+                                 sh->path, li_json_type_name(v));
                 goto out;
             }
             json_object_foreach(v, mk, mv) {
                 if (!json_is_string(mv)) {
                     s = li_error_set(LI_ERR_FORMAT, "%s: __metadata__ value '%.64s' must be a "
-                                     "string, not %s", sh->path, mk, json_type_name(mv));
+                                     "string, not %s", sh->path, mk, li_json_type_name(mv));
                     goto out;
                 }
             }
@@ -331,7 +321,7 @@ static li_status open_index(li_safetensors *st, const char *index_path) {
     json_object_foreach(wm, name, v) {
         if (!json_is_string(v)) {
             s = li_error_set(LI_ERR_FORMAT, "%s: weight_map entry '%.128s' must be a file name, "
-                             "not %s", index_path, name, json_type_name(v));
+                             "not %s", index_path, name, li_json_type_name(v));
             goto out;
         }
         const char *file = json_string_value(v);

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/step.h"
 #include "llada-internal.h"
 
 #define DEFAULT_FA_TILE 64
@@ -82,9 +83,9 @@ struct li_llada_scratch {
     float *sa;                                         // their scales (R, ceil(max(D, F)/128))
     float *head;                                       // (head_rows, V)
     int head_rows;                                     // min(max_rows, HEAD_CHUNK)
-    // bf16 activations (act_bf16, backend.h's rmsnorm_bf16 & co.): GEMM inputs and attention K,
-    // V, output made in bf16 by the op before (layers >= 1, every FFN, the head). LI_LLADA_ACT
-    // = f32 | bf16 overrides the default (bf16 on a device backend that has the ops).
+    // bf16 activations (act_bf16, the BF16 forms of backend.h's [dt] entries): GEMM inputs and
+    // attention K, V, output made in bf16 by the op before (layers >= 1, every FFN, the head).
+    // LI_LLADA_ACT = f32 | bf16 overrides the default (bf16 on a device backend that has them).
     bool act_bf16;
     // With bf16 activations, Q/K/V of layers >= 1 as one GEMM over the fused weights (wqkv:
     // N = 12288 ran at 0.157 ms against 3 x 0.055 for N = 4096 on the H200) split by qkv_bf16
@@ -167,8 +168,11 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     size_t KM = D > F ? D : F, GM = (KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
     const li_backend_ops *op = m->be->ops;
     const char *act = getenv("LI_LLADA_ACT");
-    bool has_bf16 = op->rmsnorm_bf16 && op->matmul_bf16 && op->rope_bf16 && op->swiglu_bf16 &&
-                    op->attention_dense_bf16;
+    bool has_bf16 = li_be_takes(m->be, LI_ACT_RMSNORM, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_MATMUL, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_ROPE, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_SWIGLU, LI_DTYPE_BF16) &&
+                    li_be_takes(m->be, LI_ACT_ATTENTION_DENSE, LI_DTYPE_BF16);
     // (a device's dense attention kernel takes head dims 64 and 128; the CPU oracle any)
     has_bf16 = has_bf16 && (hp->head_dim == 64 || hp->head_dim == 128 || !li_be_is_device(m->be));
     s->act_bf16 = has_bf16 && (act ? !strcmp(act, "bf16") : li_be_is_device(m->be));
@@ -225,7 +229,7 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
 // path's matmuls convert x to bf16 (the bf16 path's inputs are bf16 already, 256-byte aligned at
 // row 0); layer 0's tensor-core attention and the f32 path's dense attention round a canvas's
 // K and V to bf16; the FP8 FFN's scale tables (gate/up N = F, K = D; down N = D, K = F); and
-// dllm_x0 over a block. No paged attention, no autoregressive sampler.
+// dllm->x0 over a block. No paged attention, no autoregressive sampler.
 li_status li_llada_reserve(const li_llada *m, const li_llada_scratch *s, int max_canvas_rows,
                            int block_rows, bool fp8) {
     li_backend *be = m->be;
@@ -352,8 +356,9 @@ static li_status attention0(const fwd *f, const li_lacache *lc, li_llada_cache *
 // layers' tile order, so every LaCache flag combination still sees the same values).
 static void attention_plain(const fwd *f, int T, const float *q, const float *k, const float *v,
                             float *out, float *fo, float *fm, float *fl) {
-    if (f->op->attention_dense && (f->Dh == 64 || f->Dh == 128)) {
-        f->op->attention_dense(f->be, out, q, T, f->H, k, v, T, f->Hkv, f->Dh, f->scale);
+    if (li_be_takes(f->be, LI_ACT_ATTENTION_DENSE, LI_DTYPE_F32) && (f->Dh == 64 || f->Dh == 128)) {
+        f->op->attention_dense(f->be, out, LI_DTYPE_F32, q, T, f->H, k, v, T, f->Hkv, f->Dh,
+                               f->scale);
         if (f->info) f->info->flops += 4.0 * f->Dh * f->H * (double)T * T;
         return;
     }
@@ -439,20 +444,20 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
         }
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
     } else if (s->act_bf16) {  // n(x) and silu(gate) * up made in bf16, down added to x
-        op->rmsnorm_bf16(be, s->xb, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
+        op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
         // (gate and up as two GEMMs: one over w_gate_up measured slower on the H200, 0.304 ms
         // against 2 x 0.149 at LLaDA-8B's R = 1024)
-        op->matmul_bf16(be, s->gate, s->xb, &l->w_gate, R, false);
-        op->matmul_bf16(be, s->up, s->xb, &l->w_up, R, false);
-        op->swiglu_bf16(be, s->xb, s->gate, s->up, R, F, F);
-        op->matmul_bf16(be, s->x, s->xb, &l->w_down, R, true);
+        op->matmul(be, s->gate, s->xb, LI_DTYPE_BF16, &l->w_gate, R, false);
+        op->matmul(be, s->up, s->xb, LI_DTYPE_BF16, &l->w_up, R, false);
+        op->swiglu(be, s->xb, LI_DTYPE_BF16, s->gate, s->up, R, F, F);
+        op->matmul(be, s->x, s->xb, LI_DTYPE_BF16, &l->w_down, R, true);
     } else {
         op->add(be, s->x, attn, (int64_t)R * D);
-        op->rmsnorm(be, s->xn, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
-        op->matmul(be, s->gate, s->xn, &l->w_gate, R);
-        op->matmul(be, s->up, s->xn, &l->w_up, R);
-        op->swiglu(be, s->gate, s->gate, s->up, (int64_t)R * F);
-        op->matmul(be, s->tmp, s->gate, &l->w_down, R);
+        op->rmsnorm(be, s->xn, LI_DTYPE_F32, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
+        op->matmul(be, s->gate, s->xn, LI_DTYPE_F32, &l->w_gate, R, false);
+        op->matmul(be, s->up, s->xn, LI_DTYPE_F32, &l->w_up, R, false);
+        op->swiglu(be, s->gate, LI_DTYPE_F32, s->gate, s->up, R, F, F);
+        op->matmul(be, s->tmp, s->gate, LI_DTYPE_F32, &l->w_down, R, false);
         op->add(be, s->x, s->tmp, (int64_t)R * D);
     }
     count_mm(f->info, R, &l->w_gate);
@@ -465,11 +470,11 @@ static void norm_matmul(const fwd *f, li_llada_scratch *s, float *y, const float
                         const float *norm_w, const li_weight *W, int n) {
     const li_hparams *hp = &f->m->hp;
     if (s->act_bf16) {
-        f->op->rmsnorm_bf16(f->be, s->xb, x, norm_w, n, hp->n_embd, hp->rms_eps);
-        f->op->matmul_bf16(f->be, y, s->xb, W, n, false);
+        f->op->rmsnorm(f->be, s->xb, LI_DTYPE_BF16, x, norm_w, n, hp->n_embd, hp->rms_eps);
+        f->op->matmul(f->be, y, s->xb, LI_DTYPE_BF16, W, n, false);
     } else {
-        f->op->rmsnorm(f->be, s->xn, x, norm_w, n, hp->n_embd, hp->rms_eps);
-        f->op->matmul(f->be, y, s->xn, W, n);
+        f->op->rmsnorm(f->be, s->xn, LI_DTYPE_F32, x, norm_w, n, hp->n_embd, hp->rms_eps);
+        f->op->matmul(f->be, y, s->xn, LI_DTYPE_F32, W, n, false);
     }
     count_mm(f->info, n, W);
 }
@@ -480,10 +485,11 @@ static void norm_matmul(const fwd *f, li_llada_scratch *s, float *y, const float
 static void attn_out(const fwd *f, li_llada_scratch *s, const li_weight *wo, int R,
                      bool have_attb) {
     if (s->act_bf16) {
-        if (!have_attb) f->op->rope_bf16(f->be, s->attb, s->att, NULL, R, f->H, f->Dh, NULL);
-        f->op->matmul_bf16(f->be, s->x, s->attb, wo, R, true);
+        if (!have_attb)
+            f->op->rope(f->be, s->attb, LI_DTYPE_BF16, s->att, NULL, R, f->H, f->Dh, NULL);
+        f->op->matmul(f->be, s->x, s->attb, LI_DTYPE_BF16, wo, R, true);
     } else {
-        f->op->matmul(f->be, s->tmp, s->att, wo, R);
+        f->op->matmul(f->be, s->tmp, s->att, LI_DTYPE_F32, wo, R, false);
     }
     count_mm(f->info, R, wo);
 }
@@ -497,19 +503,19 @@ static void qkv_project(const fwd *f, li_llada_scratch *s, const li_llama_layer 
     const li_backend_ops *op = f->op;
     li_backend *be = f->be;
     if (s->act_bf16) {
-        op->rmsnorm_bf16(be, s->xb, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        op->rmsnorm(be, s->xb, LI_DTYPE_BF16, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
         if (fused) {
-            op->matmul_bf16(be, s->qkv, s->xb, &l->wqkv, R, false);
+            op->matmul(be, s->qkv, s->xb, LI_DTYPE_BF16, &l->wqkv, R, false);
         } else {
-            op->matmul_bf16(be, s->q, s->xb, &l->wq, R, false);
-            op->matmul_bf16(be, s->k, s->xb, &l->wk, R, false);
-            op->matmul_bf16(be, s->v, s->xb, &l->wv, R, false);
+            op->matmul(be, s->q, s->xb, LI_DTYPE_BF16, &l->wq, R, false);
+            op->matmul(be, s->k, s->xb, LI_DTYPE_BF16, &l->wk, R, false);
+            op->matmul(be, s->v, s->xb, LI_DTYPE_BF16, &l->wv, R, false);
         }
     } else {
-        op->rmsnorm(be, s->xn, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
-        op->matmul(be, s->q, s->xn, &l->wq, R);
-        op->matmul(be, s->k, s->xn, &l->wk, R);
-        op->matmul(be, s->v, s->xn, &l->wv, R);
+        op->rmsnorm(be, s->xn, LI_DTYPE_F32, x, l->attn_norm.data, R, hp->n_embd, hp->rms_eps);
+        op->matmul(be, s->q, s->xn, LI_DTYPE_F32, &l->wq, R, false);
+        op->matmul(be, s->k, s->xn, LI_DTYPE_F32, &l->wk, R, false);
+        op->matmul(be, s->v, s->xn, LI_DTYPE_F32, &l->wv, R, false);
     }
     count_mm(f->info, R, &l->wq);
     count_mm(f->info, R, &l->wk);
@@ -528,8 +534,8 @@ static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, cons
     const size_t HDh = (size_t)H * Dh, KDh = (size_t)Hkv * Dh;
     float *q = s->q + r0 * HDh, *k = s->k + r0 * KDh, *v = s->v + r0 * KDh;
     if (!s->act_bf16) {
-        op->rope(be, q, pos, T, H, Dh, rope);
-        op->rope(be, k, pos, T, Hkv, Dh, rope);
+        op->rope(be, q, LI_DTYPE_F32, q, pos, T, H, Dh, rope);
+        op->rope(be, k, LI_DTYPE_F32, k, pos, T, Hkv, Dh, rope);
         attention_plain(f, T, q, k, v, s->att + r0 * HDh, s->fo + r0 * HDh, s->fm + (size_t)r0 * H,
                         s->fl + (size_t)r0 * H);
         return;
@@ -538,11 +544,12 @@ static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, cons
     if (fused) {
         op->qkv_bf16(be, q, kb, vb, s->qkv + r0 * (HDh + 2 * KDh), pos, T, H, Hkv, Dh, rope);
     } else {
-        op->rope(be, q, pos, T, H, Dh, rope);
-        op->rope_bf16(be, kb, k, pos, T, Hkv, Dh, rope);
-        op->rope_bf16(be, vb, v, NULL, T, Hkv, Dh, NULL);
+        op->rope(be, q, LI_DTYPE_F32, q, pos, T, H, Dh, rope);
+        op->rope(be, kb, LI_DTYPE_BF16, k, pos, T, Hkv, Dh, rope);
+        op->rope(be, vb, LI_DTYPE_BF16, v, NULL, T, Hkv, Dh, NULL);
     }
-    op->attention_dense_bf16(be, s->attb + r0 * HDh, q, T, H, kb, vb, T, Hkv, Dh, f->scale);
+    op->attention_dense(be, s->attb + r0 * HDh, LI_DTYPE_BF16, q, T, H, kb, vb, T, Hkv, Dh,
+                        f->scale);
     if (f->info) f->info->flops += 4.0 * Dh * H * (double)T * T;
 }
 
@@ -608,8 +615,8 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     }
     if (rc == LI_OK) {
         qkv_project(&f, s, l0, s->xn, G, false);  // (layer 0's weights are not fused)
-        op->rope(be, s->q, gpos_d, G, H, Dh, &m->rope);
-        op->rope(be, s->k, gpos_d, G, Hkv, Dh, &m->rope);
+        op->rope(be, s->q, LI_DTYPE_F32, s->q, gpos_d, G, H, Dh, &m->rope);
+        op->rope(be, s->k, LI_DTYPE_F32, s->k, gpos_d, G, Hkv, Dh, &m->rope);
         if (info) info->qkv_rows += G;
     }
     if (rc == LI_OK && lc->rope) { // scatter into the canvases' RoPECache
@@ -685,6 +692,84 @@ static li_status forward_ops(const li_llada *m, const li_lacache *lc, li_llada_s
     return LI_OK;
 }
 
+// One step for the step runner (step.h): forward_ops' arguments, and the host state its ops
+// change (the caches' flags and tile, the step info) as it was before, to go back to when a
+// recorded step could not run.
+typedef struct {
+    const li_llada *m;
+    const li_lacache *lc;
+    li_llada_scratch *s;
+    li_llada_cache *const *caches;
+    const li_llada_canvas *canvases;
+    int n;
+    float *const *logits;
+    li_llada_step_info *info;
+    const int *g_lo, *g_hi;
+    int G, R;
+    bool *flags0;  // (n, 3) emb_ok, rope_ok, fa_ok before the step
+    int *tile0;    // (n) fa_tile before the step
+    li_llada_step_info info0;
+} step_args;
+
+// The step's graph key: its shape. Canvas sizes, which caches are filled (block start or not),
+// the LaCache flags; the block bounds are arguments that each recording updates.
+static uint64_t step_key(const li_lacache *lc, li_llada_cache *const *caches,
+                         const li_llada_canvas *canvases, int n, int ft) {
+    uint64_t key = LI_STEP_KEY_INIT;
+    for (int i = 0; i < n; i++) {
+        const li_llada_cache *c = caches[i];
+        const li_llada_canvas *cv = &canvases[i];
+        // attention0 skips empty tile ranges: a block at either end of the canvas has fewer ops
+        bool at_start = cv->block_lo < ft;
+        bool at_end = (cv->block_hi + ft - 1) / ft * ft >= cv->n_tokens;
+        uint64_t v = (uint64_t)cv->n_tokens << 8 | (uint64_t)c->emb_ok << 1 |
+                     (uint64_t)c->rope_ok << 2 | (uint64_t)c->fa_ok << 3 |
+                     (uint64_t)(c->fa_tile == ft) << 4 | (uint64_t)at_start << 5 |
+                     (uint64_t)at_end << 6;
+        key = li_step_key(key, v);
+        // the head's GEMMs or copies: one per run of output rows
+        int runs = 0;
+        for (int j = 0, n_out = out_count(cv); j < n_out; j += run_length(cv, j))
+            runs++;
+        key = li_step_key(key, (uint64_t)out_count(cv) << 20 | (uint64_t)runs);
+    }
+    return li_step_key(key, (uint64_t)lc->embed | (uint64_t)lc->rope << 1 |
+                                (uint64_t)lc->fa << 2 | (uint64_t)lc->trunc << 3 |
+                                (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8);
+}
+
+// The caches' flags before the step, for step_restore; false when out of memory (the step then
+// runs without recording, which needs no snapshot).
+static bool step_snapshot(step_args *a) {
+    a->flags0 = malloc((size_t)a->n * 3 * sizeof(bool));
+    a->tile0 = malloc((size_t)a->n * sizeof(int));
+    if (!a->flags0 || !a->tile0) return false;
+    for (int i = 0; i < a->n; i++) {
+        a->flags0[3 * i] = a->caches[i]->emb_ok;
+        a->flags0[3 * i + 1] = a->caches[i]->rope_ok;
+        a->flags0[3 * i + 2] = a->caches[i]->fa_ok;
+        a->tile0[i] = a->caches[i]->fa_tile;
+    }
+    return true;
+}
+
+static li_status step_ops(void *args) {
+    const step_args *a = args;
+    return forward_ops(a->m, a->lc, a->s, a->caches, a->canvases, a->n, a->logits, a->info,
+                       a->g_lo, a->g_hi, a->G, a->R);
+}
+
+static void step_restore(void *args) {
+    const step_args *a = args;
+    for (int i = 0; i < a->n; i++) {
+        a->caches[i]->emb_ok = a->flags0[3 * i];
+        a->caches[i]->rope_ok = a->flags0[3 * i + 1];
+        a->caches[i]->fa_ok = a->flags0[3 * i + 2];
+        a->caches[i]->fa_tile = a->tile0[i];
+    }
+    if (a->info) *a->info = a->info0;
+}
+
 li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scratch *s,
                            li_llada_cache *const *caches, const li_llada_canvas *canvases, int n,
                            float *const *logits, li_llada_step_info *info) {
@@ -750,60 +835,15 @@ li_status li_llada_forward(const li_llada *m, const li_lacache *lc, li_llada_scr
         free(g_lo);
         return rc;
     }
-    // A device backend runs the step as one graph (backend.h graph_begin). The key is the step's
-    // shape: canvas sizes, which caches are filled (block start or not), the LaCache flags; the
-    // block bounds are arguments that each recording updates. The caches' flags change while
-    // the ops are queued: a recording that fails is queued again from the same flags.
-    uint64_t key = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) {
-        const li_llada_cache *c = caches[i];
-        const li_llada_canvas *cv = &canvases[i];
-        // attention0 skips empty tile ranges: a block at either end of the canvas has fewer ops
-        bool at_start = cv->block_lo < ft, at_end = (cv->block_hi + ft - 1) / ft * ft >= cv->n_tokens;
-        uint64_t v = (uint64_t)cv->n_tokens << 8 | (uint64_t)c->emb_ok << 1 |
-                     (uint64_t)c->rope_ok << 2 | (uint64_t)c->fa_ok << 3 |
-                     (uint64_t)(c->fa_tile == ft) << 4 | (uint64_t)at_start << 5 |
-                     (uint64_t)at_end << 6;
-        key = (key ^ v) * 1099511628211ull;
-        // the head's GEMMs or copies: one per run of output rows
-        int runs = 0;
-        for (int j = 0, n_out = out_count(cv); j < n_out; j += run_length(cv, j))
-            runs++;
-        key = (key ^ ((uint64_t)out_count(cv) << 20 | (uint64_t)runs)) * 1099511628211ull;
-    }
-    key = (key ^ ((uint64_t)lc->embed | (uint64_t)lc->rope << 1 | (uint64_t)lc->fa << 2 |
-                  (uint64_t)lc->trunc << 3 | (uint64_t)lc->fp8 << 4 | (uint64_t)ft << 8)) *
-          1099511628211ull;
-    li_llada_step_info info0 = info ? *info : (li_llada_step_info){0};
-    const bool can_record = be->ops->graph_begin != NULL;  // (else no snapshot is needed)
-    bool *flags0 = can_record ? malloc((size_t)n * 3 * sizeof(bool)) : NULL;
-    int *tile0 = can_record ? malloc((size_t)n * sizeof(int)) : NULL;
-    for (int i = 0; flags0 && tile0 && i < n; i++) {
-        flags0[3 * i] = caches[i]->emb_ok;
-        flags0[3 * i + 1] = caches[i]->rope_ok;
-        flags0[3 * i + 2] = caches[i]->fa_ok;
-        tile0[i] = caches[i]->fa_tile;
-    }
-    // (without the snapshot, no recording: the step runs as queued)
-    bool recording = flags0 && tile0 && li_be_graph_begin(be, key), rerun = false;
-    rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
-    if (recording) {
-        li_status rc_end = li_be_graph_end(be, &rerun);
-        if (rc == LI_OK) rc = rc_end;
-        if (rc != LI_OK || rerun) {  // nothing of the recorded step ran: back to the same state
-            for (int i = 0; i < n; i++) {
-                caches[i]->emb_ok = flags0[3 * i];
-                caches[i]->rope_ok = flags0[3 * i + 1];
-                caches[i]->fa_ok = flags0[3 * i + 2];
-                caches[i]->fa_tile = tile0[i];
-            }
-            if (info) *info = info0;
-        }
-        if (rc == LI_OK && rerun)  // not recorded: queue the step again, eagerly
-            rc = forward_ops(m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R);
-    }
-    free(flags0);
-    free(tile0);
+    // One step (step.h): a graph on a device backend, queued again from the same cache flags
+    // when its recording cannot run.
+    step_args a = {m, lc, s, caches, canvases, n, logits, info, g_lo, g_hi, G, R,
+                   .info0 = info ? *info : (li_llada_step_info){0}};
+    bool can_record = be->ops->graph_begin && step_snapshot(&a);
+    rc = li_step_run(be, step_key(lc, caches, canvases, n, ft), can_record, step_ops, step_restore,
+                     &a);
+    free(a.flags0);
+    free(a.tile0);
     free(g_lo);
     if (rc != LI_OK) {
         li_be_sync(be);  // the error is rc's; drop what the backend recorded meanwhile

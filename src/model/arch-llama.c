@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/step.h"
 #include "llama.h"
+#include "weights-fp8.h"
 #include "weights-internal.h"
 
 li_status li_llama_set_fp8(li_llama *m, bool on) {
@@ -165,8 +167,25 @@ static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *d
 }
 
 // The ops of one forward over a (staged) batch: embedding, the layers, the head rows.
-static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
-                        const li_batch *b, float *logits, uint8_t *qa, float *sa) {
+typedef struct {
+    const li_llama *m;
+    li_llama_scratch *s;
+    const li_kv_storage *kv;
+    const li_batch *b;
+    float *logits;
+    uint8_t *qa;  // FP8 activation codes (T, max(D, F)), NULL without FP8
+    float *sa;    // and their scales (T, groups)
+} forward_args;
+
+static li_status forward_ops(void *args) {
+    const forward_args *a = args;
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_kv_storage *kv = a->kv;
+    const li_batch *b = a->b;
+    float *logits = a->logits;
+    uint8_t *qa = a->qa;
+    float *sa = a->sa;
     const li_hparams *hp = &m->hp;
     const li_backend_ops *op = m->be->ops;
     li_backend *be = m->be;
@@ -181,23 +200,25 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
         const li_llama_layer *l = &m->w.layers[il];
 
         // ---- attention block (xn = norm(x): layer 0 here, later layers fused with the add) ----
-        if (il == 0) op->rmsnorm(be, s->xn, s->x, l->attn_norm.data, T, D, hp->rms_eps);
+        if (il == 0)
+            op->rmsnorm(be, s->xn, LI_DTYPE_F32, s->x, l->attn_norm.data, T, D, hp->rms_eps);
         float *q = s->q, *k = s->k, *v = s->v;
         if (T == 1 && l->wqkv.data) {
             // decode: one matmul over the fused rows; q, k, v are consecutive slices of a row
-            op->matmul(be, s->gate, s->xn, &l->wqkv, 1);  // (1, H*Dh + 2*Hkv*Dh)
+            // (1, H*Dh + 2*Hkv*Dh)
+            op->matmul(be, s->gate, s->xn, LI_DTYPE_F32, &l->wqkv, 1, false);
             q = s->gate;
             k = q + (size_t)H * Dh;
             v = k + (size_t)Hkv * Dh;
             // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin); k follows q: one call, H + Hkv heads
-            op->rope(be, q, b->pos, 1, H + Hkv, Dh, &m->rope);
+            op->rope(be, q, LI_DTYPE_F32, q, b->pos, 1, H + Hkv, Dh, &m->rope);
         } else {
-            op->matmul(be, q, s->xn, &l->wq, T);  // (T, H*Dh)
-            op->matmul(be, k, s->xn, &l->wk, T);  // (T, Hkv*Dh)
-            op->matmul(be, v, s->xn, &l->wv, T);  // (T, Hkv*Dh)
+            op->matmul(be, q, s->xn, LI_DTYPE_F32, &l->wq, T, false);  // (T, H*Dh)
+            op->matmul(be, k, s->xn, LI_DTYPE_F32, &l->wk, T, false);  // (T, Hkv*Dh)
+            op->matmul(be, v, s->xn, LI_DTYPE_F32, &l->wv, T, false);  // (T, Hkv*Dh)
             // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            op->rope(be, q, b->pos, T, H, Dh, &m->rope);
-            op->rope(be, k, b->pos, T, Hkv, Dh, &m->rope);
+            op->rope(be, q, LI_DTYPE_F32, q, b->pos, T, H, Dh, &m->rope);
+            op->rope(be, k, LI_DTYPE_F32, k, b->pos, T, Hkv, Dh, &m->rope);
         }
         op->kv_store(be, kv, il, k, v, b->slot, T);
         if (s->page_start) {  // decode rows of several sequences (stage_batch): one call
@@ -213,7 +234,7 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
                           sq->n, H, kv, il, &sq->kv, b->kv_first ? b->kv_first + sq->t0 : NULL,
                           b->n_visible + sq->t0, scale, &m->rope);
         }
-        op->matmul(be, s->tmp, s->att, &l->wo, T);  // (T, D)
+        op->matmul(be, s->tmp, s->att, LI_DTYPE_F32, &l->wo, T, false);  // (T, D)
 
         // ---- feed-forward block: x += attention; down(silu(gate(n(x))) * up(n(x))) ----
         li_add_rmsnorm(be, s->xn, s->x, s->tmp, l->ffn_norm.data, T, D, hp->rms_eps);
@@ -222,19 +243,19 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
             op->fp8_quant_rows(be, qa, sa, s->xn, T, D);
             op->matmul_fp8(be, s->gate, qa, sa, T, &w8[0]);
             op->matmul_fp8(be, s->up, qa, sa, T, &w8[1]);
-            op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
+            op->swiglu(be, s->gate, LI_DTYPE_F32, s->gate, s->up, T, F, F);
             op->fp8_quant_rows(be, qa, sa, s->gate, T, F);
             op->matmul_fp8(be, s->tmp, qa, sa, T, &w8[2]);
         } else if (T == 1 && l->w_gate_up.data) {
             // decode: gate and up from one matmul over the fused rows, (1, 2F) = [gate | up]
-            op->matmul(be, s->gate, s->xn, &l->w_gate_up, 1);
-            op->swiglu(be, s->gate, s->gate, s->gate + F, F);
-            op->matmul(be, s->tmp, s->gate, &l->w_down, 1);  // (1, D)
+            op->matmul(be, s->gate, s->xn, LI_DTYPE_F32, &l->w_gate_up, 1, false);
+            op->swiglu(be, s->gate, LI_DTYPE_F32, s->gate, s->gate + F, 1, F, F);
+            op->matmul(be, s->tmp, s->gate, LI_DTYPE_F32, &l->w_down, 1, false);  // (1, D)
         } else {
-            op->matmul(be, s->gate, s->xn, &l->w_gate, T);  // (T, F)
-            op->matmul(be, s->up, s->xn, &l->w_up, T);      // (T, F)
-            op->swiglu(be, s->gate, s->gate, s->up, (int64_t)T * F);
-            op->matmul(be, s->tmp, s->gate, &l->w_down, T);  // (T, D)
+            op->matmul(be, s->gate, s->xn, LI_DTYPE_F32, &l->w_gate, T, false);  // (T, F)
+            op->matmul(be, s->up, s->xn, LI_DTYPE_F32, &l->w_up, T, false);      // (T, F)
+            op->swiglu(be, s->gate, LI_DTYPE_F32, s->gate, s->up, T, F, F);
+            op->matmul(be, s->tmp, s->gate, LI_DTYPE_F32, &l->w_down, T, false);  // (T, D)
         }
         // x += ffn, and the next layer's attention norm in the same pass
         if (il + 1 < hp->n_layer)
@@ -249,9 +270,12 @@ static void forward_ops(const li_llama *m, li_llama_scratch *s, const li_kv_stor
         // gather the rows (embed is a row gather: the residual stream as a (T, D) table)
         li_weight rows = {.dtype = LI_DTYPE_F32, .n_rows = T, .n_cols = D, .data = s->x};
         op->embed(be, s->xn, &rows, b->logit_rows, b->n_logits);
-        op->rmsnorm(be, s->xn, s->xn, m->w.out_norm.data, b->n_logits, D, hp->rms_eps);
-        op->matmul(be, logits, s->xn, &m->w.output, b->n_logits);  // (n_logits, V)
+        op->rmsnorm(be, s->xn, LI_DTYPE_F32, s->xn, m->w.out_norm.data, b->n_logits, D,
+                    hp->rms_eps);
+        // (n_logits, V)
+        op->matmul(be, logits, s->xn, LI_DTYPE_F32, &m->w.output, b->n_logits, false);
     }
+    return LI_OK;
 }
 
 li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_storage *kv,
@@ -292,14 +316,12 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         }
     }
 
-    // A device backend runs the ops as one step graph (backend.h graph_begin): the key is the
-    // step's shape, so decode steps of one batch size share an executable graph.
+    // One step (step.h): a graph on a device backend, keyed by the step's shape so that decode
+    // steps of one batch size share an executable graph (FP8 steps run eagerly).
     uint64_t key = (uint64_t)T | (uint64_t)b->n_seqs << 20 | (uint64_t)b->n_logits << 40 |
                    (uint64_t)(b->kv_first != NULL) << 62;
-    bool recording = !m->fp8_ffn && li_be_graph_begin(be, key), rerun = false;
-    forward_ops(m, s, kv, b, logits, qa, sa);
-    li_status rc = recording ? li_be_graph_end(be, &rerun) : LI_OK;
-    if (rc == LI_OK && rerun) forward_ops(m, s, kv, b, logits, qa, sa);  // could not be recorded
+    forward_args args = {m, s, kv, b, logits, qa, sa};
+    li_status rc = li_step_run(be, key, !m->fp8_ffn, forward_ops, NULL, &args);
     free(qa);
     free(sa);
     return rc;

@@ -60,10 +60,4 @@ li_status li_weights_to_device(li_weight_store *st, li_llama_weights *w, int n_l
 li_status li_weights_synth_on_device(li_weight_store *st, li_llama_weights *w,
                                      const li_hparams *hp, li_backend *be, uint64_t seed);
 
-// FP8 (e4m3) copy of W (f32 or bf16) per 128 x 128 block (backend.h li_fp8_weight): scale =
-// li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division). Work is spread over
-// tp (may be NULL). li_fp8_weight_free releases what it allocated (zeroed struct: no-op).
-li_status li_fp8_weight_quantize(li_fp8_weight *out, const li_weight *W, li_threadpool *tp);
-void li_fp8_weight_free(li_fp8_weight *w);
-
 #endif

@@ -8,11 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/engine.h"
+li_status li_piece_append(const li_model *m, int32_t id, li_buf *b) {
+    char small[256];
+    size_t n;
+    LI_TRY(li_token_to_piece(m, id, small, sizeof small, &n));
+    if (n <= sizeof small) return li_buf_append(b, small, n);
+    char *big = malloc(n);
+    if (!big) return li_error_set(LI_ERR_OOM, "out of memory for token %d's text", id);
+    li_status rc = li_token_to_piece(m, id, big, n, &n);
+    if (rc == LI_OK) rc = li_buf_append(b, big, n);
+    free(big);
+    return rc;
+}
 
 li_status li_vocab_init(li_vocab *v, const li_model *m) {
     memset(v, 0, sizeof *v);
-    v->V = li_model_hparams(m)->n_vocab;
+    li_model_info info;
+    li_model_get_info(m, &info);
+    v->V = info.n_vocab;
     v->off = calloc((size_t)v->V + 1, sizeof *v->off);
     v->special = calloc((size_t)v->V, 1);
     li_buf b = {0};
@@ -20,9 +33,8 @@ li_status li_vocab_init(li_vocab *v, const li_model *m) {
     for (int id = 0; id < v->V; id++) {
         v->off[id] = b.len;
         // ids past the tokenizer's (the embedding is larger) have no text
-        if (id < li_tokenizer_n_vocab(m->tok) && li_tokenizer_decode_token(m->tok, id, &b) != LI_OK)
-            goto oom;
-        v->special[id] = li_tokenizer_is_special(m->tok, id);
+        if (id < info.n_vocab_text && li_piece_append(m, id, &b) != LI_OK) goto oom;
+        v->special[id] = li_token_is_special(m, id);
     }
     v->off[v->V] = b.len;
     v->bytes = b.data ? b.data : calloc(1, 1);

@@ -28,6 +28,9 @@ typedef struct {
 
 li_status li_vocab_init(li_vocab *v, const li_model *m);
 void li_vocab_free(li_vocab *v);
+// Appends the text of token id to b (li_token_to_piece into a growable buffer): an id outside
+// the tokenizer is LI_ERR_INVALID_ARG with the tokenizer's message.
+li_status li_piece_append(const li_model *m, int32_t id, li_buf *b);
 
 typedef struct {
     const li_api_request *a;

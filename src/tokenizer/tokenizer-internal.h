@@ -1,6 +1,7 @@
 // tokenizer-internal.h — the li_tokenizer struct and the helpers shared by the tokenizer's files
 // (tokenizer.c: tables, encode, decode; vocab-json.c: tokenizer.json; vocab-gguf.c: GGUF
-// metadata; chat.c: chat formats). Not part of any other layer's API.
+// metadata; vocab-bytes.c: the byte tokenizer; chat.c: chat formats). Not part of any other
+// layer's API.
 #ifndef LI_TOKENIZER_INTERNAL_H
 #define LI_TOKENIZER_INTERNAL_H
 

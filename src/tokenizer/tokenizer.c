@@ -1,9 +1,9 @@
 // tokenizer.c — the tokenizer's tables (token texts, vocabulary hash, merge ranks, added tokens,
-// pre-tokenizer steps), encode (added tokens → pre-tokenizer → BPE), decode, the built-in byte
-// tokenizer of synthetic models and the accessors.
+// pre-tokenizer steps), encode (added tokens → pre-tokenizer → BPE), decode and the accessors.
 //
-// Not here: reading tokenizer.json (vocab-json.c), GGUF metadata (vocab-gguf.c), chat formats
-// (chat.c). Behaviour follows HF `tokenizers` (checked by tests/test_tokenizer_parity.py on
+// Not here: reading tokenizer.json (vocab-json.c), GGUF metadata (vocab-gguf.c), the built-in
+// byte tokenizer (vocab-bytes.c), chat formats (chat.c, which calls into this file, never the
+// other way). Behaviour follows HF `tokenizers` (checked by tests/test_tokenizer_parity.py on
 // >2,000 strings per vocabulary; golden ids in tests/test-tokenizer.c):
 //   - added tokens are matched leftmost-longest in the raw text; special ones only when
 //     parse_special is set (HF's encode_special_tokens = !parse_special), non-special ones
@@ -387,72 +387,6 @@ li_status li_tok_finish(li_tokenizer *t, const char *what) {
         if (id >= 0 && (t->tok_attr[id] & TOK_SPECIAL)) eog_add(t, id);
     }
     return LI_OK;
-}
-
-// ---- the built-in byte tokenizer --------------------------------------------------------------
-
-li_status li_tokenizer_init_bytes(li_tokenizer **out, int n_vocab, li_chat_format fmt) {
-    *out = NULL;
-    static const char *const llama3[] = {"<|begin_of_text|>", "<|end_of_text|>",
-                                         "<|start_header_id|>", "<|end_header_id|>",
-                                         "<|eot_id|>"};
-    static const char *const llada[] = {"<|startoftext|>", "<|endoftext|>",
-                                        "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-                                        "<|mdm_mask|>"};
-    // LLaDA-8B's ids (ARCHITECTURE.md §2.3: BOS 126080, EOS 126081, mask 126336, EOT 126348; the
-    // header ids 126346/126347 are those of the released LLaDA tokenizer).
-    static const int32_t llada_ids[] = {126080, 126081, 126346, 126347, 126348, 126336};
-    static const char *const chatml[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"};
-    const char *const *names;
-    int n_sp;
-    switch (fmt) {
-    case LI_CHAT_LLAMA3: names = llama3; n_sp = 5; break;
-    case LI_CHAT_LLADA: names = llada; n_sp = 6; break;
-    case LI_CHAT_CHATML: names = chatml; n_sp = 3; break;
-    default: names = NULL; n_sp = 0; break;
-    }
-    if (n_vocab < 256 + n_sp)
-        return li_error_set(LI_ERR_INVALID_ARG, "byte tokenizer: n_vocab %d is smaller than the "
-                            "256 bytes + %d special tokens of format %s", n_vocab, n_sp,
-                            li_chat_format_name(fmt));
-    li_tokenizer *t;
-    LI_TRY(li_tok_alloc(&t, n_vocab));
-    li_status st = LI_OK;
-    t->raw_bytes = true;
-    for (int b = 0; b < 256 && st == LI_OK; b++) {
-        char c = (char)b;
-        st = li_tok_set(t, b, &c, 1, 0);
-    }
-    bool real_llada = fmt == LI_CHAT_LLADA && n_vocab > 126348;
-    for (int i = 0; i < n_sp && st == LI_OK; i++) {
-        int32_t id = real_llada ? llada_ids[i] : 256 + i;
-        st = li_tok_set(t, id, names[i], strlen(names[i]), TOK_ADDED | TOK_SPECIAL);
-    }
-    if (st == LI_OK) st = li_tok_build_index(t, "byte tokenizer");
-    if (st != LI_OK) goto fail;
-    switch (fmt) {
-    case LI_CHAT_LLAMA3:
-        t->bos = li_tokenizer_find(t, "<|begin_of_text|>");
-        t->eos = li_tokenizer_find(t, "<|end_of_text|>");
-        t->add_bos = true;
-        break;
-    case LI_CHAT_LLADA:
-        t->bos = li_tokenizer_find(t, "<|startoftext|>");
-        t->eos = li_tokenizer_find(t, "<|endoftext|>");
-        t->add_bos = true;
-        break;
-    case LI_CHAT_CHATML:
-        t->eos = li_tokenizer_find(t, "<|im_end|>");
-        break;
-    default: break;
-    }
-    if ((st = li_tok_finish(t, "byte tokenizer")) != LI_OK) goto fail;
-    t->chat = fmt;
-    *out = t;
-    return LI_OK;
-fail:
-    li_tokenizer_free(t);
-    return st;
 }
 
 void li_tokenizer_free(li_tokenizer *t) {

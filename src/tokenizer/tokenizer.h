@@ -66,10 +66,7 @@ li_status li_chat_format_parse(const char *name, li_chat_format *out);
 const char *li_chat_format_name(li_chat_format f);
 li_status li_tokenizer_set_chat_format(li_tokenizer *t, li_chat_format f);
 
-typedef struct {
-    const char *role;     // "system", "user", "assistant"
-    const char *content;
-} li_chat_message;
+// li_chat_message: include/lazyinfer.h.
 // Renders messages with the tokenizer's chat format (including the model's default system
 // message where its template adds one) and, if add_generation_prompt, opens the assistant turn.
 li_status li_chat_render_messages(const li_tokenizer *t, const li_chat_message *msgs, int n,

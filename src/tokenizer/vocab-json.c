@@ -337,18 +337,7 @@ static li_status parse_file(const char *path, json_t **out, size_t flags) {
 
 li_status li_tokenizer_load_json_buffer(li_tokenizer **out, const char *data, size_t len,
                                         const char *name) {
-    *out = NULL;
-    json_error_t err;
-    json_t *root = json_loadb(data, len, 0, &err);
-    if (!root)
-        return li_error_set(LI_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", name,
-                            err.line, err.column, err.text);
-    jctx j = {name, NULL};
-    li_status st = load_json(&j, root, NULL);
-    json_decref(root);
-    if (st != LI_OK) li_tokenizer_free(j.t);
-    else *out = j.t;
-    return st;
+    return li_tokenizer_load_json_buffers(out, data, len, name, NULL, 0, NULL);
 }
 
 li_status li_tokenizer_load_json_buffers(li_tokenizer **out, const char *data, size_t len,

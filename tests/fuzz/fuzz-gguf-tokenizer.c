@@ -15,25 +15,8 @@
 #include <string.h>
 
 #include "format/gguf.h"
+#include "fuzz-encode.h"
 #include "tokenizer/tokenizer.h"
-
-// Encodes s with the given flags, checks the ids, decodes them. Returns nothing: errors on bad
-// UTF-8 or unknown characters are allowed, crashes and out-of-range ids are not.
-static void encode_decode(const li_tokenizer *t, const char *s, size_t n, bool bos, bool sp) {
-    int32_t *ids = NULL;
-    int k = 0;
-    if (li_tokenizer_encode(t, s, n, bos, sp, &ids, &k) != LI_OK) return;
-    int nv = li_tokenizer_n_vocab(t);
-    for (int i = 0; i < k; i++)
-        if (ids[i] < 0 || ids[i] >= nv) {
-            fprintf(stderr, "encode produced id %d outside 0..%d\n", ids[i], nv - 1);
-            abort();
-        }
-    li_buf b = {0};
-    li_tokenizer_decode(t, ids, k, &b);
-    li_buf_free(&b);
-    free(ids);
-}
 
 static void exercise(const li_tokenizer *t, const uint8_t *data, size_t size) {
     static const char *const texts[] = {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "tokenizer/tokenizer-internal.h"
+#include "fuzz-encode.h"
 
 // Byte-level BPE: bytes a b c space(Ġ) newline(Ċ), merges, and the special tokens the chat
 // formats and the config's bos/eos fields name.
@@ -54,27 +55,6 @@ static const char *SENTENCEPIECE =
     "{\"<unk>\":0,\"<s>\":1,\"</s>\":2,\"<0x0A>\":3,\"<0x41>\":4,\"\xE2\x96\x81\":5,\"h\":6,"
     "\"i\":7,\"hi\":8,\"\xE2\x96\x81hi\":9,\"<0xC3>\":10},"
     "\"merges\":[\"h i\",\"\xE2\x96\x81 hi\"]}}";
-
-static void encode_decode(const li_tokenizer *t, const char *s, size_t n, bool bos, bool sp) {
-    int32_t *ids = NULL;
-    int k = 0;
-    if (li_tokenizer_encode(t, s, n, bos, sp, &ids, &k) != LI_OK) return;
-    int nv = li_tokenizer_n_vocab(t);
-    for (int i = 0; i < k; i++)
-        if (ids[i] < 0 || ids[i] >= nv) {
-            fprintf(stderr, "encode produced id %d outside 0..%d\n", ids[i], nv - 1);
-            abort();
-        }
-    if (bos && li_tokenizer_add_bos(t) && li_tokenizer_bos(t) >= 0 &&
-        (k == 0 || ids[0] != li_tokenizer_bos(t))) {
-        fprintf(stderr, "add_bos set but the first id is not BOS\n");
-        abort();
-    }
-    li_buf b = {0};
-    li_tokenizer_decode(t, ids, k, &b);
-    li_buf_free(&b);
-    free(ids);
-}
 
 static void exercise(const li_tokenizer *t) {
     int nv = li_tokenizer_n_vocab(t);

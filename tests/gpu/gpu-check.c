@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../paged-seq.h"
 #include "../test.h"
 #include "backend/backend.h"
 #include "core/rng-jump.h"
@@ -24,23 +25,7 @@
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *ref, *gpu;
-static li_rng rng;
 
-static float randn(void) { return li_rng_normal(&rng); }
-static int randint(int lo, int hi) {  // [lo, hi]
-    return lo + (int)(li_rng_u64(&rng) % (uint64_t)(hi - lo + 1));
-}
-static void fill(float *x, long n, float scale) {
-    for (long i = 0; i < n; i++) x[i] = randn() * scale;
-}
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "gpu-check: out of host memory (%zu bytes)\n", n);
-        exit(2);
-    }
-    return p;
-}
 // Infrastructure failures (allocation, copies) end the run: every later case would fail too.
 static void need(li_status st, const char *what) {
     if (st == LI_OK) return;
@@ -208,8 +193,8 @@ static void test_rmsnorm(void) {
                 dbuf gx, gw, go;
                 float *dx = dnew(&gx, sizeof(float) * n, x), *dw = dnew(&gw, sizeof(float) * D, w);
                 float *dout = alias ? dx : dnew(&go, sizeof(float) * n, NULL);
-                ref->ops->rmsnorm(ref, o1, x, w, T, D, eps);
-                gpu->ops->rmsnorm(gpu, dout, dx, dw, T, D, eps);
+                ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
+                gpu->ops->rmsnorm(gpu, dout, LI_DTYPE_F32, dx, dw, T, D, eps);
                 CHECK_BACKEND();
                 dget(o2, alias ? &gx : &go);
                 double e = test_nmse(o2, o1, n);
@@ -245,7 +230,7 @@ static void test_add_rmsnorm(void) {
             float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, y);
             float *dw = dnew(&gw, sizeof(float) * D, w), *dout = dnew(&go, sizeof(float) * n, NULL);
             ref->ops->add(ref, x, y, n);
-            ref->ops->rmsnorm(ref, o1, x, w, T, D, 1e-5f);
+            ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, 1e-5f);
             gpu->ops->add_rmsnorm(gpu, dout, dx, dy, dw, T, D, 1e-5f);
             CHECK_BACKEND();
             dget(o2, &go);
@@ -310,8 +295,8 @@ static void test_add_swiglu(void) {
             dbuf gg, gu, go;
             float *dg = dnew(&gg, sizeof(float) * n, g), *du = dnew(&gu, sizeof(float) * n, u);
             float *dout = alias ? dg : dnew(&go, sizeof(float) * n, NULL);
-            ref->ops->swiglu(ref, o1, g, u, n);
-            gpu->ops->swiglu(gpu, dout, dg, du, n);
+            ref->ops->swiglu(ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
+            gpu->ops->swiglu(gpu, dout, LI_DTYPE_F32, dg, du, 1, n, n);
             CHECK_BACKEND();
             dget(o2, alias ? &gg : &go);
             double e = test_nmse(o2, o1, n);
@@ -394,13 +379,14 @@ static void test_matmul(void) {
             fill(x, (long)T * K, 1.0f);
             for (long i = 0; i < (long)T * K; i++) xr[i] = li_bf16_to_f32(li_f32_to_bf16(x[i]));
             li_weight Wh = {LI_DTYPE_BF16, N, K, w};
-            ref->ops->matmul(ref, y1, x, &Wh, T);   // what the model means
-            ref->ops->matmul(ref, y3, xr, &Wh, T);  // what a bf16 GEMM can compute exactly
+            ref->ops->matmul(ref, y1, x, LI_DTYPE_F32, &Wh, T, false);   // what the model means
+            // what a bf16 GEMM can compute exactly
+            ref->ops->matmul(ref, y3, xr, LI_DTYPE_F32, &Wh, T, false);
             dbuf gw, gx, gy;
             li_weight Wd = {LI_DTYPE_BF16, N, K, dnew(&gw, (size_t)N * K * 2, w)};
             float *dx = dnew(&gx, sizeof(float) * T * K, x);
             float *dy = dnew_off(&gy, sizeof(float) * T * N, NULL, yoff);
-            gpu->ops->matmul(gpu, dy, dx, &Wd, T);
+            gpu->ops->matmul(gpu, dy, dx, LI_DTYPE_F32, &Wd, T, false);
             CHECK_BACKEND();
             dget(y2, &gy);
             double e = matmul_err(y2, y1, x, w, N, K, T), e3 = matmul_err(y2, y3, xr, w, N, K, T);
@@ -447,12 +433,12 @@ static void test_matmul_batch_invariant(void) {
         li_weight Wd = {LI_DTYPE_BF16, N, K, dnew(&gw, (size_t)N * K * 2, w)};
         float *dx = dnew(&gx, sizeof(float) * Tmax * K, x);
         float *dy = dnew(&gy, sizeof(float) * Tmax * N, NULL);
-        gpu->ops->matmul(gpu, dy, dx, &Wd, Tmax);
+        gpu->ops->matmul(gpu, dy, dx, LI_DTYPE_F32, &Wd, Tmax, false);
         CHECK_BACKEND();
         dget(yfull, &gy);
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             int T = rows[r];
-            gpu->ops->matmul(gpu, dy, dx, &Wd, T);
+            gpu->ops->matmul(gpu, dy, dx, LI_DTYPE_F32, &Wd, T, false);
             CHECK_BACKEND();
             dget(yt, &gy);
             long diff = 0;
@@ -524,8 +510,8 @@ static void test_rope(void) {
                 dbuf gx, gp;
                 float *dx = dnew(&gx, sizeof(float) * n, x);
                 int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
-                ref->ops->rope(ref, x, pos, T, nh, Dh, &tab);
-                gpu->ops->rope(gpu, dx, dp, T, nh, Dh, &tab);
+                ref->ops->rope(ref, x, LI_DTYPE_F32, x, pos, T, nh, Dh, &tab);
+                gpu->ops->rope(gpu, dx, LI_DTYPE_F32, dx, dp, T, nh, Dh, &tab);
                 CHECK_BACKEND();
                 dget(o2, &gx);
                 double e = test_nmse(o2, x, n);
@@ -680,39 +666,15 @@ typedef struct {
     int n_pages, n_keys;
 } paged_seq;
 
-// A random pool and a page table over shuffled physical pages: documents of random lengths
-// (doc_max tokens at most), each owning whole pages (its last page partly filled) with a Δ (0 for
-// some, or for all when !with_delta); K and V random.
+// A random pool and a page table over shuffled physical pages (paged-seq.h): documents of
+// doc_max tokens at most; K and V random.
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        int doc_max, li_dtype dt) {
-    int cap_pages = min_keys / P + min_keys / 1 + 24;
-    s->pages = xmalloc(sizeof(uint64_t) * cap_pages);
-    s->n_pages = 0;
-    s->n_keys = 0;
-    int64_t pos = 0;
-    while ((s->n_keys < min_keys || s->n_pages < 2) && s->n_pages < cap_pages) {
-        int len = randint(1, doc_max);
-        int64_t delta = with_delta ? pos + randint(0, 1000) : 0;
-        if (with_delta && randint(0, 3) == 0) delta = 0;
-        for (int done = 0; done < len && s->n_pages < cap_pages; done += P) {
-            int cnt = len - done < P ? len - done : P;
-            s->pages[s->n_pages++] = li_page_word(0, cnt, delta);
-            s->n_keys += cnt;
-        }
-        pos += len;
-    }
-    int64_t pool = s->n_pages + 3;
-    int64_t *perm = xmalloc(sizeof(int64_t) * pool);
-    for (int64_t i = 0; i < pool; i++) perm[i] = i;
-    for (int64_t i = pool - 1; i > 0; i--) {
-        int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
-    for (int p = 0; p < s->n_pages; p++)
-        s->pages[p] = li_page_word(perm[p], li_page_count(s->pages[p]), li_page_delta(s->pages[p]));
-    free(perm);
-    s->kv = (li_kv_storage){L, Hkv, Dh, P, pool, NULL, dt};
+    paged_table t;
+    paged_table_make(&t, &rng, P, min_keys, with_delta, doc_max);
+    *s = (paged_seq){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dt), .pages = t.pages,
+                      .n_pages = t.n_pages, .n_keys = t.n_keys};
+    int64_t pool = t.n_pool;
     long n = (long)pool * L * 2 * Hkv * P * Dh;
     s->kv.data = xmalloc(sizeof(float) * n);
     fill_pool(s->kv.data, dt, n);
@@ -1102,20 +1064,20 @@ static void test_bf16_pointwise(void) {
         for (int op = 0; op < 3; op++) {
             long nn = op == 2 ? n / 2 : n;  // op 2: gate | up halves of each x row (ld D)
             if (op == 0) {
-                gpu->ops->rmsnorm(gpu, dy, dx, dw, T, D, 1e-5f);
-                gpu->ops->rmsnorm_bf16(gpu, db, dx, dw, T, D, 1e-5f);
-                ref->ops->rmsnorm_bf16(ref, orc, x, w, T, D, 1e-5f);
+                gpu->ops->rmsnorm(gpu, dy, LI_DTYPE_F32, dx, dw, T, D, 1e-5f);
+                gpu->ops->rmsnorm(gpu, db, LI_DTYPE_BF16, dx, dw, T, D, 1e-5f);
+                ref->ops->rmsnorm(ref, orc, LI_DTYPE_BF16, x, w, T, D, 1e-5f);
             } else if (op == 1) {
-                gpu->ops->swiglu(gpu, dy, dx, du, n);
-                gpu->ops->swiglu_bf16(gpu, db, dx, du, T, D, D);
-                ref->ops->swiglu_bf16(ref, orc, x, u, T, D, D);
+                gpu->ops->swiglu(gpu, dy, LI_DTYPE_F32, dx, du, 1, n, n);
+                gpu->ops->swiglu(gpu, db, LI_DTYPE_BF16, dx, du, T, D, D);
+                ref->ops->swiglu(ref, orc, LI_DTYPE_BF16, x, u, T, D, D);
             } else {
                 const int F = D / 2;
                 for (int t = 0; t < T; t++)
-                    gpu->ops->swiglu(gpu, dy + (size_t)t * F, dx + (size_t)t * D,
-                                     dx + (size_t)t * D + F, F);
-                gpu->ops->swiglu_bf16(gpu, db, dx, dx + F, T, F, D);
-                ref->ops->swiglu_bf16(ref, orc, x, x + F, T, F, D);
+                    gpu->ops->swiglu(gpu, dy + (size_t)t * F, LI_DTYPE_F32, dx + (size_t)t * D,
+                                     dx + (size_t)t * D + F, 1, F, F);
+                gpu->ops->swiglu(gpu, db, LI_DTYPE_BF16, dx, dx + F, T, F, D);
+                ref->ops->swiglu(ref, orc, LI_DTYPE_BF16, x, x + F, T, F, D);
                 nn = (long)T * F;
             }
             CHECK_BACKEND();
@@ -1154,10 +1116,10 @@ static void test_bf16_rope(void) {
                 float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, x);
                 int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
                 uint16_t *db = dnew(&gb, 2 * n, NULL);
-                if (with_pos) gpu->ops->rope(gpu, dy, dp, T, nh, Dh, &tab);
-                gpu->ops->rope_bf16(gpu, db, dx, with_pos ? dp : NULL, T, nh, Dh,
+                if (with_pos) gpu->ops->rope(gpu, dy, LI_DTYPE_F32, dy, dp, T, nh, Dh, &tab);
+                gpu->ops->rope(gpu, db, LI_DTYPE_BF16, dx, with_pos ? dp : NULL, T, nh, Dh,
                                     with_pos ? &tab : NULL);
-                ref->ops->rope_bf16(ref, orc, x, with_pos ? pos : NULL, T, nh, Dh, &tab);
+                ref->ops->rope(ref, orc, LI_DTYPE_BF16, x, with_pos ? pos : NULL, T, nh, Dh, &tab);
                 CHECK_BACKEND();
                 dget(y, &gy);
                 dget(got, &gb);
@@ -1212,9 +1174,9 @@ static void test_bf16_qkv(void) {
             uint16_t *dk2 = dnew(&gk2, 2 * T * KD, NULL), *dv2 = dnew(&gv2, 2 * T * KD, NULL);
             int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
             gpu->ops->qkv_bf16(gpu, dq, dk, dv, dqkv, dp, T, H, Hkv, Dh, &tab);
-            gpu->ops->rope(gpu, dqp, dp, T, H, Dh, &tab);
-            gpu->ops->rope_bf16(gpu, dk2, dkp, dp, T, Hkv, Dh, &tab);
-            gpu->ops->rope_bf16(gpu, dv2, dvp, NULL, T, Hkv, Dh, NULL);
+            gpu->ops->rope(gpu, dqp, LI_DTYPE_F32, dqp, dp, T, H, Dh, &tab);
+            gpu->ops->rope(gpu, dk2, LI_DTYPE_BF16, dkp, dp, T, Hkv, Dh, &tab);
+            gpu->ops->rope(gpu, dv2, LI_DTYPE_BF16, dvp, NULL, T, Hkv, Dh, NULL);
             CHECK_BACKEND();
             dget(q1, &gq), dget(k1, &gk), dget(v1, &gv);
             dget(q2, &gqp), dget(k2, &gk2), dget(v2, &gv2);
@@ -1269,28 +1231,28 @@ static void test_bf16_matmul(void) {
             float *dt = dnew(&gt, sizeof(float) * ny, y0);
             const bool gemv = !inv && li_backend_cuda_matmul_gemv(T, K, Wd.data, dxf);
             // plain: matmul_bf16 vs matmul of the widened x
-            gpu->ops->matmul(gpu, dy, dxf, &Wd, T);
+            gpu->ops->matmul(gpu, dy, dxf, LI_DTYPE_F32, &Wd, T, false);
             CHECK_BACKEND();
             dget(a, &gy);
-            gpu->ops->matmul_bf16(gpu, dy, dxb, &Wd, T, false);
+            gpu->ops->matmul(gpu, dy, dxb, LI_DTYPE_BF16, &Wd, T, false);
             CHECK_BACKEND();
             dget(b, &gy);
             if (!gemv)  // (the decode GEMV keeps x in f32: another summation)
                 CHECK(memcmp(a, b, sizeof(float) * ny) == 0, "not matmul's bits; seed %llu",
                       g_seed);
             if ((long)N * K * T <= 80000000) {  // (the fp64 oracle under ~1 s)
-                ref->ops->matmul_bf16(ref, orc, xb, &Wh, T, false);
+                ref->ops->matmul(ref, orc, xb, LI_DTYPE_BF16, &Wh, T, false);
                 double e = matmul_err(b, orc, xf, w, N, K, T);
                 CHECK(e <= TOL_MATMUL_EXACT_X, "vs oracle %g; seed %llu", e, g_seed);
             }
             // accumulate: y0 + x W^T in the epilogue vs matmul then add
-            gpu->ops->matmul_bf16(gpu, dt, dxb, &Wd, T, true);
+            gpu->ops->matmul(gpu, dt, dxb, LI_DTYPE_BF16, &Wd, T, true);
             CHECK_BACKEND();
             dget(a, &gt);
             need(li_backend_cuda_upload(gpu, dy, y0, sizeof(float) * ny), "upload");
             float *dtmp = NULL;
             need(li_backend_cuda_alloc(gpu, (void **)&dtmp, sizeof(float) * ny, "tmp"), "alloc");
-            gpu->ops->matmul_bf16(gpu, dtmp, dxb, &Wd, T, false);
+            gpu->ops->matmul(gpu, dtmp, dxb, LI_DTYPE_BF16, &Wd, T, false);
             gpu->ops->add(gpu, dy, dtmp, ny);
             CHECK_BACKEND();
             dget(b, &gy);
@@ -1342,9 +1304,9 @@ static void test_bf16_attention(void) {
         uint16_t *dkb = dnew(&gkb, 2 * kn, kb), *dvb = dnew(&gvb, 2 * kn, vb);
         float *dout = dnew(&go, sizeof(float) * on, NULL);
         uint16_t *db = dnew(&gb, 2 * on, NULL);
-        gpu->ops->attention_dense(gpu, dout, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
-        gpu->ops->attention_dense_bf16(gpu, db, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
-        ref->ops->attention_dense_bf16(ref, orc, q, T, H, kb, vb, nk, Hkv, Dh, scale);
+        gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
+        gpu->ops->attention_dense(gpu, db, LI_DTYPE_BF16, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
+        ref->ops->attention_dense(ref, orc, LI_DTYPE_BF16, q, T, H, kb, vb, nk, Hkv, Dh, scale);
         CHECK_BACKEND();
         dget(o, &go);
         dget(got, &gb);
@@ -1409,7 +1371,8 @@ static void test_attention_dense(void) {
             dbuf gq, gk, gv, go;
             float *dq = dnew(&gq, sizeof(float) * on, q), *dk = dnew(&gk, sizeof(float) * kn, k);
             float *dv = dnew(&gv, sizeof(float) * kn, v), *dout = dnew(&go, sizeof(float) * on, NULL);
-            gpu->ops->attention_dense(gpu, dout, dq, T, H, dk, dv, nk, Hkv, Dh, scale);
+            gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dk, dv, nk, Hkv, Dh,
+                                      scale);
             CHECK_BACKEND();
             dget(o2, &go);
             double e = test_nmse(o2, o, on);
@@ -1574,7 +1537,7 @@ static int gumbel_top2(const float *l, int b, int V, double T, const li_rng *r0,
     return arg;
 }
 
-// dllm_x0 against the oracle (ops-ref.c li_cpu_dllm_x0: the decoder's step_commit loop):
+// dllm->x0 against the oracle (ops-ref.c li_cpu_dllm_x0: the decoder's step_commit loop):
 // - logits after CFG / bans bit-identical (CFG unfused on both sides);
 // - x0 equal on every masked row. At temperature > 0 a masked row may differ only at a near tie of
 //   the oracle's top two Gumbel values: relative gap <= 1e-12. The GPU's fp64 exp / log / pow are
@@ -1631,9 +1594,9 @@ static void test_dllm_x0(void) {
                     uint8_t *dm = dnew(&gm, (size_t)B, masked);
                     int32_t *dx = dnew(&gx, sizeof(int32_t) * B, NULL);
                     double *dc = dnew(&gc, sizeof(double) * B, NULL);
-                    ref->ops->dllm_x0(ref, x1, c1, l1, cfg ? u : NULL, masked, B, V, 2.5f, eos,
+                    ref->ops->dllm->x0(ref, x1, c1, l1, cfg ? u : NULL, masked, B, V, 2.5f, eos,
                                       eot, ban1, T, &r0);
-                    gpu->ops->dllm_x0(gpu, dx, dc, dl, cfg ? du : NULL, dm, B, V, 2.5f, eos, eot,
+                    gpu->ops->dllm->x0(gpu, dx, dc, dl, cfg ? du : NULL, dm, B, V, 2.5f, eos, eot,
                                       ban1, T, &r0);
                     CHECK_BACKEND();
                     CHECK(!memcmp(&r0, &r_before, sizeof r0), "the op moved the caller's stream");
@@ -1700,7 +1663,7 @@ static void test_dllm_x0(void) {
     printf("# dllm_x0: %ld near ties allowed\n", near_ties);
 }
 
-// Times dllm_x0 at LLaDA-8B's shape (B 32, V 126464, every row masked). CFG with w = 1 keeps the
+// Times dllm->x0 at LLaDA-8B's shape (B 32, V 126464, every row masked). CFG with w = 1 keeps the
 // logits (nearly) fixed across iterations. Printed, not checked.
 typedef struct {
     int32_t *x0;
@@ -1714,7 +1677,7 @@ typedef struct {
 
 static void x0_step(li_backend *be, void *vctx) {
     x0_ctx *c = vctx;
-    be->ops->dllm_x0(be, c->x0, c->conf, c->logits, c->ulogits, c->masked, c->B, c->V, 1.0f,
+    be->ops->dllm->x0(be, c->x0, c->conf, c->logits, c->ulogits, c->masked, c->B, c->V, 1.0f,
                      c->V / 3, c->V / 5, -1, c->T, &c->rng);
 }
 
@@ -1750,7 +1713,7 @@ static void bench_dllm_x0(void) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) li_backend_cuda_free(gpu, all[i]);
 }
 
-// dllm_select against an independent oracle of the decoder's rule (engine-dllm.c li_dllm_take,
+// dllm->select against an independent oracle of the decoder's rule (engine-dllm.c li_dllm_take,
 // li_dllm_select): candidates sorted by (confidence desc, row asc) with qsort, then top-k /
 // threshold / Fast-dLLM's factor count (the first failing rank >= 1 ends the prefix, a failure at
 // the last rank alone ignored); a top-k or factor cut between equal confidences must come back
@@ -1814,7 +1777,7 @@ static void test_dllm_select(void) {
                 double *dc = dnew(&gc, sizeof(double) * B, cf);
                 uint8_t *dm = dnew(&gm, (size_t)B, masked);
                 int32_t *dout = dnew(&go, sizeof(int32_t) * (B + 1), NULL);
-                gpu->ops->dllm_select(gpu, dout, dx, dc, dm, B, mode, k, tau, f, rnd, &r0);
+                gpu->ops->dllm->select(gpu, dout, dx, dc, dm, B, mode, k, tau, f, rnd, &r0);
                 CHECK_BACKEND();
                 dget(got, &go);
                 CHECK(got[B] == (tie ? -1 : take), "%d selected, oracle %d%s; seed %llu", got[B],
@@ -1835,7 +1798,7 @@ static void test_dllm_select(void) {
     printf("# dllm_select: %ld cuts between equal confidences (answered -1)\n", ties);
 }
 
-// dllm_dpad against the decoder's draw (engine-dllm.c li_dllm_dpad_draw, written out here: this
+// dllm->dpad against the decoder's draw (engine-dllm.c li_dllm_dpad_draw, written out here: this
 // program links no engine code): window uniforms from the stream, always all of them; keep[d] =
 // d < window && u_d < prob[d] for d < n_suffix. prob is drawn in [0, 1.25) per d, so both flags
 // occur at every distance (a wrong draw offset flips about a third of them) and rows past the
@@ -1862,7 +1825,7 @@ static void test_dllm_dpad(void) {
                 dbuf gp, gk;
                 double *dp = dnew(&gp, sizeof(double) * W, prob);
                 uint8_t *dk = dnew(&gk, (size_t)n, NULL);
-                gpu->ops->dllm_dpad(gpu, dk, dp, W, n, &rg);
+                gpu->ops->dllm->dpad(gpu, dk, dp, W, n, &rg);
                 CHECK_BACKEND();
                 dget(got, &gk);
                 int bad = 0, first = -1;
@@ -1971,11 +1934,11 @@ static void test_fp8_fused(void) {
                 float *ds = dnew(&gs, sizeof(float) * T * G, NULL);
                 // unfused on the GPU: f32 result (and x after the add) -> the CPU's quantisation
                 if (kind == 2) {
-                    gpu->ops->swiglu(gpu, dh, da, db, n);
+                    gpu->ops->swiglu(gpu, dh, LI_DTYPE_F32, da, db, 1, n, n);
                 } else if (kind == 0) {
                     gpu->ops->add_rmsnorm(gpu, dh, da, db, dw, T, K, 1e-5f);
                 } else {
-                    gpu->ops->rmsnorm(gpu, dh, da, dw, T, K, 1e-5f);
+                    gpu->ops->rmsnorm(gpu, dh, LI_DTYPE_F32, da, dw, T, K, 1e-5f);
                 }
                 CHECK_BACKEND();
                 dget(f32, &gh);
@@ -2608,8 +2571,8 @@ typedef struct {
 
 static void dense_step(li_backend *be, void *vctx) {
     dense_ctx *c = vctx;
-    be->ops->attention_dense_bf16(be, c->out, c->q, c->T, c->H, c->k, c->v, c->nk, c->Hkv, c->Dh,
-                                  1.0f / sqrtf((float)c->Dh));
+    be->ops->attention_dense(be, c->out, LI_DTYPE_BF16, c->q, c->T, c->H, c->k, c->v, c->nk,
+                             c->Hkv, c->Dh, 1.0f / sqrtf((float)c->Dh));
 }
 
 static void bench_cudnn_case(const char *what, prefill_ctx *c, double flops) {
@@ -2806,7 +2769,7 @@ typedef struct {
 
 static void mm_step(li_backend *be, void *vctx) {
     mm_ctx *c = vctx;
-    be->ops->matmul(be, c->y, c->x, &c->W, c->T);
+    be->ops->matmul(be, c->y, c->x, LI_DTYPE_F32, &c->W, c->T, false);
 }
 
 // Llama-3.1-8B projections: prefill (T 4096) in TFLOP/s against the ~780 TFLOP/s cuBLAS reaches on
@@ -2864,7 +2827,7 @@ static void mm8_step(li_backend *be, void *vctx) {
         be->ops->fp8_quant_rows(be, c->qa, c->sa, c->x, c->T, (int)c->W8.n_cols);
         be->ops->matmul_fp8_fast(be, c->y, c->qa, c->sa, c->T, &c->W8, false);
     } else {
-        be->ops->matmul(be, c->y, c->x, &c->W, c->T);
+        be->ops->matmul(be, c->y, c->x, LI_DTYPE_F32, &c->W, c->T, false);
     }
 }
 
@@ -2955,8 +2918,7 @@ int main(void) {
         TEST_SKIP("gpu-check", "no usable GPU here: %s", li_error_msg());
         return test_summary();
     }
-    g_seed = test_seed("gpu-check");
-    li_rng_seed(&rng, g_seed);
+    g_seed = test_rng_init(&rng, "gpu-check");
     // The oracle's table without li_backend_cpu_ref_init (backend-cpu.c), which would pull in
     // OpenBLAS: the reference ops use no backend state.
     li_backend ref_be = {.ops = &li_cpu_ref_ops, .tp = NULL, .n_threads = 1, .impl = NULL};

@@ -264,7 +264,7 @@ static void check_batched(const char *path, li_rng *rng) {
 }
 
 int main(int argc, char **argv) {
-    if (getenv("LI_TEST_BACKEND")) g_backend = getenv("LI_TEST_BACKEND");
+    g_backend = test_backend(g_backend);
     if (getenv("LI_TEST_ORACLE")) g_oracle = getenv("LI_TEST_ORACLE");
     if (getenv("LI_TEST_KV_DTYPE")) g_kv_dtype = getenv("LI_TEST_KV_DTYPE");
     printf("# %s against %s, %s KV pools\n", g_backend, g_oracle, g_kv_dtype);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../engine/engine-dllm.h"
+#include "../dllm-rules.h"
 #include "cpu-internal.h"
 
 li_status li_backend_cpu_init(li_backend **out, int n_threads) {
@@ -58,7 +58,7 @@ static void devsim_fill(li_backend *be, float *x, float value, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = value;
 }
 
-// dllm_select as a device runs it (backend.h): the candidates ranked here, li_dllm_take's count,
+// dllm->select as a device runs it (backend.h): the candidates ranked here, li_dllm_take's count,
 // and at a cut among equal confidences the answer "decide on the host" (-1), as the CUDA kernel
 // gives it — so that CI drives the decoder's device branch (commits downloaded, the stream moved
 // W draws for random remasking, the host's tie path) and checks it against the CPU's host branch
@@ -97,7 +97,7 @@ static void devsim_dllm_select(li_backend *be, int32_t *commit, const int32_t *x
     commit[B] = take;
 }
 
-// dllm_dpad likewise: the decoder's own draw on a copy of the stream (the decoder moves its
+// dllm->dpad likewise: the decoder's own draw on a copy of the stream (the decoder moves its
 // stream window draws on), so that CI drives the device branch of block_begin.
 static void devsim_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int window,
                              int n_suffix, const li_rng *rng) {
@@ -107,6 +107,12 @@ static void devsim_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, 
 
 static li_backend_ops devsim_ops[2];  // [0] loader dtypes, [1] bf16 matrices
 static pthread_once_t devsim_once = PTHREAD_ONCE_INIT;
+static const li_dllm_ops devsim_dllm = {
+    .x0 = li_cpu_dllm_x0,
+    .select = devsim_dllm_select,
+    .dpad = devsim_dllm_dpad,
+};
+
 static void devsim_make_ops(void) {
     for (int i = 0; i < 2; i++) {
         li_backend_ops *o = &devsim_ops[i];
@@ -120,8 +126,7 @@ static void devsim_make_ops(void) {
         o->copy = devsim_copy;
         o->sync = devsim_sync;
         o->fill = devsim_fill;
-        o->dllm_select = devsim_dllm_select;
-        o->dllm_dpad = devsim_dllm_dpad;
+        o->dllm = &devsim_dllm;
     }
 }
 

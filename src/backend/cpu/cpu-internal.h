@@ -24,11 +24,21 @@ typedef struct {
     li_cpu_scratch samp_idx;   // sample: (V) candidates (p, id)
 } li_cpu_impl;
 
+// The index of the largest of x (n >= 1), the lowest on ties: the greedy pick of both samplers.
+static inline int32_t li_cpu_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 // Returns a buffer of at least n bytes (contents not kept on growth) or NULL (error cleared:
 // the caller falls back to a path that needs no scratch).
 void *li_cpu_scratch_get(li_cpu_scratch *s, size_t n);
 void li_cpu_scratch_free(li_cpu_scratch *s);
-// dllm_x0 for both CPU tables (ops-ref.c): the decoder's steps 1-5 at any temperature.
+// dllm->x0 for both CPU tables (ops-ref.c): the decoder's steps 1-5 at any temperature, and
+// the table both point to (x0 only).
+extern const li_dllm_ops li_cpu_dllm_ops;
 void li_cpu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                     const float *ulogits, const uint8_t *masked, int B, int V, float w,
                     int32_t eos, int32_t ban0, int32_t ban1, double temperature,

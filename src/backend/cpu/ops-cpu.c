@@ -893,9 +893,7 @@ static double survivors_sum(cand_set *cs, int n) {
 static int32_t cpu_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
                           double u) {
     LI_ASSERT(V >= 1);
-    int32_t best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
+    int32_t best = li_cpu_argmax(logits, V);
     if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
 
     li_cpu_impl *im = impl_of(be);
@@ -1175,24 +1173,47 @@ static void cpu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
     free(a);
 }
 
+// ---- the [dt] entries (backend.h): this table has the F32 forms only ------------------------
+
+static void cpu_rmsnorm_dt(li_backend *be, void *out, li_dtype dt, const float *x, const float *w,
+                           int T, int D, float eps) {
+    LI_ASSERT(dt == LI_DTYPE_F32);
+    cpu_rmsnorm(be, out, x, w, T, D, eps);
+}
+static void cpu_matmul_dt(li_backend *be, float *y, const void *x, li_dtype dt, const li_weight *W,
+                          int T, bool accumulate) {
+    LI_ASSERT(dt == LI_DTYPE_F32 && !accumulate);
+    cpu_matmul(be, y, x, W, T);
+}
+static void cpu_rope_dt(li_backend *be, void *out, li_dtype dt, float *x, const int32_t *pos, int T,
+                        int nh, int Dh, const li_rope_table *table) {
+    LI_ASSERT(dt == LI_DTYPE_F32 && out == x);
+    cpu_rope(be, x, pos, T, nh, Dh, table);
+}
+static void cpu_swiglu_dt(li_backend *be, void *out, li_dtype dt, const float *gate,
+                          const float *up, int T, int64_t F, int64_t ld) {
+    LI_ASSERT(dt == LI_DTYPE_F32 && ld == F);
+    cpu_swiglu(be, out, gate, up, (int64_t)T * F);
+}
+
 const li_backend_ops li_cpu_fast_ops = {
     .name = "cpu",
     .embed = cpu_embed,
-    .rmsnorm = cpu_rmsnorm,
-    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm_dt,
+    .matmul = cpu_matmul_dt,
     .add = cpu_add,
     .add_rmsnorm = cpu_add_rmsnorm,
-    .rope = cpu_rope,
+    .rope = cpu_rope_dt,
     .kv_store = cpu_kv_store,
     .kv_copy_rotate = cpu_kv_copy_rotate,
     .attention = cpu_attention,
     .attention_decode = cpu_attention_decode,
-    .swiglu = cpu_swiglu,
+    .swiglu = cpu_swiglu_dt,
     .softmax = cpu_softmax,
     .sample = cpu_sample,
     .flash_attn_tiles = cpu_flash_attn_tiles,
     .flash_attn_finalize = cpu_flash_attn_finalize,
     .fp8_quant_rows = cpu_fp8_quant_rows,
     .matmul_fp8 = cpu_matmul_fp8,
-    .dllm_x0 = li_cpu_dllm_x0,  // ops-ref.c: one pass over B rows, not worth threads
+    .dllm = &li_cpu_dllm_ops,  // ops-ref.c: one pass over B rows, not worth threads
 };

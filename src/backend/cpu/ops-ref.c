@@ -263,9 +263,7 @@ static double survivor_sum(const ref_cand *c, int n, int V, double *pid) {
 static int32_t ref_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
                           double u) {
     LI_ASSERT(V >= 1);
-    int32_t best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
+    int32_t best = li_cpu_argmax(logits, V);
     if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
 
     double lmax = logits[best], temp = cfg->temperature;
@@ -397,7 +395,7 @@ static void ref_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
         }
 }
 
-// LLaDA's denoising step at any temperature (backend.h dllm_x0): engine-dllm.c step_decide steps
+// LLaDA's denoising step at any temperature (backend.h dllm->x0): engine-dllm.c step_decide steps
 // 1-5 as the decoder runs them, with low-confidence remasking (conf always computed), on a local
 // copy of *rng: uniform i = b V + v is drawn for every row, masked or not, and the caller advances
 // its own stream by B V draws when temperature > 0. Rows not masked: x0 = 0, conf = -inf.
@@ -562,28 +560,39 @@ static void ref_attention_dense_bf16(li_backend *be, uint16_t *out, const float 
     free(l);
 }
 
+// ---- the [dt] entries (backend.h): each op's F32 and BF16 forms above behind one entry ---------
+
+LI_DT_FORMS(ref)
+
+static void ref_attention_dense_dt(li_backend *be, void *out, li_dtype dt, const float *q, int T,
+                                   int H, const void *k, const void *v, int nk, int Hkv, int Dh,
+                                   float scale) {
+    LI_ASSERT(dt == LI_DTYPE_BF16);  // (the f32 form: flash_attn_tiles, act_dtypes says so)
+    ref_attention_dense_bf16(be, out, q, T, H, k, v, nk, Hkv, Dh, scale);
+}
+
+// Both CPU tables' diffusion steps: x0 here, selection and DPad on the host (NULL).
+const li_dllm_ops li_cpu_dllm_ops = {.x0 = li_cpu_dllm_x0};
+
 const li_backend_ops li_cpu_ref_ops = {
     .name = "cpu-ref",
     .embed = ref_embed,
-    .rmsnorm = ref_rmsnorm,
-    .matmul = ref_matmul,
+    .rmsnorm = ref_rmsnorm_dt,
+    .matmul = ref_matmul_dt,
     .add = ref_add,
-    .rope = ref_rope,
+    .rope = ref_rope_dt,
     .kv_store = ref_kv_store,
     .kv_copy_rotate = ref_kv_copy_rotate,
     .attention = ref_attention,
-    .swiglu = ref_swiglu,
+    .swiglu = ref_swiglu_dt,
     .softmax = ref_softmax,
     .sample = ref_sample,
     .flash_attn_tiles = ref_flash_attn_tiles,
     .flash_attn_finalize = ref_flash_attn_finalize,
     .fp8_quant_rows = ref_fp8_quant_rows,
     .matmul_fp8 = ref_matmul_fp8,
-    .dllm_x0 = li_cpu_dllm_x0,
-    .rmsnorm_bf16 = ref_rmsnorm_bf16,
-    .matmul_bf16 = ref_matmul_bf16,
-    .rope_bf16 = ref_rope_bf16,
-    .swiglu_bf16 = ref_swiglu_bf16,
+    .dllm = &li_cpu_dllm_ops,
     .qkv_bf16 = ref_qkv_bf16,
-    .attention_dense_bf16 = ref_attention_dense_bf16,
+    .attention_dense = ref_attention_dense_dt,
+    .act_dtypes = LI_ACT_BF16_FORMS(1u << LI_DTYPE_BF16),
 };

@@ -148,8 +148,8 @@ typedef struct {
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
     dev_scratch fp8_acc;         // matmul_fp8_fast accumulating through the exact kernel
     li_cuda_sampler *sampler;
-    uint64_t *jump_table;  // dllm_x0: device copy of li_rng_jump_table() (512 KiB), on first use
-    dev_scratch x0s;       // dllm_x0: per-chunk partial argmaxes
+    uint64_t *jump_table;  // dllm->x0: device copy of li_rng_jump_table() (512 KiB), on first use
+    dev_scratch x0s;       // dllm->x0: per-chunk partial argmaxes
     int64_t scratch_allocs;  // scratch_get's allocations and the jump table's (scratch_allocs op)
     // LI_CUDA_PROFILE=1: an event after every op; the time between two events is the later
     // op's (host gaps included), summed per op name and printed on stderr at the end.
@@ -1784,7 +1784,7 @@ static void cu_fill(li_backend *be, float *x, float value, int64_t n) {
 //   fp8_n/k     matmul_fp8_fast: transposed scale tables (whichever orientation the library took,
 //               so it is asked now), and the accumulator of its fallback when the library is not
 //               usable for every shape;
-//   dllm_rows   dllm_x0's partials for a block of rows over V, and the RNG jump table.
+//   dllm_rows   dllm->x0's partials for a block of rows over V, and the RNG jump table.
 static bool jump_table_ready(li_cuda_impl *im);
 static li_status cu_reserve(li_backend *be, const li_backend_reserve *r) {
     li_cuda_impl *im = be->impl;
@@ -2226,7 +2226,7 @@ static void cu_dllm_select(li_backend *be, int32_t *commit, const int32_t *x0, c
                                 random_remask, rng_state(rng), im->jump_table));
 }
 
-// DPad's draw of a block (backend.h dllm_dpad): dllm-sample.cu. Called between forwards, so the
+// DPad's draw of a block (backend.h dllm->dpad): dllm-sample.cu. Called between forwards, so the
 // jump table may be made here.
 static void cu_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int window,
                          int n_suffix, const li_rng *rng) {
@@ -2237,7 +2237,7 @@ static void cu_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int 
                               im->jump_table));
 }
 
-// LLaDA's step at any temperature (backend.h dllm_x0): dllm-sample.cu. Runs between forwards
+// LLaDA's step at any temperature (backend.h dllm->x0): dllm-sample.cu. Runs between forwards
 // (never inside a step graph), so the jump table and the scratch may be allocated here.
 static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                        const float *ulogits, const uint8_t *masked, int B, int V, float w,
@@ -2256,20 +2256,39 @@ static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");
 _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-key tiles");
 
+// ---- the [dt] entries (backend.h): each op's F32 and BF16 forms above behind one entry ---------
+
+LI_DT_FORMS(cu)
+
+static void cu_attention_dense_dt(li_backend *be, void *out, li_dtype dt, const float *q, int T,
+                                  int H, const void *k, const void *v, int nk, int Hkv, int Dh,
+                                  float scale) {
+    if (dt == LI_DTYPE_BF16)
+        cu_attention_dense_bf16(be, out, q, T, H, k, v, nk, Hkv, Dh, scale);
+    else
+        cu_attention_dense(be, out, q, T, H, k, v, nk, Hkv, Dh, scale);
+}
+
+static const li_dllm_ops cu_dllm_ops = {
+    .x0 = cu_dllm_x0,
+    .select = cu_dllm_select,
+    .dpad = cu_dllm_dpad,
+};
+
 const li_backend_ops li_cuda_ops = {
     .name = "cuda",
     .embed = cu_embed,
-    .rmsnorm = cu_rmsnorm,
-    .matmul = cu_matmul,
+    .rmsnorm = cu_rmsnorm_dt,
+    .matmul = cu_matmul_dt,
     .add = cu_add,
     .add_rmsnorm = cu_add_rmsnorm,
-    .rope = cu_rope,
+    .rope = cu_rope_dt,
     .kv_store = cu_kv_store,
     .kv_copy_rotate = cu_kv_copy_rotate,
     .attention = cu_attention,
     .attention_seqs = cu_attention_seqs,
     .attention_decode = cu_attention_decode,
-    .swiglu = cu_swiglu,
+    .swiglu = cu_swiglu_dt,
     .softmax = cu_softmax,
     .sample = cu_sample,
     .flash_attn_tiles = cu_flash_attn_tiles,
@@ -2280,16 +2299,10 @@ const li_backend_ops li_cuda_ops = {
     .matmul_fp8 = cu_matmul_fp8,
     .fp8_quant_weight = cu_fp8_quant_weight,
     .matmul_fp8_fast = cu_matmul_fp8_fast,
-    .dllm_x0 = cu_dllm_x0,
-    .dllm_select = cu_dllm_select,
-    .dllm_dpad = cu_dllm_dpad,
-    .attention_dense = cu_attention_dense,
-    .rmsnorm_bf16 = cu_rmsnorm_bf16,
-    .matmul_bf16 = cu_matmul_bf16,
-    .rope_bf16 = cu_rope_bf16,
-    .swiglu_bf16 = cu_swiglu_bf16,
+    .dllm = &cu_dllm_ops,
     .qkv_bf16 = cu_qkv_bf16,
-    .attention_dense_bf16 = cu_attention_dense_bf16,
+    .attention_dense = cu_attention_dense_dt,
+    .act_dtypes = LI_ACT_BF16_FORMS(LI_ACT_F32_BF16),
     .matrices_bf16 = true,
     .alloc = cu_alloc,
     .free = cu_free,

@@ -1,4 +1,4 @@
-// lazyinfer.c — the command-line tool: `lazyinfer <subcommand> [options]`.
+// main.c — the command-line tool: `lazyinfer <subcommand> [options]`.
 //
 //   generate   prompt → completion on stdout, speeds on stderr
 //   tokenize   text → token ids
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/engine/engine.h"
+#include "../src/core/core.h"
 #include "cli.h"
 #include "lazyinfer.h"
 
@@ -165,16 +165,9 @@ static int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     int n = 0;
     li_status rc;
-    li_tokenizer *tok = NULL;
     li_model *m = NULL;
     if (ends_with(model, ".json")) {
-        char cfg[PATH_MAX];
-        const char *slash = strrchr(model, '/');
-        snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", slash ? (int)(slash - model) : 1,
-                 slash ? model : ".");
-        rc = li_tokenizer_load_json(&tok, model, li_path_exists(cfg) ? cfg : NULL);
-        if (rc != LI_OK) return cli_fail("cannot load the tokenizer");
-        rc = li_tokenizer_encode(tok, pos[0], strlen(pos[0]), add_bos, !no_special, &ids, &n);
+        rc = li_tokenize_file(model, pos[0], strlen(pos[0]), add_bos, !no_special, &ids, &n);
     } else {
         li_model_params mp = li_model_default_params();
         mp.path = model;
@@ -187,7 +180,6 @@ static int cmd_tokenize(int argc, char **argv) {
         printf("\n");
     }
     free(ids);
-    li_tokenizer_free(tok);
     li_model_free(m);
     return rc == LI_OK ? 0 : cli_fail("cannot tokenize");
 }
@@ -306,7 +298,7 @@ static int cmd_bench_generate(int argc, char **argv) {
         double pm, ps, tm, ts;
         mean_std(pp, reps, &pm, &ps);
         mean_std(tg, reps, &tm, &ts);
-        int th = m->be->n_threads;
+        int th = in.n_threads;
         printf("| model | params | weights | threads | test | t/s |\n|---|---|---|---|---|---|\n");
         printf("| %s | %.1f M | %s→%s | %d | pp%d | %.2f ± %.2f |\n", in.name, in.n_params / 1e6,
                in.weight_dtype, in.compute_dtype, th, n_pp, pm, ps);
