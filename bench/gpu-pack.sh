@@ -13,6 +13,8 @@ make -j"$(nproc)" CUDA=1 all build/release-cuda/tests/gpu-check build/release-cu
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
 cp lazyinfer-cuda build/release-cuda/tests/{gpu-check,gpu-model,test-rag,test-dllm,test-llada,test-llada-generate-ref} \
   .gpu/bin/
+# debug sections stay here: the device call carries at most 64 MiB with the tree
+strip --strip-debug .gpu/bin/*
 ldd lazyinfer-cuda | awk '$3 ~ /^\// {print $3}' |
   grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcudart|libcublas[^/]*)\.so' |
   xargs -I{} cp -L {} .gpu/lib/

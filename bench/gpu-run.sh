@@ -20,6 +20,7 @@
 #   profile LI_CUDA_PROFILE=1 runs: per-op time of a LLaDA step and of Llama decode
 #   wmma    gpu-model and e2e with the older WMMA prefill attention (LI_CUDA_ATTN_MMA=0)
 #   graphs  step graphs on (LI_CUDA_GRAPHS=1) and off: Llama-8B decode, a LLaDA step at 512/1024
+#   regress decode and a LLaDA step, these binaries against .gpu/base/lazyinfer-cuda (same call)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
 # Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
 # Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag,test-dllm} when present (made by
@@ -102,6 +103,17 @@ if has graphs; then
       -m synth:llama-3.1-8b -p 512 -n 128 -r 2
     [ "${GRAPH_DLLM:-1}" = 1 ] && run dllmstep-graphs$g 150 env LI_CUDA_GRAPHS=$g LI_CUDA_GRAPH_STATS=1 \
       $LI bench dllm --backend cuda -m synth:llada-8b --canvas 512,1024 --block-length 32
+  done
+fi
+# the same binaries against .gpu/base/lazyinfer-cuda (a build from before a change, put there by
+# hand): Llama decode and a LLaDA step at canvas 1024, old and new alternating, twice
+if has regress && [ -x .gpu/base/lazyinfer-cuda ]; then
+  for r in 1 2; do
+    for v in new old; do
+      bin=$LI; [ $v = old ] && bin=.gpu/base/lazyinfer-cuda
+      run regress-decode-$v$r 90 $bin bench generate --backend cuda -m synth:llama-3.1-8b -p 512 -n 128 -r 2
+      run regress-step-$v$r 120 $bin bench dllm --backend cuda -m synth:llada-8b --canvas 1024 --block-length 32
+    done
   done
 fi
 # the WMMA prefill attention (LI_CUDA_ATTN_MMA=0; mma.sync is the default): whole models and e2e
