@@ -127,11 +127,12 @@ std::shared_ptr<fe::graph::Graph> build_graph(li_cudnn *c, const plan_key &k, in
     if (k.causal) opt.set_causal_mask_bottom_right(true);
     const bool ragged = k.kind == LI_SDPA_RAGGED;
     if (ragged) {
-        // packed entries: the batch stride means nothing (the offsets place each entry); cuDNN
-        // wants it larger than the others, as PyTorch's ragged path gives it
-        Q->set_stride({INT32_MAX, k.Dh, (int64_t)k.H * k.Dh, 1});
-        K->set_stride({INT32_MAX, k.Dh, (int64_t)k.Hkv * k.Dh, 1});
-        V->set_stride({INT32_MAX, k.Dh, (int64_t)k.Hkv * k.Dh, 1});
+        // packed entries: the offsets place each entry, so the batch stride is only checked:
+        // it must be the largest stride and keep 16-byte alignment (INT32_MAX, PyTorch's
+        // choice, fails the latter on cuDNN 9.19 once b > 1), hence the padded layout's
+        Q->set_stride(bshd_stride(k.H, k.s_q, k.Dh));
+        K->set_stride(kv_stride);
+        V->set_stride(kv_stride);
         opt.set_padding_mask(true)
             .set_seq_len_q(int_tensor(*g, "seq_q", UID_SEQ_Q, k.b))
             .set_seq_len_kv(int_tensor(*g, "seq_kv", UID_SEQ_KV, k.b));
@@ -145,15 +146,14 @@ std::shared_ptr<fe::graph::Graph> build_graph(li_cudnn *c, const plan_key &k, in
         .set_dim(bshd_dim(k.b, k.H, k.s_q, k.Dh))
         .set_stride(bshd_stride(k.H, k.s_q, k.Dh));
     if (ragged)
-        O->set_stride({INT32_MAX, k.Dh, (int64_t)k.H * k.Dh, 1})
-            .set_ragged_offset(int_tensor(*g, "o_off", UID_O_OFF, k.b + 1));
+        O->set_ragged_offset(int_tensor(*g, "o_off", UID_O_OFF, k.b + 1));
     if (k.lse) {
         // (rows, H) per entry: row stride H, head stride 1
         stats->set_output(true)
             .set_uid(UID_LSE)
             .set_data_type(fe::DataType_t::FLOAT)
             .set_dim({k.b, k.H, k.s_q, 1})
-            .set_stride({ragged ? INT32_MAX : (int64_t)k.H * k.s_q, 1, k.H, 1});
+            .set_stride({(int64_t)k.H * k.s_q, 1, k.H, 1});
         if (ragged) stats->set_ragged_offset(int_tensor(*g, "lse_off", UID_LSE_OFF, k.b + 1));
     }
     auto st = g->build(c->handle, {fe::HeurMode_t::A});
