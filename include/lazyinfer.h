@@ -25,6 +25,7 @@ typedef enum {
     LI_ERR_KV_FULL,      // the KV page pool has no free page for this request
     LI_ERR_LIMIT,        // a configured limit (context length, page-table field width) exceeded
     LI_ERR_BACKEND,      // the compute backend failed (e.g. a CUDA error)
+    LI_ERR_NOT_FOUND,    // a key a store or cache was asked for is not there (a miss)
 } li_status;
 
 const char *li_status_str(li_status st);  // static string, e.g. "format error"
