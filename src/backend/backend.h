@@ -378,6 +378,20 @@ typedef struct {
     // index): random weights built where they live, without a host copy (synth models).
     li_status (*fill_random)(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
                              float a, float mean);
+    // ---- KV tiers (src/kv/kv-tiers.c; NULL: li_be_* below fall back to host memory and the
+    // synchronous upload / download) ----
+    // Host memory this backend copies to and from fastest (CUDA: pinned), zero-filled; NULL with
+    // the error set. host_free(NULL) is a no-op.
+    void *(*host_alloc)(li_backend *be, size_t n_bytes, const char *what);
+    void (*host_free)(li_backend *be, void *p);
+    // dst_host (n, page_bytes) = the pool's pages[i] (page ids, host array), queued like an op
+    // (async D2H): dst_host holds them after the next sync. Runs of consecutive ids are one copy.
+    li_status (*kv_gather)(li_backend *be, void *dst_host, const li_kv_storage *kv,
+                           const int64_t *pages, int n);
+    // The pool's pages[i] = src_host (n, page_bytes), queued like an op (async H2D): ops queued
+    // later see the pages; src_host must stay untouched until the next sync.
+    li_status (*kv_scatter)(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
+                            const void *src_host);
 } li_backend_ops;
 
 struct li_backend {
@@ -419,6 +433,15 @@ li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t
 void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes);
 void li_be_fill(li_backend *be, float *x, float value, int64_t n);
 li_status li_be_sync(li_backend *be);
+// KV tier transfers (ops.host_alloc … kv_scatter): pinned memory and async copies where the
+// backend has them, host memory and memcpy / synchronous copies otherwise.
+size_t li_kv_storage_page_bytes(const li_kv_storage *kv);  // L × 2 × Hkv × P × Dh × elem
+void *li_be_host_alloc(li_backend *be, size_t n_bytes, const char *what);
+void li_be_host_free(li_backend *be, void *p);
+li_status li_be_kv_gather(li_backend *be, void *dst_host, const li_kv_storage *kv,
+                          const int64_t *pages, int n);
+li_status li_be_kv_scatter(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
+                           const void *src_host);
 // Step graphs (ops.graph_begin): false / LI_OK with *rerun false where the backend has none.
 bool li_be_graph_begin(li_backend *be, uint64_t key);
 li_status li_be_graph_end(li_backend *be, bool *rerun);

@@ -227,7 +227,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     snprintf(m->model_id, sizeof m->model_id, "%s", p->path);
     snprintf(m->tokenizer_id, sizeof m->tokenizer_id, "%s",
              p->tokenizer_path ? p->tokenizer_path : p->path);
-    if ((rc = li_sched_init(m)) != LI_OK) goto fail;
+    if ((rc = li_sched_init(m, p)) != LI_OK) goto fail;
     *out = m;
     return LI_OK;
 fail:
