@@ -267,6 +267,9 @@ void li_get_cache_stats(const li_model *m, li_cache_stats *out);
 // Waits until every copy handed to the lower tiers so far is written (disk, Redis): tests and
 // benchmarks call it before reading another replica's view. No-op without tiers.
 void li_cache_tiers_wait(li_model *m);
+// The tiers' counters now (out: [0] host, [1] disk, [2] remote); unlike li_get_cache_stats, any
+// thread may call it (the server's /metrics does). Zeroes without tiers.
+void li_cache_tier_stats_get(li_model *m, li_cache_tier_stats out[3]);
 
 // ---- diffusion decoding (LLaDA SAR, Fast-dLLM, DPad, LaCache) -------------------------------
 //

@@ -1027,6 +1027,11 @@ void li_cache_tiers_wait(li_model *m) {
     if (m && m->tiers) li_kv_tiers_wait(m->tiers);
 }
 
+void li_cache_tier_stats_get(li_model *m, li_cache_tier_stats out[3]) {
+    memset(out, 0, 3 * sizeof *out);
+    if (m && m->tiers) li_kv_tiers_get_stats(m->tiers, out);
+}
+
 li_status li_sched_init(li_model *m, const li_model_params *p) {
     li_sched *S = calloc(1, sizeof *S);
     if (!S) return li_error_set(LI_ERR_OOM, "out of memory");
