@@ -206,11 +206,15 @@ struct li_request_tokens {
     int n_query;
 };
 
-void li_request_tokens_free(li_request_tokens *t) {
-    if (!t) return;
+static void tokens_clear(li_request_tokens *t) {
     for (int i = 0; i < t->n_blocks; i++) free(t->blocks[i].tokens);
     free(t->blocks);
     free(t->query);
+}
+
+void li_request_tokens_free(li_request_tokens *t) {
+    if (!t) return;
+    tokens_clear(t);
     free(t);
 }
 
@@ -479,12 +483,11 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
     while (*pp) pp = &(*pp)->next;
     *pp = r;
     *id = r->id;
+    tokens_clear(&own);  // the request holds its own copies
     return LI_OK;
 fail:
     free(query);
-    for (int b = 0; b < own.n_blocks; b++) free(own.blocks[b].tokens);
-    free(own.blocks);
-    free(own.query);
+    tokens_clear(&own);
     request_free_memory(r);
     return rc;
 }
