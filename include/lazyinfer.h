@@ -208,8 +208,8 @@ typedef struct {
     bool cancelled;         // ended by li_cancel
     int n_prompt;           // prompt tokens (all blocks + query)
     int n_doc_tokens;       // tokens in system + document blocks
-    int n_cached_tokens;    // prompt tokens served from a cache (not recomputed)
-    int doc_hits, doc_misses;
+    int n_cached_tokens;    // prompt tokens served from a cache (not recomputed): the pool or a
+    int doc_hits, doc_misses;  // lower tier (a promoted document is a hit)
     int n_generated;
     double queue_ms;        // submit → admitted
     double ttft_ms;         // submit → first token

@@ -605,7 +605,12 @@ static li_status poll_promotions(li_model *m) {
         li_doc_cache_mark_ready(m->docs, w->copy);
         for (request *r = S->reqs; r; r = r->next)
             for (int b = 0; b < r->n_blocks; b++)
-                if (r->blocks[b].job == w) r->blocks[b].job = NULL;
+                if (r->blocks[b].job == w) {
+                    r->blocks[b].job = NULL;
+                    r->res.doc_misses--;  // the request that missed: served after all
+                    r->res.doc_hits++;
+                    r->res.n_cached_tokens += r->blocks[b].n;
+                }
         drop_job(m, w);
     }
     return LI_OK;
@@ -631,8 +636,15 @@ static li_status try_admit(li_model *m, request *r) {
             if (rc != LI_OK) break;
             bl->copy = copy;
             if (res == LI_DOC_MISS) {
-                misses++;
                 rc = miss_from_tiers(m, bl, copy, lazy);
+                // a copy promoted from the host tier now is a hit for the request (not
+                // recomputed); one loading from disk / Redis counts when it lands (poll)
+                if (rc == LI_OK && copy->ready) {
+                    hits++;
+                    cached += bl->n;
+                } else {
+                    misses++;
+                }
             } else {
                 hits++;
                 cached += bl->n;
