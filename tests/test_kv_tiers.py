@@ -106,4 +106,4 @@ def test_redis_killed_requests_go_on(replicas, redis):
         r, _ = ask(s, docs(f"after-kill-{s.port}", 2))
         assert r.choices[0].finish_reason in ("length", "stop")
         m = s.metrics()
-        assert tier(m, "misses_total", "remote") >= 3, m
+        assert tier(m, "misses_total", "remote") >= 2, m  # the two new documents
