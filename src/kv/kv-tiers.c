@@ -89,6 +89,9 @@ struct li_kv_tiers {
     // engine thread only
     blob *gathered;  // demoted blobs whose D2H is queued
     blob *uploads;   // blobs whose H2D is queued
+    blob *spare;     // pinned buffers of dropped blobs, kept for reuse (pinning 256 MiB costs
+    int64_t spare_bytes;  // tens of ms; equal-sized documents reuse them): resident + spare
+                          // stays within the host budget
 };
 
 const char *li_tier_name(li_tier t) {
@@ -139,6 +142,17 @@ static bool header_valid(const li_kv_tiers *t, const li_kv_promotion *p, const u
 // ---- blobs and L1 (callers hold mu unless noted) --------------------------------------------------
 
 static blob *blob_new(li_kv_tiers *t, const li_doc_key *key, size_t n, bool pinned, double cost) {
+    for (blob **pp = &t->spare; pinned && *pp; pp = &(*pp)->next) {
+        if ((*pp)->n != n) continue;
+        blob *b = *pp;  // a spare pinned buffer of this size: no new pinning
+        *pp = b->next;
+        t->spare_bytes -= (int64_t)n;
+        b->next = NULL;
+        b->refs = 1;
+        b->key = *key;
+        b->cost = cost;
+        return b;
+    }
     blob *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->data = pinned ? li_be_host_alloc(t->be, n, "a document's KV in the host tier") : malloc(n);
@@ -155,6 +169,14 @@ static blob *blob_new(li_kv_tiers *t, const li_doc_key *key, size_t n, bool pinn
 }
 
 static void blob_destroy(li_kv_tiers *t, blob *b) {
+    if (b->pinned && t->l1_index && !t->stop &&
+        li_tier_index_bytes(t->l1_index) + t->spare_bytes + (int64_t)b->n <=
+            li_tier_index_budget(t->l1_index)) {
+        b->next = t->spare;  // engine thread (pinned blobs are destroyed there only)
+        t->spare = b;
+        t->spare_bytes += (int64_t)b->n;
+        return;
+    }
     if (b->pinned) li_be_host_free(t->be, b->data);
     else free(b->data);
     free(b);
@@ -529,7 +551,12 @@ void li_kv_tiers_free(li_kv_tiers *t) {
             blob_unref(t, e->b, true);
             free(e);
         }
+    t->stop = true;  // blob_destroy frees from now on
     for (blob *b = t->free_pinned, *next; b; b = next) {
+        next = b->next;
+        blob_destroy(t, b);
+    }
+    for (blob *b = t->spare, *next; b; b = next) {
         next = b->next;
         blob_destroy(t, b);
     }
