@@ -179,6 +179,24 @@ static void round_trip(const char *what, const setup *s, int tier, const float *
     TEST_END();
 }
 
+// A tier whose budget is below one entry: nothing kept, every lookup a miss, serving goes on.
+static void too_small(const char *what, const setup *s, int tier, const float *ref, float *got) {
+    TEST_BEGIN(what);
+    li_model *m = load(s);
+    CHECK(m && run(m, 0, N_DOCS, got) && close_to(got, ref), "first run");
+    if (m) {
+        evict_all(m);
+        CHECK(run(m, 0, N_DOCS, got) && close_to(got, ref), "second run");
+        li_cache_tier_stats t = tier_stats(m, tier);
+        CHECK(t.hits == 0 && t.misses == 2 * N_BLOCKS && t.resident_entries == 0 &&
+                  t.resident_bytes == 0,
+              "hits %lld misses %lld resident %lld", (long long)t.hits, (long long)t.misses,
+              (long long)t.resident_entries);
+    }
+    li_model_free(m);
+    TEST_END();
+}
+
 int main(void) {
     uint64_t seed = test_seed("test-kv-tiers");
     li_log_set_level(LI_LOG_ERROR);
@@ -213,22 +231,9 @@ int main(void) {
     round_trip("host tier: per-Δ copies promoted, same logits (copy)", &host_copy, 0, ref_copy,
                first, got);
 
-    TEST_BEGIN("host tier: a budget below one entry keeps nothing, serving goes on");
-    {
-        setup tiny = {.host_bytes = 4096};
-        li_model *m = load(&tiny);
-        CHECK(m && run(m, 0, N_DOCS, got) && close_to(got, ref), "first run");
-        if (m) {
-            evict_all(m);
-            CHECK(run(m, 0, N_DOCS, got) && close_to(got, ref), "second run");
-            li_cache_tier_stats t = tier_stats(m, 0);
-            CHECK(t.hits == 0 && t.misses == 2 * N_BLOCKS && t.resident_entries == 0,
-                  "hits %lld misses %lld resident %lld", (long long)t.hits, (long long)t.misses,
-                  (long long)t.resident_entries);
-        }
-        li_model_free(m);
-    }
-    TEST_END();
+    setup tiny = {.host_bytes = 4096};
+    too_small("host tier: a budget below one entry keeps nothing, serving goes on", &tiny, 0, ref,
+              got);
 
     // ---- disk --------------------------------------------------------------------------------
     setup dsk = {.disk_dir = disk, .disk_bytes = 64 << 20};
@@ -290,24 +295,12 @@ int main(void) {
     }
     TEST_END();
 
-    TEST_BEGIN("disk tier: a budget smaller than any entry writes nothing, serving goes on");
-    {
-        char small[320];
-        snprintf(small, sizeof small, "%s/small", g_tmp);
-        setup full = {.disk_dir = small, .disk_bytes = 1024};
-        li_model *m = load(&full);
-        CHECK(m && run(m, 0, N_DOCS, got) && close_to(got, ref), "first run");
-        if (m) {
-            evict_all(m);
-            CHECK(run(m, 0, N_DOCS, got) && close_to(got, ref), "second run");
-            li_cache_tier_stats t = tier_stats(m, 1);
-            CHECK(t.resident_bytes == 0 && t.hits == 0, "resident %lld, hits %lld",
-                  (long long)t.resident_bytes, (long long)t.hits);
-        }
-        li_model_free(m);
-        rm_tree(small);
-    }
-    TEST_END();
+    char small[320];
+    snprintf(small, sizeof small, "%s/small", g_tmp);
+    setup full = {.disk_dir = small, .disk_bytes = 1024};
+    too_small("disk tier: a budget smaller than any entry writes nothing, serving goes on", &full,
+              1, ref, got);
+    rm_tree(small);
 
     TEST_BEGIN("--disk-cache without a budget is an error naming the fix");
     {

@@ -132,8 +132,7 @@ static li_status kv_move(li_backend *be, li_kv_storage *kv, const int64_t *pages
                          void *host, bool up) {
     const size_t pb = li_kv_storage_page_bytes(kv);
     for (int i = 0; i < n;) {
-        int run = 1;
-        while (i + run < n && pages[i + run] == pages[i] + run) run++;
+        int run = li_page_run(pages, i, n);
         char *dev = (char *)kv->data + (size_t)pages[i] * pb;
         char *h = (char *)host + (size_t)i * pb;
         LI_TRY(up ? li_be_upload(be, dev, h, (size_t)run * pb)

@@ -34,8 +34,7 @@ static li_status move(li_backend *be, li_kv_storage *kv, const int64_t *pages, i
     cudaStream_t st = (cudaStream_t)li_backend_cuda_stream(be);
     const size_t pb = li_kv_storage_page_bytes(kv);
     for (int i = 0; i < n;) {
-        int run = 1;
-        while (i + run < n && pages[i + run] == pages[i] + run) run++;
+        int run = li_page_run(pages, i, n);
         char *dev = (char *)kv->data + (size_t)pages[i] * pb;
         char *h = (char *)host + (size_t)i * pb;
         cudaError_t e = up ? cudaMemcpyAsync(dev, h, (size_t)run * pb, cudaMemcpyHostToDevice, st)
