@@ -59,6 +59,8 @@ typedef struct {
                                  // engine's kernels); decode rows always use the engine's
     bool metadata_only;          // hyper-parameters and tokenizer only (for `info`): no weights,
                                  // no KV pool; generation functions must not be called
+    const char *doc_evict;       // document-cache eviction (lazy, copy): "lru" (NULL), or "gdsf"
+                                 // (GreedyDual-Size-Frequency: uses × prefill FLOPs / bytes)
 } li_model_params;
 
 li_model_params li_model_default_params(void);
