@@ -59,6 +59,9 @@ typedef struct {
                                  // engine's kernels); decode rows always use the engine's
     bool metadata_only;          // hyper-parameters and tokenizer only (for `info`): no weights,
                                  // no KV pool; generation functions must not be called
+    const char *doc_evict;       // document-cache eviction (lazy, copy): "lru" (NULL), or "gdsf"
+                                 // (GreedyDual-Size-Frequency: uses × prefill FLOPs / bytes);
+                                 // the tiers below (host, disk) evict by the same policy
     // Tiers below the pool for "lazy" and "copy" documents (README "Sharing documents across
     // replicas"): copies are written through to each configured tier and promoted back on a miss.
     int64_t host_cache_bytes;    // L1 host RAM budget (pinned on "cuda"); 0: none
@@ -67,7 +70,6 @@ typedef struct {
     const char *kv_remote;       // L3 "redis://HOST:PORT[/DB]", shared by replicas; NULL: none.
                                  // Unreachable at load: a warning and no L3
     const char *kv_remote_password_file;  // L3 AUTH password: the file's first line
-    const char *tier_evict;      // L1/L2 eviction: "lru" (NULL) or "gdsf"
 } li_model_params;
 
 li_model_params li_model_default_params(void);

@@ -34,7 +34,7 @@ static char g_tmp[256];
 
 typedef struct {
     int64_t host_bytes, disk_bytes;
-    const char *disk_dir, *remote, *password_file, *mode;
+    const char *disk_dir, *remote, *password_file, *mode, *evict;
     int page_size;
 } setup;
 
@@ -51,6 +51,7 @@ static li_model *load(const setup *s) {
     p.disk_budget_bytes = s->disk_bytes;
     p.kv_remote = s->remote;
     p.kv_remote_password_file = s->password_file;
+    p.doc_evict = s->evict;
     li_model *m = NULL;
     if (li_model_load(&m, &p) != LI_OK) {
         fprintf(stderr, "load: %s\n", li_last_error());
@@ -227,6 +228,8 @@ int main(void) {
     // ---- host --------------------------------------------------------------------------------
     setup host = {.host_bytes = 64 << 20};
     round_trip("host tier: prefill, evict, promote, same logits (lazy)", &host, 0, ref, first, got);
+    setup host_gdsf = {.host_bytes = 64 << 20, .evict = "gdsf"};
+    round_trip("host tier with GDSF eviction: same round trip", &host_gdsf, 0, ref, first, got);
     setup host_copy = {.host_bytes = 64 << 20, .mode = "copy"};
     round_trip("host tier: per-Δ copies promoted, same logits (copy)", &host_copy, 0, ref_copy,
                first, got);

@@ -64,6 +64,7 @@ typedef struct {
     int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads, gpu;
     int n_ctx; // li_model_params.n_ctx (0: the engine's default)
     const char *backend, *kv_dtype, *attn_impl;
+    const char *evict;  // document-cache eviction policy (li_model_params.doc_evict)
     float alpha, rate;
     uint64_t seed;
     bool dry_run, synthetic;
@@ -653,6 +654,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     mp.kv_budget_bytes = budget;
     mp.kv_dtype = a->kv_dtype;
     mp.attn_impl = a->attn_impl;
+    mp.doc_evict = a->evict;
     mp.n_ctx = a->n_ctx;
     if (tiers) {
         mp.host_cache_bytes = a->tier_mp.host_cache_bytes;
@@ -907,7 +909,7 @@ static const char usage_text[] =
     "                           [--rate R | --rates R1,R2,...] [--requests R]\n"
     "                           [--budget BYTES | --budgets B1,B2,...] [--csv out.csv]\n"
     "                           [--mode lazy|copy|prefix|none|all] [--max-batch B] [--seed S]\n"
-    "                           [-c CTX] [-t THREADS] [--plot out.png]\n"
+    "                           [--evict lru|gdsf] [-c CTX] [-t THREADS] [--plot out.png]\n"
     "                           [--host-cache SIZE] [--disk-cache DIR --disk-budget SIZE]\n"
     "                           [--kv-remote redis://HOST:PORT[/DB]]\n\n"
     "RAG serving benchmark: one Zipf(α) trace over the RAG samples' passages (or, with\n"
@@ -1091,6 +1093,8 @@ int cmd_bench_rag(int argc, char **argv) {
         {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype,
          "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
+        {"--evict", NULL, OPT_STR, &a.evict,
+         "document-cache eviction (lazy, copy): lru or gdsf, cost-aware (default lru)"},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,
@@ -1112,6 +1116,10 @@ int cmd_bench_rag(int argc, char **argv) {
                 "lazyinfer bench rag: --mode '%s': expected lazy, copy, prefix, none, full, "
                 "a comma list of them, or all\n",
                 a.mode_s);
+        return 2;
+    }
+    if (a.evict && strcmp(a.evict, "lru") != 0 && strcmp(a.evict, "gdsf") != 0) {
+        fprintf(stderr, "lazyinfer bench rag: --evict '%s': expected lru or gdsf\n", a.evict);
         return 2;
     }
     // With tiers, lazy and copy run twice: pool only, then with the tiers (the disk directory
@@ -1293,9 +1301,9 @@ int cmd_bench_rag(int argc, char **argv) {
         snprintf(budget_s, sizeof budget_s, "budget %s", a.budget_s ? a.budget_s : "default");
     snprintf(title, sizeof title,
              "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, %s, out %d, %s, "
-             "max batch %d, seed %llu",
+             "max batch %d, seed %llu, eviction %s",
              a.n_docs, a.alpha, a.k, a.n_requests, rate_s, a.out_len, budget_s, a.max_batch,
-             (unsigned long long)a.seed);
+             (unsigned long long)a.seed, a.evict ? a.evict : "lru");
     printf("%s\n", title);
     if (!a.synthetic)
         printf("samples: %s (%d passages, %d queries)\n", dir, c.n_docs, c.n_queries);

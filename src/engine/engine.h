@@ -39,8 +39,11 @@ struct li_model {
     struct li_sched *sched;
 };
 
-// Creates the scheduler and the caches of the cache mode; the tiers from p's host_cache_bytes …
-li_status li_sched_init(li_model *m, const li_model_params *p);
+li_status li_sched_init(li_model *m);
+// The tiers below the pool from p's host_cache_bytes … (lazy, copy), with the pool's GDSF cost
+// (li_doc_cache_set_cost's arguments). Tiers asked for in another mode are an error.
+li_status li_sched_init_tiers(li_model *m, const li_model_params *p, double cost_per_token,
+                              double cost_per_pair);
 int li_sched_n_unfinished(const li_model *m);  // requests submitted and not finished
 void li_sched_free(li_model *m);
 // Evicts cached documents / prefix pages until the pool has n_pages free.

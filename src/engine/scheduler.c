@@ -1024,17 +1024,19 @@ void li_get_cache_stats(const li_model *m, li_cache_stats *o) {
 
 // ---- lifetime --------------------------------------------------------------------------------
 
-// The tiers of li_model_params (lazy and copy modes only).
-static li_status tiers_init(li_model *m, const li_model_params *p) {
+li_status li_sched_init_tiers(li_model *m, const li_model_params *p, double cost_per_token,
+                              double cost_per_pair) {
     li_kv_tiers_config tc = {.host_bytes = p->host_cache_bytes, .disk_dir = p->disk_cache_dir,
                              .disk_bytes = p->disk_budget_bytes, .remote_url = p->kv_remote,
-                             .remote_password_file = p->kv_remote_password_file};
+                             .remote_password_file = p->kv_remote_password_file,
+                             .cost_per_token = cost_per_token, .cost_per_pair = cost_per_pair};
     if (tc.host_bytes <= 0 && !tc.disk_dir && !tc.remote_url) return LI_OK;
     if (!m->docs)
         return li_error_set(LI_ERR_INVALID_ARG, "--host-cache / --disk-cache / --kv-remote keep "
                             "documents: they need --cache lazy or copy (not %s)",
                             li_cache_mode_name(m->cache_mode));
-    LI_TRY(li_tier_policy_parse(p->tier_evict ? p->tier_evict : "lru", &tc.policy));
+    // the tiers evict like the pool (--evict): GDSF's cost there is the document's tokens
+    LI_TRY(li_tier_policy_parse(p->doc_evict ? p->doc_evict : "lru", &tc.policy));
     return li_kv_tiers_init(&m->tiers, &tc, &m->kv, m->be);
 }
 
@@ -1047,7 +1049,7 @@ void li_cache_tier_stats_get(li_model *m, li_cache_tier_stats out[3]) {
     if (m && m->tiers) li_kv_tiers_get_stats(m->tiers, out);
 }
 
-li_status li_sched_init(li_model *m, const li_model_params *p) {
+li_status li_sched_init(li_model *m) {
     li_sched *S = calloc(1, sizeof *S);
     if (!S) return li_error_set(LI_ERR_OOM, "out of memory");
     m->sched = S;
@@ -1067,7 +1069,7 @@ li_status li_sched_init(li_model *m, const li_model_params *p) {
     if (m->cache_mode == LI_CACHE_LAZY || m->cache_mode == LI_CACHE_COPY)
         LI_TRY(li_doc_cache_init(&m->docs, &m->kv, &li_evict_lru, 0));
     if (m->cache_mode == LI_CACHE_PREFIX) LI_TRY(li_prefix_cache_init(&m->prefix, &m->kv, 0));
-    return tiers_init(m, p);
+    return LI_OK;
 }
 
 void li_sched_free(li_model *m) {

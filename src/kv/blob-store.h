@@ -1,5 +1,5 @@
 // blob-store.h — a byte store keyed by a 32-byte content key (li_doc_key, SHA-256), the storage
-// below the document cache's lower tiers (ARCHITECTURE.md §3.5, issue 21): L2 a local directory
+// below the document cache's lower tiers (issue 21): L2 a local directory
 // (blob-disk.c), L3 a shared Redis/Valkey (blob-redis.c). A value is an opaque byte string (a
 // document's serialised K/V pages); the store checks its integrity (a checksum per chunk) and
 // never returns a corrupt, partial or stale value: such an entry is deleted and reported as a

@@ -34,7 +34,7 @@ struct blob {
     int refs;        // under t->mu
     bool pinned;     // li_be_host_alloc'd: freed on the engine thread
     li_doc_key key;  // tier key
-    double cost;     // recompute cost for GDSF: the document's tokens
+    double cost;     // recompute cost for GDSF (cost_of its tokens)
     size_t n;        // HEADER_BYTES + n_pages × page_bytes
     uint8_t *data;
     blob *next;      // in whichever engine-side list holds it
@@ -70,6 +70,7 @@ struct li_kv_tiers {
     li_kv_pool *pool;  // borrowed
     li_backend *be;    // borrowed
     li_tier_policy policy;
+    double cost_per_token, cost_per_pair;  // li_kv_tiers_config's
     size_t page_bytes;
     li_blob_store *disk, *remote;  // worker only
     pthread_t worker;
@@ -93,6 +94,11 @@ struct li_kv_tiers {
     int64_t spare_bytes;  // tens of ms; equal-sized documents reuse them): resident + spare
                           // stays within the host budget
 };
+
+// GDSF's recompute cost of n tokens (li_doc_cache_cost's formula).
+static double cost_of(const li_kv_tiers *t, double n) {
+    return t->cost_per_token * n + t->cost_per_pair * n * (n + 1) / 2;
+}
 
 const char *li_tier_name(li_tier t) {
     static const char *names[] = {"host", "disk", "remote"};
@@ -443,8 +449,8 @@ static void queue_write(li_kv_tiers *t, blob *b, unsigned tiers) {
 
 static void index_listed(void *ctx, const li_doc_key *key, int64_t bytes) {
     li_kv_tiers *t = ctx;
-    // cost in tokens, from the size: pages × P (the last page may be partial; close enough)
-    double cost = (double)(bytes / (int64_t)t->page_bytes) * t->pool->storage.page_size;
+    // tokens from the size: pages × P (the last page may be partial; close enough)
+    double cost = cost_of(t, (double)(bytes / (int64_t)t->page_bytes) * t->pool->storage.page_size);
     if (li_tier_index_put(t->l2_index, key, bytes, cost) == LI_OK) {
         t->stats[LI_TIER_DISK].resident_bytes += bytes;
         t->stats[LI_TIER_DISK].resident_entries++;
@@ -471,6 +477,9 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
     t->pool = pool;
     t->be = be;
     t->policy = cfg->policy;
+    t->cost_per_token = cfg->cost_per_token;
+    t->cost_per_pair = cfg->cost_per_pair;
+    if (t->cost_per_token <= 0 && t->cost_per_pair <= 0) t->cost_per_token = 1.0;
     t->page_bytes = li_kv_storage_page_bytes(&pool->storage);
     LI_ASSERT(t->page_bytes == pool->page_bytes);
     pthread_mutex_init(&t->mu, NULL);
@@ -580,7 +589,7 @@ li_status li_kv_tiers_demote(li_kv_tiers *t, const li_doc_copy *copy) {
     pthread_mutex_unlock(&t->mu);
     if (in_l1 && !t->disk && !t->remote) return LI_OK;
     // pinned when the host tier keeps it (async D2H now, fast H2D later); plain otherwise
-    blob *b = blob_new(t, &key, n, t->l1_index != NULL, copy->n_tokens);
+    blob *b = blob_new(t, &key, n, t->l1_index != NULL, cost_of(t, copy->n_tokens));
     if (!b) {
         LI_WARN("KV tiers: no host memory for a %zu-byte copy; it stays in the pool only", n);
         li_error_clear();
@@ -693,7 +702,7 @@ li_status li_kv_tiers_poll(li_kv_tiers *t, li_kv_promotion **promo, li_kv_tiers_
     b->key = p->key;
     b->n = p->n;
     b->data = p->data;
-    b->cost = p->copy->n_tokens;
+    b->cost = cost_of(t, p->copy->n_tokens);
     li_status rc = upload(t, p->copy, b);
     pthread_mutex_lock(&t->mu);
     if (rc == LI_OK) {

@@ -13,7 +13,7 @@
 // as it is written. A miss in L0 looks L1 up at once; on an L1 miss the worker looks in L2 then L3
 // (a promotion), while other requests run; the scheduler treats it like a pending prefill and a
 // promotion that finds nothing (or a damaged entry) falls back to prefilling. L1 and L2 evict
-// through tier-index.h (LRU or GDSF with cost = the document's tokens).
+// through tier-index.h (LRU or GDSF with the pool's recompute cost).
 //
 // An entry's key is SHA-256 of (the document cache's key — model, tokenizer, token ids —, the
 // format version, the KV dtype, the page layout P, L, Hkv, Dh, and the copy's Δ): models and
@@ -44,6 +44,9 @@ typedef struct {
     const char *remote_url;            // L3 redis://HOST:PORT[/DB]; NULL: no L3
     const char *remote_password_file;  // L3 AUTH password (first line); NULL: none
     li_tier_policy policy;             // L1 and L2 eviction
+    // GDSF's recompute cost of a document of n tokens, as the pool's (li_doc_cache_set_cost):
+    // per_token × n + per_pair × n (n + 1) / 2; both 0: cost ∝ tokens
+    double cost_per_token, cost_per_pair;
 } li_kv_tiers_config;
 
 typedef struct li_kv_tiers li_kv_tiers;
