@@ -255,6 +255,30 @@ int main(void) {
     }
     TEST_END();
 
+    TEST_BEGIN("disk tier: a request cancelled while its documents load; the next is served");
+    {
+        li_model *m = load(&dsk);
+        CHECK(m != NULL, "load");
+        if (m) {
+            li_doc d[N_DOCS];
+            for (int k = 0; k < N_DOCS; k++) d[k] = (li_doc){.ids = g_docs[k], .n_ids = DOC_LEN};
+            li_request q = {.docs = d, .n_docs = N_DOCS, .query = "What do they say?", .chat = true};
+            q.gen = li_generate_default_params();
+            q.gen.n_predict = 2;
+            int64_t id;
+            li_request_result res;
+            int left;
+            // one step admits it: its blocks miss the pool and wait for the worker's loads
+            CHECK(li_submit(m, &q, &id) == LI_OK && li_step(m, &left) == LI_OK, "submit, step");
+            CHECK(li_cancel(m, id) == LI_OK && li_run(m) == LI_OK && li_result(m, id, &res) == LI_OK &&
+                      res.cancelled,
+                  "cancel: %s", li_last_error());
+            CHECK(run(m, 0, N_DOCS, got) && same(got, disk_first), "the next request");
+        }
+        li_model_free(m);
+    }
+    TEST_END();
+
     TEST_BEGIN("disk tier: another page size on the same directory never mixes");
     {
         setup other = {.disk_dir = disk, .disk_bytes = 64 << 20, .page_size = 8};

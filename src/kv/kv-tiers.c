@@ -56,7 +56,10 @@ struct job {
 
 struct li_kv_promotion {
     li_doc_key key;
-    const li_doc_copy *copy;  // borrowed: pinned by the work item until poll or cancel
+    const li_doc_copy *copy;  // borrowed: pinned by the work item until poll or cancel; the
+                              // engine's only (a cancelled copy may be gone while the worker
+    int n_tokens, n_pages;    // loads): the worker reads these copies of its fields
+    int64_t delta;
     double t0;
     // under t->mu
     bool done, cancelled;
@@ -132,17 +135,16 @@ static void header_fill(const li_kv_tiers *t, entry_header *h, const li_doc_key 
     h->page_bytes = t->page_bytes;
 }
 
-// True when data (n) is the entry this copy needs: every header field as this pool and copy
-// would write it, and the size that follows from them.
+// True when data (n) is the entry p needs: every header field as this pool and p's copy would
+// write it, and the size that follows from them.
 static bool header_valid(const li_kv_tiers *t, const li_kv_promotion *p, const uint8_t *data,
                          size_t n) {
-    const li_doc_copy *c = p->copy;
     entry_header want, got;
     if (n < HEADER_BYTES) return false;
-    header_fill(t, &want, &p->key, c->n_tokens, c->n_pages, c->delta);
+    header_fill(t, &want, &p->key, p->n_tokens, p->n_pages, p->delta);
     memcpy(&got, data, sizeof got);
     return !memcmp(&want, &got, sizeof want) &&
-           n == HEADER_BYTES + (size_t)c->n_pages * t->page_bytes;
+           n == HEADER_BYTES + (size_t)p->n_pages * t->page_bytes;
 }
 
 // ---- blobs and L1 (callers hold mu unless noted) --------------------------------------------------
@@ -641,7 +643,8 @@ li_status li_kv_tiers_promote(li_kv_tiers *t, const li_doc_copy *copy, li_kv_pro
         blob *b = e ? e->b : NULL;
         pthread_mutex_unlock(&t->mu);
         if (b) {
-            li_kv_promotion check = {.key = key, .copy = copy};
+            li_kv_promotion check = {.key = key, .n_tokens = copy->n_tokens,
+                                     .n_pages = copy->n_pages, .delta = copy->delta};
             if (header_valid(t, &check, b->data, b->n)) rc = upload(t, copy, b);
             else rc = LI_ERR_FORMAT;  // cannot happen short of a bug: drop it, prefill
             pthread_mutex_lock(&t->mu);
@@ -666,6 +669,9 @@ li_status li_kv_tiers_promote(li_kv_tiers *t, const li_doc_copy *copy, li_kv_pro
     if (!p) return LI_OK;  // out of memory: prefill instead
     p->key = key;
     p->copy = copy;
+    p->n_tokens = copy->n_tokens;
+    p->n_pages = copy->n_pages;
+    p->delta = copy->delta;
     p->t0 = t0;
     pthread_mutex_lock(&t->mu);
     if (t->loads_tail) t->loads_tail->next = p;
