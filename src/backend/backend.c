@@ -110,11 +110,6 @@ li_status li_be_graph_end(li_backend *be, bool *rerun) {
 
 // ---- KV tier transfers -------------------------------------------------------------------------
 
-size_t li_kv_storage_page_bytes(const li_kv_storage *kv) {
-    return (size_t)kv->n_layer * 2 * kv->n_head_kv * kv->page_size * kv->head_dim *
-           li_kv_elem_bytes(kv->dtype);
-}
-
 void *li_be_host_alloc(li_backend *be, size_t n_bytes, const char *what) {
     if (be && be->ops && be->ops->host_alloc) return be->ops->host_alloc(be, n_bytes, what);
     return li_alloc(n_bytes, what);

@@ -433,6 +433,12 @@ li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t
 void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes);
 void li_be_fill(li_backend *be, float *x, float value, int64_t n);
 li_status li_be_sync(li_backend *be);
+// Bytes of one page of kv: L × 2 × Hkv × P × Dh × element (inline: cuda/kv-transfer.c links
+// without backend.c in gpu-check).
+static inline size_t li_kv_storage_page_bytes(const li_kv_storage *kv) {
+    return (size_t)kv->n_layer * 2 * kv->n_head_kv * kv->page_size * kv->head_dim *
+           li_kv_elem_bytes(kv->dtype);
+}
 // The length of the run of consecutive page ids starting at pages[i] (i < n): one copy each.
 static inline int li_page_run(const int64_t *pages, int i, int n) {
     int run = 1;
@@ -441,7 +447,6 @@ static inline int li_page_run(const int64_t *pages, int i, int n) {
 }
 // KV tier transfers (ops.host_alloc … kv_scatter): pinned memory and async copies where the
 // backend has them, host memory and memcpy / synchronous copies otherwise.
-size_t li_kv_storage_page_bytes(const li_kv_storage *kv);  // L × 2 × Hkv × P × Dh × elem
 void *li_be_host_alloc(li_backend *be, size_t n_bytes, const char *what);
 void li_be_host_free(li_backend *be, void *p);
 li_status li_be_kv_gather(li_backend *be, void *dst_host, const li_kv_storage *kv,
