@@ -104,7 +104,6 @@ typedef struct {
     li_cache_mode mode;
     bool tiers;           // with the lower tiers (label "lazy+tiers")
     li_cache_tier_stats tier[3];  // host, disk, remote
-    int64_t pool_hits;            // documents found in the pool (doc_hits adds promotions)
     double rate;          // arrival rate of this run's trace
     const char *budget;   // the budget as given ("64K", or "default")
     int64_t budget_bytes; // parsed (0: the engine's default)
@@ -694,7 +693,6 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
         li_get_cache_stats(m, &cs);
         row->resident_bytes = cs.resident_bytes;
         memcpy(row->tier, cs.tiers, sizeof row->tier);
-        row->pool_hits = cs.doc_hits;
         row->evictions = cs.evictions;
         row->copies = cs.copies_made;
         row->page_bytes = cs.kv_page_bytes;
@@ -777,6 +775,10 @@ static void print_tier_rows(const mode_row *rows, int n_rows) {
     for (int i = 0; i < n_rows; i++) {
         const mode_row *r = &rows[i];
         if (!r->tiers) continue;
+        // the requests' hits less the promotions: the documents their pool served (the cache's
+        // own counter also counts lookups of admissions retried for room)
+        int64_t pool_hits = r->doc_hits;
+        for (int t = 0; t < 3; t++) pool_hits -= r->tier[t].promotions;
         for (int t = 0; t < 3; t++) {
             const li_cache_tier_stats *s = &r->tier[t];
             if (!s->enabled) continue;
@@ -784,7 +786,7 @@ static void print_tier_rows(const mode_row *rows, int n_rows) {
                    "%lld |\n",
                    r->label,
                    r->doc_lookups ? (double)r->doc_hits / r->doc_lookups : 0.0,
-                   (long long)r->pool_hits, names[t], (long long)s->hits, (long long)s->misses,
+                   (long long)(pool_hits > 0 ? pool_hits : 0), names[t], (long long)s->hits, (long long)s->misses,
                    s->bytes_in / 1048576.0, s->promotions ? s->promote_ms / s->promotions : 0.0,
                    s->bytes_out / 1048576.0, (long long)s->evictions, (long long)s->dropped,
                    (long long)s->errors);
