@@ -1,10 +1,13 @@
 // kv-tiers.c — the tier manager (kv-tiers.h): L1 host blobs in a hash table with a tier-index,
-// L2 / L3 through blob stores driven by one worker thread, write-through demotion, promotions.
+// L2 / L3 through blob stores driven by two worker threads (a writer and a loader, each with its
+// own store handles, so that a promotion never waits behind a write of another document),
+// write-through demotion, promotions.
 //
 // Ownership: a blob (header + pages) is reference-counted under t->mu, since the engine (L1,
 // uploads in flight) and the worker (writes) both hold it. Pinned blobs are freed on the engine
-// thread only (their memory belongs to the backend's context): the worker queues them.
-// Only the worker touches the blob stores; the L2 index is shared under t->mu.
+// thread only (their memory belongs to the backend's context): the writer queues them.
+// Only the workers touch the blob stores, each its own handles; the L2 index is shared under
+// t->mu.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,14 +78,15 @@ struct li_kv_tiers {
     li_tier_policy policy;
     double cost_per_token, cost_per_pair;  // li_kv_tiers_config's
     size_t page_bytes;
-    li_blob_store *disk, *remote;  // worker only
-    pthread_t worker;
+    li_blob_store *disk, *remote;      // the writer's handles (NULL: tier off)
+    li_blob_store *disk_r, *remote_r;  // the loader's
+    pthread_t writer, loader;
     bool worker_started;
     pthread_mutex_t mu;
     pthread_cond_t wake, idle;
     // under mu
     bool stop, disk_writable;
-    int busy;                        // jobs and loads taken by the worker, not finished
+    int busy;                        // write jobs taken by the writer, not finished
     job *writes, *writes_tail;
     li_kv_promotion *loads, *loads_tail;
     li_tier_index *l1_index, *l2_index;
@@ -337,7 +341,7 @@ static void write_remote(li_kv_tiers *t, blob *b) {
 // Looks p up in L2 then L3; the first valid entry wins. Damaged or stale ones are deleted.
 // Called without mu.
 static void load(li_kv_tiers *t, li_kv_promotion *p) {
-    li_blob_store *stores[LI_N_TIERS] = {NULL, t->disk, t->remote};
+    li_blob_store *stores[LI_N_TIERS] = {NULL, t->disk_r, t->remote_r};
     for (int tier = LI_TIER_DISK; tier < LI_N_TIERS; tier++) {
         li_blob_store *s = stores[tier];
         if (!s) continue;
@@ -383,11 +387,12 @@ static void load(li_kv_tiers *t, li_kv_promotion *p) {
     }
 }
 
-static void *worker_main(void *arg) {
+// The loader: promotions, in the order asked; cancelled ones are dropped unread.
+static void *loader_main(void *arg) {
     li_kv_tiers *t = arg;
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        if (t->loads) {  // promotions first: a request waits for them
+        if (t->loads) {
             li_kv_promotion *p = t->loads;
             t->loads = p->next;
             if (!t->loads) t->loads_tail = NULL;
@@ -395,18 +400,31 @@ static void *worker_main(void *arg) {
                 free(p);
                 continue;
             }
-            t->busy++;
             pthread_mutex_unlock(&t->mu);
             load(t, p);
             pthread_mutex_lock(&t->mu);
-            t->busy--;
             if (p->cancelled) {
                 free(p->data);
                 free(p);
             } else {
                 p->done = true;
             }
-        } else if (t->writes) {
+        } else if (t->stop) {
+            break;
+        } else {
+            pthread_cond_wait(&t->wake, &t->mu);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+// The writer: demoted blobs to L2 and L3, in the order demoted.
+static void *writer_main(void *arg) {
+    li_kv_tiers *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        if (t->writes) {
             job *j = t->writes;
             t->writes = j->next;
             if (!t->writes) t->writes_tail = NULL;
@@ -418,13 +436,13 @@ static void *worker_main(void *arg) {
             t->busy--;
             blob_unref(t, j->b, false);
             free(j);
+            if (!t->writes && !t->busy) pthread_cond_broadcast(&t->idle);
         } else if (t->stop) {
             break;
         } else {
             pthread_cond_broadcast(&t->idle);
             pthread_cond_wait(&t->wake, &t->mu);
         }
-        if (!t->loads && !t->writes && !t->busy) pthread_cond_broadcast(&t->idle);
     }
     pthread_cond_broadcast(&t->idle);
     pthread_mutex_unlock(&t->mu);
@@ -444,7 +462,7 @@ static void queue_write(li_kv_tiers *t, blob *b, unsigned tiers) {
     if (t->writes_tail) t->writes_tail->next = j;
     else t->writes = j;
     t->writes_tail = j;
-    pthread_cond_signal(&t->wake);
+    pthread_cond_broadcast(&t->wake);
 }
 
 // ---- index of a store at open ---------------------------------------------------------------
@@ -496,7 +514,8 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
         t->stats[LI_TIER_HOST].enabled = true;
     }
     if (cfg->disk_dir) {
-        if ((rc = li_blob_disk_open(&t->disk, cfg->disk_dir)) != LI_OK) {
+        if ((rc = li_blob_disk_open(&t->disk, cfg->disk_dir)) != LI_OK ||
+            (rc = li_blob_disk_open(&t->disk_r, cfg->disk_dir)) != LI_OK) {
             li_error_wrap(rc, "--disk-cache: ");
             goto fail;
         }
@@ -513,10 +532,12 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
         t->stats[LI_TIER_DISK].enabled = true;
     }
     if (cfg->remote_url) {
-        if (li_blob_redis_open(&t->remote, cfg->remote_url, cfg->remote_password_file) != LI_OK) {
+        if (li_blob_redis_open(&t->remote, cfg->remote_url, cfg->remote_password_file) != LI_OK ||
+            li_blob_redis_open(&t->remote_r, cfg->remote_url, cfg->remote_password_file) != LI_OK) {
             LI_WARN("--kv-remote %s: %s; running without the shared tier (L3)", cfg->remote_url,
                     li_error_msg());
             li_error_clear();
+            li_blob_close(t->remote);
             t->remote = NULL;
         } else {
             t->stats[LI_TIER_REMOTE].enabled = true;
@@ -527,8 +548,18 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
         return LI_OK;
     }
     if (t->disk || t->remote) {
-        if (pthread_create(&t->worker, NULL, worker_main, t) != 0) {
-            rc = li_error_set(LI_ERR_OOM, "cannot start the KV tiers' worker thread");
+        if (pthread_create(&t->writer, NULL, writer_main, t) != 0) {
+            rc = li_error_set(LI_ERR_OOM, "cannot start the KV tiers' writer thread");
+            goto fail;
+        }
+        if (pthread_create(&t->loader, NULL, loader_main, t) != 0) {
+            pthread_mutex_lock(&t->mu);
+            t->stop = true;
+            pthread_cond_broadcast(&t->wake);
+            pthread_mutex_unlock(&t->mu);
+            pthread_join(t->writer, NULL);
+            t->stop = false;
+            rc = li_error_set(LI_ERR_OOM, "cannot start the KV tiers' loader thread");
             goto fail;
         }
         t->worker_started = true;
@@ -546,9 +577,11 @@ void li_kv_tiers_free(li_kv_tiers *t) {
         li_kv_tiers_wait(t);
         pthread_mutex_lock(&t->mu);
         t->stop = true;
-        pthread_cond_signal(&t->wake);
+        pthread_cond_broadcast(&t->wake);
         pthread_mutex_unlock(&t->mu);
-        pthread_join(t->worker, NULL);
+        pthread_join(t->writer, NULL);
+        pthread_join(t->loader, NULL);
+        t->stop = false;  // (blob_destroy reads it: spare buffers are still kept until below)
     }
     // loads the engine still owned were cancelled by their work items; the worker freed them
     for (li_kv_promotion *p = t->loads, *next; p; p = next) {
@@ -576,6 +609,8 @@ void li_kv_tiers_free(li_kv_tiers *t) {
     li_tier_index_free(t->l2_index);
     li_blob_close(t->disk);
     li_blob_close(t->remote);
+    li_blob_close(t->disk_r);
+    li_blob_close(t->remote_r);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->wake);
     pthread_cond_destroy(&t->idle);
@@ -665,6 +700,14 @@ li_status li_kv_tiers_promote(li_kv_tiers *t, const li_doc_copy *copy, li_kv_pro
         }
     }
     if (!t->disk && !t->remote) return LI_OK;
+    if (!t->remote) {
+        // only the disk below: its index says at once whether to ask the loader
+        pthread_mutex_lock(&t->mu);
+        bool indexed = li_tier_index_contains(t->l2_index, &key);
+        if (!indexed) t->stats[LI_TIER_DISK].misses++;
+        pthread_mutex_unlock(&t->mu);
+        if (!indexed) return LI_OK;
+    }
     li_kv_promotion *p = calloc(1, sizeof *p);
     if (!p) return LI_OK;  // out of memory: prefill instead
     p->key = key;
@@ -677,7 +720,7 @@ li_status li_kv_tiers_promote(li_kv_tiers *t, const li_doc_copy *copy, li_kv_pro
     if (t->loads_tail) t->loads_tail->next = p;
     else t->loads = p;
     t->loads_tail = p;
-    pthread_cond_signal(&t->wake);
+    pthread_cond_broadcast(&t->wake);
     pthread_mutex_unlock(&t->mu);
     *promo = p;
     *result = LI_TIERS_PENDING;

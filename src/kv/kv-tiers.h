@@ -23,7 +23,8 @@
 //
 // Not here: chunking, checksums and Redis connections (blob-store.h), eviction order
 // (tier-index.h), the scheduling of promotions (src/engine/scheduler.c).
-// Threads: every li_kv_tiers_* call below comes from the engine thread; the worker is private.
+// Threads: every li_kv_tiers_* call below comes from the engine thread; the two workers (a
+// writer and a loader, kv-tiers.c) are private.
 // Tested by tests/test-kv-tiers.c (round trips per tier with exact logits, faults) and
 // tests/test_kv_tiers.py (two replicas on one Redis).
 #ifndef LI_KV_TIERS_H
