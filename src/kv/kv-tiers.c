@@ -358,21 +358,22 @@ static void load(li_kv_tiers *t, li_kv_promotion *p) {
         bool ok = rc == LI_OK && header_valid(t, p, data, n);
         if (rc == LI_OK && !ok) li_blob_del(s, &p->key);  // stale or mismatched: never served
         pthread_mutex_lock(&t->mu);
+        bool damaged = !ok && rc == LI_OK;  // Redis returned it, or the disk: stale, mismatched
         if (tier == LI_TIER_DISK) {
             li_tier_index_unpin(t->l2_index, &p->key);
+            const li_tier_entry *e = li_tier_index_get(t->l2_index, &p->key);
             if (ok) {
                 li_tier_index_touch(t->l2_index, &p->key);
-            } else {
-                const li_tier_entry *e = li_tier_index_get(t->l2_index, &p->key);
-                if (e) {
-                    st->resident_bytes -= e->bytes;
-                    st->resident_entries--;
-                }
+            } else if (e && e->pins == 0) {
+                // indexed, not being written (the writer pins it until its put ends), and
+                // absent or corrupt on disk (the store dropped it): out of the index
+                damaged = true;
+                st->resident_bytes -= e->bytes;
+                st->resident_entries--;
                 li_tier_index_remove(t->l2_index, &p->key);
             }
         }
-        // a key the disk index knew (or Redis returned) that did not load was damaged or stale
-        if (!ok && (tier == LI_TIER_DISK || rc == LI_OK)) st->dropped++;
+        if (damaged) st->dropped++;
         if (ok) {
             st->hits++;
             p->from = (li_tier)tier;
