@@ -237,11 +237,10 @@ static li_status disk_del(li_blob_store *s, const li_doc_key *key) {
 
 // A temporary file is left over when its writer (the pid in its name) is gone.
 static bool tmp_is_stale(const char *name) {
-    const char *p = name + strlen(TMP_PREFIX) + 64;
-    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0 || strlen(name) < (size_t)(p - name) ||
-        *p != '-')
+    size_t at = strlen(TMP_PREFIX) + 64;  // ".tmp-<hex>" then "-<pid>-<n>"
+    if (strncmp(name, TMP_PREFIX, strlen(TMP_PREFIX)) != 0 || strlen(name) <= at || name[at] != '-')
         return true;
-    long pid = strtol(p + 1, NULL, 10);
+    long pid = strtol(name + at + 1, NULL, 10);
     if (pid <= 0) return true;
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
