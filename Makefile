@@ -24,8 +24,11 @@ PYTHON  := .venv/bin/python
 # -O2 as the project's baseline; hot loops ask for vectorisation themselves (see ops-cpu.c).
 CFLAGS_BASE := -std=c11 -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -g -pthread -fPIC \
                -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L
-CPPFLAGS    := -Iinclude $(shell pkg-config --cflags libpcre2-8 jansson 2>/dev/null)
-LDLIBS      := $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson) \
+# hiredis: the shared Redis tier of the document store (src/kv/blob-redis.c); libxxhash: its
+# per-chunk checksums (src/kv/blob-store.c says why XXH3 and not SHA-256).
+CPPFLAGS    := -Iinclude $(shell pkg-config --cflags libpcre2-8 jansson hiredis libxxhash 2>/dev/null)
+LDLIBS      := $(shell pkg-config --libs libpcre2-8 jansson hiredis libxxhash 2>/dev/null || \
+                 echo -lpcre2-8 -ljansson -lhiredis -lxxhash) \
                -lopenblas -lcrypto -lmicrohttpd -lpthread -lm
 
 ifeq ($(DEBUG),1)

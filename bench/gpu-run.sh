@@ -7,6 +7,9 @@
 #   e2e     lazyinfer bench generate on synth:llama-3.1-8b: prefill 5×4096+64 = 20544 tokens and
 #           decode (tg128) — ms = 1000 / (t/s)
 #   ragbench lazyinfer bench rag, the paper's setting (CSV per sweep)
+#   tiers   the document tiers (issue 21): bench rag in the paper's setting with a 2G GPU budget
+#           plus --host-cache 32G (lazy, copy: pool only vs with the tier), and bench kernels'
+#           H2D promotion rate against a plain pinned copy of the same bytes (same call)
 #   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
 #           ceilings, in the same call
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
@@ -135,6 +138,15 @@ has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates ${RAG_
 has ragbench && run ragbench-uniform ${RAG_UNIFORM_TIMEOUT:-45} $RAG --alpha 0 \
   --mode ${RAG_UNIFORM_MODES:-lazy,copy} --rates ${RAG_UNIFORM_RATES:-16} --budgets ${RAG_UNIFORM_BUDGETS:-4G} \
   --csv "$OUT/ragbench-uniform.csv"
+# The document tiers: 2G of GPU pool holds 8 documents of 256 MiB, the 32G pinned host tier 128
+# (all 100): lazy and copy each run pool-only, then "+tiers" (a second table: where documents
+# came from, promotion time). Then the promotion bandwidth: one 2,048-token document (256 MiB,
+# 128 pages none adjacent) from pinned host memory into the pool against one plain pinned
+# cudaMemcpy of the same bytes, both printed (goal: promotion >= 80 % of the plain rate).
+has tiers && run ragbench-tiers ${RAG_TIERS_TIMEOUT:-300} $RAG --alpha 2.1 --mode lazy,copy \
+  --rate ${RAG_TIERS_RATE:-16} --budget 2G --host-cache 32G
+has tiers && run tiers-promotion-bw 120 $LI bench kernels --backend cuda -m synth:llama-3.1-8b \
+  --batch 1 --ctx 4096 --prefill 2048 --iters 10
 has torch && run torch 300 python3 bench/torch_baselines.py ${TORCH_ONLY:+--only $TORCH_ONLY} \
   --out "$OUT/torch.jsonl"
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a

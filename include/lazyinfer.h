@@ -25,6 +25,7 @@ typedef enum {
     LI_ERR_KV_FULL,      // the KV page pool has no free page for this request
     LI_ERR_LIMIT,        // a configured limit (context length, page-table field width) exceeded
     LI_ERR_BACKEND,      // the compute backend failed (e.g. a CUDA error)
+    LI_ERR_NOT_FOUND,    // a key a store or cache was asked for is not there (a miss)
 } li_status;
 
 const char *li_status_str(li_status st);  // static string, e.g. "format error"
@@ -58,6 +59,17 @@ typedef struct {
                                  // engine's kernels); decode rows always use the engine's
     bool metadata_only;          // hyper-parameters and tokenizer only (for `info`): no weights,
                                  // no KV pool; generation functions must not be called
+    const char *doc_evict;       // document-cache eviction (lazy, copy): "lru" (NULL), or "gdsf"
+                                 // (GreedyDual-Size-Frequency: uses × prefill FLOPs / bytes);
+                                 // the tiers below (host, disk) evict by the same policy
+    // Tiers below the pool for "lazy" and "copy" documents (README "Sharing documents across
+    // replicas"): copies are written through to each configured tier and promoted back on a miss.
+    int64_t host_cache_bytes;    // L1 host RAM budget (pinned on "cuda"); 0: none
+    const char *disk_cache_dir;  // L2 directory (one file per document); NULL: none
+    int64_t disk_budget_bytes;   // L2 budget (required with disk_cache_dir)
+    const char *kv_remote;       // L3 "redis://HOST:PORT[/DB]", shared by replicas; NULL: none.
+                                 // Unreachable at load: a warning and no L3
+    const char *kv_remote_password_file;  // L3 AUTH password: the file's first line
 } li_model_params;
 
 li_model_params li_model_default_params(void);
@@ -220,8 +232,8 @@ typedef struct {
     bool cancelled;         // ended by li_cancel
     int n_prompt;           // prompt tokens (all blocks + query)
     int n_doc_tokens;       // tokens in system + document blocks
-    int n_cached_tokens;    // prompt tokens served from a cache (not recomputed)
-    int doc_hits, doc_misses;
+    int n_cached_tokens;    // prompt tokens served from a cache (not recomputed): the pool or a
+    int doc_hits, doc_misses;  // lower tier (a promoted document is a hit)
     int n_generated;
     double queue_ms;        // submit → admitted
     double ttft_ms;         // submit → first token
@@ -252,6 +264,18 @@ li_status li_cancel(li_model *m, int64_t id);
 li_status li_result(li_model *m, int64_t id, li_request_result *out);
 
 typedef struct {
+    bool enabled;                 // the tier is configured and open (remote: reachable at load)
+    int64_t hits, misses;         // lookups of documents that missed every tier above
+    int64_t bytes_in, bytes_out;  // promoted out of the tier / written into it
+    int64_t promotions;           // copies promoted from the tier into the pool
+    double promote_ms;            // Σ time from the lookup to the pages being queued
+    int64_t resident_bytes, resident_entries;  // remote: what this replica wrote (Redis bounds it)
+    int64_t evictions;            // entries dropped for the budget
+    int64_t dropped;              // entries found damaged, partial or stale (recomputed)
+    int64_t errors;               // writes that failed (disk full, Redis down)
+} li_cache_tier_stats;
+
+typedef struct {
     int64_t doc_lookups, doc_hits, doc_misses, doc_hit_tokens, doc_miss_tokens;
     int64_t copies_made;        // copy mode: page copies with re-rotation
     int64_t evictions;          // documents (or prefix pages) evicted
@@ -260,8 +284,16 @@ typedef struct {
     int64_t prefix_lookup_tokens, prefix_hit_tokens;  // prefix mode
     int64_t kv_pages_total, kv_pages_free;
     int64_t kv_page_bytes;
+    // The tiers below the pool (li_model_params.host_cache_bytes …): [0] host, [1] disk, [2] remote.
+    li_cache_tier_stats tiers[3];
 } li_cache_stats;
 void li_get_cache_stats(const li_model *m, li_cache_stats *out);
+// Waits until every copy handed to the lower tiers so far is written (disk, Redis): tests and
+// benchmarks call it before reading another replica's view. No-op without tiers.
+void li_cache_tiers_wait(li_model *m);
+// The tiers' counters now (out: [0] host, [1] disk, [2] remote); unlike li_get_cache_stats, any
+// thread may call it (the server's /metrics does). Zeroes without tiers.
+void li_cache_tier_stats_get(li_model *m, li_cache_tier_stats out[3]);
 
 // ---- diffusion decoding (LLaDA SAR, Fast-dLLM, DPad, LaCache) -------------------------------
 //

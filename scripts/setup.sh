@@ -29,7 +29,8 @@ fi
 
 # ---- 2. Debian packages ----------------------------------------------------------------------
 PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libopenblas-dev libssl-dev clang python3
-      python3-venv ca-certificates gnuplot-nox libmicrohttpd-dev)
+      python3-venv ca-certificates gnuplot-nox libmicrohttpd-dev libhiredis-dev
+      libxxhash-dev redis-server)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

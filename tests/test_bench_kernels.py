@@ -2,7 +2,8 @@
 
 Runs the built binary (env BIN, default ./lazyinfer) with small shapes on the CPU and on
 cpu-devsim (the device data path, bf16 pool; a batch of 12, more than the 8 sizes --batch takes) and checks that every op of the layer gets a row
-with a positive time and a throughput, that the ceilings are 100 %, and that bad arguments are
+with a positive time and a throughput, that the ceilings are 100 % (and the plain host copy the
+promotion row is compared with), and that bad arguments are
 rejected with a message naming the flag (exit 2) before anything is allocated.
 """
 import os
@@ -17,7 +18,7 @@ SMALL = ["-m", "synth:tiny-llama", "--ctx", "200", "--batch", "1,12", "--prefill
 OPS = ["copy (memory ceiling)", "matmul GEMM (compute ceiling)", "matmul decode (gate / up)",
        "matmul decode (down)", "matmul prefill (gate / up)", "rmsnorm", "add + rmsnorm",
        "rope (q)", "swiglu", "kv_store", "attention decode", "attention decode",
-       "attention prefill (causal)"]
+       "attention prefill (causal)", "host → device plain copy", "promotion (host tier → pool pages)"]
 
 
 def run(*args, timeout=120):
@@ -44,7 +45,8 @@ def test_every_op_timed(extra):
             assert float(gbs) > 0
         if tfs:
             assert float(tfs) > 0
-    assert r[0][5] == "100 %" and r[1][5] == "100 %"
+    assert r[0][5] == "100 %" and r[1][5] == "100 %" and r[13][5] == "100 %"
+    assert "none adjacent" in r[14][1] and r[14][5].endswith("%")  # promotion vs the plain copy
     assert "batch 12, ctx 200" in r[11][1] and "one call" in r[11][1]
     assert re.search(r"tiny-llama shapes \(D \d+, F \d+, H \d+, Hkv \d+, Dh \d+\)", p.stdout)
 

@@ -104,6 +104,22 @@ def test_smoke_all_modes(tmp_path):
     assert rows["lazy"]["hit_ratio"] > 0
 
 
+def test_evict_gdsf_runs_and_keeps_outputs(tmp_path):
+    # A budget of a few documents forces evictions: the cost-aware policy (li_evict_gdsf) must
+    # evict and re-prefill without changing a generated token (same = requests whose tokens
+    # equal the uncached reference's).
+    R = 12
+    p = bench("-m", "synth:tiny-llama", "--synthetic", "--docs", 12, "--doc-len", 48, "--k", 2,
+              "--requests", R, "--alpha", 0.8, "--out-len", 2, "--rate", 0, "--mode", "lazy,copy",
+              "--budget", "96K", "--evict", "gdsf", "--seed", SEED % 1000, "-t", 2, timeout=60)
+    assert "eviction gdsf" in p.stdout.splitlines()[0]
+    rows = parse_rows(p.stdout)
+    for mode in ("lazy", "copy"):
+        r = rows[mode]
+        assert r["done"] == R and r["same"] == r["same_of"] == R, f"[seed {SEED}] {mode}: {r}"
+        assert r["evictions"] > 0, f"[seed {SEED}] {mode}: the budget should force evictions"
+
+
 def chi2_sf(x, dof):
     """Upper tail of chi-square (Wilson-Hilferty normal approximation, fine for dof >= 5)."""
     z = ((x / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
@@ -189,6 +205,6 @@ def test_errors(tmp_path):
     for args, word in ((["--budget", "12X"], "--budget"), (["--mode", "fast"], "--mode"),
                        (["--k", N + 1], "--k"), (["--docs", N + 1], "--docs"),
                        (["--alpha", -1], "alpha"), (["--requests", 0], "requests"),
-                       (["--plot", "a'b.png"], "--plot")):
+                       (["--plot", "a'b.png"], "--plot"), (["--evict", "mru"], "--evict")):
         p = bench("--samples", tmp_path / "s", "--dry-run", *args, check=False)
         assert p.returncode == 2 and word in p.stderr, f"{args}: {p.returncode} {p.stderr}"

@@ -161,7 +161,8 @@ def test_setup_never_runs_sudo(clone, tmp_path):
     p = run(["bash", "scripts/setup.sh"], clone, env=env)
     assert p.returncode != 0
     assert re.search(r"^  sudo apt-get update && sudo apt-get install -y build-essential .*"
-                     r"libmicrohttpd-dev$", p.stderr, re.M), p.stderr
+                     r"libmicrohttpd-dev libhiredis-dev libxxhash-dev redis-server$", p.stderr,
+                     re.M), p.stderr
     assert not log.exists(), log.read_text()  # neither sudo nor apt-get ran
 
 
@@ -172,4 +173,5 @@ def test_setup_as_root_installs(clone, tmp_path):
     assert p.returncode != 0
     calls = log.read_text().splitlines()
     assert len(calls) == 2 and calls[0] == "apt-get update -qq", calls  # no sudo
-    assert re.match(r"apt-get install -y -qq build-essential .*libmicrohttpd-dev$", calls[1]), calls
+    assert re.match(r"apt-get install -y -qq build-essential .*libmicrohttpd-dev libhiredis-dev "
+                    r"libxxhash-dev redis-server$", calls[1]), calls

@@ -212,6 +212,73 @@ def test_copy_lru_equals_independent_replay(tmp_path, k, D):
     assert rows["copy-any"]["hits"] == any_hits, cfg
 
 
+def gdsf_replay(reqs, M, L, P, warmup):
+    """GreedyDual-Size-Frequency over the lazy document cache (ARCHITECTURE.md §3.2, doc-cache.h):
+    a document's H = clock + uses × cost / size, set at each use, with cost = L tokens and size =
+    its pages (the sim's pool has no page bytes); the victim is the lowest H among unpinned
+    documents, the least recently used among equals, and the clock becomes its H. uses counts the
+    uses since the document last entered the cache. Returns hits after warmup."""
+    ppd = -(-L // P)
+    cache = OrderedDict()  # rank -> [uses, H], least recently used first
+    clock = 0.0
+    hits = 0
+    for r, req in enumerate(reqs):
+        pinned = set()
+        for rank, _slot in req:
+            if rank in cache:
+                cache.move_to_end(rank)
+                e = cache[rank]
+                hit = True
+            else:
+                while len(cache) >= M:
+                    victim = min((k for k in cache if k not in pinned), key=lambda k: cache[k][1])
+                    clock = cache.pop(victim)[1]
+                e = cache[rank] = [0, 0.0]
+                hit = False
+            e[0] += 1
+            e[1] = clock + e[0] * float(L) / ppd  # same operations, same rounding as the C code
+            pinned.add(rank)
+            if r >= warmup:
+                hits += hit
+    return hits
+
+
+def test_lazy_gdsf_equals_independent_replay(tmp_path):
+    rng = random.Random(SEED + 7)
+    N, k, L, P = rng.randint(30, 200), rng.randint(1, 5), rng.choice([16, 40, 64]), 16
+    M, D = rng.randint(k + 1, 40), k + rng.randint(0, 3)
+    R, W = 2000, rng.randint(0, 300)
+    alpha = rng.choice([0.5, 0.9, 1.2, 1.8])
+    args = ["--docs", N, "--k", k, "--positions", D, "--requests", R, "--warmup", W, "--budget",
+            M * -(-L // P) * P, "--doc-len", L, "--page-size", P, "--alpha", alpha, "--seed", SEED,
+            "--policy", "lazy"]
+    out = sim(*args, "--evict", "gdsf", "--trace", tmp_path / "t.txt").stdout
+    assert "eviction gdsf" in out
+    rows, _ = parse(out)
+    hits = gdsf_replay(read_trace(tmp_path / "t.txt"), M, L, P, W)
+    cfg = f"seed {SEED + 7}: N={N} k={k} D={D} L={L} M={M} W={W} alpha={alpha}"
+    assert rows["lazy"]["hits"] == hits, cfg
+    # the replay is not LRU's: on this trace the two policies differ (else the check is empty)
+    lru_hits, _ = lru_replay(read_trace(tmp_path / "t.txt"), M, L, W, agnostic=True)
+    assert lru_hits != hits or M >= N, cfg
+
+
+def test_gdsf_beats_lru_under_stationary_zipf():
+    # The paper's point (α 0.8526, D 20, 100 of 1000 documents fit, docs/SIM.md): LRU keeps what
+    # was recent, GDSF what is frequent, which under a stationary law is what stays popular.
+    # Measured (R 50000): lazy .430 → .506, copy .062 → .107; held here at R 20000 to ≥ 10%
+    # relative, far under the measured gains and far over this trace's sampling noise (≈ 1%).
+    args = ["--docs", 1000, "--alpha", 0.8526, "--k", 1, "--positions", 20, "--requests", 20000,
+            "--doc-len", 128, "--budget", 12800, "--seed", 0]
+    lru = parse(sim(*args, "--evict", "lru").stdout)[0]
+    gdsf = parse(sim(*args, "--evict", "gdsf").stdout)[0]
+    for mode in ("lazy", "copy"):
+        assert gdsf[mode]["ratio"] >= 1.10 * lru[mode]["ratio"], (mode, lru[mode], gdsf[mode])
+    # never above the static optimum of the trace's own frequencies (printed by sim)
+    preds = parse(sim(*args, "--evict", "gdsf").stdout)[1]
+    assert gdsf["lazy"]["ratio"] <= preds["static top-M, trace"][0] + 0.01
+
+
 def test_lazy_ge_copy_any_ge_copy():
     rng = random.Random(SEED)
     for _ in range(4):

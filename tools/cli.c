@@ -182,3 +182,56 @@ bool cli_parse_bytes(const char *s, int64_t *out) {
     *out = (int64_t)v;
     return true;
 }
+
+bool cli_tier_params(const char *cmd, const cli_tier_args *a, li_model_params *p) {
+    const char *flag = NULL, *value = NULL;
+    if (a->host_cache && (!cli_parse_bytes(a->host_cache, &p->host_cache_bytes) ||
+                          p->host_cache_bytes <= 0)) {
+        flag = "--host-cache";
+        value = a->host_cache;
+    }
+    if (a->disk_budget && (!cli_parse_bytes(a->disk_budget, &p->disk_budget_bytes) ||
+                           p->disk_budget_bytes <= 0)) {
+        flag = "--disk-budget";
+        value = a->disk_budget;
+    }
+    if (flag) {
+        fprintf(stderr, "lazyinfer %s: %s '%s': expected bytes > 0 with an optional K/M/G suffix "
+                        "(e.g. 4G)\n", cmd, flag, value);
+        return false;
+    }
+    if (a->disk_cache && !a->disk_budget) {
+        fprintf(stderr, "lazyinfer %s: --disk-cache %s needs --disk-budget SIZE (e.g. 20G)\n", cmd,
+                a->disk_cache);
+        return false;
+    }
+    if (a->disk_budget && !a->disk_cache) {
+        fprintf(stderr, "lazyinfer %s: --disk-budget needs --disk-cache DIR\n", cmd);
+        return false;
+    }
+    if (a->kv_remote_password_file && !a->kv_remote) {
+        fprintf(stderr, "lazyinfer %s: --kv-remote-password-file needs --kv-remote URL\n", cmd);
+        return false;
+    }
+    p->disk_cache_dir = a->disk_cache;
+    p->kv_remote = a->kv_remote;
+    p->kv_remote_password_file = a->kv_remote_password_file;
+    return true;
+}
+
+void cli_print_tier_stats(FILE *f, const li_cache_stats *cs) {
+    static const char *names[3] = {"host", "disk", "remote"};
+    const double mib = 1024.0 * 1024.0;
+    for (int i = 0; i < 3; i++) {
+        const li_cache_tier_stats *t = &cs->tiers[i];
+        if (!t->enabled) continue;
+        fprintf(f,
+                "tier %s: %lld hits, %lld misses, %lld promotions (%.2f ms each), %.2f MiB in, "
+                "%.2f MiB out; resident %.2f MiB in %lld; %lld evictions, %lld dropped, "
+                "%lld write errors\n",
+                names[i], (long long)t->hits, (long long)t->misses, (long long)t->promotions,
+                t->promotions ? t->promote_ms / (double)t->promotions : 0.0, t->bytes_in / mib,
+                t->bytes_out / mib, t->resident_bytes / mib, (long long)t->resident_entries,
+                (long long)t->evictions, (long long)t->dropped, (long long)t->errors);
+    }
+}

@@ -3,8 +3,11 @@
 #define LI_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "lazyinfer.h"
 
 #define DEFAULT_MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 // --attn-impl's help, the same for every command that loads a model
@@ -43,6 +46,31 @@ bool cli_parse_bytes(const char *s, int64_t *out);
 // Bytes of memory available to a new allocation without swapping (MemAvailable of
 // /proc/meminfo); -1 when unknown.
 int64_t cli_mem_available(void);
+
+// The document tiers below the KV pool (README "Sharing documents across replicas"), the same
+// flags on serve, rag and bench rag: put CLI_TIER_OPTS(args) in the option table, then
+// cli_tier_params fills li_model_params from them.
+typedef struct {
+    const char *host_cache, *disk_cache, *disk_budget, *kv_remote, *kv_remote_password_file;
+} cli_tier_args;
+#define CLI_TIER_OPTS(a)                                                                           \
+    {"--host-cache", NULL, OPT_STR, &(a).host_cache,                                               \
+     "host RAM tier for documents (L1), e.g. 4G: copies are written through and promoted back "    \
+     "instead of prefilled (pinned on cuda; lazy/copy caches)"},                                   \
+    {"--disk-cache", NULL, OPT_STR, &(a).disk_cache,                                               \
+     "disk tier (L2): a directory of one file per document (needs --disk-budget)"},                \
+    {"--disk-budget", NULL, OPT_STR, &(a).disk_budget, "bytes the disk tier may hold, e.g. 20G"},  \
+    {"--kv-remote", NULL, OPT_STR, &(a).kv_remote,                                                 \
+     "shared tier (L3): redis://HOST:PORT[/DB] (Redis or Valkey), one store for every replica; "   \
+     "unreachable: a warning and no L3"},                                                          \
+    {"--kv-remote-password-file", NULL, OPT_STR, &(a).kv_remote_password_file,                     \
+     "file whose first line is the Redis password (AUTH)"}
+// Sizes parsed (K/M/G suffixes, as --budget) into *p. False after printing
+// "lazyinfer CMD: --flag 'value': why" to stderr.
+bool cli_tier_params(const char *cmd, const cli_tier_args *a, li_model_params *p);
+// One line per enabled tier of cs: hits, misses, promotions and their mean time, bytes moved,
+// residency, evictions, dropped entries and write errors.
+void cli_print_tier_stats(FILE *f, const li_cache_stats *cs);
 // Prints "lazyinfer: <what>: <last error>" and returns 1.
 int cli_fail(const char *what);
 

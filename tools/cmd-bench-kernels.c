@@ -48,6 +48,12 @@ typedef struct {
     uint64_t *pre_words;       // prefill page table
     li_kv_seq *seqs;           // host structs over words
     int pages_per_seq, pre_pages;
+    // promotion from the host tier (kv-tiers.c): a document's pages, pinned host → pool
+    li_kv_storage tier_kv;     // backend memory, all L layers, 2 x tier_n pages
+    void *tier_host;           // (tier_n, page bytes) li_be_host_alloc: pinned on CUDA
+    void *tier_dev;            // (tier_n x page bytes) contiguous: the plain copy's target
+    int64_t *tier_pages;       // (tier_n) page ids 0, 2, 4, ..: no two consecutive
+    int tier_n;
     // the op being timed
     int T, N, K, batch;
 } bk_ctx;
@@ -71,6 +77,15 @@ static double time_op(bk_ctx *c, void (*fn)(bk_ctx *), int iters) {
 // ---- the ops ----------------------------------------------------------------------------------
 
 static void op_copy(bk_ctx *c) { li_be_copy(c->be, c->y, c->x, (size_t)c->N * sizeof(float)); }
+static void op_promote(bk_ctx *c) {
+    if (li_be_kv_scatter(c->be, &c->tier_kv, c->tier_pages, c->tier_n, c->tier_host) != LI_OK)
+        LI_WARN("bench kernels: promotion: %s", li_error_msg());
+}
+static void op_plain_h2d(bk_ctx *c) {
+    size_t bytes = li_kv_storage_page_bytes(&c->tier_kv) * (size_t)c->tier_n;
+    if (li_be_upload(c->be, c->tier_dev, c->tier_host, bytes) != LI_OK)
+        LI_WARN("bench kernels: host copy: %s", li_error_msg());
+}
 static void op_rmsnorm(bk_ctx *c) {
     c->be->ops->rmsnorm(c->be, c->out, LI_DTYPE_F32, c->x, c->normw, c->T, c->D, c->eps);
 }
@@ -433,11 +448,49 @@ int cmd_bench_kernels(int argc, char **argv) {
                    4.0 * prefill * (double)prefill * HDh / 2, 1};
     snprintf(sh[ns++], 96, "T %d, H %d, Hkv %d, Dh %d", prefill, c.H, c.Hkv, c.Dh);
     print_row(&row, copy_gbs, gemm_tfs);
+    // Promotion from the host tier (issue 21): one document of min(--prefill, 2048) tokens, every
+    // layer, from host memory the backend pins (li_be_host_alloc) into pool pages two apart (no
+    // run of consecutive ids: one copy per page, the worst case), then one plain copy of the same
+    // bytes from the same host buffer into one device buffer: the rate to compare with (goal:
+    // promotion >= 80 % of it). The % column here is of that plain copy, not of the device copy.
+    {
+        int doc = prefill < BK_DOC_TOKENS ? prefill : BK_DOC_TOKENS;
+        c.tier_kv = c.kv;
+        c.tier_kv.n_layer = in.n_layer;
+        c.tier_n = (doc + c.P - 1) / c.P;
+        c.tier_kv.n_pages = 2 * (int64_t)c.tier_n;
+        const size_t pb = li_kv_storage_page_bytes(&c.tier_kv), bytes = pb * (size_t)c.tier_n;
+        c.tier_kv.data = bk_alloc(be, pb * (size_t)c.tier_kv.n_pages, "bench promotion pool", &ok);
+        c.tier_dev = bk_alloc(be, bytes, "bench plain copy target", &ok);
+        c.tier_host = ok ? li_be_host_alloc(be, bytes, "bench host tier") : NULL;
+        c.tier_pages = malloc((size_t)c.tier_n * sizeof *c.tier_pages);
+        if (!ok || !c.tier_host || !c.tier_pages) {
+            cli_fail("bench kernels: promotion buffers");
+            ok = false;
+            goto done;
+        }
+        memset(c.tier_host, 0x3c, bytes);
+        for (int i = 0; i < c.tier_n; i++) c.tier_pages[i] = 2 * (int64_t)i;
+        bk_row plain = {"host → device plain copy", sh[ns], time_op(&c, op_plain_h2d, iters),
+                        (double)bytes, 0, 0};
+        snprintf(sh[ns++], 96, "%.1f MiB, %s host memory", bytes / 1048576.0,
+                 be->ops->host_alloc ? "pinned" : "pageable");
+        double plain_gbs = plain.ms > 0 ? plain.bytes / (plain.ms * 1e-3) / 1e9 : 0;
+        print_row(&plain, plain_gbs, gemm_tfs);
+        row = (bk_row){"promotion (host tier → pool pages)", sh[ns], time_op(&c, op_promote, iters),
+                       (double)bytes, 0, 0};
+        snprintf(sh[ns++], 96, "%d tokens, L %d: %d pages of %.2f MiB, none adjacent", doc,
+                 in.n_layer, c.tier_n, pb / 1048576.0);
+        print_row(&row, plain_gbs, gemm_tfs);
+    }
 done:
     free(c.seqs);
     free(c.start_host);
+    free(c.tier_pages);
+    li_be_host_free(be, c.tier_host);
     void *bufs[] = {c.x, c.y, c.out, c.gate, c.up, c.q, c.att, c.normw, c.W, c.pos, c.nvis,
-                    c.slot, c.words, c.pre_words, c.start, c.dec_nv, c.kv.data};
+                    c.slot, c.words, c.pre_words, c.start, c.dec_nv, c.kv.data, c.tier_kv.data,
+                    c.tier_dev};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) li_be_free(be, bufs[i]);
     li_backend_free(be);

@@ -35,13 +35,14 @@
 #include <unistd.h>
 
 #include "../src/core/core.h"
+#include "../src/kv/blob-store.h"
 #include "cli.h"
 #include "lazyinfer.h"
 #include "replay.h"
 #include "zipf.h"
 
 #define SAMPLES_REL "data/rag-samples" // the repository's CacheBlend samples (data/README.md)
-#define MAX_MODES 5
+#define MAX_MODES 10  // five modes, lazy and copy twice with tiers
 #define MAX_K 64
 #define MAX_REQUESTS 1000000
 #define DRAW_TRIES 10000 // redraws for a distinct rank before the exact fallback
@@ -63,9 +64,12 @@ typedef struct {
     int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads, gpu;
     int n_ctx; // li_model_params.n_ctx (0: the engine's default)
     const char *backend, *kv_dtype, *attn_impl;
+    const char *evict;  // document-cache eviction policy (li_model_params.doc_evict)
     float alpha, rate;
     uint64_t seed;
     bool dry_run, synthetic;
+    cli_tier_args tiers;     // --host-cache … (runs lazy and copy once more with them)
+    li_model_params tier_mp; // the tiers' fields, parsed
 } bench_args;
 
 // The corpus: every passage (+ "\n\n") and query of the sample files, in file order.
@@ -98,6 +102,8 @@ typedef struct {
 
 typedef struct {
     li_cache_mode mode;
+    bool tiers;           // with the lower tiers (label "lazy+tiers")
+    li_cache_tier_stats tier[3];  // host, disk, remote
     double rate;          // arrival rate of this run's trace
     const char *budget;   // the budget as given ("64K", or "default")
     int64_t budget_bytes; // parsed (0: the engine's default)
@@ -611,11 +617,32 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
 
 // Loads the model in `mode`, replays the trace, fills the row. Errors of the engine (not of one
 // request) end the benchmark.
+static void wipe_one(void *ctx, const li_doc_key *key, int64_t bytes) {
+    (void)bytes;
+    li_blob_del(ctx, key);
+}
+
+// Empties the disk directory and the Redis namespace of --disk-cache / --kv-remote, so that each
+// run with tiers starts cold (one run's entries would otherwise serve the next).
+static void tiers_wipe(const li_model_params *p) {
+    li_blob_store *s[2] = {NULL, NULL};
+    if (p->disk_cache_dir && li_blob_disk_open(&s[0], p->disk_cache_dir) != LI_OK) s[0] = NULL;
+    if (p->kv_remote && li_blob_redis_open(&s[1], p->kv_remote, p->kv_remote_password_file) != LI_OK)
+        s[1] = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (!s[i]) continue;
+        li_blob_list(s[i], wipe_one, s[i]);
+        li_blob_close(s[i]);
+    }
+    li_error_clear();
+}
+
 static li_status run_mode(const bench_args *a, const corpus *c, const trace_req *tr, int64_t budget,
-                          li_cache_mode mode, req_out *out, mode_row *row) {
+                          li_cache_mode mode, bool tiers, req_out *out, mode_row *row) {
     const int R = a->n_requests;
     memset(row, 0, sizeof *row);
     row->mode = mode;
+    row->tiers = tiers;
     li_model_params mp = li_model_default_params();
     mp.path = a->model ? a->model : cli_default_model();
     mp.n_threads = a->n_threads;
@@ -626,7 +653,16 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     mp.kv_budget_bytes = budget;
     mp.kv_dtype = a->kv_dtype;
     mp.attn_impl = a->attn_impl;
+    mp.doc_evict = a->evict;
     mp.n_ctx = a->n_ctx;
+    if (tiers) {
+        mp.host_cache_bytes = a->tier_mp.host_cache_bytes;
+        mp.disk_cache_dir = a->tier_mp.disk_cache_dir;
+        mp.disk_budget_bytes = a->tier_mp.disk_budget_bytes;
+        mp.kv_remote = a->tier_mp.kv_remote;
+        mp.kv_remote_password_file = a->tier_mp.kv_remote_password_file;
+        tiers_wipe(&mp);
+    }
     double t_load = li_time_ms();
     li_model *m = NULL;
     LI_TRY(li_model_load(&m, &mp));
@@ -656,6 +692,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
         li_cache_stats cs;
         li_get_cache_stats(m, &cs);
         row->resident_bytes = cs.resident_bytes;
+        memcpy(row->tier, cs.tiers, sizeof row->tier);
         row->evictions = cs.evictions;
         row->copies = cs.copies_made;
         row->page_bytes = cs.kv_page_bytes;
@@ -724,6 +761,39 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
 
 // ---- output ----------------------------------------------------------------------------------
 
+// The runs with tiers: where their documents came from. "served" counts documents not prefilled
+// (pool hits and promotions: the requests' doc_hits) over the documents looked up.
+static void print_tier_rows(const mode_row *rows, int n_rows) {
+    static const char *names[3] = {"host", "disk", "remote"};
+    bool any = false;
+    for (int i = 0; i < n_rows; i++) any |= rows[i].tiers;
+    if (!any) return;
+    printf("\n| run | documents served from a cache | pool hits | tier | tier hits | misses | "
+           "promoted MiB | promotion ms (mean) | written MiB | evictions | dropped | "
+           "write errors |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n_rows; i++) {
+        const mode_row *r = &rows[i];
+        if (!r->tiers) continue;
+        // the requests' hits less the promotions: the documents their pool served (the cache's
+        // own counter also counts lookups of admissions retried for room)
+        int64_t pool_hits = r->doc_hits;
+        for (int t = 0; t < 3; t++) pool_hits -= r->tier[t].promotions;
+        for (int t = 0; t < 3; t++) {
+            const li_cache_tier_stats *s = &r->tier[t];
+            if (!s->enabled) continue;
+            printf("| %s | %.3f | %lld | %s | %lld | %lld | %.1f | %.2f | %.1f | %lld | %lld | "
+                   "%lld |\n",
+                   r->label,
+                   r->doc_lookups ? (double)r->doc_hits / r->doc_lookups : 0.0,
+                   (long long)(pool_hits > 0 ? pool_hits : 0), names[t], (long long)s->hits, (long long)s->misses,
+                   s->bytes_in / 1048576.0, s->promotions ? s->promote_ms / s->promotions : 0.0,
+                   s->bytes_out / 1048576.0, (long long)s->evictions, (long long)s->dropped,
+                   (long long)s->errors);
+        }
+    }
+}
+
 static void print_table(const mode_row *rows, int n_rows, int R) {
     printf("| mode | done | TTFT p50 ms | p90 | p99 | mean | e2e mean ms | req/s | gen tok/s | "
            "doc hit ratio | doc hits/lookups | prompt tok computed | resident MiB | evictions | "
@@ -733,7 +803,7 @@ static void print_table(const mode_row *rows, int n_rows, int R) {
         const mode_row *r = &rows[i];
         printf("| %s | %d/%d | %.0f | %.0f | %.0f | %.0f | %.0f | %.3f | %.2f | %.3f | %lld/%lld | "
                "%lld | %.1f | %lld | %lld | %d/%d | %.1f | %.1f |\n",
-               li_cache_mode_name(r->mode), r->n_ok, R, r->ttft[0], r->ttft[1], r->ttft[2],
+               r->label, r->n_ok, R, r->ttft[0], r->ttft[1], r->ttft[2],
                r->ttft[3], r->e2e_mean, r->req_per_s, r->tok_per_s,
                r->doc_tokens ? (double)r->cached_tokens / r->doc_tokens : 0.0,
                (long long)r->doc_hits, (long long)r->doc_lookups, (long long)r->computed_tokens,
@@ -744,6 +814,7 @@ static void print_table(const mode_row *rows, int n_rows, int R) {
         if (rows[i].n_failed)
             printf("\n%s: %d request(s) failed, first: %s\n", li_cache_mode_name(rows[i].mode),
                    rows[i].n_failed, rows[i].first_error);
+    print_tier_rows(rows, n_rows);
 }
 
 // The sweep's table (--rates / --budgets): one row per (rate, budget, mode), printed as each run
@@ -840,12 +911,17 @@ static const char usage_text[] =
     "                           [--rate R | --rates R1,R2,...] [--requests R]\n"
     "                           [--budget BYTES | --budgets B1,B2,...] [--csv out.csv]\n"
     "                           [--mode lazy|copy|prefix|none|all] [--max-batch B] [--seed S]\n"
-    "                           [-c CTX] [-t THREADS] [--plot out.png]\n\n"
+    "                           [--evict lru|gdsf] [-c CTX] [-t THREADS] [--plot out.png]\n"
+    "                           [--host-cache SIZE] [--disk-cache DIR --disk-budget SIZE]\n"
+    "                           [--kv-remote redis://HOST:PORT[/DB]]\n\n"
     "RAG serving benchmark: one Zipf(α) trace over the RAG samples' passages (or, with\n"
     "--synthetic, over documents of random token ids), replayed through the engine's scheduler\n"
     "once per cache mode (fresh model load each, load time excluded). Prints a markdown table of\n"
     "TTFT percentiles, throughput and document hit ratio per mode; with --rates / --budgets, one\n"
-    "row per (rate, budget, mode).";
+    "row per (rate, budget, mode). With --host-cache / --disk-cache / --kv-remote, lazy and copy\n"
+    "run twice, pool only and with the tiers (\"lazy+tiers\"), and a second table says where\n"
+    "documents came from; each run with tiers first EMPTIES the --disk-cache directory and the\n"
+    "--kv-remote database's lazyinfer entries, so that it starts cold.";
 
 // Parses a mode list: a mode, a comma-separated list, or "all" (lazy, copy, prefix, none).
 static bool parse_modes(const char *s, li_cache_mode *modes, int *n) {
@@ -859,7 +935,7 @@ static bool parse_modes(const char *s, li_cache_mode *modes, int *n) {
     char buf[128];
     snprintf(buf, sizeof buf, "%s", s);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (*n >= MAX_MODES || li_cache_mode_parse(t, &modes[*n]) != LI_OK) return false;
+        if (*n >= MAX_MODES / 2 || li_cache_mode_parse(t, &modes[*n]) != LI_OK) return false;
         (*n)++;
     }
     return *n > 0;
@@ -1019,12 +1095,15 @@ int cmd_bench_rag(int argc, char **argv) {
         {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype,
          "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
+        {"--evict", NULL, OPT_STR, &a.evict,
+         "document-cache eviction (lazy, copy): lru or gdsf, cost-aware (default lru)"},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,
          "write the trace: per request 'arrival_ms query rank@doc …' (with several --rates, "
          "one file per rate: FILE.rate-R)"},
         {"--dry-run", NULL, OPT_FLAG, &a.dry_run, "make (and --trace) the workload, run nothing"},
+        CLI_TIER_OPTS(a.tiers),
     };
     const int n_opts = sizeof opts / sizeof opts[0];
     const char *pos[1];
@@ -1040,6 +1119,31 @@ int cmd_bench_rag(int argc, char **argv) {
                 "a comma list of them, or all\n",
                 a.mode_s);
         return 2;
+    }
+    if (a.evict && strcmp(a.evict, "lru") != 0 && strcmp(a.evict, "gdsf") != 0) {
+        fprintf(stderr, "lazyinfer bench rag: --evict '%s': expected lru or gdsf\n", a.evict);
+        return 2;
+    }
+    // With tiers, lazy and copy run twice: pool only, then with the tiers (the disk directory
+    // and the Redis namespace emptied first, so every run starts cold).
+    bool mode_tiers[MAX_MODES] = {false};
+    a.tier_mp = li_model_default_params();
+    if (!cli_tier_params("bench rag", &a.tiers, &a.tier_mp)) return 2;
+    if (a.tier_mp.host_cache_bytes > 0 || a.tier_mp.disk_cache_dir || a.tier_mp.kv_remote) {
+        li_cache_mode m2[MAX_MODES];
+        bool t2[MAX_MODES];
+        int n2 = 0;
+        for (int i = 0; i < n_modes; i++) {
+            m2[n2] = modes[i];
+            t2[n2++] = false;
+            if (modes[i] == LI_CACHE_LAZY || modes[i] == LI_CACHE_COPY) {
+                m2[n2] = modes[i];
+                t2[n2++] = true;
+            }
+        }
+        memcpy(modes, m2, sizeof m2);
+        memcpy(mode_tiers, t2, sizeof t2);
+        n_modes = n2;
     }
     if (a.budget_s && !cli_parse_bytes(a.budget_s, &budget)) {
         fprintf(stderr,
@@ -1199,9 +1303,9 @@ int cmd_bench_rag(int argc, char **argv) {
         snprintf(budget_s, sizeof budget_s, "budget %s", a.budget_s ? a.budget_s : "default");
     snprintf(title, sizeof title,
              "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, %s, out %d, %s, "
-             "max batch %d, seed %llu",
+             "max batch %d, seed %llu, eviction %s",
              a.n_docs, a.alpha, a.k, a.n_requests, rate_s, a.out_len, budget_s, a.max_batch,
-             (unsigned long long)a.seed);
+             (unsigned long long)a.seed, a.evict ? a.evict : "lru");
     printf("%s\n", title);
     if (!a.synthetic)
         printf("samples: %s (%d passages, %d queries)\n", dir, c.n_docs, c.n_queries);
@@ -1237,7 +1341,8 @@ int cmd_bench_rag(int argc, char **argv) {
                 else
                     fprintf(stderr, "bench rag: mode %s (load average %.2f)\n",
                             li_cache_mode_name(modes[mi]), loadavg1());
-                if (run_mode(&a, &c, tr, budgets[bi], modes[mi], out, row) != LI_OK) {
+                if (run_mode(&a, &c, tr, budgets[bi], modes[mi], mode_tiers[mi], out, row) !=
+                    LI_OK) {
                     status = cli_fail("bench rag");
                     goto done;
                 }
@@ -1250,7 +1355,10 @@ int cmd_bench_rag(int argc, char **argv) {
                     row->lc = mi + 1; // a colour per mode, a dash pattern per rate × budget
                     row->dt = (ri * n_budgets + bi) % 5 + 1;
                 } else
-                    snprintf(row->label, sizeof row->label, "%s", li_cache_mode_name(modes[mi]));
+                    snprintf(row->label, sizeof row->label, "%s%s", li_cache_mode_name(modes[mi]),
+                             mode_tiers[mi] ? "+tiers" : "");
+                if (sweep && mode_tiers[mi])
+                    strncat(row->label, " +tiers", sizeof row->label - strlen(row->label) - 1);
                 // The same requests (documents and query) in every run of a sweep too: the
                 // traces of all rates draw the same documents (make_trace's every_gap). A sweep
                 // compares with the first run where the request finished (a small budget can

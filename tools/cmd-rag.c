@@ -498,6 +498,7 @@ static void print_summary(const run_ctx *x, li_model *m, const budget_plan *bp, 
                         "causal attention\n");
         break;
     }
+    cli_print_tier_stats(stderr, &cs);
     if (cs.evictions > 0 && again > 0 && planned) {
         int64_t want = (bp->base_pages + bp->keep_pages) * bp->page_bytes;
         fprintf(stderr,
@@ -549,6 +550,7 @@ int cmd_rag(int argc, char **argv) {
         }
         rest[n_rest++] = argv[i];
     }
+    cli_tier_args tiers = {0};
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
         {"--doc", NULL, OPT_STR, &docs_arg[0], "a document: a UTF-8 text file (repeat for more)"},
@@ -581,6 +583,7 @@ int cmd_rag(int argc, char **argv) {
         {"--backend", NULL, OPT_STR, &backend,
          "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
         {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
+        CLI_TIER_OPTS(tiers),
     };
     const char *pos[1];
     int n_pos;
@@ -656,6 +659,10 @@ int cmd_rag(int argc, char **argv) {
     mp.device = gpu;
     mp.n_ctx = n_ctx;
     mp.chat_template = chat_template;
+    if (!cli_tier_params("rag", &tiers, &mp)) {
+        rag_list_free(&l);
+        return 2;
+    }
     // A metadata-only load first (tokenizer and shapes, no weights): it checks the model options
     // and sizes the default budget from the run's documents.
     budget_plan bp = {0};

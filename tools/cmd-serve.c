@@ -45,6 +45,7 @@ int cmd_serve(int argc, char **argv) {
     int gpu = 0;
     const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     uint64_t kv_budget = 0;
+    cli_tier_args tiers = {0};
     bool quiet = false, reuse_port = false;
     li_server_params dp = li_server_default_params();
     int idle_timeout = (int)dp.idle_timeout_s, header_timeout = (int)dp.header_timeout_s;
@@ -60,6 +61,7 @@ int cmd_serve(int argc, char **argv) {
         {"--max-queue", NULL, OPT_INT, &max_queue, "requests accepted (running + queued) before 503 (default 256)"},
         {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
+        CLI_TIER_OPTS(tiers),
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
         {"--ctx-size", "-c", OPT_INT, &n_ctx, "context size in tokens (default: min(trained, 4096))"},
@@ -118,6 +120,7 @@ int cmd_serve(int argc, char **argv) {
     mp.kv_budget_bytes = (int64_t)kv_budget;
     mp.kv_dtype = kv_dtype;
     mp.attn_impl = attn_impl;
+    if (!cli_tier_params("serve", &tiers, &mp)) return 2;
     double t0 = li_time_ms();
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");

@@ -744,7 +744,7 @@ static int dump_trace(const sim_config *c, const char *path) {
 static const char *const sim_usage =
     "usage: lazyinfer sim [--docs N] [--alpha A] [--k K] [--requests R] [--budget TOKENS]\n"
     "                     [--doc-len L] [--positions D] [--policy lazy|copy|prefix|all]\n"
-    "                     [--page-size P] [--warmup W] [--evict lru|largest] [--seed S]\n"
+    "                     [--page-size P] [--warmup W] [--evict lru|largest|gdsf] [--seed S]\n"
     "                     [--plot out.png] [--trace out.txt]\n\n"
     "Replays a Zipf(α) RAG trace through the engine's document and prefix caches on a virtual\n"
     "page pool and prints hit ratios per policy next to the paper's closed form (docs/SIM.md).";
@@ -829,7 +829,7 @@ int cmd_sim(int argc, char **argv) {
         {"--page-size", NULL, OPT_INT, &c.page_size, "P: tokens per KV page (default 16)"},
         {"--warmup", NULL, OPT_INT, &warmup_i, "first requests not counted (default R/10)"},
         {"--evict", NULL, OPT_STR, &evict_s,
-         "document-cache eviction policy: lru or largest (default lru)"},
+         "document-cache eviction policy: lru, largest or gdsf (default lru)"},
         {"--seed", NULL, OPT_U64, &c.seed, "trace seed (default 0)"},
         {"--plot", NULL, OPT_STR, &plot, "also write a PNG of hit ratio vs budget (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &trace, "also write the trace: one line per request, rank@slot"},
@@ -870,12 +870,8 @@ int cmd_sim(int argc, char **argv) {
         }
         want[p] = true;
     }
-    if (!strcmp(evict_s, "lru"))
-        c.evict = &li_evict_lru;
-    else if (!strcmp(evict_s, "largest"))
-        c.evict = &li_evict_largest;
-    else {
-        fprintf(stderr, "lazyinfer sim: unknown --evict '%s' (lru or largest)\n", evict_s);
+    if (li_evict_policy_parse(evict_s, &c.evict) != LI_OK) {
+        fprintf(stderr, "lazyinfer sim: --evict: %s\n", li_last_error());
         return 2;
     }
     c.warmup = warmup_i == INT_MIN ? c.n_requests / 10 : warmup_i;

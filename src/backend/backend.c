@@ -122,3 +122,44 @@ bool li_be_takes(const li_backend *be, li_act_op op, li_dtype dt) {
     uint32_t m = o->act_dtypes[op];
     return there && (m ? ((m >> dt) & 1u) != 0 : dt == LI_DTYPE_F32);
 }
+
+// ---- KV tier transfers -------------------------------------------------------------------------
+
+void *li_be_host_alloc(li_backend *be, size_t n_bytes, const char *what) {
+    if (be && be->ops && be->ops->host_alloc) return be->ops->host_alloc(be, n_bytes, what);
+    return li_alloc(n_bytes, what);
+}
+
+void li_be_host_free(li_backend *be, void *p) {
+    if (!p) return;
+    if (be && be->ops && be->ops->host_free) be->ops->host_free(be, p);
+    else li_free(p);
+}
+
+// The fallback of both directions: one li_be_upload / li_be_download per run of consecutive page
+// ids (memcpy on the CPU; a synchronous copy on a device backend without the async entries).
+static li_status kv_move(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
+                         void *host, bool up) {
+    const size_t pb = li_kv_storage_page_bytes(kv);
+    for (int i = 0; i < n;) {
+        int run = li_page_run(pages, i, n);
+        char *dev = (char *)kv->data + (size_t)pages[i] * pb;
+        char *h = (char *)host + (size_t)i * pb;
+        LI_TRY(up ? li_be_upload(be, dev, h, (size_t)run * pb)
+                  : li_be_download(be, h, dev, (size_t)run * pb));
+        i += run;
+    }
+    return LI_OK;
+}
+
+li_status li_be_kv_gather(li_backend *be, void *dst_host, const li_kv_storage *kv,
+                          const int64_t *pages, int n) {
+    if (be && be->ops && be->ops->kv_gather) return be->ops->kv_gather(be, dst_host, kv, pages, n);
+    return kv_move(be, (li_kv_storage *)kv, pages, n, dst_host, false);
+}
+
+li_status li_be_kv_scatter(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
+                           const void *src_host) {
+    if (be && be->ops && be->ops->kv_scatter) return be->ops->kv_scatter(be, kv, pages, n, src_host);
+    return kv_move(be, kv, pages, n, (void *)src_host, true);
+}

@@ -363,6 +363,20 @@ typedef struct {
     // index): random weights built where they live, without a host copy (synth models).
     li_status (*fill_random)(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
                              float a, float mean);
+    // ---- KV tiers (src/kv/kv-tiers.c; NULL: li_be_* below fall back to host memory and the
+    // synchronous upload / download) ----
+    // Host memory this backend copies to and from fastest (CUDA: pinned), zero-filled; NULL with
+    // the error set. host_free(NULL) is a no-op.
+    void *(*host_alloc)(li_backend *be, size_t n_bytes, const char *what);
+    void (*host_free)(li_backend *be, void *p);
+    // dst_host (n, page_bytes) = the pool's pages[i] (page ids, host array), queued like an op
+    // (async D2H): dst_host holds them after the next sync. Runs of consecutive ids are one copy.
+    li_status (*kv_gather)(li_backend *be, void *dst_host, const li_kv_storage *kv,
+                           const int64_t *pages, int n);
+    // The pool's pages[i] = src_host (n, page_bytes), queued like an op (async H2D): ops queued
+    // later see the pages; src_host must stay untouched until the next sync.
+    li_status (*kv_scatter)(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
+                            const void *src_host);
 } li_backend_ops;
 
 struct li_backend {
@@ -407,6 +421,26 @@ li_status li_be_sync(li_backend *be);
 // Whether the backend's entry `op` takes activations of dtype dt (the entry is there and
 // act_dtypes has dt, or is 0 and dt is F32).
 bool li_be_takes(const li_backend *be, li_act_op op, li_dtype dt);
+// Bytes of one page of kv: L × 2 × Hkv × P × Dh × element (inline: cuda/kv-transfer.c links
+// without backend.c in gpu-check).
+static inline size_t li_kv_storage_page_bytes(const li_kv_storage *kv) {
+    return (size_t)kv->n_layer * 2 * kv->n_head_kv * kv->page_size * kv->head_dim *
+           li_kv_elem_bytes(kv->dtype);
+}
+// The length of the run of consecutive page ids starting at pages[i] (i < n): one copy each.
+static inline int li_page_run(const int64_t *pages, int i, int n) {
+    int run = 1;
+    while (i + run < n && pages[i + run] == pages[i] + run) run++;
+    return run;
+}
+// KV tier transfers (ops.host_alloc … kv_scatter): pinned memory and async copies where the
+// backend has them, host memory and memcpy / synchronous copies otherwise.
+void *li_be_host_alloc(li_backend *be, size_t n_bytes, const char *what);
+void li_be_host_free(li_backend *be, void *p);
+li_status li_be_kv_gather(li_backend *be, void *dst_host, const li_kv_storage *kv,
+                          const int64_t *pages, int n);
+li_status li_be_kv_scatter(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
+                           const void *src_host);
 // Step graphs (ops.graph_begin): false / LI_OK with *rerun false where the backend has none.
 bool li_be_graph_begin(li_backend *be, uint64_t key);
 li_status li_be_graph_end(li_backend *be, bool *rerun);

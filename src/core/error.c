@@ -21,6 +21,7 @@ const char *li_status_str(li_status st) {
     case LI_ERR_KV_FULL: return "KV cache full";
     case LI_ERR_LIMIT: return "limit exceeded";
     case LI_ERR_BACKEND: return "backend error";
+    case LI_ERR_NOT_FOUND: return "not found";
     }
     return "unknown status";
 }

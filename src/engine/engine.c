@@ -189,6 +189,8 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     m->max_running = p->max_seqs > 0 ? p->max_seqs : 1;
     if ((rc = li_cache_mode_parse(p->cache_mode ? p->cache_mode : "lazy", &m->cache_mode)) != LI_OK)
         goto fail;
+    const li_evict_policy *evict = &li_evict_lru;
+    if (p->doc_evict && (rc = li_evict_policy_parse(p->doc_evict, &evict)) != LI_OK) goto fail;
     const li_dtype kv_dtype = m->kv_dtype;
     int64_t pages = (int64_t)m->max_running * ((m->n_ctx + page_size - 1) / page_size);
     if (p->kv_budget_bytes > 0) {
@@ -229,6 +231,18 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
     snprintf(m->tokenizer_id, sizeof m->tokenizer_id, "%s",
              p->tokenizer_path ? p->tokenizer_path : p->path);
     if ((rc = li_sched_init(m)) != LI_OK) goto fail;
+    // GDSF's recompute cost of a document: 2 FLOPs per weight of the layers per token (no
+    // logits are computed for document tokens), plus QKᵀ and AV, 4 × L × H × Dh FLOPs per
+    // causal (query, key) pair; the same for the pool and the tiers below it
+    double D = hp->n_embd, qd = (double)hp->n_head * hp->head_dim,
+           kvd = (double)hp->n_head_kv * hp->head_dim;
+    double layer_weights = 2 * D * qd + 2 * D * kvd + 3 * D * hp->n_ff;
+    double cost_token = 2 * hp->n_layer * layer_weights, cost_pair = 4.0 * hp->n_layer * qd;
+    if (m->docs) {
+        li_doc_cache_set_policy(m->docs, evict);
+        li_doc_cache_set_cost(m->docs, cost_token, cost_pair);
+    }
+    if ((rc = li_sched_init_tiers(m, p, cost_token, cost_pair)) != LI_OK) goto fail;
     *out = m;
     return LI_OK;
 fail:

@@ -7,6 +7,7 @@
 
 #include "../kv/doc-cache.h"
 #include "../kv/kv-pool.h"
+#include "../kv/kv-tiers.h"
 #include "../kv/prefix-cache.h"
 #include "../model/llada.h"
 #include "../model/llama.h"
@@ -31,6 +32,7 @@ struct li_model {
     li_cache_mode cache_mode;
     li_doc_cache *docs;        // lazy, copy
     li_prefix_cache *prefix;   // prefix
+    li_kv_tiers *tiers;        // lazy, copy: host / disk / remote tiers below the pool (or NULL)
     char model_id[512];        // names the weights in cache keys
     char tokenizer_id[512];    // names the tokenizer in cache keys
     int max_running;           // requests decoded together
@@ -38,6 +40,10 @@ struct li_model {
 };
 
 li_status li_sched_init(li_model *m);
+// The tiers below the pool from p's host_cache_bytes … (lazy, copy), with the pool's GDSF cost
+// (li_doc_cache_set_cost's arguments). Tiers asked for in another mode are an error.
+li_status li_sched_init_tiers(li_model *m, const li_model_params *p, double cost_per_token,
+                              double cost_per_pair);
 int li_sched_n_unfinished(const li_model *m);  // requests submitted and not finished
 void li_sched_free(li_model *m);
 // Evicts cached documents / prefix pages until the pool has n_pages free.

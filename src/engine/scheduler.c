@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 
@@ -74,6 +75,8 @@ struct work {
     int64_t pos0;          // RoPE position of token 0
     li_doc_copy *source;   // copy mode: copy + re-rotate from this copy instead of prefilling
     int64_t rotate_by;
+    li_kv_promotion *promo;  // a lower tier (disk, Redis) is loading the copy: not prefilled
+                             // unless the load finds nothing
     uint64_t *table;       // (n_pages) page-table words while prefilling
     work *next;
 };
@@ -203,11 +206,15 @@ struct li_request_tokens {
     int n_query;
 };
 
-void li_request_tokens_free(li_request_tokens *t) {
-    if (!t) return;
+static void tokens_clear(li_request_tokens *t) {
     for (int i = 0; i < t->n_blocks; i++) free(t->blocks[i].tokens);
     free(t->blocks);
     free(t->query);
+}
+
+void li_request_tokens_free(li_request_tokens *t) {
+    if (!t) return;
+    tokens_clear(t);
     free(t);
 }
 
@@ -476,12 +483,11 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
     while (*pp) pp = &(*pp)->next;
     *pp = r;
     *id = r->id;
+    tokens_clear(&own);  // the request holds its own copies
     return LI_OK;
 fail:
     free(query);
-    for (int b = 0; b < own.n_blocks; b++) free(own.blocks[b].tokens);
-    free(own.blocks);
-    free(own.query);
+    tokens_clear(&own);
     request_free_memory(r);
     return rc;
 }
@@ -518,7 +524,9 @@ static li_status new_job(li_sched *S, block *bl, li_doc_copy *copy, li_doc_copy 
     return LI_OK;
 }
 
-static void drop_job(li_sched *S, work *w) {
+static void drop_job(li_model *m, work *w) {
+    li_sched *S = m->sched;
+    if (w->promo) li_kv_tiers_cancel(m->tiers, w->promo);
     work **pp = &S->jobs;
     while (*pp != w) pp = &(*pp)->next;
     *pp = w->next;
@@ -530,12 +538,11 @@ static void drop_job(li_sched *S, work *w) {
 // Gives back what blocks [0, n) and the own pages hold. Jobs this request created and nobody
 // else can be waiting for (not started, copy not shared) are dropped with it.
 static void release_request(li_model *m, request *r, int n_blocks) {
-    li_sched *S = m->sched;
     for (int b = 0; b < n_blocks; b++) {
         block *bl = &r->blocks[b];
         if (bl->job && (!bl->copy || (bl->copy->pins == 1 && !bl->copy->ready))) {
             if (bl->job->source) li_doc_cache_release(m->docs, bl->job->source);
-            drop_job(S, bl->job);
+            drop_job(m, bl->job);
         }
         bl->job = NULL;
         if (bl->copy) li_doc_cache_release(m->docs, bl->copy);
@@ -560,11 +567,53 @@ static void run_copy_job(li_model *m, work *w) {
                                    w->rotate_by, &m->llama.rope);
     }
     li_doc_cache_mark_ready(m->docs, w->copy);
+    if (m->tiers && li_kv_tiers_demote(m->tiers, w->copy) != LI_OK)
+        LI_WARN("KV tiers: demoting a copy failed: %s", li_error_msg());
     li_doc_cache_release(m->docs, w->source);
     for (request *r = S->reqs; r; r = r->next)
         for (int b = 0; b < r->n_blocks; b++)
             if (r->blocks[b].job == w) r->blocks[b].job = NULL;
-    drop_job(S, w);
+    drop_job(m, w);
+}
+
+// A new copy missed in the pool: an L1 hit fills it now (ready at once); a promotion from disk
+// or Redis becomes a work item that waits for the load; otherwise a prefill work item.
+static li_status miss_from_tiers(li_model *m, block *bl, li_doc_copy *copy, bool lazy) {
+    li_kv_promotion *promo = NULL;
+    li_kv_tiers_result tr = LI_TIERS_ABSENT;
+    if (m->tiers) LI_TRY(li_kv_tiers_promote(m->tiers, copy, &promo, &tr));
+    if (tr == LI_TIERS_LOADED) {
+        li_doc_cache_mark_ready(m->docs, copy);
+        return LI_OK;
+    }
+    li_status rc = new_job(m->sched, bl, copy, NULL, 0, lazy ? 0 : bl->delta, copy->pages,
+                           copy->n_pages);
+    if (rc != LI_OK) li_kv_tiers_cancel(m->tiers, promo);
+    else bl->job->promo = promo;
+    return rc;
+}
+
+// Pending promotions: a loaded copy is ready; one the tiers did not have is prefilled.
+static li_status poll_promotions(li_model *m) {
+    li_sched *S = m->sched;
+    for (work *w = S->jobs, *next; w; w = next) {
+        next = w->next;
+        if (!w->promo) continue;
+        li_kv_tiers_result tr;
+        LI_TRY(li_kv_tiers_poll(m->tiers, &w->promo, &tr));
+        if (tr != LI_TIERS_LOADED) continue;  // pending, or absent: w->promo is NULL, prefill
+        li_doc_cache_mark_ready(m->docs, w->copy);
+        for (request *r = S->reqs; r; r = r->next)
+            for (int b = 0; b < r->n_blocks; b++)
+                if (r->blocks[b].job == w) {
+                    r->blocks[b].job = NULL;
+                    r->res.doc_misses--;  // the request that missed: served after all
+                    r->res.doc_hits++;
+                    r->res.n_cached_tokens += r->blocks[b].n;
+                }
+        drop_job(m, w);
+    }
+    return LI_OK;
 }
 
 // Pins or creates the blocks' KV, reserves the request's own pages. LI_ERR_KV_FULL: not now.
@@ -587,8 +636,15 @@ static li_status try_admit(li_model *m, request *r) {
             if (rc != LI_OK) break;
             bl->copy = copy;
             if (res == LI_DOC_MISS) {
-                misses++;
-                rc = new_job(S, bl, copy, NULL, 0, lazy ? 0 : bl->delta, copy->pages, copy->n_pages);
+                rc = miss_from_tiers(m, bl, copy, lazy);
+                // a copy promoted from the host tier now is a hit for the request (not
+                // recomputed); one loading from disk / Redis counts when it lands (poll)
+                if (rc == LI_OK && copy->ready) {
+                    hits++;
+                    cached += bl->n;
+                } else {
+                    misses++;
+                }
             } else {
                 hits++;
                 cached += bl->n;
@@ -753,7 +809,9 @@ li_status li_step(li_model *m, int *n_unfinished) {
         fail_request(m, r, rc);
     }
 
-    // 2. copy mode: page copies with re-rotation whose source became ready
+    // 2. promotions from disk / Redis that finished; in copy mode, page copies with re-rotation
+    // whose source became ready
+    if (m->tiers) LI_TRY(poll_promotions(m));
     for (work *w = S->jobs, *next; w; w = next) {
         next = w->next;
         if (w->source && w->source->ready) run_copy_job(m, w);
@@ -783,7 +841,7 @@ li_status li_step(li_model *m, int *n_unfinished) {
         rows++;
     }
     for (work *w = S->jobs; w && rows < m->n_batch && n_jobs_in < 64; w = w->next) {
-        if (w->source) continue;
+        if (w->source || w->promo) continue;
         int chunk = w->n - w->done < m->n_batch - rows ? w->n - w->done : m->n_batch - rows;
         for (int i = 0; i < chunk; i++) {
             int idx = w->done + i;
@@ -831,6 +889,11 @@ li_status li_step(li_model *m, int *n_unfinished) {
     }
 
     // 4. one forward over everything
+    if (rows == 0 && S->jobs) {
+        // only promotions left to wait for: give the worker the core instead of spinning
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (rows > 0) {
         li_batch b = {.n_tokens = rows, .tokens = S->tok, .pos = S->pos, .slot = S->slot,
                       .n_visible = S->nvis, .kv_first = S->first, .n_seqs = n_seq,
@@ -846,12 +909,17 @@ li_status li_step(li_model *m, int *n_unfinished) {
         work *w = job_in_batch[j];
         w->done += chunk_of_job[j];
         if (w->done < w->n) continue;
-        if (w->copy) li_doc_cache_mark_ready(m->docs, w->copy);
-        else w->blk->ready = true;
+        if (w->copy) {
+            li_doc_cache_mark_ready(m->docs, w->copy);
+            // write-through: the pages' D2H is queued behind the forward that wrote them
+            if (m->tiers && (rc = li_kv_tiers_demote(m->tiers, w->copy)) != LI_OK) return rc;
+        } else {
+            w->blk->ready = true;
+        }
         for (request *r = S->reqs; r; r = r->next)
             for (int bb = 0; bb < r->n_blocks; bb++)
                 if (r->blocks[bb].job == w) r->blocks[bb].job = NULL;
-        drop_job(S, w);
+        drop_job(m, w);
     }
     for (int j = 0; j < n_pre; j++) {
         request *r = pre_in_batch[j];
@@ -876,8 +944,9 @@ li_status li_step(li_model *m, int *n_unfinished) {
         }
         take_token(m, r, li_sampler_sample(&r->sampler, m->be, lg, V), lg);
     }
-    // and the sampling's
+    // and the sampling's, and the tiers' transfers queued in this step
     if ((rc = li_be_sync(m->be)) != LI_OK) return rc;
+    if (m->tiers) li_kv_tiers_step_done(m->tiers);
     for (request *r = S->reqs; r; r = r->next)
         if (r->state != RQ_DONE && r->finished_tokens) finish(m, r);
     if (n_unfinished) *n_unfinished = count_unfinished(S);
@@ -947,12 +1016,38 @@ void li_get_cache_stats(const li_model *m, li_cache_stats *o) {
         o->evictions = p.evictions;
         o->resident_bytes = p.resident_pages * (int64_t)m->kv.page_bytes;
     }
+    if (m->tiers) li_kv_tiers_get_stats(m->tiers, o->tiers);
     o->kv_pages_total = li_kv_pool_n_pages(&m->kv);
     o->kv_pages_free = li_kv_pool_n_free(&m->kv);
     o->kv_page_bytes = (int64_t)m->kv.page_bytes;
 }
 
 // ---- lifetime --------------------------------------------------------------------------------
+
+li_status li_sched_init_tiers(li_model *m, const li_model_params *p, double cost_per_token,
+                              double cost_per_pair) {
+    li_kv_tiers_config tc = {.host_bytes = p->host_cache_bytes, .disk_dir = p->disk_cache_dir,
+                             .disk_bytes = p->disk_budget_bytes, .remote_url = p->kv_remote,
+                             .remote_password_file = p->kv_remote_password_file,
+                             .cost_per_token = cost_per_token, .cost_per_pair = cost_per_pair};
+    if (tc.host_bytes <= 0 && !tc.disk_dir && !tc.remote_url) return LI_OK;
+    if (!m->docs)
+        return li_error_set(LI_ERR_INVALID_ARG, "--host-cache / --disk-cache / --kv-remote keep "
+                            "documents: they need --cache lazy or copy (not %s)",
+                            li_cache_mode_name(m->cache_mode));
+    // the tiers evict like the pool (--evict): GDSF's cost there is the document's tokens
+    LI_TRY(li_tier_policy_parse(p->doc_evict ? p->doc_evict : "lru", &tc.policy));
+    return li_kv_tiers_init(&m->tiers, &tc, &m->kv, m->be);
+}
+
+void li_cache_tiers_wait(li_model *m) {
+    if (m && m->tiers) li_kv_tiers_wait(m->tiers);
+}
+
+void li_cache_tier_stats_get(li_model *m, li_cache_tier_stats out[3]) {
+    memset(out, 0, 3 * sizeof *out);
+    if (m && m->tiers) li_kv_tiers_get_stats(m->tiers, out);
+}
 
 li_status li_sched_init(li_model *m) {
     li_sched *S = calloc(1, sizeof *S);
@@ -986,7 +1081,9 @@ void li_sched_free(li_model *m) {
         if (r->state != RQ_DONE) release_request(m, r, r->n_blocks);
         request_free_memory(r);
     }
-    while (S->jobs) drop_job(S, S->jobs);
+    while (S->jobs) drop_job(m, S->jobs);
+    li_kv_tiers_free(m->tiers);  // after the jobs: their promotions are cancelled
+    m->tiers = NULL;
     li_doc_cache_free(m->docs);
     li_prefix_cache_free(m->prefix);
     m->docs = NULL;

@@ -18,6 +18,8 @@ struct li_doc_cache {
     li_doc_copy *use_head, *use_tail;  // recency list
     uint64_t clock;
     li_doc_cache_stats stats; // counters; resident_* filled in get_stats
+    double cost_per_token, cost_per_pair;  // li_doc_cache_set_cost
+    double aging;             // GDSF's L: the H of the last victim
 };
 
 // ---- keys -------------------------------------------------------------------------------------
@@ -132,8 +134,53 @@ static li_doc_copy *pick_largest(li_doc_cache *c) {
     return best;
 }
 
-const li_evict_policy li_evict_lru = {"lru", pick_lru};
-const li_evict_policy li_evict_largest = {"largest", pick_largest};
+// GDSF: H fixed at the last pin (with L as it was then), so copies untouched since fall behind
+// as L rises with each victim. A linear scan in recency order: the first lowest H is the least
+// recent among equals.
+// A virtual pool (sim) has no page bytes: sizes are then counted in pages.
+static void gdsf_pin(li_doc_cache *c, li_doc_copy *d) {
+    double page = c->pool->page_bytes ? (double)c->pool->page_bytes : 1.0;
+    double bytes = (double)d->n_pages * page;
+    d->priority = c->aging + (double)d->uses * li_doc_cache_cost(c, d->n_tokens) / bytes;
+}
+
+static void gdsf_evict(li_doc_cache *c, li_doc_copy *d) { c->aging = d->priority; }
+
+static li_doc_copy *pick_gdsf(li_doc_cache *c) {
+    li_doc_copy *best = NULL;
+    for (li_doc_copy *d = li_doc_cache_first(c); d; d = li_doc_cache_next(c, d))
+        if (d->pins == 0 && d->ready && (!best || d->priority < best->priority)) best = d;
+    return best;
+}
+
+const li_evict_policy li_evict_lru = {"lru", pick_lru, NULL, NULL};
+const li_evict_policy li_evict_largest = {"largest", pick_largest, NULL, NULL};
+const li_evict_policy li_evict_gdsf = {"gdsf", pick_gdsf, gdsf_pin, gdsf_evict};
+
+li_status li_evict_policy_parse(const char *name, const li_evict_policy **out) {
+    const li_evict_policy *all[] = {&li_evict_lru, &li_evict_largest, &li_evict_gdsf};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(name, all[i]->name)) {
+            *out = all[i];
+            return LI_OK;
+        }
+    return li_error_set(LI_ERR_INVALID_ARG, "eviction policy '%s': want lru, largest or gdsf",
+                        name);
+}
+
+void li_doc_cache_set_cost(li_doc_cache *c, double flops_per_token, double flops_per_pair) {
+    c->cost_per_token = flops_per_token;
+    c->cost_per_pair = flops_per_pair;
+}
+
+void li_doc_cache_set_policy(li_doc_cache *c, const li_evict_policy *policy) {
+    c->policy = policy ? policy : &li_evict_lru;
+}
+
+double li_doc_cache_cost(const li_doc_cache *c, int n_tokens) {
+    double n = n_tokens;
+    return c->cost_per_token * n + c->cost_per_pair * n * (n + 1) / 2;
+}
 
 li_doc_copy *li_doc_cache_first(li_doc_cache *c) { return c->use_head; }
 li_doc_copy *li_doc_cache_next(li_doc_cache *c, li_doc_copy *d) {
@@ -151,6 +198,7 @@ li_status li_doc_cache_init(li_doc_cache **out, li_kv_pool *pool, const li_evict
     c->pool = pool;
     c->policy = policy ? policy : &li_evict_lru;
     c->max_pages = max_pages > 0 ? max_pages : li_kv_pool_n_pages(pool);
+    c->cost_per_token = 1.0;
     if (table_grow(c) != LI_OK) {
         free(c);
         return LI_ERR_OOM;
@@ -184,6 +232,7 @@ static li_status evict_for(li_doc_cache *c, int64_t pages, bool for_docs) {
                                 (long long)pages, (long long)li_kv_pool_n_free(c->pool));
         }
         LI_ASSERT(v->pins == 0 && v->ready);
+        if (c->policy->on_evict) c->policy->on_evict(c, v);
         c->stats.evictions++;
         remove_copy(c, v);
     }
@@ -206,6 +255,8 @@ static void pin(li_doc_cache *c, li_doc_copy *d, int64_t delta) {
     use_unlink(c, d);
     use_append(c, d);
     note_delta(d, delta);
+    d->uses++;
+    if (c->policy->on_pin) c->policy->on_pin(c, d);
 }
 
 li_status li_doc_cache_acquire(li_doc_cache *c, const li_doc_key *key, int n_tokens,

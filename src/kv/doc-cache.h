@@ -41,6 +41,8 @@ struct li_doc_copy {
     uint64_t last_use;     // cache clock at the last pin
     int n_deltas_seen;     // distinct Δs requests used this copy at (lazy: for the copy
     int64_t *deltas_seen;  // baseline's bytes; capped at LI_DOC_MAX_DELTAS_TRACKED)
+    int64_t uses;          // pins over its life (GDSF's frequency)
+    double priority;       // GDSF's H, set at each pin (other policies: 0)
     // private to doc-cache.c
     li_doc_copy *bucket_next;          // hash chain
     li_doc_copy *use_prev, *use_next;  // recency list, least recently used first
@@ -55,9 +57,18 @@ typedef struct {
     const char *name;
     // Returns the copy to evict, or NULL if none may be evicted.
     li_doc_copy *(*pick_victim)(li_doc_cache *c);
+    void (*on_pin)(li_doc_cache *c, li_doc_copy *d);    // after every pin (NULL: nothing)
+    void (*on_evict)(li_doc_cache *c, li_doc_copy *d);  // before the victim goes (NULL: nothing)
 } li_evict_policy;
 extern const li_evict_policy li_evict_lru;  // least recently pinned first
 extern const li_evict_policy li_evict_largest;  // most pages first (ties: least recent)
+// GreedyDual-Size-Frequency: H = L + uses × cost / bytes, set at each pin; the victim is the
+// lowest H (ties: least recent), and L (the aging clock) becomes the victim's H. cost is the
+// copy's recompute cost (li_doc_cache_set_cost: prefill FLOPs), bytes its pages' bytes, so a
+// document that is often used, dear to recompute or small stays. O(copies) per eviction.
+extern const li_evict_policy li_evict_gdsf;
+// "lru", "largest", "gdsf" → the policy; anything else LI_ERR_INVALID_ARG naming it.
+li_status li_evict_policy_parse(const char *name, const li_evict_policy **out);
 
 typedef struct {
     int64_t lookups;          // documents looked up (one per document per request)
@@ -78,6 +89,14 @@ typedef struct {
 li_status li_doc_cache_init(li_doc_cache **out, li_kv_pool *pool, const li_evict_policy *policy,
                             int64_t max_pages);
 void li_doc_cache_free(li_doc_cache *c);  // drops every copy's pages; no copy may be pinned
+// The recompute cost of a document of n tokens, for cost-aware policies (GDSF):
+//   cost(n) = flops_per_token × n + flops_per_pair × n (n + 1) / 2
+// — the linear layers' FLOPs per token (≈ 2 × parameters) plus causal attention's per (query,
+// key) pair (4 × layers × heads × head dim: QKᵀ and AV). Default 1 and 0: cost ∝ tokens.
+void li_doc_cache_set_cost(li_doc_cache *c, double flops_per_token, double flops_per_pair);
+// Changes the policy (NULL: LRU); copies already resident start with priority 0 under GDSF.
+void li_doc_cache_set_policy(li_doc_cache *c, const li_evict_policy *policy);
+double li_doc_cache_cost(const li_doc_cache *c, int n_tokens);
 
 typedef enum {
     LI_DOC_MISS,         // no copy: a new one was made (pinned, not ready): prefill it

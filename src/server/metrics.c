@@ -1,10 +1,11 @@
 // metrics.c — Prometheus counters, gauges and histograms of `lazyinfer serve` (metrics.h).
 // One mutex guards everything: records are a few adds, rendering is a few KB of text.
 // Tested through /metrics by tests/test_server.py (counts, histogram totals, KV pages at idle).
-#include "metrics.h"
-
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
+
+#include "metrics.h"
 
 // TTFT (s): from 10 ms (a cached prompt on a small model) to a minute (long prompts queued).
 static const double ttft_bounds[LI_METRICS_N_BUCKETS - 1] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -115,6 +116,43 @@ static li_status gauge(li_buf *b, const char *name, const char *type, const char
     return li_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
+// The document tiers below the pool, one series per tier (host, disk, remote) per counter.
+static li_status render_tiers(li_buf *b, const li_cache_tier_stats *t) {
+    static const char *tier[3] = {"host", "disk", "remote"};
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+        bool is_double;
+    } fields[] = {
+#define F(n, ty, h, f, d) {"lazyinfer_kv_tier_" n, ty, h, offsetof(li_cache_tier_stats, f), d}
+        F("hits_total", "counter", "documents promoted from the tier after missing the ones above", hits, false),
+        F("misses_total", "counter", "tier lookups that found nothing usable", misses, false),
+        F("bytes_in_total", "counter", "bytes promoted out of the tier", bytes_in, false),
+        F("bytes_out_total", "counter", "bytes written into the tier", bytes_out, false),
+        F("promotions_total", "counter", "copies promoted from the tier into the KV pool", promotions, false),
+        F("promotion_seconds_total", "counter", "time from lookup to pages queued, summed", promote_ms, true),
+        F("resident_bytes", "gauge", "bytes the tier holds (remote: written by this replica)", resident_bytes, false),
+        F("resident_entries", "gauge", "documents the tier holds (remote: written by this replica)", resident_entries, false),
+        F("evictions_total", "counter", "entries evicted for the tier's budget", evictions, false),
+        F("dropped_total", "counter", "entries found damaged, partial or stale and recomputed", dropped, false),
+        F("write_errors_total", "counter", "writes that failed (disk full, Redis down)", errors, false),
+#undef F
+    };
+    bool any = false;
+    for (int i = 0; i < 3; i++) any |= t[i].enabled;
+    for (size_t f = 0; any && f < sizeof fields / sizeof fields[0]; f++) {
+        LI_TRY(li_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fields[f].name, fields[f].help,
+                             fields[f].name, fields[f].type));
+        for (int i = 0; i < 3; i++) {
+            if (!t[i].enabled) continue;
+            const char *p = (const char *)&t[i] + fields[f].off;
+            double v = fields[f].is_double ? *(const double *)p / 1e3 : (double)*(const int64_t *)p;
+            LI_TRY(li_buf_printf(b, "%s{tier=\"%s\"} %.17g\n", fields[f].name, tier[i], v));
+        }
+    }
+    return LI_OK;
+}
+
 li_status li_metrics_render(li_metrics *mx, li_buf *b) {
     pthread_mutex_lock(&mx->mu);
     li_metrics m = *mx;  // snapshot, rendered without the lock
@@ -174,5 +212,9 @@ li_status li_metrics_render(li_metrics *mx, li_buf *b) {
                  (double)(c->kv_pages_total - c->kv_pages_free)));
     LI_TRY(gauge(b, "lazyinfer_kv_pages_cached", "gauge", "KV pages held by the document/prefix cache",
                  c->kv_page_bytes ? (double)(c->resident_bytes / c->kv_page_bytes) : 0.0));
-    return gauge(b, "lazyinfer_kv_page_bytes", "gauge", "bytes per KV page", (double)c->kv_page_bytes);
+    LI_TRY(gauge(b, "lazyinfer_kv_page_bytes", "gauge", "bytes per KV page", (double)c->kv_page_bytes));
+    li_cache_tier_stats tiers[3];
+    memcpy(tiers, c->tiers, sizeof tiers);
+    if (m.model) li_cache_tier_stats_get(m.model, tiers);
+    return render_tiers(b, tiers);
 }

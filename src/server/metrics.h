@@ -35,6 +35,9 @@ typedef struct {
     int conns_open;        // connections (conn.h), set before each render
     int64_t conns_timed_out, conns_shed, conns_refused;
     li_cache_stats cache;  // last snapshot by the engine thread
+    li_model *model;       // borrowed: its tiers' counters are read fresh at each render
+                           // (li_cache_tier_stats_get is thread-safe; the tiers' worker writes
+                           // while the engine idles)
 } li_metrics;
 
 void li_metrics_init(li_metrics *mx);

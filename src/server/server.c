@@ -152,6 +152,7 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     pthread_cond_init(&s->engine_cv, NULL);
     pthread_cond_init(&s->drain_cv, NULL);
     li_metrics_init(&s->mx);
+    s->mx.model = s->m;
     unsigned reserve = s->p.max_connections / 16 > 0 ? s->p.max_connections / 16 : 1;
     li_conn_limits lim = {.idle_s = s->p.idle_timeout_s, .header_s = s->p.header_timeout_s,
                           .body_s = s->p.body_timeout_s, .max_open = (int)s->p.max_connections,

@@ -24,6 +24,7 @@
 #include "dllm.cuh"
 #include "gemv.cuh"
 #include "pointwise.cuh"
+#include "kv-transfer.h"
 #include "sample.cuh"
 
 _Static_assert(LI_CUDA_ROPE_MAX_PAIRS == LI_ROPE_MAX_PAIRS, "rope table sizes differ");
@@ -2316,4 +2317,10 @@ const li_backend_ops li_cuda_ops = {
     .fill_random = cu_fill_random,
     .graph_begin = cu_graph_begin,
     .graph_end = cu_graph_end,
+    .host_alloc = li_cuda_host_alloc,
+    .host_free = li_cuda_host_free,
+    .kv_gather = li_cuda_kv_gather,
+    .kv_scatter = li_cuda_kv_scatter,
 };
+
+void *li_backend_cuda_stream(li_backend *be) { return ((li_cuda_impl *)be->impl)->stream; }

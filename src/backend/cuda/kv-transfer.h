@@ -1,0 +1,24 @@
+// kv-transfer.h — the KV tiers' host transfers on the CUDA backend (backend.h host_alloc,
+// host_free, kv_gather, kv_scatter): pinned host memory and async copies of whole pool pages on
+// the backend's stream. Plain C, like backend-cuda.h. Not here: what a tier stores
+// (src/kv/kv-tiers.c). Tested on the GPU by `lazyinfer-cuda bench kernels --case kv-promote`
+// (the promotion rate against a plain pinned cudaMemcpyAsync of the same bytes).
+#ifndef LI_CUDA_KV_TRANSFER_H
+#define LI_CUDA_KV_TRANSFER_H
+
+#include "../backend.h"
+
+void *li_cuda_host_alloc(li_backend *be, size_t n_bytes, const char *what);
+void li_cuda_host_free(li_backend *be, void *p);
+li_status li_cuda_kv_gather(li_backend *be, void *dst_host, const li_kv_storage *kv,
+                            const int64_t *pages, int n);
+li_status li_cuda_kv_scatter(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
+                             const void *src_host);
+// One plain cudaMemcpyAsync host → device on the backend's stream (the baseline the promotion
+// rate is measured against).
+li_status li_cuda_memcpy_h2d_async(li_backend *be, void *dst_dev, const void *src_host, size_t n);
+
+// The backend's stream as a cudaStream_t (backend-cuda.c owns it).
+void *li_backend_cuda_stream(li_backend *be);
+
+#endif
