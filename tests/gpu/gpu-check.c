@@ -414,7 +414,7 @@ static void test_matmul(void) {
         }
 }
 
-// Batch invariance (li_backend.batch_invariant: no split-K, backend-cuda.c plan_get; no GEMV at
+// Batch invariance (li_backend.batch_invariant: no split-K, backend-cuda-gemm.c plan_get; no GEMV at
 // T = 1): the first rows of a GEMM over T rows are bit-identical to the same rows computed alone
 // in a GEMM of fewer rows. LaCache's truncated head and block-only layer-0 Q/K/V rely on it for
 // cached = uncached on the GPU.

@@ -234,7 +234,7 @@ extern "C" cudaError_t li_cuda_swiglu_bf16(cudaStream_t st, uint16_t *out, const
 
 // One block per row: max, fp32 sum of exp(x - max), then the normalised write (exp twice rather
 // than a row-sized buffer: n is up to the vocabulary). out (f32, may alias x; or bf16: attention
-// through GEMMs, backend-cuda.c attention_dense, rows longer than the register kernel below).
+// through GEMMs, backend-cuda-attention.c, rows longer than the register kernel below).
 __device__ __forceinline__ void store_prob(float *o, int i, float p) { o[i] = p; }
 __device__ __forceinline__ void store_prob(__nv_bfloat16 *o, int i, float p) {
     o[i] = __float2bfloat16_rn(p);
