@@ -98,7 +98,8 @@ static bool cudnn_ready(li_backend *be) {
     li_cuda_impl *im = be->impl;
     if (!im->cudnn_tried) {
         im->cudnn_tried = true;
-        im->cudnn = li_cudnn_open(im->stream, im->cudnn_note, sizeof im->cudnn_note);
+        im->cudnn = li_cudnn_open(im->stream, im->env.cudnn_lib, im->cudnn_note,
+                                  sizeof im->cudnn_note);
     }
     if (!im->cudnn && be->attn_impl == LI_ATTN_LIBRARY)
         record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: %s", im->cudnn_note);
@@ -599,14 +600,12 @@ void li_cu_attention_decode(li_backend *be, float *out, const float *q, int n, i
 // with the state in and out (64-key tiles, whatever `tile` says: the result is the same online
 // softmax within bf16 rounding, and a call's bits depend only on its inputs, so cached = uncached
 // still holds). The fp32 kernel took ~1.6 ms of a 32 ms LLaDA-8B step at canvas 1024, 13x the
-// time of a tensor-core layer. LI_CUDA_FA_TC=0: the fp32 kernel always (A/B; read per call).
+// time of a tensor-core layer; it serves the other shapes (fewer rows, other head sizes).
 void li_cu_flash_attn_tiles(li_backend *be, float *o, float *m, float *l, const float *q,
                                 int nq, int H, const float *k, const float *v, int nk, int Hkv,
                                 int Dh, int tile, float scale) {
     li_cuda_impl *im = be->impl;
-    const char *env = getenv("LI_CUDA_FA_TC");
-    if (!(env && env[0] == '0') && li_cuda_attention_uses_tc(nq, Dh) && nk > 0 && Hkv > 0 &&
-        H % Hkv == 0) {
+    if (li_cuda_attention_uses_tc(nq, Dh) && nk > 0 && Hkv > 0 && H % Hkv == 0) {
         const size_t nkv = (size_t)nk * Hkv * Dh;
         uint16_t *kb = li_cu_scratch_get(im, &im->dense, nkv * 4, "flash_attn_tiles (bf16 K / V)");
         if (!kb) return;
@@ -634,157 +633,16 @@ bool li_backend_cuda_attention_tc(int T, int head_dim) {
     return li_cuda_attention_uses_tc(T, head_dim) != 0;
 }
 
-// ---- attention_dense through cuBLASLt ----------------------------------------------------------
-//
-// LLaDA's layers >= 1 attend bidirectionally over the whole canvas (no cache depends on their
-// summation order), which is two GEMMs per head and a softmax: S = scale Q K^T (T x nk, f32),
-// P = softmax(S) (bf16), O = P V. At canvas 1024 (H 32, Dh 128) that is 17 GFLOP per layer that
-// cuBLASLt runs at ~500+ TFLOP/s (~35 µs), plus 6 bytes per score through HBM for the softmax
-// (192 MB, ~50 µs); the fused flash kernel (attention-prefill.cu) reached ~50 TFLOP/s on this
-// shape (11 ms of a 50 ms step). Memory: (4 + 2) T nk bytes per head of scratch, heads taken in
-// chunks of at most 1 GiB. Numerics as the fused kernel's: Q, K, V and P rounded to bf16, fp32
-// accumulation and softmax.
-
-static void attn_plan_destroy(attn_plan *p) {
-    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
-    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
-    memset(p, 0, sizeof *p);
-}
-
-static bool layout_batched(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t rows,
-                           uint64_t cols, int64_t ld, int32_t batch, int64_t stride) {
-    return cublasLtMatrixLayoutCreate(l, t, rows, cols, ld) == 0 &&
-           cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
-                                            sizeof batch) == 0 &&
-           cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                            &stride, sizeof stride) == 0;
-}
-
-// The plan for kind (0: S^T (nk, T) = K^T-op x Q, i.e. row-major S = Q K^T; 1: O^T (Dh, T) = V x
-// P^T-as-stored, i.e. row-major O = P V), in column-major terms with the row-major arrays read as
-// their transposes: Q (T rows, stride ldq), K and V (nk rows, stride ldk), S and P (T, nk)
-// contiguous per head, O (T rows, stride ldq). NULL after recording an error.
-static attn_plan *attn_plan_get(li_cuda_impl *im, int kind, int T, int nk, int nb, int Dh,
-                                int ldq, int ldk, int qstride, const void *a, const void *b,
-                                const void *c) {
-    uint32_t al[3] = {ptr_align(a), ptr_align(b), ptr_align(c)};
-    for (int i = 0; i < im->n_attn_plans; i++) {
-        attn_plan *p = &im->attn_plans[i];
-        if (p->kind == kind && p->T == T && p->nk == nk && p->nb == nb && p->Dh == Dh &&
-            p->ldq == ldq && p->ldk == ldk && !memcmp(p->align, al, sizeof al))
-            return p;
-    }
-    attn_plan *p;
-    if (im->n_attn_plans < LI_ATTN_PLANS) {
-        p = &im->attn_plans[im->n_attn_plans++];
-    } else {
-        p = &im->attn_plans[im->attn_next_evict];
-        im->attn_next_evict = (im->attn_next_evict + 1) % LI_ATTN_PLANS;
-    }
-    attn_plan_destroy(p);
-    cublasOperation_t ta = kind == 0 ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t res;
-    int n_res = 0;
-    bool ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0 &&
-              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                             sizeof ta) == 0 &&
-              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                             sizeof tb) == 0;
-    if (kind == 0)  // A = K (Dh x nk, ld ldk) transposed, B = Q (Dh x T, ld ldq), C = S^T (nk x T)
-        ok = ok && layout_batched(&p->la, CUDA_R_16BF, Dh, nk, ldk, nb, Dh) &&
-             layout_batched(&p->lb, CUDA_R_16BF, Dh, T, ldq, nb, qstride) &&
-             layout_batched(&p->lc, CUDA_R_32F, nk, T, nk, nb, (int64_t)T * nk);
-    else  // A = V (Dh x nk, ld ldk), B = P^T (nk x T, ld nk), C = O^T (Dh x T, ld ldq)
-        ok = ok && layout_batched(&p->la, CUDA_R_16BF, Dh, nk, ldk, nb, Dh) &&
-             layout_batched(&p->lb, CUDA_R_16BF, nk, T, nk, nb, (int64_t)T * nk) &&
-             layout_batched(&p->lc, CUDA_R_32F, Dh, T, ldq, nb, qstride);
-    ok = ok && li_cu_pref_create(&pref, al[0], al[1], al[2], true) == 0 &&
-         cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
-                                        &n_res) == 0 &&
-         n_res > 0;
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (!ok) {
-        attn_plan_destroy(p);
-        return NULL;  // not an error: the caller runs the fused kernel
-    }
-    p->algo = res.algo;
-    p->kind = kind;
-    p->T = T;
-    p->nk = nk;
-    p->nb = nb;
-    p->Dh = Dh;
-    p->ldq = ldq;
-    p->ldk = ldk;
-    memcpy(p->align, al, sizeof al);
-    return p;
-}
-
-// The GEMM path; false when cuBLASLt has no plan for a shape (nothing recorded: the caller runs
-// the fused kernel). Errors of the ops it queued are recorded.
-static bool dense_gemm(li_cuda_impl *im, float *out, const float *q, int T, int H, const float *k,
-                       const float *v, int nk, int Hkv, int Dh, float scale) {
-    const int G = H / Hkv;
-    const size_t nq = (size_t)T * H * Dh, nkv = (size_t)nk * Hkv * Dh;
-    const size_t per_head = (size_t)T * nk * 6;  // S (f32) and P (bf16)
-    const size_t cap = (size_t)1 << 30;
-    int hc = per_head >= cap ? 1 : (int)(cap / per_head);
-    if (hc > Hkv) hc = Hkv;
-    const size_t in_bytes = (nq + 2 * nkv) * 2, sp_off = (in_bytes + 255) & ~(size_t)255;
-    char *base = li_cu_scratch_get(im, &im->dense, sp_off + (size_t)hc * per_head, "attention_dense (GEMM scratch)");
-    if (!base) return true;  // recorded
-    uint16_t *qb = (uint16_t *)base, *kb = qb + nq, *vb = kb + nkv;
-    float *S = (float *)(base + sp_off);
-    uint16_t *Pm = (uint16_t *)(S + (size_t)hc * T * nk);
-    if (cu_fail(im, "attention_dense (bf16 q)", li_cuda_f32_to_bf16(im->stream, qb, q, (int64_t)nq)) ||
-        cu_fail(im, "attention_dense (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
-        cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
-        return true;
-    const float one = 1.0f, zero = 0.0f;
-    // query head h = hk G + g uses kv head hk: for each g, a batch over kv heads with query
-    // stride G Dh
-    for (int g = 0; g < G; g++)
-        for (int h0 = 0; h0 < Hkv; h0 += hc) {
-            int nb = Hkv - h0 < hc ? Hkv - h0 : hc;
-            const uint16_t *qh = qb + ((size_t)h0 * G + g) * Dh, *kh = kb + (size_t)h0 * Dh;
-            const uint16_t *vh = vb + (size_t)h0 * Dh;
-            float *oh = out + ((size_t)h0 * G + g) * Dh;
-            attn_plan *ps = attn_plan_get(im, 0, T, nk, nb, Dh, H * Dh, Hkv * Dh, G * Dh, kh, qh, S);
-            attn_plan *po = ps ? attn_plan_get(im, 1, T, nk, nb, Dh, H * Dh, Hkv * Dh, G * Dh, vh,
-                                               Pm, oh)
-                               : NULL;
-            if (!ps || !po) return false;
-            if (lt_fail(im, "attention_dense (scores GEMM)",
-                        cublasLtMatmul(im->lt, ps->desc, &scale, kh, ps->la, qh, ps->lb, &zero, S,
-                                       ps->lc, S, ps->lc, &ps->algo, im->ws, CUDA_GEMM_WORKSPACE,
-                                       im->stream)) ||
-                cu_fail(im, "attention_dense (softmax)",
-                        li_cuda_softmax_bf16(im->stream, Pm, S, (int64_t)nb * T, nk)) ||
-                lt_fail(im, "attention_dense (output GEMM)",
-                        cublasLtMatmul(im->lt, po->desc, &one, vh, po->la, Pm, po->lb, &zero, oh,
-                                       po->lc, oh, po->lc, &po->algo, im->ws, CUDA_GEMM_WORKSPACE,
-                                       im->stream)))
-                return true;
-        }
-    return true;
-}
-
-// Three paths, LI_CUDA_DENSE picks one (read per call, for A/B runs):
-//   bf16 (default): K and V rounded to bf16 (what the tensor cores read anyway), then the
-//        pipelined flash kernel (cp.async tiles, S and P in registers: no score round trip);
-//   gemm: cuBLASLt S = Q Kᵀ, bf16 softmax, O = P V per head chunk (T and nk >= 64);
-//   f32:  the flash kernel reading f32 K / V (converted per tile).
+// LLaDA's bidirectional layers (>= 1) on f32 K / V: K and V rounded to bf16 (what the tensor
+// cores read anyway), then cuDNN (dense_cudnn) or our pipelined flash kernel (cp.async tiles, S
+// and P in registers: no score round trip). Two paths that lost on the H200 were removed (in git
+// history before this file's split): cuBLASLt S = Q Kᵀ, softmax, O = P V, and the flash kernel
+// reading f32 K / V per tile.
 static void cu_attention_dense(li_backend *be, float *out, const float *q, int T, int H,
                                const float *k, const float *v, int nk, int Hkv, int Dh,
                                float scale) {
     li_cuda_impl *im = be->impl;
-    const char *mode = getenv("LI_CUDA_DENSE");
-    if (mode && !strcmp(mode, "gemm") && T >= 64 && nk >= 64 && Hkv > 0 && H % Hkv == 0 &&
-        dense_gemm(im, out, q, T, H, k, v, nk, Hkv, Dh, scale))
-        return;
-    if (!(mode && !strcmp(mode, "f32")) && T > 0 && nk > 0 && Hkv > 0) {
+    if (T > 0 && nk > 0 && Hkv > 0) {
         const size_t nkv = (size_t)nk * Hkv * Dh;
         uint16_t *kb = li_cu_scratch_get(im, &im->dense, nkv * 4, "attention_dense (bf16 K / V)");
         if (!kb) return;
@@ -844,5 +702,4 @@ void li_cu_attention_free(li_cuda_impl *im) {
                 (long long)cs.unsupported, (long long)cs.workspace_allocs);
     }
     li_cudnn_close(im->cudnn);
-    for (int i = 0; i < im->n_attn_plans; i++) attn_plan_destroy(&im->attn_plans[i]);
 }

@@ -23,6 +23,15 @@
 // previous op writes bf16 directly. Measured on an H200 (gpu-check's timing, conversion
 // included): 600-716 TFLOP/s at T = 4096, 2.1-3.4 TB/s of weights at T = 1.
 
+// The largest power of two (up to 256) that p is aligned to: cuBLASLt plans are chosen per
+// alignment.
+static uint32_t ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && a % al) al >>= 1;
+    return al;
+}
+
 static void plan_destroy(gemm_plan *p) {
     if (p->lw) cublasLtMatrixLayoutDestroy(p->lw);
     if (p->lx) cublasLtMatrixLayoutDestroy(p->lx);
@@ -59,7 +68,7 @@ static gemm_plan *plan_slot(plan_cache *c) {
 
 // A heuristic preference: the 32 MiB workspace, the pointers' alignments (A, B, and C = D), and
 // with no_split_k only plans that do not split K (batch-invariant: no reduction scheme).
-cublasStatus_t li_cu_pref_create(cublasLtMatmulPreference_t *pref, uint32_t align_a,
+static cublasStatus_t pref_create(cublasLtMatmulPreference_t *pref, uint32_t align_a,
                                   uint32_t align_b, uint32_t align_cd, bool no_split_k) {
     const uint64_t ws = CUDA_GEMM_WORKSPACE;
     const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -108,7 +117,7 @@ static gemm_plan *plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, uint32
                                                         (uint64_t)T, K)) ||
         lt_fail(im, op, s = cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N,
                                                         (uint64_t)T, N)) ||
-        lt_fail(im, op, s = li_cu_pref_create(&pref, aw, ax, ay, inv)) ||
+        lt_fail(im, op, s = pref_create(&pref, aw, ax, ay, inv)) ||
         lt_fail(im, op, s = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly,
                                                             p->ly, pref, 1, &res, &n_res)))
         goto fail;
@@ -221,10 +230,9 @@ void li_cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *
 // checks), which the preference states so that the heuristic does not assume 256.
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
                                const float *as) {
-    const int want = im->fp8_algo;
     for (int i = 0; i < im->fp8_plans.n; i++) {  // 16-byte aligned (the caller checked)
         gemm_plan *q = &im->fp8_plans.p[i];
-        if (q->N == N && q->K == K && q->T == T && q->algo_idx == want) return q;
+        if (q->N == N && q->K == K && q->T == T) return q;
     }
     gemm_plan *p;
     p = plan_slot(&im->fp8_plans);
@@ -232,7 +240,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int32_t ma = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     int32_t mb = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    cublasLtMatmulHeuristicResult_t res[8];
+    cublasLtMatmulHeuristicResult_t res[1];
     int n_res = 0;
     cublasStatus_t hs = CUBLAS_STATUS_NOT_INITIALIZED;
     bool ok =
@@ -251,9 +259,9 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         cublasLtMatrixLayoutCreate(&p->lw, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) == 0 &&
         cublasLtMatrixLayoutCreate(&p->lx, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) == 0 &&
         cublasLtMatrixLayoutCreate(&p->ly, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) == 0 &&
-        li_cu_pref_create(&pref, 16, 16, 16, false) == 0 &&
+        pref_create(&pref, 16, 16, 16, false) == 0 &&
         (hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->desc, p->lw, p->lx, p->ly, p->ly, pref,
-                                             want + 1 < 8 ? want + 1 : 8, res, &n_res)) == 0 &&
+                                             1, res, &n_res)) == 0 &&
         n_res > 0;
     im->fp8_status = hs == 0 && n_res == 0 ? CUBLAS_STATUS_NOT_SUPPORTED : (int)hs;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -261,8 +269,7 @@ static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, co
         plan_destroy(p);  // N = 0: never matches a lookup, so the shape is tried again later
         return NULL;
     }
-    p->algo = res[want < n_res ? want : n_res - 1].algo;
-    p->algo_idx = want;
+    p->algo = res[0].algo;
     p->N = N;
     p->K = K;
     p->T = T;
@@ -460,11 +467,6 @@ const char *li_backend_cuda_fp8_note(li_backend *be) {
 
 bool li_backend_cuda_matmul_gemv(int T, int64_t K, const void *W, const void *x) {
     return li_cuda_gemv_ok(T, K, W, x) != 0;
-}
-
-void li_backend_cuda_set_fp8_algo(li_backend *be, int i) {
-    li_cuda_impl *im = be->impl;
-    im->fp8_algo = i >= 0 && i <= 7 ? i : 0;
 }
 
 void li_cu_gemm_free(li_cuda_impl *im) {

@@ -42,7 +42,6 @@ typedef struct {
     int T;
     uint32_t align_w, align_y;
     bool invariant;  // made without split-K (li_backend.batch_invariant)
-    int algo_idx;    // FP8 plans: which of the heuristic's candidates (LI_CUDA_FP8_ALGO, A/B)
     char name[64];          // "matmul bf16 N=… K=…": the op's name in LI_CUDA_PROFILE
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t lw, lx, ly;  // W^T as (K, N) col-major, x as (K, T), y as (N, T)
@@ -73,18 +72,6 @@ typedef struct {
 #define LI_GRAPH_SEEN 64
 #define LI_GRAPH_MAX_FAILURES 4
 
-// A batched cuBLASLt GEMM of attention_dense: scores S = Q K^T (kind 0) or O = P V (kind 1) for
-// nb heads at once (strided batches), keyed by the shapes and the pointers' alignments.
-typedef struct {
-    int kind, T, nk, nb, Dh, ldq, ldk;
-    uint32_t align[3];
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
-} attn_plan;
-
-#define LI_ATTN_PLANS 16
-
 // A paged attention call planned for cuDNN (attn-blocks.h): the call's host inputs serialised
 // (compared on lookup: the layers of one forward share them), which of its sequences the plan
 // covers, its library shapes and the device copies of its slot tables (uploaded once, read by
@@ -110,6 +97,17 @@ typedef struct {
 
 #define LI_LIB_PLANS 16
 
+// The CUDA backend's environment switches, read once by li_backend_cuda_init (env_read) and
+// listed in docs/CUDA.md ("Environment switches"): nothing else in src/backend/cuda/ reads the
+// environment. Debugging and measuring only: no switch selects a kernel generation.
+typedef struct {
+    bool graphs;          // LI_CUDA_GRAPHS=1: step graphs on (off by default: 2-3 % slower)
+    bool graph_stats;     // LI_CUDA_GRAPH_STATS=1: the graphs' counts on stderr at teardown
+    bool profile;         // LI_CUDA_PROFILE=1: an event per op, the table at teardown; no graphs
+    bool pdl;             // true unless LI_CUDA_PDL=0: programmatic dependent launches
+    char cudnn_lib[512];  // LI_CUDNN_LIB: the cuDNN library file ("": libcudnn.so.9)
+} li_cuda_env;
+
 // Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it
 // must not happen during graph capture: the engine sizes these at start.
 typedef struct {
@@ -118,6 +116,7 @@ typedef struct {
 } dev_scratch;
 
 typedef struct {
+    li_cuda_env env;  // the switches, read at init
     int device, n_sm;
     char name[256];
     size_t total_mem;
@@ -129,9 +128,7 @@ typedef struct {
     dev_scratch attn;  // attention split-K partials: (T, H, n_split, Dh) then (T, H, n_split, 2)
     dev_scratch keys;  // prefill attention: one word per key of the page table
     dev_scratch tickets;  // decode attention: (T, Hkv) arrival counters of split-K, kept zero
-    dev_scratch dense; // attention_dense through GEMMs: q, k, v in bf16, scores, probabilities
-    attn_plan attn_plans[LI_ATTN_PLANS];
-    int n_attn_plans, attn_next_evict;
+    dev_scratch dense; // attention_dense and flash_attn_tiles: K and V in bf16, (2, nk, Hkv, Dh)
     // FP8 GEMM through cuBLASLt (matmul_fp8_fast): which scale-table layouts the library takes,
     // found once by comparing it with the exact kernel (li_cu_fp8_calibrate): -1 not tried, 0 not
     // usable (fp8_note says why), else 1 + (weight scales transposed) + 2 (activation scales
@@ -139,7 +136,6 @@ typedef struct {
     int fp8_mode;
     bool fp8_t4;  // the library took the activation scales only with T a multiple of 4
     int fp8_status;  // the last heuristic query's cublasStatus_t (for the note)
-    int fp8_algo;    // which heuristic candidate FP8 plans take (LI_CUDA_FP8_ALGO at init; A/B)
     char fp8_note[1200];
     plan_cache fp8_plans;
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
@@ -237,15 +233,6 @@ static inline li_cuda_rope_args rope_args(const li_rope_table *t) {
     return r;
 }
 
-// The largest power of two (up to 256) that p is aligned to: cuBLASLt plans are chosen per
-// alignment.
-static inline uint32_t ptr_align(const void *p) {
-    uintptr_t a = (uintptr_t)p;
-    uint32_t al = 256;
-    while (al > 1 && a % al) al >>= 1;
-    return al;
-}
-
 // ---- across files ---------------------------------------------------------------------------
 
 // backend-cuda-memory.c: grow-only scratch (NULL after recording an error), the RNG jump table
@@ -271,9 +258,6 @@ void li_cu_matmul_fp8_fast(li_backend *be, float *y, const uint8_t *qa, const fl
                            const li_fp8_weight *W, bool accumulate);
 void li_cu_fp8_calibrate(li_cuda_impl *im);  // which scale layouts cuBLASLt takes (im->fp8_mode)
 void li_cu_gemm_free(li_cuda_impl *im);      // the plan caches
-// a heuristic preference (workspace, alignments of A, B and C = D, no split-K)
-cublasStatus_t li_cu_pref_create(cublasLtMatmulPreference_t *pref, uint32_t align_a,
-                                 uint32_t align_b, uint32_t align_cd, bool no_split_k);
 
 // backend-cuda-attention.c: paged attention (our kernels, cuDNN), LLaDA's dense and layer-0
 // attention

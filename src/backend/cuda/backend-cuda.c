@@ -12,6 +12,23 @@
 
 _Static_assert(LI_CUDA_ROPE_MAX_PAIRS == LI_ROPE_MAX_PAIRS, "rope table sizes differ");
 
+// A switch given as anything but "" or "0".
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0");
+}
+
+// The environment switches (li_cuda_env), read once here.
+static void env_read(li_cuda_env *env) {
+    env->graphs = env_on("LI_CUDA_GRAPHS");
+    env->graph_stats = env_on("LI_CUDA_GRAPH_STATS");
+    env->profile = env_on("LI_CUDA_PROFILE");
+    const char *pdl = getenv("LI_CUDA_PDL");
+    env->pdl = !(pdl && pdl[0] == '0');
+    const char *lib = getenv("LI_CUDNN_LIB");
+    snprintf(env->cudnn_lib, sizeof env->cudnn_lib, "%s", lib ? lib : "");
+}
+
 // ---- creation ---------------------------------------------------------------------------------
 
 li_status li_backend_cuda_init(li_backend **out, int device) {
@@ -53,11 +70,9 @@ li_status li_backend_cuda_init(li_backend **out, int device) {
     be->n_threads = 1;
     be->impl = im;
     im->device = device;
+    env_read(&im->env);
+    li_cuda_set_pdl(im->env.pdl);
     im->fp8_mode = -1;
-    // LI_CUDA_FP8_ALGO=i: FP8 plans take the heuristic's i-th candidate (A/B of the algorithms)
-    const char *fp8_algo = getenv("LI_CUDA_FP8_ALGO");
-    im->fp8_algo = fp8_algo ? atoi(fp8_algo) : 0;
-    if (im->fp8_algo < 0 || im->fp8_algo > 7) im->fp8_algo = 0;
     im->n_sm = prop.multiProcessorCount;
     im->total_mem = prop.totalGlobalMem;
     snprintf(im->name, sizeof im->name, "%s", prop.name);
@@ -76,10 +91,8 @@ li_status li_backend_cuda_init(li_backend **out, int device) {
     // Off by default: recording every step measured 2-3 % slower than launching op by op on the
     // H200 (Llama-8B decode 5.21 vs 5.08 ms, LLaDA step at 1024 52.2 vs 50.6 ms: the device is
     // the bottleneck and the recording delays its start); LI_CUDA_GRAPHS=1 turns them on.
-    const char *graphs = getenv("LI_CUDA_GRAPHS");
-    im->graphs_off = !(graphs && *graphs && strcmp(graphs, "0"));
-    const char *prof = getenv("LI_CUDA_PROFILE");
-    if (prof && *prof && strcmp(prof, "0")) {
+    im->graphs_off = !im->env.graphs;
+    if (im->env.profile) {
         im->prof = true;
         im->graphs_off = true;  // an event per op, read back between ops: no recording
         for (int i = 0; i < LI_PROF_EVENTS && im->prof; i++)
@@ -103,8 +116,7 @@ void li_backend_cuda_destroy(li_backend *be) {
     if (im) {
         if (im->stream) cudaStreamSynchronize(im->stream);
         if (im->prof) li_cu_prof_report(im);
-        const char *gs = getenv("LI_CUDA_GRAPH_STATS");
-        if (gs && *gs && strcmp(gs, "0"))
+        if (im->env.graph_stats)
             fprintf(stderr, "cuda step graphs: %s; %lld steps as graphs (%lld instantiated, %lld "
                     "updated in place), %lld eager (a key's first step), %lld recordings failed%s%s\n",
                     im->graphs_off ? "off" : "on", im->gstats.launched, im->gstats.instantiated,
