@@ -59,8 +59,8 @@ static bool attn_split(li_cuda_impl *im, li_cuda_attn_args *a) {
     if (a->n_split == 1) return true;
     size_t n_o = (size_t)a->T * a->H * a->n_split * a->Dh,
            n_ml = (size_t)a->T * a->H * a->n_split * 2;
-    float *part =
-        li_cu_scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float), "attention (split-K partials)");
+    float *part = li_cu_scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float),
+                                    "attention (split-K partials)");
     if (!part) return false;
     a->part_o = part;
     a->part_ml = part + n_o;
@@ -416,9 +416,10 @@ static const lib_plan *attention_cudnn(li_backend *be, float *out, const float *
     uint16_t *qb = li_cu_scratch_get(im, &im->lib_q, q_elems * 2, "attention (cudnn q)");
     uint16_t *ob = li_cu_scratch_get(im, &im->lib_o, q_elems * 2, "attention (cudnn o)");
     float *lse = li_cu_scratch_get(im, &im->lib_lse, (size_t)(p->q_rows + 256) * H * 4,
-                             "attention (cudnn lse)");
+                                   "attention (cudnn lse)");
     const size_t kv_elems = (size_t)(p->kv_keys + 256) * Hkv * Dh;
-    uint16_t *kb = li_cu_scratch_get(im, &im->lib_kv, kv_elems * 4, "attention (cudnn gathered K / V)");
+    uint16_t *kb =
+        li_cu_scratch_get(im, &im->lib_kv, kv_elems * 4, "attention (cudnn gathered K / V)");
     if (!qb || !ob || !lse || !kb) return NULL;
     uint16_t *vb = kb + kv_elems;
     li_cuda_rope_args r;
@@ -471,7 +472,8 @@ static bool dense_cudnn(li_backend *be, float *outf, uint16_t *outb, const float
     if (!cudnn_ready(be)) return be->attn_impl == LI_ATTN_LIBRARY;
     const size_t nq = (size_t)T * H * Dh;
     uint16_t *qb = li_cu_scratch_get(im, &im->lib_q, nq * 2, "attention_dense (cudnn q)");
-    uint16_t *ob = outb ? outb : li_cu_scratch_get(im, &im->lib_o, nq * 2, "attention_dense (cudnn o)");
+    uint16_t *ob =
+        outb ? outb : li_cu_scratch_get(im, &im->lib_o, nq * 2, "attention_dense (cudnn o)");
     if (!qb || !ob) return true;
     if (cu_fail(im, "attention_dense (cudnn q)", li_cuda_f32_to_bf16(im->stream, qb, q, (int64_t)nq)))
         return true;
@@ -503,8 +505,8 @@ static void attention_native(li_backend *be, float *out, const float *q, int T, 
             return;
         }
         // one word per page slot, then the number of keys the page table holds
-        uint64_t *keys = li_cu_scratch_get(im, &im->keys, ((size_t)seq->n_pages * kv->page_size + 1) * 8,
-                                     "attention (key index)");
+        uint64_t *keys = li_cu_scratch_get(
+            im, &im->keys, ((size_t)seq->n_pages * kv->page_size + 1) * 8, "attention (key index)");
         if (!keys) return;
         // few row tiles (a query over cached documents): split the keys so that the GPU fills
         li_cuda_attention_prefill_plan(T, H, seq->n_pages * kv->page_size, im->n_sm, &a.n_split,
@@ -512,7 +514,7 @@ static void attention_native(li_backend *be, float *out, const float *q, int T, 
         if (a.n_split > 1) {
             size_t n_o = (size_t)T * H * a.n_split * a.Dh, n_ml = (size_t)T * H * a.n_split * 2;
             float *part = li_cu_scratch_get(im, &im->attn, (n_o + n_ml) * sizeof(float),
-                                      "attention (prefill split-K partials)");
+                                            "attention (prefill split-K partials)");
             if (!part) return;
             a.part_o = part;
             a.part_ml = part + n_o;

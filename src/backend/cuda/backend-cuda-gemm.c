@@ -174,7 +174,8 @@ void li_cu_matmul(li_backend *be, float *y, const float *x, const li_weight *W, 
         cu_fail(im, "matmul (gemv)", li_cuda_gemv_bf16(im->stream, y, W->data, x, N, K));
         return;
     }
-    uint16_t *xb = li_cu_scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
+    uint16_t *xb =
+        li_cu_scratch_get(im, &im->xbf, (size_t)T * (size_t)K * 2, "matmul (bf16 scratch)");
     if (!xb) return;
     if (cu_fail(im, "matmul (f32 -> bf16)", li_cuda_f32_to_bf16(im->stream, xb, x, (int64_t)T * K)))
         return;
@@ -219,8 +220,8 @@ void li_cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *
 // VEC128_32F, fp32 accumulation and output. Napkin maths: the 8B-class FFN GEMMs at M = 1024 are
 // ~100-300 GFLOP each; FP8 tensor cores peak at twice bf16's rate, so ~1.5-1.8x over the bf16
 // GEMM is the realistic gain once the activation quantisation is fused (issue 5's goal: 1.5x).
-// The scale tables' expected orientation is not spelled out in the header; li_cu_fp8_calibrate runs the
-// library on a small random problem with each orientation and keeps the one that reproduces the
+// The scale tables' expected orientation is not spelled out in the header; li_cu_fp8_calibrate runs
+// the library on a small random problem with each orientation and keeps the one that reproduces the
 // exact kernel (dllm.cu), so a wrong guess costs a fallback, never a wrong answer. cuBLASLt 13.1
 // answers the heuristic with CUBLAS_STATUS_INVALID_VALUE unless the scale pointers are set
 // first. Measured on the H200: 900-990 TFLOP/s at M >= 1024 for 12288 x 4096 (1.32-1.38x bf16).
@@ -287,14 +288,16 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, 
     int64_t N = W->n_rows, K = W->n_cols, GN = N / 128, GK = K / 128;
     const float *ws = W->scale, *as = sa;
     if ((mode - 1) & 1) {  // weight scales as (K/128, N/128)
-        float *t = li_cu_scratch_get(im, &im->fp8_ws, (size_t)GN * GK * 4, "matmul_fp8_fast (scales)");
+        float *t =
+            li_cu_scratch_get(im, &im->fp8_ws, (size_t)GN * GK * 4, "matmul_fp8_fast (scales)");
         if (!t || cu_fail(im, "matmul_fp8_fast (transpose)",
                           li_cuda_transpose_f32(im->stream, t, W->scale, (int)GN, (int)GK)))
             return true;  // recorded
         ws = t;
     }
     if ((mode - 1) & 2) {  // activation scales as (K/128, T)
-        float *t = li_cu_scratch_get(im, &im->fp8_as, (size_t)T * GK * 4, "matmul_fp8_fast (scales)");
+        float *t =
+            li_cu_scratch_get(im, &im->fp8_as, (size_t)T * GK * 4, "matmul_fp8_fast (scales)");
         if (!t || cu_fail(im, "matmul_fp8_fast (transpose)",
                           li_cuda_transpose_f32(im->stream, t, sa, T, (int)GK)))
             return true;
@@ -451,7 +454,7 @@ void li_cu_matmul_fp8_fast(li_backend *be, float *y, const uint8_t *qa, const fl
         return;
     }
     float *tmp = li_cu_scratch_get(im, &im->fp8_acc, (size_t)T * (size_t)W->n_rows * 4,
-                             "matmul_fp8_fast (accumulator)");
+                                   "matmul_fp8_fast (accumulator)");
     if (!tmp) return;
     li_cu_matmul_fp8(be, tmp, qa, sa, T, W);
     cu_fail(im, "add", li_cuda_add(im->stream, y, tmp, (int64_t)T * W->n_rows));

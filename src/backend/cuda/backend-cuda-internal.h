@@ -143,7 +143,7 @@ typedef struct {
     li_cuda_sampler *sampler;
     uint64_t *jump_table;  // dllm->x0: device copy of li_rng_jump_table() (512 KiB), on first use
     dev_scratch x0s;       // dllm->x0: per-chunk partial argmaxes
-    int64_t scratch_allocs;  // li_cu_scratch_get's allocations and the jump table's (scratch_allocs op)
+    int64_t scratch_allocs;  // scratch allocations and the jump table's (scratch_allocs op)
     // LI_CUDA_PROFILE=1: an event after every op; the time between two events is the later
     // op's (host gaps included), summed per op name and printed on stderr at the end.
     bool prof;

@@ -152,7 +152,8 @@ li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r) {
     const size_t T = r->max_rows > 0 ? (size_t)r->max_rows : 0;
     bool ok = true;
     if (r->max_in > 0)
-        ok = ok && li_cu_scratch_get(im, &im->xbf, T * (size_t)r->max_in * 2, "matmul (bf16 scratch)");
+        ok = ok &&
+             li_cu_scratch_get(im, &im->xbf, T * (size_t)r->max_in * 2, "matmul (bf16 scratch)");
     if (r->max_keys > 0) {
         size_t split_rows = T < LI_CUDA_ATTN_TC_MIN_T ? T : LI_CUDA_ATTN_TC_MIN_T - 1;
         // key ranges: <= 256 for rows of one sequence, <= 8 per row for a batch of decode rows
@@ -162,11 +163,13 @@ li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r) {
         size_t prefill_part = li_cuda_attention_prefill_part_floats(im->n_sm, r->head_dim) * 4;
         if (prefill_part > part) part = prefill_part;  // a split prefill (few row tiles) too
         ok = ok && li_cu_scratch_get(im, &im->attn, part, "attention (split-K partials)") &&
-             li_cu_scratch_get(im, &im->keys, ((size_t)r->max_keys + 1) * 8, "attention (key index)") &&
+             li_cu_scratch_get(im, &im->keys, ((size_t)r->max_keys + 1) * 8,
+                               "attention (key index)") &&
              li_cu_attn_tickets(im, T * r->max_heads);
     }
     if (r->dense_kv > 0) {
-        ok = ok && li_cu_scratch_get(im, &im->dense, (size_t)r->dense_kv * 4, "attention (bf16 K / V)");
+        ok = ok &&
+             li_cu_scratch_get(im, &im->dense, (size_t)r->dense_kv * 4, "attention (bf16 K / V)");
         // dense attention through cuDNN: the queries in bf16, and the f32 path's bf16 output
         const size_t qo = T * (size_t)r->max_heads * (size_t)r->head_dim * 2;
         if (qo > 0 && be->attn_impl != LI_ATTN_NATIVE)
@@ -180,12 +183,13 @@ li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r) {
              li_cu_scratch_get(im, &im->fp8_as, T * GK * 4, "matmul_fp8_fast (scales)");
         if (im->fp8_mode <= 0 || im->fp8_t4)  // the exact kernel may serve an accumulating GEMM
             ok = ok && li_cu_scratch_get(im, &im->fp8_acc, T * (size_t)r->fp8_n * 4,
-                                   "matmul_fp8_fast (accumulator)");
+                                         "matmul_fp8_fast (accumulator)");
     }
     if (r->dllm_rows > 0 && r->n_vocab > 0)
         ok = ok && li_cu_jump_table_ready(im) &&
-             li_cu_scratch_get(im, &im->x0s, li_cuda_dllm_x0_scratch_bytes(r->dllm_rows, r->n_vocab),
-                         "dllm_x0 (partials)");
+             li_cu_scratch_get(im, &im->x0s,
+                               li_cuda_dllm_x0_scratch_bytes(r->dllm_rows, r->n_vocab),
+                               "dllm_x0 (partials)");
     if (!ok) return li_error_set(LI_ERR_OOM, "%s", im->err_msg);
     cudaError_t e = r->sampler && r->n_vocab > 0 ? li_cuda_sampler_reserve(&im->sampler, r->n_vocab)
                                                  : cudaSuccess;

@@ -2,7 +2,7 @@
 // SwiGLU, softmax, RoPE, KV page writes, the copy mode's page copy + re-rotation, f32 -> bf16
 // activation conversion and a counter-based random fill.
 //
-// Not here: GEMMs (cuBLASLt, backend-cuda.c), attention (attention.cu), sampling (sample.cu).
+// Not here: GEMMs (cuBLASLt, backend-cuda-gemm.c), attention (attention.cu), sampling (sample.cu).
 // Napkin maths: each of these reads and writes every element once, so the ceiling is the H200's
 // ~4.8 TB/s HBM3e; none is tuned yet (plain coalesced loads, one element per thread or one block
 // per row), which is enough while GEMMs and attention dominate; the residual add fused with the
