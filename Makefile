@@ -154,6 +154,18 @@ test-random: setup
 # CUDA=1 there is nothing to check and the target says so and fails. It links only what it uses
 # (core, the RoPE tables, the CPU oracle, the CUDA backend), so the GPU machine needs no pcre2,
 # jansson, OpenBLAS, OpenSSL or libmicrohttpd to build and run it.
+# ---- kernel workbench (dev/cuda/: a program per op, numbered versions, CPU check, timing) -----
+# `make CUDA=1 dev-cuda` compiles them into $(BUILD)/dev-cuda/ (tests/run.sh does, wherever nvcc
+# is found, so that they keep compiling); they run on a GPU machine only.
+.PHONY: dev-cuda
+ifeq ($(CUDA),1)
+dev-cuda:
+	@$(MAKE) --no-print-directory -C dev/cuda NVCC=$(NVCC) OUT=$(abspath $(BUILD))/dev-cuda
+else
+dev-cuda:
+	@echo "dev-cuda: needs the CUDA build: make CUDA=1 dev-cuda"; exit 1
+endif
+
 .PHONY: gpu-check
 ifeq ($(CUDA),1)
 GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backend/rope.c \

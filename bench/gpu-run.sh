@@ -21,7 +21,6 @@
 #   kernels lazyinfer bench kernels on the GPU: one Llama-3.1-8B layer's ops against the copy and
 #           GEMM ceilings (decode attention at ctx 20K, batch 1/16/64)
 #   profile LI_CUDA_PROFILE=1 runs: per-op time of a LLaDA step and of Llama decode
-#   wmma    gpu-model and e2e with the older WMMA prefill attention (LI_CUDA_ATTN_MMA=0)
 #   graphs  step graphs on (LI_CUDA_GRAPHS=1) and off: Llama-8B decode, a LLaDA step at 512/1024
 #   regress decode and a LLaDA step, these binaries against .gpu/base/lazyinfer-cuda (same call)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
@@ -119,10 +118,6 @@ if has regress && [ -x .gpu/base/lazyinfer-cuda ]; then
     done
   done
 fi
-# the WMMA prefill attention (LI_CUDA_ATTN_MMA=0; mma.sync is the default): whole models and e2e
-has wmma && run gpu-model-wmma 300 env LI_CUDA_ATTN_MMA=0 $B/gpu-model
-has wmma && run e2e-8b-wmma 300 env LI_CUDA_ATTN_MMA=0 $LI bench generate --backend cuda \
-  -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # The paper's RAG setting (docs/RAG-BENCH.md): 100 documents x 2048 tokens, 5 per request in random
 # order, 64-token queries, 32 output tokens. bf16 KV (the GPU default): a document is 256 MiB, so
 # 1G cannot hold one request's five (reported as such), 2G / 4G / 8G / 32G hold 8 / 16 / 32 /

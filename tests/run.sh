@@ -47,8 +47,8 @@ if [ "$c_only" -eq 1 ]; then
 elif [ -n "${LI_SKIP_CUDA_BUILD:-}" ]; then
   echo "SKIP: cuda build: LI_SKIP_CUDA_BUILD is set"
 elif command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-  if PATH="$PATH:/usr/local/cuda/bin" make --no-print-directory CUDA=1 all >"$BUILD/cuda-build.log" 2>&1; then
-    echo "PASS: make CUDA=1 builds the CUDA backend"; pass=$((pass + 1))
+  if PATH="$PATH:/usr/local/cuda/bin" make --no-print-directory CUDA=1 all dev-cuda >"$BUILD/cuda-build.log" 2>&1; then
+    echo "PASS: make CUDA=1 builds the CUDA backend and the dev/cuda workbench"; pass=$((pass + 1))
   else
     echo "FAIL: make CUDA=1 (see $BUILD/cuda-build.log)"; tail -20 "$BUILD/cuda-build.log" | sed 's/^/  | /'
     fail=$((fail + 1)); failed_names+=("cuda-build")

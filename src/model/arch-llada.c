@@ -225,7 +225,7 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     return LI_OK;
 }
 
-// What a forward asks of the backend's own scratch (CUDA, backend-cuda.c cu_reserve): the f32
+// What a forward asks of the backend's own scratch (CUDA: backend-cuda-memory.c): the f32
 // path's matmuls convert x to bf16 (the bf16 path's inputs are bf16 already, 256-byte aligned at
 // row 0); layer 0's tensor-core attention and the f32 path's dense attention round a canvas's
 // K and V to bf16; the FP8 FFN's scale tables (gate/up N = F, K = D; down N = D, K = F); and

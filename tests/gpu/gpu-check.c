@@ -414,7 +414,7 @@ static void test_matmul(void) {
         }
 }
 
-// Batch invariance (li_backend.batch_invariant: no split-K, backend-cuda.c plan_get; no GEMV at
+// Batch invariance (li_backend.batch_invariant: no split-K, backend-cuda-gemm.c plan_get; no GEMV at
 // T = 1): the first rows of a GEMM over T rows are bit-identical to the same rows computed alone
 // in a GEMM of fewer rows. LaCache's truncated head and block-only layer-0 Q/K/V rely on it for
 // cached = uncached on the GPU.
@@ -691,15 +691,9 @@ static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, i
     int H = G * Hkv, il = 1;
     li_rope_table tab = table_for((P + G) % 3, (G % 2) ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
     if (T > s.n_keys - 1) T = s.n_keys - 1;
-    const char *mma = getenv("LI_CUDA_ATTN_MMA"), *async = getenv("LI_CUDA_ATTN_ASYNC");
-    const bool sync_loads = dt == LI_DTYPE_BF16 && async && async[0] == '0';
     TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s%s", mode_name, P,
                     H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt),
-                    li_backend_cuda_attention_tc(T, Dh)
-                        ? (mma && mma[0] == '0' ? " (wmma kernel)"
-                           : sync_loads       ? " (mma kernel, synchronous loads)"
-                                              : " (mma kernel)")
-                        : ""));
+                    li_backend_cuda_attention_tc(T, Dh) ? " (mma kernel)" : ""));
     int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
     int n_past = s.n_keys - T;
     int f0 = mode == 3 ? randint(0, n_past) : 0;  // often mid-page
@@ -843,13 +837,6 @@ static void test_prefill_plan(void) {
         }
         TEST_END();
     }
-    setenv("LI_CUDA_ATTN_PREFILL_SPLIT", "0", 1);
-    TEST_BEGIN("prefill split plan: LI_CUDA_ATTN_PREFILL_SPLIT=0 never splits");
-    int n = 0, per = 0;
-    li_cuda_attention_prefill_plan(64, 32, 10304, 132, &n, &per);
-    CHECK(n == 1, "n_split %d", n);
-    TEST_END();
-    unsetenv("LI_CUDA_ATTN_PREFILL_SPLIT");
 }
 
 static void test_attention(void) {
@@ -880,20 +867,12 @@ static void test_attention(void) {
         attention_case(16, 8, 1, 128, 1, 3000, 2, 700, dt);
     }
     // many rows: the tensor-core kernel (64-row query tiles, 64-key tiles across pages, partial
-    // pages and documents, rows that end mid-tile)
-    // ... on both tensor-core kernels: mma.sync (default) and WMMA (LI_CUDA_ATTN_MMA=0), the
-    // former on bf16 pools with the cp.async pipeline (default) and with synchronous loads
-    for (int kernel = 0; kernel < 3; kernel++) {
-        setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
-        setenv("LI_CUDA_ATTN_ASYNC", kernel == 2 ? "0" : "1", 1);
-        for (int i = 0; i < 12; i++) {
-            int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4];
-            int Dh = i % 2 ? 128 : 64, T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
-            attention_case(P, G, randint(1, 2), Dh, T, randint(T + 1, P == 1 ? 400 : 1500), mode,
-                           i % 2 ? 3 * P + 5 : 200, (i / 2) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32);
-        }
-        unsetenv("LI_CUDA_ATTN_MMA");
-        unsetenv("LI_CUDA_ATTN_ASYNC");
+    // pages and documents, rows that end mid-tile; bf16 pools through the cp.async pipeline)
+    for (int i = 0; i < 12; i++) {
+        int P = (int[]){1, 16, 64}[i % 3], G = (int[]){1, 2, 4, 8}[i % 4];
+        int Dh = i % 2 ? 128 : 64, T = (int[]){16, 100, 333}[i % 3], mode = 1 + i % 3;
+        attention_case(P, G, randint(1, 2), Dh, T, randint(T + 1, P == 1 ? 400 : 1500), mode,
+                       i % 2 ? 3 * P + 5 : 200, (i / 2) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32);
     }
     // decode rows of many sequences in one launch (the slot kernel's per-row tables; G 3 and
     // Dh 96: a launch per row), rows from 2 (split-K) to 64 (one range per row)
@@ -1276,7 +1255,6 @@ static void test_bf16_attention(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
         {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
         {512, 8, 8, 128, 512}, {1024, 32, 32, 128, 1024}};
-    setenv("LI_CUDA_DENSE", "bf16", 1);
     const li_attn_impl saved = gpu->attn_impl;
     for (int lib = 0; lib < 2; lib++)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -1321,7 +1299,6 @@ static void test_bf16_attention(void) {
         TEST_END();
     }
     gpu->attn_impl = saved;
-    unsetenv("LI_CUDA_DENSE");
 }
 
 static void test_bf16(void) {
@@ -1334,58 +1311,48 @@ static void test_bf16(void) {
 
 // ---- diffusion / FP8 ops ------------------------------------------------------------------------
 
-// attention_dense (tensor cores, both kernels) against the oracle's flash_attn_tiles over all keys
-// + finalize: bf16 inputs, so TOL_ATTENTION_TC.
+// attention_dense (K / V rounded to bf16, then cuDNN or the pipelined flash kernel) against the
+// oracle's flash_attn_tiles over all keys + finalize: bf16 inputs, so TOL_ATTENTION_TC.
 static void test_attention_dense(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
         {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
         {512, 8, 8, 128, 512}, {96, 6, 3, 64, 1000}};
-    // the fused kernels (wmma and mma on f32 K / V, the pipelined mma on bf16 K / V) and the
-    // cuBLASLt path (T, nk >= 64; smaller shapes run the bf16 kernel)
-    static const char *kname[] = {"wmma f32", "mma f32", "cuBLASLt", "mma bf16"};
-    static const char *mode[] = {"f32", "f32", "gemm", "bf16"};
-    for (int kernel = 0; kernel < 4; kernel++)
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
-            int nk = cases[c][4];
-            setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
-            setenv("LI_CUDA_DENSE", mode[kernel], 1);
-            TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d (%s)", T, H, Hkv,
-                            Dh, nk, kname[kernel]));
-            long rows = (long)T * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
-            float *q = xmalloc(sizeof(float) * on), *k = xmalloc(sizeof(float) * kn);
-            float *v = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
-            float *m = xmalloc(sizeof(float) * rows), *l = xmalloc(sizeof(float) * rows);
-            float *o2 = xmalloc(sizeof(float) * on);
-            fill(q, on, 1.0f);
-            fill(k, kn, 1.0f);
-            fill(v, kn, 1.0f);
-            for (long i = 0; i < rows; i++) {
-                m[i] = -INFINITY;
-                l[i] = 0.0f;
-            }
-            memset(o, 0, sizeof(float) * on);
-            float scale = 1.0f / sqrtf((float)Dh);
-            ref->ops->flash_attn_tiles(ref, o, m, l, q, T, H, k, v, nk, Hkv, Dh, 64, scale);
-            ref->ops->flash_attn_finalize(ref, o, o, l, rows, Dh);
-            dbuf gq, gk, gv, go;
-            float *dq = dnew(&gq, sizeof(float) * on, q), *dk = dnew(&gk, sizeof(float) * kn, k);
-            float *dv = dnew(&gv, sizeof(float) * kn, v), *dout = dnew(&go, sizeof(float) * on, NULL);
-            gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dk, dv, nk, Hkv, Dh,
-                                      scale);
-            CHECK_BACKEND();
-            dget(o2, &go);
-            double e = test_nmse(o2, o, on);
-            CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
-            CHECK(!test_has_nan(o2, on), "NaN; seed %llu", g_seed);
-            CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&go),
-                  "guard damaged; seed %llu", g_seed);
-            dfree(&gq), dfree(&gk), dfree(&gv), dfree(&go);
-            free(q), free(k), free(v), free(o), free(m), free(l), free(o2);
-            TEST_END();
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
+        int nk = cases[c][4];
+        TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d", T, H, Hkv, Dh, nk));
+        long rows = (long)T * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
+        float *q = xmalloc(sizeof(float) * on), *k = xmalloc(sizeof(float) * kn);
+        float *v = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
+        float *m = xmalloc(sizeof(float) * rows), *l = xmalloc(sizeof(float) * rows);
+        float *o2 = xmalloc(sizeof(float) * on);
+        fill(q, on, 1.0f);
+        fill(k, kn, 1.0f);
+        fill(v, kn, 1.0f);
+        for (long i = 0; i < rows; i++) {
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
         }
-    unsetenv("LI_CUDA_ATTN_MMA");
-    unsetenv("LI_CUDA_DENSE");
+        memset(o, 0, sizeof(float) * on);
+        float scale = 1.0f / sqrtf((float)Dh);
+        ref->ops->flash_attn_tiles(ref, o, m, l, q, T, H, k, v, nk, Hkv, Dh, 64, scale);
+        ref->ops->flash_attn_finalize(ref, o, o, l, rows, Dh);
+        dbuf gq, gk, gv, go;
+        float *dq = dnew(&gq, sizeof(float) * on, q), *dk = dnew(&gk, sizeof(float) * kn, k);
+        float *dv = dnew(&gv, sizeof(float) * kn, v), *dout = dnew(&go, sizeof(float) * on, NULL);
+        gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dk, dv, nk, Hkv, Dh,
+                                  scale);
+        CHECK_BACKEND();
+        dget(o2, &go);
+        double e = test_nmse(o2, o, on);
+        CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
+        CHECK(!test_has_nan(o2, on), "NaN; seed %llu", g_seed);
+        CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&go),
+              "guard damaged; seed %llu", g_seed);
+        dfree(&gq), dfree(&gk), dfree(&gv), dfree(&go);
+        free(q), free(k), free(v), free(o), free(m), free(l), free(o2);
+        TEST_END();
+    }
 }
 
 static void test_flash_attn(void) {
@@ -1396,16 +1363,13 @@ static void test_flash_attn(void) {
         // the 16-rows-per-block kernel: partial row blocks, tiles not dividing the 64-key chunks
         {37, 4, 2, 128, 333, 64}, {40, 8, 8, 64, 100, 1}, {16, 4, 4, 128, 1029, 1024},
         {70, 2, 1, 64, 250, 100}, {130, 8, 8, 128, 700, 64}, {64, 4, 2, 64, 33, 16}};
-    // twice: the fp32 kernels (LI_CUDA_FA_TC=0), then the default, where from 16 rows at Dh 64 /
-    // 128 the tensor-core kernel carries the state (bf16 inputs: TOL_ATTENTION_TC)
-    for (int pass = 0; pass < 2; pass++)
+    // from 16 rows at Dh 64 / 128 the tensor-core kernel carries the state (bf16 inputs:
+    // TOL_ATTENTION_TC); the fp32 kernels below that
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int nq = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
         int nk = cases[c][4], tile = cases[c][5];
-        const bool tc = pass == 1 && nq >= 16 && (Dh == 64 || Dh == 128);
+        const bool tc = nq >= 16 && (Dh == 64 || Dh == 128);
         const double tol = tc ? TOL_ATTENTION_TC : TOL_ATTENTION;
-        if (pass == 0) setenv("LI_CUDA_FA_TC", "0", 1);
-        else unsetenv("LI_CUDA_FA_TC");
         TEST_BEGIN(NAME("flash_attn_tiles + finalize nq=%d H=%d Hkv=%d Dh=%d nk=%d tile=%d (%s)",
                         nq, H, Hkv, Dh, nk, tile, tc ? "tensor cores" : "fp32"));
         long rows = (long)nq * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
@@ -1454,7 +1418,6 @@ static void test_flash_attn(void) {
             free(l2);
         TEST_END();
     }
-    unsetenv("LI_CUDA_FA_TC");
 }
 
 // Bit-exact per backend.h: codes and scales of fp8_quant_rows, every bit of matmul_fp8.
@@ -2201,35 +2164,28 @@ static void bench_prefill_attention(void) {
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     double flops = 4.0 * T * (double)T * H * Dh / 2;
-    for (int kernel = 0; kernel < 4; kernel++) {  // wmma f32, mma f32, mma bf16 KV (sync, async)
-      kv.dtype = kernel >= 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-      setenv("LI_CUDA_ATTN_ASYNC", kernel == 2 ? "0" : "1", 1);
-      if (kernel == 2)
-          need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
-                                     0.0f),
-               "fill");
-      // rot 2 (async kernel only): Δ applied to the K rows of every tile (LI_CUDA_ATTN_ROTATE_K=1)
-      for (int rot = kernel == 3 ? 2 : 1; rot >= 0; rot--) {
-        setenv("LI_CUDA_ATTN_MMA", kernel ? "1" : "0", 1);
-        setenv("LI_CUDA_ATTN_ROTATE_K", rot == 2 ? "1" : "0", 1);
-        prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
+    for (int kernel = 0; kernel < 2; kernel++) {  // mma on an f32 pool, on a bf16 pool (cp.async)
+        kv.dtype = kernel ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+        if (kernel)
+            need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9,
+                                       1.0f, 0.0f),
+                 "fill");
+        for (int rot = 1; rot >= 0; rot--) {
+            prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
                              rot ? &tab : NULL};
-        double ms = 0;
-        li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);
-        if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 10, &ms);
-        if (st != LI_OK) {
-            printf("  bench: prefill attention failed: %s\n", li_error_msg());
-            break;
+            double ms = 0;
+            li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);
+            if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 10, &ms);
+            if (st != LI_OK) {
+                printf("  bench: prefill attention failed: %s\n", li_error_msg());
+                break;
+            }
+            printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-9s %s KV "
+                   "%-12s %8.3f ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P,
+                   kernel ? "mma async" : "mma", li_dtype_name(kv.dtype),
+                   rot ? "(Δ rotation)" : "(no Δ)", ms, flops / (ms * 1e-3) / 1e12);
         }
-        printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-9s %s KV %-12s %8.3f "
-               "ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P, (const char *[]){"wmma", "mma", "mma", "mma async"}[kernel],
-               li_dtype_name(kv.dtype), rot == 2 ? "(Δ on K)" : rot ? "(Δ rotation)" : "(no Δ)", ms,
-               flops / (ms * 1e-3) / 1e12);
-      }
     }
-    unsetenv("LI_CUDA_ATTN_MMA");
-    unsetenv("LI_CUDA_ATTN_ASYNC");
-    unsetenv("LI_CUDA_ATTN_ROTATE_K");
     free(words);
     free(nv);
     li_backend_cuda_free(gpu, pool);
@@ -2242,7 +2198,7 @@ static void bench_prefill_attention(void) {
 // The RAG query prefill (ARCHITECTURE.md §3.4, the paper's setting): 64 query rows over 5 cached
 // documents of 2048 tokens (each with its own Δ) and their own causal part, bf16 pool,
 // Llama-3.1-8B heads. One row tile per head: 32 blocks, so split-K decides how much of the GPU
-// works (LI_CUDA_ATTN_PREFILL_SPLIT=0: unsplit). FLOPs = 4 H Dh Σ_t visible(t).
+// works. FLOPs = 4 H Dh Σ_t visible(t).
 static void bench_query_prefill(void) {
     const int H = 32, Hkv = 8, Dh = 128, P = 16, n_docs = 5, doc = 2048, T = 64;
     const int n_keys = n_docs * doc + T, n_pages = n_keys / P;
@@ -2272,24 +2228,21 @@ static void bench_query_prefill(void) {
     need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
-    for (int split = 1; split >= 0; split--)
-        for (int rot = 1; rot >= 0; rot--) {
-            setenv("LI_CUDA_ATTN_PREFILL_SPLIT", split ? "1" : "0", 1);
-            prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
-                             rot ? &tab : NULL};
-            double ms = 0;
-            li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 3, &ms);
-            if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 20, &ms);
-            if (st != LI_OK) {
-                printf("  bench: query prefill failed: %s\n", li_error_msg());
-                break;
-            }
-            printf("  bench: query prefill T %d over %d docs x %d + own, H %d Hkv %d Dh %d bf16 KV "
-                   "%-8s %-13s %8.4f ms %7.1f TFLOP/s\n", T, n_docs, doc, H, Hkv, Dh,
-                   split ? "split-K" : "unsplit", rot ? "(Δ rotation)" : "(no Δ)", ms,
-                   flops / (ms * 1e-3) / 1e12);
+    for (int rot = 1; rot >= 0; rot--) {
+        prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
+                         rot ? &tab : NULL};
+        double ms = 0;
+        li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 3, &ms);
+        if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 20, &ms);
+        if (st != LI_OK) {
+            printf("  bench: query prefill failed: %s\n", li_error_msg());
+            break;
         }
-    unsetenv("LI_CUDA_ATTN_PREFILL_SPLIT");
+        printf("  bench: query prefill T %d over %d docs x %d + own, H %d Hkv %d Dh %d bf16 KV "
+               "%-8s %-13s %8.4f ms %7.1f TFLOP/s\n", T, n_docs, doc, H, Hkv, Dh,
+               "split-K", rot ? "(Δ rotation)" : "(no Δ)", ms,
+               flops / (ms * 1e-3) / 1e12);
+    }
     free(words);
     li_backend_cuda_free(gpu, pool);
     li_backend_cuda_free(gpu, dpages);
@@ -2877,19 +2830,17 @@ static void bench_fp8(void) {
                    "%6.1f TFLOP/s  speed-up %.2fx\n", N, K, T, ms[0],
                    ms[0] > 0 ? flops / (ms[0] * 1e-3) / 1e12 : 0, ms[1],
                    ms[1] > 0 ? flops / (ms[1] * 1e-3) / 1e12 : 0, ms[1] > 0 ? ms[0] / ms[1] : 0);
-            // the block-scaled GEMM alone (what the fused LLaDA FFN pays), per heuristic candidate
+            // the block-scaled GEMM alone (what the fused LLaDA FFN pays)
             gpu->ops->fp8_quant_rows(gpu, dqa, dsa, dx, T, K);
-            for (int algo = 0; algo < 4 && T >= 256; algo++) {
-                li_backend_cuda_set_fp8_algo(gpu, algo);
+            if (T >= 256) {
                 mm8_ctx c = {dy, dx, dqa, dsa, W8, {LI_DTYPE_BF16, N, K, dw}, T, 2};
                 double t = 0;
                 li_status st = li_backend_cuda_time(gpu, mm8_step, &c, 3, &t);
                 if (st == LI_OK) st = li_backend_cuda_time(gpu, mm8_step, &c, 20, &t);
                 if (st == LI_OK)
-                    printf("  bench:   fp8 GEMM only, candidate %d: %8.4f ms %6.1f TFLOP/s\n",
-                           algo, t, flops / (t * 1e-3) / 1e12);
+                    printf("  bench:   fp8 GEMM only: %8.4f ms %6.1f TFLOP/s\n", t,
+                           flops / (t * 1e-3) / 1e12);
             }
-            li_backend_cuda_set_fp8_algo(gpu, 0);
         }
     }
     void *all[] = {dw, dq, ds, dx, dy, dqa, dsa, wf};

@@ -199,8 +199,8 @@ plan *find_plan(li_cudnn *c, const plan_key &k, char *err, size_t n_err) {
 
 }  // namespace
 
-extern "C" li_cudnn *li_cudnn_open(cudaStream_t stream, char *err, size_t n_err) {
-    const char *name = std::getenv("LI_CUDNN_LIB");
+extern "C" li_cudnn *li_cudnn_open(cudaStream_t stream, const char *name, char *err,
+                                   size_t n_err) {
     if (!fe::cudnn_dlhandle) {
         fe::cudnn_dlhandle = dlopen(name && *name ? name : "libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
         if (!fe::cudnn_dlhandle) {

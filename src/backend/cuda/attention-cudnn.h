@@ -2,8 +2,8 @@
 // graph API), as plain C functions for the CUDA backend. The C++ that the frontend needs stays in
 // attention-cudnn.cpp; nothing else in lazyinfer sees C++.
 //
-// cuDNN is loaded at run time (dlopen): LI_CUDNN_LIB names the library file, else libcudnn.so.9
-// is looked up on the loader path (docs/CUDA.md says how the GPU machine provides it). A binary
+// cuDNN is loaded at run time (dlopen): the path the backend was given (LI_CUDNN_LIB, read at
+// init) names the library file, else libcudnn.so.9 is looked up on the loader path (docs/CUDA.md says how the GPU machine provides it). A binary
 // whose machine has no cuDNN still runs: li_cudnn_open fails with a message and the backend uses
 // its own kernels.
 //
@@ -57,9 +57,10 @@ typedef struct {
     const int32_t *lse_off;   // (b + 1) RAGGED: element offsets (rows x H) into lse
 } li_sdpa_args;
 
-// Loads cuDNN and creates a handle bound to `stream`; NULL with the reason in err when cuDNN
-// cannot be loaded or initialised.
-li_cudnn *li_cudnn_open(cudaStream_t stream, char *err, size_t n_err);
+// Loads cuDNN (lib: the library file; NULL or "": libcudnn.so.9 on the loader path) and creates
+// a handle bound to `stream`; NULL with the reason in err when cuDNN cannot be loaded or
+// initialised.
+li_cudnn *li_cudnn_open(cudaStream_t stream, const char *lib, char *err, size_t n_err);
 void li_cudnn_close(li_cudnn *c);  // NULL is a no-op
 
 // Queues the call on the handle's stream. 0: queued; 1: cuDNN has no engine for this shape

@@ -25,7 +25,6 @@
 // 273 and cuDNN 527 in the same call. ncu: ~6 cycles per issued instruction with 12 warps per SM
 // (168 registers, 70 KB of shared memory per block): latency-bound; 32 rows per warp or wgmma is
 // the next step.
-#include <mma.h>
 #include <stdlib.h>
 
 #include <cuda_bf16.h>
@@ -33,8 +32,6 @@
 
 #include "attention.cuh"
 #include "cuda-device.cuh"
-
-using namespace nvcuda;
 
 #define PF_ROWS 64     // query rows per block (4 warps x 16)
 #define PF_KEYS 64     // keys per tile
@@ -364,143 +361,6 @@ __device__ __forceinline__ void tile_setup(const li_cuda_attn_args &a, const uin
     *kmax = min(kmax_s, n_keys);
 }
 
-template <int DH>
-struct pf_smem {
-    static constexpr int LDQ = DH + 8;           // bf16 row strides: +8 breaks bank conflicts
-    static constexpr int LDS = PF_KEYS + 4;      // f32 scores
-    static constexpr int LDP = 2 * LDS;          // bf16 probabilities, written over the scores
-    static constexpr int LDO = DH + 4;           // f32 output accumulator
-    static constexpr size_t q = 0;
-    static constexpr size_t k = q + (size_t)PF_ROWS * LDQ * 2;
-    static constexpr size_t v = k + (size_t)PF_KEYS * LDQ * 2;
-    static constexpr size_t s = v + (size_t)PF_KEYS * LDQ * 2;
-    static constexpr size_t o = s + (size_t)PF_ROWS * LDS * 4;
-    static constexpr size_t rows = o + (size_t)PF_ROWS * LDO * 4;  // lo, hi (int), m, l, alpha
-    static constexpr size_t cs = rows + (size_t)PF_ROWS * 5 * 4;   // (DH / 2) cos, sin
-    static constexpr size_t bytes = cs + (size_t)DH * 4;
-};
-
-template <int DH, typename KV>
-__global__ void __launch_bounds__(PF_THREADS)
-    attention_prefill_tc(const li_cuda_attn_args a, const li_cuda_rope_args r,
-                         const uint64_t *keys) {
-    typedef pf_smem<DH> L;
-    extern __shared__ __align__(128) unsigned char sm[];
-    __nv_bfloat16 *qs = (__nv_bfloat16 *)(sm + L::q);
-    __nv_bfloat16 *ks = (__nv_bfloat16 *)(sm + L::k);
-    __nv_bfloat16 *vs = (__nv_bfloat16 *)(sm + L::v);
-    float *ss = (float *)(sm + L::s);
-    __nv_bfloat16 *ps = (__nv_bfloat16 *)(sm + L::s);  // row r's P over row r's S (see below)
-    float *os = (float *)(sm + L::o);
-    int *row_lo = (int *)(sm + L::rows), *row_hi = row_lo + PF_ROWS;
-    float *row_m = (float *)(row_hi + PF_ROWS), *row_l = row_m + PF_ROWS,
-          *row_alpha = row_l + PF_ROWS;
-    float *cs = (float *)(sm + L::cs);  // [i] cos, [DH/2 + i] sin of the tile's Δ
-    __shared__ long long key_off[PF_KEYS];  // element offset of the key's K row in the pool; -1: none
-    __shared__ int key_delta[PF_KEYS];
-
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int t0 = pf_row0(), h = blockIdx.y;
-    const int n_rows = min(PF_ROWS, a.T - t0);
-
-    // Q rows, row bounds, fresh softmax state, O = 0
-    for (int i = tid; i < PF_ROWS * L::LDO; i += PF_THREADS) os[i] = 0.0f;
-    if (tid < PF_ROWS) {
-        row_m[tid] = -INFINITY;
-        row_l[tid] = 0.0f;
-    }
-    int kmin, kmax;
-    tile_setup<DH>(a, keys, qs, L::LDQ, row_lo, row_hi, &kmin, &kmax);
-
-    for (int j0 = kmin; j0 < kmax; j0 += PF_KEYS) {
-        const int nk = min(PF_KEYS, kmax - j0);
-        load_kv_tile<DH, KV>(a, r, keys, j0, nk, ks, vs, L::LDQ, cs, key_off, key_delta);
-
-        // 2. S (16 x 64 per warp) = Q Kᵀ
-        const int r0 = warp * 16;
-        for (int c = 0; c < PF_KEYS / 16; c++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kk = 0; kk < DH / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-                wmma::load_matrix_sync(fa, qs + r0 * L::LDQ + kk * 16, L::LDQ);
-                wmma::load_matrix_sync(fb, ks + c * 16 * L::LDQ + kk * 16, L::LDQ);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(ss + r0 * L::LDS + c * 16, acc, L::LDS, wmma::mem_row_major);
-        }
-        __syncwarp();
-
-        // 3. online softmax: two lanes per row, 32 keys each; P overwrites the row's S after
-        // both lanes hold their scores in registers
-        {
-            const int rr = r0 + (lane >> 1), c0 = (lane & 1) * 32;
-            const int lo = row_lo[rr] - j0, hi = row_hi[rr] - j0;  // visible: [lo, hi) in tile
-            float sv[32];
-            float mx = -INFINITY;
-#pragma unroll
-            for (int c = 0; c < 32; c++) {
-                int jj = c0 + c;
-                float x = (jj >= lo && jj < hi && jj < nk) ? ss[rr * L::LDS + jj] : -INFINITY;
-                sv[c] = x;
-                mx = fmaxf(mx, x);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            const float m_old = row_m[rr];
-            const float m_new = fmaxf(m_old, mx);
-            // no visible key yet: keep everything at zero (exp2 of -inf - -inf would be NaN)
-            const float base = m_new == -INFINITY ? 0.0f : m_new;
-            float sum = 0.0f;
-            __syncwarp();
-#pragma unroll
-            for (int c = 0; c < 32; c++) {
-                float p = exp2f(sv[c] - base);
-                __nv_bfloat16 pb = __float2bfloat16_rn(p);
-                sum += __bfloat162float(pb);  // the sum of what P·V will use
-                ps[rr * L::LDP + c0 + c] = pb;
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            if ((lane & 1) == 0) {
-                float alpha = exp2f(m_old - base);  // m_old = -inf: 0
-                row_alpha[rr] = alpha;
-                row_l[rr] = row_l[rr] * alpha + sum;
-                row_m[rr] = m_new;
-            }
-        }
-        __syncwarp();
-        // 4. O = O * alpha + P V for the warp's rows
-        for (int i = lane; i < 16 * DH; i += 32) {
-            int rr = r0 + i / DH;
-            os[rr * L::LDO + i % DH] *= row_alpha[rr];
-        }
-        __syncwarp();
-        for (int c = 0; c < DH / 16; c++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::load_matrix_sync(acc, os + r0 * L::LDO + c * 16, L::LDO, wmma::mem_row_major);
-            for (int kk = 0; kk < PF_KEYS / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fa, ps + r0 * L::LDP + kk * 16, L::LDP);
-                wmma::load_matrix_sync(fb, vs + kk * 16 * L::LDQ + c * 16, L::LDQ);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(os + r0 * L::LDO + c * 16, acc, L::LDO, wmma::mem_row_major);
-        }
-        __syncthreads();  // K/V/S of this tile are overwritten by the next
-    }
-
-    // out = O / l (rows with no visible key: 0)
-    for (int i = tid; i < n_rows * DH; i += PF_THREADS) {
-        int rr = i / DH, d = i % DH;
-        float l = row_l[rr];
-        const size_t i_out = ((size_t)(t0 + rr) * a.H + h) * DH + d;
-        const float o = l > 0.0f ? os[rr * L::LDO + d] / l : 0.0f;
-        if (a.out_bf16) ((__nv_bfloat16 *)a.out_bf16)[i_out] = __float2bfloat16_rn(o);
-        else a.out[i_out] = o;
-    }
-}
-
 // ---- the register kernel (mma.sync) ---------------------------------------------------------------
 //
 // The same tiles, with S, P and O in registers (FlashAttention-2's layout): per warp 16 query rows,
@@ -509,9 +369,9 @@ __global__ void __launch_bounds__(PF_THREADS)
 // 2c, 2c + 1. So the softmax of a row is a reduction over the 4 lanes of a quad, the rescale by
 // exp2(m_old - m_new) happens in registers, and two adjacent 8-key blocks of P are exactly the A
 // operand of one 16-key step of P·V. K and V are key-major; K is the B operand of Q·Kᵀ as it is,
-// V's B fragments for P·V come from ldmatrix.trans. No shared-memory round trip for S or O (the WMMA kernel's cost).
-// The default since it passed gpu-check and gpu-model on the H200 (2026-11-30: 86 vs 37 TFLOP/s
-// for the WMMA kernel at T = 4096 causal); LI_CUDA_ATTN_MMA=0 selects the WMMA kernel.
+// V's B fragments for P·V come from ldmatrix.trans. No shared-memory round trip for S or O (the
+// cost of the WMMA kernel it replaced: 86 vs 37 TFLOP/s at T = 4096 causal on the H200,
+// 2026-11-30; that kernel is in git history, commit e471f47 and before).
 
 // NBUF K/V tile buffers: 1 for the synchronous loads, 2 for the cp.async pipeline (bf16 pools).
 // The second buffer's K lives where Q was staged (Q is in registers once the loop starts), so the
@@ -809,9 +669,8 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
             // Tile j's Δs are known before it lands (issue_kv_tile read its words). A tile whose
             // keys share one Δ is served by Q rotated by -Δ, restaged only when Δ changes, in the
             // other buffer's K space (free until tile j + 1 is issued below); mixed tiles rotate
-            // their K rows. LI_CUDA_ATTN_ROTATE_K=1: every tile with a Δ rotates K (A/B).
-            int dt = tile_delta(key_delta[buf]);  // -1: mixed
-            if (dt > 0 && a.rotate_keys) dt = -1;
+            // their K rows.
+            const int dt = tile_delta(key_delta[buf]);  // -1: mixed
             const int want_q = dt > 0 ? dt : 0;
             if (want_q != q_delta) {  // block-uniform
                 if (want_q) build_cs<DH>(r, want_q, cs, &cs_delta);
@@ -983,51 +842,27 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
 // ---- launch -------------------------------------------------------------------------------------
 
 extern "C" int li_cuda_attention_uses_tc(int T, int Dh) {
-    static int off = -1;  // LI_CUDA_ATTN_NO_TC=1: the fp32 kernels only (A/B runs)
-    if (off < 0) off = getenv("LI_CUDA_ATTN_NO_TC") != NULL;
-    return !off && T >= LI_CUDA_ATTN_TC_MIN_T && (Dh == 64 || Dh == 128);
+    return T >= LI_CUDA_ATTN_TC_MIN_T && (Dh == 64 || Dh == 128);
 }
 
 template <int DH, typename KV>
 static cudaError_t launch_tc_kv(cudaStream_t st, const li_cuda_attn_args *a,
                                 const li_cuda_rope_args *r, const uint64_t *keys) {
-    // LI_CUDA_ATTN_MMA=0: the WMMA kernel instead of the register one (read per call, so a
-    // test can switch)
-    const char *env = getenv("LI_CUDA_ATTN_MMA");
-    const bool mma = !(env && env[0] == '0') || a->st_o;  // (a carried state: mma kernels only)
-    // bf16 pages: the cp.async pipeline (LI_CUDA_ATTN_ASYNC=0: synchronous loads; read per call,
-    // so that a benchmark can switch)
-    const char *env_async = getenv("LI_CUDA_ATTN_ASYNC");
-    const bool no_async = env_async && env_async[0] == '0';
-    constexpr bool can_async = sizeof(KV) == 2;
-    const bool async = mma && can_async && !no_async;
-    const size_t smem = async ? pfm_smem<DH, 2>::bytes : mma ? pfm_smem<DH>::bytes : pf_smem<DH>::bytes;
-    static bool attr_set[3] = {false, false, false};  // once per kernel, DH and KV (benign race)
-    const int which = async ? 2 : mma;
-    if (!attr_set[which]) {
-        cudaError_t e = async ? cudaFuncSetAttribute(attention_prefill_mma<DH, KV, can_async>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem)
-                        : mma ? cudaFuncSetAttribute(attention_prefill_mma<DH, KV, false>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem)
-                              : cudaFuncSetAttribute(attention_prefill_tc<DH, KV>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem);
+    // bf16 pages: the cp.async pipeline (synchronous loads measured slower; f32 keys are
+    // converted through registers, so they load synchronously)
+    constexpr bool async = sizeof(KV) == 2;
+    const size_t smem = async ? pfm_smem<DH, 2>::bytes : pfm_smem<DH>::bytes;
+    static bool attr_set = false;  // once per DH and KV (benign race)
+    if (!attr_set) {
+        cudaError_t e = cudaFuncSetAttribute(attention_prefill_mma<DH, KV, async>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)smem);
         if (e != cudaSuccess) return e;
-        attr_set[which] = true;
+        attr_set = true;
     }
-    // LI_CUDA_ATTN_ROTATE_K=1: every Δ applied to K rows (read per call, so a benchmark can switch)
-    const char *env_rk = getenv("LI_CUDA_ATTN_ROTATE_K");
-    li_cuda_attn_args args = *a;
-    args.rotate_keys = env_rk && env_rk[0] == '1';
-    a = &args;
-    if (!mma) args.n_split = 1;  // the WMMA kernel writes whole rows only
-    const int n_split = args.n_split > 1 ? args.n_split : 1;
+    const int n_split = a->n_split > 1 ? a->n_split : 1;
     dim3 grid((unsigned)((a->T + PF_ROWS - 1) / PF_ROWS), (unsigned)a->H, (unsigned)n_split);
-    if (async) attention_prefill_mma<DH, KV, can_async><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
-    else if (mma) attention_prefill_mma<DH, KV, false><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
-    else attention_prefill_tc<DH, KV><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
+    attention_prefill_mma<DH, KV, async><<<grid, PF_THREADS, smem, st>>>(*a, *r, keys);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1) return e;
     return li_cuda_attention_combine(st, a->out, a->part_o, a->part_ml, (int64_t)a->T * a->H,
@@ -1116,10 +951,8 @@ extern "C" void li_cuda_attention_prefill_plan(int T, int H, int max_keys, int n
                                                int *keys_per_split) {
     *n_split = 1;
     *keys_per_split = max_keys;
-    const char *e = getenv("LI_CUDA_ATTN_PREFILL_SPLIT");  // "0": never split (A/B; per call)
-    const bool off = e && e[0] == '0';
     const long blocks = (long)((T + PF_ROWS - 1) / PF_ROWS) * H, wave = (long)n_sm * PF_BLOCKS_PER_SM;
-    if (off || T <= 0 || H <= 0 || max_keys < 2 * PF_MIN_SPLIT_KEYS || blocks * 2 > wave) return;
+    if (T <= 0 || H <= 0 || max_keys < 2 * PF_MIN_SPLIT_KEYS || blocks * 2 > wave) return;
     int n = (int)(wave / blocks);                                  // fill about one wave
     if (n > max_keys / PF_MIN_SPLIT_KEYS) n = max_keys / PF_MIN_SPLIT_KEYS;
     if (n > 64) n = 64;

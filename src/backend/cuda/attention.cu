@@ -21,8 +21,7 @@
 // from HBM straight into mma fragments) and attention_kernel_slots (f32 pools: lanes own keys,
 // 16-byte loads), both merging their split-K partials in the kernel (the last block of each row
 // and kv head); for any other shape attention_kernel_paged (shared memory, 32 keys per chunk,
-// partials merged by attention_kernel_combine). LI_CUDA_ATTN_GENERIC=1 forces the generic one,
-// LI_CUDA_ATTN_DECODE=slots the slot kernel for bf16 pools.
+// partials merged by attention_kernel_combine).
 //
 // Napkin maths (decode, Llama-3.1-8B heads: Hkv 8, Dh 128, ctx 20K): K + V of one layer are
 // 20000 * 8 * 128 * 2 B * 2 = 82 MB in bf16, 17 µs at the H200's 4.8 TB/s. Measured (H200,
@@ -870,20 +869,9 @@ template <int G, int DV, typename KV> static attn_kernel_fn slot_kernel(void) {
     return attention_kernel_slots<G, 32 * DV, KV, slot_keys<KV, G, 32 * DV>()>;
 }
 
-// LI_CUDA_ATTN_DECODE=slots (read once, A/B timing): the slot kernel for bf16 pools too;
-// default the tensor-core kernel for bf16.
-static bool decode_slots(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LI_CUDA_ATTN_DECODE");
-        v = e && !strcmp(e, "slots");
-    }
-    return v;
-}
-
+// bf16 pools: the tensor-core kernel (the slot kernel on bf16 measured slower; removed).
 template <int G, int DV> static attn_kernel_fn bf16_kernel(void) {
-    return decode_slots() ? slot_kernel<G, DV, __nv_bfloat16>()
-                          : attention_kernel_decode_mma<G, 32 * DV>;
+    return attention_kernel_decode_mma<G, 32 * DV>;
 }
 
 // The decode kernel instantiated for (G, Dh) and the pool's element type, or NULL: the generic
@@ -966,21 +954,10 @@ extern "C" void li_cuda_attention_plan(int T, int Hkv, int G, int Dh, int kv_bf1
                                        int n_sm, int *n_split, int *pages_per_split) {
     int64_t base = (int64_t)T * Hkv;
     int64_t target = (int64_t)(n_sm > 0 ? n_sm : 132) * blocks_per_sm(G, Dh, kv_bf16);
-    // pages per key range at least (LI_CUDA_ATTN_MIN_PAGES, default 4; read once: A/B runs)
-    static int min_pages = 0;
-    if (!min_pages) {
-        const char *e = getenv("LI_CUDA_ATTN_MIN_PAGES");
-        min_pages = e && atoi(e) > 0 ? atoi(e) : 4;
-    }
-    // resident-block waves a split targets (LI_CUDA_ATTN_WAVES, default 1; read once: A/B runs)
-    static int waves = 0;
-    if (!waves) {
-        const char *e = getenv("LI_CUDA_ATTN_WAVES");
-        waves = e && atoi(e) > 0 ? atoi(e) : 1;
-    }
+    const int min_pages = 4;  // pages per key range at least
     int ns = 1;
     if (2 * base <= target && n_pages >= 2 * min_pages) {
-        ns = (int)(waves * target / base);
+        ns = (int)(target / base);  // one wave
         if (ns > n_pages / min_pages) ns = n_pages / min_pages;
         if (ns > 256) ns = 256;
         if (ns < 1) ns = 1;
@@ -1005,7 +982,6 @@ static cudaError_t launch_generic(cudaStream_t st, const li_cuda_attn_args *a,
 
 extern "C" int li_cuda_attention_rows_ok(int G, int Dh, int kv_bf16) {
     bool merges = false;
-    if (getenv("LI_CUDA_ATTN_GENERIC")) return 0;
     slot_kernel_for(G, Dh, kv_bf16, &merges);
     return merges;
 }
@@ -1024,12 +1000,8 @@ extern "C" cudaError_t li_cuda_attention(cudaStream_t st, const li_cuda_attn_arg
         return cudaErrorInvalidValue;
     }
     dim3 grid(a->n_split, a->Hkv, a->T);
-    // LI_CUDA_ATTN_GENERIC=1 forces the generic kernel (A/B timing); read once.
-    static int force_generic = -1;
-    if (force_generic < 0) force_generic = getenv("LI_CUDA_ATTN_GENERIC") != NULL;
     bool merges = false;
-    attn_kernel_fn wk =
-        force_generic ? NULL : slot_kernel_for(a->H / a->Hkv, a->Dh, a->kv_bf16, &merges);
+    attn_kernel_fn wk = slot_kernel_for(a->H / a->Hkv, a->Dh, a->kv_bf16, &merges);
     if (a->row_page0 && !merges) return cudaErrorInvalidValue; // li_cuda_attention_rows_ok
     if (wk) {
         cudaError_t e = launch_pdl(wk, grid, dim3(ATT_THREADS), 0, st, *a, *rope);

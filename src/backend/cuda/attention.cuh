@@ -21,9 +21,6 @@ typedef struct {
     const int32_t *n_visible;  // (T) visible keys end per row
     float scale;
     int rotate;                // 0: Δ ignored (the op got rope = NULL, every Δ is 0)
-    int rotate_keys;           // prefill, bf16 pool: 1 rotates the K rows of every tile with a Δ;
-                               // 0 (default) rotates Q instead where a tile's keys share one Δ.
-                               // Set by the launcher from LI_CUDA_ATTN_ROTATE_K (A/B runs)
     int n_split;               // pages split into n_split ranges (split-K); 1: no partials
     int pages_per_split;
     int keys_per_split;        // prefill kernel (n_split > 1): block z takes keys
@@ -66,7 +63,7 @@ LI_CUDA_API void li_cuda_attention_prefill_plan(int T, int H, int max_keys, int 
 LI_CUDA_API size_t li_cuda_attention_prefill_part_floats(int n_sm, int Dh);
 // Rows from which the tensor-core kernel (attention-prefill.cu) takes over, for Dh 64 and 128.
 #define LI_CUDA_ATTN_TC_MIN_T 16
-// 1 when li_cuda_attention_prefill serves (T, Dh) (LI_CUDA_ATTN_NO_TC=1 in the environment: never).
+// 1 when li_cuda_attention_prefill serves (T, Dh).
 LI_CUDA_API int li_cuda_attention_uses_tc(int T, int Dh);
 // The tensor-core prefill kernel: keys is scratch of >= n_pages * P + 1 words (the per-key
 // index). a->n_split > 1 (li_cuda_attention_prefill_plan): split-K over keys_per_split keys,

@@ -59,9 +59,6 @@ bool li_backend_cuda_matmul_gemv(int T, int64_t K, const void *W, const void *x)
 // Which FP8 GEMM matmul_fp8_fast uses (cuBLASLt's block-scaled one and its scale layout, or why
 // not: then the exact kernel). Runs the one-time check on first call.
 const char *li_backend_cuda_fp8_note(li_backend *be);
-// Which of cuBLASLt's heuristic candidates (0..7) FP8 plans take from now on (LI_CUDA_FP8_ALGO sets
-// it at init; benchmarks compare candidates in one process).
-void li_backend_cuda_set_fp8_algo(li_backend *be, int i);
 // True when the attention op runs T rows of head size head_dim on the bf16 tensor-core kernel
 // (attention-prefill.cu; tolerances differ from the fp32 kernels').
 bool li_backend_cuda_attention_tc(int T, int head_dim);

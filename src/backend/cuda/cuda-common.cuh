@@ -1,6 +1,6 @@
-// cuda-common.cuh — what the CUDA backend's .cu files and its C11 host side (backend-cuda.c) share:
-// plain-C argument types for the kernel launchers. Both nvcc (C++) and the C compiler read it, so
-// it holds no C++ and no lazyinfer headers (core.h is C11-only); backend-cuda.c converts the
+// cuda-common.cuh — what the CUDA backend's .cu files and its C11 host side (backend-cuda*.c)
+// share: plain-C argument types for the kernel launchers. Both nvcc (C++) and the C compiler read
+// it, so it holds no C++ and no lazyinfer headers (core.h is C11-only); the host side converts the
 // backend.h structs into these.
 //
 // Every launcher is `extern "C" cudaError_t li_cuda_<op>(cudaStream_t, ...)`: it validates what it

@@ -139,16 +139,10 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // Launches kernel k as a programmatic dependent of the work before it in the stream: its blocks
 // may be scheduled once every block of the kernel before has called pdl_trigger, so the launch
 // latency and ramp-up hide behind that kernel's tail (a decode step is ~360 small kernels). k must
-// call pdl_wait before it touches memory that other kernels write or read. LI_CUDA_PDL=0 (read
-// once): plain launches.
-static inline bool pdl_enabled() {
-    static int on = -1;  // a benign race: every thread computes the same value
-    if (on < 0) {
-        const char *e = getenv("LI_CUDA_PDL");
-        on = !(e && e[0] == '0');
-    }
-    return on != 0;
-}
+// call pdl_wait before it touches memory that other kernels write or read. li_cuda_set_pdl(0)
+// (LI_CUDA_PDL=0 at the backend's init): plain launches.
+extern "C" int li_cuda_pdl_on;  // pointwise.cu
+static inline bool pdl_enabled() { return li_cuda_pdl_on != 0; }
 template <typename... KArgs, typename... Args>
 static inline cudaError_t launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                      cudaStream_t st, Args... args) {

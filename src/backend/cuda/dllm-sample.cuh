@@ -1,7 +1,7 @@
 // dllm-sample.cuh — launchers of LLaDA's decoding step on the GPU (dllm-sample.cu): CFG, bans, x0
 // by argmax or by Gumbel-max with the engine's own random stream, and the confidence of x0, so the
 // logits never leave the device; the transfer selection; DPad's per-block draw. Plain C
-// declarations: backend-cuda.c (C11) includes this.
+// declarations: the C11 host side (backend-cuda-internal.h) includes this.
 #ifndef LI_CUDA_DLLM_SAMPLE_CUH
 #define LI_CUDA_DLLM_SAMPLE_CUH
 

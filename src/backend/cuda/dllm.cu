@@ -229,16 +229,9 @@ extern "C" cudaError_t li_cuda_flash_attn_tiles(cudaStream_t st, float *o, float
     if (nq <= 0 || nk <= 0) return cudaSuccess;
     if (Hkv <= 0 || H % Hkv || tile < 1 || tile > FA_MAX_TILE || H > 65535)
         return cudaErrorInvalidValue;
-    // LI_CUDA_FA_ROWS=0: the one-row-per-block kernel for every Dh (A/B runs)
-    static int rows_off = -1;
-    if (rows_off < 0) {
-        const char *env = getenv("LI_CUDA_FA_ROWS");
-        rows_off = env && env[0] == '0';
-    }
-    if (!rows_off && Dh == 128)
-        return launch_rows<128>(st, o, m, l, q, nq, H, k, v, nk, Hkv, tile, scale);
-    if (!rows_off && Dh == 64)
-        return launch_rows<64>(st, o, m, l, q, nq, H, k, v, nk, Hkv, tile, scale);
+    // Dh 64 / 128: rows per block; the one-row-per-block kernel serves the other head sizes
+    if (Dh == 128) return launch_rows<128>(st, o, m, l, q, nq, H, k, v, nk, Hkv, tile, scale);
+    if (Dh == 64) return launch_rows<64>(st, o, m, l, q, nq, H, k, v, nk, Hkv, tile, scale);
     flash_attn_kernel_tiles<<<dim3(nq, H), 128, 0, st>>>(o, m, l, q, H, k, v, nk, Hkv, Dh, tile,
                                                          scale);
     return cudaGetLastError();

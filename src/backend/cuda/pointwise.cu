@@ -2,7 +2,7 @@
 // SwiGLU, softmax, RoPE, KV page writes, the copy mode's page copy + re-rotation, f32 -> bf16
 // activation conversion and a counter-based random fill.
 //
-// Not here: GEMMs (cuBLASLt, backend-cuda.c), attention (attention.cu), sampling (sample.cu).
+// Not here: GEMMs (cuBLASLt, backend-cuda-gemm.c), attention (attention.cu), sampling (sample.cu).
 // Napkin maths: each of these reads and writes every element once, so the ceiling is the H200's
 // ~4.8 TB/s HBM3e; none is tuned yet (plain coalesced loads, one element per thread or one block
 // per row), which is enough while GEMMs and attention dominate; the residual add fused with the
@@ -230,20 +230,20 @@ extern "C" cudaError_t li_cuda_swiglu_bf16(cudaStream_t st, uint16_t *out, const
                       (__nv_bfloat16 *)out, gate, up, (int64_t)F, ld, n);
 }
 
+// ---- programmatic dependent launches (cuda-device.cuh launch_pdl) ----------------------------
+
+extern "C" int li_cuda_pdl_on = 1;
+
+extern "C" void li_cuda_set_pdl(int on) { li_cuda_pdl_on = on != 0; }
+
 // ---- softmax -------------------------------------------------------------------------------
 
 // One block per row: max, fp32 sum of exp(x - max), then the normalised write (exp twice rather
-// than a row-sized buffer: n is up to the vocabulary). out (f32, may alias x; or bf16: attention
-// through GEMMs, backend-cuda.c attention_dense, rows longer than the register kernel below).
-__device__ __forceinline__ void store_prob(float *o, int i, float p) { o[i] = p; }
-__device__ __forceinline__ void store_prob(__nv_bfloat16 *o, int i, float p) {
-    o[i] = __float2bfloat16_rn(p);
-}
-
-template <typename OutT> __global__ void softmax_kernel(OutT *out, const float *x, int n) {
+// than a row-sized buffer: n is up to the vocabulary). out may alias x.
+__global__ void softmax_kernel(float *out, const float *x, int n) {
     __shared__ float sh[32];
     const float *xr = x + (int64_t)blockIdx.x * n;
-    OutT *orow = out + (int64_t)blockIdx.x * n;
+    float *orow = out + (int64_t)blockIdx.x * n;
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
     mx = block_max(mx, sh);
@@ -251,60 +251,13 @@ template <typename OutT> __global__ void softmax_kernel(OutT *out, const float *
     for (int i = threadIdx.x; i < n; i += blockDim.x) z += expf(xr[i] - mx);
     z = block_sum(z, sh);
     float rz = 1.0f / z;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) store_prob(orow, i, expf(xr[i] - mx) * rz);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = expf(xr[i] - mx) * rz;
 }
 
 extern "C" cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int n) {
     if (rows <= 0 || n <= 0) return cudaSuccess;
     int block = n >= 4096 ? 1024 : n >= 256 ? 256 : 64;
-    softmax_kernel<float><<<rows, block, 0, st>>>(x, x, n);
-    return cudaGetLastError();
-}
-
-// Attention through GEMMs: P (rows, n) bf16 = softmax of the f32 scores S (rows, n), the scale
-// already applied by the GEMM (~6 bytes per score through HBM).
-// The same with the row held in registers (n <= 256 VPT): one read of S from HBM, one exp per
-// score. The 3-pass kernel above measured 1.5 TB/s on the H200 (0.125 ms per LLaDA-8B layer at
-// canvas 1024: 128 MB of scores); this one should approach the copy ceiling (~4 TB/s).
-template <int VPT>
-__global__ void __launch_bounds__(256) softmax_bf16_regs(__nv_bfloat16 *p, const float *s, int n) {
-    __shared__ float sh[32];
-    const float *sr = s + (int64_t)blockIdx.x * n;
-    __nv_bfloat16 *pr = p + (int64_t)blockIdx.x * n;
-    float v[VPT];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < VPT; j++) {
-        int i = threadIdx.x + j * 256;
-        v[j] = i < n ? sr[i] : -INFINITY;
-        mx = fmaxf(mx, v[j]);
-    }
-    mx = block_max(mx, sh);
-    float z = 0;
-#pragma unroll
-    for (int j = 0; j < VPT; j++) {
-        v[j] = expf(v[j] - mx);  // -inf (past n) -> 0
-        z += v[j];
-    }
-    z = block_sum(z, sh);
-    const float rz = 1.0f / z;
-#pragma unroll
-    for (int j = 0; j < VPT; j++) {
-        int i = threadIdx.x + j * 256;
-        if (i < n) pr[i] = __float2bfloat16_rn(v[j] * rz);
-    }
-}
-
-extern "C" cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const float *s,
-                                            int64_t rows, int n) {
-    if (rows <= 0 || n <= 0) return cudaSuccess;
-    if (rows > 0x7fffffff) return cudaErrorInvalidValue;
-    __nv_bfloat16 *pb = (__nv_bfloat16 *)p;
-    const unsigned R = (unsigned)rows;
-    if (n <= 4 * 256) softmax_bf16_regs<4><<<R, 256, 0, st>>>(pb, s, n);
-    else if (n <= 8 * 256) softmax_bf16_regs<8><<<R, 256, 0, st>>>(pb, s, n);
-    else if (n <= 16 * 256) softmax_bf16_regs<16><<<R, 256, 0, st>>>(pb, s, n);
-    else softmax_kernel<__nv_bfloat16><<<R, 512, 0, st>>>(pb, s, n);
+    softmax_kernel<<<rows, block, 0, st>>>(x, x, n);
     return cudaGetLastError();
 }
 

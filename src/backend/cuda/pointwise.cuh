@@ -33,6 +33,9 @@ LI_CUDA_API cudaError_t li_cuda_swiglu_bf16(cudaStream_t st, uint16_t *out, cons
 LI_CUDA_API cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, uint16_t *v,
                                          const float *qkv, const int32_t *pos, int T, int H,
                                          int Hkv, int Dh, const li_cuda_rope_args *rope);
+// Programmatic dependent launches on (1, the default) or off (0: plain launches, for debugging);
+// process-wide, set by li_backend_cuda_init from LI_CUDA_PDL.
+LI_CUDA_API void li_cuda_set_pdl(int on);
 // In place softmax over `rows` rows of length n.
 LI_CUDA_API cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int n);
 // x (T, nh, Dh) rotated in place at pos (T, device), magnitude rope->mscale.
@@ -54,9 +57,6 @@ LI_CUDA_API cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, void *data, int 
                                                int Hkv, int Dh, int P, int64_t src, int64_t dst,
                                                int count, int64_t delta,
                                                const li_cuda_rope_args *rope);
-// p (rows, n) bf16 = row softmax of s (rows, n) f32.
-LI_CUDA_API cudaError_t li_cuda_softmax_bf16(cudaStream_t st, uint16_t *p, const float *s,
-                                             int64_t rows, int n);
 // dst (n) bf16 = round-to-nearest-even(src (n) f32)
 LI_CUDA_API cudaError_t li_cuda_f32_to_bf16(cudaStream_t st, uint16_t *dst, const float *src,
                                             int64_t n);
