@@ -128,9 +128,10 @@ RAG="$LI bench rag --backend cuda -m synth:llama-3.1-8b --synthetic --docs 100 -
      --query-len 64 --out-len 32 --max-batch 8 --requests ${RAG_REQUESTS:-16} --kv-dtype ${RAG_KV_DTYPE:-bf16}"
 has ragbench && run ragbench-zipf ${RAG_TIMEOUT:-120} $RAG --alpha 2.1 --mode ${RAG_MODES:-lazy,copy,prefix} \
   --rates ${RAG_RATES:-4,16} --budgets ${RAG_BUDGETS:-8G,24G} --csv "$OUT/ragbench-zipf.csv"
-has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates ${RAG_NONE_RATES:-16} --budgets 4G \
+# RAG_EXTRA=0 skips the two runs below (none, uniform)
+[ "${RAG_EXTRA:-1}" = 1 ] && has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates ${RAG_NONE_RATES:-16} --budgets 4G \
   --csv "$OUT/ragbench-none.csv"
-has ragbench && run ragbench-uniform ${RAG_UNIFORM_TIMEOUT:-45} $RAG --alpha 0 \
+[ "${RAG_EXTRA:-1}" = 1 ] && has ragbench && run ragbench-uniform ${RAG_UNIFORM_TIMEOUT:-45} $RAG --alpha 0 \
   --mode ${RAG_UNIFORM_MODES:-lazy,copy} --rates ${RAG_UNIFORM_RATES:-16} --budgets ${RAG_UNIFORM_BUDGETS:-4G} \
   --csv "$OUT/ragbench-uniform.csv"
 # The document tiers: 2G of GPU pool holds 8 documents of 256 MiB, the 32G pinned host tier 128
