@@ -4,6 +4,8 @@
 // deferred-RoPE identity of paged attention, and the sampling contract (same u -> same token,
 // top_k = 1 is greedy, the temperature -> 0 limit, the empirical distribution).
 //
+// The ops every backend shares (embed, rmsnorm, add_rmsnorm, add, swiglu, softmax) come from the
+// one table in backend-ops.h, run here on cpu and cpu-devsim (gpu-check runs it on cuda).
 // Every output buffer sits between guard floats that no op may touch. Inputs come from
 // test_seed() (tests/test.h): fixed unless LI_TEST_SEED=N or random; every failure message
 // carries the seed.
@@ -15,6 +17,7 @@
 #include "backend/backend.h"
 #include "paged-seq.h"
 #include "test.h"
+#include "backend-ops.h"
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *be_ref, *be_fast;
@@ -244,7 +247,6 @@ static void test_rope_table(void) {
 // ---- embed, rmsnorm, add, swiglu, softmax ----------------------------------------------------
 
 static const int Ts[] = {1, 3, 17};
-static const int Ds[] = {1, 31, 67, 576};
 
 // A random weight (n_rows, n_cols) in dtype f32 or bf16; `f` gets the f32 values it holds.
 static li_weight make_weight(li_dtype dt, int64_t n_rows, int64_t n_cols, float scale) {
@@ -261,174 +263,6 @@ static li_weight make_weight(li_dtype dt, int64_t n_rows, int64_t n_cols, float 
     }
     if (!W.data) exit(2);
     return W;
-}
-
-static void test_embed(void) {
-    for (int dt = 0; dt < 2; dt++)
-        for (size_t it = 0; it < 3; it++)
-            for (size_t id = 0; id < 4; id++) {
-                int T = Ts[it], D = Ds[id], V = randint(1000, 5000);
-                li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                TEST_BEGIN(NAME("embed %s T=%d D=%d V=%d", li_dtype_name(dtype), T, D, V));
-                li_weight W = make_weight(dtype, V, D, 1.0f);
-                int32_t tok[17];
-                for (int t = 0; t < T; t++) tok[t] = randint(0, V - 1);
-                tok[0] = V - 1;  // the last row too
-                gbuf a, b;
-                float *o1 = gnew(&a, (long)T * D), *o2 = gnew(&b, (long)T * D);
-                be_ref->ops->embed(be_ref, o1, &W, tok, T);
-                be_fast->ops->embed(be_fast, o2, &W, tok, T);
-                CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu", g_seed);
-                CHECK(!test_has_nan(o2, (long)T * D), "NaN; seed %llu", g_seed);
-                CHECK(gok(&a) && gok(&b), "guard damaged; seed %llu", g_seed);
-                gfree(&a);
-                gfree(&b);
-                free(W.data);
-                TEST_END();
-            }
-}
-
-static void test_rmsnorm(void) {
-    for (size_t it = 0; it < 3; it++)
-        for (size_t id = 0; id < 4; id++)
-            for (int alias = 0; alias < 2; alias++) {
-                int T = Ts[it], D = Ds[id];
-                if (alias == 0 && it == 2) D = 4099;  // T*D >= 64K: the threaded path
-                TEST_BEGIN(NAME("rmsnorm T=%d D=%d%s", T, D, alias ? " in place" : ""));
-                float eps = 1e-5f;
-                gbuf gx, g1, g2, gw;
-                float *x = gnew(&gx, (long)T * D), *w = gnew(&gw, D);
-                fill(x, (long)T * D, 2.0f);
-                fill(w, D, 1.0f);
-                float *o1 = gnew(&g1, (long)T * D), *o2 = gnew(&g2, (long)T * D);
-                be_ref->ops->rmsnorm(be_ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
-                if (alias) {
-                    be_fast->ops->rmsnorm(be_fast, x, LI_DTYPE_F32, x, w, T, D, eps);
-                    memcpy(o2, x, sizeof(float) * T * D);
-                } else {
-                    be_fast->ops->rmsnorm(be_fast, o2, LI_DTYPE_F32, x, w, T, D, eps);
-                }
-                double e = test_nmse(o2, o1, (long)T * D);
-                CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, (long)T * D), "NaN; seed %llu", g_seed);
-                CHECK(gok(&gx) && gok(&g1) && gok(&g2) && gok(&gw), "guard damaged; seed %llu", g_seed);
-                gfree(&gx);
-                gfree(&gw);
-                gfree(&g1);
-                gfree(&g2);
-                TEST_END();
-            }
-}
-
-// add_rmsnorm: the fast fused op equals the fast add + rmsnorm bit for bit (backend.h), and the
-// oracle's (li_add_rmsnorm falls back to its add and rmsnorm) within TOL_POINTWISE.
-static void test_add_rmsnorm(void) {
-    for (size_t it = 0; it < 3; it++)
-        for (size_t id = 0; id < 4; id++) {
-            int T = Ts[it], D = id == 3 && it == 2 ? 4099 : Ds[id];  // last: the threaded path
-            TEST_BEGIN(NAME("add_rmsnorm T=%d D=%d", T, D));
-            long n = (long)T * D;
-            float eps = 1e-5f;
-            gbuf gx1, gx2, gx3, gy, gw, g1, g2, g3;
-            float *x1 = gnew(&gx1, n), *x2 = gnew(&gx2, n), *x3 = gnew(&gx3, n);
-            float *y = gnew(&gy, n), *w = gnew(&gw, D);
-            float *o1 = gnew(&g1, n), *o2 = gnew(&g2, n), *o3 = gnew(&g3, n);
-            fill(x1, n, 2.0f);
-            fill(y, n, 1.0f);
-            fill(w, D, 1.0f);
-            memcpy(x2, x1, sizeof(float) * n);
-            memcpy(x3, x1, sizeof(float) * n);
-            li_add_rmsnorm(be_ref, o1, x1, y, w, T, D, eps);
-            be_fast->ops->add_rmsnorm(be_fast, o2, x2, y, w, T, D, eps);
-            be_fast->ops->add(be_fast, x3, y, n);
-            be_fast->ops->rmsnorm(be_fast, o3, LI_DTYPE_F32, x3, w, T, D, eps);
-            CHECK(!memcmp(o2, o3, sizeof(float) * n) && !memcmp(x2, x3, sizeof(float) * n),
-                  "fused != add + rmsnorm; seed %llu", g_seed);
-            double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x1, n);
-            CHECK(e <= TOL_POINTWISE && ex <= TOL_POINTWISE, "nmse %g (x %g); seed %llu", e, ex,
-                  g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(gok(&gx1) && gok(&gx2) && gok(&gx3) && gok(&gy) && gok(&gw) && gok(&g1) &&
-                      gok(&g2) && gok(&g3),
-                  "guard damaged; seed %llu", g_seed);
-            gbuf *all[] = {&gx1, &gx2, &gx3, &gy, &gw, &g1, &g2, &g3};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gfree(all[i]);
-            TEST_END();
-        }
-}
-
-static void test_add_swiglu(void) {
-    const long ns[] = {1, 31, 577, 100003};
-    for (size_t i = 0; i < 4; i++) {
-        long n = ns[i];
-        TEST_BEGIN(NAME("add n=%ld", n));
-        gbuf gx1, gx2, gy;
-        float *x1 = gnew(&gx1, n), *x2 = gnew(&gx2, n), *y = gnew(&gy, n);
-        fill(x1, n, 1.0f);
-        fill(y, n, 3.0f);
-        memcpy(x2, x1, sizeof(float) * n);
-        be_ref->ops->add(be_ref, x1, y, n);
-        be_fast->ops->add(be_fast, x2, y, n);
-        // fp32 a + b vs fp64 a + b rounded once to fp32: equal but for rare double roundings
-        double e = test_nmse(x2, x1, n);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(gok(&gx1) && gok(&gx2) && gok(&gy), "guard damaged; seed %llu", g_seed);
-        gfree(&gx1);
-        gfree(&gx2);
-        gfree(&gy);
-        TEST_END();
-    }
-    const long fs[] = {1, 37, 1535, 8193 * 3};
-    for (size_t i = 0; i < 4; i++)
-        for (int alias = 0; alias < 2; alias++) {
-            long n = fs[i];
-            TEST_BEGIN(NAME("swiglu n=%ld%s", n, alias ? " out=gate" : ""));
-            gbuf gg, gu, g1, g2;
-            float *g = gnew(&gg, n), *u = gnew(&gu, n), *o1 = gnew(&g1, n), *o2 = gnew(&g2, n);
-            fill(g, n, 3.0f);
-            fill(u, n, 1.0f);
-            be_ref->ops->swiglu(be_ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
-            if (alias) {
-                be_fast->ops->swiglu(be_fast, g, LI_DTYPE_F32, g, u, 1, n, n);
-                memcpy(o2, g, sizeof(float) * n);
-            } else {
-                be_fast->ops->swiglu(be_fast, o2, LI_DTYPE_F32, g, u, 1, n, n);
-            }
-            double e = test_nmse(o2, o1, n);
-            CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(gok(&gg) && gok(&gu) && gok(&g1) && gok(&g2), "guard damaged; seed %llu", g_seed);
-            gfree(&gg);
-            gfree(&gu);
-            gfree(&g1);
-            gfree(&g2);
-            TEST_END();
-        }
-}
-
-static void test_softmax(void) {
-    const int shapes[][2] = {{1, 1}, {3, 31}, {17, 67}, {9, 577}, {2, 49152}, {64, 512}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int rows = shapes[i][0], n = shapes[i][1];
-        TEST_BEGIN(NAME("softmax rows=%d n=%d", rows, n));
-        gbuf g1, g2;
-        float *x1 = gnew(&g1, (long)rows * n), *x2 = gnew(&g2, (long)rows * n);
-        fill(x1, (long)rows * n, 5.0f);
-        x1[0] = 80.0f;  // exp would overflow without the max subtraction
-        memcpy(x2, x1, sizeof(float) * rows * n);
-        be_ref->ops->softmax(be_ref, x1, rows, n);
-        be_fast->ops->softmax(be_fast, x2, rows, n);
-        double e = test_nmse(x2, x1, (long)rows * n);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(!test_has_nan(x2, (long)rows * n), "NaN; seed %llu", g_seed);
-        double s = 0;
-        for (int k = 0; k < n; k++) s += x2[k];
-        CHECK(fabs(s - 1) < 1e-5, "row 0 sums to %.9g; seed %llu", s, g_seed);
-        CHECK(gok(&g1) && gok(&g2), "guard damaged; seed %llu", g_seed);
-        gfree(&g1);
-        gfree(&g2);
-        TEST_END();
-    }
 }
 
 // ---- matmul ----------------------------------------------------------------------------------
@@ -1172,11 +1006,19 @@ int main(void) {
     g_seed = test_rng_init(&rng, "test-ops");
     if (!test_cpu_backends(&be_ref, &be_fast, 0)) return 1;
     test_rope_table();
-    test_embed();
-    test_rmsnorm();
-    test_add_rmsnorm();
-    test_add_swiglu();
-    test_softmax();
+    // the shared op table (backend-ops.h) on the fast CPU table and on the device data path
+    // without a device (cpu-devsim: the CPU ops behind device-style alloc / upload / download)
+    li_backend *devsim = NULL;
+    if (li_backend_cpu_devsim_init(&devsim, 0, false) != LI_OK) {
+        fprintf(stderr, "cannot create cpu-devsim: %s\n", li_error_msg());
+        return 1;
+    }
+    const bo_ctx ctxs[] = {
+        {be_ref, be_fast, "cpu", 0, true, g_seed, NULL},
+        {be_ref, devsim, "cpu-devsim", 0, true, g_seed, NULL},
+    };
+    for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) bo_run_all(&ctxs[i], NULL);
+    li_backend_free(devsim);
     test_matmul();
     test_rope();
     test_kv_store();

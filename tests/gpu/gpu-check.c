@@ -18,6 +18,7 @@
 
 #include "../paged-seq.h"
 #include "../test.h"
+#include "../backend-ops.h"
 #include "backend/backend.h"
 #include "core/rng-jump.h"
 #include "backend/cuda/attention.cuh"
@@ -25,15 +26,10 @@
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *ref, *gpu;
+static bo_ctx gctx;  // the CUDA backend under test, as the shared op table sees it (main)
 
 // Infrastructure failures (allocation, copies) end the run: every later case would fail too.
-static void need(li_status st, const char *what) {
-    if (st == LI_OK) return;
-    fprintf(stderr, "gpu-check: %s: %s (seed %llu)\n", what, li_error_msg(), g_seed);
-    printf("FAIL: %s\n", what);
-    fprintf(stderr, "%d passed, %d failed\n", test_n_pass, test_n_fail + 1);
-    exit(1);
-}
+static void need(li_status st, const char *what) { bo_need(&gctx, st, what); }
 
 static char name_buf[256];
 #define NAME(...) (snprintf(name_buf, sizeof name_buf, __VA_ARGS__), name_buf)
@@ -65,282 +61,23 @@ static char name_buf[256];
 //   missed rotation or mask (those give NMSE ~1e-2..1).
 #define TOL_ATTENTION_TC 1e-4
 
-// ---- device buffers with guard bytes --------------------------------------------------------
+// ---- device buffers with guard bytes (backend-ops.h) ------------------------------------------
 
-#define DGUARD 256                // bytes on each side (keeps the payload 256-byte aligned)
-#define SENTINEL 0x7fa5a5a5u      // a NaN bit pattern no op produces
-
-typedef struct {
-    uint8_t *base;  // device: DGUARD | payload (n bytes) | DGUARD
-    void *p;        // device payload
-    size_t n;
-} dbuf;
-
-static void pattern(uint8_t *h, size_t n) {
-    uint32_t s = SENTINEL;
-    for (size_t i = 0; i + 4 <= n; i += 4) memcpy(h + i, &s, 4);
-    for (size_t i = n & ~(size_t)3; i < n; i++) h[i] = 0xa5;
-}
-
-// A guarded device buffer of n bytes whose payload starts `off` bytes past the guard (off > 0
-// tests unaligned pointers); payload = src (host, n bytes) or the sentinel pattern when src NULL.
+typedef bo_buf dbuf;
 static void *dnew_off(dbuf *b, size_t n, const void *src, size_t off) {
-    size_t total = n + off + 2 * DGUARD;
-    uint8_t *h = xmalloc(total);
-    pattern(h, total);
-    if (src) memcpy(h + DGUARD + off, src, n);
-    void *d;
-    need(li_backend_cuda_alloc(gpu, &d, total, "gpu-check buffer"), "device allocation");
-    need(li_backend_cuda_upload(gpu, d, h, total), "upload");
-    free(h);
-    b->base = d;
-    b->p = (uint8_t *)d + DGUARD + off;
-    b->n = n;
-    return b->p;
+    return bo_new_off(&gctx, b, n, src, off);
 }
-static void *dnew(dbuf *b, size_t n, const void *src) { return dnew_off(b, n, src, 0); }
-
-// 1 when the DGUARD bytes before the payload (from base) and after it are intact.
-static int dguard_ok(const dbuf *b) {
-    size_t off = (size_t)((uint8_t *)b->p - b->base) - DGUARD, lo = DGUARD + off;
-    uint8_t *h = xmalloc(lo + b->n + DGUARD), *want = xmalloc(lo + b->n + DGUARD);
-    need(li_backend_cuda_download(gpu, h, b->base, lo + b->n + DGUARD), "download");
-    pattern(want, lo + b->n + DGUARD);
-    int ok = memcmp(h, want, lo) == 0 && memcmp(h + lo + b->n, want + lo + b->n, DGUARD) == 0;
-    free(h);
-    free(want);
-    return ok;
-}
-static void dget(void *host, const dbuf *b) {
-    need(li_backend_cuda_download(gpu, host, b->p, b->n), "download");
-}
-static void dfree(dbuf *b) {
-    li_backend_cuda_free(gpu, b->base);
-    memset(b, 0, sizeof *b);
-}
+static void *dnew(dbuf *b, size_t n, const void *src) { return bo_new(&gctx, b, n, src); }
+static int dguard_ok(const dbuf *b) { return bo_guard_ok(&gctx, b); }
+static void dget(void *host, const dbuf *b) { bo_get(&gctx, host, b); }
+static void dfree(dbuf *b) { bo_free(b); }
 
 // The backend's first recorded error, as a check of the current case.
-#define CHECK_BACKEND()                                                                            \
-    do {                                                                                           \
-        li_status st_ = li_backend_cuda_check(gpu);                                                \
-        CHECK(st_ == LI_OK, "backend error: %s; seed %llu", li_error_msg(), g_seed);               \
-    } while (0)
+#define CHECK_BACKEND() bo_check_backend(&gctx)
 
 // ---- embed, rmsnorm, add, swiglu, softmax ---------------------------------------------------
 
 static const int Ts[] = {1, 3, 17};
-static const int Ds[] = {1, 31, 67, 576, 4096};
-
-static uint16_t *bf16_weights(int64_t n, float scale) {
-    uint16_t *w = xmalloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) w[i] = li_f32_to_bf16(randn() * scale);
-    return w;
-}
-
-static void test_embed(void) {
-    for (int dt = 0; dt < 2; dt++)
-        for (int it = 0; it < 3; it++)
-            for (int id = 0; id < 5; id++) {
-                int T = Ts[it], D = Ds[id], V = randint(1000, 5000);
-                li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                TEST_BEGIN(NAME("embed %s T=%d D=%d V=%d", li_dtype_name(dtype), T, D, V));
-                size_t wb = (size_t)V * D * (dt ? 2 : 4);
-                void *wh;
-                if (dt) {
-                    wh = bf16_weights((int64_t)V * D, 1.0f);
-                } else {
-                    wh = xmalloc(wb);
-                    fill(wh, (long)V * D, 1.0f);
-                }
-                int32_t tok[17];
-                for (int t = 0; t < T; t++) tok[t] = randint(0, V - 1);
-                tok[0] = V - 1;  // the last row too
-                dbuf gw, gt, go;
-                li_weight Wh = {dtype, V, D, wh}, Wd = {dtype, V, D, dnew(&gw, wb, wh)};
-                int32_t *dt_ = dnew(&gt, sizeof(int32_t) * T, tok);
-                float *dout = dnew(&go, sizeof(float) * T * D, NULL);
-                float *o1 = xmalloc(sizeof(float) * T * D), *o2 = xmalloc(sizeof(float) * T * D);
-                ref->ops->embed(ref, o1, &Wh, tok, T);
-                gpu->ops->embed(gpu, dout, &Wd, dt_, T);
-                CHECK_BACKEND();
-                dget(o2, &go);
-                // a copy (bf16 -> f32 is exact): bit-identical
-                CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu",
-                      g_seed);
-                CHECK(dguard_ok(&go), "guard damaged; seed %llu", g_seed);
-                dfree(&gw);
-                dfree(&gt);
-                dfree(&go);
-                free(wh);
-                free(o1);
-                free(o2);
-                TEST_END();
-            }
-}
-
-static void test_rmsnorm(void) {
-    for (int it = 0; it < 3; it++)
-        for (int id = 0; id < 5; id++)
-            for (int alias = 0; alias < 2; alias++) {
-                int T = Ts[it], D = Ds[id];
-                float eps = alias ? 1e-6f : 1e-5f;
-                TEST_BEGIN(NAME("rmsnorm T=%d D=%d%s", T, D, alias ? " out=x" : ""));
-                long n = (long)T * D;
-                float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * D);
-                float *o1 = xmalloc(sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
-                fill(x, n, 2.0f);
-                fill(w, D, 1.0f);
-                dbuf gx, gw, go;
-                float *dx = dnew(&gx, sizeof(float) * n, x), *dw = dnew(&gw, sizeof(float) * D, w);
-                float *dout = alias ? dx : dnew(&go, sizeof(float) * n, NULL);
-                ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
-                gpu->ops->rmsnorm(gpu, dout, LI_DTYPE_F32, dx, dw, T, D, eps);
-                CHECK_BACKEND();
-                dget(o2, alias ? &gx : &go);
-                double e = test_nmse(o2, o1, n);
-                CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-                CHECK(dguard_ok(&gx) && dguard_ok(&gw) && (alias || dguard_ok(&go)),
-                      "guard damaged; seed %llu", g_seed);
-                dfree(&gx);
-                dfree(&gw);
-                if (!alias) dfree(&go);
-                free(x);
-                free(w);
-                free(o1);
-                free(o2);
-                TEST_END();
-            }
-}
-
-// add_rmsnorm: x += y and out = rmsnorm(x) * w against the oracle's add then rmsnorm.
-static void test_add_rmsnorm(void) {
-    for (int it = 0; it < 3; it++)
-        for (int id = 0; id < 5; id++) {
-            int T = Ts[it], D = Ds[id];
-            TEST_BEGIN(NAME("add_rmsnorm T=%d D=%d", T, D));
-            long n = (long)T * D;
-            float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
-            float *w = xmalloc(sizeof(float) * D), *o1 = xmalloc(sizeof(float) * n);
-            float *o2 = xmalloc(sizeof(float) * n), *x2 = xmalloc(sizeof(float) * n);
-            fill(x, n, 2.0f);
-            fill(y, n, 1.0f);
-            fill(w, D, 1.0f);
-            dbuf gx, gy, gw, go;
-            float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, y);
-            float *dw = dnew(&gw, sizeof(float) * D, w), *dout = dnew(&go, sizeof(float) * n, NULL);
-            ref->ops->add(ref, x, y, n);
-            ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, 1e-5f);
-            gpu->ops->add_rmsnorm(gpu, dout, dx, dy, dw, T, D, 1e-5f);
-            CHECK_BACKEND();
-            dget(o2, &go);
-            dget(x2, &gx);
-            double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x, n);
-            CHECK(e <= TOL_POINTWISE && ex <= TOL_POINTWISE, "nmse %g (x %g); seed %llu", e, ex,
-                  g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(dguard_ok(&gx) && dguard_ok(&gy) && dguard_ok(&gw) && dguard_ok(&go),
-                  "guard damaged; seed %llu", g_seed);
-            dfree(&gx);
-            dfree(&gy);
-            dfree(&gw);
-            dfree(&go);
-            free(x);
-            free(y);
-            free(w);
-            free(o1);
-            free(o2);
-            free(x2);
-            TEST_END();
-        }
-}
-
-static void test_add_swiglu(void) {
-    const long ns[] = {1, 37, 1535, 8193 * 3, 1 << 20};
-    for (int i = 0; i < 5; i++) {
-        long n = ns[i];
-        TEST_BEGIN(NAME("add n=%ld", n));
-        float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
-        float *o2 = xmalloc(sizeof(float) * n);
-        fill(x, n, 1.0f);
-        fill(y, n, 1.0f);
-        dbuf gx, gy;
-        float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, y);
-        ref->ops->add(ref, x, y, n);
-        gpu->ops->add(gpu, dx, dy, n);
-        CHECK_BACKEND();
-        dget(o2, &gx);
-        double e = test_nmse(o2, x, n);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(dguard_ok(&gx) && dguard_ok(&gy), "guard damaged; seed %llu", g_seed);
-        dfree(&gx);
-        dfree(&gy);
-        free(x);
-        free(y);
-        free(o2);
-        TEST_END();
-    }
-    for (int i = 0; i < 5; i++)
-        for (int alias = 0; alias < 2; alias++) {
-            long n = ns[i];
-            TEST_BEGIN(NAME("swiglu n=%ld%s", n, alias ? " out=gate" : ""));
-            float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
-            float *o1 = xmalloc(sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
-            fill(g, n, 3.0f);
-            fill(u, n, 1.0f);
-            // exp(100) overflows fp32: the GPU gives -0 where the fp64 oracle gives a subnormal
-            // (~-4e-42), an absolute error far below anything NMSE over n > 1 elements can see;
-            // not done at n = 1, where that element would be the whole denominator
-            if (n > 1) g[0] = -100.0f;
-            dbuf gg, gu, go;
-            float *dg = dnew(&gg, sizeof(float) * n, g), *du = dnew(&gu, sizeof(float) * n, u);
-            float *dout = alias ? dg : dnew(&go, sizeof(float) * n, NULL);
-            ref->ops->swiglu(ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
-            gpu->ops->swiglu(gpu, dout, LI_DTYPE_F32, dg, du, 1, n, n);
-            CHECK_BACKEND();
-            dget(o2, alias ? &gg : &go);
-            double e = test_nmse(o2, o1, n);
-            CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(dguard_ok(&gg) && dguard_ok(&gu) && (alias || dguard_ok(&go)),
-                  "guard damaged; seed %llu", g_seed);
-            dfree(&gg);
-            dfree(&gu);
-            if (!alias) dfree(&go);
-            free(g);
-            free(u);
-            free(o1);
-            free(o2);
-            TEST_END();
-        }
-}
-
-static void test_softmax(void) {
-    const int shapes[][2] = {{1, 1},     {3, 31},   {17, 67},   {9, 577},
-                             {2, 49152}, {64, 512}, {1, 128256}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int rows = shapes[i][0], n = shapes[i][1];
-        long m = (long)rows * n;
-        TEST_BEGIN(NAME("softmax rows=%d n=%d", rows, n));
-        float *x = xmalloc(sizeof(float) * m), *o2 = xmalloc(sizeof(float) * m);
-        fill(x, m, 5.0f);
-        x[0] = 80.0f;  // exp would overflow without the max subtraction
-        dbuf gx;
-        float *dx = dnew(&gx, sizeof(float) * m, x);
-        ref->ops->softmax(ref, x, rows, n);
-        gpu->ops->softmax(gpu, dx, rows, n);
-        CHECK_BACKEND();
-        dget(o2, &gx);
-        double e = test_nmse(o2, x, m);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(!test_has_nan(o2, m), "NaN; seed %llu", g_seed);
-        CHECK(dguard_ok(&gx), "guard damaged; seed %llu", g_seed);
-        dfree(&gx);
-        free(x);
-        free(o2);
-        TEST_END();
-    }
-}
 
 // ---- matmul -----------------------------------------------------------------------------------
 
@@ -372,7 +109,7 @@ static void test_matmul(void) {
             size_t yoff = (s == 2 && it == 1) ? 4 : 0;  // one case with y not 256-byte aligned
             TEST_BEGIN(
                 NAME("matmul bf16 N=%d K=%d T=%d%s", N, K, T, yoff ? " (y misaligned)" : ""));
-            uint16_t *w = bf16_weights((int64_t)N * K, 1.0f);
+            uint16_t *w = bo_bf16_weights((int64_t)N * K, 1.0f);
             float *x = xmalloc(sizeof(float) * T * K), *xr = xmalloc(sizeof(float) * T * K);
             float *y1 = xmalloc(sizeof(float) * T * N), *y2 = xmalloc(sizeof(float) * T * N);
             float *y3 = xmalloc(sizeof(float) * T * N);
@@ -425,7 +162,7 @@ static void test_matmul_batch_invariant(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], K = shapes[s][1], Tmax = 1024;
         TEST_BEGIN(NAME("matmul bf16 N=%d K=%d: rows bit-identical for T in 1..1024", N, K));
-        uint16_t *w = bf16_weights((int64_t)N * K, 1.0f);
+        uint16_t *w = bo_bf16_weights((int64_t)N * K, 1.0f);
         float *x = xmalloc(sizeof(float) * Tmax * K);
         float *yfull = xmalloc(sizeof(float) * Tmax * N), *yt = xmalloc(sizeof(float) * Tmax * N);
         fill(x, (long)Tmax * K, 1.0f);
@@ -1214,7 +951,7 @@ static void test_bf16_matmul(void) {
                             "accumulate = matmul + add", N, K, T, inv ? " (batch-invariant)" : "",
                             xoff ? " (x misaligned)" : ""));
             long nx = (long)T * K, ny = (long)T * N;
-            uint16_t *w = bf16_weights((int64_t)N * K, 1.0f), *xb = xmalloc(2 * nx);
+            uint16_t *w = bo_bf16_weights((int64_t)N * K, 1.0f), *xb = xmalloc(2 * nx);
             float *xf = xmalloc(sizeof(float) * nx), *y0 = xmalloc(sizeof(float) * ny);
             float *a = xmalloc(sizeof(float) * ny), *b = xmalloc(sizeof(float) * ny);
             float *orc = xmalloc(sizeof(float) * ny);
@@ -2897,18 +2634,6 @@ static void bench_fp8(void) {
 }
 
 // 1 when the comma-separated list holds name as a whole item ("bench-prefill" is not "bench")
-static int list_has(const char *list, const char *name) {
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n)) return 1;
-        if (!e) break;
-        p = e + 1;
-    }
-    return 0;
-}
-
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // lines in order with stderr's in a tee'd log
     const char *dev_env = getenv("LI_GPU");
@@ -2923,6 +2648,7 @@ int main(void) {
     // OpenBLAS: the reference ops use no backend state.
     li_backend ref_be = {.ops = &li_cpu_ref_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
     ref = &ref_be;
+    gctx = (bo_ctx){ref, gpu, "cuda", 1, false, g_seed, li_backend_cuda_check};
     // the engine's own kernels unless a case asks for cuDNN (the "cudnn" groups)
     gpu->attn_impl = LI_ATTN_NATIVE;
     char desc[400];
@@ -2933,9 +2659,7 @@ int main(void) {
     const struct {
         const char *name;
         void (*fn)(void);
-    } groups[] = {{"embed", test_embed},     {"rmsnorm", test_rmsnorm}, {"add_rmsnorm", test_add_rmsnorm},
-                  {"add", test_add_swiglu},  {"softmax", test_softmax},
-                  {"matmul", test_matmul}, {"invariant", test_matmul_batch_invariant},   {"rope", test_rope},
+    } groups[] = {{"matmul", test_matmul}, {"invariant", test_matmul_batch_invariant},   {"rope", test_rope},
                   {"kv_store", test_kv_store}, {"kv_copy_rotate", test_kv_copy_rotate},
                   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8}, {"bf16", test_bf16},
@@ -2945,8 +2669,10 @@ int main(void) {
                   {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8},
                   {"bench-dllm-x0", bench_dllm_x0}};
     const char *only = getenv("LI_GPU_CHECK_ONLY");
+    // the shared op table (backend-ops.h: embed, rmsnorm, add_rmsnorm, add, swiglu, softmax)
+    bo_run_all(&gctx, only);
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        if (only && !list_has(only, groups[i].name)) continue;
+        if (only && !bo_list_has(only, groups[i].name)) continue;
         if (!strncmp(groups[i].name, "bench", 5) && getenv("LI_GPU_CHECK_NO_BENCH")) continue;
         groups[i].fn();
     }
