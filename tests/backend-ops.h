@@ -154,7 +154,7 @@ static void bo_check_close(const bo_ctx *c, const char *what, const float *got, 
 }
 
 // ---- tolerances (NMSE = Σ (got - ref)² / Σ ref², the oracle accumulating in fp64) -------------
-// Point-wise ops (rmsnorm, add, swiglu, softmax):
+// Point-wise ops (rmsnorm, add, swiglu, softmax, rope, kv_copy_rotate of an f32 pool):
 // - CPU: each fp32 result carries a few ulp of relative error (u = 6e-8), i.e. NMSE ~ u² ≈ 4e-15;
 //   rmsnorm's fp32 sum of squares adds ~sqrt(D)·u to the scale. Largest seen over 40 seeds:
 //   1e-14. 1e-12 leaves 100x headroom and is far below what a wrong index or a missing term
@@ -162,7 +162,7 @@ static void bo_check_close(const bo_ctx *c, const char *what, const float *got, 
 // - CUDA: expf / sincosf are within 2 ulp, rmsnorm's and softmax's fp32 block sums add ~log2(n)
 //   ulp, i.e. NMSE ~ 1e-14..1e-13. 1e-11 leaves 100x.
 #define BO_TOL_POINTWISE {1e-12, 1e-11}
-// A copy (embed: bf16 -> f32 is exact): bit-identical, tolerance 0.
+// A copy (embed: bf16 -> f32 is exact; kv_store: the same rounding on both): bit-identical.
 #define BO_TOL_EXACT {0, 0}
 
 static const int bo_Ts[] = {1, 3, 17};
@@ -392,6 +392,222 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
     }
 }
 
+// ---- rope, kv_store, kv_copy_rotate ---------------------------------------------------------
+
+// The RoPE scalings the op cases draw from (n_dims and layout set per case): [0] plain theta 1e4,
+// [1] llama3 (Llama-3.1's), [2] yarn (mscale != 1), [3] yarn with attention_factor and beta
+// overrides, [4] plain theta 1e5, [5] yarn with DeepSeek's mscale / mscale_all_dim. [1], [2],
+// [3], [4], [5] are rows of test-ops.c's table of HF numbers (cases 3, 5, 7, 0, 6).
+static const li_rope_config bo_rope_cfgs[] = {
+    {.scaling = LI_ROPE_SCALING_NONE, .theta = 10000.0f},
+    {.scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f, .factor = 8.0f,
+     .low_freq_factor = 1.0f, .high_freq_factor = 4.0f, .original_max_pos = 8192,
+     .max_pos = 131072},
+    {.scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f, .factor = 4.0f,
+     .original_max_pos = 4096, .max_pos = 16384},
+    {.scaling = LI_ROPE_SCALING_YARN, .theta = 1000000.0f, .factor = 3.0f,
+     .original_max_pos = 2048, .max_pos = 6144, .beta_fast = 16.0f, .beta_slow = 2.0f,
+     .attention_factor = 0.9f},
+    {.scaling = LI_ROPE_SCALING_NONE, .theta = 100000.0f, .max_pos = 2048},
+    {.scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f, .factor = 40.0f,
+     .original_max_pos = 4096, .max_pos = 163840, .mscale = 1.0f, .mscale_all_dim = 0.707f},
+};
+#define BO_N_ROPE (int)(sizeof bo_rope_cfgs / sizeof bo_rope_cfgs[0])
+
+static li_rope_table bo_rope_table(const bo_ctx *c, int which, li_rope_layout layout, int n_dims) {
+    li_rope_config cfg = bo_rope_cfgs[which];
+    cfg.layout = layout;
+    cfg.n_dims = n_dims;
+    li_rope_table t;
+    bo_need(c, li_rope_table_init(&t, &cfg), "rope table");
+    return t;
+}
+
+static void bo_rope(const bo_ctx *c, const bo_case *k) {
+    const int dhs[][2] = {{64, 64}, {18, 18}, {64, 32}, {128, 128}};  // (Dh, n_dims)
+    for (int ci = 0; ci < BO_N_ROPE; ci++)
+        for (int di = 0; di < 4; di++)
+            for (int lay = 0; lay < 2; lay++) {
+                int Dh = dhs[di][0], nd = dhs[di][1], nh = randint(1, 9);
+                // T = 300: the CPU's threaded path, a grid of many blocks on a GPU
+                int T = di == 3 && (ci == 2 || ci == 3) ? 300 : bo_Ts[(ci + di) % 3];
+                li_rope_table tab = bo_rope_table(c, ci, lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX, nd);
+                TEST_BEGIN(BO_NAME(c, "rope %s table %d T=%d nh=%d Dh=%d n_dims=%d",
+                                   lay ? "gptj" : "neox", ci, T, nh, Dh, nd));
+                long n = (long)T * nh * Dh;
+                float *x = xmalloc(sizeof(float) * n), *x0 = xmalloc(sizeof(float) * n);
+                float *o2 = xmalloc(sizeof(float) * n);
+                int32_t *pos = xmalloc(sizeof(int32_t) * T);
+                fill(x, n, 1.0f);
+                memcpy(x0, x, sizeof(float) * n);
+                for (int t = 0; t < T; t++) pos[t] = randint(0, t == 0 ? 0 : 200000);
+                bo_buf gx, gp;
+                float *dx = bo_new(c, &gx, sizeof(float) * n, x);
+                int32_t *dp = bo_new(c, &gp, sizeof(int32_t) * T, pos);
+                c->ref->ops->rope(c->ref, x, LI_DTYPE_F32, x, pos, T, nh, Dh, &tab);
+                c->be->ops->rope(c->be, dx, LI_DTYPE_F32, dx, dp, T, nh, Dh, &tab);
+                bo_check_backend(c);
+                bo_get(c, o2, &gx);
+                bo_check_close(c, "x", o2, x, n, k->tol[c->device]);
+                int pass_ok = 1;  // dims past n_dims pass through untouched, on both
+                for (long r = 0; r < (long)T * nh; r++)
+                    for (int d = nd; d < Dh; d++)
+                        if (o2[r * Dh + d] != x0[r * Dh + d] || x[r * Dh + d] != x0[r * Dh + d])
+                            pass_ok = 0;
+                CHECK(pass_ok, "dims past n_dims changed; seed %llu", (unsigned long long)c->seed);
+                bo_check_guards(c, (const bo_buf *[]){&gx, &gp, NULL});
+                bo_free(&gx);
+                bo_free(&gp);
+                free(x);
+                free(x0);
+                free(o2);
+                free(pos);
+                TEST_END();
+            }
+}
+
+// Pool contents of either dtype: n random values (bf16: rounded), so a bf16 pool holds no NaN.
+static void bo_fill_pool(void *pool, li_dtype dt, long n) {
+    fill(pool, n, 1.0f);
+    if (dt == LI_DTYPE_BF16)  // in place, front to back: element i's bf16 overwrites bytes < 4 i
+        for (long i = 0; i < n; i++) ((uint16_t *)pool)[i] = li_f32_to_bf16(((float *)pool)[i]);
+}
+
+// A pool of either dtype widened to f32.
+static void bo_pool_f32(float *dst, const void *pool, li_dtype dt, long n) {
+    for (long i = 0; i < n; i++)
+        dst[i] = dt == LI_DTYPE_BF16 ? li_bf16_to_f32(((const uint16_t *)pool)[i])
+                                     : ((const float *)pool)[i];
+}
+
+// Stores are bit-exact against the oracle for both pool dtypes (bf16: both round to nearest
+// even), and the oracle puts K where li_kv_offset says.
+static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
+    (void)k;
+    for (int rep = 0; rep < 20; rep++) {
+        li_kv_storage kv;
+        int T;
+        if (rep < 8) {  // GQA up to 4, Dh 64 / 18
+            kv = (li_kv_storage){randint(1, 3), randint(1, 4), rep % 2 ? 18 : 64,
+                                 (int[]){1, 16, 64, 7}[rep % 4], randint(3, 9), NULL,
+                                 rep < 4 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
+            T = bo_Ts[rep % 3] + rep % 4;
+        } else {  // up to 8 KV heads, Dh 128, T 40
+            int r = rep - 8;
+            kv = (li_kv_storage){randint(1, 3), randint(1, 8), (int[]){64, 18, 128}[r % 3],
+                                 (int[]){1, 16, 64, 7, 16, 1}[r % 6], randint(3, 9), NULL,
+                                 r < 6 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
+            T = (int[]){1, 3, 17, 40, 1, 5}[r % 6];
+        }
+        int64_t cap = kv.n_pages * kv.page_size;
+        if (T > cap) T = (int)cap;
+        TEST_BEGIN(BO_NAME(c, "kv_store L=%d Hkv=%d Dh=%d P=%d T=%d %s", kv.n_layer, kv.n_head_kv,
+                           kv.head_dim, kv.page_size, T, li_dtype_name(kv.dtype)));
+        long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * kv.page_size * kv.head_dim;
+        const size_t esz = li_kv_elem_bytes(kv.dtype);
+        long kn = (long)T * kv.n_head_kv * kv.head_dim;
+        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
+        float *kk = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
+        bo_fill_pool(pool, kv.dtype, n);
+        fill(kk, kn, 1.0f);
+        fill(v, kn, 1.0f);
+        int64_t *slot = xmalloc(sizeof(int64_t) * cap);
+        for (int64_t i = 0; i < cap; i++) slot[i] = i;
+        for (int64_t i = cap - 1; i > 0; i--) {  // distinct random slots
+            int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = slot[i];
+            slot[i] = slot[j];
+            slot[j] = tmp;
+        }
+        int il = randint(0, kv.n_layer - 1);
+        bo_buf gpool, gk, gv, gs;
+        li_kv_storage kvd = kv, kvh = kv;
+        kvd.data = bo_new(c, &gpool, esz * n, pool);
+        kvh.data = pool;
+        float *dk = bo_new(c, &gk, sizeof(float) * kn, kk);
+        float *dv = bo_new(c, &gv, sizeof(float) * kn, v);
+        int64_t *ds = bo_new(c, &gs, sizeof(int64_t) * T, slot);
+        c->ref->ops->kv_store(c->ref, &kvh, il, kk, v, slot, T);
+        c->be->ops->kv_store(c->be, &kvd, il, dk, dv, ds, T);
+        bo_check_backend(c);
+        bo_get(c, pool2, &gpool);
+        CHECK(memcmp(pool, pool2, esz * n) == 0, "pools differ; seed %llu",
+              (unsigned long long)c->seed);
+        // the oracle put the last K row where li_kv_offset says (bf16: rounded to nearest even)
+        int64_t pg = slot[T - 1] / kv.page_size;
+        int off = (int)(slot[T - 1] % kv.page_size), h = kv.n_head_kv - 1;
+        const float *kr = kk + ((size_t)(T - 1) * kv.n_head_kv + h) * kv.head_dim;
+        size_t at = li_kv_offset(&kv, pg, il, 0, h, off);
+        bool same = true;
+        for (int d = 0; d < kv.head_dim; d++)
+            same &= kv.dtype == LI_DTYPE_BF16 ? ((uint16_t *)pool)[at + d] == li_f32_to_bf16(kr[d])
+                                              : pool[at + d] == kr[d];
+        CHECK(same, "K row not at li_kv_offset; seed %llu", (unsigned long long)c->seed);
+        bo_check_guards(c, (const bo_buf *[]){&gpool, &gk, &gv, &gs, NULL});
+        bo_buf *all[] = {&gpool, &gk, &gv, &gs};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bo_free(all[i]);
+        float *host[] = {pool, pool2, kk, v};
+        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+        free(slot);
+        TEST_END();
+    }
+}
+
+// kv_copy_rotate: the destination page rotated by Δ (NMSE: k->tol for f32 pools, BO_TOL_KV_BF16
+// for bf16 ones), every other page bit-identical.
+// bf16 pools: the backend and the fp64 oracle rotate with different roundings before the final
+// bf16 rounding, so an element can land one bf16 step apart (relative 2^-8 on a few elements).
+#define BO_TOL_KV_BF16 1e-5
+static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
+    for (int rep0 = 0; rep0 < 16; rep0++) {
+        const int rep = rep0 % 8;
+        const li_dtype dt = rep0 < 8 ? LI_DTYPE_F32 : LI_DTYPE_BF16;
+        int P = (int[]){1, 16, 64, 7}[rep % 4], Dh = (int[]){64, 18, 128, 64}[rep % 4];
+        li_kv_storage kv = {randint(1, 3), randint(1, 8), Dh, P, randint(3, 6), NULL, dt};
+        int64_t src = randint(0, (int)kv.n_pages - 1),
+                dst = (src + randint(1, (int)kv.n_pages - 1)) % kv.n_pages;
+        int count = randint(1, P);
+        int64_t delta = rep == 0   ? 0
+                        : rep == 1 ? -randint(1, 5000)
+                                   : randint(1, rep == 7 ? 100000000 : 50000);
+        li_rope_table tab = bo_rope_table(c, rep % 3, rep % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX,
+                                          rep == 3 ? Dh / 2 : Dh);
+        TEST_BEGIN(BO_NAME(c, "kv_copy_rotate L=%d Hkv=%d Dh=%d P=%d count=%d delta=%lld %s",
+                           kv.n_layer, kv.n_head_kv, Dh, P, count, (long long)delta,
+                           li_dtype_name(dt)));
+        long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * P * Dh;
+        const size_t esz = li_kv_elem_bytes(dt);
+        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
+        float *w1 = xmalloc(sizeof(float) * n), *w2 = xmalloc(sizeof(float) * n);
+        bo_fill_pool(pool, dt, n);
+        bo_buf gpool;
+        li_kv_storage kvd = kv, kvh = kv;
+        kvd.data = bo_new(c, &gpool, esz * n, pool);
+        kvh.data = pool;
+        c->ref->ops->kv_copy_rotate(c->ref, &kvh, src, dst, count, delta, &tab);
+        c->be->ops->kv_copy_rotate(c->be, &kvd, src, dst, count, delta, &tab);
+        bo_check_backend(c);
+        bo_get(c, pool2, &gpool);
+        long page = n / kv.n_pages;
+        bo_pool_f32(w1, pool, dt, n);
+        bo_pool_f32(w2, pool2, dt, n);
+        bo_check_close(c, "destination page", w2 + dst * page, w1 + dst * page, page,
+                       dt == LI_DTYPE_BF16 ? BO_TOL_KV_BF16 : k->tol[c->device]);
+        int rest_ok = memcmp(pool2, pool, esz * dst * page) == 0 &&
+                      memcmp((char *)pool2 + esz * (dst + 1) * page,
+                             (char *)pool + esz * (dst + 1) * page,
+                             esz * (n - (dst + 1) * page)) == 0;
+        CHECK(rest_ok, "other pages changed; seed %llu", (unsigned long long)c->seed);
+        CHECK(!test_has_nan(w2, n), "NaN; seed %llu", (unsigned long long)c->seed);
+        bo_check_guards(c, (const bo_buf *[]){&gpool, NULL});
+        bo_free(&gpool);
+        free(pool);
+        free(pool2);
+        free(w1);
+        free(w2);
+        TEST_END();
+    }
+}
+
 // ---- the table and its runner ---------------------------------------------------------------
 
 static const bo_case bo_cases[] = {
@@ -401,6 +617,9 @@ static const bo_case bo_cases[] = {
     {"add", bo_add, BO_TOL_POINTWISE},
     {"add", bo_swiglu, BO_TOL_POINTWISE},  // group "add" as gpu-check always called it
     {"softmax", bo_softmax, BO_TOL_POINTWISE},
+    {"rope", bo_rope, BO_TOL_POINTWISE},
+    {"kv_store", bo_kv_store, BO_TOL_EXACT},
+    {"kv_copy_rotate", bo_kv_copy_rotate, BO_TOL_POINTWISE},
 };
 
 // 1 when the comma-separated `list` names `name`.

@@ -197,203 +197,13 @@ static void test_matmul_batch_invariant(void) {
 
 // ---- rope -------------------------------------------------------------------------------------
 
-// Plain (theta 1e4), llama3 (Llama-3.1's), yarn (mscale != 1).
+// Plain (theta 1e4), llama3 (Llama-3.1's), yarn (mscale != 1): backend-ops.h's first three.
 static li_rope_table table_for(int which, li_rope_layout layout, int n_dims) {
-    li_rope_config c;
-    memset(&c, 0, sizeof c);
-    c.layout = layout;
-    c.n_dims = n_dims;
-    if (which == 0) {
-        c.scaling = LI_ROPE_SCALING_NONE;
-        c.theta = 10000.0f;
-    } else if (which == 1) {
-        c.scaling = LI_ROPE_SCALING_LLAMA3;
-        c.theta = 500000.0f;
-        c.factor = 8.0f;
-        c.low_freq_factor = 1.0f;
-        c.high_freq_factor = 4.0f;
-        c.original_max_pos = 8192;
-        c.max_pos = 131072;
-    } else {
-        c.scaling = LI_ROPE_SCALING_YARN;
-        c.theta = 10000.0f;
-        c.factor = 4.0f;
-        c.original_max_pos = 4096;
-        c.max_pos = 16384;
-    }
-    li_rope_table t;
-    need(li_rope_table_init(&t, &c), "rope table");
-    return t;
+    return bo_rope_table(&gctx, which, layout, n_dims);
 }
 
-static void test_rope(void) {
-    const int dhs[][2] = {{64, 64}, {18, 18}, {64, 32}, {128, 128}};  // (Dh, n_dims)
-    for (int ci = 0; ci < 3; ci++)
-        for (int di = 0; di < 4; di++)
-            for (int lay = 0; lay < 2; lay++) {
-                int Dh = dhs[di][0], nd = dhs[di][1],
-                    T = (ci == 2 && di == 3) ? 300 : Ts[(ci + di) % 3];
-                int nh = randint(1, 9);
-                li_rope_table tab = table_for(ci, lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX, nd);
-                TEST_BEGIN(NAME("rope %s table %d T=%d nh=%d Dh=%d n_dims=%d",
-                                lay ? "gptj" : "neox", ci, T, nh, Dh, nd));
-                long n = (long)T * nh * Dh;
-                float *x = xmalloc(sizeof(float) * n), *x0 = xmalloc(sizeof(float) * n);
-                float *o2 = xmalloc(sizeof(float) * n);
-                int32_t *pos = xmalloc(sizeof(int32_t) * T);
-                fill(x, n, 1.0f);
-                memcpy(x0, x, sizeof(float) * n);
-                for (int t = 0; t < T; t++) pos[t] = randint(0, t == 0 ? 0 : 200000);
-                dbuf gx, gp;
-                float *dx = dnew(&gx, sizeof(float) * n, x);
-                int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
-                ref->ops->rope(ref, x, LI_DTYPE_F32, x, pos, T, nh, Dh, &tab);
-                gpu->ops->rope(gpu, dx, LI_DTYPE_F32, dx, dp, T, nh, Dh, &tab);
-                CHECK_BACKEND();
-                dget(o2, &gx);
-                double e = test_nmse(o2, x, n);
-                CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-                int pass_ok = 1;
-                for (long r = 0; r < (long)T * nh; r++)
-                    for (int d = nd; d < Dh; d++)
-                        if (o2[r * Dh + d] != x0[r * Dh + d]) pass_ok = 0;
-                CHECK(pass_ok, "dims past n_dims changed; seed %llu", g_seed);
-                CHECK(dguard_ok(&gx) && dguard_ok(&gp), "guard damaged; seed %llu", g_seed);
-                dfree(&gx);
-                dfree(&gp);
-                free(x);
-                free(x0);
-                free(o2);
-                free(pos);
-                TEST_END();
-            }
-}
-
-// ---- kv_store, kv_copy_rotate -----------------------------------------------------------------
-
-// Pool contents of either dtype: n random values (bf16: rounded), so a bf16 pool holds no NaN.
-static void fill_pool(void *pool, li_dtype dt, long n) {
-    fill(pool, n, 1.0f);
-    if (dt == LI_DTYPE_BF16)  // in place, front to back: element i's bf16 overwrites bytes < 4 i
-        for (long i = 0; i < n; i++) ((uint16_t *)pool)[i] = li_f32_to_bf16(((float *)pool)[i]);
-}
-
-// A pool of either dtype widened to f32.
-static void pool_f32(float *dst, const void *pool, li_dtype dt, long n) {
-    for (long i = 0; i < n; i++)
-        dst[i] = dt == LI_DTYPE_BF16 ? li_bf16_to_f32(((const uint16_t *)pool)[i]) : ((const float *)pool)[i];
-}
-
-// Stores are bit-exact against the CPU oracle for both pool dtypes (bf16: both round to nearest
-// even).
-static void test_kv_store(void) {
-    for (int rep = 0; rep < 12; rep++) {
-        li_kv_storage kv = {randint(1, 3), randint(1, 8), (int[]){64, 18, 128}[rep % 3],
-                            (int[]){1, 16, 64, 7, 16, 1}[rep % 6], 0, NULL,
-                            rep < 6 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
-        kv.n_pages = randint(3, 9);
-        int64_t cap = kv.n_pages * kv.page_size;
-        int T = (int[]){1, 3, 17, 40, 1, 5}[rep % 6];
-        if (T > cap) T = (int)cap;
-        TEST_BEGIN(NAME("kv_store L=%d Hkv=%d Dh=%d P=%d T=%d %s", kv.n_layer, kv.n_head_kv,
-                        kv.head_dim, kv.page_size, T, li_dtype_name(kv.dtype)));
-        long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * kv.page_size * kv.head_dim;
-        const size_t esz = li_kv_elem_bytes(kv.dtype);
-        long kn = (long)T * kv.n_head_kv * kv.head_dim;
-        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
-        float *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
-        fill_pool(pool, kv.dtype, n);
-        fill(k, kn, 1.0f);
-        fill(v, kn, 1.0f);
-        int64_t *slot = xmalloc(sizeof(int64_t) * cap);
-        for (int64_t i = 0; i < cap; i++) slot[i] = i;
-        for (int64_t i = cap - 1; i > 0; i--) {  // distinct random slots
-            int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = slot[i];
-            slot[i] = slot[j];
-            slot[j] = tmp;
-        }
-        int il = randint(0, kv.n_layer - 1);
-        dbuf gpool, gk, gv, gs;
-        li_kv_storage kvd = kv, kvh = kv;
-        kvd.data = dnew(&gpool, esz * n, pool);
-        kvh.data = pool;
-        float *dk = dnew(&gk, sizeof(float) * kn, k), *dv = dnew(&gv, sizeof(float) * kn, v);
-        int64_t *ds = dnew(&gs, sizeof(int64_t) * T, slot);
-        ref->ops->kv_store(ref, &kvh, il, k, v, slot, T);
-        gpu->ops->kv_store(gpu, &kvd, il, dk, dv, ds, T);
-        CHECK_BACKEND();
-        dget(pool2, &gpool);
-        CHECK(memcmp(pool, pool2, esz * n) == 0, "pools differ; seed %llu", g_seed);
-        CHECK(dguard_ok(&gpool) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&gs),
-              "guard damaged; seed %llu", g_seed);
-        dfree(&gpool);
-        dfree(&gk);
-        dfree(&gv);
-        dfree(&gs);
-        free(pool);
-        free(pool2);
-        free(k);
-        free(v);
-        free(slot);
-        TEST_END();
-    }
-}
-
-// bf16 pools: the GPU and the fp64 oracle rotate with different roundings before the final bf16
-// rounding, so an element can land one bf16 step apart (relative 2^-8 on a few elements).
-#define TOL_KV_BF16 1e-5
-
-static void test_kv_copy_rotate(void) {
-    for (int rep0 = 0; rep0 < 16; rep0++) {
-        const int rep = rep0 % 8;
-        const li_dtype dt = rep0 < 8 ? LI_DTYPE_F32 : LI_DTYPE_BF16;
-        int P = (int[]){1, 16, 64, 7}[rep % 4], Dh = (int[]){64, 18, 128, 64}[rep % 4];
-        li_kv_storage kv = {randint(1, 3), randint(1, 8), Dh, P, randint(3, 6), NULL, dt};
-        int64_t src = randint(0, (int)kv.n_pages - 1),
-                dst = (src + randint(1, (int)kv.n_pages - 1)) % kv.n_pages;
-        int count = randint(1, P);
-        int64_t delta = rep == 0   ? 0
-                        : rep == 1 ? -randint(1, 5000)
-                                   : randint(1, rep == 7 ? 100000000 : 50000);
-        li_rope_table tab = table_for(rep % 3, rep % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX,
-                                      rep == 3 ? Dh / 2 : Dh);
-        TEST_BEGIN(NAME("kv_copy_rotate L=%d Hkv=%d Dh=%d P=%d count=%d delta=%lld %s", kv.n_layer,
-                        kv.n_head_kv, Dh, P, count, (long long)delta, li_dtype_name(dt)));
-        long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * P * Dh;
-        const size_t esz = li_kv_elem_bytes(dt);
-        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
-        float *w1 = xmalloc(sizeof(float) * n), *w2 = xmalloc(sizeof(float) * n);
-        fill_pool(pool, dt, n);
-        dbuf gpool;
-        li_kv_storage kvd = kv, kvh = kv;
-        kvd.data = dnew(&gpool, esz * n, pool);
-        kvh.data = pool;
-        ref->ops->kv_copy_rotate(ref, &kvh, src, dst, count, delta, &tab);
-        gpu->ops->kv_copy_rotate(gpu, &kvd, src, dst, count, delta, &tab);
-        CHECK_BACKEND();
-        dget(pool2, &gpool);
-        // the destination page is rotated (NMSE), everything else bit-identical
-        long page = n / kv.n_pages;
-        pool_f32(w1, pool, dt, n);
-        pool_f32(w2, pool2, dt, n);
-        double e = test_nmse(w2 + dst * page, w1 + dst * page, page);
-        int rest_ok = memcmp(pool2, pool, esz * dst * page) == 0 &&
-                      memcmp((char *)pool2 + esz * (dst + 1) * page,
-                             (char *)pool + esz * (dst + 1) * page, esz * (n - (dst + 1) * page)) == 0;
-        CHECK(e <= (dt == LI_DTYPE_BF16 ? TOL_KV_BF16 : TOL_POINTWISE),
-              "destination page nmse %g; seed %llu", e, g_seed);
-        CHECK(rest_ok, "other pages changed; seed %llu", g_seed);
-        CHECK(!test_has_nan(w2, n), "NaN; seed %llu", g_seed);
-        CHECK(dguard_ok(&gpool), "guard damaged; seed %llu", g_seed);
-        dfree(&gpool);
-        free(pool);
-        free(pool2);
-        free(w1);
-        free(w2);
-        TEST_END();
-    }
-}
+// Pool contents of either dtype (backend-ops.h).
+static void fill_pool(void *pool, li_dtype dt, long n) { bo_fill_pool(pool, dt, n); }
 
 // ---- attention ----------------------------------------------------------------------------------
 
@@ -2659,9 +2469,7 @@ int main(void) {
     const struct {
         const char *name;
         void (*fn)(void);
-    } groups[] = {{"matmul", test_matmul}, {"invariant", test_matmul_batch_invariant},   {"rope", test_rope},
-                  {"kv_store", test_kv_store}, {"kv_copy_rotate", test_kv_copy_rotate},
-                  {"attention", test_attention}, {"sample", test_sample},
+    } groups[] = {{"matmul", test_matmul}, {"invariant", test_matmul_batch_invariant},   {"attention", test_attention}, {"sample", test_sample},
                   {"flash", test_flash_attn}, {"fp8", test_fp8}, {"bf16", test_bf16},
                   {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
                   {"bench-query", bench_query_prefill}, {"cudnn", test_cudnn_group},
