@@ -15,6 +15,7 @@
 #include <stdbool.h>
 
 #include "backend/backend.h"
+#include "paged-seq.h"
 #include "test.h"
 
 // ---- the backend under test ----------------------------------------------------------------
@@ -28,6 +29,9 @@ typedef struct {
     uint64_t seed;        // printed with every failure
     // The backend's first recorded error (li_backend_cuda_check); NULL where errors are not kept.
     li_status (*check)(li_backend *be);
+    // The tensor-core kernel attention over T rows of head dim Dh takes, named for the case
+    // (" (mma kernel)"), or NULL for the fp32 path; NULL hook: always the fp32 path.
+    const char *(*attn_tc)(int T, int Dh, li_dtype dt);
 } bo_ctx;
 
 typedef struct bo_case bo_case;
@@ -608,6 +612,123 @@ static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
     }
 }
 
+// ---- attention over a paged pool ------------------------------------------------------------
+
+typedef struct {
+    li_kv_storage kv;  // host pool
+    uint64_t *pages;
+    int n_pages, n_keys;
+} bo_paged;
+
+// A random pool (host) and a page table over shuffled physical pages (paged-seq.h): documents of
+// doc_max tokens at most; K and V random.
+static void bo_make_paged(bo_paged *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
+                          int doc_max, li_dtype dt) {
+    paged_table t;
+    paged_table_make(&t, &rng, P, min_keys, with_delta, doc_max);
+    *s = (bo_paged){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dt), .pages = t.pages,
+                    .n_pages = t.n_pages, .n_keys = t.n_keys};
+    long n = (long)t.n_pool * L * 2 * Hkv * P * Dh;
+    s->kv.data = xmalloc(sizeof(float) * n);
+    bo_fill_pool(s->kv.data, dt, n);
+}
+
+// Tolerances of attention (NMSE against the fp64 oracle):
+// - CPU: attention's dot products and weighted sums are length-K fp32 reductions: ~K·u² ≈ 5e-12
+//   at K = 1536 in the worst case (outputs are convex combinations of V rows, plain NMSE); seen
+//   up to 2e-13. 1e-10.
+// - CUDA, fp32 path: fp32 dot products of length Dh, online softmax in fp32, the query rotated by
+//   -Δ in fp32 where the oracle rotates K in fp64: ~Dh u² amplified by the softmax, ~1e-13..1e-12
+//   expected; 1e-9 (the middle of the 1e-10..1e-8 range for f32 attention).
+#define BO_TOL_ATTENTION {1e-10, 1e-9}
+// - tensor cores (c->attn_tc: T >= 16 rows, Dh 64/128): Q, K (after its Δ rotation in fp32), V
+//   and P are rounded to bf16 (relative 2^-9 each), fp32 accumulation; with unit-range random
+//   inputs the output NMSE is ~1e-6..1e-5. 1e-4 still catches a wrong key, a missed rotation or
+//   mask (those give NMSE ~1e-2..1).
+#define BO_TOL_ATTENTION_TC 1e-4
+
+// One attention case: T rows at the end of the sequence (causal), mode 0 decode / 1 prefill /
+// 2 prefill with every Δ = 0 and rope NULL / 3 prefill with a first visible key; RoPE scaling
+// bo_rope_cfgs[which]. tol: the fp32 path's bound (tensor cores: BO_TOL_ATTENTION_TC).
+static void bo_attention_case(const bo_ctx *c, double tol, int P, int G, int Hkv, int Dh, int T,
+                              int min_keys, int mode, int doc_max, li_dtype dt, int which,
+                              li_rope_layout layout) {
+    const char *mode_name =
+        (const char *[]){"decode", "prefill", "prefill Δ=0", "prefill kv_first"}[mode];
+    bo_paged s;
+    bo_make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, doc_max, dt);
+    int H = G * Hkv, il = 1;
+    li_rope_table tab = bo_rope_table(c, which, layout, Dh);
+    if (T > s.n_keys - 1) T = s.n_keys - 1;
+    const char *tc = c->attn_tc ? c->attn_tc(T, Dh, dt) : NULL;
+    TEST_BEGIN(BO_NAME(c, "attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s%s",
+                       mode_name, P, H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt),
+                       tc ? tc : ""));
+    int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
+    int n_past = s.n_keys - T;
+    int f0 = mode == 3 ? randint(0, n_past) : 0;  // often mid-page: sees only its own keys
+    for (int t = 0; t < T; t++) {
+        nv[t] = n_past + t + 1;
+        first[t] = f0;
+    }
+    long qn = (long)T * H * Dh;
+    float *q = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
+    float *o2 = xmalloc(sizeof(float) * qn);
+    fill(q, qn, 1.0f);
+    float scale = 1.0f / sqrtf((float)Dh);
+    li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
+    const li_rope_table *rp = mode == 2 ? NULL : &tab;
+    c->ref->ops->attention(c->ref, o1, q, T, H, &s.kv, il, &seq, mode == 3 ? first : NULL, nv,
+                           scale, rp);
+    long pool_n = (long)s.kv.n_pages * s.kv.n_layer * 2 * Hkv * P * Dh;
+    bo_buf gpool, gpages, gq, go, gnv, gfirst;
+    li_kv_storage kvd = s.kv;
+    kvd.data = bo_new(c, &gpool, li_kv_elem_bytes(dt) * pool_n, s.kv.data);
+    li_kv_seq seqd = {.pages = bo_new(c, &gpages, sizeof(uint64_t) * s.n_pages, s.pages),
+                      .n_pages = s.n_pages};
+    float *dq = bo_new(c, &gq, sizeof(float) * qn, q);
+    float *dout = bo_new(c, &go, sizeof(float) * qn, NULL);
+    int32_t *dnv = bo_new(c, &gnv, sizeof(int32_t) * T, nv);
+    int32_t *dfirst = bo_new(c, &gfirst, sizeof(int32_t) * T, first);
+    c->be->ops->attention(c->be, dout, dq, T, H, &kvd, il, &seqd, mode == 3 ? dfirst : NULL, dnv,
+                          scale, rp);
+    bo_check_backend(c);
+    bo_get(c, o2, &go);
+    bo_check_close(c, tc ? "out (tensor cores)" : "out", o2, o1, qn, tc ? BO_TOL_ATTENTION_TC : tol);
+    bo_check_guards(c, (const bo_buf *[]){&gpool, &gpages, &gq, &go, &gnv, &gfirst, NULL});
+    bo_buf *all[] = {&gpool, &gpages, &gq, &go, &gnv, &gfirst};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bo_free(all[i]);
+    float *host[] = {q, o1, o2};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    free(nv);
+    free(first);
+    free(s.kv.data);
+    free(s.pages);
+    TEST_END();
+}
+
+// Pages of 1, 16, 64 tokens; GQA ratios (a device: the warp kernel's 1, 2, 4, 8; gpu-check takes
+// G 3 and 12 on the generic kernel itself); Dh 18, 64, 128; both pool dtypes; every mode.
+static void bo_attention(const bo_ctx *c, const bo_case *k) {
+    const int Ps[] = {1, 16, 64};
+    const int ratios_cpu[] = {1, 2, 3, 4, 8, 12}, ratios_dev[] = {1, 2, 4, 8};
+    const int *ratios = c->device ? ratios_dev : ratios_cpu, n_ratios = c->device ? 4 : 6;
+    int n_case = 0;
+    for (int pi = 0; pi < 3; pi++)
+        for (int ri = 0; ri < n_ratios; ri++)
+            for (int mode = 0; mode < 4; mode++) {
+                int P = Ps[pi], G = ratios[ri], Hkv = randint(1, 3);
+                int Dh = (int[]){18, 64, 128}[n_case++ % 3];
+                int T = mode == 0 ? 1 : (int[]){3, 17}[ri % 2];
+                int min_keys = randint(T + 1, P == 1 ? 90 : 300);
+                li_dtype dt = (ri + mode + pi) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+                // the device's scalings (0..2) as before; a CPU cycles through all six
+                int which = c->device ? (P + G) % 3 : (pi + ri + mode) % BO_N_ROPE;
+                bo_attention_case(c, k->tol[c->device], P, G, Hkv, Dh, T, min_keys, mode,
+                                  3 * P + 5, dt, which, G % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX);
+            }
+}
+
 // ---- the table and its runner ---------------------------------------------------------------
 
 static const bo_case bo_cases[] = {
@@ -620,6 +741,7 @@ static const bo_case bo_cases[] = {
     {"rope", bo_rope, BO_TOL_POINTWISE},
     {"kv_store", bo_kv_store, BO_TOL_EXACT},
     {"kv_copy_rotate", bo_kv_copy_rotate, BO_TOL_POINTWISE},
+    {"attention", bo_attention, BO_TOL_ATTENTION},
 };
 
 // 1 when the comma-separated `list` names `name`.

@@ -399,89 +399,23 @@ static void test_rope(void) {
     }
 }
 
-// ---- kv_store --------------------------------------------------------------------------------
-
 // ---- attention -------------------------------------------------------------------------------
 
-typedef struct {
-    li_kv_storage kv;
-    gbuf gdata;
-    uint64_t *pages;
-    int n_pages, n_keys;
-} paged_seq;
+// ---- attention -------------------------------------------------------------------------------
+// (the op against the oracle: backend-ops.h; here the deferred-RoPE identity, the fallbacks and
+// the timings)
 
-// A random pool (guarded) and a page table over shuffled physical pages (paged-seq.h): documents
-// of up to 3 P + 5 tokens; K and V random.
+typedef bo_paged paged_seq;
+
+// A random pool and page table (backend-ops.h): documents of up to 3 P + 5 tokens.
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        li_dtype dtype) {
-    paged_table t;
-    paged_table_make(&t, &rng, P, min_keys, with_delta, 3 * P + 5);
-    *s = (paged_seq){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dtype), .pages = t.pages,
-                      .n_pages = t.n_pages, .n_keys = t.n_keys};
-    int64_t pool = t.n_pool;
-    long n = (long)pool * L * 2 * Hkv * P * Dh;
-    s->kv.data = gnew(&s->gdata, n);
-    fill(s->kv.data, n, 1.0f);
-    if (dtype == LI_DTYPE_BF16) {  // the same values rounded, packed in the first half
-        float *f = s->kv.data;
-        for (long i = 0; i < n; i++) ((uint16_t *)s->kv.data)[i] = li_f32_to_bf16(f[i]);
-    }
+    bo_make_paged(s, L, Hkv, Dh, P, min_keys, with_delta, 3 * P + 5, dtype);
 }
 
 static void free_paged(paged_seq *s) {
-    gfree(&s->gdata);
+    free(s->kv.data);
     free(s->pages);
-}
-
-static void test_attention(void) {
-    const int Ps[] = {1, 16, 64};
-    const int ratios[] = {1, 2, 3, 4, 8, 12};
-    int n_case = 0;
-    for (size_t pi = 0; pi < 3; pi++)
-        for (size_t ri = 0; ri < 6; ri++)
-            for (int mode = 0; mode < 4; mode++) {  // 0: decode, 1: prefill, 2: prefill no Δ,
-                                                    // 3: prefill with a first visible key
-                int P = Ps[pi], G = ratios[ri], Hkv = randint(1, 3), H = G * Hkv;
-                int Dh = (n_case++ % 2) ? 64 : 18;
-                int T = mode == 0 ? 1 : (int[]){3, 17}[ri % 2];
-                const char *mode_name = (const char *[]){"decode", "prefill", "prefill Δ=0",
-                                                         "prefill kv_first"}[mode];
-                int min_keys = randint(T + 1, P == 1 ? 90 : 300);
-                li_dtype dt = (ri + mode) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                paged_seq s;
-                make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, dt);
-                int il = 1;
-                li_rope_table tab = table_for(ri % 2 ? 6 : 3, ri % 3 ? LI_ROPE_NEOX : LI_ROPE_GPTJ, Dh);
-                TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s",
-                                mode_name, P, H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt)));
-                int32_t nv[17], first[17];
-                int n_past = s.n_keys - T;  // > 0
-                // mode 3: a block starting at a random key (often mid-page) sees only its own keys
-                int f0 = mode == 3 ? randint(0, n_past) : 0;
-                for (int t = 0; t < T; t++) {
-                    nv[t] = n_past + t + 1;
-                    first[t] = f0;
-                }
-                const int32_t *kf = mode == 3 ? first : NULL;
-                long qn = (long)T * H * Dh;
-                gbuf gq, g1, g2;
-                float *q = gnew(&gq, qn), *o1 = gnew(&g1, qn), *o2 = gnew(&g2, qn);
-                fill(q, qn, 1.0f);
-                float scale = 1.0f / sqrtf((float)Dh);
-                li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
-                const li_rope_table *rp = mode == 2 ? NULL : &tab;
-                be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
-                be_fast->ops->attention(be_fast, o2, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
-                double e = test_nmse(o2, o1, qn);
-                CHECK(e <= TOL_REDUCE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
-                CHECK(gok(&gq) && gok(&g1) && gok(&g2) && gok(&s.gdata), "guard damaged; seed %llu", g_seed);
-                gfree(&gq);
-                gfree(&g1);
-                gfree(&g2);
-                free_paged(&s);
-                TEST_END();
-            }
 }
 
 // Deferred RoPE: K stored rotated at its local position i on a page with Δ gives the same
@@ -922,14 +856,13 @@ int main(void) {
         return 1;
     }
     const bo_ctx ctxs[] = {
-        {be_ref, be_fast, "cpu", 0, true, g_seed, NULL},
-        {be_ref, devsim, "cpu-devsim", 0, true, g_seed, NULL},
+        {be_ref, be_fast, "cpu", 0, true, g_seed, NULL, NULL},
+        {be_ref, devsim, "cpu-devsim", 0, true, g_seed, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) bo_run_all(&ctxs[i], NULL);
     li_backend_free(devsim);
     test_matmul();
     test_rope();
-    test_attention();
     test_attention_deferred_rope();
     test_sample();
     test_fallbacks();

@@ -51,15 +51,10 @@ static char name_buf[256];
 //   ~K u² <= 1.5e-11 at K = 4096; 1e-9 still catches any layout or transpose error (which would
 //   give ~1) that the bf16 noise above could not hide anyway, but also small systematic errors.
 #define TOL_MATMUL_EXACT_X 1e-9
-// - attention (fp32 dot products of length Dh, online softmax in fp32, query rotated by -Δ in fp32
-//   where the oracle rotates K in fp64): ~Dh u² amplified by the softmax, ~1e-13..1e-12 expected;
-//   1e-9 (the middle of the 1e-10..1e-8 range for f32 attention).
+// - attention: the fp32 path and tensor cores, as backend-ops.h says (BO_TOL_ATTENTION[1],
+//   BO_TOL_ATTENTION_TC).
 #define TOL_ATTENTION 1e-9
-// - attention on tensor cores (T >= 16 rows, Dh 64/128: attention-prefill.cu): Q, K (after its Δ
-//   rotation in fp32), V and P are rounded to bf16 (relative 2^-9 each), fp32 accumulation; with
-//   unit-range random inputs the output NMSE is ~1e-6..1e-5. 1e-4 still catches a wrong key, a
-//   missed rotation or mask (those give NMSE ~1e-2..1).
-#define TOL_ATTENTION_TC 1e-4
+#define TOL_ATTENTION_TC BO_TOL_ATTENTION_TC
 
 // ---- device buffers with guard bytes (backend-ops.h) ------------------------------------------
 
@@ -207,96 +202,28 @@ static void fill_pool(void *pool, li_dtype dt, long n) { bo_fill_pool(pool, dt, 
 
 // ---- attention ----------------------------------------------------------------------------------
 
-typedef struct {
-    li_kv_storage kv;  // host pool
-    uint64_t *pages;
-    int n_pages, n_keys;
-} paged_seq;
-
-// A random pool and a page table over shuffled physical pages (paged-seq.h): documents of
-// doc_max tokens at most; K and V random.
+typedef bo_paged paged_seq;
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        int doc_max, li_dtype dt) {
-    paged_table t;
-    paged_table_make(&t, &rng, P, min_keys, with_delta, doc_max);
-    *s = (paged_seq){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dt), .pages = t.pages,
-                      .n_pages = t.n_pages, .n_keys = t.n_keys};
-    int64_t pool = t.n_pool;
-    long n = (long)pool * L * 2 * Hkv * P * Dh;
-    s->kv.data = xmalloc(sizeof(float) * n);
-    fill_pool(s->kv.data, dt, n);
+    bo_make_paged(s, L, Hkv, Dh, P, min_keys, with_delta, doc_max, dt);
 }
 
-// One attention case: T rows at the end of the sequence (causal), mode 0 decode / 1 prefill /
-// 2 prefill with every Δ = 0 and rope NULL / 3 prefill with a first visible key.
-static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, int mode,
-                           int doc_max, li_dtype dt) {
-    const char *mode_name =
-        (const char *[]){"decode", "prefill", "prefill Δ=0", "prefill kv_first"}[mode];
-    paged_seq s;
-    make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, doc_max, dt);
-    int H = G * Hkv, il = 1;
-    li_rope_table tab = table_for((P + G) % 3, (G % 2) ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
-    if (T > s.n_keys - 1) T = s.n_keys - 1;
+// The attention kernel gpu-check's case names carry: tensor cores (which generation, as the
+// LI_CUDA_ATTN_* switches pick) or NULL for the fp32 path.
+static const char *attn_tc_name(int T, int Dh, li_dtype dt) {
+    if (!li_backend_cuda_attention_tc(T, Dh)) return NULL;
     const char *mma = getenv("LI_CUDA_ATTN_MMA"), *async = getenv("LI_CUDA_ATTN_ASYNC");
     const bool sync_loads = dt == LI_DTYPE_BF16 && async && async[0] == '0';
-    TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s%s", mode_name, P,
-                    H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt),
-                    li_backend_cuda_attention_tc(T, Dh)
-                        ? (mma && mma[0] == '0' ? " (wmma kernel)"
-                           : sync_loads       ? " (mma kernel, synchronous loads)"
-                                              : " (mma kernel)")
-                        : ""));
-    int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
-    int n_past = s.n_keys - T;
-    int f0 = mode == 3 ? randint(0, n_past) : 0;  // often mid-page
-    for (int t = 0; t < T; t++) {
-        nv[t] = n_past + t + 1;
-        first[t] = f0;
-    }
-    long qn = (long)T * H * Dh;
-    float *q = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
-    float *o2 = xmalloc(sizeof(float) * qn);
-    fill(q, qn, 1.0f);
-    float scale = 1.0f / sqrtf((float)Dh);
-    li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
-    const li_rope_table *rp = mode == 2 ? NULL : &tab;
-    ref->ops->attention(ref, o1, q, T, H, &s.kv, il, &seq, mode == 3 ? first : NULL, nv, scale, rp);
+    return mma && mma[0] == '0' ? " (wmma kernel)"
+           : sync_loads       ? " (mma kernel, synchronous loads)"
+                              : " (mma kernel)";
+}
 
-    long pool_n = (long)s.kv.n_pages * s.kv.n_layer * 2 * Hkv * P * Dh;
-    dbuf gpool, gpages, gq, go, gnv, gfirst;
-    li_kv_storage kvd = s.kv;
-    kvd.data = dnew(&gpool, li_kv_elem_bytes(dt) * pool_n, s.kv.data);
-    li_kv_seq seqd = {.pages = dnew(&gpages, sizeof(uint64_t) * s.n_pages, s.pages), .n_pages = s.n_pages};
-    float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
-    int32_t *dnv = dnew(&gnv, sizeof(int32_t) * T, nv),
-            *dfirst = dnew(&gfirst, sizeof(int32_t) * T, first);
-    gpu->ops->attention(gpu, dout, dq, T, H, &kvd, il, &seqd, mode == 3 ? dfirst : NULL, dnv, scale,
-                        rp);
-    CHECK_BACKEND();
-    dget(o2, &go);
-    double e = test_nmse(o2, o1, qn);
-    bool tc = li_backend_cuda_attention_tc(T, Dh);
-    CHECK(e <= (tc ? TOL_ATTENTION_TC : TOL_ATTENTION), "nmse %g%s; seed %llu", e,
-          tc ? " (tensor cores)" : "", g_seed);
-    CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
-    CHECK(dguard_ok(&gpool) && dguard_ok(&gpages) && dguard_ok(&gq) && dguard_ok(&go) &&
-              dguard_ok(&gnv) && dguard_ok(&gfirst),
-          "guard damaged; seed %llu", g_seed);
-    dfree(&gpool);
-    dfree(&gpages);
-    dfree(&gq);
-    dfree(&go);
-    dfree(&gnv);
-    dfree(&gfirst);
-    free(nv);
-    free(first);
-    free(q);
-    free(o1);
-    free(o2);
-    free(s.kv.data);
-    free(s.pages);
-    TEST_END();
+// One attention case (backend-ops.h) with the RoPE scaling and layout drawn from P and G.
+static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, int mode,
+                           int doc_max, li_dtype dt) {
+    bo_attention_case(&gctx, TOL_ATTENTION, P, G, Hkv, Dh, T, min_keys, mode, doc_max, dt,
+                      (P + G) % 3, G % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX);
 }
 
 // attention_decode: n sequences of random lengths (some far shorter than others, so that key
@@ -401,19 +328,7 @@ static void test_prefill_plan(void) {
 
 static void test_attention(void) {
     test_prefill_plan();
-    const int Ps[] = {1, 16, 64};
-    const int ratios[] = {1, 2, 4, 8};
-    int n_case = 0;
-    for (int pi = 0; pi < 3; pi++)
-        for (int ri = 0; ri < 4; ri++)
-            for (int mode = 0; mode < 4; mode++) {
-                int P = Ps[pi], G = ratios[ri], Hkv = randint(1, 3);
-                int Dh = (int[]){18, 64, 128}[n_case++ % 3];
-                int T = mode == 0 ? 1 : (int[]){3, 17}[ri % 2];
-                int min_keys = randint(T + 1, P == 1 ? 90 : 300);
-                li_dtype dt = (ri + mode + pi) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                attention_case(P, G, Hkv, Dh, T, min_keys, mode, 3 * P + 5, dt);
-            }
+    // the grid over pages, GQA ratios, head dims and modes is backend-ops.h's (group "attention")
     // long contexts with few rows: the split-K path (many key ranges merged by the combine pass),
     // documents of up to 700 tokens so that Δ changes inside ranges and at range boundaries;
     // both pool dtypes
@@ -2458,7 +2373,7 @@ int main(void) {
     // OpenBLAS: the reference ops use no backend state.
     li_backend ref_be = {.ops = &li_cpu_ref_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
     ref = &ref_be;
-    gctx = (bo_ctx){ref, gpu, "cuda", 1, false, g_seed, li_backend_cuda_check};
+    gctx = (bo_ctx){ref, gpu, "cuda", 1, false, g_seed, li_backend_cuda_check, attn_tc_name};
     // the engine's own kernels unless a case asks for cuDNN (the "cudnn" groups)
     gpu->attn_impl = LI_ATTN_NATIVE;
     char desc[400];
