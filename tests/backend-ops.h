@@ -21,12 +21,12 @@
 // ---- the backend under test ----------------------------------------------------------------
 
 typedef struct {
-    li_backend *ref;      // the fp64 oracle; its buffers are host memory
-    li_backend *be;       // the backend under test
-    const char *name;     // "cpu", "cpu-devsim", "cuda": printed in every case name
-    int device;           // 1: a device backend's tolerances (bo_case.tol[1]), 0: a CPU's
-    bool fused_exact;     // be's add_rmsnorm equals its add then rmsnorm bit for bit
-    uint64_t seed;        // printed with every failure
+    li_backend *ref;  // the fp64 oracle; its buffers are host memory
+    li_backend *be;   // the backend under test
+    const char *name; // "cpu", "cpu-devsim", "cuda": printed in every case name
+    int device;       // 1: a device backend's tolerances (bo_case.tol[1]), 0: a CPU's
+    bool fused_exact; // be's add_rmsnorm equals its add then rmsnorm bit for bit
+    uint64_t seed;    // printed with every failure
     // The backend's first recorded error (li_backend_cuda_check); NULL where errors are not kept.
     li_status (*check)(li_backend *be);
     // The tensor-core kernel attention over T rows of head dim Dh takes, named for the case
@@ -36,9 +36,9 @@ typedef struct {
 
 typedef struct bo_case bo_case;
 struct bo_case {
-    const char *group;  // the op (LI_GPU_CHECK_ONLY names groups)
+    const char *group; // the op (LI_GPU_CHECK_ONLY names groups)
     void (*run)(const bo_ctx *c, const bo_case *k);
-    double tol[2];  // NMSE bound: [0] on a CPU backend, [1] on a device (how chosen: BO_TOL_*)
+    double tol[2]; // NMSE bound: [0] on a CPU backend, [1] on a device (how chosen: BO_TOL_*)
 };
 
 static char bo_name_buf[256];
@@ -60,27 +60,31 @@ static void bo_need(const bo_ctx *c, li_status st, const char *what) {
 
 // ---- guarded buffers in the backend's memory ------------------------------------------------
 
-#define BO_GUARD 256             // bytes on each side (keeps the payload 256-byte aligned)
-#define BO_SENTINEL 0x7fa5a5a5u  // a NaN bit pattern that no op produces
+#define BO_GUARD 256            // bytes on each side (keeps the payload 256-byte aligned)
+#define BO_SENTINEL 0x7fa5a5a5u // a NaN bit pattern that no op produces
 
 typedef struct {
-    li_backend *be;  // whose memory
-    uint8_t *base;   // BO_GUARD | payload (n bytes) | BO_GUARD
-    void *p;         // the payload
+    li_backend *be; // whose memory
+    uint8_t *base;  // BO_GUARD | payload (n bytes) | BO_GUARD
+    void *p;        // the payload
     size_t n;
 } bo_buf;
 
 static void bo_pattern(uint8_t *h, size_t n) {
     uint32_t s = BO_SENTINEL;
-    for (size_t i = 0; i + 4 <= n; i += 4) memcpy(h + i, &s, 4);
-    for (size_t i = n & ~(size_t)3; i < n; i++) h[i] = 0xa5;
+    for (size_t i = 0; i + 4 <= n; i += 4)
+        memcpy(h + i, &s, 4);
+    for (size_t i = n & ~(size_t)3; i < n; i++)
+        h[i] = 0xa5;
 }
 
 // Host memory where the backend has no memory ops (the CPU tables), its own otherwise. The
 // library's li_be_* do the same, but gpu-check links only the oracle and the CUDA backend.
 static void bo_down(const bo_ctx *c, li_backend *be, void *host, const void *src, size_t n) {
-    if (be->ops->download) bo_need(c, be->ops->download(be, host, src, n), "download");
-    else memcpy(host, src, n);
+    if (be->ops->download)
+        bo_need(c, be->ops->download(be, host, src, n), "download");
+    else
+        memcpy(host, src, n);
 }
 
 // A guarded buffer of n bytes in c->be's memory whose payload starts `off` bytes past the guard
@@ -122,9 +126,18 @@ static int bo_guard_ok(const bo_ctx *c, const bo_buf *b) {
 static void bo_get(const bo_ctx *c, void *host, const bo_buf *b) {
     bo_down(c, b->be, host, b->p, b->n);
 }
+// Host bytes into the payload's first n bytes (n <= b->n).
+static void bo_put(const bo_ctx *c, bo_buf *b, const void *host, size_t n) {
+    if (b->be->ops->upload)
+        bo_need(c, b->be->ops->upload(b->be, b->p, host, n), "upload");
+    else
+        memcpy(b->p, host, n);
+}
 static void bo_free(bo_buf *b) {
-    if (b->be && b->be->ops->free) b->be->ops->free(b->be, b->base);
-    else free(b->base);
+    if (b->be && b->be->ops->free)
+        b->be->ops->free(b->be, b->base);
+    else
+        free(b->base);
     memset(b, 0, sizeof *b);
 }
 
@@ -140,7 +153,8 @@ static void bo_check_backend(const bo_ctx *c) {
 // Every buffer's guards intact (NULL-terminated list).
 static void bo_check_guards(const bo_ctx *c, const bo_buf *const *bufs) {
     int ok = 1;
-    for (size_t i = 0; bufs[i]; i++) ok &= bo_guard_ok(c, bufs[i]);
+    for (size_t i = 0; bufs[i]; i++)
+        ok &= bo_guard_ok(c, bufs[i]);
     CHECK(ok, "guard damaged; seed %llu", (unsigned long long)c->seed);
 }
 
@@ -150,7 +164,8 @@ static void bo_check_close(const bo_ctx *c, const char *what, const float *got, 
                            long n, double tol) {
     double e = test_nmse(got, want, n);
     long bad_inf = 0;
-    for (long i = 0; i < n; i++) bad_inf += (isinf(got[i]) || isinf(want[i])) && got[i] != want[i];
+    for (long i = 0; i < n; i++)
+        bad_inf += (isinf(got[i]) || isinf(want[i])) && got[i] != want[i];
     CHECK(e <= tol, "%s: nmse %g > %g; seed %llu", what, e, tol, (unsigned long long)c->seed);
     CHECK(!test_has_nan(got, n), "%s: NaN; seed %llu", what, (unsigned long long)c->seed);
     CHECK(bad_inf == 0, "%s: %ld infinities differ from the oracle's; seed %llu", what, bad_inf,
@@ -165,9 +180,11 @@ static void bo_check_close(const bo_ctx *c, const char *what, const float *got, 
 //   produces (NMSE 1e-6 to 1).
 // - CUDA: expf / sincosf are within 2 ulp, rmsnorm's and softmax's fp32 block sums add ~log2(n)
 //   ulp, i.e. NMSE ~ 1e-14..1e-13. 1e-11 leaves 100x.
-#define BO_TOL_POINTWISE {1e-12, 1e-11}
+#define BO_TOL_POINTWISE                                                                           \
+    { 1e-12, 1e-11 }
 // A copy (embed: bf16 -> f32 is exact; kv_store: the same rounding on both): bit-identical.
-#define BO_TOL_EXACT {0, 0}
+#define BO_TOL_EXACT                                                                               \
+    { 0, 0 }
 
 static const int bo_Ts[] = {1, 3, 17};
 // 4096: a model width on the GPU; 4099 (T = 17: T·D >= 64K) the CPU's threaded path.
@@ -176,7 +193,8 @@ static const int bo_Ds[] = {1, 31, 67, 576, 4096, 4099};
 
 static uint16_t *bo_bf16_weights(int64_t n, float scale) {
     uint16_t *w = xmalloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) w[i] = li_f32_to_bf16(randn() * scale);
+    for (int64_t i = 0; i < n; i++)
+        w[i] = li_f32_to_bf16(randn() * scale);
     return w;
 }
 
@@ -199,8 +217,9 @@ static void bo_embed(const bo_ctx *c, const bo_case *k) {
                     fill(wh, (long)V * D, 1.0f);
                 }
                 int32_t tok[17];
-                for (int t = 0; t < T; t++) tok[t] = randint(0, V - 1);
-                tok[0] = V - 1;  // the last row too
+                for (int t = 0; t < T; t++)
+                    tok[t] = randint(0, V - 1);
+                tok[0] = V - 1; // the last row too
                 bo_buf gw, gt, go;
                 li_weight Wh = {dtype, V, D, wh}, Wd = {dtype, V, D, bo_new(c, &gw, wb, wh)};
                 int32_t *dtok = bo_new(c, &gt, sizeof(int32_t) * T, tok);
@@ -296,9 +315,11 @@ static void bo_add_rmsnorm(const bo_ctx *c, const bo_case *k) {
             }
             bo_check_guards(c, (const bo_buf *[]){&gx, &gy, &gw, &go, &gx3, &go3, NULL});
             bo_buf *all[] = {&gx, &gy, &gw, &go, &gx3, &go3};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bo_free(all[i]);
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+                bo_free(all[i]);
             float *host[] = {x, y, w, o1, o2, x2, o3, x3};
-            for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+            for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+                free(host[i]);
             TEST_END();
         }
 }
@@ -316,7 +337,8 @@ static void bo_add(const bo_ctx *c, const bo_case *k) {
         fill(x, n, 1.0f);
         fill(y, n, 3.0f);
         bo_buf gx, gy;
-        float *dx = bo_new(c, &gx, sizeof(float) * n, x), *dy = bo_new(c, &gy, sizeof(float) * n, y);
+        float *dx = bo_new(c, &gx, sizeof(float) * n, x),
+              *dy = bo_new(c, &gy, sizeof(float) * n, y);
         c->ref->ops->add(c->ref, x, y, n);
         c->be->ops->add(c->be, dx, dy, n);
         bo_check_backend(c);
@@ -376,7 +398,7 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
         TEST_BEGIN(BO_NAME(c, "softmax rows=%d n=%d", rows, n));
         float *x = xmalloc(sizeof(float) * m), *o2 = xmalloc(sizeof(float) * m);
         fill(x, m, 5.0f);
-        x[0] = 80.0f;  // exp would overflow without the max subtraction
+        x[0] = 80.0f; // exp would overflow without the max subtraction
         bo_buf gx;
         float *dx = bo_new(c, &gx, sizeof(float) * m, x);
         c->ref->ops->softmax(c->ref, x, rows, n);
@@ -385,7 +407,8 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
         bo_get(c, o2, &gx);
         bo_check_close(c, "x", o2, x, m, k->tol[c->device]);
         double s = 0;
-        for (int j = 0; j < n; j++) s += o2[j];
+        for (int j = 0; j < n; j++)
+            s += o2[j];
         // fp32 terms summed in fp64 here: off 1 by ~n·u at most; 1e-5 catches a missing term
         CHECK(fabs(s - 1) < 1e-5, "row 0 sums to %.9g; seed %llu", s, (unsigned long long)c->seed);
         bo_check_guards(c, (const bo_buf *[]){&gx, NULL});
@@ -404,17 +427,34 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
 // [3], [4], [5] are rows of test-ops.c's table of HF numbers (cases 3, 5, 7, 0, 6).
 static const li_rope_config bo_rope_cfgs[] = {
     {.scaling = LI_ROPE_SCALING_NONE, .theta = 10000.0f},
-    {.scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f, .factor = 8.0f,
-     .low_freq_factor = 1.0f, .high_freq_factor = 4.0f, .original_max_pos = 8192,
+    {.scaling = LI_ROPE_SCALING_LLAMA3,
+     .theta = 500000.0f,
+     .factor = 8.0f,
+     .low_freq_factor = 1.0f,
+     .high_freq_factor = 4.0f,
+     .original_max_pos = 8192,
      .max_pos = 131072},
-    {.scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f, .factor = 4.0f,
-     .original_max_pos = 4096, .max_pos = 16384},
-    {.scaling = LI_ROPE_SCALING_YARN, .theta = 1000000.0f, .factor = 3.0f,
-     .original_max_pos = 2048, .max_pos = 6144, .beta_fast = 16.0f, .beta_slow = 2.0f,
+    {.scaling = LI_ROPE_SCALING_YARN,
+     .theta = 10000.0f,
+     .factor = 4.0f,
+     .original_max_pos = 4096,
+     .max_pos = 16384},
+    {.scaling = LI_ROPE_SCALING_YARN,
+     .theta = 1000000.0f,
+     .factor = 3.0f,
+     .original_max_pos = 2048,
+     .max_pos = 6144,
+     .beta_fast = 16.0f,
+     .beta_slow = 2.0f,
      .attention_factor = 0.9f},
     {.scaling = LI_ROPE_SCALING_NONE, .theta = 100000.0f, .max_pos = 2048},
-    {.scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f, .factor = 40.0f,
-     .original_max_pos = 4096, .max_pos = 163840, .mscale = 1.0f, .mscale_all_dim = 0.707f},
+    {.scaling = LI_ROPE_SCALING_YARN,
+     .theta = 10000.0f,
+     .factor = 40.0f,
+     .original_max_pos = 4096,
+     .max_pos = 163840,
+     .mscale = 1.0f,
+     .mscale_all_dim = 0.707f},
 };
 #define BO_N_ROPE (int)(sizeof bo_rope_cfgs / sizeof bo_rope_cfgs[0])
 
@@ -428,7 +468,7 @@ static li_rope_table bo_rope_table(const bo_ctx *c, int which, li_rope_layout la
 }
 
 static void bo_rope(const bo_ctx *c, const bo_case *k) {
-    const int dhs[][2] = {{64, 64}, {18, 18}, {64, 32}, {128, 128}};  // (Dh, n_dims)
+    const int dhs[][2] = {{64, 64}, {18, 18}, {64, 32}, {128, 128}}; // (Dh, n_dims)
     for (int ci = 0; ci < BO_N_ROPE; ci++)
         for (int di = 0; di < 4; di++)
             for (int lay = 0; lay < 2; lay++) {
@@ -444,7 +484,8 @@ static void bo_rope(const bo_ctx *c, const bo_case *k) {
                 int32_t *pos = xmalloc(sizeof(int32_t) * T);
                 fill(x, n, 1.0f);
                 memcpy(x0, x, sizeof(float) * n);
-                for (int t = 0; t < T; t++) pos[t] = randint(0, t == 0 ? 0 : 200000);
+                for (int t = 0; t < T; t++)
+                    pos[t] = randint(0, t == 0 ? 0 : 200000);
                 bo_buf gx, gp;
                 float *dx = bo_new(c, &gx, sizeof(float) * n, x);
                 int32_t *dp = bo_new(c, &gp, sizeof(int32_t) * T, pos);
@@ -453,7 +494,7 @@ static void bo_rope(const bo_ctx *c, const bo_case *k) {
                 bo_check_backend(c);
                 bo_get(c, o2, &gx);
                 bo_check_close(c, "x", o2, x, n, k->tol[c->device]);
-                int pass_ok = 1;  // dims past n_dims pass through untouched, on both
+                int pass_ok = 1; // dims past n_dims pass through untouched, on both
                 for (long r = 0; r < (long)T * nh; r++)
                     for (int d = nd; d < Dh; d++)
                         if (o2[r * Dh + d] != x0[r * Dh + d] || x[r * Dh + d] != x0[r * Dh + d])
@@ -473,8 +514,9 @@ static void bo_rope(const bo_ctx *c, const bo_case *k) {
 // Pool contents of either dtype: n random values (bf16: rounded), so a bf16 pool holds no NaN.
 static void bo_fill_pool(void *pool, li_dtype dt, long n) {
     fill(pool, n, 1.0f);
-    if (dt == LI_DTYPE_BF16)  // in place, front to back: element i's bf16 overwrites bytes < 4 i
-        for (long i = 0; i < n; i++) ((uint16_t *)pool)[i] = li_f32_to_bf16(((float *)pool)[i]);
+    if (dt == LI_DTYPE_BF16) // in place, front to back: element i's bf16 overwrites bytes < 4 i
+        for (long i = 0; i < n; i++)
+            ((uint16_t *)pool)[i] = li_f32_to_bf16(((float *)pool)[i]);
 }
 
 // A pool of either dtype widened to f32.
@@ -491,15 +533,23 @@ static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
     for (int rep = 0; rep < 20; rep++) {
         li_kv_storage kv;
         int T;
-        if (rep < 8) {  // GQA up to 4, Dh 64 / 18
-            kv = (li_kv_storage){randint(1, 3), randint(1, 4), rep % 2 ? 18 : 64,
-                                 (int[]){1, 16, 64, 7}[rep % 4], randint(3, 9), NULL,
+        if (rep < 8) { // GQA up to 4, Dh 64 / 18
+            kv = (li_kv_storage){randint(1, 3),
+                                 randint(1, 4),
+                                 rep % 2 ? 18 : 64,
+                                 (int[]){1, 16, 64, 7}[rep % 4],
+                                 randint(3, 9),
+                                 NULL,
                                  rep < 4 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
             T = bo_Ts[rep % 3] + rep % 4;
-        } else {  // up to 8 KV heads, Dh 128, T 40
+        } else { // up to 8 KV heads, Dh 128, T 40
             int r = rep - 8;
-            kv = (li_kv_storage){randint(1, 3), randint(1, 8), (int[]){64, 18, 128}[r % 3],
-                                 (int[]){1, 16, 64, 7, 16, 1}[r % 6], randint(3, 9), NULL,
+            kv = (li_kv_storage){randint(1, 3),
+                                 randint(1, 8),
+                                 (int[]){64, 18, 128}[r % 3],
+                                 (int[]){1, 16, 64, 7, 16, 1}[r % 6],
+                                 randint(3, 9),
+                                 NULL,
                                  r < 6 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
             T = (int[]){1, 3, 17, 40, 1, 5}[r % 6];
         }
@@ -516,8 +566,9 @@ static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
         fill(kk, kn, 1.0f);
         fill(v, kn, 1.0f);
         int64_t *slot = xmalloc(sizeof(int64_t) * cap);
-        for (int64_t i = 0; i < cap; i++) slot[i] = i;
-        for (int64_t i = cap - 1; i > 0; i--) {  // distinct random slots
+        for (int64_t i = 0; i < cap; i++)
+            slot[i] = i;
+        for (int64_t i = cap - 1; i > 0; i--) { // distinct random slots
             int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = slot[i];
             slot[i] = slot[j];
             slot[j] = tmp;
@@ -548,9 +599,11 @@ static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
         CHECK(same, "K row not at li_kv_offset; seed %llu", (unsigned long long)c->seed);
         bo_check_guards(c, (const bo_buf *[]){&gpool, &gk, &gv, &gs, NULL});
         bo_buf *all[] = {&gpool, &gk, &gv, &gs};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bo_free(all[i]);
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            bo_free(all[i]);
         float *host[] = {pool, pool2, kk, v};
-        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+            free(host[i]);
         free(slot);
         TEST_END();
     }
@@ -596,10 +649,10 @@ static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
         bo_pool_f32(w2, pool2, dt, n);
         bo_check_close(c, "destination page", w2 + dst * page, w1 + dst * page, page,
                        dt == LI_DTYPE_BF16 ? BO_TOL_KV_BF16 : k->tol[c->device]);
-        int rest_ok = memcmp(pool2, pool, esz * dst * page) == 0 &&
-                      memcmp((char *)pool2 + esz * (dst + 1) * page,
-                             (char *)pool + esz * (dst + 1) * page,
-                             esz * (n - (dst + 1) * page)) == 0;
+        int rest_ok =
+            memcmp(pool2, pool, esz * dst * page) == 0 &&
+            memcmp((char *)pool2 + esz * (dst + 1) * page, (char *)pool + esz * (dst + 1) * page,
+                   esz * (n - (dst + 1) * page)) == 0;
         CHECK(rest_ok, "other pages changed; seed %llu", (unsigned long long)c->seed);
         CHECK(!test_has_nan(w2, n), "NaN; seed %llu", (unsigned long long)c->seed);
         bo_check_guards(c, (const bo_buf *[]){&gpool, NULL});
@@ -615,7 +668,7 @@ static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
 // ---- attention over a paged pool ------------------------------------------------------------
 
 typedef struct {
-    li_kv_storage kv;  // host pool
+    li_kv_storage kv; // host pool
     uint64_t *pages;
     int n_pages, n_keys;
 } bo_paged;
@@ -626,8 +679,10 @@ static void bo_make_paged(bo_paged *s, int L, int Hkv, int Dh, int P, int min_ke
                           int doc_max, li_dtype dt) {
     paged_table t;
     paged_table_make(&t, &rng, P, min_keys, with_delta, doc_max);
-    *s = (bo_paged){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dt), .pages = t.pages,
-                    .n_pages = t.n_pages, .n_keys = t.n_keys};
+    *s = (bo_paged){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dt),
+                    .pages = t.pages,
+                    .n_pages = t.n_pages,
+                    .n_keys = t.n_keys};
     long n = (long)t.n_pool * L * 2 * Hkv * P * Dh;
     s->kv.data = xmalloc(sizeof(float) * n);
     bo_fill_pool(s->kv.data, dt, n);
@@ -640,7 +695,8 @@ static void bo_make_paged(bo_paged *s, int L, int Hkv, int Dh, int P, int min_ke
 // - CUDA, fp32 path: fp32 dot products of length Dh, online softmax in fp32, the query rotated by
 //   -Δ in fp32 where the oracle rotates K in fp64: ~Dh u² amplified by the softmax, ~1e-13..1e-12
 //   expected; 1e-9 (the middle of the 1e-10..1e-8 range for f32 attention).
-#define BO_TOL_ATTENTION {1e-10, 1e-9}
+#define BO_TOL_ATTENTION                                                                           \
+    { 1e-10, 1e-9 }
 // - tensor cores (c->attn_tc: T >= 16 rows, Dh 64/128): Q, K (after its Δ rotation in fp32), V
 //   and P are rounded to bf16 (relative 2^-9 each), fp32 accumulation; with unit-range random
 //   inputs the output NMSE is ~1e-6..1e-5. 1e-4 still catches a wrong key, a missed rotation or
@@ -666,7 +722,7 @@ static void bo_attention_case(const bo_ctx *c, double tol, int P, int G, int Hkv
                        tc ? tc : ""));
     int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
     int n_past = s.n_keys - T;
-    int f0 = mode == 3 ? randint(0, n_past) : 0;  // often mid-page: sees only its own keys
+    int f0 = mode == 3 ? randint(0, n_past) : 0; // often mid-page: sees only its own keys
     for (int t = 0; t < T; t++) {
         nv[t] = n_past + t + 1;
         first[t] = f0;
@@ -694,12 +750,15 @@ static void bo_attention_case(const bo_ctx *c, double tol, int P, int G, int Hkv
                           scale, rp);
     bo_check_backend(c);
     bo_get(c, o2, &go);
-    bo_check_close(c, tc ? "out (tensor cores)" : "out", o2, o1, qn, tc ? BO_TOL_ATTENTION_TC : tol);
+    bo_check_close(c, tc ? "out (tensor cores)" : "out", o2, o1, qn,
+                   tc ? BO_TOL_ATTENTION_TC : tol);
     bo_check_guards(c, (const bo_buf *[]){&gpool, &gpages, &gq, &go, &gnv, &gfirst, NULL});
     bo_buf *all[] = {&gpool, &gpages, &gq, &go, &gnv, &gfirst};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bo_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        bo_free(all[i]);
     float *host[] = {q, o1, o2};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
     free(nv);
     free(first);
     free(s.kv.data);
@@ -724,9 +783,131 @@ static void bo_attention(const bo_ctx *c, const bo_case *k) {
                 li_dtype dt = (ri + mode + pi) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
                 // the device's scalings (0..2) as before; a CPU cycles through all six
                 int which = c->device ? (P + G) % 3 : (pi + ri + mode) % BO_N_ROPE;
-                bo_attention_case(c, k->tol[c->device], P, G, Hkv, Dh, T, min_keys, mode,
-                                  3 * P + 5, dt, which, G % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX);
+                bo_attention_case(c, k->tol[c->device], P, G, Hkv, Dh, T, min_keys, mode, 3 * P + 5,
+                                  dt, which, G % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX);
             }
+}
+
+// ---- sample ----------------------------------------------------------------------------------
+
+// x (V) = normal logits at a random scale; with ties, rounded to quarters (many exact ties, also
+// at the top).
+static void bo_random_logits(float *x, int V, int ties) {
+    float sc = 0.5f + 4.5f * (float)li_rng_uniform(&rng);
+    for (int i = 0; i < V; i++) {
+        x[i] = randn() * sc;
+        if (ties) x[i] = roundf(x[i] * 4) / 4; // many exact ties, also at the top
+    }
+}
+
+static void bo_sample(const bo_ctx *c, const bo_case *k) {
+    (void)k;
+    const int Vmax = 152064; // Qwen-sized vocabulary
+    float *lg = xmalloc(sizeof(float) * Vmax);
+    bo_buf gl;
+    float *dl = bo_new(c, &gl, sizeof(float) * Vmax, NULL);
+
+    TEST_BEGIN(BO_NAME(
+        c, "sample: greedy == oracle (argmax, lowest id on ties), 100 draws, V up to 152064"));
+    int bad = 0;
+    for (int tr = 0; tr < 100; tr++) {
+        int V = tr % 10 == 0 ? Vmax : randint(1, 40000);
+        bo_random_logits(lg, V, tr % 2);
+        if (V > 1 && tr % 3 == 0) lg[V - 1] = lg[randint(0, V - 2)] = 1000.0f; // tie at the top
+        bo_put(c, &gl, lg, sizeof(float) * V);
+        li_sampler_config g = {0, 0, 1, 0};
+        double u = li_rng_uniform(&rng);
+        int32_t a = c->ref->ops->sample(c->ref, lg, V, &g, u),
+                b = c->be->ops->sample(c->be, dl, V, &g, u);
+        if (a != b && bad++ < 5)
+            fprintf(stderr, "  trial %d V=%d: oracle %d backend %d\n", tr, V, a, b);
+    }
+    CHECK(bad == 0, "%d of 100 greedy draws differ; seed %llu", bad, (unsigned long long)c->seed);
+    bo_check_backend(c);
+    TEST_END();
+
+    // Same u -> same token. A device sums in scan order, the oracle in id order: the two differ by
+    // a few fp64 ulp, which changes the token only when u falls within ~1e-15 of a boundary, so
+    // every draw should agree; 1 disagreement in 300 is tolerated so that such a coincidence
+    // cannot fail the run, 2 or more is a bug.
+    const float temps[] = {0.05f, 0.7f, 1, 1.5f};
+    const int topks[] = {0, 1, 5, 40, 100, -1}; // -1: V + 7
+    const float topps[] = {1, 0.95f, 0.5f, 0.05f};
+    const float minps[] = {0, 0.02f, 0.3f};
+    TEST_BEGIN(BO_NAME(
+        c, "sample: temperature/top-k/top-p/min-p, same u -> oracle's token (300 configs)"));
+    int mism = 0, n_diff = 0;
+    int32_t first_tok = -1;
+    for (int tr = 0; tr < 300; tr++) {
+        int V = tr % 10 == 0 ? randint(100000, Vmax) : randint(1000, 6000);
+        bo_random_logits(lg, V, tr % 3 == 0);
+        li_sampler_config cfg = {temps[randint(0, 3)], topks[randint(0, 5)], topps[randint(0, 3)],
+                                 minps[randint(0, 2)]};
+        if (cfg.top_k < 0) cfg.top_k = V + 7;
+        double u = tr % 50 == 1 ? 0.0 : tr % 50 == 2 ? 1.0 - 0x1p-53 : li_rng_uniform(&rng);
+        bo_put(c, &gl, lg, sizeof(float) * V);
+        int32_t a = c->ref->ops->sample(c->ref, lg, V, &cfg, u),
+                b = c->be->ops->sample(c->be, dl, V, &cfg, u);
+        if (a != b || b < 0 || b >= V) {
+            if (mism++ < 5)
+                fprintf(stderr,
+                        "  trial %d V=%d temp=%g top_k=%d top_p=%g min_p=%g u=%.17g: "
+                        "oracle %d backend %d\n",
+                        tr, V, (double)cfg.temperature, cfg.top_k, (double)cfg.top_p,
+                        (double)cfg.min_p, u, a, b);
+        }
+        if (first_tok < 0)
+            first_tok = b;
+        else if (b != first_tok)
+            n_diff++;
+    }
+    printf("  sample: %d of 300 draws differ from the oracle\n", mism);
+    CHECK(mism <= 1, "%d of 300 draws differ; seed %llu", mism, (unsigned long long)c->seed);
+    CHECK(n_diff > 0, "every draw gave the same token");
+    bo_check_backend(c);
+    TEST_END();
+
+    // Distribution: V = 12 logits at temperature 0.8, 20000 draws with fresh u; each frequency
+    // within 5 standard deviations (sqrt(p(1-p)/n)) of softmax(l / 0.8) computed here in fp64
+    // (a wrong scale, order or cumulative sum moves several by far more).
+    TEST_BEGIN(
+        BO_NAME(c, "sample: empirical distribution at temperature 0.8 (12 tokens, 20000 draws)"));
+    {
+        enum { VV = 12, ND = 20000 };
+        float l[VV];
+        for (int i = 0; i < VV; i++)
+            l[i] = randn();
+        double p[VV], z = 0, mx = -INFINITY;
+        for (int i = 0; i < VV; i++)
+            mx = l[i] > mx ? l[i] : mx;
+        for (int i = 0; i < VV; i++)
+            z += p[i] = exp((l[i] - mx) / 0.8);
+        int cnt[VV] = {0};
+        bo_put(c, &gl, l, sizeof l);
+        li_sampler_config sc = {0.8f, 0, 1, 0};
+        int out_of_range = 0;
+        for (int d = 0; d < ND; d++) {
+            int32_t t = c->be->ops->sample(c->be, dl, VV, &sc, li_rng_uniform(&rng));
+            if (t < 0 || t >= VV)
+                out_of_range++;
+            else
+                cnt[t]++;
+        }
+        double worst = 0;
+        for (int i = 0; i < VV; i++) {
+            double pi = p[i] / z, sd = sqrt(pi * (1 - pi) / ND),
+                   dev = fabs((double)cnt[i] / ND - pi);
+            if (sd > 0 && dev / sd > worst) worst = dev / sd;
+        }
+        CHECK(out_of_range == 0, "%d tokens out of range", out_of_range);
+        CHECK(worst < 5, "a frequency is %.2f standard deviations off; seed %llu", worst,
+              (unsigned long long)c->seed);
+        bo_check_backend(c);
+    }
+    bo_check_guards(c, (const bo_buf *[]){&gl, NULL});
+    TEST_END();
+    bo_free(&gl);
+    free(lg);
 }
 
 // ---- the table and its runner ---------------------------------------------------------------
@@ -736,12 +917,13 @@ static const bo_case bo_cases[] = {
     {"rmsnorm", bo_rmsnorm, BO_TOL_POINTWISE},
     {"add_rmsnorm", bo_add_rmsnorm, BO_TOL_POINTWISE},
     {"add", bo_add, BO_TOL_POINTWISE},
-    {"add", bo_swiglu, BO_TOL_POINTWISE},  // group "add" as gpu-check always called it
+    {"add", bo_swiglu, BO_TOL_POINTWISE}, // group "add" as gpu-check always called it
     {"softmax", bo_softmax, BO_TOL_POINTWISE},
     {"rope", bo_rope, BO_TOL_POINTWISE},
     {"kv_store", bo_kv_store, BO_TOL_EXACT},
     {"kv_copy_rotate", bo_kv_copy_rotate, BO_TOL_POINTWISE},
     {"attention", bo_attention, BO_TOL_ATTENTION},
+    {"sample", bo_sample, BO_TOL_EXACT}, // tokens: the oracle's (counts in the case)
 };
 
 // 1 when the comma-separated `list` names `name`.

@@ -524,14 +524,6 @@ static int32_t argmax_lowest(const float *x, int V) {
     return b;
 }
 
-static void random_logits(float *x, int V, int ties) {
-    float sc = 0.5f + 4.5f * (float)li_rng_uniform(&rng);
-    for (int i = 0; i < V; i++) {
-        x[i] = randn() * sc;
-        if (ties) x[i] = roundf(x[i] * 4) / 4;  // many exact ties, also at the top
-    }
-}
-
 static void test_sample(void) {
     const float temps[] = {0, 0.05f, 0.7f, 1, 1.5f};
     const int topks[] = {0, 1, 5, 40, 100, -1};  // -1: V + 7
@@ -543,7 +535,7 @@ static void test_sample(void) {
     float *lg = malloc(sizeof(float) * 50000);
     for (int tr = 0; tr < n_trials; tr++) {
         int V = tr % 10 == 0 ? randint(20000, 50000) : randint(1000, 6000);
-        random_logits(lg, V, tr % 3 == 0);
+        bo_random_logits(lg, V, tr % 3 == 0);
         li_sampler_config cfg = {temps[randint(0, 4)], topks[randint(0, 5)], topps[randint(0, 3)],
                                  minps[randint(0, 2)]};
         if (cfg.top_k < 0) cfg.top_k = V + 7;
@@ -567,7 +559,7 @@ static void test_sample(void) {
     int bad = 0;
     for (int tr = 0; tr < 100; tr++) {
         int V = randint(1000, 8000);
-        random_logits(lg, V, 1);
+        bo_random_logits(lg, V, 1);
         int32_t want = argmax_lowest(lg, V);
         lg[V - 1] = lg[want];  // a tie with a higher id
         li_sampler_config g = {0, 0, 1, 0}, k1 = {(float)(0.1 + 2 * li_rng_uniform(&rng)), 1,
@@ -606,7 +598,7 @@ static void test_sample(void) {
     bad = 0;
     for (int tr = 0; tr < 100; tr++) {
         int V = randint(1000, 8000);
-        random_logits(lg, V, 0);
+        bo_random_logits(lg, V, 0);
         int32_t want = argmax_lowest(lg, V);
         lg[want] += 0.05f;  // margin 0.05 / temperature 1e-3: the runner-up has p < e^-50
         li_sampler_config c = {1e-3f, 0, 1, 0};
