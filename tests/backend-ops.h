@@ -151,11 +151,21 @@ static void bo_check_backend(const bo_ctx *c) {
 }
 
 // Every buffer's guards intact (NULL-terminated list).
-static void bo_check_guards(const bo_ctx *c, const bo_buf *const *bufs) {
+static void bo_check_guards(const bo_ctx *c, bo_buf *const *bufs) {
     int ok = 1;
     for (size_t i = 0; bufs[i]; i++)
         ok &= bo_guard_ok(c, bufs[i]);
     CHECK(ok, "guard damaged; seed %llu", (unsigned long long)c->seed);
+}
+
+// The end of a case: every buffer's guards intact, then the buffers and the host arrays freed
+// (both lists NULL-terminated).
+static void bo_finish(const bo_ctx *c, bo_buf *const *bufs, void *const *host) {
+    bo_check_guards(c, bufs);
+    for (size_t i = 0; bufs[i]; i++)
+        bo_free(bufs[i]);
+    for (size_t i = 0; host[i]; i++)
+        free(host[i]);
 }
 
 // got (n) against the oracle's want (n): NMSE <= tol, no NaN, an infinity only where the oracle
@@ -232,13 +242,7 @@ static void bo_embed(const bo_ctx *c, const bo_case *k) {
                 CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu",
                       (unsigned long long)c->seed);
                 bo_check_close(c, "out", o2, o1, (long)T * D, k->tol[c->device]);
-                bo_check_guards(c, (const bo_buf *[]){&gw, &gt, &go, NULL});
-                bo_free(&gw);
-                bo_free(&gt);
-                bo_free(&go);
-                free(wh);
-                free(o1);
-                free(o2);
+                bo_finish(c, (bo_buf *[]){&gw, &gt, &go, NULL}, (void *[]){wh, o1, o2, NULL});
                 TEST_END();
             }
 }
@@ -264,14 +268,8 @@ static void bo_rmsnorm(const bo_ctx *c, const bo_case *k) {
                 bo_check_backend(c);
                 bo_get(c, o2, alias ? &gx : &go);
                 bo_check_close(c, "out", o2, o1, n, k->tol[c->device]);
-                bo_check_guards(c, (const bo_buf *[]){&gx, &gw, alias ? NULL : &go, NULL});
-                bo_free(&gx);
-                bo_free(&gw);
-                if (!alias) bo_free(&go);
-                free(x);
-                free(w);
-                free(o1);
-                free(o2);
+                bo_finish(c, (bo_buf *[]){&gx, &gw, alias ? NULL : &go, NULL},
+                          (void *[]){x, w, o1, o2, NULL});
                 TEST_END();
             }
 }
@@ -313,13 +311,8 @@ static void bo_add_rmsnorm(const bo_ctx *c, const bo_case *k) {
                 CHECK(!memcmp(o2, o3, nb) && !memcmp(x2, x3, nb),
                       "fused != add + rmsnorm; seed %llu", (unsigned long long)c->seed);
             }
-            bo_check_guards(c, (const bo_buf *[]){&gx, &gy, &gw, &go, &gx3, &go3, NULL});
-            bo_buf *all[] = {&gx, &gy, &gw, &go, &gx3, &go3};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-                bo_free(all[i]);
-            float *host[] = {x, y, w, o1, o2, x2, o3, x3};
-            for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
-                free(host[i]);
+            bo_finish(c, (bo_buf *[]){&gx, &gy, &gw, &go, &gx3, &go3, NULL},
+                      (void *[]){x, y, w, o1, o2, x2, o3, x3, NULL});
             TEST_END();
         }
 }
@@ -345,12 +338,7 @@ static void bo_add(const bo_ctx *c, const bo_case *k) {
         bo_get(c, o2, &gx);
         // fp32 a + b vs fp64 a + b rounded once to fp32: equal but for rare double roundings
         bo_check_close(c, "x", o2, x, n, k->tol[c->device]);
-        bo_check_guards(c, (const bo_buf *[]){&gx, &gy, NULL});
-        bo_free(&gx);
-        bo_free(&gy);
-        free(x);
-        free(y);
-        free(o2);
+        bo_finish(c, (bo_buf *[]){&gx, &gy, NULL}, (void *[]){x, y, o2, NULL});
         TEST_END();
     }
 }
@@ -377,14 +365,8 @@ static void bo_swiglu(const bo_ctx *c, const bo_case *k) {
             bo_check_backend(c);
             bo_get(c, o2, alias ? &gg : &go);
             bo_check_close(c, "out", o2, o1, n, k->tol[c->device]);
-            bo_check_guards(c, (const bo_buf *[]){&gg, &gu, alias ? NULL : &go, NULL});
-            bo_free(&gg);
-            bo_free(&gu);
-            if (!alias) bo_free(&go);
-            free(g);
-            free(u);
-            free(o1);
-            free(o2);
+            bo_finish(c, (bo_buf *[]){&gg, &gu, alias ? NULL : &go, NULL},
+                      (void *[]){g, u, o1, o2, NULL});
             TEST_END();
         }
 }
@@ -411,10 +393,7 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
             s += o2[j];
         // fp32 terms summed in fp64 here: off 1 by ~n·u at most; 1e-5 catches a missing term
         CHECK(fabs(s - 1) < 1e-5, "row 0 sums to %.9g; seed %llu", s, (unsigned long long)c->seed);
-        bo_check_guards(c, (const bo_buf *[]){&gx, NULL});
-        bo_free(&gx);
-        free(x);
-        free(o2);
+        bo_finish(c, (bo_buf *[]){&gx, NULL}, (void *[]){x, o2, NULL});
         TEST_END();
     }
 }
@@ -425,37 +404,20 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
 // [1] llama3 (Llama-3.1's), [2] yarn (mscale != 1), [3] yarn with attention_factor and beta
 // overrides, [4] plain theta 1e5, [5] yarn with DeepSeek's mscale / mscale_all_dim. [1], [2],
 // [3], [4], [5] are rows of test-ops.c's table of HF numbers (cases 3, 5, 7, 0, 6).
+// clang-format off
 static const li_rope_config bo_rope_cfgs[] = {
     {.scaling = LI_ROPE_SCALING_NONE, .theta = 10000.0f},
-    {.scaling = LI_ROPE_SCALING_LLAMA3,
-     .theta = 500000.0f,
-     .factor = 8.0f,
-     .low_freq_factor = 1.0f,
-     .high_freq_factor = 4.0f,
-     .original_max_pos = 8192,
-     .max_pos = 131072},
-    {.scaling = LI_ROPE_SCALING_YARN,
-     .theta = 10000.0f,
-     .factor = 4.0f,
-     .original_max_pos = 4096,
+    {.scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f, .factor = 8.0f, .low_freq_factor = 1.0f,
+     .high_freq_factor = 4.0f, .original_max_pos = 8192, .max_pos = 131072},
+    {.scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f, .factor = 4.0f, .original_max_pos = 4096,
      .max_pos = 16384},
-    {.scaling = LI_ROPE_SCALING_YARN,
-     .theta = 1000000.0f,
-     .factor = 3.0f,
-     .original_max_pos = 2048,
-     .max_pos = 6144,
-     .beta_fast = 16.0f,
-     .beta_slow = 2.0f,
-     .attention_factor = 0.9f},
+    {.scaling = LI_ROPE_SCALING_YARN, .theta = 1000000.0f, .factor = 3.0f, .original_max_pos = 2048,
+     .max_pos = 6144, .beta_fast = 16.0f, .beta_slow = 2.0f, .attention_factor = 0.9f},
     {.scaling = LI_ROPE_SCALING_NONE, .theta = 100000.0f, .max_pos = 2048},
-    {.scaling = LI_ROPE_SCALING_YARN,
-     .theta = 10000.0f,
-     .factor = 40.0f,
-     .original_max_pos = 4096,
-     .max_pos = 163840,
-     .mscale = 1.0f,
-     .mscale_all_dim = 0.707f},
+    {.scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f, .factor = 40.0f, .original_max_pos = 4096,
+     .max_pos = 163840, .mscale = 1.0f, .mscale_all_dim = 0.707f},
 };
+// clang-format on
 #define BO_N_ROPE (int)(sizeof bo_rope_cfgs / sizeof bo_rope_cfgs[0])
 
 static li_rope_table bo_rope_table(const bo_ctx *c, int which, li_rope_layout layout, int n_dims) {
@@ -500,13 +462,7 @@ static void bo_rope(const bo_ctx *c, const bo_case *k) {
                         if (o2[r * Dh + d] != x0[r * Dh + d] || x[r * Dh + d] != x0[r * Dh + d])
                             pass_ok = 0;
                 CHECK(pass_ok, "dims past n_dims changed; seed %llu", (unsigned long long)c->seed);
-                bo_check_guards(c, (const bo_buf *[]){&gx, &gp, NULL});
-                bo_free(&gx);
-                bo_free(&gp);
-                free(x);
-                free(x0);
-                free(o2);
-                free(pos);
+                bo_finish(c, (bo_buf *[]){&gx, &gp, NULL}, (void *[]){x, x0, o2, pos, NULL});
                 TEST_END();
             }
 }
@@ -597,14 +553,8 @@ static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
             same &= kv.dtype == LI_DTYPE_BF16 ? ((uint16_t *)pool)[at + d] == li_f32_to_bf16(kr[d])
                                               : pool[at + d] == kr[d];
         CHECK(same, "K row not at li_kv_offset; seed %llu", (unsigned long long)c->seed);
-        bo_check_guards(c, (const bo_buf *[]){&gpool, &gk, &gv, &gs, NULL});
-        bo_buf *all[] = {&gpool, &gk, &gv, &gs};
-        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-            bo_free(all[i]);
-        float *host[] = {pool, pool2, kk, v};
-        for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
-            free(host[i]);
-        free(slot);
+        bo_finish(c, (bo_buf *[]){&gpool, &gk, &gv, &gs, NULL},
+                  (void *[]){pool, pool2, kk, v, slot, NULL});
         TEST_END();
     }
 }
@@ -655,12 +605,7 @@ static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
                    esz * (n - (dst + 1) * page)) == 0;
         CHECK(rest_ok, "other pages changed; seed %llu", (unsigned long long)c->seed);
         CHECK(!test_has_nan(w2, n), "NaN; seed %llu", (unsigned long long)c->seed);
-        bo_check_guards(c, (const bo_buf *[]){&gpool, NULL});
-        bo_free(&gpool);
-        free(pool);
-        free(pool2);
-        free(w1);
-        free(w2);
+        bo_finish(c, (bo_buf *[]){&gpool, NULL}, (void *[]){pool, pool2, w1, w2, NULL});
         TEST_END();
     }
 }
@@ -752,17 +697,8 @@ static void bo_attention_case(const bo_ctx *c, double tol, int P, int G, int Hkv
     bo_get(c, o2, &go);
     bo_check_close(c, tc ? "out (tensor cores)" : "out", o2, o1, qn,
                    tc ? BO_TOL_ATTENTION_TC : tol);
-    bo_check_guards(c, (const bo_buf *[]){&gpool, &gpages, &gq, &go, &gnv, &gfirst, NULL});
-    bo_buf *all[] = {&gpool, &gpages, &gq, &go, &gnv, &gfirst};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        bo_free(all[i]);
-    float *host[] = {q, o1, o2};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
-        free(host[i]);
-    free(nv);
-    free(first);
-    free(s.kv.data);
-    free(s.pages);
+    bo_finish(c, (bo_buf *[]){&gpool, &gpages, &gq, &go, &gnv, &gfirst, NULL},
+              (void *[]){q, o1, o2, nv, first, s.kv.data, s.pages, NULL});
     TEST_END();
 }
 
@@ -904,10 +840,8 @@ static void bo_sample(const bo_ctx *c, const bo_case *k) {
               (unsigned long long)c->seed);
         bo_check_backend(c);
     }
-    bo_check_guards(c, (const bo_buf *[]){&gl, NULL});
+    bo_finish(c, (bo_buf *[]){&gl, NULL}, (void *[]){lg, NULL});
     TEST_END();
-    bo_free(&gl);
-    free(lg);
 }
 
 // ---- the table and its runner ---------------------------------------------------------------
