@@ -185,6 +185,33 @@ static inline int test_argmax_gap(const float *x, int n, float *gap) {
     return best;
 }
 
+// out (nq, H, Dh) = softmax(q k^T * scale) v over all nk keys, no mask, in fp64: q (nq, H, Dh),
+// k and v (nk, Hkv, Dh), head h reading KV head h / (H / Hkv).
+static inline void test_attention_full(float *out, const float *q, const float *k, const float *v,
+                                       int nq, int H, int nk, int Hkv, int Dh, double scale) {
+    double *s = xmalloc((size_t)(nk ? nk : 1) * sizeof *s);
+    for (int i = 0; i < nq; i++)
+        for (int h = 0; h < H; h++) {
+            int hk = h / (H / Hkv);
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < nk; j++) {
+                double d = 0;
+                for (int x = 0; x < Dh; x++)
+                    d += (double)q[((size_t)i * H + h) * Dh + x] *
+                         k[((size_t)j * Hkv + hk) * Dh + x];
+                s[j] = d * scale;
+                if (s[j] > mx) mx = s[j];
+            }
+            for (int j = 0; j < nk; j++) sum += (s[j] = exp(s[j] - mx));
+            for (int x = 0; x < Dh; x++) {
+                double a = 0;
+                for (int j = 0; j < nk; j++) a += s[j] * v[((size_t)j * Hkv + hk) * Dh + x];
+                out[((size_t)i * H + h) * Dh + x] = (float)(a / sum);
+            }
+        }
+    free(s);
+}
+
 static inline int test_has_nan(const float *a, long n) {
     for (long i = 0; i < n; i++)
         if (isnan(a[i])) return 1;
