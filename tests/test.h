@@ -54,6 +54,32 @@ static const char *test_cur_name;
     } while (0)
 
 #ifdef LAZYINFER_H
+// Tokens a generation streams (on_token = test_on_token, user = a test_tokens): the first cap go
+// to toks; n counts every one, so a run past n_predict shows.
+typedef struct {
+    int32_t *toks;  // (cap)
+    int cap, n;
+} test_tokens;
+
+static inline bool test_on_token(void *user, int32_t tok) {
+    test_tokens *c = user;
+    if (c->n < c->cap) c->toks[c->n] = tok;
+    c->n++;
+    return true;
+}
+
+// Greedy decoding of n_predict tokens, past any EOS, streamed into *out (emptied here).
+static inline li_generate_params test_greedy_params(int n_predict, test_tokens *out) {
+    li_generate_params g = li_generate_default_params();
+    g.n_predict = n_predict;
+    g.sampling.temperature = 0;
+    g.stop_at_eos = false;
+    g.on_token = test_on_token;
+    g.user = out;
+    out->n = 0;
+    return g;
+}
+
 // 1 when `backend` (LI_TEST_BACKEND; NULL: the CPU) opens here, probed by loading the small model
 // `path`; otherwise the suite's model tests print one SKIP with the reason (no GPU on this machine)
 // instead of failing one by one.
