@@ -32,6 +32,9 @@ typedef struct {
     // The tensor-core kernel attention over T rows of head dim Dh takes, named for the case
     // (" (mma kernel)"), or NULL for the fp32 path; NULL hook: always the fp32 path.
     const char *(*attn_tc)(int T, int Dh, li_dtype dt);
+    // Whether the GEMM for these arguments rounds x to bf16 (cuBLASLt; not the f32-x decode
+    // GEMV); NULL hook: never. Device pointers W, x.
+    bool (*matmul_x_bf16)(int T, int K, const void *W, const void *x);
 } bo_ctx;
 
 typedef struct bo_case bo_case;
@@ -396,6 +399,111 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
         bo_finish(c, (bo_buf *[]){&gx, NULL}, (void *[]){x, o2, NULL});
         TEST_END();
     }
+}
+
+// ---- matmul ---------------------------------------------------------------------------------
+
+// A random weight (n_rows, n_cols) in dtype f32 or bf16 (normal draws * scale, bf16 rounded).
+static li_weight bo_make_weight(li_dtype dt, int64_t n_rows, int64_t n_cols, float scale) {
+    li_weight W = {dt, n_rows, n_cols, NULL};
+    int64_t n = n_rows * n_cols;
+    if (dt == LI_DTYPE_F32) {
+        float *d = xmalloc((size_t)n * sizeof(float));
+        fill(d, (long)n, scale);
+        W.data = d;
+    } else {
+        W.data = bo_bf16_weights(n, scale);
+    }
+    return W;
+}
+
+// Σ (y - ref)² / Σ_t,n Σ_k (x[t,k] W[n,k])²: the NMSE with each output's denominator replaced by
+// the magnitude of its terms, which is what fp32 rounding scales with. Plain NMSE is ill-posed
+// for a single output that happens to cancel to near zero (N = 1, T = 1). W host, f32 or bf16.
+static double bo_matmul_err(const float *y, const float *ref, const float *x, const li_weight *W,
+                            int T) {
+    double num = 0, den = 0;
+    for (int t = 0; t < T; t++)
+        for (int64_t n = 0; n < W->n_rows; n++) {
+            double d = (double)y[t * W->n_rows + n] - ref[t * W->n_rows + n];
+            num += d * d;
+            for (int64_t k = 0; k < W->n_cols; k++) {
+                size_t i = (size_t)(n * W->n_cols + k);
+                double w = W->dtype == LI_DTYPE_F32
+                               ? ((const float *)W->data)[i]
+                               : li_bf16_to_f32(((const uint16_t *)W->data)[i]);
+                double term = (double)x[t * W->n_cols + k] * w;
+                den += term * term;
+            }
+        }
+    return num / den;
+}
+
+// Tolerances of matmul (bo_matmul_err):
+// - x kept in f32, CPU: a K-term fp32 dot product has an error ~ sqrt(K)·u times the size of its
+//   terms, so the measure is ~K·u² ≈ 5e-12 at K = 1536 in the worst case; seen up to 2e-13.
+//   1e-10.
+// - x kept in f32 (the decode GEMV) or compared with the oracle fed the same bf16-rounded x, on a
+//   device: only fp32 accumulation remains, ~K u² <= 1.5e-11 at K = 4096; 1e-9 still catches any
+//   layout or transpose error (which would give ~1), but also small systematic errors.
+#define BO_TOL_MATMUL                                                                              \
+    { 1e-10, 1e-9 }
+// - x rounded to bf16 (8 significant bits: relative error <= 2^-8, variance 2^-16 / 3 = 5.1e-6)
+//   against the f32-x oracle: the measure averages ~5e-6, the "~1e-5" expected of bf16 GEMM
+//   inputs. With few outputs (N = 1, T = 1..3) it is a chi-square of 1..3 degrees of freedom:
+//   seen up to 1.3e-5 on the H200. 1e-4 is 20x the mean (a 1-in-1e5 tail for one output); a
+//   wrong layout gives ~1.
+#define BO_TOL_MATMUL_BF16 1e-4
+
+// y (T, N) = x (T, K) @ W (N, K)^T: f32 and bf16 weights on a CPU, bf16 on a device (what the
+// models keep there); T from 1 (decode) to 200; one y not 256-byte aligned.
+static void bo_matmul(const bo_ctx *c, const bo_case *k) {
+    const int shapes[][2] = {{1, 1},      {31, 67},    {67, 31},     {1, 576},     {1537, 33},
+                             {576, 1536}, {129, 1000}, {4096, 4096}, {6144, 4096}, {4096, 14336}};
+    const int mts[] = {1, 3, 4, 17, 64, 200};
+    // keep the fp64 oracle under ~1 s per case (a device's cases the CPU's twice over)
+    const long max_macs = c->device ? 80000000 : 30000000;
+    for (int dt = c->device ? 1 : 0; dt < 2; dt++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int it = 0; it < 6; it++) {
+                int N = shapes[s][0], K = shapes[s][1], T = mts[it];
+                if ((long)N * K * T > max_macs) continue;
+                li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+                size_t yoff = (s == 2 && it == 1) ? 4 : 0;
+                TEST_BEGIN(BO_NAME(c, "matmul %s N=%d K=%d T=%d%s", li_dtype_name(dtype), N, K, T,
+                                   yoff ? " (y misaligned)" : ""));
+                li_weight Wh = bo_make_weight(dtype, N, K, 1.0f);
+                size_t wb = (size_t)N * K * (dt ? 2 : 4);
+                float *x = xmalloc(sizeof(float) * T * K), *xr = xmalloc(sizeof(float) * T * K);
+                float *y1 = xmalloc(sizeof(float) * T * N), *y2 = xmalloc(sizeof(float) * T * N);
+                float *y3 = xmalloc(sizeof(float) * T * N);
+                fill(x, (long)T * K, 1.0f);
+                for (long i = 0; i < (long)T * K; i++)
+                    xr[i] = li_bf16_to_f32(li_f32_to_bf16(x[i]));
+                c->ref->ops->matmul(c->ref, y1, x, LI_DTYPE_F32, &Wh, T, false);  // the model's
+                c->ref->ops->matmul(c->ref, y3, xr, LI_DTYPE_F32, &Wh, T, false); // bf16 x's
+                bo_buf gw, gx, gy;
+                li_weight Wd = {dtype, N, K, bo_new(c, &gw, wb, Wh.data)};
+                float *dx = bo_new(c, &gx, sizeof(float) * T * K, x);
+                float *dy = bo_new_off(c, &gy, sizeof(float) * T * N, NULL, yoff);
+                c->be->ops->matmul(c->be, dy, dx, LI_DTYPE_F32, &Wd, T, false);
+                bo_check_backend(c);
+                bo_get(c, y2, &gy);
+                double e = bo_matmul_err(y2, y1, x, &Wh, T), e3 = bo_matmul_err(y2, y3, xr, &Wh, T);
+                double tol = k->tol[c->device];
+                if (c->matmul_x_bf16 && c->matmul_x_bf16(T, K, Wd.data, dx)) {
+                    CHECK(e <= BO_TOL_MATMUL_BF16, "error vs f32 x %g; seed %llu", e,
+                          (unsigned long long)c->seed);
+                    CHECK(e3 <= tol, "error vs bf16-rounded x %g; seed %llu", e3,
+                          (unsigned long long)c->seed);
+                } else {
+                    CHECK(e <= tol, "error vs f32 x %g; seed %llu", e, (unsigned long long)c->seed);
+                }
+                bo_check_close(c, "y", y2, y1, (long)T * N, INFINITY); // NaN and inf only
+                bo_finish(c, (bo_buf *[]){&gw, &gx, &gy, NULL},
+                          (void *[]){Wh.data, x, xr, y1, y2, y3, NULL});
+                TEST_END();
+            }
 }
 
 // ---- rope, kv_store, kv_copy_rotate ---------------------------------------------------------
@@ -853,6 +961,7 @@ static const bo_case bo_cases[] = {
     {"add", bo_add, BO_TOL_POINTWISE},
     {"add", bo_swiglu, BO_TOL_POINTWISE}, // group "add" as gpu-check always called it
     {"softmax", bo_softmax, BO_TOL_POINTWISE},
+    {"matmul", bo_matmul, BO_TOL_MATMUL},
     {"rope", bo_rope, BO_TOL_POINTWISE},
     {"kv_store", bo_kv_store, BO_TOL_EXACT},
     {"kv_copy_rotate", bo_kv_copy_rotate, BO_TOL_POINTWISE},

@@ -247,74 +247,7 @@ static void test_rope_table(void) {
 // ---- embed, rmsnorm, add, swiglu, softmax ----------------------------------------------------
 
 
-// A random weight (n_rows, n_cols) in dtype f32 or bf16; `f` gets the f32 values it holds.
-static li_weight make_weight(li_dtype dt, int64_t n_rows, int64_t n_cols, float scale) {
-    li_weight W = {dt, n_rows, n_cols, NULL};
-    size_t n = (size_t)(n_rows * n_cols);
-    if (dt == LI_DTYPE_F32) {
-        float *d = malloc(n * sizeof(float));
-        fill(d, (long)n, scale);
-        W.data = d;
-    } else {
-        uint16_t *d = malloc(n * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i++) d[i] = li_f32_to_bf16(randn() * scale);
-        W.data = d;
-    }
-    if (!W.data) exit(2);
-    return W;
-}
-
 // ---- matmul ----------------------------------------------------------------------------------
-
-// Σ (y - ref)² / Σ_t,n Σ_k (x[t,k] W[n,k])²: the NMSE with each output's denominator replaced by
-// the magnitude of its terms, which is what fp32 rounding scales with. Plain NMSE is ill-posed
-// for a single output that happens to cancel to near zero (N = 1, T = 1).
-static double matmul_err(const float *y, const float *ref, const float *x, const li_weight *W,
-                         int T) {
-    double num = 0, den = 0;
-    for (int t = 0; t < T; t++)
-        for (int64_t n = 0; n < W->n_rows; n++) {
-            double d = (double)y[t * W->n_rows + n] - ref[t * W->n_rows + n];
-            num += d * d;
-            for (int64_t k = 0; k < W->n_cols; k++) {
-                size_t i = (size_t)(n * W->n_cols + k);
-                double w = W->dtype == LI_DTYPE_F32 ? ((const float *)W->data)[i]
-                                                    : li_bf16_to_f32(((const uint16_t *)W->data)[i]);
-                double term = (double)x[t * W->n_cols + k] * w;
-                den += term * term;
-            }
-        }
-    return num / den;
-}
-
-static void test_matmul(void) {
-    const int shapes[][2] = {{1, 1}, {31, 67}, {67, 31}, {1, 576}, {1537, 33}, {576, 1536}, {129, 1000}};
-    const int mts[] = {1, 3, 4, 17, 64};
-    for (int dt = 0; dt < 2; dt++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (size_t it = 0; it < 5; it++) {
-                int N = shapes[s][0], K = shapes[s][1], T = mts[it];
-                if ((long)N * K * T > 30000000) continue;  // keep the oracle under a second
-                li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                TEST_BEGIN(NAME("matmul %s N=%d K=%d T=%d", li_dtype_name(dtype), N, K, T));
-                li_weight W = make_weight(dtype, N, K, 1.0f);
-                gbuf gx, g1, g2;
-                float *x = gnew(&gx, (long)T * K);
-                fill(x, (long)T * K, 1.0f);
-                float *y1 = gnew(&g1, (long)T * N), *y2 = gnew(&g2, (long)T * N);
-                be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, T, false);
-                be_fast->ops->matmul(be_fast, y2, x, LI_DTYPE_F32, &W, T, false);
-                double e = matmul_err(y2, y1, x, &W, T);
-                CHECK(e <= TOL_REDUCE, "error %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(y2, (long)T * N), "NaN; seed %llu", g_seed);
-                CHECK(gok(&gx) && gok(&g1) && gok(&g2), "guard damaged; seed %llu", g_seed);
-                gfree(&gx);
-                gfree(&g1);
-                gfree(&g2);
-                free(W.data);
-                TEST_END();
-            }
-}
 
 // ---- rope ------------------------------------------------------------------------------------
 
@@ -704,13 +637,13 @@ static void test_fallbacks(void) {
     double e = test_nmse(o2, o1, qn);
     CHECK(e <= TOL_REDUCE, "attention nmse %g; seed %llu", e, g_seed);
     CHECK(gok(&g2), "guard damaged; seed %llu", g_seed);
-    li_weight W = make_weight(LI_DTYPE_BF16, 67, 131, 1.0f);
+    li_weight W = bo_make_weight(LI_DTYPE_BF16, 67, 131, 1.0f);
     gbuf gx, gy1, gy2;
     float *x = gnew(&gx, 64 * 131), *y1 = gnew(&gy1, 64 * 67), *y2 = gnew(&gy2, 64 * 67);
     fill(x, 64 * 131, 1.0f);
     be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, 64, false);
     bare.ops->matmul(&bare, y2, x, LI_DTYPE_F32, &W, 64, false);
-    e = matmul_err(y2, y1, x, &W, 64);
+    e = bo_matmul_err(y2, y1, x, &W, 64);
     CHECK(e <= TOL_REDUCE, "matmul error %g; seed %llu", e, g_seed);
     CHECK(gok(&gy2), "guard damaged; seed %llu", g_seed);
     li_sampler_config sc = {0.9f, 0, 0.9f, 0};
@@ -791,7 +724,7 @@ static void print_timings(void) {
     for (int dt = 0; dt < 2; dt++)
         for (int T = 1; T <= 64; T *= 64) {
             li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-            li_weight W = make_weight(dtype, 1536, 576, 1.0f);
+            li_weight W = bo_make_weight(dtype, 1536, 576, 1.0f);
             float *x = malloc(sizeof(float) * T * 576), *y = malloc(sizeof(float) * T * 1536);
             fill(x, (long)T * 576, 1.0f);
             mm_bench bf = {be_fast, y, x, &W, T}, br = {be_ref, y, x, &W, T};
@@ -848,12 +781,11 @@ int main(void) {
         return 1;
     }
     const bo_ctx ctxs[] = {
-        {be_ref, be_fast, "cpu", 0, true, g_seed, NULL, NULL},
-        {be_ref, devsim, "cpu-devsim", 0, true, g_seed, NULL, NULL},
+        {be_ref, be_fast, "cpu", 0, true, g_seed, NULL, NULL, NULL},
+        {be_ref, devsim, "cpu-devsim", 0, true, g_seed, NULL, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) bo_run_all(&ctxs[i], NULL);
     li_backend_free(devsim);
-    test_matmul();
     test_rope();
     test_attention_deferred_rope();
     test_sample();
