@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lazyinfer.h"
+
 #define DEFAULT_MODEL_REL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 // --attn-impl's help, the same for every command that loads a model
 #define CLI_ATTN_IMPL_HELP                                                                         \
@@ -21,6 +23,15 @@ typedef struct {
     void *dst;
     const char *help;
 } opt;
+
+// The model-loading options commands share (--model, --tokenizer, --chat-template, --threads,
+// --backend, --gpu, --ctx-size, --kv-dtype, --attn-impl); 0 / NULL: the library's default.
+typedef struct {
+    const char *model, *tokenizer, *chat_template, *backend, *kv_dtype, *attn_impl;
+    int n_threads, gpu, n_ctx;
+} cli_model_args;
+// li_model_params from those options (model NULL: cli_default_model()).
+li_model_params cli_model_params(const cli_model_args *a);
 
 void cli_print_usage(const char *usage, const opt *opts, int n_opts);
 // Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
