@@ -115,6 +115,14 @@ static void *bo_new(const bo_ctx *c, bo_buf *b, size_t n, const void *src) {
     return bo_new_off(c, b, n, src, 0);
 }
 
+// A guarded buffer of n bytes in host memory for the oracle (c->ref), payload the sentinel
+// pattern: the oracle's writes are checked against their bounds as the backend's are.
+static void *bo_host(const bo_ctx *c, bo_buf *b, size_t n) {
+    bo_ctx h = *c;
+    h.be = c->ref;
+    return bo_new(&h, b, n, NULL);
+}
+
 // 1 when the guard bytes before the payload (from base) and after it are intact.
 static int bo_guard_ok(const bo_ctx *c, const bo_buf *b) {
     size_t lo = (size_t)((uint8_t *)b->p - b->base), all = lo + b->n + BO_GUARD;
@@ -237,7 +245,9 @@ static void bo_embed(const bo_ctx *c, const bo_case *k) {
                 li_weight Wh = {dtype, V, D, wh}, Wd = {dtype, V, D, bo_new(c, &gw, wb, wh)};
                 int32_t *dtok = bo_new(c, &gt, sizeof(int32_t) * T, tok);
                 float *dout = bo_new(c, &go, sizeof(float) * T * D, NULL);
-                float *o1 = xmalloc(sizeof(float) * T * D), *o2 = xmalloc(sizeof(float) * T * D);
+                bo_buf ho1; // the oracle's output, guarded too
+                float *o1 = bo_host(c, &ho1, sizeof(float) * T * D);
+                float *o2 = xmalloc(sizeof(float) * T * D);
                 c->ref->ops->embed(c->ref, o1, &Wh, tok, T);
                 c->be->ops->embed(c->be, dout, &Wd, dtok, T);
                 bo_check_backend(c);
@@ -245,7 +255,7 @@ static void bo_embed(const bo_ctx *c, const bo_case *k) {
                 CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu",
                       (unsigned long long)c->seed);
                 bo_check_close(c, "out", o2, o1, (long)T * D, k->tol[c->device]);
-                bo_finish(c, (bo_buf *[]){&gw, &gt, &go, NULL}, (void *[]){wh, o1, o2, NULL});
+                bo_finish(c, (bo_buf *[]){&gw, &gt, &go, &ho1, NULL}, (void *[]){wh, o2, NULL});
                 TEST_END();
             }
 }
@@ -259,7 +269,8 @@ static void bo_rmsnorm(const bo_ctx *c, const bo_case *k) {
                 TEST_BEGIN(BO_NAME(c, "rmsnorm T=%d D=%d%s", T, D, alias ? " out=x" : ""));
                 long n = (long)T * D;
                 float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * D);
-                float *o1 = xmalloc(sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
+                bo_buf ho1;
+                float *o1 = bo_host(c, &ho1, sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
                 fill(x, n, 2.0f);
                 fill(w, D, 1.0f);
                 bo_buf gx, gw, go = {0};
@@ -271,8 +282,8 @@ static void bo_rmsnorm(const bo_ctx *c, const bo_case *k) {
                 bo_check_backend(c);
                 bo_get(c, o2, alias ? &gx : &go);
                 bo_check_close(c, "out", o2, o1, n, k->tol[c->device]);
-                bo_finish(c, (bo_buf *[]){&gx, &gw, alias ? NULL : &go, NULL},
-                          (void *[]){x, w, o1, o2, NULL});
+                bo_finish(c, (bo_buf *[]){&gx, &gw, &ho1, alias ? NULL : &go, NULL},
+                          (void *[]){x, w, o2, NULL});
                 TEST_END();
             }
 }
@@ -287,8 +298,9 @@ static void bo_add_rmsnorm(const bo_ctx *c, const bo_case *k) {
             TEST_BEGIN(BO_NAME(c, "add_rmsnorm T=%d D=%d", T, D));
             long n = (long)T * D;
             size_t nb = sizeof(float) * n;
-            float *x = xmalloc(nb), *y = xmalloc(nb), *w = xmalloc(sizeof(float) * D);
-            float *o1 = xmalloc(nb), *o2 = xmalloc(nb), *x2 = xmalloc(nb);
+            bo_buf hx, ho1;
+            float *x = bo_host(c, &hx, nb), *y = xmalloc(nb), *w = xmalloc(sizeof(float) * D);
+            float *o1 = bo_host(c, &ho1, nb), *o2 = xmalloc(nb), *x2 = xmalloc(nb);
             float *o3 = xmalloc(nb), *x3 = xmalloc(nb);
             fill(x, n, 2.0f);
             fill(y, n, 1.0f);
@@ -314,8 +326,8 @@ static void bo_add_rmsnorm(const bo_ctx *c, const bo_case *k) {
                 CHECK(!memcmp(o2, o3, nb) && !memcmp(x2, x3, nb),
                       "fused != add + rmsnorm; seed %llu", (unsigned long long)c->seed);
             }
-            bo_finish(c, (bo_buf *[]){&gx, &gy, &gw, &go, &gx3, &go3, NULL},
-                      (void *[]){x, y, w, o1, o2, x2, o3, x3, NULL});
+            bo_finish(c, (bo_buf *[]){&gx, &gy, &gw, &go, &gx3, &go3, &hx, &ho1, NULL},
+                      (void *[]){y, w, o2, x2, o3, x3, NULL});
             TEST_END();
         }
 }
@@ -328,7 +340,8 @@ static void bo_add(const bo_ctx *c, const bo_case *k) {
     for (int i = 0; i < BO_N_NS; i++) {
         long n = bo_ns[i];
         TEST_BEGIN(BO_NAME(c, "add n=%ld", n));
-        float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
+        bo_buf hx;
+        float *x = bo_host(c, &hx, sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
         float *o2 = xmalloc(sizeof(float) * n);
         fill(x, n, 1.0f);
         fill(y, n, 3.0f);
@@ -341,7 +354,7 @@ static void bo_add(const bo_ctx *c, const bo_case *k) {
         bo_get(c, o2, &gx);
         // fp32 a + b vs fp64 a + b rounded once to fp32: equal but for rare double roundings
         bo_check_close(c, "x", o2, x, n, k->tol[c->device]);
-        bo_finish(c, (bo_buf *[]){&gx, &gy, NULL}, (void *[]){x, y, o2, NULL});
+        bo_finish(c, (bo_buf *[]){&gx, &gy, &hx, NULL}, (void *[]){y, o2, NULL});
         TEST_END();
     }
 }
@@ -352,7 +365,8 @@ static void bo_swiglu(const bo_ctx *c, const bo_case *k) {
             long n = bo_ns[i];
             TEST_BEGIN(BO_NAME(c, "swiglu n=%ld%s", n, alias ? " out=gate" : ""));
             float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
-            float *o1 = xmalloc(sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
+            bo_buf ho1;
+            float *o1 = bo_host(c, &ho1, sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
             fill(g, n, 3.0f);
             fill(u, n, 1.0f);
             // exp(100) overflows fp32: fp32 gives -0 where the fp64 oracle gives a subnormal
@@ -368,8 +382,8 @@ static void bo_swiglu(const bo_ctx *c, const bo_case *k) {
             bo_check_backend(c);
             bo_get(c, o2, alias ? &gg : &go);
             bo_check_close(c, "out", o2, o1, n, k->tol[c->device]);
-            bo_finish(c, (bo_buf *[]){&gg, &gu, alias ? NULL : &go, NULL},
-                      (void *[]){g, u, o1, o2, NULL});
+            bo_finish(c, (bo_buf *[]){&gg, &gu, &ho1, alias ? NULL : &go, NULL},
+                      (void *[]){g, u, o2, NULL});
             TEST_END();
         }
 }
@@ -381,7 +395,8 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
         int rows = shapes[i][0], n = shapes[i][1];
         long m = (long)rows * n;
         TEST_BEGIN(BO_NAME(c, "softmax rows=%d n=%d", rows, n));
-        float *x = xmalloc(sizeof(float) * m), *o2 = xmalloc(sizeof(float) * m);
+        bo_buf hx;
+        float *x = bo_host(c, &hx, sizeof(float) * m), *o2 = xmalloc(sizeof(float) * m);
         fill(x, m, 5.0f);
         x[0] = 80.0f; // exp would overflow without the max subtraction
         bo_buf gx;
@@ -396,7 +411,7 @@ static void bo_softmax(const bo_ctx *c, const bo_case *k) {
             s += o2[j];
         // fp32 terms summed in fp64 here: off 1 by ~n·u at most; 1e-5 catches a missing term
         CHECK(fabs(s - 1) < 1e-5, "row 0 sums to %.9g; seed %llu", s, (unsigned long long)c->seed);
-        bo_finish(c, (bo_buf *[]){&gx, NULL}, (void *[]){x, o2, NULL});
+        bo_finish(c, (bo_buf *[]){&gx, &hx, NULL}, (void *[]){o2, NULL});
         TEST_END();
     }
 }
@@ -475,8 +490,10 @@ static void bo_matmul(const bo_ctx *c, const bo_case *k) {
                 li_weight Wh = bo_make_weight(dtype, N, K, 1.0f);
                 size_t wb = (size_t)N * K * (dt ? 2 : 4);
                 float *x = xmalloc(sizeof(float) * T * K), *xr = xmalloc(sizeof(float) * T * K);
-                float *y1 = xmalloc(sizeof(float) * T * N), *y2 = xmalloc(sizeof(float) * T * N);
-                float *y3 = xmalloc(sizeof(float) * T * N);
+                bo_buf hy1, hy3;
+                float *y1 = bo_host(c, &hy1, sizeof(float) * T * N);
+                float *y2 = xmalloc(sizeof(float) * T * N),
+                      *y3 = bo_host(c, &hy3, sizeof(float) * T * N);
                 fill(x, (long)T * K, 1.0f);
                 for (long i = 0; i < (long)T * K; i++)
                     xr[i] = li_bf16_to_f32(li_f32_to_bf16(x[i]));
@@ -500,8 +517,8 @@ static void bo_matmul(const bo_ctx *c, const bo_case *k) {
                     CHECK(e <= tol, "error vs f32 x %g; seed %llu", e, (unsigned long long)c->seed);
                 }
                 bo_check_close(c, "y", y2, y1, (long)T * N, INFINITY); // NaN and inf only
-                bo_finish(c, (bo_buf *[]){&gw, &gx, &gy, NULL},
-                          (void *[]){Wh.data, x, xr, y1, y2, y3, NULL});
+                bo_finish(c, (bo_buf *[]){&gw, &gx, &gy, &hy1, &hy3, NULL},
+                          (void *[]){Wh.data, x, xr, y2, NULL});
                 TEST_END();
             }
 }
@@ -549,7 +566,8 @@ static void bo_rope(const bo_ctx *c, const bo_case *k) {
                 TEST_BEGIN(BO_NAME(c, "rope %s table %d T=%d nh=%d Dh=%d n_dims=%d",
                                    lay ? "gptj" : "neox", ci, T, nh, Dh, nd));
                 long n = (long)T * nh * Dh;
-                float *x = xmalloc(sizeof(float) * n), *x0 = xmalloc(sizeof(float) * n);
+                bo_buf hx;
+                float *x = bo_host(c, &hx, sizeof(float) * n), *x0 = xmalloc(sizeof(float) * n);
                 float *o2 = xmalloc(sizeof(float) * n);
                 int32_t *pos = xmalloc(sizeof(int32_t) * T);
                 fill(x, n, 1.0f);
@@ -570,7 +588,7 @@ static void bo_rope(const bo_ctx *c, const bo_case *k) {
                         if (o2[r * Dh + d] != x0[r * Dh + d] || x[r * Dh + d] != x0[r * Dh + d])
                             pass_ok = 0;
                 CHECK(pass_ok, "dims past n_dims changed; seed %llu", (unsigned long long)c->seed);
-                bo_finish(c, (bo_buf *[]){&gx, &gp, NULL}, (void *[]){x, x0, o2, pos, NULL});
+                bo_finish(c, (bo_buf *[]){&gx, &gp, &hx, NULL}, (void *[]){x0, o2, pos, NULL});
                 TEST_END();
             }
 }
@@ -624,7 +642,8 @@ static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
         long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * kv.page_size * kv.head_dim;
         const size_t esz = li_kv_elem_bytes(kv.dtype);
         long kn = (long)T * kv.n_head_kv * kv.head_dim;
-        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
+        bo_buf hpool;
+        float *pool = bo_host(c, &hpool, sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
         float *kk = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
         bo_fill_pool(pool, kv.dtype, n);
         fill(kk, kn, 1.0f);
@@ -661,8 +680,8 @@ static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
             same &= kv.dtype == LI_DTYPE_BF16 ? ((uint16_t *)pool)[at + d] == li_f32_to_bf16(kr[d])
                                               : pool[at + d] == kr[d];
         CHECK(same, "K row not at li_kv_offset; seed %llu", (unsigned long long)c->seed);
-        bo_finish(c, (bo_buf *[]){&gpool, &gk, &gv, &gs, NULL},
-                  (void *[]){pool, pool2, kk, v, slot, NULL});
+        bo_finish(c, (bo_buf *[]){&gpool, &gk, &gv, &gs, &hpool, NULL},
+                  (void *[]){pool2, kk, v, slot, NULL});
         TEST_END();
     }
 }
@@ -691,7 +710,8 @@ static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
                            li_dtype_name(dt)));
         long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * P * Dh;
         const size_t esz = li_kv_elem_bytes(dt);
-        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
+        bo_buf hpool;
+        float *pool = bo_host(c, &hpool, sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
         float *w1 = xmalloc(sizeof(float) * n), *w2 = xmalloc(sizeof(float) * n);
         bo_fill_pool(pool, dt, n);
         bo_buf gpool;
@@ -713,7 +733,7 @@ static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
                    esz * (n - (dst + 1) * page)) == 0;
         CHECK(rest_ok, "other pages changed; seed %llu", (unsigned long long)c->seed);
         CHECK(!test_has_nan(w2, n), "NaN; seed %llu", (unsigned long long)c->seed);
-        bo_finish(c, (bo_buf *[]){&gpool, NULL}, (void *[]){pool, pool2, w1, w2, NULL});
+        bo_finish(c, (bo_buf *[]){&gpool, &hpool, NULL}, (void *[]){pool2, w1, w2, NULL});
         TEST_END();
     }
 }
@@ -781,7 +801,8 @@ static void bo_attention_case(const bo_ctx *c, double tol, int P, int G, int Hkv
         first[t] = f0;
     }
     long qn = (long)T * H * Dh;
-    float *q = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
+    bo_buf ho1;
+    float *q = xmalloc(sizeof(float) * qn), *o1 = bo_host(c, &ho1, sizeof(float) * qn);
     float *o2 = xmalloc(sizeof(float) * qn);
     fill(q, qn, 1.0f);
     float scale = 1.0f / sqrtf((float)Dh);
@@ -805,8 +826,8 @@ static void bo_attention_case(const bo_ctx *c, double tol, int P, int G, int Hkv
     bo_get(c, o2, &go);
     bo_check_close(c, tc ? "out (tensor cores)" : "out", o2, o1, qn,
                    tc ? BO_TOL_ATTENTION_TC : tol);
-    bo_finish(c, (bo_buf *[]){&gpool, &gpages, &gq, &go, &gnv, &gfirst, NULL},
-              (void *[]){q, o1, o2, nv, first, s.kv.data, s.pages, NULL});
+    bo_finish(c, (bo_buf *[]){&gpool, &gpages, &gq, &go, &gnv, &gfirst, &ho1, NULL},
+              (void *[]){q, o2, nv, first, s.kv.data, s.pages, NULL});
     TEST_END();
 }
 
