@@ -111,7 +111,7 @@ $(LIB): $(LIB_OBJ) $(CU_OBJ)
 $(BIN): $(TOOL_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test.h tests/paged-seq.h tests/backend-ops.h $(LIB)
+$(BUILD)/tests/%: tests/%.c tests/test.h tests/paged-seq.h tests/backend-ops.h tests/gguf-write.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 

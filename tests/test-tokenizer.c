@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gguf-write.h"
 #include "test.h"
 #include "tokenizer/tokenizer-internal.h"
 
@@ -607,25 +608,6 @@ static void test_config(void) {
 
 // ---- GGUF vocabularies built in memory --------------------------------------------------------
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} wbuf;
-
-static void w(wbuf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void w_u32(wbuf *b, uint32_t v) { w(b, &v, 4); }
-static void w_u64(wbuf *b, uint64_t v) { w(b, &v, 8); }
-static void w_str(wbuf *b, const char *s) {
-    w_u64(b, strlen(s));
-    w(b, s, strlen(s));
-}
 static void kv_str(wbuf *b, const char *k, const char *v) {
     w_str(b, k);
     w_u32(b, LI_GGUF_STRING);
@@ -652,7 +634,7 @@ static li_status gguf_vocab_u(const char *model, const char *pre, const char *me
                           user_tok ? user_tok : "<u>"};
     const char *merges[] = {"a b", merge2};
     wbuf b = {0};
-    w(&b, "GGUF", 4);
+    w_bytes(&b, "GGUF", 4);
     w_u32(&b, 3);
     w_u64(&b, 0);
     w_u64(&b, pre ? 7 : 6);
