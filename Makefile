@@ -114,7 +114,7 @@ $(LIB): $(LIB_OBJ) $(CU_OBJ)
 $(BIN): $(TOOL_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test.h tests/paged-seq.h $(LIB)
+$(BUILD)/tests/%: tests/%.c tests/test.h tests/paged-seq.h tests/backend-ops.h tests/gguf-write.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
@@ -190,7 +190,7 @@ gpu-check: $(BUILD)/tests/gpu-check $(BUILD)/tests/gpu-model $(BUILD)/tests/test
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-llada-generate-ref
 
 
-$(BUILD)/tests/gpu-check: tests/gpu/gpu-check.c tests/test.h tests/paged-seq.h $(GPU_CHECK_OBJ)
+$(BUILD)/tests/gpu-check: tests/gpu/gpu-check.c tests/test.h tests/paged-seq.h tests/backend-ops.h $(GPU_CHECK_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Isrc $(CFLAGS) $(LDFLAGS) -o $@ $< $(GPU_CHECK_OBJ) $(CUDA_LDLIBS) -lpthread -lm
 else

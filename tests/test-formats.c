@@ -23,6 +23,7 @@
 #include "format/gguf.h"
 #include "format/hf-config.h"
 #include "format/safetensors.h"
+#include "gguf-write.h"
 #include "test.h"
 
 #define REAL_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -44,30 +45,6 @@ static float rnd_uniform(float lo, float hi) {
     return lo + (hi - lo) * (float)((rnd() >> 40) / 16777216.0);
 }
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} wbuf;
-
-static void w_bytes(wbuf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void w_u8(wbuf *b, uint8_t v) { w_bytes(b, &v, 1); }
-static void w_u32(wbuf *b, uint32_t v) { w_bytes(b, &v, 4); }
-static void w_u64(wbuf *b, uint64_t v) { w_bytes(b, &v, 8); }
-static void w_str(wbuf *b, const char *s) {
-    w_u64(b, strlen(s));
-    w_bytes(b, s, strlen(s));
-}
-static void w_pad(wbuf *b, size_t al) {
-    while (b->n % al) w_u8(b, 0);
-}
 static void patch_u32(uint8_t *p, size_t pos, uint32_t v) { memcpy(p + pos, &v, 4); }
 static void patch_u64(uint8_t *p, size_t pos, uint64_t v) { memcpy(p + pos, &v, 8); }
 

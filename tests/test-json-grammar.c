@@ -111,6 +111,22 @@ static bool complete(const li_json_grammar *g, const char *text) {
     return li_json_state_feed(&st, text, strlen(text)) && st.done;
 }
 
+// Walk i: a random text over g of about rng % max_len bytes into text (cap), parsed as JSON into
+// *v (NULL when it does not parse, *err saying why). false, with a failed check, when the walk
+// found no way to complete the text: the caller stops walking.
+static bool walk_json(const li_json_grammar *g, li_rng *rng, int max_len, int i, char *text,
+                      int cap, json_t **v, const char **err) {
+    static json_error_t je;
+    int len = (int)(li_rng_u64(rng) % (uint64_t)max_len);
+    if (!walk(g, rng, len, text, cap)) {
+        CHECK(0, "walk %d found no way to complete '%s'", i, text);
+        return false;
+    }
+    *v = json_loads(text, 0, &je);
+    *err = je.text;
+    return true;
+}
+
 int main(void) {
     li_rng rng;
     test_rng_init(&rng, "test-json-grammar");
@@ -129,14 +145,10 @@ int main(void) {
         static char text[8192];
         int done = 0;
         for (int i = 0; i < 2000; i++) {
-            int len = (int)(li_rng_u64(&rng) % 200);
-            if (!walk(obj, &rng, len, text, sizeof text)) {
-                CHECK(0, "walk %d found no way to complete '%s'", i, text);
-                break;
-            }
-            json_error_t je;
-            json_t *v = json_loads(text, 0, &je);
-            CHECK(v && json_is_object(v), "walk %d: '%s' does not parse: %s", i, text, je.text);
+            json_t *v;
+            const char *err;
+            if (!walk_json(obj, &rng, 200, i, text, (int)sizeof text, &v, &err)) break;
+            CHECK(v && json_is_object(v), "walk %d: '%s' does not parse: %s", i, text, err);
             json_decref(v);
             done += v != NULL;
         }
@@ -149,15 +161,11 @@ int main(void) {
         static char text[8192];
         int n_valid = 0, n_tags = 0, n_inner = 0;
         for (int i = 0; i < 2000; i++) {
-            int len = (int)(li_rng_u64(&rng) % 300);
-            if (!walk(sch, &rng, len, text, sizeof text)) {
-                CHECK(0, "walk %d found no way to complete '%s'", i, text);
-                break;
-            }
-            json_error_t je;
-            json_t *v = json_loads(text, 0, &je);
+            json_t *v;
+            const char *err;
+            if (!walk_json(sch, &rng, 300, i, text, (int)sizeof text, &v, &err)) break;
             bool ok = v && valid(v, schema);
-            CHECK(ok, "walk %d: '%s' %s", i, text, v ? "breaks the schema" : je.text);
+            CHECK(ok, "walk %d: '%s' %s", i, text, v ? "breaks the schema" : err);
             n_valid += ok;
             n_tags += v && json_array_size(json_object_get(v, "tags")) > 1;
             n_inner += v && json_object_get(v, "inner") != NULL;

@@ -198,7 +198,6 @@ static void oracle_forward(const li_llada *m, const step_t *st, float *out) {
     float *v = xmalloc((size_t)T * KD * 4), *att = xmalloc((size_t)T * HD * 4);
     float *g = xmalloc((size_t)T * F * 4), *u = xmalloc((size_t)T * F * 4);
     float *tmp = xmalloc((size_t)T * D * 4);
-    double *sc = xmalloc((size_t)T * sizeof(double));
     op->embed(be_ref, x, &m->w.tok_embd, st->tok, T);
     for (int il = 0; il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
@@ -208,27 +207,8 @@ static void oracle_forward(const li_llada *m, const step_t *st, float *out) {
         op->matmul(be_ref, v, xn, LI_DTYPE_F32, &l->wv, T, false);
         op->rope(be_ref, q, LI_DTYPE_F32, q, st->pos, T, H, Dh, &m->rope);
         op->rope(be_ref, k, LI_DTYPE_F32, k, st->pos, T, Hkv, Dh, &m->rope);
-        for (int i = 0; i < T; i++) // softmax(q k^T / sqrt(Dh)) v over all rows: no mask
-            for (int h = 0; h < H; h++) {
-                int hk = h / (H / Hkv);
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j < T; j++) {
-                    double d = 0;
-                    for (int e = 0; e < Dh; e++)
-                        d += (double)q[(size_t)i * HD + h * Dh + e] *
-                             k[(size_t)j * KD + hk * Dh + e];
-                    sc[j] = d / sqrt((double)Dh);
-                    mx = fmax(mx, sc[j]);
-                }
-                for (int j = 0; j < T; j++)
-                    sum += (sc[j] = exp(sc[j] - mx));
-                for (int e = 0; e < Dh; e++) {
-                    double a = 0;
-                    for (int j = 0; j < T; j++)
-                        a += sc[j] * v[(size_t)j * KD + hk * Dh + e];
-                    att[(size_t)i * HD + h * Dh + e] = (float)(a / sum);
-                }
-            }
+        // softmax(q k^T / sqrt(Dh)) v over all rows: no mask
+        test_attention_full(att, q, k, v, T, H, T, Hkv, Dh, 1.0 / sqrt((double)Dh));
         op->matmul(be_ref, tmp, att, LI_DTYPE_F32, &l->wo, T, false);
         op->add(be_ref, x, tmp, (int64_t)T * D);
         op->rmsnorm(be_ref, xn, LI_DTYPE_F32, x, l->ffn_norm.data, T, D, hp->rms_eps);
@@ -242,7 +222,7 @@ static void oracle_forward(const li_llada *m, const step_t *st, float *out) {
     op->rmsnorm(be_ref, xn, LI_DTYPE_F32, x + (size_t)st->lo * D, m->w.out_norm.data, nb, D,
                 hp->rms_eps);
     op->matmul(be_ref, out, xn, LI_DTYPE_F32, &m->w.output, nb, false);
-    free(x), free(xn), free(q), free(k), free(v), free(att), free(g), free(u), free(tmp), free(sc);
+    free(x), free(xn), free(q), free(k), free(v), free(att), free(g), free(u), free(tmp);
 }
 
 static void test_oracle(uint64_t mseed) {

@@ -278,18 +278,6 @@ static int check_top20(const ref_case *c, int p, const float *row, double tol) {
     return bad;
 }
 
-typedef struct {
-    int32_t toks[MAX_GREEDY];
-    int n;
-} collected;
-
-static bool collect_token(void *user, int32_t token) {
-    collected *col = user;
-    if (col->n < MAX_GREEDY) col->toks[col->n] = token;
-    col->n++;
-    return true;
-}
-
 static bool file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
@@ -407,13 +395,9 @@ static void run_case(ref_case *c, const char *root) {
     // Greedy generation.
     snprintf(tname, sizeof(tname), "ref %s: greedy %d", c->name, c->n_greedy);
     TEST_BEGIN(tname);
-    li_generate_params gp = li_generate_default_params();
-    gp.n_predict = c->n_greedy;
-    gp.sampling.temperature = 0;
-    gp.stop_at_eos = false;
-    gp.on_token = collect_token;
-    collected col = {.n = 0};
-    gp.user = &col;
+    int32_t toks[MAX_GREEDY];
+    test_tokens col = {toks, MAX_GREEDY, 0};
+    li_generate_params gp = test_greedy_params(c->n_greedy, &col);
     li_generate_stats gs;
     st = li_generate(m, c->prompt_ids, c->n_prompt, &gp, &gs);
     CHECK(st == LI_OK, "li_generate: %s: %s", li_status_str(st), li_last_error());

@@ -22,34 +22,6 @@ static void fresh(float *o, float *m, float *l, int rows, int Dh) {
     memset(o, 0, (size_t)rows * Dh * sizeof(float));
 }
 
-// out (nq, H, Dh) = softmax(q k^T * scale) v over all nk keys, fp64.
-static void naive_attention(float *out, const float *q, const float *k, const float *v, int nq,
-                            int H, int nk, int Hkv, int Dh, float scale) {
-    double *s = xmalloc((size_t)nk * sizeof *s);
-    for (int i = 0; i < nq; i++)
-        for (int h = 0; h < H; h++) {
-            int hk = h / (H / Hkv);
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < nk; j++) {
-                double d = 0;
-                for (int x = 0; x < Dh; x++)
-                    d += (double)q[((size_t)i * H + h) * Dh + x] *
-                         k[((size_t)j * Hkv + hk) * Dh + x];
-                s[j] = d * scale;
-                if (s[j] > mx) mx = s[j];
-            }
-            for (int j = 0; j < nk; j++)
-                sum += (s[j] = exp(s[j] - mx));
-            for (int x = 0; x < Dh; x++) {
-                double a = 0;
-                for (int j = 0; j < nk; j++)
-                    a += s[j] * v[((size_t)j * Hkv + hk) * Dh + x];
-                out[((size_t)i * H + h) * Dh + x] = (float)(a / sum);
-            }
-        }
-    free(s);
-}
-
 static void test_flash(void) {
     static const struct {
         int nq, H, Hkv, Dh, nk, tile;
@@ -75,7 +47,7 @@ static void test_flash(void) {
         fill(q, (long)rows * Dh, 1.5f);
         fill(k, (long)nk * Hkv * Dh, 1.5f);
         fill(v, (long)nk * Hkv * Dh, 1.0f);
-        naive_attention(ref, q, k, v, nq, H, nk, Hkv, Dh, scale);
+        test_attention_full(ref, q, k, v, nq, H, nk, Hkv, Dh, scale);
         // 0: oracle over all keys; 1: fast over all keys; 2: fast split at a tile boundary into
         // the later part first, then the earlier part (the FACache order)
         be_ref->ops->flash_attn_tiles(be_ref, o[0], m[0], l[0], q, nq, H, k, v, nk, Hkv, Dh, tile,

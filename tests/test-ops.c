@@ -4,6 +4,8 @@
 // deferred-RoPE identity of paged attention, and the sampling contract (same u -> same token,
 // top_k = 1 is greedy, the temperature -> 0 limit, the empirical distribution).
 //
+// The ops every backend shares (embed, rmsnorm, add_rmsnorm, add, swiglu, softmax) come from the
+// one table in backend-ops.h, run here on cpu and cpu-devsim (gpu-check runs it on cuda).
 // Every output buffer sits between guard floats that no op may touch. Inputs come from
 // test_seed() (tests/test.h): fixed unless LI_TEST_SEED=N or random; every failure message
 // carries the seed.
@@ -15,6 +17,7 @@
 #include "backend/backend.h"
 #include "paged-seq.h"
 #include "test.h"
+#include "backend-ops.h"
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *be_ref, *be_fast;
@@ -243,245 +246,8 @@ static void test_rope_table(void) {
 
 // ---- embed, rmsnorm, add, swiglu, softmax ----------------------------------------------------
 
-static const int Ts[] = {1, 3, 17};
-static const int Ds[] = {1, 31, 67, 576};
-
-// A random weight (n_rows, n_cols) in dtype f32 or bf16; `f` gets the f32 values it holds.
-static li_weight make_weight(li_dtype dt, int64_t n_rows, int64_t n_cols, float scale) {
-    li_weight W = {dt, n_rows, n_cols, NULL};
-    size_t n = (size_t)(n_rows * n_cols);
-    if (dt == LI_DTYPE_F32) {
-        float *d = malloc(n * sizeof(float));
-        fill(d, (long)n, scale);
-        W.data = d;
-    } else {
-        uint16_t *d = malloc(n * sizeof(uint16_t));
-        for (size_t i = 0; i < n; i++) d[i] = li_f32_to_bf16(randn() * scale);
-        W.data = d;
-    }
-    if (!W.data) exit(2);
-    return W;
-}
-
-static void test_embed(void) {
-    for (int dt = 0; dt < 2; dt++)
-        for (size_t it = 0; it < 3; it++)
-            for (size_t id = 0; id < 4; id++) {
-                int T = Ts[it], D = Ds[id], V = randint(1000, 5000);
-                li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                TEST_BEGIN(NAME("embed %s T=%d D=%d V=%d", li_dtype_name(dtype), T, D, V));
-                li_weight W = make_weight(dtype, V, D, 1.0f);
-                int32_t tok[17];
-                for (int t = 0; t < T; t++) tok[t] = randint(0, V - 1);
-                tok[0] = V - 1;  // the last row too
-                gbuf a, b;
-                float *o1 = gnew(&a, (long)T * D), *o2 = gnew(&b, (long)T * D);
-                be_ref->ops->embed(be_ref, o1, &W, tok, T);
-                be_fast->ops->embed(be_fast, o2, &W, tok, T);
-                CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu", g_seed);
-                CHECK(!test_has_nan(o2, (long)T * D), "NaN; seed %llu", g_seed);
-                CHECK(gok(&a) && gok(&b), "guard damaged; seed %llu", g_seed);
-                gfree(&a);
-                gfree(&b);
-                free(W.data);
-                TEST_END();
-            }
-}
-
-static void test_rmsnorm(void) {
-    for (size_t it = 0; it < 3; it++)
-        for (size_t id = 0; id < 4; id++)
-            for (int alias = 0; alias < 2; alias++) {
-                int T = Ts[it], D = Ds[id];
-                if (alias == 0 && it == 2) D = 4099;  // T*D >= 64K: the threaded path
-                TEST_BEGIN(NAME("rmsnorm T=%d D=%d%s", T, D, alias ? " in place" : ""));
-                float eps = 1e-5f;
-                gbuf gx, g1, g2, gw;
-                float *x = gnew(&gx, (long)T * D), *w = gnew(&gw, D);
-                fill(x, (long)T * D, 2.0f);
-                fill(w, D, 1.0f);
-                float *o1 = gnew(&g1, (long)T * D), *o2 = gnew(&g2, (long)T * D);
-                be_ref->ops->rmsnorm(be_ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
-                if (alias) {
-                    be_fast->ops->rmsnorm(be_fast, x, LI_DTYPE_F32, x, w, T, D, eps);
-                    memcpy(o2, x, sizeof(float) * T * D);
-                } else {
-                    be_fast->ops->rmsnorm(be_fast, o2, LI_DTYPE_F32, x, w, T, D, eps);
-                }
-                double e = test_nmse(o2, o1, (long)T * D);
-                CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, (long)T * D), "NaN; seed %llu", g_seed);
-                CHECK(gok(&gx) && gok(&g1) && gok(&g2) && gok(&gw), "guard damaged; seed %llu", g_seed);
-                gfree(&gx);
-                gfree(&gw);
-                gfree(&g1);
-                gfree(&g2);
-                TEST_END();
-            }
-}
-
-// add_rmsnorm: the fast fused op equals the fast add + rmsnorm bit for bit (backend.h), and the
-// oracle's (li_add_rmsnorm falls back to its add and rmsnorm) within TOL_POINTWISE.
-static void test_add_rmsnorm(void) {
-    for (size_t it = 0; it < 3; it++)
-        for (size_t id = 0; id < 4; id++) {
-            int T = Ts[it], D = id == 3 && it == 2 ? 4099 : Ds[id];  // last: the threaded path
-            TEST_BEGIN(NAME("add_rmsnorm T=%d D=%d", T, D));
-            long n = (long)T * D;
-            float eps = 1e-5f;
-            gbuf gx1, gx2, gx3, gy, gw, g1, g2, g3;
-            float *x1 = gnew(&gx1, n), *x2 = gnew(&gx2, n), *x3 = gnew(&gx3, n);
-            float *y = gnew(&gy, n), *w = gnew(&gw, D);
-            float *o1 = gnew(&g1, n), *o2 = gnew(&g2, n), *o3 = gnew(&g3, n);
-            fill(x1, n, 2.0f);
-            fill(y, n, 1.0f);
-            fill(w, D, 1.0f);
-            memcpy(x2, x1, sizeof(float) * n);
-            memcpy(x3, x1, sizeof(float) * n);
-            li_add_rmsnorm(be_ref, o1, x1, y, w, T, D, eps);
-            be_fast->ops->add_rmsnorm(be_fast, o2, x2, y, w, T, D, eps);
-            be_fast->ops->add(be_fast, x3, y, n);
-            be_fast->ops->rmsnorm(be_fast, o3, LI_DTYPE_F32, x3, w, T, D, eps);
-            CHECK(!memcmp(o2, o3, sizeof(float) * n) && !memcmp(x2, x3, sizeof(float) * n),
-                  "fused != add + rmsnorm; seed %llu", g_seed);
-            double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x1, n);
-            CHECK(e <= TOL_POINTWISE && ex <= TOL_POINTWISE, "nmse %g (x %g); seed %llu", e, ex,
-                  g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(gok(&gx1) && gok(&gx2) && gok(&gx3) && gok(&gy) && gok(&gw) && gok(&g1) &&
-                      gok(&g2) && gok(&g3),
-                  "guard damaged; seed %llu", g_seed);
-            gbuf *all[] = {&gx1, &gx2, &gx3, &gy, &gw, &g1, &g2, &g3};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gfree(all[i]);
-            TEST_END();
-        }
-}
-
-static void test_add_swiglu(void) {
-    const long ns[] = {1, 31, 577, 100003};
-    for (size_t i = 0; i < 4; i++) {
-        long n = ns[i];
-        TEST_BEGIN(NAME("add n=%ld", n));
-        gbuf gx1, gx2, gy;
-        float *x1 = gnew(&gx1, n), *x2 = gnew(&gx2, n), *y = gnew(&gy, n);
-        fill(x1, n, 1.0f);
-        fill(y, n, 3.0f);
-        memcpy(x2, x1, sizeof(float) * n);
-        be_ref->ops->add(be_ref, x1, y, n);
-        be_fast->ops->add(be_fast, x2, y, n);
-        // fp32 a + b vs fp64 a + b rounded once to fp32: equal but for rare double roundings
-        double e = test_nmse(x2, x1, n);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(gok(&gx1) && gok(&gx2) && gok(&gy), "guard damaged; seed %llu", g_seed);
-        gfree(&gx1);
-        gfree(&gx2);
-        gfree(&gy);
-        TEST_END();
-    }
-    const long fs[] = {1, 37, 1535, 8193 * 3};
-    for (size_t i = 0; i < 4; i++)
-        for (int alias = 0; alias < 2; alias++) {
-            long n = fs[i];
-            TEST_BEGIN(NAME("swiglu n=%ld%s", n, alias ? " out=gate" : ""));
-            gbuf gg, gu, g1, g2;
-            float *g = gnew(&gg, n), *u = gnew(&gu, n), *o1 = gnew(&g1, n), *o2 = gnew(&g2, n);
-            fill(g, n, 3.0f);
-            fill(u, n, 1.0f);
-            be_ref->ops->swiglu(be_ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
-            if (alias) {
-                be_fast->ops->swiglu(be_fast, g, LI_DTYPE_F32, g, u, 1, n, n);
-                memcpy(o2, g, sizeof(float) * n);
-            } else {
-                be_fast->ops->swiglu(be_fast, o2, LI_DTYPE_F32, g, u, 1, n, n);
-            }
-            double e = test_nmse(o2, o1, n);
-            CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(gok(&gg) && gok(&gu) && gok(&g1) && gok(&g2), "guard damaged; seed %llu", g_seed);
-            gfree(&gg);
-            gfree(&gu);
-            gfree(&g1);
-            gfree(&g2);
-            TEST_END();
-        }
-}
-
-static void test_softmax(void) {
-    const int shapes[][2] = {{1, 1}, {3, 31}, {17, 67}, {9, 577}, {2, 49152}, {64, 512}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int rows = shapes[i][0], n = shapes[i][1];
-        TEST_BEGIN(NAME("softmax rows=%d n=%d", rows, n));
-        gbuf g1, g2;
-        float *x1 = gnew(&g1, (long)rows * n), *x2 = gnew(&g2, (long)rows * n);
-        fill(x1, (long)rows * n, 5.0f);
-        x1[0] = 80.0f;  // exp would overflow without the max subtraction
-        memcpy(x2, x1, sizeof(float) * rows * n);
-        be_ref->ops->softmax(be_ref, x1, rows, n);
-        be_fast->ops->softmax(be_fast, x2, rows, n);
-        double e = test_nmse(x2, x1, (long)rows * n);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(!test_has_nan(x2, (long)rows * n), "NaN; seed %llu", g_seed);
-        double s = 0;
-        for (int k = 0; k < n; k++) s += x2[k];
-        CHECK(fabs(s - 1) < 1e-5, "row 0 sums to %.9g; seed %llu", s, g_seed);
-        CHECK(gok(&g1) && gok(&g2), "guard damaged; seed %llu", g_seed);
-        gfree(&g1);
-        gfree(&g2);
-        TEST_END();
-    }
-}
 
 // ---- matmul ----------------------------------------------------------------------------------
-
-// Σ (y - ref)² / Σ_t,n Σ_k (x[t,k] W[n,k])²: the NMSE with each output's denominator replaced by
-// the magnitude of its terms, which is what fp32 rounding scales with. Plain NMSE is ill-posed
-// for a single output that happens to cancel to near zero (N = 1, T = 1).
-static double matmul_err(const float *y, const float *ref, const float *x, const li_weight *W,
-                         int T) {
-    double num = 0, den = 0;
-    for (int t = 0; t < T; t++)
-        for (int64_t n = 0; n < W->n_rows; n++) {
-            double d = (double)y[t * W->n_rows + n] - ref[t * W->n_rows + n];
-            num += d * d;
-            for (int64_t k = 0; k < W->n_cols; k++) {
-                size_t i = (size_t)(n * W->n_cols + k);
-                double w = W->dtype == LI_DTYPE_F32 ? ((const float *)W->data)[i]
-                                                    : li_bf16_to_f32(((const uint16_t *)W->data)[i]);
-                double term = (double)x[t * W->n_cols + k] * w;
-                den += term * term;
-            }
-        }
-    return num / den;
-}
-
-static void test_matmul(void) {
-    const int shapes[][2] = {{1, 1}, {31, 67}, {67, 31}, {1, 576}, {1537, 33}, {576, 1536}, {129, 1000}};
-    const int mts[] = {1, 3, 4, 17, 64};
-    for (int dt = 0; dt < 2; dt++)
-        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (size_t it = 0; it < 5; it++) {
-                int N = shapes[s][0], K = shapes[s][1], T = mts[it];
-                if ((long)N * K * T > 30000000) continue;  // keep the oracle under a second
-                li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                TEST_BEGIN(NAME("matmul %s N=%d K=%d T=%d", li_dtype_name(dtype), N, K, T));
-                li_weight W = make_weight(dtype, N, K, 1.0f);
-                gbuf gx, g1, g2;
-                float *x = gnew(&gx, (long)T * K);
-                fill(x, (long)T * K, 1.0f);
-                float *y1 = gnew(&g1, (long)T * N), *y2 = gnew(&g2, (long)T * N);
-                be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, T, false);
-                be_fast->ops->matmul(be_fast, y2, x, LI_DTYPE_F32, &W, T, false);
-                double e = matmul_err(y2, y1, x, &W, T);
-                CHECK(e <= TOL_REDUCE, "error %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(y2, (long)T * N), "NaN; seed %llu", g_seed);
-                CHECK(gok(&gx) && gok(&g1) && gok(&g2), "guard damaged; seed %llu", g_seed);
-                gfree(&gx);
-                gfree(&g1);
-                gfree(&g2);
-                free(W.data);
-                TEST_END();
-            }
-}
 
 // ---- rope ------------------------------------------------------------------------------------
 
@@ -508,46 +274,9 @@ static void neox_to_gptj(float *dst, const float *src, int rows, int Dh, int n_d
     }
 }
 
+// The op against the oracle is in backend-ops.h; here the oracle's own properties.
 static void test_rope(void) {
     const int cases[] = {0, 3, 6, 7};  // plain, llama3, yarn (mscale != 1), yarn + attention_factor
-    const int dhs[][2] = {{64, 64}, {18, 18}, {64, 32}, {128, 128}};  // (Dh, n_dims)
-    for (size_t ci = 0; ci < 4; ci++)
-        for (size_t di = 0; di < 4; di++)
-            for (int lay = 0; lay < 2; lay++) {
-                int Dh = dhs[di][0], nd = dhs[di][1];
-                int T = Ts[(ci + di) % 3], nh = randint(1, 9);
-                if (ci == 3 && di == 3) T = 300;  // threaded path
-                li_rope_table tab = table_for(cases[ci], lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX, nd);
-                TEST_BEGIN(NAME("rope %s case %d T=%d nh=%d Dh=%d n_dims=%d", lay ? "gptj" : "neox",
-                                cases[ci], T, nh, Dh, nd));
-                long n = (long)T * nh * Dh;
-                gbuf g1, g2;
-                float *x1 = gnew(&g1, n), *x2 = gnew(&g2, n);
-                fill(x1, n, 1.0f);
-                memcpy(x2, x1, sizeof(float) * n);
-                float *x0 = malloc(sizeof(float) * n);
-                memcpy(x0, x1, sizeof(float) * n);
-                int32_t *pos = malloc(sizeof(int32_t) * T);
-                for (int t = 0; t < T; t++) pos[t] = randint(0, t == 0 ? 0 : 200000);
-                be_ref->ops->rope(be_ref, x1, LI_DTYPE_F32, x1, pos, T, nh, Dh, &tab);
-                be_fast->ops->rope(be_fast, x2, LI_DTYPE_F32, x2, pos, T, nh, Dh, &tab);
-                double e = test_nmse(x2, x1, n);
-                CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(x2, n), "NaN; seed %llu", g_seed);
-                int pass_ok = 1;  // dims past n_dims pass through untouched
-                for (long r = 0; r < (long)T * nh; r++)
-                    for (int d = nd; d < Dh; d++)
-                        if (x1[r * Dh + d] != x0[r * Dh + d] || x2[r * Dh + d] != x0[r * Dh + d])
-                            pass_ok = 0;
-                CHECK(pass_ok, "pass-through dims changed; seed %llu", g_seed);
-                free(x0);
-                CHECK(gok(&g1) && gok(&g2), "guard damaged; seed %llu", g_seed);
-                free(pos);
-                gfree(&g1);
-                gfree(&g2);
-                TEST_END();
-            }
-
     // NEOX and GPTJ are the same rotation up to a permutation of the dims; untouched dims stay.
     for (int which = 0; which < 2; which++) {
         li_backend *be = which ? be_fast : be_ref;
@@ -603,143 +332,23 @@ static void test_rope(void) {
     }
 }
 
-// ---- kv_store --------------------------------------------------------------------------------
-
-static void test_kv_store(void) {
-    for (int rep = 0; rep < 8; rep++) {
-        li_kv_storage kv = {randint(1, 3), randint(1, 4), rep % 2 ? 18 : 64, (int[]){1, 16, 64, 7}[rep % 4],
-                            0, NULL, rep < 4 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
-        kv.n_pages = randint(3, 9);
-        int T = Ts[rep % 3] + rep % 4;
-        int64_t cap = kv.n_pages * kv.page_size;
-        if (T > cap) T = (int)cap;
-        TEST_BEGIN(NAME("kv_store L=%d Hkv=%d Dh=%d P=%d T=%d %s", kv.n_layer, kv.n_head_kv,
-                        kv.head_dim, kv.page_size, T, li_dtype_name(kv.dtype)));
-        long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * kv.page_size * kv.head_dim;
-        gbuf g1, g2, gk, gv;
-        float *d1 = gnew(&g1, n), *d2 = gnew(&g2, n);
-        fill(d1, n, 1.0f);
-        memcpy(d2, d1, sizeof(float) * n);
-        long kn = (long)T * kv.n_head_kv * kv.head_dim;
-        float *k = gnew(&gk, kn), *v = gnew(&gv, kn);
-        fill(k, kn, 1.0f);
-        fill(v, kn, 1.0f);
-        int64_t *slot = malloc(sizeof(int64_t) * cap);
-        for (int64_t i = 0; i < cap; i++) slot[i] = i;
-        for (int64_t i = cap - 1; i > 0; i--) {  // distinct random slots
-            int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = slot[i];
-            slot[i] = slot[j];
-            slot[j] = tmp;
-        }
-        int il = randint(0, kv.n_layer - 1);
-        li_kv_storage kv1 = kv, kv2 = kv;
-        kv1.data = d1;
-        kv2.data = d2;
-        be_ref->ops->kv_store(be_ref, &kv1, il, k, v, slot, T);
-        be_fast->ops->kv_store(be_fast, &kv2, il, k, v, slot, T);
-        CHECK(memcmp(d1, d2, li_kv_elem_bytes(kv.dtype) * n) == 0, "pools differ; seed %llu", g_seed);
-        // and the oracle put k where li_kv_offset says (a bf16 pool: rounded to nearest even)
-        int64_t pg = slot[T - 1] / kv.page_size;
-        int off = (int)(slot[T - 1] % kv.page_size);
-        int h = kv.n_head_kv - 1;
-        const float *kr = k + ((size_t)(T - 1) * kv.n_head_kv + h) * kv.head_dim;
-        size_t at = li_kv_offset(&kv, pg, il, 0, h, off);
-        bool same = true;
-        for (int d = 0; d < kv.head_dim; d++)
-            same &= kv.dtype == LI_DTYPE_BF16 ? ((uint16_t *)d1)[at + d] == li_f32_to_bf16(kr[d])
-                                              : d1[at + d] == kr[d];
-        CHECK(same, "K row not at li_kv_offset; seed %llu", g_seed);
-        CHECK(gok(&g1) && gok(&g2) && gok(&gk) && gok(&gv), "guard damaged; seed %llu", g_seed);
-        free(slot);
-        gfree(&g1);
-        gfree(&g2);
-        gfree(&gk);
-        gfree(&gv);
-        TEST_END();
-    }
-}
-
 // ---- attention -------------------------------------------------------------------------------
 
-typedef struct {
-    li_kv_storage kv;
-    gbuf gdata;
-    uint64_t *pages;
-    int n_pages, n_keys;
-} paged_seq;
+// ---- attention -------------------------------------------------------------------------------
+// (the op against the oracle: backend-ops.h; here the deferred-RoPE identity, the fallbacks and
+// the timings)
 
-// A random pool (guarded) and a page table over shuffled physical pages (paged-seq.h): documents
-// of up to 3 P + 5 tokens; K and V random.
+typedef bo_paged paged_seq;
+
+// A random pool and page table (backend-ops.h): documents of up to 3 P + 5 tokens.
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        li_dtype dtype) {
-    paged_table t;
-    paged_table_make(&t, &rng, P, min_keys, with_delta, 3 * P + 5);
-    *s = (paged_seq){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dtype), .pages = t.pages,
-                      .n_pages = t.n_pages, .n_keys = t.n_keys};
-    int64_t pool = t.n_pool;
-    long n = (long)pool * L * 2 * Hkv * P * Dh;
-    s->kv.data = gnew(&s->gdata, n);
-    fill(s->kv.data, n, 1.0f);
-    if (dtype == LI_DTYPE_BF16) {  // the same values rounded, packed in the first half
-        float *f = s->kv.data;
-        for (long i = 0; i < n; i++) ((uint16_t *)s->kv.data)[i] = li_f32_to_bf16(f[i]);
-    }
+    bo_make_paged(s, L, Hkv, Dh, P, min_keys, with_delta, 3 * P + 5, dtype);
 }
 
 static void free_paged(paged_seq *s) {
-    gfree(&s->gdata);
+    free(s->kv.data);
     free(s->pages);
-}
-
-static void test_attention(void) {
-    const int Ps[] = {1, 16, 64};
-    const int ratios[] = {1, 2, 3, 4, 8, 12};
-    int n_case = 0;
-    for (size_t pi = 0; pi < 3; pi++)
-        for (size_t ri = 0; ri < 6; ri++)
-            for (int mode = 0; mode < 4; mode++) {  // 0: decode, 1: prefill, 2: prefill no Δ,
-                                                    // 3: prefill with a first visible key
-                int P = Ps[pi], G = ratios[ri], Hkv = randint(1, 3), H = G * Hkv;
-                int Dh = (n_case++ % 2) ? 64 : 18;
-                int T = mode == 0 ? 1 : (int[]){3, 17}[ri % 2];
-                const char *mode_name = (const char *[]){"decode", "prefill", "prefill Δ=0",
-                                                         "prefill kv_first"}[mode];
-                int min_keys = randint(T + 1, P == 1 ? 90 : 300);
-                li_dtype dt = (ri + mode) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                paged_seq s;
-                make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, dt);
-                int il = 1;
-                li_rope_table tab = table_for(ri % 2 ? 6 : 3, ri % 3 ? LI_ROPE_NEOX : LI_ROPE_GPTJ, Dh);
-                TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s",
-                                mode_name, P, H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt)));
-                int32_t nv[17], first[17];
-                int n_past = s.n_keys - T;  // > 0
-                // mode 3: a block starting at a random key (often mid-page) sees only its own keys
-                int f0 = mode == 3 ? randint(0, n_past) : 0;
-                for (int t = 0; t < T; t++) {
-                    nv[t] = n_past + t + 1;
-                    first[t] = f0;
-                }
-                const int32_t *kf = mode == 3 ? first : NULL;
-                long qn = (long)T * H * Dh;
-                gbuf gq, g1, g2;
-                float *q = gnew(&gq, qn), *o1 = gnew(&g1, qn), *o2 = gnew(&g2, qn);
-                fill(q, qn, 1.0f);
-                float scale = 1.0f / sqrtf((float)Dh);
-                li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
-                const li_rope_table *rp = mode == 2 ? NULL : &tab;
-                be_ref->ops->attention(be_ref, o1, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
-                be_fast->ops->attention(be_fast, o2, q, T, H, &s.kv, il, &seq, kf, nv, scale, rp);
-                double e = test_nmse(o2, o1, qn);
-                CHECK(e <= TOL_REDUCE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
-                CHECK(gok(&gq) && gok(&g1) && gok(&g2) && gok(&s.gdata), "guard damaged; seed %llu", g_seed);
-                gfree(&gq);
-                gfree(&g1);
-                gfree(&g2);
-                free_paged(&s);
-                TEST_END();
-            }
 }
 
 // Deferred RoPE: K stored rotated at its local position i on a page with Δ gives the same
@@ -848,14 +457,6 @@ static int32_t argmax_lowest(const float *x, int V) {
     return b;
 }
 
-static void random_logits(float *x, int V, int ties) {
-    float sc = 0.5f + 4.5f * (float)li_rng_uniform(&rng);
-    for (int i = 0; i < V; i++) {
-        x[i] = randn() * sc;
-        if (ties) x[i] = roundf(x[i] * 4) / 4;  // many exact ties, also at the top
-    }
-}
-
 static void test_sample(void) {
     const float temps[] = {0, 0.05f, 0.7f, 1, 1.5f};
     const int topks[] = {0, 1, 5, 40, 100, -1};  // -1: V + 7
@@ -867,7 +468,7 @@ static void test_sample(void) {
     float *lg = malloc(sizeof(float) * 50000);
     for (int tr = 0; tr < n_trials; tr++) {
         int V = tr % 10 == 0 ? randint(20000, 50000) : randint(1000, 6000);
-        random_logits(lg, V, tr % 3 == 0);
+        bo_random_logits(lg, V, tr % 3 == 0);
         li_sampler_config cfg = {temps[randint(0, 4)], topks[randint(0, 5)], topps[randint(0, 3)],
                                  minps[randint(0, 2)]};
         if (cfg.top_k < 0) cfg.top_k = V + 7;
@@ -891,7 +492,7 @@ static void test_sample(void) {
     int bad = 0;
     for (int tr = 0; tr < 100; tr++) {
         int V = randint(1000, 8000);
-        random_logits(lg, V, 1);
+        bo_random_logits(lg, V, 1);
         int32_t want = argmax_lowest(lg, V);
         lg[V - 1] = lg[want];  // a tie with a higher id
         li_sampler_config g = {0, 0, 1, 0}, k1 = {(float)(0.1 + 2 * li_rng_uniform(&rng)), 1,
@@ -930,7 +531,7 @@ static void test_sample(void) {
     bad = 0;
     for (int tr = 0; tr < 100; tr++) {
         int V = randint(1000, 8000);
-        random_logits(lg, V, 0);
+        bo_random_logits(lg, V, 0);
         int32_t want = argmax_lowest(lg, V);
         lg[want] += 0.05f;  // margin 0.05 / temperature 1e-3: the runner-up has p < e^-50
         li_sampler_config c = {1e-3f, 0, 1, 0};
@@ -1036,13 +637,13 @@ static void test_fallbacks(void) {
     double e = test_nmse(o2, o1, qn);
     CHECK(e <= TOL_REDUCE, "attention nmse %g; seed %llu", e, g_seed);
     CHECK(gok(&g2), "guard damaged; seed %llu", g_seed);
-    li_weight W = make_weight(LI_DTYPE_BF16, 67, 131, 1.0f);
+    li_weight W = bo_make_weight(LI_DTYPE_BF16, 67, 131, 1.0f);
     gbuf gx, gy1, gy2;
     float *x = gnew(&gx, 64 * 131), *y1 = gnew(&gy1, 64 * 67), *y2 = gnew(&gy2, 64 * 67);
     fill(x, 64 * 131, 1.0f);
     be_ref->ops->matmul(be_ref, y1, x, LI_DTYPE_F32, &W, 64, false);
     bare.ops->matmul(&bare, y2, x, LI_DTYPE_F32, &W, 64, false);
-    e = matmul_err(y2, y1, x, &W, 64);
+    e = bo_matmul_err(y2, y1, x, &W, 64);
     CHECK(e <= TOL_REDUCE, "matmul error %g; seed %llu", e, g_seed);
     CHECK(gok(&gy2), "guard damaged; seed %llu", g_seed);
     li_sampler_config sc = {0.9f, 0, 0.9f, 0};
@@ -1123,7 +724,7 @@ static void print_timings(void) {
     for (int dt = 0; dt < 2; dt++)
         for (int T = 1; T <= 64; T *= 64) {
             li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-            li_weight W = make_weight(dtype, 1536, 576, 1.0f);
+            li_weight W = bo_make_weight(dtype, 1536, 576, 1.0f);
             float *x = malloc(sizeof(float) * T * 576), *y = malloc(sizeof(float) * T * 1536);
             fill(x, (long)T * 576, 1.0f);
             mm_bench bf = {be_fast, y, x, &W, T}, br = {be_ref, y, x, &W, T};
@@ -1172,15 +773,20 @@ int main(void) {
     g_seed = test_rng_init(&rng, "test-ops");
     if (!test_cpu_backends(&be_ref, &be_fast, 0)) return 1;
     test_rope_table();
-    test_embed();
-    test_rmsnorm();
-    test_add_rmsnorm();
-    test_add_swiglu();
-    test_softmax();
-    test_matmul();
+    // the shared op table (backend-ops.h) on the fast CPU table and on the device data path
+    // without a device (cpu-devsim: the CPU ops behind device-style alloc / upload / download)
+    li_backend *devsim = NULL;
+    if (li_backend_cpu_devsim_init(&devsim, 0, false) != LI_OK) {
+        fprintf(stderr, "cannot create cpu-devsim: %s\n", li_error_msg());
+        return 1;
+    }
+    const bo_ctx ctxs[] = {
+        {be_ref, be_fast, "cpu", 0, true, g_seed, NULL, NULL, NULL},
+        {be_ref, devsim, "cpu-devsim", 0, true, g_seed, NULL, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof ctxs / sizeof ctxs[0]; i++) bo_run_all(&ctxs[i], NULL);
+    li_backend_free(devsim);
     test_rope();
-    test_kv_store();
-    test_attention();
     test_attention_deferred_rope();
     test_sample();
     test_fallbacks();

@@ -51,16 +51,6 @@ typedef struct {
     float *logits[MAX_REQ];  // (V) first-token logits
 } run_out;
 
-typedef struct {
-    int32_t *toks;
-    int n;
-} collect;
-
-static bool on_tok(void *u, int32_t t) {
-    collect *c = u;
-    if (c->n < N_PREDICT) c->toks[c->n++] = t;
-    return true;
-}
 
 typedef struct {
     const char *model;
@@ -89,21 +79,15 @@ static bool run_mode(const fixture *f, const char *mode, const req_spec *reqs, i
         return false;
     }
     bool ok = true;
-    collect col[MAX_REQ];
+    test_tokens col[MAX_REQ];
     int64_t ids[MAX_REQ];
     for (int i = 0; i < n_req && ok; i++) {
         li_doc d[MAX_DOCS];
         for (int k = 0; k < reqs[i].n_docs; k++) d[k] = f->docs[reqs[i].doc[k]];
-        col[i].toks = out->toks[i];
-        col[i].n = 0;
+        col[i] = (test_tokens){out->toks[i], N_PREDICT, 0};
         li_request q = {.docs = d, .n_docs = reqs[i].n_docs, .query = reqs[i].query,
                         .chat = reqs[i].chat, .first_logits = out->logits[i]};
-        q.gen = li_generate_default_params();
-        q.gen.n_predict = N_PREDICT;
-        q.gen.sampling.temperature = 0;
-        q.gen.stop_at_eos = false;
-        q.gen.on_token = on_tok;
-        q.gen.user = &col[i];
+        q.gen = test_greedy_params(N_PREDICT, &col[i]);
         if (li_submit(m, &q, &ids[i]) != LI_OK) {
             fprintf(stderr, "submit: %s\n", li_last_error());
             ok = false;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gguf-write.h"
 #include "test.h"
 #include "tokenizer/tokenizer-internal.h"
 
@@ -41,6 +42,18 @@ static void check_ids(const li_tokenizer *t, const char *s, bool bos, bool speci
         print_ids("want", want, n_want);
     }
     free(ids);
+}
+
+// Renders messages m (n) in t's chat format (add_gen: the assistant header after) and checks
+// the text is want.
+static void check_chat(const li_tokenizer *t, const li_chat_message *m, int n, bool add_gen,
+                       const char *want) {
+    li_buf b = {0};
+    li_status st = li_chat_render_messages(t, m, n, add_gen, &b);
+    CHECK(st == LI_OK, "render: %s", li_error_msg());
+    CHECK(st != LI_OK || (b.data && strcmp(b.data, want) == 0), "rendered '%s', want '%s'",
+          b.data ? b.data : "", want);
+    li_buf_free(&b);
 }
 
 static char *decode_all(const li_tokenizer *t, const int32_t *ids, int n, size_t *len) {
@@ -222,13 +235,10 @@ static void test_llama3(void) {
     TEST_BEGIN("llama3 chat rendering (template in tokenizer_config.json)");
     {
         li_chat_message m[] = {{"system", " Be brief. "}, {"user", "Hello!\n"}};
-        li_buf b = {0};
-        CHECK(li_chat_render_messages(t, m, 2, true, &b) == LI_OK, "%s", li_error_msg());
         const char *want = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe "
                            "brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHello!"
                            "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
-        CHECK(b.data && strcmp(b.data, want) == 0, "got '%s'", b.data ? b.data : "");
-        li_buf_free(&b);
+        check_chat(t, m, 2, true, want);
     }
     TEST_END();
     li_tokenizer_free(t);
@@ -259,13 +269,10 @@ static void test_smollm2(void) {
                   (int32_t[]){1, 4093, 198, 6004, 2}, 5);
         CHECK(li_tokenizer_chat_format(t) == LI_CHAT_CHATML, "chatml");
         li_chat_message m[] = {{"user", "Hi"}};
-        li_buf b = {0};
-        CHECK(li_chat_render_messages(t, m, 1, true, &b) == LI_OK, "%s", li_error_msg());
         const char *want = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
                            "trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                            "<|im_start|>assistant\n";
-        CHECK(b.data && strcmp(b.data, want) == 0, "got '%s'", b.data ? b.data : "");
-        li_buf_free(&b);
+        check_chat(t, m, 1, true, want);
     }
     TEST_END();
 
@@ -336,11 +343,9 @@ static void test_bytes(void) {
         CHECK(li_tokenizer_decode_token(t, 299, &b) == LI_OK && b.len == 0, "unused id → \"\"");
         li_buf_free(&b);
         li_chat_message m[] = {{"user", "yo"}};
-        CHECK(li_chat_render_messages(t, m, 1, true, &b) == LI_OK &&
-              strcmp(b.data, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nyo"
-                             "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n") == 0,
-              "render '%s'", b.data ? b.data : "");
-        li_buf_free(&b);
+        check_chat(t, m, 1, true,
+                   "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nyo"
+                   "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
         li_tokenizer_free(t);
     }
     t = NULL;
@@ -351,12 +356,9 @@ static void test_bytes(void) {
         CHECK(li_tokenizer_find(t, "<|eot_id|>") == 126348 && li_tokenizer_is_eog(t, 126348),
               "eot");
         li_chat_message m[] = {{"user", "2+2?"}};
-        li_buf b = {0};
-        CHECK(li_chat_render_messages(t, m, 1, true, &b) == LI_OK &&
-              strcmp(b.data, "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n2+2?"
-                             "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n") == 0,
-              "render '%s'", b.data ? b.data : "");
-        li_buf_free(&b);
+        check_chat(t, m, 1, true,
+                   "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n2+2?"
+                   "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
         li_tokenizer_free(t);
     }
     t = NULL;
@@ -582,12 +584,9 @@ static void test_config(void) {
         check_ids(t, "abab", true, true, (int32_t[]){2, 2}, 2);
         CHECK(li_tokenizer_chat_format(t) == LI_CHAT_CHATML, "chatml from the 'default' entry");
         li_chat_message m[] = {{"user", "hi"}};
-        li_buf b = {0};
-        CHECK(li_chat_render_messages(t, m, 1, false, &b) == LI_OK && b.data &&
-              strcmp(b.data, "<|im_start|>system\nYou are Zed.<|im_end|>\n<|im_start|>user\nhi"
-                             "<|im_end|>\n") == 0,
-              "render '%s'", b.data ? b.data : "");
-        li_buf_free(&b);
+        check_chat(t, m, 1, false,
+                   "<|im_start|>system\nYou are Zed.<|im_end|>\n<|im_start|>user\nhi"
+                   "<|im_end|>\n");
         li_tokenizer_free(t);
     }
     t = NULL;
@@ -609,25 +608,6 @@ static void test_config(void) {
 
 // ---- GGUF vocabularies built in memory --------------------------------------------------------
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} wbuf;
-
-static void w(wbuf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
-static void w_u32(wbuf *b, uint32_t v) { w(b, &v, 4); }
-static void w_u64(wbuf *b, uint64_t v) { w(b, &v, 8); }
-static void w_str(wbuf *b, const char *s) {
-    w_u64(b, strlen(s));
-    w(b, s, strlen(s));
-}
 static void kv_str(wbuf *b, const char *k, const char *v) {
     w_str(b, k);
     w_u32(b, LI_GGUF_STRING);
@@ -654,7 +634,7 @@ static li_status gguf_vocab_u(const char *model, const char *pre, const char *me
                           user_tok ? user_tok : "<u>"};
     const char *merges[] = {"a b", merge2};
     wbuf b = {0};
-    w(&b, "GGUF", 4);
+    w_bytes(&b, "GGUF", 4);
     w_u32(&b, 3);
     w_u64(&b, 0);
     w_u64(&b, pre ? 7 : 6);

@@ -54,6 +54,32 @@ static const char *test_cur_name;
     } while (0)
 
 #ifdef LAZYINFER_H
+// Tokens a generation streams (on_token = test_on_token, user = a test_tokens): the first cap go
+// to toks; n counts every one, so a run past n_predict shows.
+typedef struct {
+    int32_t *toks;  // (cap)
+    int cap, n;
+} test_tokens;
+
+static inline bool test_on_token(void *user, int32_t tok) {
+    test_tokens *c = user;
+    if (c->n < c->cap) c->toks[c->n] = tok;
+    c->n++;
+    return true;
+}
+
+// Greedy decoding of n_predict tokens, past any EOS, streamed into *out (emptied here).
+static inline li_generate_params test_greedy_params(int n_predict, test_tokens *out) {
+    li_generate_params g = li_generate_default_params();
+    g.n_predict = n_predict;
+    g.sampling.temperature = 0;
+    g.stop_at_eos = false;
+    g.on_token = test_on_token;
+    g.user = out;
+    out->n = 0;
+    return g;
+}
+
 // 1 when `backend` (LI_TEST_BACKEND; NULL: the CPU) opens here, probed by loading the small model
 // `path`; otherwise the suite's model tests print one SKIP with the reason (no GPU on this machine)
 // instead of failing one by one.
@@ -183,6 +209,33 @@ static inline int test_argmax_gap(const float *x, int n, float *gap) {
         if (i != best && x[i] > second) second = x[i];
     *gap = x[best] - second;
     return best;
+}
+
+// out (nq, H, Dh) = softmax(q k^T * scale) v over all nk keys, no mask, in fp64: q (nq, H, Dh),
+// k and v (nk, Hkv, Dh), head h reading KV head h / (H / Hkv).
+static inline void test_attention_full(float *out, const float *q, const float *k, const float *v,
+                                       int nq, int H, int nk, int Hkv, int Dh, double scale) {
+    double *s = xmalloc((size_t)(nk ? nk : 1) * sizeof *s);
+    for (int i = 0; i < nq; i++)
+        for (int h = 0; h < H; h++) {
+            int hk = h / (H / Hkv);
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < nk; j++) {
+                double d = 0;
+                for (int x = 0; x < Dh; x++)
+                    d += (double)q[((size_t)i * H + h) * Dh + x] *
+                         k[((size_t)j * Hkv + hk) * Dh + x];
+                s[j] = d * scale;
+                if (s[j] > mx) mx = s[j];
+            }
+            for (int j = 0; j < nk; j++) sum += (s[j] = exp(s[j] - mx));
+            for (int x = 0; x < Dh; x++) {
+                double a = 0;
+                for (int j = 0; j < nk; j++) a += s[j] * v[((size_t)j * Hkv + hk) * Dh + x];
+                out[((size_t)i * H + h) * Dh + x] = (float)(a / sum);
+            }
+        }
+    free(s);
 }
 
 static inline int test_has_nan(const float *a, long n) {

@@ -25,6 +25,15 @@ typedef struct {
     const char *help;
 } opt;
 
+// The model-loading options commands share (--model, --tokenizer, --chat-template, --threads,
+// --backend, --gpu, --ctx-size, --kv-dtype, --attn-impl); 0 / NULL: the library's default.
+typedef struct {
+    const char *model, *tokenizer, *chat_template, *backend, *kv_dtype, *attn_impl;
+    int n_threads, gpu, n_ctx;
+} cli_model_args;
+// li_model_params from those options (model NULL: cli_default_model()).
+li_model_params cli_model_params(const cli_model_args *a);
+
 void cli_print_usage(const char *usage, const opt *opts, int n_opts);
 // Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
 // on, 1 after --help (printed), 2 on a usage error (printed, naming the flag).

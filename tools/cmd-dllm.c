@@ -24,11 +24,11 @@
 // Decoding options as typed. Reals are kept as text and parsed with strtod so that 0.9 reaches
 // the engine as the double 0.9 (the Python reference's value), not as a float.
 typedef struct {
-    const char *model, *prompt, *system, *chat_template, *tokenizer;
+    cli_model_args ma;  // --model (required here), --tokenizer, ..., --attn-impl
+    const char *prompt, *system;
     const char *remasking, *temp, *cfg, *threshold, *factor;
     const char *dpad_k, *dpad_scale, *lacache, *fp8;
-    int gen_length, block_length, steps, dpad_window, fa_tile, commit_per_step, n_threads, gpu;
-    const char *backend, *attn_impl;
+    int gen_length, block_length, steps, dpad_window, fa_tile, commit_per_step;
     bool chat, dpad, early_stop, logits_eos_inf, confidence_eos_eot_inf, trace;
     uint64_t seed;
 } dllm_args;
@@ -175,21 +175,14 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
 }
 
 static int load_model(const char *cmd, const dllm_args *a, li_model **m) {
-    if (!a->model) {
+    if (!a->ma.model) {
         fprintf(stderr,
                 "lazyinfer %s: -m MODEL is required: there is no default diffusion model (use an "
                 "HF LLaDA directory, or e.g. -m synth:tiny-llada)\n",
                 cmd);
         return 2;
     }
-    li_model_params mp = li_model_default_params();
-    mp.path = a->model;
-    mp.tokenizer_path = a->tokenizer;
-    mp.chat_template = a->chat_template;
-    mp.n_threads = a->n_threads;
-    mp.backend = a->backend;
-    mp.attn_impl = a->attn_impl;
-    mp.device = a->gpu;
+    li_model_params mp = cli_model_params(&a->ma);
     if (li_model_load(m, &mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info info;
     li_model_get_info(*m, &info);
@@ -197,7 +190,7 @@ static int load_model(const char *cmd, const dllm_args *a, li_model **m) {
         fprintf(stderr,
                 "lazyinfer %s: %s is not a diffusion model (arch '%s'); use `lazyinfer generate` "
                 "for it, or a LLaDA model such as synth:tiny-llada\n",
-                cmd, a->model, info.arch);
+                cmd, a->ma.model, info.arch);
         li_model_free(*m);
         *m = NULL;
         return 2;
@@ -283,7 +276,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
 // The option table both subcommands share, then each one's own.
 // clang-format off
 #define DLLM_DECODE_OPTS(a)                                                                        \
-    {"--model", "-m", OPT_STR, &(a).model, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
+    {"--model", "-m", OPT_STR, &(a).ma.model, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
     {"--gen-length", NULL, OPT_INT, &(a).gen_length, "tokens to generate (default 128)"},           \
     {"--block-length", NULL, OPT_INT, &(a).block_length, "SAR block length (default 32)"},          \
     {"--steps", NULL, OPT_INT, &(a).steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
@@ -306,12 +299,12 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--seed", NULL, OPT_U64, &(a).seed, "RNG seed (default 0)"},                                   \
     {"--chat", NULL, OPT_FLAG, &(a).chat, "format prompts as a user message (chat format)"},       \
     {"--system", NULL, OPT_STR, &(a).system, "system message for --chat"},                          \
-    {"--chat-template", NULL, OPT_STR, &(a).chat_template, "chat format override: llada, llama3, chatml"}, \
-    {"--tokenizer", NULL, OPT_STR, &(a).tokenizer, "tokenizer.json to use instead of the model's"}, \
-    {"--threads", "-t", OPT_INT, &(a).n_threads, "CPU threads (default: all cores)"},             \
-    {"--backend", NULL, OPT_STR, &(a).backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"}, \
-    {"--gpu", NULL, OPT_INT, &(a).gpu, "GPU index for --backend cuda (default 0)"},            \
-    {"--attn-impl", NULL, OPT_STR, &(a).attn_impl, CLI_ATTN_IMPL_HELP}
+    {"--chat-template", NULL, OPT_STR, &(a).ma.chat_template, "chat format override: llada, llama3, chatml"}, \
+    {"--tokenizer", NULL, OPT_STR, &(a).ma.tokenizer, "tokenizer.json to use instead of the model's"}, \
+    {"--threads", "-t", OPT_INT, &(a).ma.n_threads, "CPU threads (default: all cores)"},             \
+    {"--backend", NULL, OPT_STR, &(a).ma.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"}, \
+    {"--gpu", NULL, OPT_INT, &(a).ma.gpu, "GPU index for --backend cuda (default 0)"},            \
+    {"--attn-impl", NULL, OPT_STR, &(a).ma.attn_impl, CLI_ATTN_IMPL_HELP}
 // clang-format on
 
 int cmd_dllm(int argc, char **argv) {
@@ -344,8 +337,8 @@ int cmd_dllm(int argc, char **argv) {
         fprintf(stderr, "lazyinfer dllm: -p PROMPT is required (see --help)\n");
         return 2;
     }
-    if (a.n_threads < 0) {
-        fprintf(stderr, "lazyinfer dllm: -t %d must not be negative\n", a.n_threads);
+    if (a.ma.n_threads < 0) {
+        fprintf(stderr, "lazyinfer dllm: -t %d must not be negative\n", a.ma.n_threads);
         return 2;
     }
     li_model *m = NULL;
@@ -556,8 +549,8 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
     if (li_dllm_special_tokens(m, &MASK, &EOS, &EOT) != LI_OK) return cli_fail("special tokens");
     li_model_info info;
     li_model_get_info(m, &info);
-    printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->model, info.name,
-           a->backend ? a->backend : "cpu");
+    printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->ma.model, info.name,
+           a->ma.backend ? a->ma.backend : "cpu");
     printf("One block of %d masks after N - %d random prompt tokens, %d steps of one token; "
            "ms/step = the block's latency / %d (its first step fills the caches). FLOPs: the "
            "engine's count of the block's work.\n\n",
@@ -680,8 +673,8 @@ int cmd_bench_dllm(int argc, char **argv) {
                 "lazyinfer bench dllm: --lacache is chosen per method here (see --methods)\n");
         return 2;
     }
-    if (a.n_threads < 0) {
-        fprintf(stderr, "lazyinfer bench dllm: -t %d must not be negative\n", a.n_threads);
+    if (a.ma.n_threads < 0) {
+        fprintf(stderr, "lazyinfer bench dllm: -t %d must not be negative\n", a.ma.n_threads);
         return 2;
     }
     li_dllm_params base;
@@ -775,7 +768,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         }
         total_prompt += n_ids[i];
     }
-    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.model, info.name,
+    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.ma.model, info.name,
            info.n_params / 1e6, info.n_threads);
     printf(
         "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens%s; gen_length %d, "
@@ -847,7 +840,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         print_method_row(methods[k].name, k, s, sum[0].flops, n_prompts);  // as it finishes
     }
 
-    if (!strncmp(a.model, "synth:", 6))
+    if (!strncmp(a.ma.model, "synth:", 6))
         printf("\nSynthetic model: random weights, so confidences are flat and the text is noise; "
                "threshold/factor then commit about one token per step — use --commit-per-step K "
                "to measure parallel decoding's cost per step.\n");

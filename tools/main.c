@@ -42,9 +42,9 @@ static bool print_token(void *user, int32_t tok) {
 }
 
 typedef struct {
-    const char *model, *prompt, *system, *tokenizer, *chat_template;
-    int n_predict, n_threads, n_ctx, gpu;
-    const char *backend, *kv_dtype, *attn_impl;
+    cli_model_args ma;
+    const char *prompt, *system;
+    int n_predict;
     li_sampling_params sp;
     bool chat, ignore_eos;
 } gen_args;
@@ -62,7 +62,7 @@ static li_status prompt_tokens(li_model *m, const gen_args *a, int32_t **ids, in
 static int cmd_generate(int argc, char **argv) {
     gen_args a = {.n_predict = 128, .sp = li_sampling_default_params()};
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &a.model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &a.ma.model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--prompt", "-p", OPT_STR, &a.prompt, "prompt text (required)"},
         {"--n-predict", "-n", OPT_INT, &a.n_predict, "tokens to generate (default 128)"},
         {"--temp", NULL, OPT_FLOAT, &a.sp.temperature, "temperature, 0 = greedy (default 0.8)"},
@@ -72,14 +72,14 @@ static int cmd_generate(int argc, char **argv) {
         {"--seed", NULL, OPT_U64, &a.sp.seed, "sampling seed (default 0)"},
         {"--chat", NULL, OPT_FLAG, &a.chat, "format the prompt as a user message with the model's chat format"},
         {"--system", NULL, OPT_STR, &a.system, "system message for --chat"},
-        {"--chat-template", NULL, OPT_STR, &a.chat_template, "chat format override: llama3, chatml, llada"},
-        {"--tokenizer", NULL, OPT_STR, &a.tokenizer, "tokenizer.json to use instead of the model's"},
-        {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &a.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
-        {"--ctx-size", "-c", OPT_INT, &a.n_ctx, "context size in tokens (default: min(trained, 4096))"},
-        {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
+        {"--chat-template", NULL, OPT_STR, &a.ma.chat_template, "chat format override: llama3, chatml, llada"},
+        {"--tokenizer", NULL, OPT_STR, &a.ma.tokenizer, "tokenizer.json to use instead of the model's"},
+        {"--threads", "-t", OPT_INT, &a.ma.n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &a.ma.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &a.ma.gpu, "GPU index for --backend cuda (default 0)"},
+        {"--ctx-size", "-c", OPT_INT, &a.ma.n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        {"--kv-dtype", NULL, OPT_STR, &a.ma.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &a.ma.attn_impl, CLI_ATTN_IMPL_HELP},
         {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
     };
     const char *pos[1];
@@ -91,20 +91,11 @@ static int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "lazyinfer generate: -p PROMPT is required (see --help)\n");
         return 2;
     }
-    if (a.n_predict < 0 || a.n_threads < 0 || a.n_ctx < 0 || a.sp.top_k < 0) {
+    if (a.n_predict < 0 || a.ma.n_threads < 0 || a.ma.n_ctx < 0 || a.sp.top_k < 0) {
         fprintf(stderr, "lazyinfer generate: -n, -t, -c and --top-k must not be negative\n");
         return 2;
     }
-    li_model_params mp = li_model_default_params();
-    mp.path = a.model ? a.model : cli_default_model();
-    mp.tokenizer_path = a.tokenizer;
-    mp.chat_template = a.chat_template;
-    mp.n_threads = a.n_threads;
-    mp.backend = a.backend;
-    mp.device = a.gpu;
-    mp.n_ctx = a.n_ctx;
-    mp.kv_dtype = a.kv_dtype;
-    mp.attn_impl = a.attn_impl;
+    li_model_params mp = cli_model_params(&a.ma);
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     int32_t *ids = NULL;
@@ -235,37 +226,30 @@ static void mean_std(const double *x, int n, double *mean, double *std) {
 // pp: prompt processing of n_pp random tokens; tg: n_tg greedy tokens after a 1-token prompt,
 // both as llama-bench defines them (tokens/s, mean ± std over reps runs after one warm-up).
 static int cmd_bench_generate(int argc, char **argv) {
-    const char *model = NULL;
-    int n_pp = 512, n_tg = 128, reps = 3, n_threads = 0, gpu = 0;
-    const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
+    cli_model_args ma = {0};
+    int n_pp = 512, n_tg = 128, reps = 3;
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &ma.model, "model (default: the model setup fetched)"},
         {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
-        {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
+        {"--kv-dtype", NULL, OPT_STR, &ma.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &ma.attn_impl, CLI_ATTN_IMPL_HELP},
         {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
         {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
-        {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
+        {"--threads", "-t", OPT_INT, &ma.n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &ma.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &ma.gpu, "GPU index for --backend cuda (default 0)"},
     };
     const char *pos[1];
     int n_pos;
     int r = cli_parse_args(argc, argv, "usage: lazyinfer bench generate [-m MODEL] [-p N] [-n N] [-r N] [-t N]",
                        opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
-    if (n_pp < 1 || n_tg < 1 || reps < 1 || reps > 1000 || n_threads < 0) {
+    if (n_pp < 1 || n_tg < 1 || reps < 1 || reps > 1000 || ma.n_threads < 0) {
         fprintf(stderr, "lazyinfer bench generate: -p, -n and -r must be >= 1\n");
         return 2;
     }
-    li_model_params mp = li_model_default_params();
-    mp.path = model ? model : cli_default_model();
-    mp.n_threads = n_threads;
-    mp.backend = backend;
-    mp.device = gpu;
-    mp.kv_dtype = kv_dtype;
-    mp.attn_impl = attn_impl;
-    mp.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
+    ma.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
+    li_model_params mp = cli_model_params(&ma);
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info in;

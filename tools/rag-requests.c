@@ -84,6 +84,12 @@ li_status rag_read_text(const char *path, char **out, size_t *len) {
     return LI_OK;
 }
 
+// rag_read_text with `label` ("--queries", "document 2") starting any error message.
+static li_status read_labelled(const char *label, const char *path, char **out, size_t *len) {
+    li_status rc = rag_read_text(path, out, len);
+    return rc == LI_OK ? LI_OK : li_error_wrap(rc, "%s: ", label);
+}
+
 static bool is_space(char c) {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
@@ -121,11 +127,10 @@ static li_status doc_make(rag_doc *d, const char *text, size_t n, const char *id
 static li_status doc_from_file(rag_doc *d, const char *path, const char *id, const char *label) {
     char *s;
     size_t n;
-    li_status rc = rag_read_text(path, &s, &n);
-    if (rc != LI_OK) return li_error_wrap(rc, "%s: ", label);
+    LI_TRY(read_labelled(label, path, &s, &n));
     char what[64 + 1024];
     snprintf(what, sizeof what, "%s '%.1024s'", label, path);
-    rc = doc_make(d, s, n, id ? id : path, what);
+    li_status rc = doc_make(d, s, n, id ? id : path, what);
     free(s);
     return rc;
 }
@@ -191,8 +196,8 @@ li_status rag_add_query(rag_list *l, const char *text) {
 li_status rag_load_queries(rag_list *l, const char *path) {
     char *s;
     size_t n;
-    li_status rc = rag_read_text(path, &s, &n);
-    if (rc != LI_OK) return li_error_wrap(rc, "--queries: ");
+    LI_TRY(read_labelled("--queries", path, &s, &n));
+    li_status rc = LI_OK;
     int before = l->n_reqs;
     for (char *line = s, *next; line && rc == LI_OK; line = next) {
         next = strchr(line, '\n');
@@ -211,14 +216,14 @@ li_status rag_load_queries(rag_list *l, const char *path) {
 li_status rag_load_sample(rag_list *l, const char *path) {
     char *s;
     size_t n;
-    li_status rc = rag_read_text(path, &s, &n);
-    if (rc != LI_OK) return li_error_wrap(rc, "--sample: ");
+    LI_TRY(read_labelled("--sample", path, &s, &n));
     json_error_t jerr;
     json_t *root = json_loadb(s, n, 0, &jerr);
     free(s);
     if (!root)
         return li_error_set(LI_ERR_FORMAT, "--sample %s: not valid JSON (line %d: %s)", path,
                             jerr.line, jerr.text);
+    li_status rc = LI_OK;
     json_t *q = json_object_get(root, "query");
     if (!json_is_object(root) || !json_is_string(q)) {
         rc = li_error_set(LI_ERR_FORMAT,
@@ -389,8 +394,8 @@ static void parse_line(rag_req *r, const json_t *o, warned *w) {
 li_status rag_load_workload(rag_list *l, const char *path) {
     char *s;
     size_t n;
-    li_status rc = rag_read_text(path, &s, &n);
-    if (rc != LI_OK) return li_error_wrap(rc, "--workload: ");
+    LI_TRY(read_labelled("--workload", path, &s, &n));
+    li_status rc = LI_OK;
     warned w = {.n = 0};
     int line_no = 0;
     for (char *line = s, *next; line && rc == LI_OK; line = next) {

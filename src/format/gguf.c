@@ -809,13 +809,8 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
                             "tokenizer.ggml.tokens)", g->name, arch);
 
     li_rope_config *rope = &hp->rope;
-    rope->layout = LI_ROPE_GPTJ;  // convert_hf_to_gguf permutes Q/K rows for interleaved pairs
-    rope->scaling = LI_ROPE_SCALING_NONE;
-    rope->theta = 10000.0f;
-    rope->n_dims = hp->head_dim;
-    rope->max_pos = hp->n_ctx_train;
-    rope->beta_fast = 32.0f;
-    rope->beta_slow = 1.0f;
+    // convert_hf_to_gguf permutes Q/K rows for interleaved pairs
+    li_rope_config_default(rope, LI_ROPE_GPTJ, hp->head_dim, hp->n_ctx_train);
     LI_TRY(get_int(g, arch_key(k, sizeof k, arch, "rope.dimension_count"), false, &rope->n_dims));
     LI_TRY(get_float_opt(g, arch_key(k, sizeof k, arch, "rope.freq_base"), &rope->theta));
     if (li_gguf_has(g, arch_key(k, sizeof k, arch, "rope.scaling.type"))) {

@@ -387,13 +387,8 @@ ids:
         goto out;
 
     li_rope_config *r = &hp->rope;
-    r->layout = LI_ROPE_NEOX;  // HF checkpoints rotate halves (rotate_half)
-    r->scaling = LI_ROPE_SCALING_NONE;
-    r->theta = 10000.0f;
-    r->n_dims = hp->head_dim;
-    r->max_pos = hp->n_ctx_train;
-    r->beta_fast = 32.0f;
-    r->beta_slow = 1.0f;
+    // HF checkpoints rotate halves (rotate_half)
+    li_rope_config_default(r, LI_ROPE_NEOX, hp->head_dim, hp->n_ctx_train);
     if ((st = get_float(file, root, "rope_theta", false, &r->theta, NULL))) goto out;
     // (LLaDA's RotaryEmbedding reads rope_theta only: rope_scaling / rope_parameters unused)
     json_t *rp = llada ? NULL : field(root, "rope_parameters");

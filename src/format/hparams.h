@@ -40,6 +40,20 @@ typedef struct {
     float freq_factors[LI_ROPE_MAX_PAIRS];
 } li_rope_config;
 
+// What every loader starts from before reading the file's RoPE fields: no scaling, theta 1e4,
+// yarn's beta_fast 32 / beta_slow 1 (the HF defaults), n_dims rotated dims per head.
+static inline void li_rope_config_default(li_rope_config *r, li_rope_layout layout, int n_dims,
+                                          int max_pos) {
+    memset(r, 0, sizeof *r);
+    r->layout = layout;
+    r->scaling = LI_ROPE_SCALING_NONE;
+    r->theta = 10000.0f;
+    r->n_dims = n_dims;
+    r->max_pos = max_pos;
+    r->beta_fast = 32.0f;
+    r->beta_slow = 1.0f;
+}
+
 #define LI_MAX_EOS 8
 
 typedef struct {

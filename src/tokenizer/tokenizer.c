@@ -463,15 +463,25 @@ typedef struct {
     size_t n, cap;
 } piecevec;
 
+// The growth of the encoder's arrays: p (cap elements of elem bytes) doubled, from 64. NULL when
+// out of memory, and then p is freed: every caller gives up on the whole encode, whose cleanup
+// would otherwise free it (the caller's pointer is set to NULL).
+static void *grow(void *p, size_t *cap, size_t elem) {
+    size_t n = *cap ? *cap * 2 : 64;
+    void *q = n <= SIZE_MAX / elem ? realloc(p, n * elem) : NULL;
+    if (!q) {
+        free(p);
+        *cap = 0;
+        return NULL;
+    }
+    *cap = n;
+    return q;
+}
+
 static li_status piece_push(piecevec *p, size_t off, size_t len, bool in_scratch) {
     if (len == 0) return LI_OK;
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        piece *nv = realloc(p->v, cap * sizeof *nv);
-        if (!nv) return li_error_set(LI_ERR_OOM, "tokenizer: out of memory for pieces");
-        p->v = nv;
-        p->cap = cap;
-    }
+    if (p->n == p->cap && !(p->v = grow(p->v, &p->cap, sizeof *p->v)))
+        return li_error_set(LI_ERR_OOM, "tokenizer: out of memory for pieces");
     p->v[p->n++] = (piece){off, len, in_scratch};
     return LI_OK;
 }
@@ -504,13 +514,8 @@ static bool cand_less(const cand *a, const cand *b) {
 }
 
 static li_status heap_push(enc_ctx *c, cand x) {
-    if (c->n_heap == c->cap_heap) {
-        size_t cap = c->cap_heap ? c->cap_heap * 2 : 64;
-        cand *nh = realloc(c->heap, cap * sizeof *nh);
-        if (!nh) return li_error_set(LI_ERR_OOM, "tokenizer: out of memory");
-        c->heap = nh;
-        c->cap_heap = cap;
-    }
+    if (c->n_heap == c->cap_heap && !(c->heap = grow(c->heap, &c->cap_heap, sizeof *c->heap)))
+        return li_error_set(LI_ERR_OOM, "tokenizer: out of memory");
     size_t i = c->n_heap++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -547,13 +552,8 @@ static li_status add_cand(const li_tokenizer *t, enc_ctx *c, int32_t pos) {
 }
 
 static li_status sym_push(enc_ctx *c, size_t *n, int32_t id) {
-    if (*n == c->cap_syms) {
-        size_t cap = c->cap_syms ? c->cap_syms * 2 : 64;
-        sym *ns = realloc(c->syms, cap * sizeof *ns);
-        if (!ns) return li_error_set(LI_ERR_OOM, "tokenizer: out of memory");
-        c->syms = ns;
-        c->cap_syms = cap;
-    }
+    if (*n == c->cap_syms && !(c->syms = grow(c->syms, &c->cap_syms, sizeof *c->syms)))
+        return li_error_set(LI_ERR_OOM, "tokenizer: out of memory");
     c->syms[*n] = (sym){id, (int32_t)*n - 1, (int32_t)*n + 1};
     (*n)++;
     return LI_OK;
@@ -634,13 +634,8 @@ static const char *piece_ptr(const char *text, const enc_ctx *c, const piece *p)
 }
 
 static li_status spl_push(enc_ctx *c, size_t *n, size_t s, size_t e, bool m) {
-    if (*n == c->cap_spl) {
-        size_t cap = c->cap_spl ? c->cap_spl * 2 : 64;
-        void *ns = realloc(c->spl, cap * sizeof *c->spl);
-        if (!ns) return li_error_set(LI_ERR_OOM, "tokenizer: out of memory");
-        c->spl = ns;
-        c->cap_spl = cap;
-    }
+    if (*n == c->cap_spl && !(c->spl = grow(c->spl, &c->cap_spl, sizeof *c->spl)))
+        return li_error_set(LI_ERR_OOM, "tokenizer: out of memory");
     c->spl[*n].s = s;
     c->spl[*n].e = e;
     c->spl[*n].m = m;

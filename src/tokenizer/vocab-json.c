@@ -340,6 +340,22 @@ li_status li_tokenizer_load_json_buffer(li_tokenizer **out, const char *data, si
     return li_tokenizer_load_json_buffers(out, data, len, name, NULL, 0, NULL);
 }
 
+// The tokenizer from tokenizer.json's parsed root and the optional config (cfg_name's parsed
+// contents, which must be an object); st: how parsing went (not LI_OK: nothing is built).
+// Releases root and cfg either way.
+static li_status load_parsed(li_tokenizer **out, const char *name, json_t *root, json_t *cfg,
+                             const char *cfg_name, li_status st) {
+    if (st == LI_OK && cfg && !json_is_object(cfg))
+        st = li_error_set(LI_ERR_FORMAT, "%s: top level is not a JSON object", cfg_name);
+    jctx j = {name, NULL};
+    if (st == LI_OK) st = load_json(&j, root, cfg);
+    json_decref(root);
+    json_decref(cfg);
+    if (st != LI_OK) li_tokenizer_free(j.t);
+    else *out = j.t;
+    return st;
+}
+
 li_status li_tokenizer_load_json_buffers(li_tokenizer **out, const char *data, size_t len,
                                          const char *name, const char *cfg_data, size_t cfg_len,
                                          const char *cfg_name) {
@@ -356,16 +372,8 @@ li_status li_tokenizer_load_json_buffers(li_tokenizer **out, const char *data, s
         if (!cfg)
             st = li_error_set(LI_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s",
                               cfg_name, err.line, err.column, err.text);
-        else if (!json_is_object(cfg))
-            st = li_error_set(LI_ERR_FORMAT, "%s: top level is not a JSON object", cfg_name);
     }
-    jctx j = {name, NULL};
-    if (st == LI_OK) st = load_json(&j, root, cfg);
-    json_decref(root);
-    json_decref(cfg);
-    if (st != LI_OK) li_tokenizer_free(j.t);
-    else *out = j.t;
-    return st;
+    return load_parsed(out, name, root, cfg, cfg_name, st);
 }
 
 li_status li_tokenizer_load_json(li_tokenizer **out, const char *tokenizer_json_path,
@@ -374,17 +382,7 @@ li_status li_tokenizer_load_json(li_tokenizer **out, const char *tokenizer_json_
     json_t *root = NULL, *cfg = NULL;
     LI_TRY(parse_file(tokenizer_json_path, &root, 0));
     li_status st = LI_OK;
-    if (tokenizer_config_path) {
+    if (tokenizer_config_path)
         st = parse_file(tokenizer_config_path, &cfg, JSON_DECODE_INT_AS_REAL);
-        if (st == LI_OK && !json_is_object(cfg))
-            st = li_error_set(LI_ERR_FORMAT, "%s: top level is not a JSON object",
-                              tokenizer_config_path);
-    }
-    jctx j = {tokenizer_json_path, NULL};
-    if (st == LI_OK) st = load_json(&j, root, cfg);
-    json_decref(root);
-    json_decref(cfg);
-    if (st != LI_OK) li_tokenizer_free(j.t);
-    else *out = j.t;
-    return st;
+    return load_parsed(out, tokenizer_json_path, root, cfg, tokenizer_config_path, st);
 }

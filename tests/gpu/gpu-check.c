@@ -1,6 +1,10 @@
 // gpu-check.c — every op of the CUDA backend (li_cuda_ops) against the CPU oracle (li_cpu_ref_ops)
 // on fresh random inputs over a shape sweep: T = 1, odd sizes, KV lengths not a multiple of the
 // page, GQA ratios 1/2/4/8, pages of 1/16/64 tokens, random Δ per document, kv_first, split-K.
+// The ops every backend shares (embed, rmsnorm, add_rmsnorm, add, swiglu, softmax, matmul, rope,
+// kv_store, kv_copy_rotate, attention, sample) come from the one table in ../backend-ops.h, which
+// test-ops also runs on cpu and cpu-devsim; here are the device-only cases (kernel generations,
+// split-K plans, cuDNN, bf16 / FP8 / diffusion forms) and the timings.
 // Each case checks NMSE against a tolerance stated next to it, that no output holds a NaN, that
 // the guard bytes around every device output are intact, and that the backend recorded no error.
 // Sampling: greedy gives the oracle's token; temperature sampling gives the oracle's token for the
@@ -18,6 +22,7 @@
 
 #include "../paged-seq.h"
 #include "../test.h"
+#include "../backend-ops.h"
 #include "backend/backend.h"
 #include "core/rng-jump.h"
 #include "backend/cuda/attention.cuh"
@@ -25,15 +30,10 @@
 
 static unsigned long long g_seed;  // printed with every failure
 static li_backend *ref, *gpu;
+static bo_ctx gctx;  // the CUDA backend under test, as the shared op table sees it (main)
 
 // Infrastructure failures (allocation, copies) end the run: every later case would fail too.
-static void need(li_status st, const char *what) {
-    if (st == LI_OK) return;
-    fprintf(stderr, "gpu-check: %s: %s (seed %llu)\n", what, li_error_msg(), g_seed);
-    printf("FAIL: %s\n", what);
-    fprintf(stderr, "%d passed, %d failed\n", test_n_pass, test_n_fail + 1);
-    exit(1);
-}
+static void need(li_status st, const char *what) { bo_need(&gctx, st, what); }
 
 static char name_buf[256];
 #define NAME(...) (snprintf(name_buf, sizeof name_buf, __VA_ARGS__), name_buf)
@@ -45,373 +45,40 @@ static char name_buf[256];
 //   ulp), i.e. NMSE ~ 1e-14..1e-13. 1e-11 leaves 100x; a wrong index or a missing term gives
 //   NMSE 1e-6 to 1.
 #define TOL_POINTWISE 1e-11
-// - matmul, end to end: x is rounded to bf16 (8 significant bits: relative error <= 2^-8, variance
-//   2^-16 / 3 = 5.1e-6), so the error measure (matmul_err) averages ~5e-6 — the "~1e-5" expected
-//   of bf16 GEMM inputs. With few outputs (N = 1, T = 1..3) it is a chi-square of 1..3 degrees of
-//   freedom: seen up to 1.3e-5 on the H200. 1e-4 is 20x the mean (a 1-in-1e5 tail for one output);
-//   a wrong layout gives ~1.
-#define TOL_MATMUL_BF16 1e-4
-// - matmul against the oracle fed the same bf16-rounded x: only fp32 accumulation remains,
-//   ~K u² <= 1.5e-11 at K = 4096; 1e-9 still catches any layout or transpose error (which would
-//   give ~1) that the bf16 noise above could not hide anyway, but also small systematic errors.
+// - matmul: x rounded to bf16 vs the f32-x oracle, and only fp32 accumulation left (the GEMV,
+//   or against the oracle fed the bf16-rounded x): as backend-ops.h says.
+#define TOL_MATMUL_BF16 BO_TOL_MATMUL_BF16
 #define TOL_MATMUL_EXACT_X 1e-9
-// - attention (fp32 dot products of length Dh, online softmax in fp32, query rotated by -Δ in fp32
-//   where the oracle rotates K in fp64): ~Dh u² amplified by the softmax, ~1e-13..1e-12 expected;
-//   1e-9 (the middle of the 1e-10..1e-8 range for f32 attention).
+// - attention: the fp32 path and tensor cores, as backend-ops.h says (BO_TOL_ATTENTION[1],
+//   BO_TOL_ATTENTION_TC).
 #define TOL_ATTENTION 1e-9
-// - attention on tensor cores (T >= 16 rows, Dh 64/128: attention-prefill.cu): Q, K (after its Δ
-//   rotation in fp32), V and P are rounded to bf16 (relative 2^-9 each), fp32 accumulation; with
-//   unit-range random inputs the output NMSE is ~1e-6..1e-5. 1e-4 still catches a wrong key, a
-//   missed rotation or mask (those give NMSE ~1e-2..1).
-#define TOL_ATTENTION_TC 1e-4
+#define TOL_ATTENTION_TC BO_TOL_ATTENTION_TC
 
-// ---- device buffers with guard bytes --------------------------------------------------------
+// ---- device buffers with guard bytes (backend-ops.h) ------------------------------------------
 
-#define DGUARD 256                // bytes on each side (keeps the payload 256-byte aligned)
-#define SENTINEL 0x7fa5a5a5u      // a NaN bit pattern no op produces
-
-typedef struct {
-    uint8_t *base;  // device: DGUARD | payload (n bytes) | DGUARD
-    void *p;        // device payload
-    size_t n;
-} dbuf;
-
-static void pattern(uint8_t *h, size_t n) {
-    uint32_t s = SENTINEL;
-    for (size_t i = 0; i + 4 <= n; i += 4) memcpy(h + i, &s, 4);
-    for (size_t i = n & ~(size_t)3; i < n; i++) h[i] = 0xa5;
-}
-
-// A guarded device buffer of n bytes whose payload starts `off` bytes past the guard (off > 0
-// tests unaligned pointers); payload = src (host, n bytes) or the sentinel pattern when src NULL.
+typedef bo_buf dbuf;
 static void *dnew_off(dbuf *b, size_t n, const void *src, size_t off) {
-    size_t total = n + off + 2 * DGUARD;
-    uint8_t *h = xmalloc(total);
-    pattern(h, total);
-    if (src) memcpy(h + DGUARD + off, src, n);
-    void *d;
-    need(li_backend_cuda_alloc(gpu, &d, total, "gpu-check buffer"), "device allocation");
-    need(li_backend_cuda_upload(gpu, d, h, total), "upload");
-    free(h);
-    b->base = d;
-    b->p = (uint8_t *)d + DGUARD + off;
-    b->n = n;
-    return b->p;
+    return bo_new_off(&gctx, b, n, src, off);
 }
-static void *dnew(dbuf *b, size_t n, const void *src) { return dnew_off(b, n, src, 0); }
-
-// 1 when the DGUARD bytes before the payload (from base) and after it are intact.
-static int dguard_ok(const dbuf *b) {
-    size_t off = (size_t)((uint8_t *)b->p - b->base) - DGUARD, lo = DGUARD + off;
-    uint8_t *h = xmalloc(lo + b->n + DGUARD), *want = xmalloc(lo + b->n + DGUARD);
-    need(li_backend_cuda_download(gpu, h, b->base, lo + b->n + DGUARD), "download");
-    pattern(want, lo + b->n + DGUARD);
-    int ok = memcmp(h, want, lo) == 0 && memcmp(h + lo + b->n, want + lo + b->n, DGUARD) == 0;
-    free(h);
-    free(want);
-    return ok;
-}
-static void dget(void *host, const dbuf *b) {
-    need(li_backend_cuda_download(gpu, host, b->p, b->n), "download");
-}
-static void dfree(dbuf *b) {
-    li_backend_cuda_free(gpu, b->base);
-    memset(b, 0, sizeof *b);
-}
+static void *dnew(dbuf *b, size_t n, const void *src) { return bo_new(&gctx, b, n, src); }
+static int dguard_ok(const dbuf *b) { return bo_guard_ok(&gctx, b); }
+static void dget(void *host, const dbuf *b) { bo_get(&gctx, host, b); }
+static void dfree(dbuf *b) { bo_free(b); }
 
 // The backend's first recorded error, as a check of the current case.
-#define CHECK_BACKEND()                                                                            \
-    do {                                                                                           \
-        li_status st_ = li_backend_cuda_check(gpu);                                                \
-        CHECK(st_ == LI_OK, "backend error: %s; seed %llu", li_error_msg(), g_seed);               \
-    } while (0)
+#define CHECK_BACKEND() bo_check_backend(&gctx)
 
 // ---- embed, rmsnorm, add, swiglu, softmax ---------------------------------------------------
 
 static const int Ts[] = {1, 3, 17};
-static const int Ds[] = {1, 31, 67, 576, 4096};
-
-static uint16_t *bf16_weights(int64_t n, float scale) {
-    uint16_t *w = xmalloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) w[i] = li_f32_to_bf16(randn() * scale);
-    return w;
-}
-
-static void test_embed(void) {
-    for (int dt = 0; dt < 2; dt++)
-        for (int it = 0; it < 3; it++)
-            for (int id = 0; id < 5; id++) {
-                int T = Ts[it], D = Ds[id], V = randint(1000, 5000);
-                li_dtype dtype = dt ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                TEST_BEGIN(NAME("embed %s T=%d D=%d V=%d", li_dtype_name(dtype), T, D, V));
-                size_t wb = (size_t)V * D * (dt ? 2 : 4);
-                void *wh;
-                if (dt) {
-                    wh = bf16_weights((int64_t)V * D, 1.0f);
-                } else {
-                    wh = xmalloc(wb);
-                    fill(wh, (long)V * D, 1.0f);
-                }
-                int32_t tok[17];
-                for (int t = 0; t < T; t++) tok[t] = randint(0, V - 1);
-                tok[0] = V - 1;  // the last row too
-                dbuf gw, gt, go;
-                li_weight Wh = {dtype, V, D, wh}, Wd = {dtype, V, D, dnew(&gw, wb, wh)};
-                int32_t *dt_ = dnew(&gt, sizeof(int32_t) * T, tok);
-                float *dout = dnew(&go, sizeof(float) * T * D, NULL);
-                float *o1 = xmalloc(sizeof(float) * T * D), *o2 = xmalloc(sizeof(float) * T * D);
-                ref->ops->embed(ref, o1, &Wh, tok, T);
-                gpu->ops->embed(gpu, dout, &Wd, dt_, T);
-                CHECK_BACKEND();
-                dget(o2, &go);
-                // a copy (bf16 -> f32 is exact): bit-identical
-                CHECK(memcmp(o1, o2, sizeof(float) * T * D) == 0, "not bit-identical; seed %llu",
-                      g_seed);
-                CHECK(dguard_ok(&go), "guard damaged; seed %llu", g_seed);
-                dfree(&gw);
-                dfree(&gt);
-                dfree(&go);
-                free(wh);
-                free(o1);
-                free(o2);
-                TEST_END();
-            }
-}
-
-static void test_rmsnorm(void) {
-    for (int it = 0; it < 3; it++)
-        for (int id = 0; id < 5; id++)
-            for (int alias = 0; alias < 2; alias++) {
-                int T = Ts[it], D = Ds[id];
-                float eps = alias ? 1e-6f : 1e-5f;
-                TEST_BEGIN(NAME("rmsnorm T=%d D=%d%s", T, D, alias ? " out=x" : ""));
-                long n = (long)T * D;
-                float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * D);
-                float *o1 = xmalloc(sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
-                fill(x, n, 2.0f);
-                fill(w, D, 1.0f);
-                dbuf gx, gw, go;
-                float *dx = dnew(&gx, sizeof(float) * n, x), *dw = dnew(&gw, sizeof(float) * D, w);
-                float *dout = alias ? dx : dnew(&go, sizeof(float) * n, NULL);
-                ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, eps);
-                gpu->ops->rmsnorm(gpu, dout, LI_DTYPE_F32, dx, dw, T, D, eps);
-                CHECK_BACKEND();
-                dget(o2, alias ? &gx : &go);
-                double e = test_nmse(o2, o1, n);
-                CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-                CHECK(dguard_ok(&gx) && dguard_ok(&gw) && (alias || dguard_ok(&go)),
-                      "guard damaged; seed %llu", g_seed);
-                dfree(&gx);
-                dfree(&gw);
-                if (!alias) dfree(&go);
-                free(x);
-                free(w);
-                free(o1);
-                free(o2);
-                TEST_END();
-            }
-}
-
-// add_rmsnorm: x += y and out = rmsnorm(x) * w against the oracle's add then rmsnorm.
-static void test_add_rmsnorm(void) {
-    for (int it = 0; it < 3; it++)
-        for (int id = 0; id < 5; id++) {
-            int T = Ts[it], D = Ds[id];
-            TEST_BEGIN(NAME("add_rmsnorm T=%d D=%d", T, D));
-            long n = (long)T * D;
-            float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
-            float *w = xmalloc(sizeof(float) * D), *o1 = xmalloc(sizeof(float) * n);
-            float *o2 = xmalloc(sizeof(float) * n), *x2 = xmalloc(sizeof(float) * n);
-            fill(x, n, 2.0f);
-            fill(y, n, 1.0f);
-            fill(w, D, 1.0f);
-            dbuf gx, gy, gw, go;
-            float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, y);
-            float *dw = dnew(&gw, sizeof(float) * D, w), *dout = dnew(&go, sizeof(float) * n, NULL);
-            ref->ops->add(ref, x, y, n);
-            ref->ops->rmsnorm(ref, o1, LI_DTYPE_F32, x, w, T, D, 1e-5f);
-            gpu->ops->add_rmsnorm(gpu, dout, dx, dy, dw, T, D, 1e-5f);
-            CHECK_BACKEND();
-            dget(o2, &go);
-            dget(x2, &gx);
-            double e = test_nmse(o2, o1, n), ex = test_nmse(x2, x, n);
-            CHECK(e <= TOL_POINTWISE && ex <= TOL_POINTWISE, "nmse %g (x %g); seed %llu", e, ex,
-                  g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(dguard_ok(&gx) && dguard_ok(&gy) && dguard_ok(&gw) && dguard_ok(&go),
-                  "guard damaged; seed %llu", g_seed);
-            dfree(&gx);
-            dfree(&gy);
-            dfree(&gw);
-            dfree(&go);
-            free(x);
-            free(y);
-            free(w);
-            free(o1);
-            free(o2);
-            free(x2);
-            TEST_END();
-        }
-}
-
-static void test_add_swiglu(void) {
-    const long ns[] = {1, 37, 1535, 8193 * 3, 1 << 20};
-    for (int i = 0; i < 5; i++) {
-        long n = ns[i];
-        TEST_BEGIN(NAME("add n=%ld", n));
-        float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
-        float *o2 = xmalloc(sizeof(float) * n);
-        fill(x, n, 1.0f);
-        fill(y, n, 1.0f);
-        dbuf gx, gy;
-        float *dx = dnew(&gx, sizeof(float) * n, x), *dy = dnew(&gy, sizeof(float) * n, y);
-        ref->ops->add(ref, x, y, n);
-        gpu->ops->add(gpu, dx, dy, n);
-        CHECK_BACKEND();
-        dget(o2, &gx);
-        double e = test_nmse(o2, x, n);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(dguard_ok(&gx) && dguard_ok(&gy), "guard damaged; seed %llu", g_seed);
-        dfree(&gx);
-        dfree(&gy);
-        free(x);
-        free(y);
-        free(o2);
-        TEST_END();
-    }
-    for (int i = 0; i < 5; i++)
-        for (int alias = 0; alias < 2; alias++) {
-            long n = ns[i];
-            TEST_BEGIN(NAME("swiglu n=%ld%s", n, alias ? " out=gate" : ""));
-            float *g = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
-            float *o1 = xmalloc(sizeof(float) * n), *o2 = xmalloc(sizeof(float) * n);
-            fill(g, n, 3.0f);
-            fill(u, n, 1.0f);
-            // exp(100) overflows fp32: the GPU gives -0 where the fp64 oracle gives a subnormal
-            // (~-4e-42), an absolute error far below anything NMSE over n > 1 elements can see;
-            // not done at n = 1, where that element would be the whole denominator
-            if (n > 1) g[0] = -100.0f;
-            dbuf gg, gu, go;
-            float *dg = dnew(&gg, sizeof(float) * n, g), *du = dnew(&gu, sizeof(float) * n, u);
-            float *dout = alias ? dg : dnew(&go, sizeof(float) * n, NULL);
-            ref->ops->swiglu(ref, o1, LI_DTYPE_F32, g, u, 1, n, n);
-            gpu->ops->swiglu(gpu, dout, LI_DTYPE_F32, dg, du, 1, n, n);
-            CHECK_BACKEND();
-            dget(o2, alias ? &gg : &go);
-            double e = test_nmse(o2, o1, n);
-            CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-            CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-            CHECK(dguard_ok(&gg) && dguard_ok(&gu) && (alias || dguard_ok(&go)),
-                  "guard damaged; seed %llu", g_seed);
-            dfree(&gg);
-            dfree(&gu);
-            if (!alias) dfree(&go);
-            free(g);
-            free(u);
-            free(o1);
-            free(o2);
-            TEST_END();
-        }
-}
-
-static void test_softmax(void) {
-    const int shapes[][2] = {{1, 1},     {3, 31},   {17, 67},   {9, 577},
-                             {2, 49152}, {64, 512}, {1, 128256}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int rows = shapes[i][0], n = shapes[i][1];
-        long m = (long)rows * n;
-        TEST_BEGIN(NAME("softmax rows=%d n=%d", rows, n));
-        float *x = xmalloc(sizeof(float) * m), *o2 = xmalloc(sizeof(float) * m);
-        fill(x, m, 5.0f);
-        x[0] = 80.0f;  // exp would overflow without the max subtraction
-        dbuf gx;
-        float *dx = dnew(&gx, sizeof(float) * m, x);
-        ref->ops->softmax(ref, x, rows, n);
-        gpu->ops->softmax(gpu, dx, rows, n);
-        CHECK_BACKEND();
-        dget(o2, &gx);
-        double e = test_nmse(o2, x, m);
-        CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-        CHECK(!test_has_nan(o2, m), "NaN; seed %llu", g_seed);
-        CHECK(dguard_ok(&gx), "guard damaged; seed %llu", g_seed);
-        dfree(&gx);
-        free(x);
-        free(o2);
-        TEST_END();
-    }
-}
 
 // ---- matmul -----------------------------------------------------------------------------------
 
-// Σ (y - ref)² / Σ_t,n Σ_k (x[t,k] W[n,k])² (as tests/test-ops.c): the error relative to the
-// magnitude of the terms, well-posed even when an output cancels to ~0.
+// bo_matmul_err (backend-ops.h) of a bf16 weight W (N, K) on the host.
 static double matmul_err(const float *y, const float *yref, const float *x, const uint16_t *W,
                          int64_t N, int64_t K, int T) {
-    double num = 0, den = 0;
-    for (int t = 0; t < T; t++)
-        for (int64_t n = 0; n < N; n++) {
-            double d = (double)y[t * N + n] - yref[t * N + n];
-            num += d * d;
-            for (int64_t k = 0; k < K; k++) {
-                double term = (double)x[t * K + k] * li_bf16_to_f32(W[n * K + k]);
-                den += term * term;
-            }
-        }
-    return num / den;
-}
-
-static void test_matmul(void) {
-    const int shapes[][2] = {{1, 1}, {31, 67}, {67, 31}, {1, 576}, {1537, 33}, {576, 1536},
-                             {129, 1000}, {4096, 4096}, {6144, 4096}, {4096, 14336}};
-    const int mts[] = {1, 3, 4, 17, 64, 200};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int it = 0; it < 6; it++) {
-            int N = shapes[s][0], K = shapes[s][1], T = mts[it];
-            if ((long)N * K * T > 80000000) continue;  // keep the fp64 oracle under ~1 s per case
-            size_t yoff = (s == 2 && it == 1) ? 4 : 0;  // one case with y not 256-byte aligned
-            TEST_BEGIN(
-                NAME("matmul bf16 N=%d K=%d T=%d%s", N, K, T, yoff ? " (y misaligned)" : ""));
-            uint16_t *w = bf16_weights((int64_t)N * K, 1.0f);
-            float *x = xmalloc(sizeof(float) * T * K), *xr = xmalloc(sizeof(float) * T * K);
-            float *y1 = xmalloc(sizeof(float) * T * N), *y2 = xmalloc(sizeof(float) * T * N);
-            float *y3 = xmalloc(sizeof(float) * T * N);
-            fill(x, (long)T * K, 1.0f);
-            for (long i = 0; i < (long)T * K; i++) xr[i] = li_bf16_to_f32(li_f32_to_bf16(x[i]));
-            li_weight Wh = {LI_DTYPE_BF16, N, K, w};
-            ref->ops->matmul(ref, y1, x, LI_DTYPE_F32, &Wh, T, false);   // what the model means
-            // what a bf16 GEMM can compute exactly
-            ref->ops->matmul(ref, y3, xr, LI_DTYPE_F32, &Wh, T, false);
-            dbuf gw, gx, gy;
-            li_weight Wd = {LI_DTYPE_BF16, N, K, dnew(&gw, (size_t)N * K * 2, w)};
-            float *dx = dnew(&gx, sizeof(float) * T * K, x);
-            float *dy = dnew_off(&gy, sizeof(float) * T * N, NULL, yoff);
-            gpu->ops->matmul(gpu, dy, dx, LI_DTYPE_F32, &Wd, T, false);
-            CHECK_BACKEND();
-            dget(y2, &gy);
-            double e = matmul_err(y2, y1, x, w, N, K, T), e3 = matmul_err(y2, y3, xr, w, N, K, T);
-            if (li_backend_cuda_matmul_gemv(T, K, Wd.data, dx)) {
-                // the decode GEMV keeps x in f32: only fp32 accumulation against the f32 oracle
-                CHECK(e <= TOL_MATMUL_EXACT_X, "gemv: error vs f32 x %g; seed %llu", e, g_seed);
-            } else {
-                CHECK(e <= TOL_MATMUL_BF16, "error vs f32 x %g; seed %llu", e, g_seed);
-                CHECK(e3 <= TOL_MATMUL_EXACT_X, "error vs bf16-rounded x %g; seed %llu", e3,
-                      g_seed);
-            }
-            CHECK(!test_has_nan(y2, (long)T * N), "NaN; seed %llu", g_seed);
-            CHECK(dguard_ok(&gw) && dguard_ok(&gx) && dguard_ok(&gy), "guard damaged; seed %llu",
-                  g_seed);
-            dfree(&gw);
-            dfree(&gx);
-            dfree(&gy);
-            free(w);
-            free(x);
-            free(xr);
-            free(y1);
-            free(y2);
-            free(y3);
-            TEST_END();
-        }
+    li_weight Wh = {LI_DTYPE_BF16, N, K, (void *)W};
+    return bo_matmul_err(y, yref, x, &Wh, T);
 }
 
 // Batch invariance (li_backend.batch_invariant: no split-K, backend-cuda-gemm.c plan_get; no GEMV at
@@ -425,7 +92,7 @@ static void test_matmul_batch_invariant(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int N = shapes[s][0], K = shapes[s][1], Tmax = 1024;
         TEST_BEGIN(NAME("matmul bf16 N=%d K=%d: rows bit-identical for T in 1..1024", N, K));
-        uint16_t *w = bf16_weights((int64_t)N * K, 1.0f);
+        uint16_t *w = bo_bf16_weights((int64_t)N * K, 1.0f);
         float *x = xmalloc(sizeof(float) * Tmax * K);
         float *yfull = xmalloc(sizeof(float) * Tmax * N), *yt = xmalloc(sizeof(float) * Tmax * N);
         fill(x, (long)Tmax * K, 1.0f);
@@ -460,290 +127,39 @@ static void test_matmul_batch_invariant(void) {
 
 // ---- rope -------------------------------------------------------------------------------------
 
-// Plain (theta 1e4), llama3 (Llama-3.1's), yarn (mscale != 1).
+// Plain (theta 1e4), llama3 (Llama-3.1's), yarn (mscale != 1): backend-ops.h's first three.
 static li_rope_table table_for(int which, li_rope_layout layout, int n_dims) {
-    li_rope_config c;
-    memset(&c, 0, sizeof c);
-    c.layout = layout;
-    c.n_dims = n_dims;
-    if (which == 0) {
-        c.scaling = LI_ROPE_SCALING_NONE;
-        c.theta = 10000.0f;
-    } else if (which == 1) {
-        c.scaling = LI_ROPE_SCALING_LLAMA3;
-        c.theta = 500000.0f;
-        c.factor = 8.0f;
-        c.low_freq_factor = 1.0f;
-        c.high_freq_factor = 4.0f;
-        c.original_max_pos = 8192;
-        c.max_pos = 131072;
-    } else {
-        c.scaling = LI_ROPE_SCALING_YARN;
-        c.theta = 10000.0f;
-        c.factor = 4.0f;
-        c.original_max_pos = 4096;
-        c.max_pos = 16384;
-    }
-    li_rope_table t;
-    need(li_rope_table_init(&t, &c), "rope table");
-    return t;
+    return bo_rope_table(&gctx, which, layout, n_dims);
 }
 
-static void test_rope(void) {
-    const int dhs[][2] = {{64, 64}, {18, 18}, {64, 32}, {128, 128}};  // (Dh, n_dims)
-    for (int ci = 0; ci < 3; ci++)
-        for (int di = 0; di < 4; di++)
-            for (int lay = 0; lay < 2; lay++) {
-                int Dh = dhs[di][0], nd = dhs[di][1],
-                    T = (ci == 2 && di == 3) ? 300 : Ts[(ci + di) % 3];
-                int nh = randint(1, 9);
-                li_rope_table tab = table_for(ci, lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX, nd);
-                TEST_BEGIN(NAME("rope %s table %d T=%d nh=%d Dh=%d n_dims=%d",
-                                lay ? "gptj" : "neox", ci, T, nh, Dh, nd));
-                long n = (long)T * nh * Dh;
-                float *x = xmalloc(sizeof(float) * n), *x0 = xmalloc(sizeof(float) * n);
-                float *o2 = xmalloc(sizeof(float) * n);
-                int32_t *pos = xmalloc(sizeof(int32_t) * T);
-                fill(x, n, 1.0f);
-                memcpy(x0, x, sizeof(float) * n);
-                for (int t = 0; t < T; t++) pos[t] = randint(0, t == 0 ? 0 : 200000);
-                dbuf gx, gp;
-                float *dx = dnew(&gx, sizeof(float) * n, x);
-                int32_t *dp = dnew(&gp, sizeof(int32_t) * T, pos);
-                ref->ops->rope(ref, x, LI_DTYPE_F32, x, pos, T, nh, Dh, &tab);
-                gpu->ops->rope(gpu, dx, LI_DTYPE_F32, dx, dp, T, nh, Dh, &tab);
-                CHECK_BACKEND();
-                dget(o2, &gx);
-                double e = test_nmse(o2, x, n);
-                CHECK(e <= TOL_POINTWISE, "nmse %g; seed %llu", e, g_seed);
-                CHECK(!test_has_nan(o2, n), "NaN; seed %llu", g_seed);
-                int pass_ok = 1;
-                for (long r = 0; r < (long)T * nh; r++)
-                    for (int d = nd; d < Dh; d++)
-                        if (o2[r * Dh + d] != x0[r * Dh + d]) pass_ok = 0;
-                CHECK(pass_ok, "dims past n_dims changed; seed %llu", g_seed);
-                CHECK(dguard_ok(&gx) && dguard_ok(&gp), "guard damaged; seed %llu", g_seed);
-                dfree(&gx);
-                dfree(&gp);
-                free(x);
-                free(x0);
-                free(o2);
-                free(pos);
-                TEST_END();
-            }
-}
-
-// ---- kv_store, kv_copy_rotate -----------------------------------------------------------------
-
-// Pool contents of either dtype: n random values (bf16: rounded), so a bf16 pool holds no NaN.
-static void fill_pool(void *pool, li_dtype dt, long n) {
-    fill(pool, n, 1.0f);
-    if (dt == LI_DTYPE_BF16)  // in place, front to back: element i's bf16 overwrites bytes < 4 i
-        for (long i = 0; i < n; i++) ((uint16_t *)pool)[i] = li_f32_to_bf16(((float *)pool)[i]);
-}
-
-// A pool of either dtype widened to f32.
-static void pool_f32(float *dst, const void *pool, li_dtype dt, long n) {
-    for (long i = 0; i < n; i++)
-        dst[i] = dt == LI_DTYPE_BF16 ? li_bf16_to_f32(((const uint16_t *)pool)[i]) : ((const float *)pool)[i];
-}
-
-// Stores are bit-exact against the CPU oracle for both pool dtypes (bf16: both round to nearest
-// even).
-static void test_kv_store(void) {
-    for (int rep = 0; rep < 12; rep++) {
-        li_kv_storage kv = {randint(1, 3), randint(1, 8), (int[]){64, 18, 128}[rep % 3],
-                            (int[]){1, 16, 64, 7, 16, 1}[rep % 6], 0, NULL,
-                            rep < 6 ? LI_DTYPE_F32 : LI_DTYPE_BF16};
-        kv.n_pages = randint(3, 9);
-        int64_t cap = kv.n_pages * kv.page_size;
-        int T = (int[]){1, 3, 17, 40, 1, 5}[rep % 6];
-        if (T > cap) T = (int)cap;
-        TEST_BEGIN(NAME("kv_store L=%d Hkv=%d Dh=%d P=%d T=%d %s", kv.n_layer, kv.n_head_kv,
-                        kv.head_dim, kv.page_size, T, li_dtype_name(kv.dtype)));
-        long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * kv.page_size * kv.head_dim;
-        const size_t esz = li_kv_elem_bytes(kv.dtype);
-        long kn = (long)T * kv.n_head_kv * kv.head_dim;
-        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
-        float *k = xmalloc(sizeof(float) * kn), *v = xmalloc(sizeof(float) * kn);
-        fill_pool(pool, kv.dtype, n);
-        fill(k, kn, 1.0f);
-        fill(v, kn, 1.0f);
-        int64_t *slot = xmalloc(sizeof(int64_t) * cap);
-        for (int64_t i = 0; i < cap; i++) slot[i] = i;
-        for (int64_t i = cap - 1; i > 0; i--) {  // distinct random slots
-            int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = slot[i];
-            slot[i] = slot[j];
-            slot[j] = tmp;
-        }
-        int il = randint(0, kv.n_layer - 1);
-        dbuf gpool, gk, gv, gs;
-        li_kv_storage kvd = kv, kvh = kv;
-        kvd.data = dnew(&gpool, esz * n, pool);
-        kvh.data = pool;
-        float *dk = dnew(&gk, sizeof(float) * kn, k), *dv = dnew(&gv, sizeof(float) * kn, v);
-        int64_t *ds = dnew(&gs, sizeof(int64_t) * T, slot);
-        ref->ops->kv_store(ref, &kvh, il, k, v, slot, T);
-        gpu->ops->kv_store(gpu, &kvd, il, dk, dv, ds, T);
-        CHECK_BACKEND();
-        dget(pool2, &gpool);
-        CHECK(memcmp(pool, pool2, esz * n) == 0, "pools differ; seed %llu", g_seed);
-        CHECK(dguard_ok(&gpool) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&gs),
-              "guard damaged; seed %llu", g_seed);
-        dfree(&gpool);
-        dfree(&gk);
-        dfree(&gv);
-        dfree(&gs);
-        free(pool);
-        free(pool2);
-        free(k);
-        free(v);
-        free(slot);
-        TEST_END();
-    }
-}
-
-// bf16 pools: the GPU and the fp64 oracle rotate with different roundings before the final bf16
-// rounding, so an element can land one bf16 step apart (relative 2^-8 on a few elements).
-#define TOL_KV_BF16 1e-5
-
-static void test_kv_copy_rotate(void) {
-    for (int rep0 = 0; rep0 < 16; rep0++) {
-        const int rep = rep0 % 8;
-        const li_dtype dt = rep0 < 8 ? LI_DTYPE_F32 : LI_DTYPE_BF16;
-        int P = (int[]){1, 16, 64, 7}[rep % 4], Dh = (int[]){64, 18, 128, 64}[rep % 4];
-        li_kv_storage kv = {randint(1, 3), randint(1, 8), Dh, P, randint(3, 6), NULL, dt};
-        int64_t src = randint(0, (int)kv.n_pages - 1),
-                dst = (src + randint(1, (int)kv.n_pages - 1)) % kv.n_pages;
-        int count = randint(1, P);
-        int64_t delta = rep == 0   ? 0
-                        : rep == 1 ? -randint(1, 5000)
-                                   : randint(1, rep == 7 ? 100000000 : 50000);
-        li_rope_table tab = table_for(rep % 3, rep % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX,
-                                      rep == 3 ? Dh / 2 : Dh);
-        TEST_BEGIN(NAME("kv_copy_rotate L=%d Hkv=%d Dh=%d P=%d count=%d delta=%lld %s", kv.n_layer,
-                        kv.n_head_kv, Dh, P, count, (long long)delta, li_dtype_name(dt)));
-        long n = (long)kv.n_pages * kv.n_layer * 2 * kv.n_head_kv * P * Dh;
-        const size_t esz = li_kv_elem_bytes(dt);
-        float *pool = xmalloc(sizeof(float) * n), *pool2 = xmalloc(sizeof(float) * n);
-        float *w1 = xmalloc(sizeof(float) * n), *w2 = xmalloc(sizeof(float) * n);
-        fill_pool(pool, dt, n);
-        dbuf gpool;
-        li_kv_storage kvd = kv, kvh = kv;
-        kvd.data = dnew(&gpool, esz * n, pool);
-        kvh.data = pool;
-        ref->ops->kv_copy_rotate(ref, &kvh, src, dst, count, delta, &tab);
-        gpu->ops->kv_copy_rotate(gpu, &kvd, src, dst, count, delta, &tab);
-        CHECK_BACKEND();
-        dget(pool2, &gpool);
-        // the destination page is rotated (NMSE), everything else bit-identical
-        long page = n / kv.n_pages;
-        pool_f32(w1, pool, dt, n);
-        pool_f32(w2, pool2, dt, n);
-        double e = test_nmse(w2 + dst * page, w1 + dst * page, page);
-        int rest_ok = memcmp(pool2, pool, esz * dst * page) == 0 &&
-                      memcmp((char *)pool2 + esz * (dst + 1) * page,
-                             (char *)pool + esz * (dst + 1) * page, esz * (n - (dst + 1) * page)) == 0;
-        CHECK(e <= (dt == LI_DTYPE_BF16 ? TOL_KV_BF16 : TOL_POINTWISE),
-              "destination page nmse %g; seed %llu", e, g_seed);
-        CHECK(rest_ok, "other pages changed; seed %llu", g_seed);
-        CHECK(!test_has_nan(w2, n), "NaN; seed %llu", g_seed);
-        CHECK(dguard_ok(&gpool), "guard damaged; seed %llu", g_seed);
-        dfree(&gpool);
-        free(pool);
-        free(pool2);
-        free(w1);
-        free(w2);
-        TEST_END();
-    }
-}
+// Pool contents of either dtype (backend-ops.h).
+static void fill_pool(void *pool, li_dtype dt, long n) { bo_fill_pool(pool, dt, n); }
 
 // ---- attention ----------------------------------------------------------------------------------
 
-typedef struct {
-    li_kv_storage kv;  // host pool
-    uint64_t *pages;
-    int n_pages, n_keys;
-} paged_seq;
-
-// A random pool and a page table over shuffled physical pages (paged-seq.h): documents of
-// doc_max tokens at most; K and V random.
+typedef bo_paged paged_seq;
 static void make_paged(paged_seq *s, int L, int Hkv, int Dh, int P, int min_keys, int with_delta,
                        int doc_max, li_dtype dt) {
-    paged_table t;
-    paged_table_make(&t, &rng, P, min_keys, with_delta, doc_max);
-    *s = (paged_seq){.kv = paged_table_kv(&t, L, Hkv, Dh, P, dt), .pages = t.pages,
-                      .n_pages = t.n_pages, .n_keys = t.n_keys};
-    int64_t pool = t.n_pool;
-    long n = (long)pool * L * 2 * Hkv * P * Dh;
-    s->kv.data = xmalloc(sizeof(float) * n);
-    fill_pool(s->kv.data, dt, n);
+    bo_make_paged(s, L, Hkv, Dh, P, min_keys, with_delta, doc_max, dt);
 }
 
-// One attention case: T rows at the end of the sequence (causal), mode 0 decode / 1 prefill /
-// 2 prefill with every Δ = 0 and rope NULL / 3 prefill with a first visible key.
+// The attention kernel gpu-check's case names carry: the tensor-core kernel, or NULL for the
+// fp32 path.
+static const char *attn_tc_name(int T, int Dh, li_dtype dt) {
+    (void)dt;
+    return li_backend_cuda_attention_tc(T, Dh) ? " (mma kernel)" : NULL;
+}
+
+// Whether cuBLASLt's GEMM (bf16 x) takes these arguments rather than the f32-x decode GEMV.
+static bool matmul_x_bf16(int T, int K, const void *W, const void *x) {
+    return !li_backend_cuda_matmul_gemv(T, K, W, x);
+}
+
+// One attention case (backend-ops.h) with the RoPE scaling and layout drawn from P and G.
 static void attention_case(int P, int G, int Hkv, int Dh, int T, int min_keys, int mode,
                            int doc_max, li_dtype dt) {
-    const char *mode_name =
-        (const char *[]){"decode", "prefill", "prefill Δ=0", "prefill kv_first"}[mode];
-    paged_seq s;
-    make_paged(&s, 2, Hkv, Dh, P, min_keys, mode != 2, doc_max, dt);
-    int H = G * Hkv, il = 1;
-    li_rope_table tab = table_for((P + G) % 3, (G % 2) ? LI_ROPE_GPTJ : LI_ROPE_NEOX, Dh);
-    if (T > s.n_keys - 1) T = s.n_keys - 1;
-    TEST_BEGIN(NAME("attention %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d pages=%d %s%s", mode_name, P,
-                    H, Hkv, Dh, T, s.n_keys, s.n_pages, li_dtype_name(dt),
-                    li_backend_cuda_attention_tc(T, Dh) ? " (mma kernel)" : ""));
-    int32_t *nv = xmalloc(sizeof(int32_t) * T), *first = xmalloc(sizeof(int32_t) * T);
-    int n_past = s.n_keys - T;
-    int f0 = mode == 3 ? randint(0, n_past) : 0;  // often mid-page
-    for (int t = 0; t < T; t++) {
-        nv[t] = n_past + t + 1;
-        first[t] = f0;
-    }
-    long qn = (long)T * H * Dh;
-    float *q = xmalloc(sizeof(float) * qn), *o1 = xmalloc(sizeof(float) * qn);
-    float *o2 = xmalloc(sizeof(float) * qn);
-    fill(q, qn, 1.0f);
-    float scale = 1.0f / sqrtf((float)Dh);
-    li_kv_seq seq = {.pages = s.pages, .n_pages = s.n_pages};
-    const li_rope_table *rp = mode == 2 ? NULL : &tab;
-    ref->ops->attention(ref, o1, q, T, H, &s.kv, il, &seq, mode == 3 ? first : NULL, nv, scale, rp);
-
-    long pool_n = (long)s.kv.n_pages * s.kv.n_layer * 2 * Hkv * P * Dh;
-    dbuf gpool, gpages, gq, go, gnv, gfirst;
-    li_kv_storage kvd = s.kv;
-    kvd.data = dnew(&gpool, li_kv_elem_bytes(dt) * pool_n, s.kv.data);
-    li_kv_seq seqd = {.pages = dnew(&gpages, sizeof(uint64_t) * s.n_pages, s.pages), .n_pages = s.n_pages};
-    float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
-    int32_t *dnv = dnew(&gnv, sizeof(int32_t) * T, nv),
-            *dfirst = dnew(&gfirst, sizeof(int32_t) * T, first);
-    gpu->ops->attention(gpu, dout, dq, T, H, &kvd, il, &seqd, mode == 3 ? dfirst : NULL, dnv, scale,
-                        rp);
-    CHECK_BACKEND();
-    dget(o2, &go);
-    double e = test_nmse(o2, o1, qn);
-    bool tc = li_backend_cuda_attention_tc(T, Dh);
-    CHECK(e <= (tc ? TOL_ATTENTION_TC : TOL_ATTENTION), "nmse %g%s; seed %llu", e,
-          tc ? " (tensor cores)" : "", g_seed);
-    CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
-    CHECK(dguard_ok(&gpool) && dguard_ok(&gpages) && dguard_ok(&gq) && dguard_ok(&go) &&
-              dguard_ok(&gnv) && dguard_ok(&gfirst),
-          "guard damaged; seed %llu", g_seed);
-    dfree(&gpool);
-    dfree(&gpages);
-    dfree(&gq);
-    dfree(&go);
-    dfree(&gnv);
-    dfree(&gfirst);
-    free(nv);
-    free(first);
-    free(q);
-    free(o1);
-    free(o2);
-    free(s.kv.data);
-    free(s.pages);
-    TEST_END();
+    bo_attention_case(&gctx, TOL_ATTENTION, P, G, Hkv, Dh, T, min_keys, mode, doc_max, dt,
+                      (P + G) % 3, G % 2 ? LI_ROPE_GPTJ : LI_ROPE_NEOX);
 }
 
 // attention_decode: n sequences of random lengths (some far shorter than others, so that key
@@ -841,19 +257,7 @@ static void test_prefill_plan(void) {
 
 static void test_attention(void) {
     test_prefill_plan();
-    const int Ps[] = {1, 16, 64};
-    const int ratios[] = {1, 2, 4, 8};
-    int n_case = 0;
-    for (int pi = 0; pi < 3; pi++)
-        for (int ri = 0; ri < 4; ri++)
-            for (int mode = 0; mode < 4; mode++) {
-                int P = Ps[pi], G = ratios[ri], Hkv = randint(1, 3);
-                int Dh = (int[]){18, 64, 128}[n_case++ % 3];
-                int T = mode == 0 ? 1 : (int[]){3, 17}[ri % 2];
-                int min_keys = randint(T + 1, P == 1 ? 90 : 300);
-                li_dtype dt = (ri + mode + pi) % 2 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
-                attention_case(P, G, Hkv, Dh, T, min_keys, mode, 3 * P + 5, dt);
-            }
+    // the grid over pages, GQA ratios, head dims and modes is backend-ops.h's (group "attention")
     // long contexts with few rows: the split-K path (many key ranges merged by the combine pass),
     // documents of up to 700 tokens so that Δ changes inside ranges and at range boundaries;
     // both pool dtypes
@@ -894,111 +298,6 @@ static void test_attention(void) {
         attention_case(16, 12, 1, 64, 5, 500, 3, 100, dt);
         attention_case(64, 2, 2, 96, 1, 2500, 0, 400, dt);
     }
-}
-
-// ---- sample -------------------------------------------------------------------------------------
-
-static void random_logits(float *x, int V, int ties) {
-    float sc = 0.5f + 4.5f * (float)li_rng_uniform(&rng);
-    for (int i = 0; i < V; i++) {
-        x[i] = randn() * sc;
-        if (ties) x[i] = roundf(x[i] * 4) / 4;  // many exact ties, also at the top
-    }
-}
-
-static void test_sample(void) {
-    const int Vmax = 152064;  // Qwen-sized vocabulary
-    float *lg = xmalloc(sizeof(float) * Vmax);
-    dbuf gl;
-    float *dl = dnew(&gl, sizeof(float) * Vmax, NULL);
-
-    TEST_BEGIN("sample: greedy == oracle (argmax, lowest id on ties), 100 draws, V up to 152064");
-    int bad = 0;
-    for (int tr = 0; tr < 100; tr++) {
-        int V = tr % 10 == 0 ? Vmax : randint(1, 40000);
-        random_logits(lg, V, tr % 2);
-        if (V > 1 && tr % 3 == 0) lg[V - 1] = lg[randint(0, V - 2)] = 1000.0f;  // tie at the top
-        need(li_backend_cuda_upload(gpu, dl, lg, sizeof(float) * V), "upload");
-        li_sampler_config g = {0, 0, 1, 0};
-        double u = li_rng_uniform(&rng);
-        int32_t a = ref->ops->sample(ref, lg, V, &g, u), b = gpu->ops->sample(gpu, dl, V, &g, u);
-        if (a != b && bad++ < 5)
-            fprintf(stderr, "  trial %d V=%d: oracle %d gpu %d\n", tr, V, a, b);
-    }
-    CHECK(bad == 0, "%d of 100 greedy draws differ; seed %llu", bad, g_seed);
-    CHECK_BACKEND();
-    TEST_END();
-
-    // Same u -> same token. The GPU sums in scan order, the oracle in id order: the two differ by
-    // a few fp64 ulp, which changes the token only when u falls within ~1e-15 of a boundary, so
-    // every draw should agree; 1 disagreement in 300 is tolerated so that such a coincidence
-    // cannot fail the run, 2 or more is a bug.
-    const float temps[] = {0.05f, 0.7f, 1, 1.5f};
-    const int topks[] = {0, 1, 5, 40, 100, -1};  // -1: V + 7
-    const float topps[] = {1, 0.95f, 0.5f, 0.05f};
-    const float minps[] = {0, 0.02f, 0.3f};
-    TEST_BEGIN("sample: temperature/top-k/top-p/min-p, same u -> oracle's token (300 configs)");
-    int mism = 0, n_diff = 0;
-    int32_t first_tok = -1;
-    for (int tr = 0; tr < 300; tr++) {
-        int V = tr % 10 == 0 ? randint(100000, Vmax) : randint(1000, 6000);
-        random_logits(lg, V, tr % 3 == 0);
-        li_sampler_config cfg = {temps[randint(0, 3)], topks[randint(0, 5)], topps[randint(0, 3)],
-                                 minps[randint(0, 2)]};
-        if (cfg.top_k < 0) cfg.top_k = V + 7;
-        double u = tr % 50 == 1 ? 0.0 : tr % 50 == 2 ? 1.0 - 0x1p-53 : li_rng_uniform(&rng);
-        need(li_backend_cuda_upload(gpu, dl, lg, sizeof(float) * V), "upload");
-        int32_t a = ref->ops->sample(ref, lg, V, &cfg, u),
-                b = gpu->ops->sample(gpu, dl, V, &cfg, u);
-        if (a != b || b < 0 || b >= V) {
-            if (mism++ < 5)
-                fprintf(stderr, "  trial %d V=%d temp=%g top_k=%d top_p=%g min_p=%g u=%.17g: "
-                        "oracle %d gpu %d\n", tr, V, (double)cfg.temperature, cfg.top_k,
-                        (double)cfg.top_p, (double)cfg.min_p, u, a, b);
-        }
-        if (first_tok < 0) first_tok = b;
-        else if (b != first_tok) n_diff++;
-    }
-    printf("  sample: %d of 300 draws differ from the oracle\n", mism);
-    CHECK(mism <= 1, "%d of 300 draws differ; seed %llu", mism, g_seed);
-    CHECK(n_diff > 0, "every draw gave the same token");
-    CHECK_BACKEND();
-    TEST_END();
-
-    // Distribution: V = 12 logits at temperature 0.8, 20000 draws with fresh u; each frequency
-    // within 5 standard deviations (sqrt(p(1-p)/n)) of softmax(l / 0.8) computed here in fp64
-    // (a wrong scale, order or cumulative sum moves several by far more).
-    TEST_BEGIN("sample: empirical distribution at temperature 0.8 (12 tokens, 20000 draws)");
-    {
-        enum { VV = 12, ND = 20000 };
-        float l[VV];
-        for (int i = 0; i < VV; i++) l[i] = randn();
-        double p[VV], z = 0, mx = -INFINITY;
-        for (int i = 0; i < VV; i++) mx = l[i] > mx ? l[i] : mx;
-        for (int i = 0; i < VV; i++) z += p[i] = exp((l[i] - mx) / 0.8);
-        int cnt[VV] = {0};
-        need(li_backend_cuda_upload(gpu, dl, l, sizeof l), "upload");
-        li_sampler_config c = {0.8f, 0, 1, 0};
-        int out_of_range = 0;
-        for (int d = 0; d < ND; d++) {
-            int32_t t = gpu->ops->sample(gpu, dl, VV, &c, li_rng_uniform(&rng));
-            if (t < 0 || t >= VV) out_of_range++;
-            else cnt[t]++;
-        }
-        double worst = 0;
-        for (int i = 0; i < VV; i++) {
-            double pi = p[i] / z, sd = sqrt(pi * (1 - pi) / ND),
-                   dev = fabs((double)cnt[i] / ND - pi);
-            if (sd > 0 && dev / sd > worst) worst = dev / sd;
-        }
-        CHECK(out_of_range == 0, "%d tokens out of range", out_of_range);
-        CHECK(worst < 5, "a frequency is %.2f standard deviations off; seed %llu", worst, g_seed);
-        CHECK_BACKEND();
-    }
-    TEST_END();
-    CHECK(dguard_ok(&gl), "guard damaged");
-    dfree(&gl);
-    free(lg);
 }
 
 // ---- bf16 activations (backend.h: rmsnorm_bf16, matmul_bf16, rope_bf16, swiglu_bf16,
@@ -1193,7 +492,7 @@ static void test_bf16_matmul(void) {
                             "accumulate = matmul + add", N, K, T, inv ? " (batch-invariant)" : "",
                             xoff ? " (x misaligned)" : ""));
             long nx = (long)T * K, ny = (long)T * N;
-            uint16_t *w = bf16_weights((int64_t)N * K, 1.0f), *xb = xmalloc(2 * nx);
+            uint16_t *w = bo_bf16_weights((int64_t)N * K, 1.0f), *xb = xmalloc(2 * nx);
             float *xf = xmalloc(sizeof(float) * nx), *y0 = xmalloc(sizeof(float) * ny);
             float *a = xmalloc(sizeof(float) * ny), *b = xmalloc(sizeof(float) * ny);
             float *orc = xmalloc(sizeof(float) * ny);
@@ -2848,18 +2147,6 @@ static void bench_fp8(void) {
 }
 
 // 1 when the comma-separated list holds name as a whole item ("bench-prefill" is not "bench")
-static int list_has(const char *list, const char *name) {
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n)) return 1;
-        if (!e) break;
-        p = e + 1;
-    }
-    return 0;
-}
-
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);  // lines in order with stderr's in a tee'd log
     const char *dev_env = getenv("LI_GPU");
@@ -2874,6 +2161,8 @@ int main(void) {
     // OpenBLAS: the reference ops use no backend state.
     li_backend ref_be = {.ops = &li_cpu_ref_ops, .tp = NULL, .n_threads = 1, .impl = NULL};
     ref = &ref_be;
+    gctx = (bo_ctx){ref, gpu, "cuda", 1, false, g_seed, li_backend_cuda_check, attn_tc_name,
+                    matmul_x_bf16};
     // the engine's own kernels unless a case asks for cuDNN (the "cudnn" groups)
     gpu->attn_impl = LI_ATTN_NATIVE;
     char desc[400];
@@ -2884,11 +2173,7 @@ int main(void) {
     const struct {
         const char *name;
         void (*fn)(void);
-    } groups[] = {{"embed", test_embed},     {"rmsnorm", test_rmsnorm}, {"add_rmsnorm", test_add_rmsnorm},
-                  {"add", test_add_swiglu},  {"softmax", test_softmax},
-                  {"matmul", test_matmul}, {"invariant", test_matmul_batch_invariant},   {"rope", test_rope},
-                  {"kv_store", test_kv_store}, {"kv_copy_rotate", test_kv_copy_rotate},
-                  {"attention", test_attention}, {"sample", test_sample},
+    } groups[] = {{"invariant", test_matmul_batch_invariant},   {"attention", test_attention}, 
                   {"flash", test_flash_attn}, {"fp8", test_fp8}, {"bf16", test_bf16},
                   {"bench", bench_decode_attention}, {"bench-prefill", bench_prefill_attention},
                   {"bench-query", bench_query_prefill}, {"cudnn", test_cudnn_group},
@@ -2896,8 +2181,10 @@ int main(void) {
                   {"bench-gemm", bench_matmul}, {"bench-fp8", bench_fp8},
                   {"bench-dllm-x0", bench_dllm_x0}};
     const char *only = getenv("LI_GPU_CHECK_ONLY");
+    // the shared op table (backend-ops.h: embed, rmsnorm, add_rmsnorm, add, swiglu, softmax)
+    bo_run_all(&gctx, only);
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
-        if (only && !list_has(only, groups[i].name)) continue;
+        if (only && !bo_list_has(only, groups[i].name)) continue;
         if (!strncmp(groups[i].name, "bench", 5) && getenv("LI_GPU_CHECK_NO_BENCH")) continue;
         groups[i].fn();
     }

@@ -39,13 +39,13 @@ enum { N_PROMPT = 45, N_GEN = 24, MAX_V = 1 << 17 };
 
 typedef struct {
     int32_t toks[N_GEN];
-    int n;
+    test_tokens t;  // into toks
 } collect;
 
-static bool on_tok(void *u, int32_t t) {
-    collect *c = u;
-    if (c->n < N_GEN) c->toks[c->n++] = t;
-    return true;
+// Greedy parameters of N_GEN tokens into *c.
+static li_generate_params greedy_params(collect *c) {
+    c->t = (test_tokens){c->toks, N_GEN, 0};
+    return test_greedy_params(N_GEN, &c->t);
 }
 
 static li_model *load_seqs(const char *path, const char *backend, int max_seqs) {
@@ -65,13 +65,7 @@ static li_model *load_seqs(const char *path, const char *backend, int max_seqs) 
 static li_model *load(const char *path, const char *backend) { return load_seqs(path, backend, 1); }
 
 static li_status greedy(li_model *m, const int32_t *prompt, int n, collect *out) {
-    li_generate_params g = li_generate_default_params();
-    g.n_predict = N_GEN;
-    g.sampling.temperature = 0;
-    g.stop_at_eos = false;
-    g.on_token = on_tok;
-    g.user = out;
-    out->n = 0;
+    li_generate_params g = greedy_params(out);
     return li_generate(m, prompt, n, &g, NULL);
 }
 
@@ -95,9 +89,9 @@ static void check_model(const char *path, li_rng *rng) {
     // 3. free-running greedy on both
     collect gc, gg;
     li_status rc = greedy(cpu, ids, N_PROMPT, &gc);
-    CHECK(rc == LI_OK && gc.n == N_GEN, "cpu generate: %s", li_last_error());
+    CHECK(rc == LI_OK && gc.t.n == N_GEN, "cpu generate: %s", li_last_error());
     rc = greedy(gpu, ids, N_PROMPT, &gg);
-    CHECK(rc == LI_OK && gg.n == N_GEN, "gpu generate: %s", li_last_error());
+    CHECK(rc == LI_OK && gg.t.n == N_GEN, "gpu generate: %s", li_last_error());
     // 1 + 2. logits over the prompt and the CPU's continuation
     memcpy(ids + N_PROMPT, gc.toks, sizeof gc.toks);
     float *lc = malloc((size_t)N * V * sizeof(float)), *lg = malloc((size_t)N * V * sizeof(float));
@@ -231,13 +225,7 @@ static void check_batched(const char *path, li_rng *rng) {
         memset(&q, 0, sizeof q);
         q.prompt_ids = prompts[r];
         q.n_prompt_ids = lens[r];
-        q.gen = li_generate_default_params();
-        q.gen.n_predict = N_GEN;
-        q.gen.sampling.temperature = 0;
-        q.gen.stop_at_eos = false;
-        q.gen.on_token = on_tok;
-        q.gen.user = &batch[r];
-        batch[r].n = 0;
+        q.gen = greedy_params(&batch[r]);
         CHECK(li_submit(m, &q, &ids[r]) == LI_OK, "submit: %s", li_last_error());
     }
     CHECK(li_run(m) == LI_OK, "run: %s", li_last_error());
@@ -246,8 +234,8 @@ static void check_batched(const char *path, li_rng *rng) {
         li_request_result res;
         CHECK(li_result(m, ids[r], &res) == LI_OK && res.status == LI_OK, "request %d: %s", r,
               res.error);
-        CHECK(batch[r].n == N_GEN && alone[r].n == N_GEN, "request %d: %d and %d tokens", r,
-              batch[r].n, alone[r].n);
+        CHECK(batch[r].t.n == N_GEN && alone[r].t.n == N_GEN, "request %d: %d and %d tokens", r,
+              batch[r].t.n, alone[r].t.n);
         int same = 0;
         while (same < N_GEN && batch[r].toks[same] == alone[r].toks[same]) same++;
         equal += same;
