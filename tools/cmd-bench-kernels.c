@@ -46,6 +46,8 @@ typedef struct {
     int32_t *start, *start_host;  // (batch_max + 1) page_start of attention_decode, device / host
     int32_t *dec_nv;           // (batch_max) ctx each
     uint64_t *pre_words;       // prefill page table
+    uint64_t *pre_words_host;  // host copies of the prefill table and of nvis: what the model
+    int32_t *nvis_host;        // gives, so that a device backend may plan a library call
     li_kv_seq *seqs;           // host structs over words
     int pages_per_seq, pre_pages;
     // promotion from the host tier (kv-tiers.c): a document's pages, pinned host → pool
@@ -119,7 +121,8 @@ static void op_decode(bk_ctx *c) {
                      c->dec_nv + i, scale, &c->rope);
 }
 static void op_prefill(bk_ctx *c) {
-    li_kv_seq seq = {.pages = c->pre_words, .n_pages = c->pre_pages};
+    li_kv_seq seq = {.pages = c->pre_words, .n_pages = c->pre_pages,
+                     .pages_host = c->pre_words_host, .n_visible_host = c->nvis_host};
     c->be->ops->attention(c->be, c->att, c->q, c->T, c->H, &c->kv, 0, &seq, NULL, c->nvis,
                           1.0f / sqrtf((float)c->Dh), &c->rope);
 }
@@ -322,9 +325,11 @@ int cmd_bench_kernels(int argc, char **argv) {
     c.dec_nv = (int32_t *)bk_alloc(be, (size_t)bmax * 4, "bench decode lengths", &ok);
     c.kv.data = bk_alloc(be, pool_bytes, "bench KV pool", &ok);
     c.seqs = calloc((size_t)bmax, sizeof *c.seqs);
+    c.pre_words_host = malloc((size_t)c.pre_pages * 8);
+    c.nvis_host = malloc((size_t)T * 4);
     int32_t *hi = malloc((size_t)(T > bmax ? T : bmax) * 8);
     uint64_t *hw = malloc((size_t)c.pages_per_seq * bmax * 8 + (size_t)c.pre_pages * 8);
-    if (ok && (!c.seqs || !hi || !hw || !c.start_host)) {
+    if (ok && (!c.seqs || !hi || !hw || !c.start_host || !c.pre_words_host || !c.nvis_host)) {
         li_error_set(LI_ERR_OOM, "out of memory (bench tables)");
         ok = false;
     }
@@ -341,6 +346,7 @@ int cmd_bench_kernels(int argc, char **argv) {
         for (int t = 0; t < T; t++) hi[t] = t;
         ok = bk_upload(be, c.pos, hi, (size_t)T * 4);
         for (int t = 0; t < T; t++) hi[t] = t < prefill ? t + 1 : prefill;
+        memcpy(c.nvis_host, hi, (size_t)T * 4);
         ok = ok && bk_upload(be, c.nvis, hi, (size_t)T * 4);
         int64_t *hs = (int64_t *)hi;  // hi holds >= 2 T ints
         for (int t = 0; t < T; t++) hs[t] = t % ((int64_t)pool_pages * c.P);
@@ -359,6 +365,7 @@ int cmd_bench_kernels(int argc, char **argv) {
              bk_upload(be, c.dec_nv, hi, (size_t)bmax * 4);
         for (int p = 0; p < c.pre_pages; p++)
             hw[p] = li_page_word(p, (p + 1) * c.P <= prefill ? c.P : prefill - p * c.P, 0);
+        memcpy(c.pre_words_host, hw, (size_t)c.pre_pages * 8);
         ok = ok && bk_upload(be, c.pre_words, hw, (size_t)c.pre_pages * 8);
     }
     free(hi);
@@ -486,6 +493,8 @@ int cmd_bench_kernels(int argc, char **argv) {
 done:
     free(c.seqs);
     free(c.start_host);
+    free(c.pre_words_host);
+    free(c.nvis_host);
     free(c.tier_pages);
     li_be_host_free(be, c.tier_host);
     void *bufs[] = {c.x, c.y, c.out, c.gate, c.up, c.q, c.att, c.normw, c.W, c.pos, c.nvis,

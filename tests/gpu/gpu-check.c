@@ -1584,7 +1584,10 @@ static void lib_rows(lib_seq *s, int T, int first, int end) {
 }
 
 // Runs s through gpu (attn_impl LI_ATTN_LIBRARY: cuDNN or an error) and the oracle.
-static void lib_case(const char *what, lib_seq *s, int G, int Hkv, int Dh, bool with_first) {
+// no_host: the caller gives no host copies of its tables (as `bench kernels` did once): auto mode
+// must then run our kernel, never read them.
+static void lib_case(const char *what, lib_seq *s, int G, int Hkv, int Dh, bool with_first,
+                     bool no_host) {
     const int H = G * Hkv, L = 2, il = 1, P = s->P;
     TEST_BEGIN(NAME("attention cudnn %s P=%d H=%d Hkv=%d Dh=%d T=%d keys=%d", what, P, H, Hkv, Dh,
                     s->T, s->n_keys));
@@ -1613,11 +1616,12 @@ static void lib_case(const char *what, lib_seq *s, int G, int Hkv, int Dh, bool 
     li_kv_storage kvd = kv;
     kvd.data = dnew(&gpool, 2 * n, kv.data);
     li_kv_seq seqd = {.pages = dnew(&gpages, 8 * s->n_pages, s->words), .n_pages = s->n_pages,
-                      .pages_host = s->words, .kv_first_host = with_first ? s->first : NULL,
-                      .n_visible_host = s->nvis};
+                      .pages_host = no_host ? NULL : s->words,
+                      .kv_first_host = with_first && !no_host ? s->first : NULL,
+                      .n_visible_host = no_host ? NULL : s->nvis};
     float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
     int32_t *dnv = dnew(&gnv, 4 * s->T, s->nvis), *dfirst = dnew(&gfirst, 4 * s->T, s->first);
-    gpu->attn_impl = LI_ATTN_LIBRARY;
+    gpu->attn_impl = no_host ? LI_ATTN_AUTO : LI_ATTN_LIBRARY;
     gpu->ops->attention(gpu, dout, dq, s->T, H, &kvd, il, &seqd, with_first ? dfirst : NULL, dnv,
                         scale, &tab);
     gpu->attn_impl = LI_ATTN_NATIVE;
@@ -1653,7 +1657,7 @@ static void test_attention_cudnn(void) {
         int nq = randint(2, 120), T = randint(2, nq);
         int64_t q0 = lib_block(&s, nq, 0);
         lib_rows(&s, T, 0, (int)q0 + nq);
-        lib_case("lazy query", &s, G, Hkv, Dh, false);
+        lib_case("lazy query", &s, G, Hkv, Dh, false, false);
         // copy: the same documents re-rotated to their positions (Δ 0), pages of one run
         memset(&s, 0, sizeof s);
         s.P = P;
@@ -1666,7 +1670,7 @@ static void test_attention_cudnn(void) {
         nq = randint(2, 90);
         q0 = lib_block(&s, nq, 0);
         lib_rows(&s, nq, 0, (int)q0 + nq);
-        lib_case("copy query", &s, G, Hkv, Dh, false);
+        lib_case("copy query", &s, G, Hkv, Dh, false, false);
         // a plain prompt's second chunk (causal over the first)
         memset(&s, 0, sizeof s);
         s.P = P;
@@ -1674,7 +1678,7 @@ static void test_attention_cudnn(void) {
         lib_block(&s, len, 0);
         T = randint(2, len - 1);
         lib_rows(&s, T, 0, len);
-        lib_case("prompt chunk", &s, G, Hkv, Dh, false);
+        lib_case("prompt chunk", &s, G, Hkv, Dh, false, false);
         // prefix / none: one Δ 0 run; each document's rows see from its first key (mid-page:
         // gathered keys), the query rows everything
         memset(&s, 0, sizeof s);
@@ -1687,8 +1691,15 @@ static void test_attention_cudnn(void) {
             lib_rows(&s, lens[d], d == 3 ? 0 : start, start + lens[d]);
             start += lens[d];
         }
-        lib_case("prefix documents", &s, G, Hkv, Dh, true);
+        lib_case("prefix documents", &s, G, Hkv, Dh, true, false);
     }
+    // auto, >= LI_CUDNN_MIN_ROWS rows, no host tables: our kernel runs (the bench kernels crash)
+    lib_seq s;
+    memset(&s, 0, sizeof s);
+    s.P = 16;
+    lib_block(&s, 700, 0);
+    lib_rows(&s, 600, 0, 700);
+    lib_case("prompt chunk, no host tables", &s, 4, 2, 128, false, true);
     char note[512];
     li_backend_cuda_attn_note(gpu, note, sizeof note);
     printf("  cudnn: %s\n", note);

@@ -147,10 +147,13 @@ static bool lib_plan_key(li_cuda_impl *im, int64_t **key, int *len, int *cap,
     k[at++] = n_seqs;
     for (int i = 0; i < n_seqs; i++) {
         const li_attn_seq *sq = &seqs[i];
+        // a caller without host copies (NULL) is never covered: its flags keep the keys apart
         const bool has_first = sq->kv.kv_first_host != NULL;
-        k[at++] = sq->t0, k[at++] = sq->n, k[at++] = sq->kv.n_pages, k[at++] = has_first;
-        for (int p = 0; p < sq->kv.n_pages; p++) k[at++] = (int64_t)sq->kv.pages_host[p];
-        for (int t = 0; t < sq->n; t++) k[at++] = sq->kv.n_visible_host[t];
+        const bool has_pages = sq->kv.pages_host != NULL, has_nv = sq->kv.n_visible_host != NULL;
+        k[at++] = sq->t0, k[at++] = sq->n, k[at++] = sq->kv.n_pages;
+        k[at++] = has_first | has_pages << 1 | has_nv << 2;
+        for (int p = 0; has_pages && p < sq->kv.n_pages; p++) k[at++] = (int64_t)sq->kv.pages_host[p];
+        for (int t = 0; has_nv && t < sq->n; t++) k[at++] = sq->kv.n_visible_host[t];
         for (int t = 0; has_first && t < sq->n; t++) k[at++] = sq->kv.kv_first_host[t];
     }
     *len = at;
