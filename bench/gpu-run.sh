@@ -7,7 +7,8 @@
 #   e2e     lazyinfer bench generate on synth:llama-3.1-8b: prefill 5×4096+64 = 20544 tokens and
 #           decode (tg128) — ms = 1000 / (t/s)
 #   ragbench lazyinfer bench rag, the paper's setting (CSV per sweep)
-#   tiers   the document tiers (issue 21): bench rag in the paper's setting with a 2G GPU budget
+#   tiers   the document tiers (issue 21): test-kv-tiers on cuda (no Redis there), bench rag in
+#           the paper's setting with a 2G GPU budget
 #           plus --host-cache 32G (lazy, copy: pool only vs with the tier), and bench kernels'
 #           H2D promotion rate against a plain pinned copy of the same bytes (same call)
 #   torch   bench/torch_baselines.py: SDPA decode/prefill, eager Llama-3.1-8B, copy and GEMM
@@ -139,6 +140,8 @@ has ragbench && run ragbench-zipf ${RAG_TIMEOUT:-120} $RAG --alpha 2.1 --mode ${
 # came from, promotion time). Then the promotion bandwidth: one 2,048-token document (256 MiB,
 # 128 pages none adjacent) from pinned host memory into the pool against one plain pinned
 # cudaMemcpy of the same bytes, both printed (goal: promotion >= 80 % of the plain rate).
+# the tier round trips on the GPU (pinned arena, async D2H / H2D): promoted = fresh, bit for bit
+has tiers && run test-kv-tiers-cuda 120 env LI_TEST_BACKEND=cuda LI_TEST_NO_REDIS=1 $B/test-kv-tiers
 has tiers && run ragbench-tiers ${RAG_TIERS_TIMEOUT:-300} $RAG --alpha 2.1 --mode lazy,copy \
   --rate ${RAG_TIERS_RATE:-16} --budget 2G --host-cache 32G
 has tiers && run tiers-promotion-bw 120 $LI bench kernels --backend cuda -m synth:llama-3.1-8b \

@@ -365,8 +365,9 @@ typedef struct {
                              float a, float mean);
     // ---- KV tiers (src/kv/kv-tiers.c; NULL: li_be_* below fall back to host memory and the
     // synchronous upload / download) ----
-    // Host memory this backend copies to and from fastest (CUDA: pinned), zero-filled; NULL with
-    // the error set. host_free(NULL) is a no-op.
+    // Host memory this backend copies to and from fastest (CUDA: pinned), contents undefined;
+    // NULL with the error set. host_free(NULL) is a no-op. Slow (pinning: ~0.1-0.2 s per GiB):
+    // the host tier takes its whole budget once, at start (src/kv/host-arena.h).
     void *(*host_alloc)(li_backend *be, size_t n_bytes, const char *what);
     void (*host_free)(li_backend *be, void *p);
     // dst_host (n, page_bytes) = the pool's pages[i] (page ids, host array), queued like an op

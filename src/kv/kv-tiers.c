@@ -4,15 +4,19 @@
 // write-through demotion, promotions.
 //
 // Ownership: a blob (header + pages) is reference-counted under t->mu, since the engine (L1,
-// uploads in flight) and the worker (writes) both hold it. Pinned blobs are freed on the engine
-// thread only (their memory belongs to the backend's context): the writer queues them.
+// uploads in flight) and the worker (writes) both hold it. L1's blobs live in one host arena
+// (host-arena.h: the whole --host-cache budget, pinned on CUDA, taken once at start), which only
+// the engine thread touches: the writer queues the arena blobs whose last reference it dropped.
 // Only the workers touch the blob stores, each its own handles; the L2 index is shared under
 // t->mu.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "blob-store.h"
+#include "host-arena.h"
 #include "kv-tiers.h"
 
 // ---- the entry format ---------------------------------------------------------------------------
@@ -35,7 +39,7 @@ _Static_assert(sizeof(entry_header) <= HEADER_BYTES, "entry header outgrew its p
 typedef struct blob blob;
 struct blob {
     int refs;        // under t->mu
-    bool pinned;     // li_be_host_alloc'd: freed on the engine thread
+    bool in_arena;   // data is an extent of t->arena: released on the engine thread
     li_doc_key key;  // tier key
     double cost;     // recompute cost for GDSF (cost_of its tokens)
     size_t n;        // HEADER_BYTES + n_pages × page_bytes
@@ -92,14 +96,15 @@ struct li_kv_tiers {
     li_tier_index *l1_index, *l2_index;
     l1_entry **l1_buckets;
     size_t l1_n_buckets, l1_count;
-    blob *free_pinned;               // pinned blobs whose last reference the worker dropped
+    blob *free_arena;                // arena blobs whose last reference the worker dropped
     li_cache_tier_stats stats[LI_N_TIERS];
     // engine thread only
     blob *gathered;  // demoted blobs whose D2H is queued
     blob *uploads;   // blobs whose H2D is queued
-    blob *spare;     // pinned buffers of dropped blobs, kept for reuse (pinning 256 MiB costs
-    int64_t spare_bytes;  // tens of ms; equal-sized documents reuse them): resident + spare
-                          // stays within the host budget
+    li_host_arena *arena;  // L1's memory: every L1 blob is an extent of it
+    void *arena_mem;       // host_bytes, from li_be_host_alloc (pinned) or mmap (arena_mapped)
+    size_t arena_bytes;
+    bool arena_mapped;
 };
 
 // GDSF's recompute cost of n tokens (li_doc_cache_cost's formula).
@@ -153,27 +158,37 @@ static bool header_valid(const li_kv_tiers *t, const li_kv_promotion *p, const u
 
 // ---- blobs and L1 (callers hold mu unless noted) --------------------------------------------------
 
-static blob *blob_new(li_kv_tiers *t, const li_doc_key *key, size_t n, bool pinned, double cost) {
-    for (blob **pp = &t->spare; pinned && *pp; pp = &(*pp)->next) {
-        if ((*pp)->n != n) continue;
-        blob *b = *pp;  // a spare pinned buffer of this size: no new pinning
-        *pp = b->next;
-        t->spare_bytes -= (int64_t)n;
-        b->next = NULL;
-        b->refs = 1;
-        b->key = *key;
-        b->cost = cost;
-        return b;
+static void l1_drop(li_kv_tiers *t, const li_doc_key *k);
+
+// n bytes of the arena, evicting L1's entries by the policy until an extent fits; NULL when
+// none does (what is left is held by uploads or writes in flight, or fragmented). Engine thread.
+static void *arena_take(li_kv_tiers *t, size_t n) {
+    void *p = li_host_arena_alloc(t->arena, n);
+    li_tier_entry v;
+    pthread_mutex_lock(&t->mu);
+    while (!p && li_tier_index_evict(t->l1_index, &v)) {
+        l1_drop(t, &v.key);
+        t->stats[LI_TIER_HOST].evictions++;
+        p = li_host_arena_alloc(t->arena, n);
     }
+    pthread_mutex_unlock(&t->mu);
+    return p;
+}
+
+// A blob of n bytes: an arena extent when want_arena and one is free (engine thread), plain
+// host memory otherwise (then it never enters L1: it only travels to the tiers below).
+static blob *blob_new(li_kv_tiers *t, const li_doc_key *key, size_t n, bool want_arena,
+                      double cost) {
     blob *b = calloc(1, sizeof *b);
     if (!b) return NULL;
-    b->data = pinned ? li_be_host_alloc(t->be, n, "a document's KV in the host tier") : malloc(n);
+    b->data = want_arena && t->arena ? arena_take(t, n) : NULL;
+    b->in_arena = b->data != NULL;
+    if (!b->data) b->data = malloc(n);
     if (!b->data) {
         free(b);
         return NULL;
     }
     b->refs = 1;
-    b->pinned = pinned;
     b->key = *key;
     b->n = n;
     b->cost = cost;
@@ -181,15 +196,7 @@ static blob *blob_new(li_kv_tiers *t, const li_doc_key *key, size_t n, bool pinn
 }
 
 static void blob_destroy(li_kv_tiers *t, blob *b) {
-    if (b->pinned && t->l1_index && !t->stop &&
-        li_tier_index_bytes(t->l1_index) + t->spare_bytes + (int64_t)b->n <=
-            li_tier_index_budget(t->l1_index)) {
-        b->next = t->spare;  // engine thread (pinned blobs are destroyed there only)
-        t->spare = b;
-        t->spare_bytes += (int64_t)b->n;
-        return;
-    }
-    if (b->pinned) li_be_host_free(t->be, b->data);
+    if (b->in_arena) li_host_arena_release(t->arena, b->data, b->n);
     else free(b->data);
     free(b);
 }
@@ -197,9 +204,9 @@ static void blob_destroy(li_kv_tiers *t, blob *b) {
 // Drops one reference. on_engine: the caller is the engine thread (may free pinned memory).
 static void blob_unref(li_kv_tiers *t, blob *b, bool on_engine) {
     if (--b->refs > 0) return;
-    if (b->pinned && !on_engine) {
-        b->next = t->free_pinned;
-        t->free_pinned = b;
+    if (b->in_arena && !on_engine) {
+        b->next = t->free_arena;
+        t->free_arena = b;
         return;
     }
     blob_destroy(t, b);
@@ -252,7 +259,7 @@ static bool l1_grow(li_kv_tiers *t) {
 // Puts b into L1 (one more reference), evicting by the policy. Engine thread.
 static void l1_insert(li_kv_tiers *t, blob *b) {
     li_cache_tier_stats *st = &t->stats[LI_TIER_HOST];
-    if (!t->l1_index || (int64_t)b->n > li_tier_index_budget(t->l1_index)) return;
+    if (!t->l1_index || !b->in_arena || (int64_t)b->n > li_tier_index_budget(t->l1_index)) return;
     if (li_tier_index_touch(t->l1_index, &b->key)) return;  // already there
     li_tier_entry v;
     while (li_tier_index_need_room(t->l1_index, (int64_t)b->n) && li_tier_index_evict(t->l1_index, &v)) {
@@ -512,6 +519,30 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
             rc = li_error_set(LI_ERR_OOM, "out of memory for the host tier");
             goto fail;
         }
+        // the whole budget at once: pinned where the backend pins (one cudaMallocHost at start,
+        // ~0.1-0.2 s per GiB there), else reserved address space the kernel fills on first touch
+        // (a budget below one arena unit holds no entry: no arena, L1 keeps nothing)
+        t->arena_bytes = (size_t)cfg->host_bytes;
+        if (t->arena_bytes < LI_HOST_ARENA_UNIT) {
+            t->arena_bytes = 0;
+        } else if (be->ops->host_alloc) {
+            t->arena_mem = li_be_host_alloc(be, t->arena_bytes, "the host tier (--host-cache)");
+        } else {
+            void *m = mmap(NULL, t->arena_bytes, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            t->arena_mem = m == MAP_FAILED ? NULL : m;
+            t->arena_mapped = t->arena_mem != NULL;
+            if (!t->arena_mem)
+                li_error_set(LI_ERR_OOM, "mapping %zu bytes for the host tier", t->arena_bytes);
+        }
+        if (t->arena_bytes) {
+            rc = t->arena_mem ? li_host_arena_init(&t->arena, t->arena_mem, t->arena_bytes)
+                              : LI_ERR_OOM;
+            if (rc != LI_OK) {
+                li_error_wrap(rc, "--host-cache %lld: ", (long long)cfg->host_bytes);
+                goto fail;
+            }
+        }
         t->stats[LI_TIER_HOST].enabled = true;
     }
     if (cfg->disk_dir) {
@@ -582,7 +613,7 @@ void li_kv_tiers_free(li_kv_tiers *t) {
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->writer, NULL);
         pthread_join(t->loader, NULL);
-        t->stop = false;  // (blob_destroy reads it: spare buffers are still kept until below)
+        t->stop = false;
     }
     // loads the engine still owned were cancelled by their work items; the worker freed them
     for (li_kv_promotion *p = t->loads, *next; p; p = next) {
@@ -596,17 +627,15 @@ void li_kv_tiers_free(li_kv_tiers *t) {
             blob_unref(t, e->b, true);
             free(e);
         }
-    t->stop = true;  // blob_destroy frees from now on
-    for (blob *b = t->free_pinned, *next; b; b = next) {
-        next = b->next;
-        blob_destroy(t, b);
-    }
-    for (blob *b = t->spare, *next; b; b = next) {
+    for (blob *b = t->free_arena, *next; b; b = next) {
         next = b->next;
         blob_destroy(t, b);
     }
     free(t->l1_buckets);
     li_tier_index_free(t->l1_index);
+    li_host_arena_free(t->arena);
+    if (t->arena_mapped) munmap(t->arena_mem, t->arena_bytes);
+    else li_be_host_free(t->be, t->arena_mem);
     li_tier_index_free(t->l2_index);
     li_blob_close(t->disk);
     li_blob_close(t->remote);
@@ -626,8 +655,8 @@ li_status li_kv_tiers_demote(li_kv_tiers *t, const li_doc_copy *copy) {
     bool in_l1 = t->l1_index && li_tier_index_contains(t->l1_index, &key);
     pthread_mutex_unlock(&t->mu);
     if (in_l1 && !t->disk && !t->remote) return LI_OK;
-    // pinned when the host tier keeps it (async D2H now, fast H2D later); plain otherwise
-    blob *b = blob_new(t, &key, n, t->l1_index != NULL, cost_of(t, copy->n_tokens));
+    // in the arena when the host tier keeps it (async D2H now, fast H2D later); plain otherwise
+    blob *b = blob_new(t, &key, n, true, cost_of(t, copy->n_tokens));
     if (!b) {
         LI_WARN("KV tiers: no host memory for a %zu-byte copy; it stays in the pool only", n);
         li_error_clear();
@@ -741,18 +770,16 @@ li_status li_kv_tiers_poll(li_kv_tiers *t, li_kv_promotion **promo, li_kv_tiers_
         free(p);
         return LI_OK;
     }
-    // the value becomes a blob: uploaded now, kept in L1, written to the tiers above its own
-    blob *b = calloc(1, sizeof *b);
+    // the value becomes a blob: uploaded now, kept in L1 (copied into the arena: L1 holds
+    // arena blobs only), written to the tiers above its own
+    blob *b = blob_new(t, &p->key, p->n, true, cost_of(t, p->copy->n_tokens));
     if (!b) {
         free(p->data);
         free(p);
         return LI_OK;
     }
-    b->refs = 1;
-    b->key = p->key;
-    b->n = p->n;
-    b->data = p->data;
-    b->cost = cost_of(t, p->copy->n_tokens);
+    memcpy(b->data, p->data, p->n);
+    free(p->data);
     li_status rc = upload(t, p->copy, b);
     pthread_mutex_lock(&t->mu);
     if (rc == LI_OK) {
@@ -796,8 +823,8 @@ void li_kv_tiers_step_done(li_kv_tiers *t) {
         blob_unref(t, b, true);
     }
     t->uploads = NULL;
-    blob *fp = t->free_pinned;
-    t->free_pinned = NULL;
+    blob *fp = t->free_arena;
+    t->free_arena = NULL;
     pthread_mutex_unlock(&t->mu);
     for (blob *next; fp; fp = next) {
         next = fp->next;
