@@ -128,6 +128,8 @@ typedef struct {
     int max_heads;     // H
     int head_dim;      // Dh
     int64_t max_keys;  // keys one sequence's paged attention can see (page slots); 0: none
+    int n_head_kv;     // Hkv of that attention, and its pool's dtype: a backend that calls a
+    li_dtype kv_dtype; // library there prepares it now (CUDA: cuDNN's one-time set-up)
     int n_vocab;       // V
     bool sampler;      // sample over V
     // diffusion models

@@ -223,6 +223,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         int64_t seq_keys = ((int64_t)(m->n_ctx + page_size - 1) / page_size + 64) * page_size;
         li_backend_reserve r = {.max_rows = m->n_batch, .max_in = in, .max_heads = hp->n_head,
                                 .head_dim = hp->head_dim, .max_keys = seq_keys,
+                                .n_head_kv = hp->n_head_kv, .kv_dtype = m->kv.storage.dtype,
                                 .n_vocab = hp->n_vocab, .sampler = true};
         if ((rc = m->be->ops->reserve(m->be, &r)) != LI_OK) goto fail;
     }

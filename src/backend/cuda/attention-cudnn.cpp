@@ -247,7 +247,7 @@ extern "C" void li_cudnn_close(li_cudnn *c) {
     delete c;
 }
 
-extern "C" int li_cudnn_sdpa(li_cudnn *c, const li_sdpa_args *a, char *err, size_t n_err) {
+static plan_key key_of(const li_sdpa_args *a) {
     plan_key k{};
     k.kind = a->kind;
     k.b = a->b;
@@ -259,6 +259,20 @@ extern "C" int li_cudnn_sdpa(li_cudnn *c, const li_sdpa_args *a, char *err, size
     k.causal = a->causal;
     k.lse = a->lse != nullptr;
     k.scale = a->scale;
+    return k;
+}
+
+extern "C" int li_cudnn_prepare(li_cudnn *c, const li_sdpa_args *a, char *err, size_t n_err) {
+    try {
+        return find_plan(c, key_of(a), err, n_err)->graph ? 0 : 1;
+    } catch (const std::exception &e) {
+        say(err, n_err, "cuDNN SDPA: %s", e.what());
+        return -1;
+    }
+}
+
+extern "C" int li_cudnn_sdpa(li_cudnn *c, const li_sdpa_args *a, char *err, size_t n_err) {
+    const plan_key k = key_of(a);
     try {
         plan *p = find_plan(c, k, err, n_err);
         if (!p->graph) {

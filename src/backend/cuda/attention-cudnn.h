@@ -67,6 +67,11 @@ void li_cudnn_close(li_cudnn *c);  // NULL is a no-op
 // (nothing queued, err says why: the caller runs its own kernel); -1: an error (err).
 int li_cudnn_sdpa(li_cudnn *c, const li_sdpa_args *a, char *err, size_t n_err);
 
+// Builds (or finds) the plan of a call of these arguments without queuing anything (pointers are
+// not read): 0 ready, 1 no engine for the shape, -1 an error (err). The first plan of a process
+// pays cuDNN's one-time set-up, seconds on the H200 machine: a backend prepares one at load.
+int li_cudnn_prepare(li_cudnn *c, const li_sdpa_args *a, char *err, size_t n_err);
+
 // Plans built so far, the milliseconds spent building them, calls run, and workspace
 // (re)allocations.
 typedef struct {

@@ -456,6 +456,24 @@ static const lib_plan *attention_cudnn(li_backend *be, float *out, const float *
     return p;
 }
 
+// At load (li_cu_reserve): opens cuDNN and builds the smallest ragged plans of both masks for
+// these heads, so that cuDNN's one-time set-up is not paid inside a request. A failure here is
+// no error: the calls decide again (and --attn-impl cudnn reports there).
+void li_cu_attn_prepare(li_backend *be, int H, int Hkv, int Dh) {
+    li_cuda_impl *im = be->impl;
+    if (be->attn_impl == LI_ATTN_NATIVE || Dh % 8 || Dh > 256 || Hkv <= 0 || H % Hkv) return;
+    if (!cudnn_ready(be)) return;
+    float lse_marker;  // (never written: the plan only needs to know that LSE is wanted)
+    for (int causal = 0; causal < 2; causal++) {
+        li_sdpa_args a = {.kind = LI_SDPA_RAGGED, .b = 1, .H = H, .Hkv = Hkv, .Dh = Dh,
+                          .s_q = 16, .s_kv = 64, .causal = causal,
+                          .scale = 1.0f / sqrtf((float)Dh), .lse = &lse_marker};
+        char err[256] = "";
+        if (li_cudnn_prepare(im->cudnn, &a, err, sizeof err) != 0)
+            snprintf(im->cudnn_note, sizeof im->cudnn_note, "%s", err);
+    }
+}
+
 // attention_dense / attention_dense_bf16 through cuDNN: q converted to bf16 (unscaled: cuDNN
 // scales the scores in fp32), K / V bf16, out bf16 (outb) or f32 (outf, through lib_o). false
 // when it does not apply (the caller runs its kernel).

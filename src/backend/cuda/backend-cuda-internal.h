@@ -244,6 +244,7 @@ void li_cu_free(li_backend *be, void *p);
 void li_cu_copy(li_backend *be, void *dst, const void *src, size_t n);
 void li_cu_fill(li_backend *be, float *x, float value, int64_t n);
 li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r);
+void li_cu_attn_prepare(li_backend *be, int H, int Hkv, int Dh);
 int64_t li_cu_scratch_allocs(li_backend *be);
 li_status li_cu_fill_random(li_backend *be, void *x, li_dtype dtype, int64_t n, uint64_t seed,
                             float a, float mean);
