@@ -1,5 +1,6 @@
-// doc-cache.c — document KV cache (see doc-cache.h): a hash table of copies keyed by content,
-// a recency list for eviction, page accounting against the pool and the document budget.
+// doc-cache.c — document KV cache (see doc-cache.h): copies in a key table (key-table.h) by
+// content key and in recency order for eviction, page accounting against the pool and the
+// document budget.
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,10 +13,7 @@ struct li_doc_cache {
     const li_evict_policy *policy;
     int64_t max_pages;        // pages documents may hold
     int64_t pages_held;
-    li_doc_copy **buckets;    // (n_buckets) hash chains
-    size_t n_buckets;         // power of two
-    int64_t n_copies;
-    li_doc_copy *use_head, *use_tail;  // recency list
+    li_key_table copies;      // every copy, by key (several per key in copy mode) and recency
     uint64_t clock;
     li_doc_cache_stats stats; // counters; resident_* filled in get_stats
     double cost_per_token, cost_per_pair;  // li_doc_cache_set_cost
@@ -60,60 +58,15 @@ void li_doc_key_hex(const li_doc_key *key, char out[65]) {
     out[64] = 0;
 }
 
-static size_t key_hash(const li_doc_key *k) {
-    uint64_t h;
-    memcpy(&h, k->b, sizeof h);  // a SHA-256 prefix is already uniform
-    return (size_t)h;
-}
+// ---- the table ---------------------------------------------------------------------------------
 
-// ---- recency list and table ---------------------------------------------------------------------
-
-static void use_unlink(li_doc_cache *c, li_doc_copy *d) {
-    if (d->use_prev) d->use_prev->use_next = d->use_next; else c->use_head = d->use_next;
-    if (d->use_next) d->use_next->use_prev = d->use_prev; else c->use_tail = d->use_prev;
-    d->use_prev = d->use_next = NULL;
-}
-
-static void use_append(li_doc_cache *c, li_doc_copy *d) {
-    d->use_prev = c->use_tail;
-    d->use_next = NULL;
-    if (c->use_tail) c->use_tail->use_next = d; else c->use_head = d;
-    c->use_tail = d;
-}
-
-static li_status table_grow(li_doc_cache *c) {
-    size_t n = c->n_buckets ? 2 * c->n_buckets : 64;
-    li_doc_copy **b = calloc(n, sizeof *b);
-    if (!b) return li_error_set(LI_ERR_OOM, "out of memory growing the document cache");
-    for (size_t i = 0; i < c->n_buckets; i++) {
-        li_doc_copy *d = c->buckets[i];
-        while (d) {
-            li_doc_copy *next = d->bucket_next;
-            size_t j = key_hash(&d->key) & (n - 1);
-            d->bucket_next = b[j];
-            b[j] = d;
-            d = next;
-        }
-    }
-    free(c->buckets);
-    c->buckets = b;
-    c->n_buckets = n;
-    return LI_OK;
-}
-
-static li_doc_copy **bucket_of(li_doc_cache *c, const li_doc_key *k) {
-    return &c->buckets[key_hash(k) & (c->n_buckets - 1)];
-}
+static li_doc_copy *copy_of(li_key_link *e) { return LI_KEY_ENTRY(e, li_doc_copy, link); }
 
 static void remove_copy(li_doc_cache *c, li_doc_copy *d) {
     LI_ASSERT(d->pins == 0);
-    li_doc_copy **pp = bucket_of(c, &d->key);
-    while (*pp != d) pp = &(*pp)->bucket_next;
-    *pp = d->bucket_next;
-    use_unlink(c, d);
+    li_key_table_remove(&c->copies, &d->link);
     for (int i = 0; i < d->n_pages; i++) li_kv_page_unref(c->pool, d->pages[i]);
     c->pages_held -= d->n_pages;
-    c->n_copies--;
     free(d->pages);
     free(d->deltas_seen);
     free(d);
@@ -182,10 +135,12 @@ double li_doc_cache_cost(const li_doc_cache *c, int n_tokens) {
     return c->cost_per_token * n + c->cost_per_pair * n * (n + 1) / 2;
 }
 
-li_doc_copy *li_doc_cache_first(li_doc_cache *c) { return c->use_head; }
+li_doc_copy *li_doc_cache_first(li_doc_cache *c) {
+    return copy_of(li_key_table_oldest(&c->copies));
+}
 li_doc_copy *li_doc_cache_next(li_doc_cache *c, li_doc_copy *d) {
     (void)c;
-    return d->use_next;
+    return copy_of(d->link.newer);
 }
 
 // ---- public ------------------------------------------------------------------------------------
@@ -199,21 +154,18 @@ li_status li_doc_cache_init(li_doc_cache **out, li_kv_pool *pool, const li_evict
     c->policy = policy ? policy : &li_evict_lru;
     c->max_pages = max_pages > 0 ? max_pages : li_kv_pool_n_pages(pool);
     c->cost_per_token = 1.0;
-    if (table_grow(c) != LI_OK) {
-        free(c);
-        return LI_ERR_OOM;
-    }
+    li_key_table_init(&c->copies, 64, "the document cache");
     *out = c;
     return LI_OK;
 }
 
 void li_doc_cache_free(li_doc_cache *c) {
     if (!c) return;
-    while (c->use_head) {
-        LI_ASSERT(c->use_head->pins == 0);
-        remove_copy(c, c->use_head);
+    for (li_doc_copy *d; (d = li_doc_cache_first(c));) {
+        LI_ASSERT(d->pins == 0);
+        remove_copy(c, d);
     }
-    free(c->buckets);
+    li_key_table_free(&c->copies);
     free(c);
 }
 
@@ -252,8 +204,7 @@ static void note_delta(li_doc_copy *d, int64_t delta) {
 static void pin(li_doc_cache *c, li_doc_copy *d, int64_t delta) {
     d->pins++;
     d->last_use = ++c->clock;
-    use_unlink(c, d);
-    use_append(c, d);
+    li_key_table_touch(&c->copies, &d->link);
     note_delta(d, delta);
     d->uses++;
     if (c->policy->on_pin) c->policy->on_pin(c, d);
@@ -271,8 +222,8 @@ li_status li_doc_cache_acquire(li_doc_cache *c, const li_doc_key *key, int n_tok
                             (long long)delta, (long long)LI_PAGE_MAX_DELTA);
     c->stats.lookups++;
     li_doc_copy *usable = NULL, *other = NULL;
-    for (li_doc_copy *d = *bucket_of(c, key); d; d = d->bucket_next) {
-        if (memcmp(d->key.b, key->b, 32) != 0) continue;
+    for (li_key_link *e = li_key_table_find(&c->copies, key); e; e = li_key_table_find_next(e)) {
+        li_doc_copy *d = copy_of(e);
         if (position_agnostic || d->delta == delta) {
             if (!usable || (d->ready && !usable->ready)) usable = d;
         } else if (d->ready && (!other || d->last_use > other->last_use)) {
@@ -301,11 +252,14 @@ li_status li_doc_cache_acquire(li_doc_cache *c, const li_doc_key *key, int n_tok
         rc = evict_for(c, n_pages, true);
     }
     li_doc_copy *d = NULL;
-    if (rc == LI_OK && (size_t)(c->n_copies + 1) > c->n_buckets * 3 / 4) rc = table_grow(c);
     if (rc == LI_OK) {
         d = calloc(1, sizeof *d);
         if (d) d->pages = malloc((size_t)n_pages * sizeof *d->pages);
         if (!d || !d->pages) rc = li_error_set(LI_ERR_OOM, "out of memory for a document entry");
+    }
+    if (rc == LI_OK) {
+        d->key = *key;
+        rc = li_key_table_insert(&c->copies, &d->link, &d->key);  // the newest: pinned below
     }
     if (rc != LI_OK) {
         if (d) free(d->pages);
@@ -317,16 +271,10 @@ li_status li_doc_cache_acquire(li_doc_cache *c, const li_doc_key *key, int n_tok
         li_status arc = li_kv_page_alloc(c->pool, &d->pages[i]);
         LI_ASSERT(arc == LI_OK);  // evict_for made room
     }
-    d->key = *key;
     d->n_tokens = n_tokens;
     d->delta = position_agnostic ? 0 : delta;
     d->n_pages = n_pages;
     c->pages_held += n_pages;
-    c->n_copies++;
-    li_doc_copy **b = bucket_of(c, key);
-    d->bucket_next = *b;
-    *b = d;
-    use_append(c, d);
     pin(c, d, delta);
     if (other && source) {
         *source = other;
@@ -360,27 +308,24 @@ li_status li_doc_cache_make_room(li_doc_cache *c, int64_t n_pages) {
 
 void li_doc_cache_get_stats(const li_doc_cache *c, li_doc_cache_stats *out) {
     *out = c->stats;
-    out->resident_copies = c->n_copies;
+    out->resident_copies = (int64_t)c->copies.count;
     out->resident_pages = c->pages_held;
     size_t page_bytes = c->pool->page_bytes;
     out->resident_bytes = (int64_t)(c->pages_held * (int64_t)page_bytes);
-    // distinct documents: copies whose key no earlier copy in its bucket chain has
+    // distinct documents: the copies the table finds first for their key
     int64_t docs = 0, baseline_pages = 0;
-    for (size_t i = 0; i < c->n_buckets; i++)
-        for (li_doc_copy *d = c->buckets[i]; d; d = d->bucket_next) {
-            bool first = true;
-            for (li_doc_copy *e = c->buckets[i]; e != d; e = e->bucket_next)
-                if (!memcmp(e->key.b, d->key.b, 32)) first = false;
-            docs += first;
-            baseline_pages += (int64_t)d->n_pages * (d->n_deltas_seen ? d->n_deltas_seen : 1);
-        }
+    for (li_key_link *e = li_key_table_oldest(&c->copies); e; e = e->newer) {
+        const li_doc_copy *d = copy_of(e);
+        docs += li_key_table_find(&c->copies, &d->key) == e;
+        baseline_pages += (int64_t)d->n_pages * (d->n_deltas_seen ? d->n_deltas_seen : 1);
+    }
     out->resident_docs = docs;
     out->copy_baseline_bytes = baseline_pages * (int64_t)page_bytes;
 }
 
 int li_doc_cache_n_copies(const li_doc_cache *c, const li_doc_key *key) {
     int n = 0;
-    for (li_doc_copy *d = c->buckets[key_hash(key) & (c->n_buckets - 1)]; d; d = d->bucket_next)
-        n += !memcmp(d->key.b, key->b, 32);
+    for (li_key_link *e = li_key_table_find(&c->copies, key); e; e = li_key_table_find_next(e))
+        n++;
     return n;
 }

@@ -15,11 +15,8 @@
 #ifndef LI_DOC_CACHE_H
 #define LI_DOC_CACHE_H
 
+#include "key-table.h"
 #include "kv-pool.h"
-
-typedef struct {
-    uint8_t b[32];
-} li_doc_key;  // SHA-256
 
 // key = SHA-256(model id ‖ tokenizer id ‖ token ids as little-endian int32). The ids are free
 // strings naming the model and tokenizer (e.g. a file path + size, or the synth spec).
@@ -43,9 +40,7 @@ struct li_doc_copy {
     int64_t *deltas_seen;  // baseline's bytes; capped at LI_DOC_MAX_DELTAS_TRACKED)
     int64_t uses;          // pins over its life (GDSF's frequency)
     double priority;       // GDSF's H, set at each pin (other policies: 0)
-    // private to doc-cache.c
-    li_doc_copy *bucket_next;          // hash chain
-    li_doc_copy *use_prev, *use_next;  // recency list, least recently used first
+    li_key_link link;      // private to doc-cache.c: by key and by recency (key-table.h)
 };
 #define LI_DOC_MAX_DELTAS_TRACKED 64
 

@@ -1,4 +1,4 @@
-// kv-tiers.c — the tier manager (kv-tiers.h): L1 host blobs in a hash table with a tier-index,
+// kv-tiers.c — the tier manager (kv-tiers.h): L1 host blobs in a key table with a tier-index,
 // L2 / L3 through blob stores driven by two worker threads (a writer and a loader, each with its
 // own store handles, so that a promotion never waits behind a write of another document),
 // write-through demotion, promotions.
@@ -47,12 +47,10 @@ struct blob {
     blob *next;      // in whichever engine-side list holds it
 };
 
-typedef struct l1_entry l1_entry;
-struct l1_entry {
-    li_doc_key key;
-    blob *b;  // one reference
-    l1_entry *next;
-};
+typedef struct {
+    blob *b;           // one reference
+    li_key_link link;  // by b->key (eviction order is l1_index's)
+} l1_entry;
 
 typedef struct job job;
 struct job {
@@ -94,8 +92,7 @@ struct li_kv_tiers {
     job *writes, *writes_tail;
     li_kv_promotion *loads, *loads_tail;
     li_tier_index *l1_index, *l2_index;
-    l1_entry **l1_buckets;
-    size_t l1_n_buckets, l1_count;
+    li_key_table l1;                 // L1's entries, by tier key
     blob *free_arena;                // arena blobs whose last reference the worker dropped
     li_cache_tier_stats stats[LI_N_TIERS];
     // engine thread only
@@ -212,48 +209,23 @@ static void blob_unref(li_kv_tiers *t, blob *b, bool on_engine) {
     blob_destroy(t, b);
 }
 
-static l1_entry **l1_bucket(li_kv_tiers *t, const li_doc_key *k) {
-    uint64_t h;
-    memcpy(&h, k->b, sizeof h);  // a SHA-256 prefix is already uniform
-    return &t->l1_buckets[h & (t->l1_n_buckets - 1)];
+static l1_entry *l1_find(li_kv_tiers *t, const li_doc_key *k) {
+    return LI_KEY_ENTRY(li_key_table_find(&t->l1, k), l1_entry, link);
 }
 
-static l1_entry *l1_find(li_kv_tiers *t, const li_doc_key *k) {
-    for (l1_entry *e = *l1_bucket(t, k); e; e = e->next)
-        if (!memcmp(e->key.b, k->b, 32)) return e;
-    return NULL;
+// Unlinks e and drops its reference.
+static void l1_unlink(li_kv_tiers *t, l1_entry *e) {
+    li_key_table_remove(&t->l1, &e->link);
+    blob_unref(t, e->b, true);
+    free(e);
 }
 
 static void l1_drop(li_kv_tiers *t, const li_doc_key *k) {
-    for (l1_entry **pp = l1_bucket(t, k); *pp; pp = &(*pp)->next) {
-        if (memcmp((*pp)->key.b, k->b, 32)) continue;
-        l1_entry *e = *pp;
-        *pp = e->next;
-        t->stats[LI_TIER_HOST].resident_bytes -= (int64_t)e->b->n;
-        t->stats[LI_TIER_HOST].resident_entries--;
-        t->l1_count--;
-        blob_unref(t, e->b, true);
-        free(e);
-        return;
-    }
-}
-
-static bool l1_grow(li_kv_tiers *t) {
-    size_t n = t->l1_n_buckets ? 2 * t->l1_n_buckets : 256;
-    l1_entry **nb = calloc(n, sizeof *nb);
-    if (!nb) return false;
-    for (size_t i = 0; i < t->l1_n_buckets; i++)
-        for (l1_entry *e = t->l1_buckets[i], *next; e; e = next) {
-            next = e->next;
-            uint64_t h;
-            memcpy(&h, e->key.b, sizeof h);
-            e->next = nb[h & (n - 1)];
-            nb[h & (n - 1)] = e;
-        }
-    free(t->l1_buckets);
-    t->l1_buckets = nb;
-    t->l1_n_buckets = n;
-    return true;
+    l1_entry *e = l1_find(t, k);
+    if (!e) return;
+    t->stats[LI_TIER_HOST].resident_bytes -= (int64_t)e->b->n;
+    t->stats[LI_TIER_HOST].resident_entries--;
+    l1_unlink(t, e);
 }
 
 // Puts b into L1 (one more reference), evicting by the policy. Engine thread.
@@ -268,19 +240,18 @@ static void l1_insert(li_kv_tiers *t, blob *b) {
     }
     if (li_tier_index_need_room(t->l1_index, (int64_t)b->n)) return;  // every entry is pinned
     l1_entry *e = calloc(1, sizeof *e);
-    if (!e || ((t->l1_count + 1) * 4 > t->l1_n_buckets * 3 && !l1_grow(t)) ||
-        li_tier_index_put(t->l1_index, &b->key, (int64_t)b->n, b->cost) != LI_OK) {
+    li_status rc = e ? li_key_table_insert(&t->l1, &e->link, &b->key) : LI_ERR_OOM;
+    if (rc == LI_OK && li_tier_index_put(t->l1_index, &b->key, (int64_t)b->n, b->cost) != LI_OK) {
+        li_key_table_remove(&t->l1, &e->link);
+        rc = LI_ERR_OOM;
+    }
+    if (rc != LI_OK) {
         free(e);  // out of memory: the host tier just does not keep this one
         li_error_clear();
         return;
     }
-    e->key = b->key;
     e->b = b;
     b->refs++;
-    l1_entry **bk = l1_bucket(t, &b->key);
-    e->next = *bk;
-    *bk = e;
-    t->l1_count++;
     st->resident_bytes += (int64_t)b->n;
     st->resident_entries++;
     st->bytes_out += (int64_t)b->n;
@@ -395,66 +366,81 @@ static void load(li_kv_tiers *t, li_kv_promotion *p) {
     }
 }
 
-// The loader: promotions, in the order asked; cancelled ones are dropped unread.
-static void *loader_main(void *arg) {
-    li_kv_tiers *t = arg;
+// One worker's loop, under mu: `next` takes one item off the worker's queue and handles it
+// (true) or finds the queue empty (false); with nothing left the worker exits when asked to stop
+// and sleeps otherwise. signal_idle (the writer): wakes li_kv_tiers_wait before each sleep and
+// at exit.
+static void worker_loop(li_kv_tiers *t, bool (*next)(li_kv_tiers *t), bool signal_idle) {
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        if (t->loads) {
-            li_kv_promotion *p = t->loads;
-            t->loads = p->next;
-            if (!t->loads) t->loads_tail = NULL;
-            if (p->cancelled) {
-                free(p);
-                continue;
-            }
-            pthread_mutex_unlock(&t->mu);
-            load(t, p);
-            pthread_mutex_lock(&t->mu);
-            if (p->cancelled) {
-                free(p->data);
-                free(p);
-            } else {
-                p->done = true;
-            }
-        } else if (t->stop) {
-            break;
-        } else {
-            pthread_cond_wait(&t->wake, &t->mu);
-        }
+        if (next(t)) continue;
+        if (t->stop) break;
+        if (signal_idle) pthread_cond_broadcast(&t->idle);
+        pthread_cond_wait(&t->wake, &t->mu);
+    }
+    if (signal_idle) pthread_cond_broadcast(&t->idle);
+    pthread_mutex_unlock(&t->mu);
+}
+
+// The loader's item: the next promotion, in the order asked; a cancelled one is dropped unread.
+static bool load_next(li_kv_tiers *t) {
+    li_kv_promotion *p = t->loads;
+    if (!p) return false;
+    t->loads = p->next;
+    if (!t->loads) t->loads_tail = NULL;
+    if (p->cancelled) {
+        free(p);
+        return true;
     }
     pthread_mutex_unlock(&t->mu);
+    load(t, p);
+    pthread_mutex_lock(&t->mu);
+    if (p->cancelled) {
+        free(p->data);
+        free(p);
+    } else {
+        p->done = true;
+    }
+    return true;
+}
+
+// The writer's item: the next demoted blob, to L2 and L3, in the order demoted.
+static bool write_next(li_kv_tiers *t) {
+    job *j = t->writes;
+    if (!j) return false;
+    t->writes = j->next;
+    if (!t->writes) t->writes_tail = NULL;
+    t->busy++;
+    pthread_mutex_unlock(&t->mu);
+    if (j->tiers & (1u << LI_TIER_DISK)) write_disk(t, j->b);
+    if (j->tiers & (1u << LI_TIER_REMOTE)) write_remote(t, j->b);
+    pthread_mutex_lock(&t->mu);
+    t->busy--;
+    blob_unref(t, j->b, false);
+    free(j);
+    if (!t->writes && !t->busy) pthread_cond_broadcast(&t->idle);
+    return true;
+}
+
+static void *loader_main(void *arg) {
+    worker_loop(arg, load_next, false);
     return NULL;
 }
 
-// The writer: demoted blobs to L2 and L3, in the order demoted.
 static void *writer_main(void *arg) {
-    li_kv_tiers *t = arg;
-    pthread_mutex_lock(&t->mu);
-    for (;;) {
-        if (t->writes) {
-            job *j = t->writes;
-            t->writes = j->next;
-            if (!t->writes) t->writes_tail = NULL;
-            t->busy++;
-            pthread_mutex_unlock(&t->mu);
-            if (j->tiers & (1u << LI_TIER_DISK)) write_disk(t, j->b);
-            if (j->tiers & (1u << LI_TIER_REMOTE)) write_remote(t, j->b);
-            pthread_mutex_lock(&t->mu);
-            t->busy--;
-            blob_unref(t, j->b, false);
-            free(j);
-            if (!t->writes && !t->busy) pthread_cond_broadcast(&t->idle);
-        } else if (t->stop) {
-            break;
-        } else {
-            pthread_cond_broadcast(&t->idle);
-            pthread_cond_wait(&t->wake, &t->mu);
-        }
-    }
-    pthread_cond_broadcast(&t->idle);
-    pthread_mutex_unlock(&t->mu);
+    worker_loop(arg, write_next, true);
     return NULL;
+}
+
+// Stops the writer and, when it was started, the loader: each handles what is queued, then exits.
+static void stop_workers(li_kv_tiers *t, bool loader_started) {
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_broadcast(&t->wake);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->writer, NULL);
+    if (loader_started) pthread_join(t->loader, NULL);
+    t->stop = false;
 }
 
 // Queues b (one more reference) for the lower tiers in `tiers`. Caller holds mu.
@@ -515,10 +501,7 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
     pthread_cond_init(&t->idle, NULL);
     if (cfg->host_bytes > 0) {
         if ((rc = li_tier_index_init(&t->l1_index, cfg->policy, cfg->host_bytes)) != LI_OK) goto fail;
-        if (!l1_grow(t)) {
-            rc = li_error_set(LI_ERR_OOM, "out of memory for the host tier");
-            goto fail;
-        }
+        li_key_table_init(&t->l1, 256, "the host tier");
         // the whole budget at once: pinned where the backend pins (one cudaMallocHost at start,
         // ~0.1-0.2 s per GiB there), else reserved address space the kernel fills on first touch
         // (a budget below one arena unit holds no entry: no arena, L1 keeps nothing)
@@ -585,12 +568,7 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
             goto fail;
         }
         if (pthread_create(&t->loader, NULL, loader_main, t) != 0) {
-            pthread_mutex_lock(&t->mu);
-            t->stop = true;
-            pthread_cond_broadcast(&t->wake);
-            pthread_mutex_unlock(&t->mu);
-            pthread_join(t->writer, NULL);
-            t->stop = false;
+            stop_workers(t, false);
             rc = li_error_set(LI_ERR_OOM, "cannot start the KV tiers' loader thread");
             goto fail;
         }
@@ -607,13 +585,7 @@ void li_kv_tiers_free(li_kv_tiers *t) {
     if (!t) return;
     if (t->worker_started) {
         li_kv_tiers_wait(t);
-        pthread_mutex_lock(&t->mu);
-        t->stop = true;
-        pthread_cond_broadcast(&t->wake);
-        pthread_mutex_unlock(&t->mu);
-        pthread_join(t->writer, NULL);
-        pthread_join(t->loader, NULL);
-        t->stop = false;
+        stop_workers(t, true);
     }
     // loads the engine still owned were cancelled by their work items; the worker freed them
     for (li_kv_promotion *p = t->loads, *next; p; p = next) {
@@ -621,17 +593,13 @@ void li_kv_tiers_free(li_kv_tiers *t) {
         free(p);
     }
     li_kv_tiers_step_done(t);  // gathered blobs into L1 (then dropped below), uploads released
-    for (size_t i = 0; i < t->l1_n_buckets; i++)
-        for (l1_entry *e = t->l1_buckets[i], *next; e; e = next) {
-            next = e->next;
-            blob_unref(t, e->b, true);
-            free(e);
-        }
+    while (li_key_table_oldest(&t->l1))
+        l1_unlink(t, LI_KEY_ENTRY(li_key_table_oldest(&t->l1), l1_entry, link));
     for (blob *b = t->free_arena, *next; b; b = next) {
         next = b->next;
         blob_destroy(t, b);
     }
-    free(t->l1_buckets);
+    li_key_table_free(&t->l1);
     li_tier_index_free(t->l1_index);
     li_host_arena_free(t->arena);
     if (t->arena_mapped) munmap(t->arena_mem, t->arena_bytes);

@@ -1,6 +1,6 @@
-// tier-index.c — one tier's index (see tier-index.h): a hash table of entries by key and a binary
-// min-heap by (priority, last_use) for the victim. LRU's priority is the use clock itself, so
-// both policies share the heap; GDSF's is H = L + freq × cost / bytes.
+// tier-index.c — one tier's index (see tier-index.h): a key table (key-table.h) of entries and
+// a binary min-heap by (priority, last_use) for the victim. LRU's priority is the use clock
+// itself, so both policies share the heap; GDSF's is H = L + freq × cost / bytes.
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,8 +8,8 @@
 
 typedef struct node {
     li_tier_entry e;
-    struct node *next;  // hash chain
-    size_t heap_pos;    // index in t->heap
+    li_key_link link;  // by key (the table's use order is unused: the heap orders victims)
+    size_t heap_pos;   // index in t->heap
 } node;
 
 struct li_tier_index {
@@ -17,8 +17,7 @@ struct li_tier_index {
     int64_t budget, used, n;
     double aging;         // GDSF's L
     uint64_t clock;       // bumped on every put and touch
-    node **buckets;       // (n_buckets) chains
-    size_t n_buckets;     // power of two
+    li_key_table table;   // every entry, by key
     node **heap;          // (cap) min-heap of entries
     size_t cap;
 };
@@ -31,12 +30,6 @@ li_status li_tier_policy_parse(const char *s, li_tier_policy *out) {
 }
 
 const char *li_tier_policy_name(li_tier_policy p) { return p == LI_TIER_GDSF ? "gdsf" : "lru"; }
-
-static size_t key_hash(const li_doc_key *k) {
-    uint64_t h;
-    memcpy(&h, k->b, sizeof h);  // a SHA-256 prefix is already uniform
-    return (size_t)h;
-}
 
 // ---- heap ---------------------------------------------------------------------------------------
 
@@ -81,36 +74,20 @@ static void heap_fix(li_tier_index *t, size_t i) {
     sift_down(t, x->heap_pos);
 }
 
+static li_status heap_grow(li_tier_index *t) {
+    size_t cap = t->cap ? 2 * t->cap : 64;
+    node **h = realloc(t->heap, cap * sizeof *h);
+    if (!h)
+        return li_error_set(LI_ERR_OOM, "out of memory growing a tier index to %zu entries", cap);
+    t->heap = h;
+    t->cap = cap;
+    return LI_OK;
+}
+
 // ---- table --------------------------------------------------------------------------------------
 
 static node *find(const li_tier_index *t, const li_doc_key *k) {
-    for (node *x = t->buckets[key_hash(k) & (t->n_buckets - 1)]; x; x = x->next)
-        if (!memcmp(x->e.key.b, k->b, 32)) return x;
-    return NULL;
-}
-
-static li_status grow(li_tier_index *t) {
-    size_t nb = t->n_buckets ? 2 * t->n_buckets : 64;
-    node **b = calloc(nb, sizeof *b);
-    node **h = realloc(t->heap, nb * sizeof *h);
-    if (!b || !h) {
-        free(b);
-        if (h) t->heap = h;
-        return li_error_set(LI_ERR_OOM, "out of memory growing a tier index to %zu entries", nb);
-    }
-    t->heap = h;
-    t->cap = nb;
-    for (size_t i = 0; i < t->n_buckets; i++)
-        for (node *x = t->buckets[i], *next; x; x = next) {
-            next = x->next;
-            size_t j = key_hash(&x->e.key) & (nb - 1);
-            x->next = b[j];
-            b[j] = x;
-        }
-    free(t->buckets);
-    t->buckets = b;
-    t->n_buckets = nb;
-    return LI_OK;
+    return LI_KEY_ENTRY(li_key_table_find(&t->table, k), node, link);
 }
 
 static void set_priority(li_tier_index *t, node *x) {
@@ -124,9 +101,7 @@ static void set_priority(li_tier_index *t, node *x) {
 }
 
 static void unlink_node(li_tier_index *t, node *x) {
-    node **pp = &t->buckets[key_hash(&x->e.key) & (t->n_buckets - 1)];
-    while (*pp != x) pp = &(*pp)->next;
-    *pp = x->next;
+    li_key_table_remove(&t->table, &x->link);
     size_t i = x->heap_pos, last = (size_t)--t->n;
     if (i != last) {
         heap_set(t, i, t->heap[last]);
@@ -147,10 +122,7 @@ li_status li_tier_index_init(li_tier_index **out, li_tier_policy policy, int64_t
     if (!t) return li_error_set(LI_ERR_OOM, "out of memory for a tier index");
     t->policy = policy;
     t->budget = budget_bytes;
-    if (grow(t) != LI_OK) {
-        li_tier_index_free(t);
-        return LI_ERR_OOM;
-    }
+    li_key_table_init(&t->table, 64, "a tier index");
     *out = t;
     return LI_OK;
 }
@@ -159,7 +131,7 @@ void li_tier_index_free(li_tier_index *t) {
     if (!t) return;
     for (int64_t i = 0; i < t->n; i++) free(t->heap[i]);
     free(t->heap);
-    free(t->buckets);
+    li_key_table_free(&t->table);
     free(t);
 }
 
@@ -177,17 +149,19 @@ li_status li_tier_index_put(li_tier_index *t, const li_doc_key *key, int64_t byt
         heap_fix(t, x->heap_pos);
         return LI_OK;
     }
-    if ((size_t)t->n + 1 > t->n_buckets * 3 / 4) LI_TRY(grow(t));
+    if ((size_t)t->n == t->cap) LI_TRY(heap_grow(t));
     x = calloc(1, sizeof *x);
     if (!x) return li_error_set(LI_ERR_OOM, "out of memory for a tier entry");
     x->e.key = *key;
+    li_status rc = li_key_table_insert(&t->table, &x->link, &x->e.key);
+    if (rc != LI_OK) {
+        free(x);
+        return rc;
+    }
     x->e.bytes = bytes;
     x->e.cost = cost;
     x->e.freq = 1;
     set_priority(t, x);
-    size_t j = key_hash(key) & (t->n_buckets - 1);
-    x->next = t->buckets[j];
-    t->buckets[j] = x;
     heap_set(t, (size_t)t->n++, x);
     sift_up(t, x->heap_pos);
     t->used += bytes;
