@@ -927,7 +927,7 @@ static void test_dllm_x0(void) {
     printf("# dllm_x0: %ld near ties allowed\n", near_ties);
 }
 
-// ---- timing helpers ------------------------------------------------------------------------------
+// ---- timing helpers -----------------------------------------------------------------------------
 
 // The mean ms of `runs` calls of fn (CUDA events) after `warm` untimed calls (warm-up). False
 // when timing failed, said as "bench: <what> failed" unless what is NULL.
@@ -1841,8 +1841,8 @@ static void bench_cudnn_case(const char *what, prefill_ctx *c, double flops) {
     for (int impl = 0; impl < 2; impl++) {
         gpu->attn_impl = impl == 0 ? LI_ATTN_NATIVE : LI_ATTN_LIBRARY;
         double ms = 0;
-        if (!time_steps(prefill_step, c, 2, 10, &ms, NAME("%s %s", what, impl ? "cudnn" : "native")))
-            continue;
+        const char *name = NAME("%s %s", what, impl ? "cudnn" : "native");
+        if (!time_steps(prefill_step, c, 2, 10, &ms, name)) continue;
         printf("  bench: %-58s %-16s %8.4f ms %7.1f TFLOP/s\n", what,
                impl ? "cudnn" : "native", ms,
                flops / (ms * 1e-3) / 1e12);
