@@ -314,6 +314,14 @@ def bench_sdpa_decode(ctx):
             ctx.emit(rec)
 
 
+def _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters):
+    """rec gets the summary of times (ms), TFLOP/s and, with SDPA_BACKENDS, each backend forced."""
+    rec.update(summarize(times, warmup))
+    rec["TFLOPs"] = flops / (rec["ms"] * 1e-3) / 1e12
+    if SDPA_BACKENDS:
+        rec["backends_ms"] = time_forced_backends(ctx, make_fn, warmup, iters)
+
+
 # ---------------------------------------------------------------------------
 # 2. sdpa_prefill
 # ---------------------------------------------------------------------------
@@ -352,11 +360,7 @@ def bench_sdpa_prefill(ctx):
             rec["backend"] = "default"
             rec["default_backend"] = default_sdpa_backend(q, k, v, True, True)
             times = ctx.time_ms(make_fn(), warmup, iters)
-        rec.update(summarize(times, warmup))
-        rec["TFLOPs"] = flops / (rec["ms"] * 1e-3) / 1e12
-        if SDPA_BACKENDS:
-            backends = time_forced_backends(ctx, make_fn, warmup, iters)
-            rec["backends_ms"] = backends
+        _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters)
     except Exception as e:  # noqa: BLE001
         rec["error"] = f"{type(e).__name__}: {e}"[:500]
     finally:
@@ -387,10 +391,7 @@ def bench_sdpa_dense(ctx):
 
             times = ctx.time_ms(make_fn(), warmup, iters)
             rec["default_backend"] = default_sdpa_backend(q, k, v, False, False)
-            rec.update(summarize(times, warmup))
-            rec["TFLOPs"] = flops / (rec["ms"] * 1e-3) / 1e12
-            if SDPA_BACKENDS:
-                rec["backends_ms"] = time_forced_backends(ctx, make_fn, warmup, iters)
+            _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters)
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"[:500]
         finally:

@@ -1,7 +1,8 @@
 // redis-fixture.h — a throwaway redis-server for C tests: a free loopback port, a temporary
 // directory, persistence off, optionally a password; killed by li_redis_fixture_stop, and by the
 // kernel if the test dies first (PR_SET_PDEATHSIG). Header-only, like test.h.
-// Used by tests/test-kv-tiers.c. Without redis-server installed, start fails naming setup.sh.
+// Used by tests/test-kv-tiers.c, and by tests/test-blob-store.c for its own servers
+// (li_redis_server_spawn). Without redis-server installed, start fails naming setup.sh.
 #ifndef LI_REDIS_FIXTURE_H
 #define LI_REDIS_FIXTURE_H
 
@@ -38,12 +39,57 @@ static inline int li_redis_free_port(void) {
     return port;
 }
 
-static inline void li_redis_fixture_stop(li_redis_fixture *r) {
-    if (r->pid > 0) {
-        kill(r->pid, SIGKILL);
-        waitpid(r->pid, NULL, 0);
-        r->pid = 0;
+// Kills the redis-server *pid (if any) and reaps it; *pid becomes 0.
+static inline void li_redis_server_kill(pid_t *pid) {
+    if (*pid > 0) {
+        kill(*pid, SIGKILL);
+        waitpid(*pid, NULL, 0);
+        *pid = 0;
     }
+}
+
+// Runs redis-server on *port (0: a free loopback port, three tried) with persistence off and its
+// log in dir, with a password (--requirepass; NULL: none), and waits until it accepts
+// connections (up to 5 s per attempt). true with *pid and *port set; false otherwise.
+static inline bool li_redis_server_spawn(const char *dir, const char *password, pid_t *pid,
+                                         int *port) {
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int try_port = *port ? *port : li_redis_free_port();
+        char ports[16], log[300];
+        snprintf(ports, sizeof ports, "%d", try_port);
+        snprintf(log, sizeof log, "%s/redis.log", dir);
+        pid_t child = fork();
+        if (child == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test, even on a crash
+            const char *argv[] = {"redis-server", "--port", ports, "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--dir", dir,
+                                  "--logfile", log, "--daemonize", "no",
+                                  password ? "--requirepass" : NULL, password, NULL};
+            execvp("redis-server", (char **)argv);
+            _exit(127);
+        }
+        if (child < 0) return false;
+        for (int i = 0; i < 100; i++) {
+            struct timespec ts = {0, 50 * 1000000};
+            nanosleep(&ts, NULL);
+            if (waitpid(child, NULL, WNOHANG) == child) break;  // exited: port taken, try another
+            redisContext *c = redisConnect("127.0.0.1", try_port);
+            bool up = c && !c->err;
+            if (c) redisFree(c);
+            if (up) {
+                *pid = child;
+                *port = try_port;
+                return true;
+            }
+        }
+        li_redis_server_kill(&child);
+        if (*port) break;  // a fixed port: no other to try
+    }
+    return false;
+}
+
+static inline void li_redis_fixture_stop(li_redis_fixture *r) {
+    li_redis_server_kill(&r->pid);
     if (r->dir[0]) {
         char cmd[200];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
@@ -52,11 +98,15 @@ static inline void li_redis_fixture_stop(li_redis_fixture *r) {
     }
 }
 
-// Starts redis-server (password: --requirepass, NULL none) and waits until it accepts
-// connections (up to 5 s per attempt, three ports tried). false with r->error set otherwise.
+static inline bool li_redis_installed(void) {
+    return system("command -v redis-server >/dev/null 2>&1") == 0;
+}
+
+// Starts redis-server (password: --requirepass, NULL none) in a fresh temporary directory
+// (li_redis_server_spawn). false with r->error set otherwise.
 static inline bool li_redis_fixture_start(li_redis_fixture *r, const char *password) {
     memset(r, 0, sizeof *r);
-    if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+    if (!li_redis_installed()) {
         snprintf(r->error, sizeof r->error, "redis-server is not installed (scripts/setup.sh "
                  "installs it)");
         return false;
@@ -67,38 +117,7 @@ static inline bool li_redis_fixture_start(li_redis_fixture *r, const char *passw
         r->dir[0] = 0;
         return false;
     }
-    for (int attempt = 0; attempt < 3; attempt++) {
-        int port = li_redis_free_port();
-        char ports[16], log[200];
-        snprintf(ports, sizeof ports, "%d", port);
-        snprintf(log, sizeof log, "%s/redis.log", r->dir);
-        pid_t pid = fork();
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
-            const char *argv[] = {"redis-server", "--port", ports, "--bind", "127.0.0.1",
-                                  "--save", "", "--appendonly", "no", "--dir", r->dir,
-                                  "--logfile", log, "--daemonize", "no",
-                                  password ? "--requirepass" : NULL, password, NULL};
-            execvp("redis-server", (char **)argv);
-            _exit(127);
-        }
-        if (pid < 0) break;
-        for (int i = 0; i < 100; i++) {
-            struct timespec ts = {0, 50 * 1000000};
-            nanosleep(&ts, NULL);
-            if (waitpid(pid, NULL, WNOHANG) == pid) break;  // exited: port taken, try another
-            redisContext *c = redisConnect("127.0.0.1", port);
-            bool up = c && !c->err;
-            if (c) redisFree(c);
-            if (up) {
-                r->pid = pid;
-                r->port = port;
-                return true;
-            }
-        }
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-    }
+    if (li_redis_server_spawn(r->dir, password, &r->pid, &r->port)) return true;
     snprintf(r->error, sizeof r->error, "redis-server did not start (log in %s)", r->dir);
     return false;
 }

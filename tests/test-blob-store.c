@@ -11,20 +11,17 @@
 // Without redis-server the Redis cases FAIL and name scripts/setup.sh (CI installs it).
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <hiredis.h>
 
 #include "kv/blob-internal.h"
+#include "redis-fixture.h"
 #include "test.h"
 
 #define C LI_BLOB_CHUNK_BYTES
@@ -300,64 +297,12 @@ typedef struct {
 static redis_server servers[4];
 static int n_servers;
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
-static bool redis_installed(void) { return system("command -v redis-server >/dev/null 2>&1") == 0; }
-
-static void server_stop(redis_server *sv) {
-    if (sv->pid > 0) {
-        kill(sv->pid, SIGKILL);
-        waitpid(sv->pid, NULL, 0);
-        sv->pid = 0;
-    }
-}
+static void server_stop(redis_server *sv) { li_redis_server_kill(&sv->pid); }
 
 // Starts redis-server on sv->port (0: a free one) with persistence off in sv->dir, optionally
-// with a password; waits until it answers PING. false with a message on stderr otherwise.
+// with a password; waits until it answers. false with a message on stderr otherwise.
 static bool server_start(redis_server *sv, const char *password) {
-    for (int attempt = 0; attempt < 3; attempt++) {
-        int port = sv->port ? sv->port : free_port();
-        char ports[16], log[300];
-        snprintf(ports, sizeof ports, "%d", port);
-        snprintf(log, sizeof log, "%s/redis.log", sv->dir);
-        pid_t pid = fork();
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test, even on a crash
-            const char *argv[] = {"redis-server", "--port", ports, "--bind", "127.0.0.1",
-                                  "--save", "", "--appendonly", "no", "--dir", sv->dir,
-                                  "--logfile", log, "--daemonize", "no",
-                                  password ? "--requirepass" : NULL, password, NULL};
-            execvp("redis-server", (char **)argv);
-            _exit(127);
-        }
-        if (pid < 0) return false;
-        for (int i = 0; i < 100; i++) {  // up to 5 s
-            struct timespec ts = {0, 50 * 1000000};
-            nanosleep(&ts, NULL);
-            if (waitpid(pid, NULL, WNOHANG) == pid) break;  // exited: port taken, try another
-            redisContext *c = redisConnect("127.0.0.1", port);
-            bool up = c && !c->err;
-            if (c) redisFree(c);
-            if (up) {
-                sv->pid = pid;
-                sv->port = port;
-                return true;
-            }
-        }
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        if (sv->port) break;  // a fixed port: no other to try
-    }
+    if (li_redis_server_spawn(sv->dir, password, &sv->pid, &sv->port)) return true;
     fprintf(stderr, "  redis-server did not start (log in %s)\n", sv->dir);
     return false;
 }
@@ -617,7 +562,7 @@ static void password_cases(const char *root) {
 
 static void redis_tests(const char *root) {
     url_errors();
-    if (!redis_installed()) {
+    if (!li_redis_installed()) {
         TEST_BEGIN("redis: redis-server is installed");
         CHECK(0, "redis-server not found: run scripts/setup.sh (it installs the Debian "
                  "redis-server package the Redis tests start)");
@@ -637,7 +582,7 @@ static void redis_tests(const char *root) {
     {
         li_blob_store *s = NULL;
         char url[64];
-        snprintf(url, sizeof url, "redis://127.0.0.1:%d", free_port());
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", li_redis_free_port());
         CHECK(li_blob_redis_open(&s, url, NULL) == LI_ERR_IO && !s &&
               strstr(li_last_error(), "cannot connect") && strstr(li_last_error(), url),
               "%s", li_last_error());

@@ -28,17 +28,16 @@ typedef struct {
     const char *prompt, *system;
     const char *remasking, *temp, *cfg, *threshold, *factor;
     const char *dpad_k, *dpad_scale, *lacache, *fp8;
-    int gen_length, block_length, steps, dpad_window, fa_tile, commit_per_step;
-    bool chat, dpad, early_stop, logits_eos_inf, confidence_eos_eot_inf, trace;
-    uint64_t seed;
+    int dpad_window;
+    bool chat, dpad, trace;
+    // the integer and flag options the engine takes as they are (--gen-length ... --seed),
+    // parsed into place over li_dllm_default_params(); args_to_params reads the rest
+    li_dllm_params decode;
 } dllm_args;
 
 static void args_init(dllm_args *a) {
     memset(a, 0, sizeof *a);
-    li_dllm_params d = li_dllm_default_params();
-    a->gen_length = d.gen_length;
-    a->block_length = d.block_length;
-    a->steps = d.steps;
+    a->decode = li_dllm_default_params();
     a->dpad_window = -1; // -1: not given
 }
 
@@ -101,16 +100,7 @@ static bool parse_lacache(const char *cmd, const char *s, unsigned *out) {
 // Options → engine parameters with the CLI's own checks (flags that conflict, values the engine
 // would also reject but that read better named by their flag). Returns false after printing.
 static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *p) {
-    *p = li_dllm_default_params();
-    p->gen_length = a->gen_length;
-    p->block_length = a->block_length;
-    p->steps = a->steps;
-    p->seed = a->seed;
-    p->fa_tile = a->fa_tile;
-    p->commit_per_step = a->commit_per_step;
-    p->early_stop = a->early_stop;
-    p->logits_eos_inf = a->logits_eos_inf;
-    p->confidence_eos_eot_inf = a->confidence_eos_eot_inf;
+    *p = a->decode;
     if (a->remasking) {
         if (!strcmp(a->remasking, "low_confidence")) {
             p->remasking = LI_DLLM_REMASK_LOW_CONFIDENCE;
@@ -133,7 +123,7 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
         fprintf(stderr, "lazyinfer %s: --threshold and --factor are exclusive: give one\n", cmd);
         return false;
     }
-    if ((a->threshold || a->factor) && a->commit_per_step) {
+    if ((a->threshold || a->factor) && a->decode.commit_per_step) {
         fprintf(stderr, "lazyinfer %s: --commit-per-step excludes --threshold and --factor\n", cmd);
         return false;
     }
@@ -145,9 +135,9 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
         fprintf(stderr, "lazyinfer %s: --factor %s must be > 0\n", cmd, a->factor);
         return false;
     }
-    if (a->commit_per_step < 0) {
+    if (a->decode.commit_per_step < 0) {
         fprintf(stderr, "lazyinfer %s: --commit-per-step %d must be >= 1\n", cmd,
-                a->commit_per_step);
+                a->decode.commit_per_step);
         return false;
     }
     p->dpad = a->dpad || a->dpad_window >= 0 || a->dpad_k || a->dpad_scale;
@@ -277,26 +267,26 @@ static void trace_step(void *user, const li_dllm_step *s) {
 // clang-format off
 #define DLLM_DECODE_OPTS(a)                                                                        \
     {"--model", "-m", OPT_STR, &(a).ma.model, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
-    {"--gen-length", NULL, OPT_INT, &(a).gen_length, "tokens to generate (default 128)"},           \
-    {"--block-length", NULL, OPT_INT, &(a).block_length, "SAR block length (default 32)"},          \
-    {"--steps", NULL, OPT_INT, &(a).steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
+    {"--gen-length", NULL, OPT_INT, &(a).decode.gen_length, "tokens to generate (default 128)"},    \
+    {"--block-length", NULL, OPT_INT, &(a).decode.block_length, "SAR block length (default 32)"},   \
+    {"--steps", NULL, OPT_INT, &(a).decode.steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
     {"--remasking", NULL, OPT_STR, &(a).remasking, "low_confidence (default) or random"},         \
     {"--temp", NULL, OPT_STR, &(a).temp, "temperature, Gumbel-max in float64 (default 0: argmax)"}, \
     {"--cfg", NULL, OPT_STR, &(a).cfg, "classifier-free guidance scale (default 0: off)"},         \
     {"--threshold", NULL, OPT_STR, &(a).threshold, "Fast-dLLM threshold tau in (0, 1]"},          \
     {"--factor", NULL, OPT_STR, &(a).factor, "Fast-dLLM factor f > 0 (excludes --threshold)"},    \
-    {"--commit-per-step", NULL, OPT_INT, &(a).commit_per_step, "commit exactly K per step (random-weight benchmarks)"}, \
+    {"--commit-per-step", NULL, OPT_INT, &(a).decode.commit_per_step, "commit exactly K per step (random-weight benchmarks)"}, \
     {"--dpad", NULL, OPT_FLAG, &(a).dpad, "DPad suffix dropout with the defaults (256, 4, 2)"},   \
     {"--dpad-window", NULL, OPT_INT, &(a).dpad_window, "DPad window W (turns DPad on; default 256)"}, \
     {"--dpad-k", NULL, OPT_STR, &(a).dpad_k, "DPad k_sigma (turns DPad on; default 4)"},           \
     {"--dpad-scale", NULL, OPT_STR, &(a).dpad_scale, "DPad scale (turns DPad on; default 2)"},     \
-    {"--early-stop", NULL, OPT_FLAG, &(a).early_stop, "stop after a finished block holding EOS"}, \
-    {"--logits-eos-inf", NULL, OPT_FLAG, &(a).logits_eos_inf, "never predict EOS"},               \
-    {"--confidence-eos-eot-inf", NULL, OPT_FLAG, &(a).confidence_eos_eot_inf,                   \
+    {"--early-stop", NULL, OPT_FLAG, &(a).decode.early_stop, "stop after a finished block holding EOS"}, \
+    {"--logits-eos-inf", NULL, OPT_FLAG, &(a).decode.logits_eos_inf, "never predict EOS"},        \
+    {"--confidence-eos-eot-inf", NULL, OPT_FLAG, &(a).decode.confidence_eos_eot_inf,            \
      "EOT confidence 0 (and EOS at temperature 0)"},                                            \
-    {"--fa-tile", NULL, OPT_INT, &(a).fa_tile, "FACache tile in tokens (default 64)"},            \
+    {"--fa-tile", NULL, OPT_INT, &(a).decode.fa_tile, "FACache tile in tokens (default 64)"},     \
     {"--fp8", NULL, OPT_STR, &(a).fp8, "on|off: FP8 FFN for layers >= 1 (default off; approximate)"}, \
-    {"--seed", NULL, OPT_U64, &(a).seed, "RNG seed (default 0)"},                                   \
+    {"--seed", NULL, OPT_U64, &(a).decode.seed, "RNG seed (default 0)"},                            \
     {"--chat", NULL, OPT_FLAG, &(a).chat, "format prompts as a user message (chat format)"},       \
     {"--system", NULL, OPT_STR, &(a).system, "system message for --chat"},                          \
     {"--chat-template", NULL, OPT_STR, &(a).ma.chat_template, "chat format override: llada, llama3, chatml"}, \
@@ -569,7 +559,7 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
             return cli_fail("out of memory");
         }
         li_rng rng;
-        li_rng_seed(&rng, a->seed ^ (uint64_t)N);
+        li_rng_seed(&rng, a->decode.seed ^ (uint64_t)N);
         int lo = 100 < info.n_vocab / 4 ? 100 : 0, span = info.n_vocab / 2;
         for (int i = 0; i < P; i++) {
             int32_t t;
@@ -620,9 +610,9 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
 int cmd_bench_dllm(int argc, char **argv) {
     dllm_args a;
     args_init(&a);
-    a.gen_length = 64;
-    a.block_length = 16;
-    a.steps = 64;
+    a.decode.gen_length = 64;
+    a.decode.block_length = 16;
+    a.decode.steps = 64;
     const char *prompts = NULL, *only = NULL, *canvas = NULL;
     int n_prompts = 2, shots = 0, prompt_tokens = 0;
     const opt opts[] = {
@@ -680,7 +670,7 @@ int cmd_bench_dllm(int argc, char **argv) {
     li_dllm_params base;
     if (!args_to_params("bench dllm", &a, &base)) return 2;
     li_dllm_params par = base; // the parallel setting: given, else threshold 0.9
-    if (!(a.threshold || a.factor || a.commit_per_step)) par.threshold = 0.9;
+    if (!(a.threshold || a.factor || a.decode.commit_per_step)) par.threshold = 0.9;
     par.dpad = false;
     base.threshold = base.factor = 0;
     base.commit_per_step = 0;
@@ -780,7 +770,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         : par.factor > 0  ? "factor"
                           : "commit-per-step",
         dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
-        (unsigned long long)a.seed);
+        (unsigned long long)a.decode.seed);
     if (par.threshold > 0)
         printf("Threshold tau = %g.", par.threshold);
     else if (par.factor > 0)
@@ -811,7 +801,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         s->same_as_vanilla = 1;
         for (int i = 0; i < n_prompts; i++) {
             li_dllm_stats st;
-            p.seed = a.seed + (uint64_t)i;
+            p.seed = a.decode.seed + (uint64_t)i;
             if (li_dllm_generate(m, ids[i], n_ids[i], &p, gen, &st) != LI_OK) {
                 fprintf(stderr, "lazyinfer bench dllm: method %s, question %d: %s\n",
                         methods[k].name, i, li_last_error());

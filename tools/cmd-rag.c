@@ -521,12 +521,12 @@ static int bad(const char *fmt, const char *v) {
 }
 
 int cmd_rag(int argc, char **argv) {
-    const char *model = NULL, *query = NULL, *queries = NULL, *workload = NULL, *system = NULL;
-    const char *cache = "lazy", *budget_s = NULL, *chat_template = NULL, *output = "text";
+    cli_model_args ma = {0};  // --model, --chat-template, -c, -t, --backend, --gpu, ...
+    const char *query = NULL, *queries = NULL, *workload = NULL, *system = NULL;
+    const char *cache = "lazy", *budget_s = NULL, *output = "text";
     const char *docs_arg[MAX_ARG_FILES], *samples_arg[MAX_ARG_FILES];
     int n_docs_arg = 0, n_samples_arg = 0;
-    int n_predict = 64, n_threads = 0, page_size = 16, max_batch = 1, n_ctx = 0, gpu = 0;
-    const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
+    int n_predict = 64, page_size = 16, max_batch = 1;
     float temp = 0;
     uint64_t seed = 0;
     bool no_chat = false;
@@ -552,7 +552,7 @@ int cmd_rag(int argc, char **argv) {
     }
     cli_tier_args tiers = {0};
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &model, "model (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &ma.model, "model (default: the model setup fetched)"},
         {"--doc", NULL, OPT_STR, &docs_arg[0], "a document: a UTF-8 text file (repeat for more)"},
         {"--query", NULL, OPT_STR, &query, "a question over the --doc documents"},
         {"--queries", NULL, OPT_STR, &queries, "a UTF-8 file of questions over them, one per line"},
@@ -568,21 +568,21 @@ int cmd_rag(int argc, char **argv) {
         {"--budget", NULL, OPT_STR, &budget_s,
          "KV pool size in bytes, K/M/G suffixes (default: --max-batch contexts + every document "
          "of the run, at most half the available memory)"},
-        {"--kv-dtype", NULL, OPT_STR, &kv_dtype,
+        {"--kv-dtype", NULL, OPT_STR, &ma.kv_dtype,
          "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
+        {"--attn-impl", NULL, OPT_STR, &ma.attn_impl, CLI_ATTN_IMPL_HELP},
         {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer at most (default 64)"},
         {"--temp", NULL, OPT_FLOAT, &temp, "temperature >= 0 (default 0: greedy)"},
         {"--seed", NULL, OPT_U64, &seed, "sampling seed (request i draws from seed + i)"},
         {"--no-chat", NULL, OPT_FLAG, &no_chat, "raw text instead of the chat template"},
-        {"--chat-template", NULL, OPT_STR, &chat_template, "llama3, chatml or llada"},
+        {"--chat-template", NULL, OPT_STR, &ma.chat_template, "llama3, chatml or llada"},
         {"--page-size", NULL, OPT_INT, &page_size, "KV page size in tokens (default 16)"},
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
-        {"--ctx-size", "-c", OPT_INT, &n_ctx, "context per request (default: min(trained, 4096))"},
-        {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &backend,
+        {"--ctx-size", "-c", OPT_INT, &ma.n_ctx, "context per request (default: min(trained, 4096))"},
+        {"--threads", "-t", OPT_INT, &ma.n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &ma.backend,
          "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
+        {"--gpu", NULL, OPT_INT, &ma.gpu, "GPU index for --backend cuda (default 0)"},
         CLI_TIER_OPTS(tiers),
     };
     const char *pos[1];
@@ -606,8 +606,8 @@ int cmd_rag(int argc, char **argv) {
         const char *name;
         long long v, lo;
     } ints[] = {{"-n", n_predict, 1},          {"--max-batch", max_batch, 1},
-                {"--page-size", page_size, 1}, {"--threads", n_threads, 0},
-                {"--ctx-size", n_ctx, 0},      {"--gpu", gpu, 0}};
+                {"--page-size", page_size, 1}, {"--threads", ma.n_threads, 0},
+                {"--ctx-size", ma.n_ctx, 0},   {"--gpu", ma.gpu, 0}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].v < ints[i].lo) {
             fprintf(stderr, "lazyinfer rag: %s %lld: must be >= %lld\n", ints[i].name, ints[i].v,
@@ -647,18 +647,10 @@ int cmd_rag(int argc, char **argv) {
         return st == LI_ERR_OOM ? 1 : 2;
     }
 
-    li_model_params mp = li_model_default_params();
-    mp.path = model ? model : cli_default_model();
+    li_model_params mp = cli_model_params(&ma);
     mp.cache_mode = cache;
-    mp.kv_dtype = kv_dtype;
-    mp.attn_impl = attn_impl;
     mp.page_size = page_size;
     mp.max_seqs = max_batch;
-    mp.n_threads = n_threads;
-    mp.backend = backend;
-    mp.device = gpu;
-    mp.n_ctx = n_ctx;
-    mp.chat_template = chat_template;
     if (!cli_tier_params("rag", &tiers, &mp)) {
         rag_list_free(&l);
         return 2;

@@ -38,12 +38,10 @@ static void *second_signal(void *arg) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *host = "127.0.0.1", *api_key = NULL, *cache = NULL, *name = NULL;
-    const char *chat_template = NULL;
-    int port = 8080, max_batch = 8, max_queue = 256, n_ctx = 0, n_threads = 0, max_tokens = 0;
+    cli_model_args ma = {0};  // --model, --chat-template, -c, -t, --backend, --gpu, ...
+    const char *host = "127.0.0.1", *api_key = NULL, *cache = NULL, *name = NULL;
+    int port = 8080, max_batch = 8, max_queue = 256, max_tokens = 0;
     int max_gen = LI_SERVER_DEFAULT_MAX_GEN;
-    int gpu = 0;
-    const char *backend = NULL, *kv_dtype = NULL, *attn_impl = NULL;
     uint64_t kv_budget = 0;
     cli_tier_args tiers = {0};
     bool quiet = false, reuse_port = false;
@@ -52,7 +50,7 @@ int cmd_serve(int argc, char **argv) {
     int body_timeout = (int)dp.body_timeout_s, max_conns = (int)dp.max_connections;
     int max_conns_client = (int)dp.max_connections_per_client, drain = (int)dp.drain_timeout_s;
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &ma.model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1)"},
         {"--port", NULL, OPT_INT, &port, "port (default 8080; 0: any free port)"},
         {"--reuse-port", NULL, OPT_FLAG, &reuse_port, "share the port with other servers started with it (SO_REUSEPORT); without it a port in use is an error"},
@@ -62,16 +60,16 @@ int cmd_serve(int argc, char **argv) {
         {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
         CLI_TIER_OPTS(tiers),
-        {"--kv-dtype", NULL, OPT_STR, &kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &attn_impl, CLI_ATTN_IMPL_HELP},
-        {"--ctx-size", "-c", OPT_INT, &n_ctx, "context size in tokens (default: min(trained, 4096))"},
-        {"--threads", "-t", OPT_INT, &n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &gpu, "GPU index for --backend cuda (default 0)"},
+        {"--kv-dtype", NULL, OPT_STR, &ma.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
+        {"--attn-impl", NULL, OPT_STR, &ma.attn_impl, CLI_ATTN_IMPL_HELP},
+        {"--ctx-size", "-c", OPT_INT, &ma.n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        {"--threads", "-t", OPT_INT, &ma.n_threads, "CPU threads (default: all cores)"},
+        {"--backend", NULL, OPT_STR, &ma.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
+        {"--gpu", NULL, OPT_INT, &ma.gpu, "GPU index for --backend cuda (default 0)"},
         {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256, or --max-gen if smaller)"},
         {"--max-gen", NULL, OPT_INT, &max_gen, "tokens one request may generate, max_tokens or gen_length (default 2048)"},
         {"--model-name", NULL, OPT_STR, &name, "model id in /v1/models (default: the file name)"},
-        {"--chat-template", NULL, OPT_STR, &chat_template, "chat format override: llama3, chatml, llada"},
+        {"--chat-template", NULL, OPT_STR, &ma.chat_template, "chat format override: llama3, chatml, llada"},
         {"--idle-timeout", NULL, OPT_INT, &idle_timeout, "seconds a connection may wait without a request, or without reading a response (default 30)"},
         {"--header-timeout", NULL, OPT_INT, &header_timeout, "seconds from a request line to the end of its headers (default 10)"},
         {"--body-timeout", NULL, OPT_INT, &body_timeout, "seconds from the headers to the end of the body (default 60)"},
@@ -87,10 +85,10 @@ int cmd_serve(int argc, char **argv) {
                            "[--api-key KEY] [--max-batch N] [--kv-budget BYTES] [--cache MODE]",
                            opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
-    if (port < 0 || port > 65535 || max_batch < 1 || max_queue < 1 || n_ctx < 0 || n_threads < 0 ||
-        max_tokens < 0 || max_gen < 1 || kv_budget > (uint64_t)INT64_MAX || idle_timeout < 1 ||
-        header_timeout < 1 || body_timeout < 1 || max_conns < 1 || max_conns_client < 0 ||
-        drain < 0) {
+    if (port < 0 || port > 65535 || max_batch < 1 || max_queue < 1 || ma.n_ctx < 0 ||
+        ma.n_threads < 0 || max_tokens < 0 || max_gen < 1 || kv_budget > (uint64_t)INT64_MAX ||
+        idle_timeout < 1 || header_timeout < 1 || body_timeout < 1 || max_conns < 1 ||
+        max_conns_client < 0 || drain < 0) {
         fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue, "
                         "--max-tokens, --max-gen, the timeouts and --max-connections >= 1; -c, -t, "
                         "--max-connections-per-client, --drain-timeout >= 0 (see --help)\n");
@@ -108,18 +106,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "lazyinfer serve: --cache: %s\n", li_last_error());
         return 2;
     }
-    li_model_params mp = li_model_default_params();
-    mp.path = model ? model : cli_default_model();
-    mp.chat_template = chat_template;
-    mp.n_threads = n_threads;
-    mp.backend = backend;
-    mp.device = gpu;
-    mp.n_ctx = n_ctx;
+    li_model_params mp = cli_model_params(&ma);
     mp.max_seqs = max_batch;
     mp.cache_mode = cache;
     mp.kv_budget_bytes = (int64_t)kv_budget;
-    mp.kv_dtype = kv_dtype;
-    mp.attn_impl = attn_impl;
     if (!cli_tier_params("serve", &tiers, &mp)) return 2;
     double t0 = li_time_ms();
     li_model *m;

@@ -68,6 +68,16 @@ static void dfree(dbuf *b) { bo_free(b); }
 // The backend's first recorded error, as a check of the current case.
 #define CHECK_BACKEND() bo_check_backend(&gctx)
 
+// The check of a case's attention output: no backend error, the download of dev into got (n
+// floats) within NMSE tol of the oracle's want, and no NaN.
+static void check_output(float *got, const dbuf *dev, const float *want, long n, double tol) {
+    CHECK_BACKEND();
+    dget(got, dev);
+    double e = test_nmse(got, want, n);
+    CHECK(e <= tol, "nmse %g; seed %llu", e, g_seed);
+    CHECK(!test_has_nan(got, n), "NaN; seed %llu", g_seed);
+}
+
 // ---- embed, rmsnorm, add, swiglu, softmax ---------------------------------------------------
 
 static const int Ts[] = {1, 3, 17};
@@ -215,11 +225,7 @@ static void attention_decode_case(int P, int G, int Hkv, int Dh, int n, int max_
     int32_t *dnv = dnew(&gnv, sizeof(int32_t) * n, nv);
     gpu->ops->attention_decode(gpu, dout, dq, n, H, &kvd, il, dwords, dstart, start, dnv, scale,
                                &tab);
-    CHECK_BACKEND();
-    dget(o2, &go);
-    double e = test_nmse(o2, o1, qn);
-    CHECK(e <= TOL_ATTENTION, "nmse %g; seed %llu", e, g_seed);
-    CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
+    check_output(o2, &go, o1, qn, TOL_ATTENTION);
     CHECK(dguard_ok(&gpool) && dguard_ok(&gwords) && dguard_ok(&gstart) && dguard_ok(&gq) &&
               dguard_ok(&go) && dguard_ok(&gnv),
           "guard damaged; seed %llu", g_seed);
@@ -641,11 +647,7 @@ static void test_attention_dense(void) {
         float *dv = dnew(&gv, sizeof(float) * kn, v), *dout = dnew(&go, sizeof(float) * on, NULL);
         gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dk, dv, nk, Hkv, Dh,
                                   scale);
-        CHECK_BACKEND();
-        dget(o2, &go);
-        double e = test_nmse(o2, o, on);
-        CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
-        CHECK(!test_has_nan(o2, on), "NaN; seed %llu", g_seed);
+        check_output(o2, &go, o, on, TOL_ATTENTION_TC);
         CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&go),
               "guard damaged; seed %llu", g_seed);
         dfree(&gq), dfree(&gk), dfree(&gv), dfree(&go);
@@ -925,6 +927,60 @@ static void test_dllm_x0(void) {
     printf("# dllm_x0: %ld near ties allowed\n", near_ties);
 }
 
+// ---- timing helpers -----------------------------------------------------------------------------
+
+// The mean ms of `runs` calls of fn (CUDA events) after `warm` untimed calls (warm-up). False
+// when timing failed, said as "bench: <what> failed" unless what is NULL.
+static bool time_steps(void (*fn)(li_backend *, void *), void *ctx, int warm, int runs,
+                       double *ms, const char *what) {
+    li_status st = li_backend_cuda_time(gpu, fn, ctx, warm, ms);
+    if (st == LI_OK) st = li_backend_cuda_time(gpu, fn, ctx, runs, ms);
+    if (st != LI_OK && what) printf("  bench: %s failed: %s\n", what, li_error_msg());
+    return st == LI_OK;
+}
+
+// A device copy of host[0 .. n bytes): the benches' page tables and n_visible arrays.
+static void *dev_copy(const void *host, size_t n, const char *what) {
+    void *d;
+    need(li_backend_cuda_alloc(gpu, &d, n, what), "alloc");
+    need(li_backend_cuda_upload(gpu, d, host, n), "upload");
+    return d;
+}
+
+// The benches' attention query q (n floats, uniform from seed) and output out (n floats).
+static void dev_q_out(void **q, void **out, int64_t n, uint64_t seed) {
+    need(li_backend_cuda_alloc(gpu, q, sizeof(float) * (size_t)n, "q"), "alloc");
+    need(li_backend_cuda_alloc(gpu, out, sizeof(float) * (size_t)n, "out"), "alloc");
+    need(li_backend_cuda_fill_uniform(gpu, *q, n, seed, 1.0f), "fill");
+}
+
+// A bf16 KV pool of pool_bytes, random (seed 9): what the prefill benches attend over.
+static void *dev_bf16_pool(size_t pool_bytes) {
+    void *pool;
+    need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+    need(gpu->ops->fill_random(gpu, pool, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f, 0.0f),
+         "fill");
+    return pool;
+}
+
+// Frees the device buffers (from li_backend_cuda_alloc) of a bench, listed as arguments.
+static void dev_free_list(void *const *bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) li_backend_cuda_free(gpu, bufs[i]);
+}
+#define DEV_FREE(...) \
+    dev_free_list((void *[]){__VA_ARGS__}, sizeof((void *[]){__VA_ARGS__}) / sizeof(void *))
+
+// The page words of a prompt of n_docs documents of doc tokens, each at d * doc with Δ = d * doc,
+// then the query's own pages (Δ 0): n_pages words of P tokens.
+static uint64_t *doc_page_words(int n_pages, int P, int n_docs, int doc) {
+    uint64_t *words = xmalloc(sizeof(uint64_t) * n_pages);
+    for (int p = 0; p < n_pages; p++) {
+        int d = p * P / doc;
+        words[p] = li_page_word(p, P, d < n_docs ? (int64_t)d * doc : 0);
+    }
+    return words;
+}
+
 // Times dllm->x0 at LLaDA-8B's shape (B 32, V 126464, every row masked). CFG with w = 1 keeps the
 // logits (nearly) fixed across iterations. Printed, not checked.
 typedef struct {
@@ -963,16 +1019,12 @@ static void bench_dllm_x0(void) {
             x0_ctx c = {dx, dc, dl, cfg ? du : NULL, dm, B, V, temps[it], {{0}}};
             li_rng_seed(&c.rng, 7);
             double ms = 0;
-            li_status st = li_backend_cuda_time(gpu, x0_step, &c, 3, &ms);
-            if (st == LI_OK) st = li_backend_cuda_time(gpu, x0_step, &c, 20, &ms);
-            if (st != LI_OK) printf("  bench: dllm_x0 failed: %s\n", li_error_msg());
-            else
+            if (time_steps(x0_step, &c, 3, 20, &ms, "dllm_x0"))
                 printf("  bench: dllm_x0 B=%d V=%d T=%.1f%s  %8.1f µs  (%.2f G draws/s)\n", B, V,
                        temps[it], cfg ? " cfg" : "    ", ms * 1e3,
                        temps[it] > 0 ? n / (ms * 1e-3) / 1e9 : 0.0);
         }
-    void *all[] = {dl, du, dm, dx, dc};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) li_backend_cuda_free(gpu, all[i]);
+    DEV_FREE(dl, du, dm, dx, dc);
 }
 
 // dllm->select against an independent oracle of the decoder's rule (engine-dllm.c li_dllm_take,
@@ -1373,15 +1425,13 @@ static void bench_decode_attention(void) {
          "upload");
     free(words);
     void *dstart;
-    need(li_backend_cuda_alloc(gpu, &dstart, sizeof start, "page_start"), "alloc");
-    need(li_backend_cuda_upload(gpu, dstart, start, sizeof start), "upload");
+    dstart = dev_copy(start, sizeof start, "page_start");
     void *dq, *dout, *dnv;
     int32_t nv[64];
     for (int i = 0; i < max_seq; i++) nv[i] = ctx;
     need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * max_seq * H * Dh, "q"), "alloc");
     need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * max_seq * H * Dh, "out"), "alloc");
-    need(li_backend_cuda_alloc(gpu, &dnv, sizeof nv, "n_visible"), "alloc");
-    need(li_backend_cuda_upload(gpu, dnv, nv, sizeof nv), "upload");
+    dnv = dev_copy(nv, sizeof nv, "n_visible");
     need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)max_seq * H * Dh, 8, 1.0f), "fill");
     const int batches[] = {1, 16, 64};
     for (int b16 = 0; b16 < 2; b16++) {
@@ -1401,12 +1451,7 @@ static void bench_decode_attention(void) {
                            dstart,      start};
             void (*step)(li_backend *, void *) = rows ? bench_step_rows : bench_step;
             double ms = 0;
-            st = li_backend_cuda_time(gpu, step, &c, 2, &ms);  // warm-up
-            if (st == LI_OK) st = li_backend_cuda_time(gpu, step, &c, 20, &ms);
-            if (st != LI_OK) {
-                printf("  bench: batch %d failed: %s\n", batches[bi], li_error_msg());
-                continue;
-            }
+            if (!time_steps(step, &c, 2, 20, &ms, NAME("batch %d", batches[bi]))) continue;
             double bytes = (double)batches[bi] * ctx * Hkv * Dh * esz * 2;
             printf("  bench: decode attention %s batch %2d %-12s%s %8.3f ms/step %8.1f GB/s\n",
                    li_dtype_name(kv.dtype), batches[bi], rot ? "(Δ rotation)" : "(no Δ)",
@@ -1414,12 +1459,7 @@ static void bench_decode_attention(void) {
                    bytes / (ms * 1e-3) / 1e9);
         }
     }
-    li_backend_cuda_free(gpu, dall);
-    li_backend_cuda_free(gpu, dstart);
-    li_backend_cuda_free(gpu, dq);
-    li_backend_cuda_free(gpu, dout);
-    li_backend_cuda_free(gpu, dnv);
-    li_backend_cuda_free(gpu, pool);
+    DEV_FREE(dall, dstart, dq, dout, dnv, pool);
 }
 
 // ---- prefill attention timing (printed, not checked) -------------------------------------------
@@ -1452,15 +1492,11 @@ static void bench_prefill_attention(void) {
     need(li_backend_cuda_fill_uniform(gpu, kv.data, (int64_t)(pool_bytes / 4), 9, 1.0f), "fill");
     uint64_t *words = xmalloc(sizeof(uint64_t) * n_pages);
     for (int p = 0; p < n_pages; p++) words[p] = li_page_word(p, P, (int64_t)(p * P / 512) * 512 + 3);
-    need(li_backend_cuda_alloc(gpu, &dpages, sizeof(uint64_t) * n_pages, "pages"), "alloc");
-    need(li_backend_cuda_upload(gpu, dpages, words, sizeof(uint64_t) * n_pages), "upload");
+    dpages = dev_copy(words, sizeof(uint64_t) * n_pages, "pages");
     int32_t *nv = xmalloc(sizeof(int32_t) * T);
     for (int t = 0; t < T; t++) nv[t] = t + 1;
-    need(li_backend_cuda_alloc(gpu, &dnv, sizeof(int32_t) * T, "nv"), "alloc");
-    need(li_backend_cuda_upload(gpu, dnv, nv, sizeof(int32_t) * T), "upload");
-    need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
-    need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
-    need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+    dnv = dev_copy(nv, sizeof(int32_t) * T, "nv");
+    dev_q_out(&dq, &dout, (int64_t)T * H * Dh, 10);
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     double flops = 4.0 * T * (double)T * H * Dh / 2;
     for (int kernel = 0; kernel < 2; kernel++) {  // mma on an f32 pool, on a bf16 pool (cp.async)
@@ -1473,12 +1509,7 @@ static void bench_prefill_attention(void) {
             prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
                              rot ? &tab : NULL};
             double ms = 0;
-            li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 2, &ms);
-            if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 10, &ms);
-            if (st != LI_OK) {
-                printf("  bench: prefill attention failed: %s\n", li_error_msg());
-                break;
-            }
+            if (!time_steps(prefill_step, &c, 2, 10, &ms, "prefill attention")) break;
             printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-9s %s KV "
                    "%-12s %8.3f ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P,
                    kernel ? "mma async" : "mma", li_dtype_name(kv.dtype),
@@ -1487,11 +1518,7 @@ static void bench_prefill_attention(void) {
     }
     free(words);
     free(nv);
-    li_backend_cuda_free(gpu, pool);
-    li_backend_cuda_free(gpu, dpages);
-    li_backend_cuda_free(gpu, dnv);
-    li_backend_cuda_free(gpu, dq);
-    li_backend_cuda_free(gpu, dout);
+    DEV_FREE(pool, dpages, dnv, dq, dout);
 }
 
 // The RAG query prefill (ARCHITECTURE.md §3.4, the paper's setting): 64 query rows over 5 cached
@@ -1503,51 +1530,31 @@ static void bench_query_prefill(void) {
     const int n_keys = n_docs * doc + T, n_pages = n_keys / P;
     li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL, LI_DTYPE_BF16};
     size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * 2;
-    void *pool, *dpages, *dq, *dout, *dnv;
-    need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+    void *pool = dev_bf16_pool(pool_bytes), *dpages, *dq, *dout, *dnv;
     kv.data = pool;
-    need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f, 0.0f),
-         "fill");
-    uint64_t *words = xmalloc(sizeof(uint64_t) * n_pages);
-    for (int p = 0; p < n_pages; p++) {
-        int d = p * P / doc;  // document d sits at d * doc in the prompt; the query's own pages Δ 0
-        words[p] = li_page_word(p, P, d < n_docs ? (int64_t)d * doc : 0);
-    }
-    need(li_backend_cuda_alloc(gpu, &dpages, sizeof(uint64_t) * n_pages, "pages"), "alloc");
-    need(li_backend_cuda_upload(gpu, dpages, words, sizeof(uint64_t) * n_pages), "upload");
+    uint64_t *words = doc_page_words(n_pages, P, n_docs, doc);
+    dpages = dev_copy(words, sizeof(uint64_t) * n_pages, "pages");
     int32_t nv[64];
     double flops = 0;
     for (int t = 0; t < T; t++) {
         nv[t] = n_docs * doc + t + 1;
         flops += 4.0 * H * Dh * nv[t];
     }
-    need(li_backend_cuda_alloc(gpu, &dnv, sizeof nv, "nv"), "alloc");
-    need(li_backend_cuda_upload(gpu, dnv, nv, sizeof nv), "upload");
-    need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
-    need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
-    need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+    dnv = dev_copy(nv, sizeof nv, "nv");
+    dev_q_out(&dq, &dout, (int64_t)T * H * Dh, 10);
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     for (int rot = 1; rot >= 0; rot--) {
         prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
                          rot ? &tab : NULL};
         double ms = 0;
-        li_status st = li_backend_cuda_time(gpu, prefill_step, &c, 3, &ms);
-        if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, &c, 20, &ms);
-        if (st != LI_OK) {
-            printf("  bench: query prefill failed: %s\n", li_error_msg());
-            break;
-        }
+        if (!time_steps(prefill_step, &c, 3, 20, &ms, "query prefill")) break;
         printf("  bench: query prefill T %d over %d docs x %d + own, H %d Hkv %d Dh %d bf16 KV "
                "%-8s %-13s %8.4f ms %7.1f TFLOP/s\n", T, n_docs, doc, H, Hkv, Dh,
                "split-K", rot ? "(Δ rotation)" : "(no Δ)", ms,
                flops / (ms * 1e-3) / 1e12);
     }
     free(words);
-    li_backend_cuda_free(gpu, pool);
-    li_backend_cuda_free(gpu, dpages);
-    li_backend_cuda_free(gpu, dnv);
-    li_backend_cuda_free(gpu, dq);
-    li_backend_cuda_free(gpu, dout);
+    DEV_FREE(pool, dpages, dnv, dq, dout);
 }
 
 // ---- attention through cuDNN (--attn-impl cudnn) ------------------------------------------------
@@ -1625,12 +1632,8 @@ static void lib_case(const char *what, lib_seq *s, int G, int Hkv, int Dh, bool 
     gpu->ops->attention(gpu, dout, dq, s->T, H, &kvd, il, &seqd, with_first ? dfirst : NULL, dnv,
                         scale, &tab);
     gpu->attn_impl = LI_ATTN_NATIVE;
-    CHECK_BACKEND();
-    dget(o2, &go);
-    double e = test_nmse(o2, o1, qn);
     // bf16 Q (rotated in f32, then rounded) and bf16 O per block: the tensor-core tolerance
-    CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
-    CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
+    check_output(o2, &go, o1, qn, TOL_ATTENTION_TC);
     CHECK(dguard_ok(&gpool) && dguard_ok(&gpages) && dguard_ok(&gq) && dguard_ok(&go) &&
               dguard_ok(&gnv) && dguard_ok(&gfirst),
           "guard damaged; seed %llu", g_seed);
@@ -1800,12 +1803,8 @@ static void test_attention_cudnn_batch(void) {
         gpu->attn_impl = LI_ATTN_LIBRARY;
         gpu->ops->attention_seqs(gpu, dout, dq, NS, seqs, H, &kvd, il, dfirst, dnv, scale, &tab);
         gpu->attn_impl = LI_ATTN_NATIVE;
-        CHECK_BACKEND();
-        dget(o2, &go);
-        double e = test_nmse(o2, o1, qn);
         // the tensor-core tolerance, as lib_case (bf16 Q and O per block)
-        CHECK(e <= TOL_ATTENTION_TC, "nmse %g; seed %llu", e, g_seed);
-        CHECK(!test_has_nan(o2, qn), "NaN; seed %llu", g_seed);
+        check_output(o2, &go, o1, qn, TOL_ATTENTION_TC);
         bool guards = dguard_ok(&gpool) && dguard_ok(&gq) && dguard_ok(&go) && dguard_ok(&gnv) &&
                       dguard_ok(&gfirst);
         for (int i = 0; i < NS; i++) guards = guards && dguard_ok(&gpages[i]);
@@ -1842,12 +1841,8 @@ static void bench_cudnn_case(const char *what, prefill_ctx *c, double flops) {
     for (int impl = 0; impl < 2; impl++) {
         gpu->attn_impl = impl == 0 ? LI_ATTN_NATIVE : LI_ATTN_LIBRARY;
         double ms = 0;
-        li_status st = li_backend_cuda_time(gpu, prefill_step, c, 2, &ms);
-        if (st == LI_OK) st = li_backend_cuda_time(gpu, prefill_step, c, 10, &ms);
-        if (st != LI_OK) {
-            printf("  bench: %s %s failed: %s\n", what, impl ? "cudnn" : "native", li_error_msg());
-            continue;
-        }
+        const char *name = NAME("%s %s", what, impl ? "cudnn" : "native");
+        if (!time_steps(prefill_step, c, 2, 10, &ms, name)) continue;
         printf("  bench: %-58s %-16s %8.4f ms %7.1f TFLOP/s\n", what,
                impl ? "cudnn" : "native", ms,
                flops / (ms * 1e-3) / 1e12);
@@ -1881,11 +1876,8 @@ static void bench_cudnn_batch(const li_rope_table *tab) {
         const int per_seq = doc_pages + own;
         li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL, LI_DTYPE_BF16};
         size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * 2;
-        void *pool, *dpages, *dq, *dout, *dnv;
-        need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+        void *pool = dev_bf16_pool(pool_bytes), *dpages, *dq, *dout, *dnv;
         kv.data = pool;
-        need(gpu->ops->fill_random(gpu, pool, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
-                                   0.0f), "fill");
         uint64_t *words = xmalloc(sizeof(uint64_t) * per_seq * n_req);
         int32_t *nv = xmalloc(sizeof(int32_t) * T);
         li_attn_seq *seqs = xmalloc(sizeof(li_attn_seq) * n_req);
@@ -1903,29 +1895,20 @@ static void bench_cudnn_batch(const li_rope_table *tab) {
                 flops += 4.0 * H * Dh * nv[r * rows + t];
             }
         }
-        need(li_backend_cuda_alloc(gpu, &dpages, 8 * (size_t)per_seq * n_req, "pages"), "alloc");
-        need(li_backend_cuda_upload(gpu, dpages, words, 8 * (size_t)per_seq * n_req), "upload");
+        dpages = dev_copy(words, 8 * (size_t)per_seq * n_req, "pages");
         for (int r = 0; r < n_req; r++)
             seqs[r] = (li_attn_seq){.t0 = r * rows, .n = rows,
                                     .kv = {.pages = (uint64_t *)dpages + (size_t)r * per_seq,
                                            .n_pages = per_seq,
                                            .pages_host = words + (size_t)r * per_seq,
                                            .n_visible_host = nv + r * rows}};
-        need(li_backend_cuda_alloc(gpu, &dnv, 4 * (size_t)T, "nv"), "alloc");
-        need(li_backend_cuda_upload(gpu, dnv, nv, 4 * (size_t)T), "upload");
-        need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
-        need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
-        need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+        dnv = dev_copy(nv, 4 * (size_t)T, "nv");
+        dev_q_out(&dq, &dout, (int64_t)T * H * Dh, 10);
         batch_ctx c = {n_req, T, H, dout, dq, kv, seqs, dnv, tab};
         for (int impl = 0; impl < 2; impl++) {
             gpu->attn_impl = impl == 0 ? LI_ATTN_NATIVE : LI_ATTN_LIBRARY;
             double ms = 0;
-            li_status st = li_backend_cuda_time(gpu, batch_step, &c, 2, &ms);
-            if (st == LI_OK) st = li_backend_cuda_time(gpu, batch_step, &c, 10, &ms);
-            if (st != LI_OK) {
-                printf("  bench: query batch failed: %s\n", li_error_msg());
-                continue;
-            }
+            if (!time_steps(batch_step, &c, 2, 10, &ms, "query batch")) continue;
             char what[96];
             snprintf(what, sizeof what, "batch of %d RAG queries, 64 rows over 5 docs x 2048", n_req);
             printf("  bench: %-58s %-16s %8.4f ms %7.1f TFLOP/s\n", what,
@@ -1933,8 +1916,7 @@ static void bench_cudnn_batch(const li_rope_table *tab) {
         }
         gpu->attn_impl = LI_ATTN_NATIVE;
         free(words), free(nv), free(seqs);
-        li_backend_cuda_free(gpu, pool), li_backend_cuda_free(gpu, dpages);
-        li_backend_cuda_free(gpu, dnv), li_backend_cuda_free(gpu, dq), li_backend_cuda_free(gpu, dout);
+        DEV_FREE(pool, dpages, dnv, dq, dout);
     }
 }
 
@@ -1948,29 +1930,18 @@ static void bench_cudnn(void) {
         const int n_keys = (which == 2 ? 18432 : n_docs * doc) + T, n_pages = n_keys / P;
         li_kv_storage kv = {1, Hkv, Dh, P, n_pages, NULL, LI_DTYPE_BF16};
         size_t pool_bytes = (size_t)n_pages * 2 * Hkv * P * Dh * 2;
-        void *pool, *dpages, *dq, *dout, *dnv;
-        need(li_backend_cuda_alloc(gpu, &pool, pool_bytes, "pool"), "alloc");
+        void *pool = dev_bf16_pool(pool_bytes), *dpages, *dq, *dout, *dnv;
         kv.data = pool;
-        need(gpu->ops->fill_random(gpu, pool, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9, 1.0f,
-                                   0.0f), "fill");
-        uint64_t *words = xmalloc(sizeof(uint64_t) * n_pages);
-        for (int p = 0; p < n_pages; p++) {
-            int d = p * P / doc;
-            words[p] = li_page_word(p, P, d < n_docs ? (int64_t)d * doc : 0);
-        }
+        uint64_t *words = doc_page_words(n_pages, P, n_docs, doc);
         int32_t *nv = xmalloc(sizeof(int32_t) * T);
         double flops = 0;
         for (int t = 0; t < T; t++) {
             nv[t] = n_keys - T + t + 1;
             flops += 4.0 * H * Dh * nv[t];
         }
-        need(li_backend_cuda_alloc(gpu, &dpages, 8 * (size_t)n_pages, "pages"), "alloc");
-        need(li_backend_cuda_upload(gpu, dpages, words, 8 * (size_t)n_pages), "upload");
-        need(li_backend_cuda_alloc(gpu, &dnv, 4 * (size_t)T, "nv"), "alloc");
-        need(li_backend_cuda_upload(gpu, dnv, nv, 4 * (size_t)T), "upload");
-        need(li_backend_cuda_alloc(gpu, &dq, sizeof(float) * T * H * Dh, "q"), "alloc");
-        need(li_backend_cuda_alloc(gpu, &dout, sizeof(float) * T * H * Dh, "out"), "alloc");
-        need(li_backend_cuda_fill_uniform(gpu, dq, (int64_t)T * H * Dh, 10, 1.0f), "fill");
+        dpages = dev_copy(words, 8 * (size_t)n_pages, "pages");
+        dnv = dev_copy(nv, 4 * (size_t)T, "nv");
+        dev_q_out(&dq, &dout, (int64_t)T * H * Dh, 10);
         prefill_ctx c = {T, H, dout, dq, kv,
                          {.pages = dpages, .n_pages = n_pages, .pages_host = words,
                           .n_visible_host = nv},
@@ -1980,8 +1951,7 @@ static void bench_cudnn(void) {
                                           "prompt chunk T 2048 after 18432 keys, Llama-8B"}[which],
                          &c, flops);
         free(words), free(nv);
-        li_backend_cuda_free(gpu, pool), li_backend_cuda_free(gpu, dpages);
-        li_backend_cuda_free(gpu, dnv), li_backend_cuda_free(gpu, dq), li_backend_cuda_free(gpu, dout);
+        DEV_FREE(pool, dpages, dnv, dq, dout);
     }
     bench_cudnn_batch(&tab);
     for (int T = 1024; T <= 2048; T *= 2) {  // LLaDA-8B: H 32 = Hkv, Dh 128, bidirectional
@@ -2001,20 +1971,14 @@ static void bench_cudnn(void) {
         for (int impl = 0; impl < 2; impl++) {
             gpu->attn_impl = impl ? LI_ATTN_LIBRARY : LI_ATTN_NATIVE;
             double ms = 0;
-            li_status st = li_backend_cuda_time(gpu, dense_step, &c, 2, &ms);
-            if (st == LI_OK) st = li_backend_cuda_time(gpu, dense_step, &c, 10, &ms);
-            if (st != LI_OK) {
-                printf("  bench: dense T %d failed: %s\n", T, li_error_msg());
-                continue;
-            }
+            if (!time_steps(dense_step, &c, 2, 10, &ms, NAME("dense T %d", T))) continue;
             printf("  bench: %-58s %-16s %8.4f ms %7.1f TFLOP/s\n",
                    T == 1024 ? "LLaDA-8B dense attention T 1024 (bf16 out)"
                              : "LLaDA-8B dense attention T 2048 (bf16 out)",
                    impl ? "cudnn" : "native", ms, flops / (ms * 1e-3) / 1e12);
         }
         gpu->attn_impl = LI_ATTN_NATIVE;
-        li_backend_cuda_free(gpu, o), li_backend_cuda_free(gpu, k), li_backend_cuda_free(gpu, v);
-        li_backend_cuda_free(gpu, q);
+        DEV_FREE(o, k, v, q);
     }
     char note[512];
     li_backend_cuda_attn_note(gpu, note, sizeof note);
@@ -2056,19 +2020,13 @@ static void bench_matmul(void) {
         int N = shapes[i][0], K = shapes[i][1], T = shapes[i][2];
         mm_ctx c = {dy, dx, {LI_DTYPE_BF16, N, K, dw}, T};
         double ms = 0;
-        li_status st = li_backend_cuda_time(gpu, mm_step, &c, 3, &ms);
-        if (st == LI_OK) st = li_backend_cuda_time(gpu, mm_step, &c, 20, &ms);
-        if (st != LI_OK) {
-            printf("  bench: matmul N=%d K=%d T=%d failed: %s\n", N, K, T, li_error_msg());
+        if (!time_steps(mm_step, &c, 3, 20, &ms, NAME("matmul N=%d K=%d T=%d", N, K, T)))
             continue;
-        }
         double flops = 2.0 * N * K * T, wbytes = 2.0 * N * K;
         printf("  bench: matmul bf16 N=%5d K=%5d T=%4d %8.3f ms %7.1f TFLOP/s %7.1f GB/s of W\n", N,
                K, T, ms, flops / (ms * 1e-3) / 1e12, wbytes / (ms * 1e-3) / 1e9);
     }
-    li_backend_cuda_free(gpu, dw);
-    li_backend_cuda_free(gpu, dx);
-    li_backend_cuda_free(gpu, dy);
+    DEV_FREE(dw, dx, dy);
 }
 
 // ---- FP8 GEMM timing: matmul_fp8_fast (activation quantisation included) vs bf16 --------------
@@ -2127,13 +2085,9 @@ static void bench_fp8(void) {
             double ms[2];
             for (int f = 0; f < 2; f++) {
                 mm8_ctx c = {dy, dx, dqa, dsa, W8, {LI_DTYPE_BF16, N, K, dw}, T, f};
-                li_status st = li_backend_cuda_time(gpu, mm8_step, &c, 3, &ms[f]);
-                if (st == LI_OK) st = li_backend_cuda_time(gpu, mm8_step, &c, 20, &ms[f]);
-                if (st != LI_OK) {
-                    printf("  bench: fp8 GEMM N=%d K=%d T=%d failed: %s\n", N, K, T,
-                           li_error_msg());
+                if (!time_steps(mm8_step, &c, 3, 20, &ms[f],
+                                NAME("fp8 GEMM N=%d K=%d T=%d", N, K, T)))
                     ms[f] = 0;
-                }
             }
             double flops = 2.0 * N * K * T;
             printf("  bench: GEMM N=%5d K=%5d M=%4d  bf16 %8.3f ms %6.1f TFLOP/s  fp8 %8.3f ms "
@@ -2145,16 +2099,13 @@ static void bench_fp8(void) {
             if (T >= 256) {
                 mm8_ctx c = {dy, dx, dqa, dsa, W8, {LI_DTYPE_BF16, N, K, dw}, T, 2};
                 double t = 0;
-                li_status st = li_backend_cuda_time(gpu, mm8_step, &c, 3, &t);
-                if (st == LI_OK) st = li_backend_cuda_time(gpu, mm8_step, &c, 20, &t);
-                if (st == LI_OK)
+                if (time_steps(mm8_step, &c, 3, 20, &t, NULL))
                     printf("  bench:   fp8 GEMM only: %8.4f ms %6.1f TFLOP/s\n", t,
                            flops / (t * 1e-3) / 1e12);
             }
         }
     }
-    void *all[] = {dw, dq, ds, dx, dy, dqa, dsa, wf};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) li_backend_cuda_free(gpu, all[i]);
+    DEV_FREE(dw, dq, ds, dx, dy, dqa, dsa, wf);
 }
 
 // 1 when the comma-separated list holds name as a whole item ("bench-prefill" is not "bench")
