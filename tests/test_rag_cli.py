@@ -164,6 +164,7 @@ def test_bad_options_exit_2_with_one_line(tmp_path):
         (ok + ["--kv-dtype", "f8"], "f8"), (ok + ["--chat-template", "bogus"], "bogus"),
         (ok + ["--ctx-size", "-1"], "--ctx-size"), (ok + ["--threads", "-1"], "--threads"),
         (ok + ["--page-size", "100000"], "100000"), (ok + ["--attn-impl", "x"], "'x'"),
+        (ok + ["--evict", "mru"], "--evict"),
         (["--doc", tmp_path / "missing.txt", "--query", "q"], "missing.txt"),
         (["--doc", doc, "--queries", tmp_path / "missing.txt"], "missing.txt"),
         (["--workload", tmp_path / "missing.jsonl"], "missing.jsonl"),
@@ -183,6 +184,9 @@ def test_bad_options_exit_2_with_one_line(tmp_path):
         assert p.stdout == "", args
     p = rag(*ok, model="/nonexistent/model.gguf")
     assert p.returncode == 2 and "/nonexistent/model.gguf" in p.stderr.strip().splitlines()[0]
+    # the cost-aware policy is taken (serve shares the option: tools/cli.h CLI_TIER_OPTS)
+    p = rag(*ok, "--evict", "gdsf")
+    assert p.returncode == 0 and p.stdout.strip(), p.stderr
 
 
 def test_workload_fields_are_checked(tmp_path):

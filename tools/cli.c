@@ -223,10 +223,15 @@ bool cli_tier_params(const char *cmd, const cli_tier_args *a, li_model_params *p
         fprintf(stderr, "lazyinfer %s: --disk-budget needs --disk-cache DIR\n", cmd);
         return false;
     }
+    if (a->evict && strcmp(a->evict, "lru") != 0 && strcmp(a->evict, "gdsf") != 0) {
+        fprintf(stderr, "lazyinfer %s: --evict '%s': expected lru or gdsf\n", cmd, a->evict);
+        return false;
+    }
     if (a->kv_remote_password_file && !a->kv_remote) {
         fprintf(stderr, "lazyinfer %s: --kv-remote-password-file needs --kv-remote URL\n", cmd);
         return false;
     }
+    p->doc_evict = a->evict;
     p->disk_cache_dir = a->disk_cache;
     p->kv_remote = a->kv_remote;
     p->kv_remote_password_file = a->kv_remote_password_file;

@@ -56,13 +56,18 @@ bool cli_parse_bytes(const char *s, int64_t *out);
 // /proc/meminfo); -1 when unknown.
 int64_t cli_mem_available(void);
 
-// The document tiers below the KV pool (README "Sharing documents across replicas"), the same
-// flags on serve, rag and bench rag: put CLI_TIER_OPTS(args) in the option table, then
-// cli_tier_params fills li_model_params from them.
+// The document tiers below the KV pool (README "Sharing documents across replicas") and the
+// eviction policy of the pool's documents and of every tier, the same flags on serve, rag and
+// bench rag: put CLI_TIER_OPTS(args) in the option table, then cli_tier_params fills
+// li_model_params from them.
 typedef struct {
     const char *host_cache, *disk_cache, *disk_budget, *kv_remote, *kv_remote_password_file;
+    const char *evict;
 } cli_tier_args;
 #define CLI_TIER_OPTS(a)                                                                           \
+    {"--evict", NULL, OPT_STR, &(a).evict,                                                         \
+     "document eviction of the pool and every tier (lazy, copy): lru (default) or gdsf, "          \
+     "cost-aware: frequency x recompute cost / bytes"},                                            \
     {"--host-cache", NULL, OPT_STR, &(a).host_cache,                                               \
      "host RAM tier for documents (L1), e.g. 4G: copies are written through and promoted back "    \
      "instead of prefilled (pinned on cuda; lazy/copy caches)"},                                   \

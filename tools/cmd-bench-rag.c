@@ -1095,8 +1095,6 @@ int cmd_bench_rag(int argc, char **argv) {
         {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype,
          "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
         {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
-        {"--evict", NULL, OPT_STR, &a.evict,
-         "document-cache eviction (lazy, copy): lru or gdsf, cost-aware (default lru)"},
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,
@@ -1120,10 +1118,7 @@ int cmd_bench_rag(int argc, char **argv) {
                 a.mode_s);
         return 2;
     }
-    if (a.evict && strcmp(a.evict, "lru") != 0 && strcmp(a.evict, "gdsf") != 0) {
-        fprintf(stderr, "lazyinfer bench rag: --evict '%s': expected lru or gdsf\n", a.evict);
-        return 2;
-    }
+    a.evict = a.tiers.evict;  // (--evict is one of CLI_TIER_OPTS: checked below)
     // With tiers, lazy and copy run twice: pool only, then with the tiers (the disk directory
     // and the Redis namespace emptied first, so every run starts cold).
     bool mode_tiers[MAX_MODES] = {false};
