@@ -147,6 +147,28 @@ class Ctx:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
 
+    def run_case(self, rec, body, *args, error_key="error", trace=False, emit=True):
+        """Run one bench case, body(*args), which fills rec, and the ending every case shares.
+
+        An exception body raises is recorded as rec[error_key] (its traceback on stderr
+        with trace) and the run goes on.  The case's tensors are body's locals, gone once
+        it returns or raises, so the free() that follows gives their memory back before
+        the next case allocates.  Then rec is emitted (emit=False: a phase whose record
+        a later one completes).  Returns whether body ran without an exception.
+        """
+        ok = True
+        try:
+            body(*args)
+        except Exception as e:  # noqa: BLE001 - one case failing must not stop the rest
+            rec[error_key] = f"{type(e).__name__}: {e}"[:500]
+            if trace:
+                log(traceback.format_exc())
+            ok = False
+        self.free()
+        if emit:
+            self.emit(rec)
+        return ok
+
     def time_ms(self, fn, warmup, iters):
         """Run fn `warmup` times untimed, then `iters` times each timed on its own.
 
@@ -266,52 +288,49 @@ def bench_sdpa_decode(ctx):
             rec = {"bench": "sdpa_decode", "kv_dtype": str(dtype).replace("torch.", ""),
                    "batch": B, "ctx": ctx_len, "n_heads": N_HEADS, "n_kv_heads": N_KV_HEADS,
                    "head_dim": HEAD_DIM}
-            try:
-                q = torch.randn(B, N_HEADS, 1, HEAD_DIM, device=ctx.dev, dtype=dtype)
-                k = torch.randn(B, N_KV_HEADS, ctx_len, HEAD_DIM, device=ctx.dev, dtype=dtype)
-                v = torch.randn(B, N_KV_HEADS, ctx_len, HEAD_DIM, device=ctx.dev, dtype=dtype)
-                bytes_kv = 2 * B * N_KV_HEADS * ctx_len * HEAD_DIM * k.element_size()
-                rec["bytes_kv"] = bytes_kv
+            ctx.run_case(rec, _sdpa_decode_case, ctx, rec, dtype, B, ctx_len, warmup, iters)
 
-                # Native GQA if this torch accepts enable_gqa, else expand K/V once,
-                # outside the timed region.
-                try:
-                    F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                    rec["gqa"] = "native"
-                    kk, vv, gqa_kw = k, v, {"enable_gqa": True}
-                except Exception as e:  # noqa: BLE001
-                    if is_oom(e):
-                        raise
-                    rec["gqa"] = "expanded"
-                    rep = N_HEADS // N_KV_HEADS
-                    kk = k.repeat_interleave(rep, dim=1)
-                    vv = v.repeat_interleave(rep, dim=1)
-                    gqa_kw = {}
 
-                def make_fn():
-                    return lambda: F.scaled_dot_product_attention(q, kk, vv, **gqa_kw)
+def _sdpa_decode_case(ctx, rec, dtype, B, ctx_len, warmup, iters):
+    q = torch.randn(B, N_HEADS, 1, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    k = torch.randn(B, N_KV_HEADS, ctx_len, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    v = torch.randn(B, N_KV_HEADS, ctx_len, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    bytes_kv = 2 * B * N_KV_HEADS * ctx_len * HEAD_DIM * k.element_size()
+    rec["bytes_kv"] = bytes_kv
 
-                rec["default_backend"] = default_sdpa_backend(
-                    q, kk, vv, False, bool(gqa_kw.get("enable_gqa", False)))
-                rec.update(summarize(ctx.time_ms(make_fn(), warmup, iters), warmup))
-                rec["GBps"] = bytes_kv / (rec["ms"] * 1e-3) / 1e9
+    # Native GQA if this torch accepts enable_gqa, else expand K/V once,
+    # outside the timed region.
+    try:
+        F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        rec["gqa"] = "native"
+        kk, vv, gqa_kw = k, v, {"enable_gqa": True}
+    except Exception as e:  # noqa: BLE001
+        if is_oom(e):
+            raise
+        rec["gqa"] = "expanded"
+        rep = N_HEADS // N_KV_HEADS
+        kk = k.repeat_interleave(rep, dim=1)
+        vv = v.repeat_interleave(rep, dim=1)
+        gqa_kw = {}
 
-                if SDPA_BACKENDS:
-                    backends = time_forced_backends(ctx, make_fn, warmup, iters)
-                    rec["backends"] = backends
-                    cands = {n: t for n, t in backends.items()
-                             if not n.endswith("_error") and t is not None}
-                    cands["default"] = rec["ms"]
-                    best = min(cands, key=cands.get)
-                    rec["best_backend"] = best
-                    rec["best_ms"] = cands[best]
-                    rec["best_GBps"] = bytes_kv / (cands[best] * 1e-3) / 1e9
-            except Exception as e:  # noqa: BLE001
-                rec["error"] = f"{type(e).__name__}: {e}"[:500]
-            finally:
-                q = k = v = kk = vv = None  # noqa: F841 - drop references before freeing
-                ctx.free()
-            ctx.emit(rec)
+    def make_fn():
+        return lambda: F.scaled_dot_product_attention(q, kk, vv, **gqa_kw)
+
+    rec["default_backend"] = default_sdpa_backend(
+        q, kk, vv, False, bool(gqa_kw.get("enable_gqa", False)))
+    rec.update(summarize(ctx.time_ms(make_fn(), warmup, iters), warmup))
+    rec["GBps"] = bytes_kv / (rec["ms"] * 1e-3) / 1e9
+
+    if SDPA_BACKENDS:
+        backends = time_forced_backends(ctx, make_fn, warmup, iters)
+        rec["backends"] = backends
+        cands = {n: t for n, t in backends.items()
+                 if not n.endswith("_error") and t is not None}
+        cands["default"] = rec["ms"]
+        best = min(cands, key=cands.get)
+        rec["best_backend"] = best
+        rec["best_ms"] = cands[best]
+        rec["best_GBps"] = bytes_kv / (cands[best] * 1e-3) / 1e9
 
 
 def _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters):
@@ -335,38 +354,35 @@ def bench_sdpa_prefill(ctx):
            "is_causal": True, "gqa": "native"}
     flops = 4.0 * T * T * N_HEADS * HEAD_DIM / 2 * B
     rec["flops"] = flops
-    try:
-        q = torch.randn(B, N_HEADS, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
-        k = torch.randn(B, N_KV_HEADS, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
-        v = torch.randn(B, N_KV_HEADS, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    ctx.run_case(rec, _sdpa_prefill_case, ctx, rec, dtype, B, T, flops, warmup, iters)
 
-        def make_fn():
-            return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
-        times = None
-        if sdpa_kernel is not None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                        fn = make_fn()
-                        fn()
-                        times = ctx.time_ms(fn, warmup, iters)
-                rec["backend"] = "flash"
-            except Exception as e:  # noqa: BLE001
-                rec["flash_error"] = f"{type(e).__name__}: {e}"[:300]
-                ctx.free()
-        if times is None:
-            rec["backend"] = "default"
-            rec["default_backend"] = default_sdpa_backend(q, k, v, True, True)
-            times = ctx.time_ms(make_fn(), warmup, iters)
-        _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters)
-    except Exception as e:  # noqa: BLE001
-        rec["error"] = f"{type(e).__name__}: {e}"[:500]
-    finally:
-        q = k = v = None  # noqa: F841
-        ctx.free()
-    ctx.emit(rec)
+def _sdpa_prefill_case(ctx, rec, dtype, B, T, flops, warmup, iters):
+    q = torch.randn(B, N_HEADS, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    k = torch.randn(B, N_KV_HEADS, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    v = torch.randn(B, N_KV_HEADS, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+
+    def make_fn():
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    times = None
+    if sdpa_kernel is not None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                    fn = make_fn()
+                    fn()
+                    times = ctx.time_ms(fn, warmup, iters)
+            rec["backend"] = "flash"
+        except Exception as e:  # noqa: BLE001
+            rec["flash_error"] = f"{type(e).__name__}: {e}"[:300]
+            ctx.free()
+    if times is None:
+        rec["backend"] = "default"
+        rec["default_backend"] = default_sdpa_backend(q, k, v, True, True)
+        times = ctx.time_ms(make_fn(), warmup, iters)
+    _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters)
 
 
 # ---------------------------------------------------------------------------
@@ -381,23 +397,20 @@ def bench_sdpa_dense(ctx):
                "n_heads": 32, "head_dim": HEAD_DIM, "is_causal": False}
         flops = 4.0 * T * T * 32 * HEAD_DIM
         rec["flops"] = flops
-        try:
-            q = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
-            k = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
-            v = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+        ctx.run_case(rec, _sdpa_dense_case, ctx, rec, dtype, T, flops, warmup, iters)
 
-            def make_fn():
-                return lambda: F.scaled_dot_product_attention(q, k, v)
 
-            times = ctx.time_ms(make_fn(), warmup, iters)
-            rec["default_backend"] = default_sdpa_backend(q, k, v, False, False)
-            _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters)
-        except Exception as e:  # noqa: BLE001
-            rec["error"] = f"{type(e).__name__}: {e}"[:500]
-        finally:
-            q = k = v = None  # noqa: F841
-            ctx.free()
-        ctx.emit(rec)
+def _sdpa_dense_case(ctx, rec, dtype, T, flops, warmup, iters):
+    q = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    k = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+    v = torch.randn(1, 32, T, HEAD_DIM, device=ctx.dev, dtype=dtype)
+
+    def make_fn():
+        return lambda: F.scaled_dot_product_attention(q, k, v)
+
+    times = ctx.time_ms(make_fn(), warmup, iters)
+    rec["default_backend"] = default_sdpa_backend(q, k, v, False, False)
+    _record_sdpa_times(ctx, rec, times, flops, make_fn, warmup, iters)
 
 
 # ---------------------------------------------------------------------------
@@ -480,119 +493,105 @@ def _forward_kwargs(model):
 def bench_eager_llama8b(ctx):
     rec = {"bench": "eager_llama8b", "dtype": str(ctx.half).replace("torch.", ""),
            "attention": "sdpa", "cuda_graphs": False, "compile": False}
-    model = None
-    try:
-        import transformers
-        rec["transformers"] = transformers.__version__
-        cfg = _llama_config(ctx)
-        t0 = time.perf_counter()
-        model = _build_llama(ctx, cfg)
-        ctx.sync()
-        rec["build_s"] = time.perf_counter() - t0
-        rec["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
-        rec["n_params"] = sum(p.numel() for p in model.parameters())
-        rec["param_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
-        rec["shape"] = {"layers": cfg.num_hidden_layers, "d_model": cfg.hidden_size,
-                        "d_ff": cfg.intermediate_size, "heads": cfg.num_attention_heads,
-                        "kv_heads": cfg.num_key_value_heads, "vocab": cfg.vocab_size}
-        cache_kw, keep_kw = _forward_kwargs(model)
-        rec["cache_kwarg"] = cache_kw
-        keep1 = {keep_kw: 1} if keep_kw else {}
-        rec["logits_to_keep"] = 1 if keep_kw else None  # None: full logits computed
-        vocab = cfg.vocab_size
-    except Exception as e:  # noqa: BLE001
-        rec["error"] = f"{type(e).__name__}: {e}"[:500]
-        log(traceback.format_exc())
-        model = None
-        ctx.free()
-        ctx.emit(rec)
-        return
+    ctx.run_case(rec, _llama8b_phases, ctx, rec, trace=True)
+
+
+def _llama8b_phases(ctx, rec):
+    """Build the model, then (a) and (b), each phase recording its own error; the model is
+    dropped when this returns, before run_case frees its memory and emits rec."""
+    import transformers
+    rec["transformers"] = transformers.__version__
+    cfg = _llama_config(ctx)
+    t0 = time.perf_counter()
+    model = _build_llama(ctx, cfg)
+    ctx.sync()
+    rec["build_s"] = time.perf_counter() - t0
+    rec["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+    rec["n_params"] = sum(p.numel() for p in model.parameters())
+    rec["param_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+    rec["shape"] = {"layers": cfg.num_hidden_layers, "d_model": cfg.hidden_size,
+                    "d_ff": cfg.intermediate_size, "heads": cfg.num_attention_heads,
+                    "kv_heads": cfg.num_key_value_heads, "vocab": cfg.vocab_size}
+    cache_kw, keep_kw = _forward_kwargs(model)
+    rec["cache_kwarg"] = cache_kw
+    keep1 = {keep_kw: 1} if keep_kw else {}
+    rec["logits_to_keep"] = 1 if keep_kw else None  # None: full logits computed
 
     gen = torch.Generator(device=ctx.dev).manual_seed(0)
+    ctx.run_case(rec, _llama8b_prefill, ctx, rec, model, cfg, keep1, gen,
+                 error_key="prefill_error", trace=True, emit=False)
+    ctx.run_case(rec, _llama8b_decode, ctx, rec, model, cfg, cache_kw, keep1, gen,
+                 error_key="decode_error", trace=True, emit=False)
 
-    # (a) long prefill --------------------------------------------------------
+
+def _llama8b_prefill(ctx, rec, model, cfg, keep1, gen):
+    """(a) long prefill."""
     T = 160 if ctx.smoke else 5 * 4096 + 64
     warmup, iters = (1, 2) if ctx.smoke else ((1, 2) if ctx.quick else (1, 3))
     rec["prefill_tokens"] = T
-    try:
-        ids = torch.randint(0, vocab, (1, T), device=ctx.dev, generator=gen)
-        if not ctx.smoke:
-            torch.cuda.reset_peak_memory_stats()
+    ids = torch.randint(0, cfg.vocab_size, (1, T), device=ctx.dev, generator=gen)
+    if not ctx.smoke:
+        torch.cuda.reset_peak_memory_stats()
 
-        def prefill():
-            # A fresh cache each call (use_cache=True builds a DynamicCache); the
-            # output, and with it the cache, is dropped right away.
-            out = model(input_ids=ids, use_cache=True, **keep1)
-            return out.logits
+    def prefill():
+        # A fresh cache each call (use_cache=True builds a DynamicCache); the
+        # output, and with it the cache, is dropped right away.
+        out = model(input_ids=ids, use_cache=True, **keep1)
+        return out.logits
 
-        with torch.inference_mode():
-            times = ctx.time_ms(prefill, warmup, iters)
-        s = summarize(times, warmup)
-        rec.update({"prefill_" + k2: v2 for k2, v2 in s.items()})
-        rec["prefill_tok_per_s"] = T / (s["ms"] * 1e-3)
-        if not ctx.smoke:
-            rec["prefill_max_mem_bytes"] = torch.cuda.max_memory_allocated()
-    except Exception as e:  # noqa: BLE001
-        rec["prefill_error"] = f"{type(e).__name__}: {e}"[:500]
-        log(traceback.format_exc())
-    finally:
-        ids = None  # noqa: F841
-        ctx.free()
+    with torch.inference_mode():
+        times = ctx.time_ms(prefill, warmup, iters)
+    s = summarize(times, warmup)
+    rec.update({"prefill_" + k2: v2 for k2, v2 in s.items()})
+    rec["prefill_tok_per_s"] = T / (s["ms"] * 1e-3)
+    if not ctx.smoke:
+        rec["prefill_max_mem_bytes"] = torch.cuda.max_memory_allocated()
 
-    # (b) batch-1 decode after a 512-token prefill -----------------------------
+
+def _llama8b_decode(ctx, rec, model, cfg, cache_kw, keep1, gen):
+    """(b) batch-1 decode after a 512-token prefill."""
     P = 16 if ctx.smoke else 512
     n_tok = 4 if ctx.smoke else (8 if ctx.quick else 32)
     rec["decode_prompt_tokens"] = P
     rec["decode_batch"] = 1
-    try:
-        prompt = torch.randint(0, vocab, (1, P), device=ctx.dev, generator=gen)
-        if not ctx.smoke:
-            torch.cuda.reset_peak_memory_stats()
+    prompt = torch.randint(0, cfg.vocab_size, (1, P), device=ctx.dev, generator=gen)
+    if not ctx.smoke:
+        torch.cuda.reset_peak_memory_stats()
 
-        def decode_run(n_steps, timed):
-            cache = _new_cache(cfg)
-            out = model(input_ids=prompt, use_cache=True, **{cache_kw: cache}, **keep1)
-            state = {"tok": out.logits[:, -1:].argmax(-1)}
+    def decode_run(n_steps, timed):
+        cache = _new_cache(cfg)
+        out = model(input_ids=prompt, use_cache=True, **{cache_kw: cache}, **keep1)
+        state = {"tok": out.logits[:, -1:].argmax(-1)}
 
-            def step():
-                o = model(input_ids=state["tok"], use_cache=True, **{cache_kw: cache})
-                state["tok"] = o.logits[:, -1:].argmax(-1)  # greedy, stays on device
+        def step():
+            o = model(input_ids=state["tok"], use_cache=True, **{cache_kw: cache})
+            state["tok"] = o.logits[:, -1:].argmax(-1)  # greedy, stays on device
 
-            if not timed:
-                for _ in range(n_steps):
-                    step()
-                ctx.sync()
-                return None, cache
+        if not timed:
+            for _ in range(n_steps):
+                step()
             ctx.sync()
-            w0 = time.perf_counter()
-            times = ctx.time_ms(step, 0, n_steps)  # warm-up done by the untimed run
-            ctx.sync()
-            wall = (time.perf_counter() - w0) * 1e3 / n_steps
-            return (times, wall), cache
+            return None, cache
+        ctx.sync()
+        w0 = time.perf_counter()
+        times = ctx.time_ms(step, 0, n_steps)  # warm-up done by the untimed run
+        ctx.sync()
+        wall = (time.perf_counter() - w0) * 1e3 / n_steps
+        return (times, wall), cache
 
-        with torch.inference_mode():
-            decode_run(4, timed=False)  # warm-up: prefill + 4 decode steps, thrown away
-            (times, wall), cache = decode_run(n_tok, timed=True)
-        rec["decode_ctx_end"] = int(cache.get_seq_length())
-        rec["decode_warmup"] = "one untimed prefill+4 steps"
-        rec["decode_iters"] = len(times)
-        rec["decode_ms_per_token_median"] = statistics.median(times)
-        rec["decode_ms_per_token_mean"] = statistics.fmean(times)
-        rec["decode_ms_per_token_min"] = min(times)
-        rec["decode_wall_ms_per_token_mean"] = wall
-        rec["decode_tok_per_s"] = 1e3 / rec["decode_ms_per_token_median"]
-        if not ctx.smoke:
-            rec["decode_max_mem_bytes"] = torch.cuda.max_memory_allocated()
-        cache = None  # noqa: F841
-    except Exception as e:  # noqa: BLE001
-        rec["decode_error"] = f"{type(e).__name__}: {e}"[:500]
-        log(traceback.format_exc())
-    finally:
-        prompt = None  # noqa: F841
-        model = None
-        ctx.free()
-    ctx.emit(rec)
-
+    with torch.inference_mode():
+        decode_run(4, timed=False)  # warm-up: prefill + 4 decode steps, thrown away
+        (times, wall), cache = decode_run(n_tok, timed=True)
+    rec["decode_ctx_end"] = int(cache.get_seq_length())
+    rec["decode_warmup"] = "one untimed prefill+4 steps"
+    rec["decode_iters"] = len(times)
+    rec["decode_ms_per_token_median"] = statistics.median(times)
+    rec["decode_ms_per_token_mean"] = statistics.fmean(times)
+    rec["decode_ms_per_token_min"] = min(times)
+    rec["decode_wall_ms_per_token_mean"] = wall
+    rec["decode_tok_per_s"] = 1e3 / rec["decode_ms_per_token_median"]
+    if not ctx.smoke:
+        rec["decode_max_mem_bytes"] = torch.cuda.max_memory_allocated()
 
 
 # ---------------------------------------------------------------------------
@@ -673,8 +672,8 @@ def bench_eager_llada8b(ctx):
         P = ctx.llada_prompt
     rec["shape"] = {"layers": L, "d_model": D, "heads": H, "head_dim": Dh, "d_ff": Fd,
                     "vocab": V}
-    model = None
-    try:
+
+    def case():
         t0 = time.perf_counter()
         model = _LLaDA(L, D, H, Dh, Fd, V, ctx.half, ctx.dev)
         ctx.sync()
@@ -708,13 +707,9 @@ def bench_eager_llada8b(ctx):
         rec["e2e"] = {"prompt_tokens": P, "gen_length": gen, "block_length": block,
                       "steps": steps, "latency_ms": lat, "tok_per_s": gen / (lat * 1e-3),
                       "ms_per_step": lat / steps}
-    except Exception as e:  # noqa: BLE001
-        rec["error"] = f"{type(e).__name__}: {e}"[:500]
-        log(traceback.format_exc())
-    finally:
-        model = None
-        ctx.free()
-    ctx.emit(rec)
+
+    ctx.run_case(rec, case, trace=True)
+
 
 # ---------------------------------------------------------------------------
 # 4. copy_bw
@@ -724,18 +719,15 @@ def bench_copy_bw(ctx):
     warmup, iters = ctx.iters(3, 20)
     rec = {"bench": "copy_bw", "buffer_bytes": nbytes, "bytes_moved": 2 * nbytes,
            "op": "dst.copy_(src), uint8, contiguous"}
-    try:
+
+    def case():
         src = torch.empty(nbytes, dtype=torch.uint8, device=ctx.dev).fill_(1)
         dst = torch.empty_like(src)
         rec.update(summarize(ctx.time_ms(lambda: dst.copy_(src), warmup, iters), warmup))
         rec["GBps"] = 2 * nbytes / (rec["ms"] * 1e-3) / 1e9
         rec["GBps_best"] = 2 * nbytes / (rec["ms_min"] * 1e-3) / 1e9
-    except Exception as e:  # noqa: BLE001
-        rec["error"] = f"{type(e).__name__}: {e}"[:500]
-    finally:
-        src = dst = None  # noqa: F841
-        ctx.free()
-    ctx.emit(rec)
+
+    ctx.run_case(rec, case)
 
 
 # ---------------------------------------------------------------------------
@@ -748,7 +740,8 @@ def bench_gemm_bf16(ctx):
     flops = 2.0 * n * n * n
     rec = {"bench": "gemm_bf16", "dtype": str(dtype).replace("torch.", ""),
            "M": n, "N": n, "K": n, "flops": flops, "op": "torch.matmul(a, b, out=c)"}
-    try:
+
+    def case():
         a = torch.randn(n, n, device=ctx.dev, dtype=dtype)
         b = torch.randn(n, n, device=ctx.dev, dtype=dtype)
         c = torch.empty(n, n, device=ctx.dev, dtype=dtype)
@@ -756,12 +749,8 @@ def bench_gemm_bf16(ctx):
                              warmup))
         rec["TFLOPs"] = flops / (rec["ms"] * 1e-3) / 1e12
         rec["TFLOPs_best"] = flops / (rec["ms_min"] * 1e-3) / 1e12
-    except Exception as e:  # noqa: BLE001
-        rec["error"] = f"{type(e).__name__}: {e}"[:500]
-    finally:
-        a = b = c = None  # noqa: F841
-        ctx.free()
-    ctx.emit(rec)
+
+    ctx.run_case(rec, case)
 
 
 # ---------------------------------------------------------------------------
@@ -800,33 +789,30 @@ def bench_gemm_fp8(ctx):
         for M in Ms:
             rec = {"bench": "gemm_fp8", "M": M, "N": N, "K": K,
                    "scales": "1x128 activations, 128x128 weights"}
-            flops = 2.0 * M * N * K
-            try:
-                a = torch.randn(M, K, device=ctx.dev, dtype=torch.bfloat16)
-                w = torch.randn(N, K, device=ctx.dev, dtype=torch.bfloat16) * 0.02
-                c = torch.empty(M, N, device=ctx.dev, dtype=torch.bfloat16)
-                rec["bf16_ms"] = statistics.median(
-                    ctx.time_ms(lambda: torch.matmul(a, w.t(), out=c), warmup, iters))
-                a8 = a.to(torch.float8_e4m3fn)
-                w8 = w.to(torch.float8_e4m3fn)
-                sa = torch.rand(M, K // 128, device=ctx.dev, dtype=torch.float32) + 0.5
-                sb = torch.rand(K // 128, N // 128, device=ctx.dev, dtype=torch.float32) + 0.5
-                for out_dtype in (torch.bfloat16, torch.float32):
-                    key = "fp8_" + str(out_dtype).replace("torch.", "") + "_out"
-                    try:
-                        fn, layout = _scaled_mm_blockwise(a8, w8.t(), sa, sb, out_dtype)
-                        rec[key + "_ms"] = statistics.median(ctx.time_ms(fn, warmup, iters))
-                        rec[key + "_speedup"] = rec["bf16_ms"] / rec[key + "_ms"]
-                        rec["layout"] = layout
-                    except Exception as e:  # noqa: BLE001
-                        rec[key + "_error"] = f"{type(e).__name__}: {e}"[:400]
-                rec["bf16_TFLOPs"] = flops / (rec["bf16_ms"] * 1e-3) / 1e12
-            except Exception as e:  # noqa: BLE001
-                rec["error"] = f"{type(e).__name__}: {e}"[:500]
-            finally:
-                a = w = c = a8 = w8 = sa = sb = None  # noqa: F841
-                ctx.free()
-            ctx.emit(rec)
+            ctx.run_case(rec, _gemm_fp8_case, ctx, rec, M, N, K, warmup, iters)
+
+
+def _gemm_fp8_case(ctx, rec, M, N, K, warmup, iters):
+    flops = 2.0 * M * N * K
+    a = torch.randn(M, K, device=ctx.dev, dtype=torch.bfloat16)
+    w = torch.randn(N, K, device=ctx.dev, dtype=torch.bfloat16) * 0.02
+    c = torch.empty(M, N, device=ctx.dev, dtype=torch.bfloat16)
+    rec["bf16_ms"] = statistics.median(
+        ctx.time_ms(lambda: torch.matmul(a, w.t(), out=c), warmup, iters))
+    a8 = a.to(torch.float8_e4m3fn)
+    w8 = w.to(torch.float8_e4m3fn)
+    sa = torch.rand(M, K // 128, device=ctx.dev, dtype=torch.float32) + 0.5
+    sb = torch.rand(K // 128, N // 128, device=ctx.dev, dtype=torch.float32) + 0.5
+    for out_dtype in (torch.bfloat16, torch.float32):
+        key = "fp8_" + str(out_dtype).replace("torch.", "") + "_out"
+        try:
+            fn, layout = _scaled_mm_blockwise(a8, w8.t(), sa, sb, out_dtype)
+            rec[key + "_ms"] = statistics.median(ctx.time_ms(fn, warmup, iters))
+            rec[key + "_speedup"] = rec["bf16_ms"] / rec[key + "_ms"]
+            rec["layout"] = layout
+        except Exception as e:  # noqa: BLE001
+            rec[key + "_error"] = f"{type(e).__name__}: {e}"[:400]
+    rec["bf16_TFLOPs"] = flops / (rec["bf16_ms"] * 1e-3) / 1e12
 
 
 BENCHES = {
@@ -866,12 +852,9 @@ def main():
     for name in names:
         t0 = time.perf_counter()
         log(f"{name} ...")
-        try:
-            BENCHES[name](ctx)
-        except Exception as e:  # noqa: BLE001 - one bench failing must not stop the rest
-            log(traceback.format_exc())
-            ctx.emit({"bench": name, "error": f"{type(e).__name__}: {e}"[:500]})
-            ctx.free()
+        rec = {"bench": name}  # emitted only if the bench itself raises
+        if not ctx.run_case(rec, BENCHES[name], ctx, trace=True, emit=False):
+            ctx.emit(rec)
         log(f"{name} done in {time.perf_counter() - t0:.1f} s")
     log(f"all done in {time.perf_counter() - t_all:.1f} s")
 

@@ -1,6 +1,6 @@
 // test-ops.c — every op of the fast CPU table (ops-cpu.c) against the scalar oracle (ops-ref.c) on
 // fresh random inputs at odd sizes, plus the properties the oracle itself must have: the RoPE table
-// against numbers printed by HF transformers, NEOX/GPTJ consistency, the RoPE group law, the
+// against numbers printed by HF transformers (tests/data/rope/), NEOX/GPTJ consistency, the RoPE group law, the
 // deferred-RoPE identity of paged attention, and the sampling contract (same u -> same token,
 // top_k = 1 is greedy, the temperature -> 0 limit, the empirical distribution).
 //
@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "backend/backend.h"
 #include "paged-seq.h"
@@ -88,125 +90,93 @@ typedef struct {
     float inv_freq[64];
 } hf_rope_case;
 
-// Produced with transformers 5.24.0 and torch 2.15.0 (CPU) by this Python, once per case:
-//   cfg = LlamaConfig(hidden_size=4*hd, num_attention_heads=4, head_dim=hd,
-//                     max_position_embeddings=maxpos, rope_parameters=rp)
-//   inv, att = (LlamaRotaryEmbedding.compute_default_rope_parameters(cfg) if default else
-//               transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS[rp["rope_type"]](cfg, "cpu"))
-//   print each inv[i] with "%.9e" (round-trips fp32) and att
-// (the comment above each case is that case's rp, maxpos and hd).
-static const hf_rope_case hf_rope_cases[] = {
-    // {'rope_type': 'default', 'rope_theta': 100000.0}, max_position_embeddings=2048, head_dim=64
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_NONE, 100000.0f, 64, 0.0f, 0.0f, 0.0f, 0, 2048, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.000000000e+00f,
-     {1.000000000e+00, 6.978305578e-01, 4.869675338e-01, 3.398208320e-01,
-      2.371373624e-01, 1.654817015e-01, 1.154782027e-01, 8.058421314e-02,
-      5.623412877e-02, 3.924189880e-02, 2.738419548e-02, 1.910953037e-02,
-      1.333521493e-02, 9.305720218e-03, 6.493816618e-03, 4.531583749e-03,
-      3.162277862e-03, 2.206734149e-03, 1.539926510e-03, 1.074607833e-03,
-      7.498941850e-04, 5.232990952e-04, 3.651741135e-04, 2.548296761e-04,
-      1.778279402e-04, 1.240937709e-04, 8.659643208e-05, 6.042963651e-05,
-      4.216965317e-05, 2.942727224e-05, 2.053524986e-05, 1.433012676e-05}},
-    // {'rope_type': 'default', 'rope_theta': 10000.0}, max_position_embeddings=2048, head_dim=18
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_NONE, 10000.0f, 18, 0.0f, 0.0f, 0.0f, 0, 2048, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.000000000e+00f,
-     {1.000000000e+00, 3.593813777e-01, 1.291549653e-01, 4.641588405e-02,
-      1.668100618e-02, 5.994841456e-03, 2.154434333e-03, 7.742635789e-04,
-      2.782559313e-04}},
-    // {'rope_type': 'linear', 'factor': 2.5, 'rope_theta': 10000.0}, max_position_embeddings=2048, head_dim=64
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_LINEAR, 10000.0f, 64, 2.5f, 0.0f, 0.0f, 0, 2048, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.000000000e+00f,
-     {4.000000060e-01, 2.999576926e-01, 2.249365300e-01, 1.686786115e-01,
-      1.264910996e-01, 9.485494345e-02, 7.113117725e-02, 5.334085971e-02,
-      3.999999911e-02, 2.999576554e-02, 2.249365114e-02, 1.686785929e-02,
-      1.264911145e-02, 9.485494345e-03, 7.113117725e-03, 5.334085785e-03,
-      3.999999724e-03, 2.999576973e-03, 2.249365207e-03, 1.686785952e-03,
-      1.264911145e-03, 9.485495393e-04, 7.113117608e-04, 5.334086018e-04,
-      4.000000190e-04, 2.999576682e-04, 2.249365207e-04, 1.686785981e-04,
-      1.264911116e-04, 9.485495684e-05, 7.113117317e-05, 5.334086018e-05}},
-    // {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 8192, 'rope_theta': 500000.0}, max_position_embeddings=131072, head_dim=128
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_LLAMA3, 500000.0f, 128, 8.0f, 1.0f, 4.0f, 8192, 131072, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.000000000e+00f,
-     {1.000000000e+00, 8.146172166e-01, 6.636012793e-01, 5.405809879e-01,
-      4.403666258e-01, 3.587302268e-01, 2.922278345e-01, 2.380538136e-01,
-      1.939227581e-01, 1.579728127e-01, 1.286873817e-01, 1.048309505e-01,
-      8.539710194e-02, 6.956595182e-02, 5.666961893e-02, 4.616405070e-02,
-      3.760603070e-02, 3.063452058e-02, 2.495540865e-02, 2.032910474e-02,
-      1.656044088e-02, 1.349041983e-02, 1.098952908e-02, 8.952259086e-03,
-      7.292665076e-03, 5.940730684e-03, 4.839421250e-03, 3.942275885e-03,
-      3.211446106e-03, 2.166570630e-03, 1.371893683e-03, 8.567514597e-04,
-      5.248460220e-04, 3.126936499e-04, 1.785077911e-04, 9.556212171e-05,
-      7.784655463e-05, 6.341514381e-05, 5.165906987e-05, 4.208236714e-05,
-      3.428102355e-05, 2.792590931e-05, 2.274892904e-05, 1.853166941e-05,
-      1.509621779e-05, 1.229763893e-05, 1.001786859e-05, 8.160727702e-06,
-      6.647869668e-06, 5.415469332e-06, 4.411534519e-06, 3.593711881e-06,
-      2.927499736e-06, 2.384791742e-06, 1.942692506e-06, 1.582550794e-06,
-      1.289173156e-06, 1.050182618e-06, 8.554969213e-07, 6.969025321e-07,
-      5.677088097e-07, 4.624653798e-07, 3.767322596e-07, 3.068925878e-07}},
-    // {'rope_type': 'llama3', 'factor': 32.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 512, 'rope_theta': 10000.0}, max_position_embeddings=16384, head_dim=64
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_LLAMA3, 10000.0f, 64, 32.0f, 1.0f, 4.0f, 512, 16384, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.000000000e+00f,
-     {1.000000000e+00, 7.498942018e-01, 5.623413324e-01, 4.216965139e-01,
-      3.162277639e-01, 2.371373624e-01, 1.778279394e-01, 1.333521456e-01,
-      1.000000015e-01, 7.498941571e-02, 5.623412877e-02, 3.449347988e-02,
-      1.709030755e-02, 7.880726829e-03, 3.134448314e-03, 7.898592157e-04,
-      3.124999930e-04, 2.343419474e-04, 1.757316641e-04, 1.317801507e-04,
-      9.882118320e-05, 7.410543185e-05, 5.557123222e-05, 4.167254519e-05,
-      3.125000148e-05, 2.343419328e-05, 1.757316568e-05, 1.317801525e-05,
-      9.882118320e-06, 7.410543276e-06, 5.557123131e-06, 4.167254701e-06}},
-    // {'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 4096, 'rope_theta': 10000.0}, max_position_embeddings=16384, head_dim=64
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_YARN, 10000.0f, 64, 4.0f, 0.0f, 0.0f, 4096, 16384, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.138629436e+00f,
-     {1.000000000e+00, 7.498942018e-01, 5.623413324e-01, 4.216965139e-01,
-      3.162277639e-01, 2.371373624e-01, 1.778279394e-01, 1.333521456e-01,
-      1.000000015e-01, 7.498941571e-02, 5.623412877e-02, 3.973678499e-02,
-      2.797399648e-02, 1.960943453e-02, 1.367907226e-02, 9.488517419e-03,
-      6.538461894e-03, 4.470523447e-03, 3.027991625e-03, 2.027386799e-03,
-      1.337886788e-03, 8.664635243e-04, 5.471628974e-04, 3.333803616e-04,
-      2.500000119e-04, 1.874735462e-04, 1.405853254e-04, 1.054241220e-04,
-      7.905694656e-05, 5.928434621e-05, 4.445698505e-05, 3.333803761e-05}},
-    // {'rope_type': 'yarn', 'factor': 40.0, 'original_max_position_embeddings': 4096, 'mscale': 1.0, 'mscale_all_dim': 0.707, 'rope_theta': 10000.0}, max_position_embeddings=163840, head_dim=64
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_YARN, 10000.0f, 64, 40.0f, 0.0f, 0.0f, 4096, 163840, 0.0f, 0.0f, 0.0f, 1.0f, 0.707f, .yarn_no_truncate = false}, 1.085726399e+00f,
-     {1.000000000e+00, 7.498942018e-01, 5.623413324e-01, 4.216965139e-01,
-      3.162277639e-01, 2.371373624e-01, 1.778279394e-01, 1.333521456e-01,
-      1.000000015e-01, 7.498941571e-02, 5.623412877e-02, 3.900692612e-02,
-      2.687936090e-02, 1.837814413e-02, 1.244795602e-02, 8.334509097e-03,
-      5.500000436e-03, 3.561997321e-03, 2.249365207e-03, 1.370513462e-03,
-      7.905694074e-04, 4.149904125e-04, 1.778279402e-04, 3.333803397e-05,
-      2.499999937e-05, 1.874735426e-05, 1.405853254e-05, 1.054241238e-05,
-      7.905694474e-06, 5.928434348e-06, 4.445698323e-06, 3.333803534e-06}},
-    // {'rope_type': 'yarn', 'factor': 3.0, 'original_max_position_embeddings': 2048, 'attention_factor': 0.9, 'beta_fast': 16.0, 'beta_slow': 2.0, 'rope_theta': 1000000.0}, max_position_embeddings=6144, head_dim=128
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_YARN, 1000000.0f, 128, 3.0f, 0.0f, 0.0f, 2048, 6144, 16.0f, 2.0f, 0.9f, 0.0f, 0.0f, .yarn_no_truncate = false}, 9.000000000e-01f,
-     {1.000000000e+00, 8.058422208e-01, 6.493816376e-01, 5.232991576e-01,
-      4.216965139e-01, 3.398208320e-01, 2.738419771e-01, 2.206733972e-01,
-      1.778279394e-01, 1.433012635e-01, 1.154782027e-01, 9.305720031e-02,
-      7.498941571e-02, 6.042964384e-02, 4.574543238e-02, 3.448530287e-02,
-      2.587318234e-02, 1.930527762e-02, 1.431244705e-02, 1.053065434e-02,
-      7.677851245e-03, 5.535858218e-03, 3.936201800e-03, 2.749029547e-03,
-      1.874471083e-03, 1.510527916e-03, 1.217247103e-03, 9.809089825e-04,
-      7.904579397e-04, 6.369843031e-04, 5.133087980e-04, 4.136459611e-04,
-      3.333333298e-04, 2.686140651e-04, 2.164605539e-04, 1.744330366e-04,
-      1.405655057e-04, 1.132736070e-04, 9.128065722e-05, 7.355780690e-05,
-      5.927598613e-05, 4.776708374e-05, 3.849273344e-05, 3.101906987e-05,
-      2.499647599e-05, 2.014321217e-05, 1.623225035e-05, 1.308063293e-05,
-      1.054092536e-05, 8.494322174e-06, 6.845083135e-06, 5.516056717e-06,
-      4.445071227e-06, 3.582026011e-06, 2.886547691e-06, 2.326102049e-06,
-      1.874471081e-06, 1.510527795e-06, 1.217247132e-06, 9.809090216e-07,
-      7.904579320e-07, 6.369843391e-07, 5.133088621e-07, 4.136459211e-07}},
-    // {'rope_type': 'yarn', 'factor': 2.0, 'original_max_position_embeddings': 1024, 'rope_theta': 10000.0}, max_position_embeddings=2048, head_dim=18
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_YARN, 10000.0f, 18, 2.0f, 0.0f, 0.0f, 1024, 2048, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.069314718e+00f,
-     {1.000000000e+00, 3.593813777e-01, 1.130105928e-01, 3.481191397e-02,
-      1.042562909e-02, 2.997420728e-03, 1.077217166e-03, 3.871317895e-04,
-      1.391279657e-04}},
-    // {'rope_type': 'yarn', 'factor': 2.0, 'original_max_position_embeddings': 1000000000, 'rope_theta': 10000.0}, max_position_embeddings=2000000000, head_dim=4
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_YARN, 10000.0f, 4, 2.0f, 0.0f, 0.0f, 1000000000, 2000000000, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.069314718e+00f,
-     {1.000000000e+00, 9.999999776e-03}},
-    // {'rope_type': 'llama3', 'factor': 16.0, 'low_freq_factor': 2.0, 'high_freq_factor': 8.0, 'original_max_position_embeddings': 1024, 'rope_theta': 50000.0}, max_position_embeddings=16384, head_dim=32
-    {{LI_ROPE_NEOX, LI_ROPE_SCALING_LLAMA3, 50000.0f, 32, 16.0f, 2.0f, 8.0f, 1024, 16384, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, .yarn_no_truncate = false}, 1.000000000e+00f,
-     {1.000000000e+00, 5.085274577e-01, 2.586001456e-01, 1.315052658e-01,
-      6.687403470e-02, 2.094808221e-02, 3.292340320e-03, 5.496428930e-04,
-      2.795085020e-04, 1.421377383e-04, 7.228093455e-05, 3.675683911e-05,
-      1.869186053e-05, 9.505322851e-06, 4.833717412e-06, 2.458077915e-06}},
-};
+// tests/data/rope/hf-inv-freq.json: per case the rope_parameters, max_position_embeddings and
+// head_dim given to transformers, and the inv_freq and attention factor it computed (how:
+// tests/data/rope/README.md). Other tests below take their configs by index in that file:
+// 0 plain, 2 linear, 3 llama3, 6 yarn (mscale != 1), 7 yarn + attention_factor.
+#define HF_ROPE_FILE "tests/data/rope/hf-inv-freq.json"
+static hf_rope_case hf_rope_cases[16];
+static int n_hf_rope_cases;
+
+static double rp_number(json_t *rp, const char *key) {
+    json_t *v = json_object_get(rp, key);
+    return v ? json_number_value(v) : 0;
+}
+
+static int index_of(const char *s, const char *const *list, int n) {
+    int i = 0;
+    while (s && i < n && strcmp(s, list[i]) != 0) i++;
+    return s && i < n ? i : -1;
+}
+
+// One case of the file; false (and a message) on anything the mapping below does not know, so
+// that a parameter added to the file is never silently dropped.
+static bool hf_rope_case_read(hf_rope_case *hc, json_t *c, int idx) {
+    static const char *const types[] = {"default", "linear", "llama3", "yarn"};
+    static const char *const keys[] = {
+        "rope_type",       "rope_theta",       "factor",
+        "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+        "beta_fast",       "beta_slow",        "attention_factor",
+        "mscale",          "mscale_all_dim"};
+    json_t *rp = json_object_get(c, "rope_parameters"), *inv = json_object_get(c, "inv_freq"), *v;
+    const char *key;
+    json_object_foreach(rp, key, v) {
+        if (index_of(key, keys, sizeof keys / sizeof keys[0]) < 0) {
+            fprintf(stderr, "%s: case %d: rope_parameters.%s not mapped\n", HF_ROPE_FILE, idx, key);
+            return false;
+        }
+    }
+    int scaling = index_of(json_string_value(json_object_get(rp, "rope_type")), types, 4);
+    int hd = (int)json_integer_value(json_object_get(c, "head_dim"));
+    if (scaling < 0 || hd < 2 || hd > 128 || json_array_size(inv) != (size_t)hd / 2) {
+        fprintf(stderr, "%s: case %d: bad rope_type, head_dim or inv_freq\n", HF_ROPE_FILE, idx);
+        return false;
+    }
+    // Unset fields stay 0, which rope.c reads as HF's defaults (beta_fast 32, beta_slow 1, ...).
+    li_rope_config *r = &hc->cfg;
+    memset(hc, 0, sizeof *hc);
+    r->layout = LI_ROPE_NEOX;
+    r->scaling = (li_rope_scaling)(LI_ROPE_SCALING_NONE + scaling);
+    r->theta = (float)rp_number(rp, "rope_theta");
+    r->n_dims = hd;
+    r->factor = (float)rp_number(rp, "factor");
+    r->low_freq_factor = (float)rp_number(rp, "low_freq_factor");
+    r->high_freq_factor = (float)rp_number(rp, "high_freq_factor");
+    r->original_max_pos = (int)rp_number(rp, "original_max_position_embeddings");
+    r->max_pos = (int)json_integer_value(json_object_get(c, "max_position_embeddings"));
+    r->beta_fast = (float)rp_number(rp, "beta_fast");
+    r->beta_slow = (float)rp_number(rp, "beta_slow");
+    r->attention_factor = (float)rp_number(rp, "attention_factor");
+    r->mscale = (float)rp_number(rp, "mscale");
+    r->mscale_all_dim = (float)rp_number(rp, "mscale_all_dim");
+    hc->mscale = (float)json_number_value(json_object_get(c, "attention_factor"));
+    for (int i = 0; i < hd / 2; i++)
+        hc->inv_freq[i] = (float)json_number_value(json_array_get(inv, i));
+    return true;
+}
+
+// Exits: without the reference there is nothing the RoPE tests below can check.
+static void hf_rope_cases_load(void) {
+    json_error_t err;
+    json_t *root = json_load_file(HF_ROPE_FILE, 0, &err);
+    json_t *cases = json_object_get(root, "cases");
+    size_t n = json_array_size(cases);
+    bool ok = root && n >= 8 && n <= sizeof hf_rope_cases / sizeof hf_rope_cases[0];
+    for (size_t i = 0; ok && i < n; i++)
+        ok = hf_rope_case_read(&hf_rope_cases[i], json_array_get(cases, i), (int)i);
+    if (!ok) {
+        fprintf(stderr, "cannot read %s (%s; run from the repository root)\n", HF_ROPE_FILE,
+                root ? "8-16 valid cases expected" : err.text);
+        exit(1);
+    }
+    n_hf_rope_cases = (int)n;
+    json_decref(root);
+}
 
 static void test_rope_table(void) {
-    for (size_t c = 0; c < sizeof hf_rope_cases / sizeof hf_rope_cases[0]; c++) {
+    for (int c = 0; c < n_hf_rope_cases; c++) {
         const hf_rope_case *hc = &hf_rope_cases[c];
-        TEST_BEGIN(NAME("rope table vs transformers: case %zu (scaling %d, dims %d)", c,
+        TEST_BEGIN(NAME("rope table vs transformers: case %d (scaling %d, dims %d)", c,
                         (int)hc->cfg.scaling, hc->cfg.n_dims));
         li_rope_table t;
         li_status st = li_rope_table_init(&t, &hc->cfg);
@@ -772,6 +742,7 @@ static void print_timings(void) {
 int main(void) {
     g_seed = test_rng_init(&rng, "test-ops");
     if (!test_cpu_backends(&be_ref, &be_fast, 0)) return 1;
+    hf_rope_cases_load();
     test_rope_table();
     // the shared op table (backend-ops.h) on the fast CPU table and on the device data path
     // without a device (cpu-devsim: the CPU ops behind device-style alloc / upload / download)

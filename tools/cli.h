@@ -56,6 +56,19 @@ bool cli_parse_bytes(const char *s, int64_t *out);
 // /proc/meminfo); -1 when unknown.
 int64_t cli_mem_available(void);
 
+// The options of cli_model_args that read the same on every command loading a model: put
+// CLI_DEVICE_OPTS(ma) in the option table (--threads, --backend, --gpu, --attn-impl), and
+// CLI_KV_DTYPE_OPT(ma) too where the command keeps a KV cache.
+#define CLI_DEVICE_OPTS(ma)                                                                        \
+    {"--threads", "-t", OPT_INT, &(ma).n_threads, "CPU threads (default: all cores)"},             \
+    {"--backend", NULL, OPT_STR, &(ma).backend,                                                    \
+     "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},                          \
+    {"--gpu", NULL, OPT_INT, &(ma).gpu, "GPU index for --backend cuda (default 0)"},               \
+    {"--attn-impl", NULL, OPT_STR, &(ma).attn_impl, CLI_ATTN_IMPL_HELP}
+#define CLI_KV_DTYPE_OPT(ma)                                                                       \
+    {"--kv-dtype", NULL, OPT_STR, &(ma).kv_dtype,                                                  \
+     "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"}
+
 // The document tiers below the KV pool (README "Sharing documents across replicas") and the
 // eviction policy of the pool's documents and of every tier, the same flags on serve, rag and
 // bench rag: put CLI_TIER_OPTS(args) in the option table, then cli_tier_params fills

@@ -59,11 +59,10 @@
 #define ENGINE_CTX_CAP 4096        // li_model_load's default context: min(trained, this)
 
 typedef struct {
-    const char *model, *samples, *mode_s, *budget_s, *plot, *trace;
+    cli_model_args ma; // --model, -c, -t, --backend, --gpu, --kv-dtype, --attn-impl
+    const char *samples, *mode_s, *budget_s, *plot, *trace;
     const char *rates_s, *budgets_s, *csv; // sweep lists and their CSV output
-    int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch, n_threads, gpu;
-    int n_ctx; // li_model_params.n_ctx (0: the engine's default)
-    const char *backend, *kv_dtype, *attn_impl;
+    int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch;
     const char *evict;  // document-cache eviction policy (li_model_params.doc_evict)
     float alpha, rate;
     uint64_t seed;
@@ -351,7 +350,7 @@ static li_status is_special(const li_model *m, int32_t id, bool *out) {
 static li_status synthetic_model_facts(const bench_args *a, int32_t **ids, int *n_ids, int32_t *hi,
                                        int *chat_tokens, int *def_ctx) {
     li_model_params mp = li_model_default_params();
-    mp.path = a->model ? a->model : cli_default_model();
+    mp.path = a->ma.model ? a->ma.model : cli_default_model();
     mp.metadata_only = true;
     mp.n_threads = 1;
     li_model *m = NULL;
@@ -643,18 +642,11 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     memset(row, 0, sizeof *row);
     row->mode = mode;
     row->tiers = tiers;
-    li_model_params mp = li_model_default_params();
-    mp.path = a->model ? a->model : cli_default_model();
-    mp.n_threads = a->n_threads;
-    mp.backend = a->backend;
-    mp.device = a->gpu;
+    li_model_params mp = cli_model_params(&a->ma);
     mp.max_seqs = a->max_batch;
     mp.cache_mode = li_cache_mode_name(mode);
     mp.kv_budget_bytes = budget;
-    mp.kv_dtype = a->kv_dtype;
-    mp.attn_impl = a->attn_impl;
     mp.doc_evict = a->evict;
-    mp.n_ctx = a->n_ctx;
     if (tiers) {
         mp.host_cache_bytes = a->tier_mp.host_cache_bytes;
         mp.disk_cache_dir = a->tier_mp.disk_cache_dir;
@@ -1050,7 +1042,7 @@ int cmd_bench_rag(int argc, char **argv) {
                     .rate = 0.5f,
                     .seed = 1};
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &a.model, "model (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &a.ma.model, "model (default: the model setup fetched)"},
         {"--samples", NULL, OPT_STR, &a.samples,
          "folder of RAG sample JSONs (default " SAMPLES_REL ", under the working directory or "
          "next to the binary)"},
@@ -1085,16 +1077,11 @@ int cmd_bench_rag(int argc, char **argv) {
          "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
         {"--max-batch", NULL, OPT_INT, &a.max_batch, "requests running at once (default 4)"},
         {"--seed", NULL, OPT_U64, &a.seed, "trace seed (default 1)"},
-        {"--ctx-size", "-c", OPT_INT, &a.n_ctx,
+        {"--ctx-size", "-c", OPT_INT, &a.ma.n_ctx,
          "context per request in tokens (default: min(trained, 4096); with --synthetic what a "
          "request needs: k × doc-len + query-len + out-len + the chat template's tokens)"},
-        {"--threads", "-t", OPT_INT, &a.n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &a.backend,
-         "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &a.gpu, "GPU index for --backend cuda (default 0)"},
-        {"--kv-dtype", NULL, OPT_STR, &a.kv_dtype,
-         "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &a.attn_impl, CLI_ATTN_IMPL_HELP},
+        CLI_DEVICE_OPTS(a.ma),
+        CLI_KV_DTYPE_OPT(a.ma),
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,
@@ -1180,7 +1167,7 @@ int cmd_bench_rag(int argc, char **argv) {
     }
     if (a.synthetic && (r = synthetic_args(&a, argc, argv, opts, n_opts)) != 0) return r;
     if (a.k < 1 || a.k > MAX_K || a.out_len < 1 || a.n_requests < 1 ||
-        a.n_requests > MAX_REQUESTS || a.max_batch < 1 || a.n_threads < 0 || a.n_docs < 0 ||
+        a.n_requests > MAX_REQUESTS || a.max_batch < 1 || a.ma.n_threads < 0 || a.n_docs < 0 ||
         a.doc_len < 0 || a.query_len < 0 || !(a.rate >= 0) || !(a.alpha >= 0 && a.alpha <= 100)) {
         fprintf(stderr,
                 "lazyinfer bench rag: out of range: need 1 <= --k <= %d, --out-len >= 1, "
@@ -1189,9 +1176,9 @@ int cmd_bench_rag(int argc, char **argv) {
                 MAX_K, MAX_REQUESTS);
         return 2;
     }
-    if (a.n_ctx < 0) {
+    if (a.ma.n_ctx < 0) {
         fprintf(stderr, "lazyinfer bench rag: --ctx-size %d: must be >= 0 (0: the default)\n",
-                a.n_ctx);
+                a.ma.n_ctx);
         return 2;
     }
     if (a.plot && strpbrk(a.plot, "'\n\\")) { // it goes into the gnuplot script in quotes
@@ -1258,7 +1245,7 @@ int cmd_bench_rag(int argc, char **argv) {
         // to what a request needs, in whole pages of 16. Never lower it: the engine caps its
         // tokens per forward at the context, which would change the batching being measured.
         int need = a.k * a.doc_len + a.query_len + a.out_len + chat_tokens + 16;
-        if (a.n_ctx == 0 && need > def_ctx) a.n_ctx = (need + 15) / 16 * 16;
+        if (a.ma.n_ctx == 0 && need > def_ctx) a.ma.n_ctx = (need + 15) / 16 * 16;
     }
     // Opened before the runs: a path that cannot be written fails now, not after a long sweep.
     if (a.csv && !a.dry_run) {
@@ -1313,9 +1300,9 @@ int cmd_bench_rag(int argc, char **argv) {
                "of [%d, %d)), queries of %d tokens (random lowercase words); context %d tokens "
                "per request\n",
                a.n_docs, a.doc_len, n_ok_ids, SYN_ID_LO, id_hi, a.query_len,
-               a.n_ctx ? a.n_ctx : def_ctx);
+               a.ma.n_ctx ? a.ma.n_ctx : def_ctx);
     if (a.dry_run) goto done;
-    printf("model: %s\n\n", a.model ? a.model : cli_default_model());
+    printf("model: %s\n\n", a.ma.model ? a.ma.model : cli_default_model());
     if (sweep) print_sweep_header();
     fflush(stdout);
     for (int ri = 0; ri < n_rates; ri++) {

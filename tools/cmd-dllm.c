@@ -291,10 +291,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--system", NULL, OPT_STR, &(a).system, "system message for --chat"},                          \
     {"--chat-template", NULL, OPT_STR, &(a).ma.chat_template, "chat format override: llada, llama3, chatml"}, \
     {"--tokenizer", NULL, OPT_STR, &(a).ma.tokenizer, "tokenizer.json to use instead of the model's"}, \
-    {"--threads", "-t", OPT_INT, &(a).ma.n_threads, "CPU threads (default: all cores)"},             \
-    {"--backend", NULL, OPT_STR, &(a).ma.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"}, \
-    {"--gpu", NULL, OPT_INT, &(a).ma.gpu, "GPU index for --backend cuda (default 0)"},            \
-    {"--attn-impl", NULL, OPT_STR, &(a).ma.attn_impl, CLI_ATTN_IMPL_HELP}
+    CLI_DEVICE_OPTS((a).ma)
 // clang-format on
 
 int cmd_dllm(int argc, char **argv) {

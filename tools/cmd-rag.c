@@ -568,9 +568,7 @@ int cmd_rag(int argc, char **argv) {
         {"--budget", NULL, OPT_STR, &budget_s,
          "KV pool size in bytes, K/M/G suffixes (default: --max-batch contexts + every document "
          "of the run, at most half the available memory)"},
-        {"--kv-dtype", NULL, OPT_STR, &ma.kv_dtype,
-         "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &ma.attn_impl, CLI_ATTN_IMPL_HELP},
+        CLI_KV_DTYPE_OPT(ma),
         {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer at most (default 64)"},
         {"--temp", NULL, OPT_FLOAT, &temp, "temperature >= 0 (default 0: greedy)"},
         {"--seed", NULL, OPT_U64, &seed, "sampling seed (request i draws from seed + i)"},
@@ -579,10 +577,7 @@ int cmd_rag(int argc, char **argv) {
         {"--page-size", NULL, OPT_INT, &page_size, "KV page size in tokens (default 16)"},
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
         {"--ctx-size", "-c", OPT_INT, &ma.n_ctx, "context per request (default: min(trained, 4096))"},
-        {"--threads", "-t", OPT_INT, &ma.n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &ma.backend,
-         "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &ma.gpu, "GPU index for --backend cuda (default 0)"},
+        CLI_DEVICE_OPTS(ma),
         CLI_TIER_OPTS(tiers),
     };
     const char *pos[1];

@@ -74,12 +74,9 @@ static int cmd_generate(int argc, char **argv) {
         {"--system", NULL, OPT_STR, &a.system, "system message for --chat"},
         {"--chat-template", NULL, OPT_STR, &a.ma.chat_template, "chat format override: llama3, chatml, llada"},
         {"--tokenizer", NULL, OPT_STR, &a.ma.tokenizer, "tokenizer.json to use instead of the model's"},
-        {"--threads", "-t", OPT_INT, &a.ma.n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &a.ma.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &a.ma.gpu, "GPU index for --backend cuda (default 0)"},
+        CLI_DEVICE_OPTS(a.ma),
         {"--ctx-size", "-c", OPT_INT, &a.ma.n_ctx, "context size in tokens (default: min(trained, 4096))"},
-        {"--kv-dtype", NULL, OPT_STR, &a.ma.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &a.ma.attn_impl, CLI_ATTN_IMPL_HELP},
+        CLI_KV_DTYPE_OPT(a.ma),
         {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
     };
     const char *pos[1];
@@ -231,13 +228,10 @@ static int cmd_bench_generate(int argc, char **argv) {
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &ma.model, "model (default: the model setup fetched)"},
         {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
-        {"--kv-dtype", NULL, OPT_STR, &ma.kv_dtype, "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"},
-        {"--attn-impl", NULL, OPT_STR, &ma.attn_impl, CLI_ATTN_IMPL_HELP},
+        CLI_KV_DTYPE_OPT(ma),
         {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
         {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
-        {"--threads", "-t", OPT_INT, &ma.n_threads, "CPU threads (default: all cores)"},
-        {"--backend", NULL, OPT_STR, &ma.backend, "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},
-        {"--gpu", NULL, OPT_INT, &ma.gpu, "GPU index for --backend cuda (default 0)"},
+        CLI_DEVICE_OPTS(ma),
     };
     const char *pos[1];
     int n_pos;

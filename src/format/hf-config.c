@@ -408,13 +408,21 @@ out:
     return st;
 }
 
-li_status li_hf_config_load(li_hparams *hp, const char *path) {
+// Reads path (at most MAX_CONFIG_BYTES) and parses it into hp (config.json) or else gc
+// (generation_config.json).
+static li_status load_file(const char *path, li_hparams *hp, li_generation_config *gc) {
     char *text = NULL;
     size_t len = 0;
     LI_TRY(li_file_read_all(path, &text, &len, MAX_CONFIG_BYTES));
-    li_status st = li_hf_config_parse(hp, text, len, path);
+    li_status st = hp ? li_hf_config_parse(hp, text, len, path)
+                      : li_hf_generation_config_parse(gc, text, len, path);
     li_free(text);
     return st;
+}
+
+li_status li_hf_config_load(li_hparams *hp, const char *path) {
+    LI_ASSERT(hp);
+    return load_file(path, hp, NULL);
 }
 
 li_status li_hf_generation_config_parse(li_generation_config *gc, const char *json, size_t len,
@@ -446,12 +454,8 @@ out:
 }
 
 li_status li_hf_generation_config_load(li_generation_config *gc, const char *path) {
-    char *text = NULL;
-    size_t len = 0;
-    LI_TRY(li_file_read_all(path, &text, &len, MAX_CONFIG_BYTES));
-    li_status st = li_hf_generation_config_parse(gc, text, len, path);
-    li_free(text);
-    return st;
+    LI_ASSERT(gc);
+    return load_file(path, NULL, gc);
 }
 
 // ---- validation -----------------------------------------------------------------------------

@@ -176,6 +176,34 @@ lost:
     return false;
 }
 
+// Chunks i0 .. i0 + k - 1 (k <= WINDOW) of the entry (key, nonce) in one pipeline: SET key chunk
+// with data (the entry's n bytes; a chunk is its slice of them), GET key when data is NULL.
+// Replies in ys; false when the connection was lost (ys all NULL then).
+static bool chunk_pipeline(redis_store *r, const li_doc_key *key, uint64_t nonce, uint32_t i0,
+                           uint32_t k, const void *data, size_t n, redisReply **ys) {
+    char keys[WINDOW][128];
+    const char *words[WINDOW][3];
+    size_t wl[WINDOW][3];
+    const char *const *argv[WINDOW];
+    const size_t *lens[WINDOW];
+    int argc[WINDOW];
+    LI_ASSERT(k <= WINDOW);
+    for (uint32_t j = 0; j < k; j++) {
+        chunk_key(key, nonce, i0 + j, keys[j]);
+        words[j][0] = data ? "SET" : "GET", wl[j][0] = 3;
+        words[j][1] = keys[j], wl[j][1] = strlen(keys[j]);
+        argc[j] = 2;
+        if (data) {
+            size_t off = (size_t)(i0 + j) * LI_BLOB_CHUNK_BYTES;
+            words[j][2] = (const char *)data + off;
+            wl[j][2] = n - off < LI_BLOB_CHUNK_BYTES ? n - off : LI_BLOB_CHUNK_BYTES;
+            argc[j] = 3;
+        }
+        argv[j] = words[j], lens[j] = wl[j];
+    }
+    return pipeline(r, (int)k, argc, argv, lens, ys);
+}
+
 // Deletes the manifest `mbytes` (as read) and, when m is not NULL, its chunks — only if the
 // manifest is still that one. Returns true if it deleted it.
 static bool drop_entry(redis_store *r, const li_doc_key *key, const char *mbytes, size_t mlen,
@@ -246,23 +274,7 @@ static li_status redis_put(li_blob_store *s, const li_doc_key *key, const void *
     const char *bad = NULL;
     for (uint32_t i0 = 0; i0 < n_chunks && !bad; i0 += WINDOW) {
         uint32_t k = n_chunks - i0 < WINDOW ? n_chunks - i0 : WINDOW;
-        char keys[WINDOW][128];
-        const char *words[WINDOW][3];
-        size_t wl[WINDOW][3];
-        const char *const *argv[WINDOW];
-        const size_t *lens[WINDOW];
-        int argc[WINDOW];
-        for (uint32_t j = 0; j < k; j++) {
-            uint32_t i = i0 + j;
-            size_t off = (size_t)i * LI_BLOB_CHUNK_BYTES;
-            chunk_key(key, nonce, i, keys[j]);
-            words[j][0] = "SET", wl[j][0] = 3;
-            words[j][1] = keys[j], wl[j][1] = strlen(keys[j]);
-            words[j][2] = (const char *)data + off;
-            wl[j][2] = n - off < LI_BLOB_CHUNK_BYTES ? n - off : LI_BLOB_CHUNK_BYTES;
-            argv[j] = words[j], lens[j] = wl[j], argc[j] = 3;
-        }
-        if (!pipeline(r, (int)k, argc, argv, lens, ys)) {
+        if (!chunk_pipeline(r, key, nonce, i0, k, data, n, ys)) {
             bad = "connection lost";
             break;
         }
@@ -335,19 +347,7 @@ static li_status redis_get(li_blob_store *s, const li_doc_key *key, void **data,
     }
     for (uint32_t i0 = 0; i0 < m.n_chunks; i0 += WINDOW) {
         uint32_t k = m.n_chunks - i0 < WINDOW ? m.n_chunks - i0 : WINDOW;
-        char keys[WINDOW][128];
-        const char *words[WINDOW][2];
-        size_t wl[WINDOW][2];
-        const char *const *cargv[WINDOW];
-        const size_t *clens[WINDOW];
-        int argc[WINDOW];
-        for (uint32_t j = 0; j < k; j++) {
-            chunk_key(key, m.nonce, i0 + j, keys[j]);
-            words[j][0] = "GET", wl[j][0] = 3;
-            words[j][1] = keys[j], wl[j][1] = strlen(keys[j]);
-            cargv[j] = words[j], clens[j] = wl[j], argc[j] = 2;
-        }
-        if (!pipeline(r, (int)k, argc, cargv, clens, ys)) {
+        if (!chunk_pipeline(r, key, m.nonce, i0, k, NULL, 0, ys)) {
             s->stats.errors++;
             goto out;
         }

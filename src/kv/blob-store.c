@@ -56,11 +56,18 @@ static void guard_off(pipe_guard *g) {
     pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }
 
+// result = call, with SIGPIPE guarded as above: every store operation goes through it.
+#define GUARDED(result, call)                                                                      \
+    do {                                                                                           \
+        pipe_guard g_;                                                                             \
+        guard_on(&g_);                                                                             \
+        (result) = (call);                                                                         \
+        guard_off(&g_);                                                                            \
+    } while (0)
+
 li_status li_blob_put(li_blob_store *s, const li_doc_key *key, const void *data, size_t n) {
-    pipe_guard g;
-    guard_on(&g);
-    li_status rc = s->ops->put(s, key, data, n);
-    guard_off(&g);
+    li_status rc;
+    GUARDED(rc, s->ops->put(s, key, data, n));
     if (rc == LI_OK) {
         s->stats.puts++;
         s->stats.put_bytes += (int64_t)n;
@@ -72,10 +79,8 @@ li_status li_blob_get(li_blob_store *s, const li_doc_key *key, void **data, size
     *data = NULL;
     *n = 0;
     s->stats.gets++;
-    pipe_guard g;
-    guard_on(&g);
-    li_status rc = s->ops->get(s, key, data, n);
-    guard_off(&g);
+    li_status rc;
+    GUARDED(rc, s->ops->get(s, key, data, n));
     if (rc == LI_OK) {
         s->stats.hits++;
         s->stats.get_bytes += (int64_t)*n;
@@ -88,28 +93,22 @@ li_status li_blob_get(li_blob_store *s, const li_doc_key *key, void **data, size
 }
 
 bool li_blob_exists(li_blob_store *s, const li_doc_key *key) {
-    pipe_guard g;
-    guard_on(&g);
-    bool yes = s->ops->exists(s, key);
-    guard_off(&g);
+    bool yes;
+    GUARDED(yes, s->ops->exists(s, key));
     return yes;
 }
 
 li_status li_blob_del(li_blob_store *s, const li_doc_key *key) {
-    pipe_guard g;
-    guard_on(&g);
-    li_status rc = s->ops->del(s, key);
-    guard_off(&g);
+    li_status rc;
+    GUARDED(rc, s->ops->del(s, key));
     if (rc == LI_OK) s->stats.deletes++;
     return rc;
 }
 
 li_status li_blob_list(li_blob_store *s, void (*fn)(void *, const li_doc_key *, int64_t),
                        void *ctx) {
-    pipe_guard g;
-    guard_on(&g);
-    li_status rc = s->ops->list(s, fn, ctx);
-    guard_off(&g);
+    li_status rc;
+    GUARDED(rc, s->ops->list(s, fn, ctx));
     return rc;
 }
 

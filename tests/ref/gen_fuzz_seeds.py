@@ -16,7 +16,6 @@ Deterministic (no randomness, fixed key order), so re-running gives byte-identic
 """
 import json
 import os
-import shutil
 
 import gguf
 import numpy as np
@@ -74,10 +73,28 @@ def bl(s):
     return "".join(B2U[b] for b in s.encode("utf-8"))
 
 
-def write_gguf(name, kv, tensor=False):
-    """kv: callable(writer) adding the tokenizer metadata."""
+def fresh_dir(d):
+    """d emptied of the seeds written before, keeping regress-* (inputs that crashed a fuzzer,
+    committed with their fix)."""
+    os.makedirs(d, exist_ok=True)
+    for name in os.listdir(d):
+        if not name.startswith("regress-"):
+            os.remove(os.path.join(d, name))
+
+
+def write_gguf(name, model, tokens, pre=None, types=None, scores=None, merges=None, bos=None,
+               eos=None, add_bos=None, template=None, tensor=False):
+    """A GGUF file carrying tokenizer.ggml.* metadata: the keys given (None: left out), always
+    in this order; with tensor, one tiny tensor too."""
     w = gguf.GGUFWriter(os.path.join(GT, name), "llama")
-    kv(w)
+    w.add_tokenizer_model(model)
+    for add, value in ((w.add_tokenizer_pre, pre), (w.add_token_list, tokens),
+                       (w.add_token_types, types), (w.add_token_scores, scores),
+                       (w.add_token_merges, merges), (w.add_bos_token_id, bos),
+                       (w.add_eos_token_id, eos), (w.add_add_bos_token, add_bos),
+                       (w.add_chat_template, template)):
+        if value is not None:
+            add(value)
     if tensor:
         w.add_tensor("token_embd.weight", np.arange(8, dtype=np.float32).reshape(2, 4))
     w.write_header_to_file()
@@ -114,8 +131,7 @@ def gpt2_vocab(all_bytes, words, specials):
 
 
 def gen_gguf_tokenizer():
-    shutil.rmtree(GT, ignore_errors=True)
-    os.makedirs(GT)
+    fresh_dir(GT)
 
     # Llama-3 style: all 256 bytes, llama-bpe regex, Llama-3.1 template, add_bos.
     toks, types, merges = gpt2_vocab(
@@ -123,18 +139,9 @@ def gen_gguf_tokenizer():
         [("<|begin_of_text|>", CONTROL), ("<|end_of_text|>", CONTROL),
          ("<|start_header_id|>", CONTROL), ("<|end_header_id|>", CONTROL),
          ("<|eot_id|>", CONTROL), ("<|eom_id|>", CONTROL)])
-
-    def llama3(w):
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("llama-bpe")
-        w.add_token_list(toks)
-        w.add_token_types(types)
-        w.add_token_merges(merges)
-        w.add_bos_token_id(toks.index("<|begin_of_text|>"))
-        w.add_eos_token_id(toks.index("<|eot_id|>"))
-        w.add_add_bos_token(True)
-        w.add_chat_template(LLAMA31_TMPL)
-    write_gguf("llama-bpe-llama31.gguf", llama3)
+    write_gguf("llama-bpe-llama31.gguf", "gpt2", toks, pre="llama-bpe", types=types, merges=merges,
+               bos=toks.index("<|begin_of_text|>"), eos=toks.index("<|eot_id|>"), add_bos=True,
+               template=LLAMA31_TMPL)
 
     # SmolLM2 style: small vocabulary, smollm pre (individual digits), ChatML with default system.
     toks2, types2, merges2 = gpt2_vocab(
@@ -144,70 +151,37 @@ def gen_gguf_tokenizer():
     for d in "0123456789":
         toks2.append(d)
         types2.append(NORMAL)
-
-    def smollm(w):
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("smollm")
-        w.add_token_list(toks2)
-        w.add_token_types(types2)
-        w.add_token_merges(merges2)
-        w.add_bos_token_id(toks2.index("<|im_start|>"))
-        w.add_eos_token_id(toks2.index("<|im_end|>"))
-        w.add_add_bos_token(False)
-        w.add_chat_template(CHATML_TMPL)
-    write_gguf("smollm-chatml.gguf", smollm, tensor=True)
+    write_gguf("smollm-chatml.gguf", "gpt2", toks2, pre="smollm", types=types2, merges=merges2,
+               bos=toks2.index("<|im_start|>"), eos=toks2.index("<|im_end|>"), add_bos=False,
+               template=CHATML_TMPL, tensor=True)
 
     # GPT-2 pre, plain Llama-3 template, no token types, no bos.
     toks3, _, merges3 = gpt2_vocab(
         False, ["ab", " ab", "abc", "<|start_header_id|>"],
         [("<|start_header_id|>x", NORMAL), ("<|end_header_id|>", NORMAL), ("<|eot_id|>", NORMAL)])
-
-    def gpt2(w):
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("gpt2")
-        w.add_token_list(toks3)
-        w.add_token_merges(merges3)
-        w.add_eos_token_id(len(toks3) - 1)
-        w.add_chat_template(LLAMA3_TMPL)
-    write_gguf("gpt2-llama3.gguf", gpt2)
+    write_gguf("gpt2-llama3.gguf", "gpt2", toks3, pre="gpt2", merges=merges3, eos=len(toks3) - 1,
+               template=LLAMA3_TMPL)
 
     # No pre key (GPT-2 default), LLaDA template with <|startoftext|> as BOS.
     toks4, types4, merges4 = gpt2_vocab(
         False, [" a", "aa", "\n\n"],
         [("<|startoftext|>", CONTROL), ("<|endoftext|>", CONTROL), ("<|start_header_id|>", CONTROL),
          ("<|end_header_id|>", CONTROL), ("<|eot_id|>", CONTROL), ("<|mdm_mask|>", CONTROL)])
-
-    def llada(w):
-        w.add_tokenizer_model("gpt2")
-        w.add_token_list(toks4)
-        w.add_token_types(types4)
-        w.add_token_merges(merges4)
-        w.add_bos_token_id(toks4.index("<|startoftext|>"))
-        w.add_eos_token_id(toks4.index("<|endoftext|>"))
-        w.add_add_bos_token(True)
-        w.add_chat_template(LLADA_TMPL)
-    write_gguf("default-llada.gguf", llada)
+    write_gguf("default-llada.gguf", "gpt2", toks4, types=types4, merges=merges4,
+               bos=toks4.index("<|startoftext|>"), eos=toks4.index("<|endoftext|>"), add_bos=True,
+               template=LLADA_TMPL)
 
     # Sentencepiece ("llama") vocabulary: scores, byte tokens. The loader refuses it
     # (LI_ERR_UNSUPPORTED); mutations of it reach the gpt2 path by changing the model name.
     sp = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in (0x0A, 0x20, 0xC3, 0xA9)] + \
         ["\u2581", "h", "i", "hi", "\u2581hi", "\u2581the"]
     spty = [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 4 + [NORMAL] * 6
-
-    def llama_sp(w):
-        w.add_tokenizer_model("llama")
-        w.add_token_list(sp)
-        w.add_token_types(spty)
-        w.add_token_scores([-float(i) for i in range(len(sp))])
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
-        w.add_add_bos_token(True)
-    write_gguf("llama-sentencepiece.gguf", llama_sp)
+    write_gguf("llama-sentencepiece.gguf", "llama", sp, types=spty,
+               scores=[-float(i) for i in range(len(sp))], bos=1, eos=2, add_bos=True)
 
 
 def gen_tokenizer_config():
-    shutil.rmtree(TC, ignore_errors=True)
-    os.makedirs(TC)
+    fresh_dir(TC)
     added = lambda s: {"__type": "AddedToken", "content": s, "lstrip": False, "normalized": False,
                        "rstrip": False, "single_word": False}
     seeds = {
