@@ -311,7 +311,7 @@ static void bo_add_rmsnorm(const bo_ctx *c, const bo_case *k) {
             float *dx3 = bo_new(c, &gx3, nb, x), *dout3 = bo_new(c, &go3, nb, NULL);
             c->ref->ops->add(c->ref, x, y, n);
             c->ref->ops->rmsnorm(c->ref, o1, LI_DTYPE_F32, x, w, T, D, 1e-5f);
-            c->be->ops->add_rmsnorm(c->be, dout, dx, dy, dw, T, D, 1e-5f);
+            c->be->ops->add_rmsnorm(c->be, dout, LI_DTYPE_F32, dx, dy, dw, T, D, 1e-5f);
             bo_check_backend(c);
             bo_get(c, o2, &go);
             bo_get(c, x2, &gx);

@@ -85,7 +85,7 @@ static uint8_t *quant(li_backend *be, float **scale, const float *x, int T, int 
     int G = (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
     uint8_t *q = xmalloc((size_t)T * K);
     *scale = xmalloc((size_t)T * G * 4);
-    be->ops->fp8_quant_rows(be, q, *scale, x, T, K);
+    be->ops->fp8_quant_rows(be, &(li_fp8_rows){q, *scale, NULL}, x, T, K);
     return q;
 }
 
@@ -146,8 +146,9 @@ static void test_fp8(void) {
         li_fp8_weight W = quant_weight(w, N, K);
         float *y_r = xmalloc((size_t)T * N * 4), *y_f = xmalloc((size_t)T * N * 4);
         float *y_d = xmalloc((size_t)T * N * 4), *y_32 = xmalloc((size_t)T * N * 4);
-        be_ref->ops->matmul_fp8(be_ref, y_r, qa_r, sa_r, T, &W);
-        be_fast->ops->matmul_fp8(be_fast, y_f, qa_r, sa_r, T, &W);
+        const li_fp8_rows xa = {qa_r, sa_r, NULL};
+        be_ref->ops->matmul_fp8(be_ref, y_r, &xa, T, &W, true, false);
+        be_fast->ops->matmul_fp8(be_fast, y_f, &xa, T, &W, false, false);
         for (int t = 0; t < T; t++) // fp64 product of the dequantised inputs; fp32 product
             for (int n = 0; n < N; n++) {
                 double a = 0, b = 0;
@@ -170,6 +171,23 @@ static void test_fp8(void) {
         double ed = test_nmse(y_r, y_d, (long)T * N), eq = test_nmse(y_r, y_32, (long)T * N);
         CHECK(ed < 1e-12, "vs fp64 dequantised product: nmse %g; seed %llu", ed, g_seed);
         CHECK(eq < 5e-3, "vs unquantised product: nmse %g; seed %llu", eq, g_seed);
+        TEST_END();
+
+        // accumulate: y + the product's bits, as add after the product gives them
+        snprintf(name, sizeof name, "matmul_fp8 T=%d N=%d K=%d accumulate == product + add", T,
+                 N, K);
+        TEST_BEGIN(name);
+        for (int pass = 0; pass < 2; pass++) {
+            li_backend *be = pass ? be_fast : be_ref;
+            float *y0 = xmalloc((size_t)T * N * 4), *y1 = xmalloc((size_t)T * N * 4);
+            fill(y0, (long)T * N, 3.0f);
+            memcpy(y1, y0, (size_t)T * N * 4);
+            be->ops->matmul_fp8(be, y1, &xa, T, &W, pass == 0, true);
+            be->ops->add(be, y0, y_r, (long)T * N);
+            CHECK(memcmp(y0, y1, (size_t)T * N * 4) == 0, "%s: accumulate differs; seed %llu",
+                  be->ops->name, g_seed);
+            free(y0), free(y1);
+        }
         TEST_END();
         free(x), free(w), free(qa_r), free(qa_f), free(sa_r), free(sa_f), free(W.q), free(W.scale);
         free(y_r), free(y_f), free(y_d), free(y_32);

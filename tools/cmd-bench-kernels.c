@@ -92,7 +92,7 @@ static void op_rmsnorm(bk_ctx *c) {
     c->be->ops->rmsnorm(c->be, c->out, LI_DTYPE_F32, c->x, c->normw, c->T, c->D, c->eps);
 }
 static void op_add_rmsnorm(bk_ctx *c) {
-    li_add_rmsnorm(c->be, c->out, c->x, c->y, c->normw, c->T, c->D, c->eps);
+    li_add_rmsnorm(c->be, c->out, LI_DTYPE_F32, c->x, c->y, c->normw, c->T, c->D, c->eps);
 }
 static void op_rope(bk_ctx *c) {
     c->be->ops->rope(c->be, c->q, LI_DTYPE_F32, c->q, c->pos, c->T, c->H, c->Dh, &c->rope);

@@ -29,35 +29,29 @@ li_status li_backend_open(li_backend **out, const char *name, int n_threads, int
 
 bool li_be_is_device(const li_backend *be) { return be && be->ops && be->ops->alloc; }
 
-void li_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w, int T,
-                    int D, float eps) {
-    if (be->ops->add_rmsnorm) {
-        be->ops->add_rmsnorm(be, out, x, y, w, T, D, eps);
+void li_add_rmsnorm(li_backend *be, void *out, li_dtype dt, float *x, const float *y,
+                    const float *w, int T, int D, float eps) {
+    if (li_be_takes(be, LI_ACT_ADD_RMSNORM, dt)) {
+        be->ops->add_rmsnorm(be, out, dt, x, y, w, T, D, eps);
         return;
     }
-    be->ops->add(be, x, y, (int64_t)T * D);
-    be->ops->rmsnorm(be, out, LI_DTYPE_F32, x, w, T, D, eps);
-}
-
-void li_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
-                        const float *y, const float *w, int T, int D, float eps) {
-    if (be->ops->add_rmsnorm_fp8) {
-        be->ops->add_rmsnorm_fp8(be, q, scale, xn, x, y, w, T, D, eps);
-        return;
-    }
+    const li_fp8_rows *r = dt == LI_DTYPE_FP8 ? out : NULL;
+    LI_ASSERT(r || (dt == LI_DTYPE_F32 && y));
     if (y) be->ops->add(be, x, y, (int64_t)T * D);
-    be->ops->rmsnorm(be, xn, LI_DTYPE_F32, x, w, T, D, eps);
-    be->ops->fp8_quant_rows(be, q, scale, xn, T, D);
+    be->ops->rmsnorm(be, r ? r->tmp : out, LI_DTYPE_F32, x, w, T, D, eps);
+    if (r) be->ops->fp8_quant_rows(be, r, r->tmp, T, D);
 }
 
-void li_swiglu_fp8(li_backend *be, uint8_t *q, float *scale, float *h, const float *gate,
-                   const float *up, int T, int F) {
-    if (be->ops->swiglu_fp8) {
-        be->ops->swiglu_fp8(be, q, scale, h, gate, up, T, F);
+void li_swiglu(li_backend *be, void *out, li_dtype dt, const float *gate, const float *up, int T,
+               int64_t F, int64_t ld) {
+    if (dt != LI_DTYPE_FP8 || li_be_takes(be, LI_ACT_SWIGLU, dt)) {
+        be->ops->swiglu(be, out, dt, gate, up, T, F, ld);
         return;
     }
-    be->ops->swiglu(be, h, LI_DTYPE_F32, gate, up, T, F, F);
-    be->ops->fp8_quant_rows(be, q, scale, h, T, F);
+    const li_fp8_rows *r = out;
+    LI_ASSERT(ld == F);
+    be->ops->swiglu(be, r->tmp, LI_DTYPE_F32, gate, up, T, F, F);
+    be->ops->fp8_quant_rows(be, r, r->tmp, T, (int)F);
 }
 
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what) {
@@ -117,10 +111,12 @@ bool li_be_takes(const li_backend *be, li_act_op op, li_dtype dt) {
     case LI_ACT_ROPE: there = o->rope != NULL; break;
     case LI_ACT_SWIGLU: there = o->swiglu != NULL; break;
     case LI_ACT_ATTENTION_DENSE: there = o->attention_dense != NULL; break;
+    case LI_ACT_ADD_RMSNORM: there = o->add_rmsnorm != NULL; break;
+    case LI_ACT_QKV_ROPE: there = o->qkv_rope != NULL; break;
     default: return false;
     }
     uint32_t m = o->act_dtypes[op];
-    return there && (m ? ((m >> dt) & 1u) != 0 : dt == LI_DTYPE_F32);
+    return there && (m ? (unsigned)dt < 32 && ((m >> dt) & 1u) != 0 : dt == LI_DTYPE_F32);
 }
 
 // ---- KV tier transfers -------------------------------------------------------------------------

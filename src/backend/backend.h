@@ -117,6 +117,21 @@ typedef struct {
     float *scale;
 } li_fp8_weight;
 
+// The dt of block-scaled FP8 activations (li_fp8_rows) in the [dt] entries below. Not a tensor
+// dtype (no loader yields one), so it sits past li_dtype's values: li_dtype_name says "unknown".
+#define LI_DTYPE_FP8 ((li_dtype)(LI_DTYPE_COUNT + 1))
+
+// Rows x (T, K) quantised to e4m3 per group of LI_FP8_GROUP (128) along K, the last group partial
+// when K % 128 != 0: x[t, k] ~ e4m3(q[t, k]) * scale[t, k / 128]. What the LI_DTYPE_FP8 forms of
+// add_rmsnorm and swiglu and fp8_quant_rows make (out points to one), and matmul_fp8 reads.
+typedef struct {
+    uint8_t *q;    // (T, K) codes
+    float *scale;  // (T, ceil(K/128)) fp32
+    float *tmp;    // (T, K) f32 scratch: where a form cannot fuse the quantisation, its f32 rows go
+                   // here first (contents afterwards unspecified; may alias the form's inputs
+                   // as its F32 form allows out to). Unused by fp8_quant_rows and matmul_fp8.
+} li_fp8_rows;
+
 // The largest work a model will give a backend's ops, so that a backend with internal scratch
 // (CUDA: bf16 activations for the GEMMs, split-K partials, the key index, sampling buffers) can
 // allocate it before generating instead of while: an autoregressive model at load (engine.c), a
@@ -135,7 +150,7 @@ typedef struct {
     // diffusion models
     int64_t dense_kv;      // elements of K (as many of V) in one dense attention / flash_attn_tiles
                            // call: keys x Hkv x Dh
-    int64_t fp8_n, fp8_k;  // bounds on the FP8 weights' N and K (matmul_fp8_fast); 0: no FP8
+    int64_t fp8_n, fp8_k;  // bounds on the FP8 weights' N and K (matmul_fp8); 0: no FP8
     int dllm_rows;         // rows of one dllm_x0 call (a window), over V; also the RNG jump table
 } li_backend_reserve;
 
@@ -155,6 +170,8 @@ typedef enum {
     LI_ACT_ROPE,
     LI_ACT_SWIGLU,
     LI_ACT_ATTENTION_DENSE,
+    LI_ACT_ADD_RMSNORM,
+    LI_ACT_QKV_ROPE,
     LI_ACT_OPS
 } li_act_op;
 
@@ -164,8 +181,11 @@ typedef struct {
     // out (T, D) = W[tokens[t]] with W (V, D); tokens are checked by the caller.
     void (*embed)(li_backend *be, float *out, const li_weight *W, const int32_t *tokens, int T);
 
-    // Entries that take an activation dtype dt (li_be_takes says which a backend has; see "bf16
-    // activations" below for what BF16 means) are marked [dt].
+    // Entries that take an activation dtype dt (li_be_takes says which a backend has) are marked
+    // [dt]. F32 is the plain form; BF16 stores bf16 where F32 stores f32 ("bf16 activations"
+    // below); FP8 (LI_DTYPE_FP8) stores block-scaled e4m3 rows: out points to an li_fp8_rows, and
+    // the codes and scales equal fp8_quant_rows of the F32 form's output on the same backend, bit
+    // for bit (the quantisation fused where the backend can: the f32 rows are never stored).
 
     // [dt] out (T, D) = x / sqrt(mean(x^2) + eps) * w, w (D), stored as dt. out may alias x (F32).
     void (*rmsnorm)(li_backend *be, void *out, li_dtype dt, const float *x, const float *w, int T,
@@ -179,11 +199,12 @@ typedef struct {
     // x (n) += y (n): residual add.
     void (*add)(li_backend *be, float *x, const float *y, int64_t n);
 
-    // Residual add fused with the next norm: x (T, D) += y (T, D), then out (T, D) =
-    // rmsnorm(x) * w, exactly add followed by rmsnorm (same results bit for bit on a backend).
-    // out aliases neither x nor y. NULL: li_add_rmsnorm runs the two ops.
-    void (*add_rmsnorm)(li_backend *be, float *out, float *x, const float *y, const float *w,
-                        int T, int D, float eps);
+    // [dt] Residual add fused with the next norm: x (T, D) += y (T, D), then out (T, D) =
+    // rmsnorm(x) * w stored as dt, exactly add followed by rmsnorm (same results bit for bit on a
+    // backend). out aliases neither x nor y. F32 or FP8 (the FFN's quantised input; y NULL there:
+    // no add, rmsnorm alone). NULL or dt not taken: li_add_rmsnorm runs the unfused ops.
+    void (*add_rmsnorm)(li_backend *be, void *out, li_dtype dt, float *x, const float *y,
+                        const float *w, int T, int D, float eps);
 
     // [dt] out (T, nh, Dh) = x (T, nh, Dh) rotated at positions pos (T), stored as dt. Only the
     // first table->n_dims of each head are rotated; the rest pass through. F32: in place (out ==
@@ -236,7 +257,8 @@ typedef struct {
 
     // [dt] out (T, F) = silu(gate) * up stored as dt, silu(x) = x / (1 + exp(-x)); row t of gate
     // and up at t * ld (ld = F: separate arrays; BF16 also gate = gu, up = gu + F, ld = 2F: the
-    // fused gate|up projection's rows). F32 needs ld = F; out may alias gate there.
+    // fused gate|up projection's rows). F32 and FP8 need ld = F; out (FP8: out->tmp) may alias
+    // gate there. FP8 where the table does not take it: li_swiglu runs F32 then fp8_quant_rows.
     void (*swiglu)(li_backend *be, void *out, li_dtype dt, const float *gate, const float *up,
                    int T, int64_t F, int64_t ld);
 
@@ -270,38 +292,25 @@ typedef struct {
     // out (n, Dh) = o (n, Dh) / l (n): the final normalisation (n = rows * heads). out may alias o.
     void (*flash_attn_finalize)(li_backend *be, float *out, const float *o, const float *l,
                                 int64_t n, int Dh);
-    // Per-token-group FP8 quantisation: x (T, K) in groups of LI_FP8_GROUP along K (the last one
-    // partial when K % 128 != 0); scale (T, ceil(K/128)) = li_fp8_scale(amax of the group);
-    // q (T, K) = li_f32_to_e4m3(x / scale) (fp32 division). Bit-exact on every backend.
-    void (*fp8_quant_rows)(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
-                           int K);
-    // The FP8 FFN's inputs quantised where they are made (NULL: the callers run add_rmsnorm /
-    // rmsnorm or swiglu, then fp8_quant_rows). add_rmsnorm_fp8: x += y (y NULL: no add), then
-    // q, scale of rmsnorm(x) * w (T, D), the f32 result never stored (xn: (T, D) scratch the op
-    // may use when it cannot fuse the shape); swiglu_fp8: q, scale of silu(gate) * up (T, F)
-    // (h: (T, F) scratch likewise). Codes and scales equal fp8_quant_rows of the unfused ops'
-    // f32 output on the same backend, bit for bit.
-    void (*add_rmsnorm_fp8)(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
-                            const float *y, const float *w, int T, int D, float eps);
-    void (*swiglu_fp8)(li_backend *be, uint8_t *q, float *scale, float *h, const float *gate,
-                       const float *up, int T, int F);
-    // y (T, N) from activations quantised by fp8_quant_rows (qa (T, K), sa (T, ceil(K/128))) and a
-    // block-quantised weight W (N, K). Accumulation, fixed so that backends agree bit for bit:
+    // Per-token-group FP8 quantisation: out (li_fp8_rows, K wide) of x (T, K): scale[t, g] =
+    // li_fp8_scale(amax of group g of row t); q = li_f32_to_e4m3(x / scale) (fp32 division).
+    // Bit-exact on every backend.
+    void (*fp8_quant_rows)(li_backend *be, const li_fp8_rows *out, const float *x, int T, int K);
+    // y (T, N) = x (T, K) @ W^T from FP8 rows x (fp8_quant_rows or an FP8 form) and a
+    // block-quantised weight W (N, K); accumulate: y += the product instead (the FFN's residual
+    // add: y + the product's bits, as add of the product would give). exact: this accumulation,
+    // fixed so that backends agree bit for bit:
     //   acc = 0 (fp32); for each K-group g in ascending order:
-    //     S_g = Σ_{k in g} e4m3(qa[t,k]) * e4m3(W.q[n,k])   exactly (every product is exact in
+    //     S_g = Σ_{k in g} e4m3(x.q[t,k]) * e4m3(W.q[n,k])   exactly (every product is exact in
     //           fp32 and the sum of 128 of them needs < 44 bits: fp64 or int64, any order),
-    //     acc = acc + ((float)S_g * sa[t,g]) * W.scale[n/128, g]     (fp32, no FMA)
+    //     acc = acc + ((float)S_g * x.scale[t,g]) * W.scale[n/128, g]     (fp32, no FMA)
     //   y[t,n] = acc.
-    void (*matmul_fp8)(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                       const li_fp8_weight *W);
-    // matmul_fp8's product through a vendor's block-scaled FP8 GEMM (CUDA: cuBLASLt with 1 x 128
-    // activation and 128 x 128 weight scales): the same inputs and mathematical result, but the
-    // accumulation order is the library's, so not bit-exact across backends (~fp32 rounding).
-    // Falls back to matmul_fp8 where the library cannot take the shape. NULL: use matmul_fp8.
-    // accumulate: y += the product (the FFN's residual add in the GEMM's epilogue: the bits of
-    // this op into a temporary, then add).
-    void (*matmul_fp8_fast)(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                            const li_fp8_weight *W, bool accumulate);
+    // Not exact: the backend's fastest FP8 GEMM, the same inputs and mathematical result but the
+    // library's accumulation order, so not bit-exact across backends (~fp32 rounding): CUDA
+    // cuBLASLt's block-scaled GEMM (1 x 128 activation, 128 x 128 weight scales, the add in its
+    // epilogue) where it takes the shape, the exact kernel elsewhere; the CPU tables: exact.
+    void (*matmul_fp8)(li_backend *be, float *y, const li_fp8_rows *x, int T,
+                       const li_fp8_weight *W, bool exact, bool accumulate);
     // Quantises W (f32 or bf16, backend memory) per 128 x 128 block into out->q and out->scale
     // (allocated by the caller in backend memory, shapes of li_fp8_weight): scale =
     // li_fp8_scale(block amax), q = li_f32_to_e4m3(w / scale) (fp32 division) — bit for bit what
@@ -321,10 +330,11 @@ typedef struct {
     // stream stays f32. act_dtypes says which forms a table has: bit (1u << dt) per li_act_op
     // entry; an entry left 0 takes LI_DTYPE_F32 only.
     uint32_t act_dtypes[LI_ACT_OPS];
-    // The fused projection's rows qkv (T, (H + 2 Hkv) Dh) = [q | k | v] split for attention:
-    // q (T, H, Dh) = rope(q part) in f32, k (T, Hkv, Dh) = bf16(rope(k part)), v = bf16(v part),
-    // at positions pos (T) — the bits of rope's F32 and BF16 forms on separate arrays.
-    void (*qkv_bf16)(li_backend *be, float *q, uint16_t *k, uint16_t *v, const float *qkv,
+    // [dt] The fused projection's rows qkv (T, (H + 2 Hkv) Dh) = [q | k | v] split for attention
+    // at positions pos (T): q (T, H, Dh) = rope(q part) in f32; k (T, Hkv, Dh) = rope(k part) and
+    // v (T, Hkv, Dh) = the v part, both stored as dt — the bits of rope's F32 form and its dt form
+    // (pos NULL for v) on separate arrays. BF16 is the one form (not taken: the model runs rope).
+    void (*qkv_rope)(li_backend *be, float *q, void *k, void *v, li_dtype dt, const float *qkv,
                      const int32_t *pos, int T, int H, int Hkv, int Dh, const li_rope_table *table);
 
     // ---- memory (NULL on the CPU tables: host memory; callers go through li_be_* below) ----
@@ -405,15 +415,13 @@ struct li_backend {
 // when the backend has no memory ops (the CPU), the backend's own otherwise (CUDA device memory).
 // Host code must never dereference a buffer of a backend where li_be_is_device is true.
 bool li_be_is_device(const li_backend *be);
-// The fused op when the backend has it, add then rmsnorm otherwise.
-// ops.add_rmsnorm_fp8 / swiglu_fp8, or the unfused ops (add, rmsnorm / swiglu, fp8_quant_rows)
-// where the backend has none.
-void li_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
-                        const float *y, const float *w, int T, int D, float eps);
-void li_swiglu_fp8(li_backend *be, uint8_t *q, float *scale, float *h, const float *gate,
-                   const float *up, int T, int F);
-void li_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w, int T,
-                    int D, float eps);
+// ops.add_rmsnorm / ops.swiglu where the backend takes dt (li_be_takes), the unfused ops
+// otherwise: add (F32 always, FP8 where y), rmsnorm / swiglu in F32 (FP8: into out->tmp), then
+// fp8_quant_rows (FP8). li_swiglu's other dts always go to the entry.
+void li_add_rmsnorm(li_backend *be, void *out, li_dtype dt, float *x, const float *y,
+                    const float *w, int T, int D, float eps);
+void li_swiglu(li_backend *be, void *out, li_dtype dt, const float *gate, const float *up, int T,
+               int64_t F, int64_t ld);
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what);  // zeroed; NULL + error
 void li_be_free(li_backend *be, void *p);
 li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
@@ -448,13 +456,16 @@ li_status li_be_kv_scatter(li_backend *be, li_kv_storage *kv, const int64_t *pag
 bool li_be_graph_begin(li_backend *be, uint64_t key);
 li_status li_be_graph_end(li_backend *be, bool *rerun);
 
-// act_dtypes of a table with both forms of rmsnorm, matmul, rope and swiglu, and `dense` the
-// forms of attention_dense.
+// act_dtypes of a table with both forms of rmsnorm, matmul, rope and swiglu, the BF16 form of
+// qkv_rope, `dense` the forms of attention_dense, and `fp8` (0 or LI_ACT_FP8) added to swiglu
+// and add_rmsnorm (whose F32 form is then there too).
 #define LI_ACT_F32_BF16 (1u << LI_DTYPE_F32 | 1u << LI_DTYPE_BF16)
-#define LI_ACT_BF16_FORMS(dense)                                                                   \
+#define LI_ACT_FP8 (1u << LI_DTYPE_FP8)
+#define LI_ACT_BF16_FORMS(dense, fp8)                                                              \
     {[LI_ACT_RMSNORM] = LI_ACT_F32_BF16, [LI_ACT_MATMUL] = LI_ACT_F32_BF16,                       \
-     [LI_ACT_ROPE] = LI_ACT_F32_BF16, [LI_ACT_SWIGLU] = LI_ACT_F32_BF16,                          \
-     [LI_ACT_ATTENTION_DENSE] = (dense)}
+     [LI_ACT_ROPE] = LI_ACT_F32_BF16, [LI_ACT_SWIGLU] = LI_ACT_F32_BF16 | (fp8),                  \
+     [LI_ACT_ATTENTION_DENSE] = (dense), [LI_ACT_ADD_RMSNORM] = 1u << LI_DTYPE_F32 | (fp8),       \
+     [LI_ACT_QKV_ROPE] = 1u << LI_DTYPE_BF16}
 
 // The [dt] entries rmsnorm, matmul, rope and swiglu of a table whose F32 and BF16 forms are
 // separate functions P##_rmsnorm / P##_rmsnorm_bf16 (and so on, with the signatures the table

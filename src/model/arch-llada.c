@@ -88,7 +88,7 @@ struct li_llada_scratch {
     // LI_LLADA_ACT = f32 | bf16 overrides the default (bf16 on a device backend that has them).
     bool act_bf16;
     // With bf16 activations, Q/K/V of layers >= 1 as one GEMM over the fused weights (wqkv:
-    // N = 12288 ran at 0.157 ms against 3 x 0.055 for N = 4096 on the H200) split by qkv_bf16
+    // N = 12288 ran at 0.157 ms against 3 x 0.055 for N = 4096 on the H200) split by qkv_rope
     // in one pass; LI_LLADA_FUSED=0 turns it off (A/B, and the bit-for-bit comparison with the
     // f32 path, which multiplies them separately).
     bool fused;
@@ -166,7 +166,6 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     size_t R = (size_t)max_rows, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
     size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
     size_t KM = D > F ? D : F, GM = (KM + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
-    const li_backend_ops *op = m->be->ops;
     const char *act = getenv("LI_LLADA_ACT");
     bool has_bf16 = li_be_takes(m->be, LI_ACT_RMSNORM, LI_DTYPE_BF16) &&
                     li_be_takes(m->be, LI_ACT_MATMUL, LI_DTYPE_BF16) &&
@@ -178,7 +177,8 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
     s->act_bf16 = has_bf16 && (act ? !strcmp(act, "bf16") : li_be_is_device(m->be));
     size_t B16 = s->act_bf16 ? 2 : 0;  // bytes per element of the bf16 buffers (none when off)
     const char *fz = getenv("LI_LLADA_FUSED");
-    s->fused = s->act_bf16 && op->qkv_bf16 && !(fz && fz[0] == '0');
+    s->fused = s->act_bf16 && li_be_takes(m->be, LI_ACT_QKV_ROPE, LI_DTYPE_BF16) &&
+               !(fz && fz[0] == '0');
     size_t QKV = s->fused ? HDh + 2 * KDh : 0;
     s->head_rows = max_rows < HEAD_CHUNK ? max_rows : HEAD_CHUNK;
     struct {
@@ -427,21 +427,15 @@ static void ffn(const fwd *f, li_llada_scratch *s, const li_llama_layer *l,
     int D = hp->n_embd, F = hp->n_ff;
     const float *attn = s->act_bf16 ? NULL : s->tmp;
     if (fp8) {
-        // x += attention, norm, quantise: one pass where the backend fuses them (CUDA)
-        li_add_rmsnorm_fp8(be, s->qa, s->sa, s->xn, s->x, attn, l->ffn_norm.data, R, D,
-                           hp->rms_eps);
-        if (op->matmul_fp8_fast) {  // the vendor's block-scaled GEMM (CUDA: cuBLASLt)
-            op->matmul_fp8_fast(be, s->gate, s->qa, s->sa, R, &fp8[0], false);
-            op->matmul_fp8_fast(be, s->up, s->qa, s->sa, R, &fp8[1], false);
-            li_swiglu_fp8(be, s->qa, s->sa, s->gate, s->gate, s->up, R, F);
-            op->matmul_fp8_fast(be, s->x, s->qa, s->sa, R, &fp8[2], true);  // x += down
-        } else {  // the exact kernel of backend.h's accumulation order
-            op->matmul_fp8(be, s->gate, s->qa, s->sa, R, &fp8[0]);
-            op->matmul_fp8(be, s->up, s->qa, s->sa, R, &fp8[1]);
-            li_swiglu_fp8(be, s->qa, s->sa, s->gate, s->gate, s->up, R, F);
-            op->matmul_fp8(be, s->tmp, s->qa, s->sa, R, &fp8[2]);
-            op->add(be, s->x, s->tmp, (int64_t)R * D);
-        }
+        // x += attention, norm, quantise: one pass where the backend fuses them (CUDA); the
+        // GEMMs the backend's fastest (CUDA: cuBLASLt's block-scaled one; CPU: the exact order)
+        li_fp8_rows xq = {s->qa, s->sa, s->xn}, hq = {s->qa, s->sa, s->gate};
+        li_add_rmsnorm(be, &xq, LI_DTYPE_FP8, s->x, attn, l->ffn_norm.data, R, D,
+                       hp->rms_eps);
+        op->matmul_fp8(be, s->gate, &xq, R, &fp8[0], false, false);
+        op->matmul_fp8(be, s->up, &xq, R, &fp8[1], false, false);
+        li_swiglu(be, &hq, LI_DTYPE_FP8, s->gate, s->up, R, F, F);
+        op->matmul_fp8(be, s->x, &hq, R, &fp8[2], false, true);  // x += down
         if (f->info) f->info->fp8_gemm_rows += 3 * (int64_t)R;
     } else if (s->act_bf16) {  // n(x) and silu(gate) * up made in bf16, down added to x
         op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->ffn_norm.data, R, D, hp->rms_eps);
@@ -542,7 +536,8 @@ static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, cons
     }
     uint16_t *kb = s->kb + r0 * KDh, *vb = s->vb + r0 * KDh;
     if (fused) {
-        op->qkv_bf16(be, q, kb, vb, s->qkv + r0 * (HDh + 2 * KDh), pos, T, H, Hkv, Dh, rope);
+        op->qkv_rope(be, q, kb, vb, LI_DTYPE_BF16, s->qkv + r0 * (HDh + 2 * KDh), pos, T, H, Hkv,
+                     Dh, rope);
     } else {
         op->rope(be, q, LI_DTYPE_F32, q, pos, T, H, Dh, rope);
         op->rope(be, kb, LI_DTYPE_BF16, k, pos, T, Hkv, Dh, rope);

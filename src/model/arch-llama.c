@@ -237,15 +237,17 @@ static li_status forward_ops(void *args) {
         op->matmul(be, s->tmp, s->att, LI_DTYPE_F32, &l->wo, T, false);  // (T, D)
 
         // ---- feed-forward block: x += attention; down(silu(gate(n(x))) * up(n(x))) ----
-        li_add_rmsnorm(be, s->xn, s->x, s->tmp, l->ffn_norm.data, T, D, hp->rms_eps);
-        if (m->fp8_ffn && il >= 1) {  // same GEMMs in block-scaled FP8
+        li_add_rmsnorm(be, s->xn, LI_DTYPE_F32, s->x, s->tmp, l->ffn_norm.data, T, D,
+                       hp->rms_eps);
+        if (m->fp8_ffn && il >= 1) {  // same GEMMs in block-scaled FP8 (the exact order)
             const li_fp8_weight *w8 = &m->fp8_ffn[3 * il];
-            op->fp8_quant_rows(be, qa, sa, s->xn, T, D);
-            op->matmul_fp8(be, s->gate, qa, sa, T, &w8[0]);
-            op->matmul_fp8(be, s->up, qa, sa, T, &w8[1]);
+            const li_fp8_rows a = {qa, sa, NULL};
+            op->fp8_quant_rows(be, &a, s->xn, T, D);
+            op->matmul_fp8(be, s->gate, &a, T, &w8[0], true, false);
+            op->matmul_fp8(be, s->up, &a, T, &w8[1], true, false);
             op->swiglu(be, s->gate, LI_DTYPE_F32, s->gate, s->up, T, F, F);
-            op->fp8_quant_rows(be, qa, sa, s->gate, T, F);
-            op->matmul_fp8(be, s->tmp, qa, sa, T, &w8[2]);
+            op->fp8_quant_rows(be, &a, s->gate, T, F);
+            op->matmul_fp8(be, s->tmp, &a, T, &w8[2], true, false);
         } else if (T == 1 && l->w_gate_up.data) {
             // decode: gate and up from one matmul over the fused rows, (1, 2F) = [gate | up]
             op->matmul(be, s->gate, s->xn, LI_DTYPE_F32, &l->w_gate_up, 1, false);
@@ -259,8 +261,8 @@ static li_status forward_ops(void *args) {
         }
         // x += ffn, and the next layer's attention norm in the same pass
         if (il + 1 < hp->n_layer)
-            li_add_rmsnorm(be, s->xn, s->x, s->tmp, m->w.layers[il + 1].attn_norm.data, T, D,
-                           hp->rms_eps);
+            li_add_rmsnorm(be, s->xn, LI_DTYPE_F32, s->x, s->tmp,
+                           m->w.layers[il + 1].attn_norm.data, T, D, hp->rms_eps);
         else
             op->add(be, s->x, s->tmp, (int64_t)T * D);
     }

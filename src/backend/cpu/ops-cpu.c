@@ -1051,9 +1051,9 @@ static void q8_rows(void *p, int64_t b, int64_t e, int tid) {
         }
 }
 
-static void cpu_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
+static void cpu_fp8_quant_rows(li_backend *be, const li_fp8_rows *out, const float *x, int T,
                                int K) {
-    q8_ctx c = {q, scale, x, K, (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP};
+    q8_ctx c = {out->q, out->scale, x, K, (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP};
     if ((int64_t)T * K < SMALL_WORK)
         q8_rows(&c, 0, T, 0);
     else
@@ -1112,6 +1112,7 @@ typedef struct {
     const float *sa;
     const li_fp8_weight *W;
     int T;
+    bool accumulate;  // y += acc (the bits of y + the product, as add would give them)
 } mm8_ctx;
 
 static void mm8_rows(void *p, int64_t b, int64_t e, int tid) {
@@ -1139,7 +1140,7 @@ static void mm8_rows(void *p, int64_t b, int64_t e, int tid) {
                 part = part * ws[g];
                 acc = acc + part;
             }
-            c->y[t * N + n] = acc;
+            c->y[t * N + n] = c->accumulate ? c->y[t * N + n] + acc : acc;
         }
     }
     free(wfull);
@@ -1155,8 +1156,11 @@ static void dec8_range(void *p, int64_t b, int64_t e, int tid) {
     for (int64_t i = b; i < e; i++) c->dst[i] = e4m3_table[c->src[i]];
 }
 
-static void cpu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                           const li_fp8_weight *W) {
+// exact or not: this table's one FP8 GEMM is the exact order (backend.h).
+static void cpu_matmul_fp8(li_backend *be, float *y, const li_fp8_rows *x, int T,
+                           const li_fp8_weight *W, bool exact, bool accumulate) {
+    const uint8_t *qa = x->q;
+    const float *sa = x->scale;
     pthread_once(&e4m3_once, e4m3_table_fill);
     int64_t K = W->n_cols;
     // The activations are decoded once (T*K floats); without the buffer, per group on the fly.
@@ -1165,7 +1169,7 @@ static void cpu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
         dec8_ctx d = {a, qa};
         dec8_range(&d, 0, (int64_t)T * K, 0);  // a table lookup per element: never worth a wake-up
     }
-    mm8_ctx c = {y, qa, a, sa, W, T};
+    mm8_ctx c = {y, qa, a, sa, W, T, accumulate};
     if ((int64_t)T * W->n_rows * K < SMALL_WORK)
         mm8_rows(&c, 0, W->n_rows, 0);
     else
@@ -1190,6 +1194,11 @@ static void cpu_rope_dt(li_backend *be, void *out, li_dtype dt, float *x, const 
     LI_ASSERT(dt == LI_DTYPE_F32 && out == x);
     cpu_rope(be, x, pos, T, nh, Dh, table);
 }
+static void cpu_add_rmsnorm_dt(li_backend *be, void *out, li_dtype dt, float *x, const float *y,
+                               const float *w, int T, int D, float eps) {
+    LI_ASSERT(dt == LI_DTYPE_F32);  // (FP8: li_add_rmsnorm runs add, rmsnorm, fp8_quant_rows)
+    cpu_add_rmsnorm(be, out, x, y, w, T, D, eps);
+}
 static void cpu_swiglu_dt(li_backend *be, void *out, li_dtype dt, const float *gate,
                           const float *up, int T, int64_t F, int64_t ld) {
     LI_ASSERT(dt == LI_DTYPE_F32 && ld == F);
@@ -1202,7 +1211,7 @@ const li_backend_ops li_cpu_fast_ops = {
     .rmsnorm = cpu_rmsnorm_dt,
     .matmul = cpu_matmul_dt,
     .add = cpu_add,
-    .add_rmsnorm = cpu_add_rmsnorm,
+    .add_rmsnorm = cpu_add_rmsnorm_dt,
     .rope = cpu_rope_dt,
     .kv_store = cpu_kv_store,
     .kv_copy_rotate = cpu_kv_copy_rotate,

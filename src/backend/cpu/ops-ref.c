@@ -360,8 +360,10 @@ static void ref_flash_attn_finalize(li_backend *be, float *out, const float *o, 
             out[r * Dh + x] = (float)((double)o[r * Dh + x] / (double)l[r]);
 }
 
-static void ref_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
+static void ref_fp8_quant_rows(li_backend *be, const li_fp8_rows *out, const float *x, int T,
                                int K) {
+    uint8_t *q = out->q;
+    float *scale = out->scale;
     int G = (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
     for (int t = 0; t < T; t++)
         for (int g = 0; g < G; g++) {
@@ -375,9 +377,12 @@ static void ref_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const f
         }
 }
 
-// The group sums are exact in fp64 (see backend.h), so a plain loop is the specification.
-static void ref_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                           const li_fp8_weight *W) {
+// The group sums are exact in fp64 (see backend.h), so a plain loop is the specification (exact
+// or not: the oracle has no other order).
+static void ref_matmul_fp8(li_backend *be, float *y, const li_fp8_rows *x, int T,
+                           const li_fp8_weight *W, bool exact, bool accumulate) {
+    const uint8_t *qa = x->q;
+    const float *sa = x->scale;
     int64_t N = W->n_rows, K = W->n_cols, G = (K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
     for (int t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
@@ -391,7 +396,7 @@ static void ref_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const fl
                 part = part * W->scale[(n / LI_FP8_GROUP) * G + g];
                 acc = acc + part;
             }
-            y[t * N + n] = acc;
+            y[t * N + n] = accumulate ? y[t * N + n] + acc : acc;
         }
 }
 
@@ -519,9 +524,11 @@ static void ref_swiglu_bf16(li_backend *be, uint16_t *out, const float *gate, co
     free(y);
 }
 
-static void ref_qkv_bf16(li_backend *be, float *q, uint16_t *k, uint16_t *v, const float *qkv,
-                         const int32_t *pos, int T, int H, int Hkv, int Dh,
+static void ref_qkv_rope(li_backend *be, float *q, void *k_out, void *v_out, li_dtype dt,
+                         const float *qkv, const int32_t *pos, int T, int H, int Hkv, int Dh,
                          const li_rope_table *table) {
+    LI_ASSERT(dt == LI_DTYPE_BF16);
+    uint16_t *k = k_out, *v = v_out;
     const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh, row = HD + 2 * KD;
     float *kt = ref_scratch((int64_t)T * KD);
     for (int t = 0; t < T; t++) {
@@ -592,7 +599,7 @@ const li_backend_ops li_cpu_ref_ops = {
     .fp8_quant_rows = ref_fp8_quant_rows,
     .matmul_fp8 = ref_matmul_fp8,
     .dllm = &li_cpu_dllm_ops,
-    .qkv_bf16 = ref_qkv_bf16,
+    .qkv_rope = ref_qkv_rope,
     .attention_dense = ref_attention_dense_dt,
-    .act_dtypes = LI_ACT_BF16_FORMS(1u << LI_DTYPE_BF16),
+    .act_dtypes = LI_ACT_BF16_FORMS(1u << LI_DTYPE_BF16, 0),
 };

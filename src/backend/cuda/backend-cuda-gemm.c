@@ -1,7 +1,7 @@
 // backend-cuda-gemm.c — the CUDA backend's GEMMs through cuBLASLt: matmul (bf16 weights, f32 or
-// bf16 activations; the GEMV at one row) with a per-shape plan cache, and matmul_fp8_fast
-// (cuBLASLt's block-scaled FP8 GEMM, its scale layout calibrated once against the exact kernel,
-// which serves what the library refuses).
+// bf16 activations; the GEMV at one row) with a per-shape plan cache, and matmul_fp8 (not exact:
+// cuBLASLt's block-scaled FP8 GEMM, its scale layout calibrated once against the exact kernel,
+// which serves what the library refuses; exact: that kernel).
 //
 // Not here: the kernels (gemv.cu, dllm.cu's exact FP8 GEMM and quantisation); attention's
 // matrix products (backend-cuda-attention.c, cuDNN). Tested by tests/gpu/gpu-check.c: matmul
@@ -205,14 +205,15 @@ void li_cu_matmul_bf16(li_backend *be, float *y, const uint16_t *x, const li_wei
     gemm_bf16(be, y, x, W, T, accumulate ? 1.0f : 0.0f);
 }
 
-void li_cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                          const li_fp8_weight *W) {
+// The exact kernel (backend.h's accumulation order).
+static void fp8_exact(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
+                      const li_fp8_weight *W) {
     li_cuda_impl *im = be->impl;
     cu_fail(im, "matmul_fp8", li_cuda_matmul_fp8(im->stream, y, qa, sa, T, W->q, W->scale,
                                                  W->n_rows, W->n_cols));
 }
 
-// ---- matmul_fp8_fast: cuBLASLt's block-scaled FP8 GEMM ------------------------------------------
+// ---- matmul_fp8 not exact: cuBLASLt's block-scaled FP8 GEMM -------------------------------------
 //
 // y (T, N) = x W^T with x as e4m3 codes qa (T, K) and per-1x128 scales sa (T, K/128), W as codes
 // (N, K) and per-128x128 scales (N/128, K/128): "TN" like the bf16 path (W is a column-major K x N
@@ -227,7 +228,7 @@ void li_cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *
 // first. Measured on the H200: 900-990 TFLOP/s at M >= 1024 for 12288 x 4096 (1.32-1.38x bf16).
 
 // A cached plan for (N, K, T), or NULL when cuBLASLt cannot serve the shape (not an error: the
-// caller falls back to the exact kernel). Pointers are 16-byte aligned (li_cu_matmul_fp8_fast
+// caller falls back to the exact kernel). Pointers are 16-byte aligned (li_cu_matmul_fp8
 // checks), which the preference states so that the heuristic does not assume 256.
 static gemm_plan *fp8_plan_get(li_cuda_impl *im, int64_t N, int64_t K, int T, const float *ws,
                                const float *as) {
@@ -289,16 +290,16 @@ static bool fp8_lt_run(li_cuda_impl *im, int mode, float *y, const uint8_t *qa, 
     const float *ws = W->scale, *as = sa;
     if ((mode - 1) & 1) {  // weight scales as (K/128, N/128)
         float *t =
-            li_cu_scratch_get(im, &im->fp8_ws, (size_t)GN * GK * 4, "matmul_fp8_fast (scales)");
-        if (!t || cu_fail(im, "matmul_fp8_fast (transpose)",
+            li_cu_scratch_get(im, &im->fp8_ws, (size_t)GN * GK * 4, "matmul_fp8 fast (scales)");
+        if (!t || cu_fail(im, "matmul_fp8 fast (transpose)",
                           li_cuda_transpose_f32(im->stream, t, W->scale, (int)GN, (int)GK)))
             return true;  // recorded
         ws = t;
     }
     if ((mode - 1) & 2) {  // activation scales as (K/128, T)
         float *t =
-            li_cu_scratch_get(im, &im->fp8_as, (size_t)T * GK * 4, "matmul_fp8_fast (scales)");
-        if (!t || cu_fail(im, "matmul_fp8_fast (transpose)",
+            li_cu_scratch_get(im, &im->fp8_as, (size_t)T * GK * 4, "matmul_fp8 fast (scales)");
+        if (!t || cu_fail(im, "matmul_fp8 fast (transpose)",
                           li_cuda_transpose_f32(im->stream, t, sa, T, (int)GK)))
             return true;
         as = t;
@@ -328,7 +329,7 @@ static bool fp8_lt_shape_ok(int64_t N, int64_t K) {
 // random scales, so a wrongly oriented table reads other blocks' scales) and Tc activation rows
 // of random codes and scales, each of the 4 orientations against the exact kernel: first Tc = 37
 // (odd: a table of T-long rows with no padding), then Tc = 40 (rows of a multiple of 4 floats;
-// if only that works, matmul_fp8_fast takes only such T). Leaves im->err as it found it (clean).
+// if only that works, matmul_fp8 sends only such T to it). Leaves im->err as it found it (clean).
 static void fp8_calibrate_at(li_cuda_impl *im, int Tc);
 void li_cu_fp8_calibrate(li_cuda_impl *im) {
     fp8_calibrate_at(im, 37);
@@ -438,25 +439,29 @@ done:
     cudaFree(dy);
 }
 
-void li_cu_matmul_fp8_fast(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                               const li_fp8_weight *W, bool accumulate) {
+void li_cu_matmul_fp8(li_backend *be, float *y, const li_fp8_rows *x, int T,
+                      const li_fp8_weight *W, bool exact, bool accumulate) {
     li_cuda_impl *im = be->impl;
-    if (im->fp8_mode < 0) li_cu_fp8_calibrate(im);
-    bool ok = im->fp8_mode > 0 && fp8_lt_shape_ok(W->n_rows, W->n_cols) && T > 0 &&
-              (!im->fp8_t4 || T % 4 == 0) &&
-              ((uintptr_t)W->q & 15) == 0 && ((uintptr_t)qa & 15) == 0 &&
-              ((uintptr_t)y & 15) == 0 && ((uintptr_t)W->scale & 15) == 0 &&
-              ((uintptr_t)sa & 15) == 0;
-    // the exact kernel serves what the library cannot (shape, alignment, a refused plan)
-    if (ok && fp8_lt_run(im, im->fp8_mode, y, qa, sa, T, W, accumulate)) return;
+    const uint8_t *qa = x->q;
+    const float *sa = x->scale;
+    if (!exact) {
+        if (im->fp8_mode < 0) li_cu_fp8_calibrate(im);
+        bool ok = im->fp8_mode > 0 && fp8_lt_shape_ok(W->n_rows, W->n_cols) && T > 0 &&
+                  (!im->fp8_t4 || T % 4 == 0) &&
+                  ((uintptr_t)W->q & 15) == 0 && ((uintptr_t)qa & 15) == 0 &&
+                  ((uintptr_t)y & 15) == 0 && ((uintptr_t)W->scale & 15) == 0 &&
+                  ((uintptr_t)sa & 15) == 0;
+        // the exact kernel serves what the library cannot (shape, alignment, a refused plan)
+        if (ok && fp8_lt_run(im, im->fp8_mode, y, qa, sa, T, W, accumulate)) return;
+    }
     if (!accumulate) {
-        li_cu_matmul_fp8(be, y, qa, sa, T, W);
+        fp8_exact(be, y, qa, sa, T, W);
         return;
     }
     float *tmp = li_cu_scratch_get(im, &im->fp8_acc, (size_t)T * (size_t)W->n_rows * 4,
-                                   "matmul_fp8_fast (accumulator)");
+                                   "matmul_fp8 (accumulator)");
     if (!tmp) return;
-    li_cu_matmul_fp8(be, tmp, qa, sa, T, W);
+    fp8_exact(be, tmp, qa, sa, T, W);
     cu_fail(im, "add", li_cuda_add(im->stream, y, tmp, (int64_t)T * W->n_rows));
 }
 

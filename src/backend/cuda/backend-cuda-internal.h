@@ -129,9 +129,9 @@ typedef struct {
     dev_scratch keys;  // prefill attention: one word per key of the page table
     dev_scratch tickets;  // decode attention: (T, Hkv) arrival counters of split-K, kept zero
     dev_scratch dense; // attention_dense and flash_attn_tiles: K and V in bf16, (2, nk, Hkv, Dh)
-    // FP8 GEMM through cuBLASLt (matmul_fp8_fast): which scale-table layouts the library takes,
-    // found once by comparing it with the exact kernel (li_cu_fp8_calibrate): -1 not tried, 0 not
-    // usable (fp8_note says why), else 1 + (weight scales transposed) + 2 (activation scales
+    // FP8 GEMM through cuBLASLt (matmul_fp8, not exact): which scale-table layouts the library
+    // takes, found once by comparing it with the exact kernel (li_cu_fp8_calibrate): -1 not tried,
+    // 0 not usable (fp8_note says why), else 1 + (weight scales transposed) + 2 (activation scales
     // transposed)
     int fp8_mode;
     bool fp8_t4;  // the library took the activation scales only with T a multiple of 4
@@ -139,7 +139,7 @@ typedef struct {
     char fp8_note[1200];
     plan_cache fp8_plans;
     dev_scratch fp8_ws, fp8_as;  // transposed scale tables when the layout needs them
-    dev_scratch fp8_acc;         // matmul_fp8_fast accumulating through the exact kernel
+    dev_scratch fp8_acc;         // matmul_fp8 accumulating through the exact kernel
     li_cuda_sampler *sampler;
     uint64_t *jump_table;  // dllm->x0: device copy of li_rng_jump_table() (512 KiB), on first use
     dev_scratch x0s;       // dllm->x0: per-chunk partial argmaxes
@@ -253,10 +253,8 @@ li_status li_cu_fill_random(li_backend *be, void *x, li_dtype dtype, int64_t n, 
 void li_cu_matmul(li_backend *be, float *y, const float *x, const li_weight *W, int T);
 void li_cu_matmul_bf16(li_backend *be, float *y, const uint16_t *x, const li_weight *W, int T,
                        bool accumulate);
-void li_cu_matmul_fp8(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                      const li_fp8_weight *W);
-void li_cu_matmul_fp8_fast(li_backend *be, float *y, const uint8_t *qa, const float *sa, int T,
-                           const li_fp8_weight *W, bool accumulate);
+void li_cu_matmul_fp8(li_backend *be, float *y, const li_fp8_rows *x, int T,
+                      const li_fp8_weight *W, bool exact, bool accumulate);
 void li_cu_fp8_calibrate(li_cuda_impl *im);  // which scale layouts cuBLASLt takes (im->fp8_mode)
 void li_cu_gemm_free(li_cuda_impl *im);      // the plan caches
 

@@ -142,9 +142,9 @@ void li_cu_fill(li_backend *be, float *x, float value, int64_t n) {
 //               tensor-core threshold, up to 256 key ranges), the prefill's key index, tickets;
 //   sampler     the sampler's buffers over V;
 //   dense_kv    dense attention and flash_attn_tiles: K and V rounded to bf16;
-//   fp8_n/k     matmul_fp8_fast: transposed scale tables (whichever orientation the library took,
-//               so it is asked now), and the accumulator of its fallback when the library is not
-//               usable for every shape;
+//   fp8_n/k     matmul_fp8 (not exact): transposed scale tables (whichever orientation the
+//               library took, so it is asked now), and the accumulator of its fallback when the
+//               library is not usable for every shape;
 //   dllm_rows   dllm->x0's partials for a block of rows over V, and the RNG jump table.
 bool li_cu_jump_table_ready(li_cuda_impl *im);
 li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r) {
@@ -183,11 +183,11 @@ li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r) {
     if (r->fp8_n > 0 && r->fp8_k > 0) {
         if (im->fp8_mode < 0) li_cu_fp8_calibrate(im);  // which tables need transposing
         size_t GN = (size_t)r->fp8_n / LI_FP8_GROUP, GK = (size_t)r->fp8_k / LI_FP8_GROUP;
-        ok = ok && li_cu_scratch_get(im, &im->fp8_ws, GN * GK * 4, "matmul_fp8_fast (scales)") &&
-             li_cu_scratch_get(im, &im->fp8_as, T * GK * 4, "matmul_fp8_fast (scales)");
+        ok = ok && li_cu_scratch_get(im, &im->fp8_ws, GN * GK * 4, "matmul_fp8 fast (scales)") &&
+             li_cu_scratch_get(im, &im->fp8_as, T * GK * 4, "matmul_fp8 fast (scales)");
         if (im->fp8_mode <= 0 || im->fp8_t4)  // the exact kernel may serve an accumulating GEMM
             ok = ok && li_cu_scratch_get(im, &im->fp8_acc, T * (size_t)r->fp8_n * 4,
-                                         "matmul_fp8_fast (accumulator)");
+                                         "matmul_fp8 fast (accumulator)");
     }
     if (r->dllm_rows > 0 && r->n_vocab > 0)
         ok = ok && li_cu_jump_table_ready(im) &&

@@ -235,10 +235,10 @@ static int32_t cu_sample(li_backend *be, const float *logits, int V, const li_sa
     return tok;
 }
 
-static void cu_fp8_quant_rows(li_backend *be, uint8_t *q, float *scale, const float *x, int T,
+static void cu_fp8_quant_rows(li_backend *be, const li_fp8_rows *out, const float *x, int T,
                               int K) {
     li_cuda_impl *im = be->impl;
-    cu_fail(im, "fp8_quant_rows", li_cuda_fp8_quant_rows(im->stream, q, scale, x, T, K));
+    cu_fail(im, "fp8_quant_rows", li_cuda_fp8_quant_rows(im->stream, out->q, out->scale, x, T, K));
 }
 
 static void cu_add_rmsnorm_fp8(li_backend *be, uint8_t *q, float *scale, float *xn, float *x,
@@ -305,12 +305,16 @@ static void cu_swiglu_bf16(li_backend *be, uint16_t *out, const float *gate, con
     cu_fail(im, "swiglu_bf16", li_cuda_swiglu_bf16(im->stream, out, gate, up, T, F, ld));
 }
 
-static void cu_qkv_bf16(li_backend *be, float *q, uint16_t *k, uint16_t *v, const float *qkv,
-                        const int32_t *pos, int T, int H, int Hkv, int Dh,
+static void cu_qkv_rope(li_backend *be, float *q, void *k, void *v, li_dtype dt,
+                        const float *qkv, const int32_t *pos, int T, int H, int Hkv, int Dh,
                         const li_rope_table *table) {
     li_cuda_impl *im = be->impl;
+    if (dt != LI_DTYPE_BF16) {
+        record(im, LI_ERR_UNSUPPORTED, "cuda qkv_rope: dtype %s", li_dtype_name(dt));
+        return;
+    }
     li_cuda_rope_args r = rope_args(table);
-    cu_fail(im, "qkv_bf16", li_cuda_qkv_bf16(im->stream, q, k, v, qkv, pos, T, H, Hkv, Dh, &r));
+    cu_fail(im, "qkv_rope", li_cuda_qkv_bf16(im->stream, q, k, v, qkv, pos, T, H, Hkv, Dh, &r));
 }
 
 static li_cuda_rng_state rng_state(const li_rng *rng) {
@@ -367,6 +371,28 @@ _Static_assert(LI_FA_MAX_TILE == 1024, "dllm.cu sizes its score buffer for 1024-
 LI_DT_FORMS(cu)
 #undef cu_matmul
 #undef cu_matmul_bf16
+
+// The FP8 forms (LI_DTYPE_FP8: out is an li_fp8_rows) next to the ones above.
+static void cu_add_rmsnorm_forms(li_backend *be, void *out, li_dtype dt, float *x, const float *y,
+                                 const float *w, int T, int D, float eps) {
+    if (dt == LI_DTYPE_FP8) {
+        const li_fp8_rows *r = out;
+        cu_add_rmsnorm_fp8(be, r->q, r->scale, r->tmp, x, y, w, T, D, eps);
+        return;
+    }
+    LI_ASSERT(dt == LI_DTYPE_F32);
+    cu_add_rmsnorm(be, out, x, y, w, T, D, eps);
+}
+static void cu_swiglu_forms(li_backend *be, void *out, li_dtype dt, const float *gate,
+                            const float *up, int T, int64_t F, int64_t ld) {
+    if (dt == LI_DTYPE_FP8) {
+        const li_fp8_rows *r = out;
+        LI_ASSERT(ld == F);
+        cu_swiglu_fp8(be, r->q, r->scale, r->tmp, gate, up, T, (int)F);
+        return;
+    }
+    cu_swiglu_dt(be, out, dt, gate, up, T, F, ld);
+}
 static const li_dllm_ops cu_dllm_ops = {
     .x0 = cu_dllm_x0,
     .select = cu_dllm_select,
@@ -379,28 +405,25 @@ const li_backend_ops li_cuda_ops = {
     .rmsnorm = cu_rmsnorm_dt,
     .matmul = cu_matmul_dt,
     .add = cu_add,
-    .add_rmsnorm = cu_add_rmsnorm,
+    .add_rmsnorm = cu_add_rmsnorm_forms,
     .rope = cu_rope_dt,
     .kv_store = cu_kv_store,
     .kv_copy_rotate = cu_kv_copy_rotate,
     .attention = li_cu_attention,
     .attention_seqs = li_cu_attention_seqs,
     .attention_decode = li_cu_attention_decode,
-    .swiglu = cu_swiglu_dt,
+    .swiglu = cu_swiglu_forms,
     .softmax = cu_softmax,
     .sample = cu_sample,
     .flash_attn_tiles = li_cu_flash_attn_tiles,
     .flash_attn_finalize = li_cu_flash_attn_finalize,
     .fp8_quant_rows = cu_fp8_quant_rows,
-    .add_rmsnorm_fp8 = cu_add_rmsnorm_fp8,
-    .swiglu_fp8 = cu_swiglu_fp8,
     .matmul_fp8 = li_cu_matmul_fp8,
     .fp8_quant_weight = cu_fp8_quant_weight,
-    .matmul_fp8_fast = li_cu_matmul_fp8_fast,
     .dllm = &cu_dllm_ops,
-    .qkv_bf16 = cu_qkv_bf16,
+    .qkv_rope = cu_qkv_rope,
     .attention_dense = li_cu_attention_dense_dt,
-    .act_dtypes = LI_ACT_BF16_FORMS(LI_ACT_F32_BF16),
+    .act_dtypes = LI_ACT_BF16_FORMS(LI_ACT_F32_BF16, LI_ACT_FP8),
     .matrices_bf16 = true,
     .alloc = li_cu_alloc,
     .free = li_cu_free,

@@ -56,8 +56,8 @@ li_status li_backend_cuda_time(li_backend *be, void (*fn)(li_backend *be, void *
 // True when matmul takes the GEMV path for these arguments (T == 1: x stays f32, no bf16
 // rounding) rather than cuBLASLt (x rounded to bf16).
 bool li_backend_cuda_matmul_gemv(int T, int64_t K, const void *W, const void *x);
-// Which FP8 GEMM matmul_fp8_fast uses (cuBLASLt's block-scaled one and its scale layout, or why
-// not: then the exact kernel). Runs the one-time check on first call.
+// Which FP8 GEMM matmul_fp8 uses when not exact (cuBLASLt's block-scaled one and its scale layout,
+// or why not: then the exact kernel). Runs the one-time check on first call.
 const char *li_backend_cuda_fp8_note(li_backend *be);
 // True when the attention op runs T rows of head size head_dim on the bf16 tensor-core kernel
 // (attention-prefill.cu; tolerances differ from the fp32 kernels').
