@@ -138,6 +138,7 @@ void li_backend_cuda_destroy(li_backend *be) {
         li_cu_attention_free(im);
         cudaFree(im->fp8_ws.p);
         cudaFree(im->fp8_as.p);
+        cudaFree(im->fp8_acc.p);
         cudaFree(im->ws);
         if (im->lt) cublasLtDestroy(im->lt);
         if (im->stream) cudaStreamDestroy(im->stream);
