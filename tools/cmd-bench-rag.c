@@ -1031,6 +1031,55 @@ static int synthetic_args(bench_args *a, int argc, char **argv, const opt *opts,
     return 0;
 }
 
+// With tiers, lazy and copy run twice: each of them in modes (n) is followed by itself again
+// with tiers[i] true. Returns the new count (at most 2 n <= MAX_MODES: parse_modes keeps n <=
+// MAX_MODES / 2).
+static int add_tier_runs(li_cache_mode *modes, bool *tiers, int n) {
+    li_cache_mode m2[MAX_MODES];
+    bool t2[MAX_MODES];
+    int n2 = 0;
+    for (int i = 0; i < n; i++) {
+        m2[n2] = modes[i];
+        t2[n2++] = false;
+        if (modes[i] == LI_CACHE_LAZY || modes[i] == LI_CACHE_COPY) {
+            m2[n2] = modes[i];
+            t2[n2++] = true;
+        }
+    }
+    memcpy(modes, m2, sizeof m2);
+    memcpy(tiers, t2, sizeof t2);
+    return n2;
+}
+
+// The numeric options' ranges and --plot's name; false after printing the one line that says
+// what is wrong.
+static bool args_in_range(const bench_args *a) {
+    if (a->k < 1 || a->k > MAX_K || a->out_len < 1 || a->n_requests < 1 ||
+        a->n_requests > MAX_REQUESTS || a->max_batch < 1 || a->ma.n_threads < 0 ||
+        a->n_docs < 0 || a->doc_len < 0 || a->query_len < 0 || !(a->rate >= 0) ||
+        !(a->alpha >= 0 && a->alpha <= 100)) {
+        fprintf(stderr,
+                "lazyinfer bench rag: out of range: need 1 <= --k <= %d, --out-len >= 1, "
+                "1 <= --requests <= %d, --max-batch >= 1, 0 <= --alpha <= 100, and "
+                "--docs, --doc-len, --query-len, --rate, -t >= 0\n",
+                MAX_K, MAX_REQUESTS);
+        return false;
+    }
+    if (a->ma.n_ctx < 0) {
+        fprintf(stderr, "lazyinfer bench rag: --ctx-size %d: must be >= 0 (0: the default)\n",
+                a->ma.n_ctx);
+        return false;
+    }
+    if (a->plot && strpbrk(a->plot, "'\n\\")) { // it goes into the gnuplot script in quotes
+        fprintf(stderr,
+                "lazyinfer bench rag: --plot '%s': the file name must not contain a quote, "
+                "backslash or newline\n",
+                a->plot);
+        return false;
+    }
+    return true;
+}
+
 int cmd_bench_rag(int argc, char **argv) {
     bench_args a = {.mode_s = "all",
                     .n_docs = 0,
@@ -1111,22 +1160,8 @@ int cmd_bench_rag(int argc, char **argv) {
     bool mode_tiers[MAX_MODES] = {false};
     a.tier_mp = li_model_default_params();
     if (!cli_tier_params("bench rag", &a.tiers, &a.tier_mp)) return 2;
-    if (a.tier_mp.host_cache_bytes > 0 || a.tier_mp.disk_cache_dir || a.tier_mp.kv_remote) {
-        li_cache_mode m2[MAX_MODES];
-        bool t2[MAX_MODES];
-        int n2 = 0;
-        for (int i = 0; i < n_modes; i++) {
-            m2[n2] = modes[i];
-            t2[n2++] = false;
-            if (modes[i] == LI_CACHE_LAZY || modes[i] == LI_CACHE_COPY) {
-                m2[n2] = modes[i];
-                t2[n2++] = true;
-            }
-        }
-        memcpy(modes, m2, sizeof m2);
-        memcpy(mode_tiers, t2, sizeof t2);
-        n_modes = n2;
-    }
+    if (a.tier_mp.host_cache_bytes > 0 || a.tier_mp.disk_cache_dir || a.tier_mp.kv_remote)
+        n_modes = add_tier_runs(modes, mode_tiers, n_modes);
     if (a.budget_s && !cli_parse_bytes(a.budget_s, &budget)) {
         fprintf(stderr,
                 "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
@@ -1166,28 +1201,7 @@ int cmd_bench_rag(int argc, char **argv) {
         return 2;
     }
     if (a.synthetic && (r = synthetic_args(&a, argc, argv, opts, n_opts)) != 0) return r;
-    if (a.k < 1 || a.k > MAX_K || a.out_len < 1 || a.n_requests < 1 ||
-        a.n_requests > MAX_REQUESTS || a.max_batch < 1 || a.ma.n_threads < 0 || a.n_docs < 0 ||
-        a.doc_len < 0 || a.query_len < 0 || !(a.rate >= 0) || !(a.alpha >= 0 && a.alpha <= 100)) {
-        fprintf(stderr,
-                "lazyinfer bench rag: out of range: need 1 <= --k <= %d, --out-len >= 1, "
-                "1 <= --requests <= %d, --max-batch >= 1, 0 <= --alpha <= 100, and "
-                "--docs, --doc-len, --query-len, --rate, -t >= 0\n",
-                MAX_K, MAX_REQUESTS);
-        return 2;
-    }
-    if (a.ma.n_ctx < 0) {
-        fprintf(stderr, "lazyinfer bench rag: --ctx-size %d: must be >= 0 (0: the default)\n",
-                a.ma.n_ctx);
-        return 2;
-    }
-    if (a.plot && strpbrk(a.plot, "'\n\\")) { // it goes into the gnuplot script in quotes
-        fprintf(stderr,
-                "lazyinfer bench rag: --plot '%s': the file name must not contain a quote, "
-                "backslash or newline\n",
-                a.plot);
-        return 2;
-    }
+    if (!args_in_range(&a)) return 2;
     const char *dir = NULL;
     corpus c;
     if (a.synthetic) {
