@@ -164,7 +164,7 @@ def test_bad_options_exit_2_with_one_line(tmp_path):
         (ok + ["--kv-dtype", "f8"], "f8"), (ok + ["--chat-template", "bogus"], "bogus"),
         (ok + ["--ctx-size", "-1"], "--ctx-size"), (ok + ["--threads", "-1"], "--threads"),
         (ok + ["--page-size", "100000"], "100000"), (ok + ["--attn-impl", "x"], "'x'"),
-        (ok + ["--evict", "mru"], "--evict"),
+        (ok + ["--evict", "mru"], "--evict"), (ok + ["--host-cache", "100000G"], "available"),
         (["--doc", tmp_path / "missing.txt", "--query", "q"], "missing.txt"),
         (["--doc", doc, "--queries", tmp_path / "missing.txt"], "missing.txt"),
         (["--workload", tmp_path / "missing.jsonl"], "missing.jsonl"),

@@ -214,6 +214,14 @@ bool cli_tier_params(const char *cmd, const cli_tier_args *a, li_model_params *p
                         "(e.g. 4G)\n", cmd, flag, value);
         return false;
     }
+    // the host tier takes its whole budget at start (pinned on CUDA): more than the machine has
+    // free would fail there, or swap and be killed later on the CPU
+    int64_t avail = cli_mem_available();
+    if (a->host_cache && avail > 0 && p->host_cache_bytes > avail) {
+        fprintf(stderr, "lazyinfer %s: --host-cache %s: more than the %.1f GiB of memory "
+                        "available now\n", cmd, a->host_cache, avail / 1073741824.0);
+        return false;
+    }
     if (a->disk_cache && !a->disk_budget) {
         fprintf(stderr, "lazyinfer %s: --disk-cache %s needs --disk-budget SIZE (e.g. 20G)\n", cmd,
                 a->disk_cache);
