@@ -108,6 +108,19 @@ static li_status attn_impl_parse(const char *s, bool device, li_attn_impl *out) 
     return LI_OK;
 }
 
+void li_model_free(li_model *m) {
+    if (!m) return;
+    li_sched_free(m);
+    li_be_free(m->be, m->logits);
+    li_llama_scratch_free(&m->scratch);
+    li_kv_pool_free(&m->kv);
+    li_tokenizer_free(m->tok);
+    li_llama_free(&m->llama);
+    li_llada_free(m->llada);
+    li_backend_free(m->be);
+    free(m);
+}
+
 li_status li_model_load(li_model **out, const li_model_params *p) {
     *out = NULL;
     if (!p || !p->path) return li_error_set(LI_ERR_INVALID_ARG, "no model path given");
@@ -249,19 +262,6 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
 fail:
     li_model_free(m);
     return rc;
-}
-
-void li_model_free(li_model *m) {
-    if (!m) return;
-    li_sched_free(m);
-    li_be_free(m->be, m->logits);
-    li_llama_scratch_free(&m->scratch);
-    li_kv_pool_free(&m->kv);
-    li_tokenizer_free(m->tok);
-    li_llama_free(&m->llama);
-    li_llada_free(m->llada);
-    li_backend_free(m->be);
-    free(m);
 }
 
 static const char *scaling_name(li_rope_scaling s) {

@@ -473,6 +473,40 @@ static void index_listed(void *ctx, const li_doc_key *key, int64_t bytes) {
 
 // ---- public -------------------------------------------------------------------------------------
 
+void li_kv_tiers_free(li_kv_tiers *t) {
+    if (!t) return;
+    if (t->worker_started) {
+        li_kv_tiers_wait(t);
+        stop_workers(t, true);
+    }
+    // loads the engine still owned were cancelled by their work items; the worker freed them
+    for (li_kv_promotion *p = t->loads, *next; p; p = next) {
+        next = p->next;
+        free(p);
+    }
+    li_kv_tiers_step_done(t);  // gathered blobs into L1 (then dropped below), uploads released
+    while (li_key_table_oldest(&t->l1))
+        l1_unlink(t, LI_KEY_ENTRY(li_key_table_oldest(&t->l1), l1_entry, link));
+    for (blob *b = t->free_arena, *next; b; b = next) {
+        next = b->next;
+        blob_destroy(t, b);
+    }
+    li_key_table_free(&t->l1);
+    li_tier_index_free(t->l1_index);
+    li_host_arena_free(t->arena);
+    if (t->arena_mapped) munmap(t->arena_mem, t->arena_bytes);
+    else li_be_host_free(t->be, t->arena_mem);
+    li_tier_index_free(t->l2_index);
+    li_blob_close(t->disk);
+    li_blob_close(t->remote);
+    li_blob_close(t->disk_r);
+    li_blob_close(t->remote_r);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->wake);
+    pthread_cond_destroy(&t->idle);
+    free(t);
+}
+
 li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_kv_pool *pool,
                            li_backend *be) {
     *out = NULL;
@@ -579,40 +613,6 @@ li_status li_kv_tiers_init(li_kv_tiers **out, const li_kv_tiers_config *cfg, li_
 fail:
     li_kv_tiers_free(t);
     return rc;
-}
-
-void li_kv_tiers_free(li_kv_tiers *t) {
-    if (!t) return;
-    if (t->worker_started) {
-        li_kv_tiers_wait(t);
-        stop_workers(t, true);
-    }
-    // loads the engine still owned were cancelled by their work items; the worker freed them
-    for (li_kv_promotion *p = t->loads, *next; p; p = next) {
-        next = p->next;
-        free(p);
-    }
-    li_kv_tiers_step_done(t);  // gathered blobs into L1 (then dropped below), uploads released
-    while (li_key_table_oldest(&t->l1))
-        l1_unlink(t, LI_KEY_ENTRY(li_key_table_oldest(&t->l1), l1_entry, link));
-    for (blob *b = t->free_arena, *next; b; b = next) {
-        next = b->next;
-        blob_destroy(t, b);
-    }
-    li_key_table_free(&t->l1);
-    li_tier_index_free(t->l1_index);
-    li_host_arena_free(t->arena);
-    if (t->arena_mapped) munmap(t->arena_mem, t->arena_bytes);
-    else li_be_host_free(t->be, t->arena_mem);
-    li_tier_index_free(t->l2_index);
-    li_blob_close(t->disk);
-    li_blob_close(t->remote);
-    li_blob_close(t->disk_r);
-    li_blob_close(t->remote_r);
-    pthread_mutex_destroy(&t->mu);
-    pthread_cond_destroy(&t->wake);
-    pthread_cond_destroy(&t->idle);
-    free(t);
 }
 
 li_status li_kv_tiers_demote(li_kv_tiers *t, const li_doc_copy *copy) {

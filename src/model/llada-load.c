@@ -40,6 +40,20 @@ static li_status create(li_llada **out, const li_hparams *hp, li_backend *be, co
     return LI_OK;
 }
 
+void li_llada_free(li_llada *m) {
+    if (!m) return;
+    if (m->fp8) {
+        for (int i = 0; i < 3 * m->hp.n_layer; i++)
+            li_fp8_weight_free_be(m->be, &m->fp8[i]);
+        free(m->fp8);
+    }
+    pthread_mutex_destroy(&m->fp8_lock);
+    li_weight_store_free_device(&m->store);
+    li_weight_store_free(&m->store);
+    free(m->w.layers);
+    free(m);
+}
+
 // ---- HF directory -------------------------------------------------------------------------------
 
 // W (host memory: f32, or bf16 rounded back to bf16) times s, as a copy the store owns.
@@ -225,21 +239,7 @@ fail:
     return rc;
 }
 
-// ---- accessors and free ---------------------------------------------------------------------
-
-void li_llada_free(li_llada *m) {
-    if (!m) return;
-    if (m->fp8) {
-        for (int i = 0; i < 3 * m->hp.n_layer; i++)
-            li_fp8_weight_free_be(m->be, &m->fp8[i]);
-        free(m->fp8);
-    }
-    pthread_mutex_destroy(&m->fp8_lock);
-    li_weight_store_free_device(&m->store);
-    li_weight_store_free(&m->store);
-    free(m->w.layers);
-    free(m);
-}
+// ---- accessors -----------------------------------------------------------------------------
 
 const li_hparams *li_llada_hparams(const li_llada *m) {
     return &m->hp;
