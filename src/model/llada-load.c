@@ -142,60 +142,21 @@ typedef struct {
     li_hparams hp;
 } synth_config;
 
-#define LLADA_ROPE(dh)                                                                             \
-    { .layout = LI_ROPE_NEOX, .theta = 500000.0f, .n_dims = (dh), .max_pos = 4096 }
+// What LLaDA's presets share: MHA (Hkv = H), ε = 1e-5, 4096 positions, NeoX RoPE with
+// θ = 500000 over all of Dh, one EOS token.
+#define LLADA(nm, L, D, F, H, Dh, V, bos, eos, dtype)                                              \
+    {nm,                                                                                           \
+     {.arch = "llada", .name = nm, .n_layer = L, .n_embd = D, .n_ff = F, .n_head = H,              \
+      .n_head_kv = H, .head_dim = Dh, .n_vocab = V, .n_ctx_train = 4096, .rms_eps = 1e-5f,         \
+      .rope = {.layout = LI_ROPE_NEOX, .theta = 500000.0f, .n_dims = Dh, .max_pos = 4096},         \
+      .bos_id = bos, .eos_ids = {eos}, .n_eos = 1, .torch_dtype = dtype}}
 static const synth_config synth_configs[] = {
-    {"tiny-llada",
-     {.arch = "llada",
-      .name = "tiny-llada",
-      .n_layer = 3,
-      .n_embd = 64,
-      .n_ff = 176,
-      .n_head = 4,
-      .n_head_kv = 4,
-      .head_dim = 16,
-      .n_vocab = 512,
-      .n_ctx_train = 4096,
-      .rms_eps = 1e-5f,
-      .rope = LLADA_ROPE(16),
-      .bos_id = 256,
-      .eos_ids = {257},
-      .n_eos = 1}},
-    {"llada-mid",
-     {.arch = "llada",
-      .name = "llada-mid",
-      .n_layer = 8,
-      .n_embd = 1024,
-      .n_ff = 3072,
-      .n_head = 16,
-      .n_head_kv = 16,
-      .head_dim = 64,
-      .n_vocab = 32768,
-      .n_ctx_train = 4096,
-      .rms_eps = 1e-5f,
-      .rope = LLADA_ROPE(64),
-      .bos_id = 256,
-      .eos_ids = {257},
-      .n_eos = 1}},
-    {"llada-8b",
-     {.arch = "llada",
-      .name = "llada-8b",
-      .n_layer = 32,
-      .n_embd = 4096,
-      .n_ff = 12288,
-      .n_head = 32,
-      .n_head_kv = 32,
-      .head_dim = 128,
-      .n_vocab = 126464,
-      .n_ctx_train = 4096,
-      .rms_eps = 1e-5f,
-      .rope = LLADA_ROPE(128),
-      .bos_id = 126080,
-      .eos_ids = {126081},
-      .n_eos = 1,
-      .torch_dtype = "bfloat16"}},
+    //    name          L   D     F      H   Dh   V       BOS     EOS     torch_dtype
+    LLADA("tiny-llada", 3,  64,   176,   4,  16,  512,    256,    257,    ""),
+    LLADA("llada-mid",  8,  1024, 3072,  16, 64,  32768,  256,    257,    ""),
+    LLADA("llada-8b",   32, 4096, 12288, 32, 128, 126464, 126080, 126081, "bfloat16"),
 };
-#undef LLADA_ROPE
+#undef LLADA
 
 bool li_llada_synth_known(const char *name) {
     for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)

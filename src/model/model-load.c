@@ -308,56 +308,43 @@ typedef struct {
     li_hparams hp;
 } synth_config;
 
+// What a llama preset sets: ε = 1e-5, no BOS token, RoPE over all of Dh; the entry's last
+// arguments are the rest of its RoPE.
+#define LLAMA(nm, L, D, F, H, Hkv, Dh, V, ctx, tied, ...)                                          \
+    {nm,                                                                                           \
+     {.arch = "llama", .name = nm, .n_layer = L, .n_embd = D, .n_ff = F, .n_head = H,              \
+      .n_head_kv = Hkv, .head_dim = Dh, .n_vocab = V, .n_ctx_train = ctx, .rms_eps = 1e-5f,        \
+      .rope = {.n_dims = Dh, __VA_ARGS__}, .tied_embeddings = tied, .bos_id = -1}}
 static const synth_config synth_configs[] = {
     // A few layers, byte-level vocabulary: fast enough for every CPU test.
-    {"tiny-llama",
-     {.arch = "llama", .name = "tiny-llama", .n_layer = 2, .n_embd = 64, .n_ff = 176, .n_head = 4,
-      .n_head_kv = 2, .head_dim = 16, .n_vocab = 384, .n_ctx_train = 4096, .rms_eps = 1e-5f,
-      .rope = {.layout = LI_ROPE_NEOX, .theta = 10000.0f, .n_dims = 16},
-      .tied_embeddings = false, .bos_id = -1}},
+    //    name                      L   D     F      H   Hkv Dh   V       ctx     tied
+    LLAMA("tiny-llama",             2,  64,   176,   4,  2,  16,  384,    4096,   false,
+          .layout = LI_ROPE_NEOX, .theta = 10000.0f),
     // Test variants of tiny-llama: every GQA ratio of the exactness suites, every RoPE scaling
     // type and both rotation layouts.
-    {"tiny-llama-mha-gptj",
-     {.arch = "llama", .name = "tiny-llama-mha-gptj", .n_layer = 2, .n_embd = 64, .n_ff = 176,
-      .n_head = 4, .n_head_kv = 4, .head_dim = 16, .n_vocab = 384, .n_ctx_train = 4096,
-      .rms_eps = 1e-5f, .rope = {.layout = LI_ROPE_GPTJ, .theta = 10000.0f, .n_dims = 16},
-      .tied_embeddings = true, .bos_id = -1}},
-    {"tiny-llama-gqa4-linear",
-     {.arch = "llama", .name = "tiny-llama-gqa4-linear", .n_layer = 2, .n_embd = 64, .n_ff = 176,
-      .n_head = 8, .n_head_kv = 2, .head_dim = 16, .n_vocab = 384, .n_ctx_train = 4096,
-      .rms_eps = 1e-5f,
-      .rope = {.layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LINEAR, .theta = 10000.0f,
-               .n_dims = 16, .factor = 4.0f}, .bos_id = -1}},
-    {"tiny-llama-gqa8-llama3",
-     {.arch = "llama", .name = "tiny-llama-gqa8-llama3", .n_layer = 2, .n_embd = 64, .n_ff = 176,
-      .n_head = 8, .n_head_kv = 1, .head_dim = 16, .n_vocab = 384, .n_ctx_train = 4096,
-      .rms_eps = 1e-5f,
-      .rope = {.layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f,
-               .n_dims = 16, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
-               .original_max_pos = 64, .max_pos = 4096}, .bos_id = -1}},
-    {"tiny-llama-gqa2-yarn",
-     {.arch = "llama", .name = "tiny-llama-gqa2-yarn", .n_layer = 2, .n_embd = 96, .n_ff = 160,
-      .n_head = 6, .n_head_kv = 3, .head_dim = 16, .n_vocab = 384, .n_ctx_train = 4096,
-      .rms_eps = 1e-5f,
-      .rope = {.layout = LI_ROPE_GPTJ, .scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f,
-               .n_dims = 16, .factor = 4.0f, .original_max_pos = 64, .max_pos = 4096,
-               .beta_fast = 32.0f, .beta_slow = 1.0f}, .bos_id = -1}},
+    LLAMA("tiny-llama-mha-gptj",    2,  64,   176,   4,  4,  16,  384,    4096,   true,
+          .layout = LI_ROPE_GPTJ, .theta = 10000.0f),
+    LLAMA("tiny-llama-gqa4-linear", 2,  64,   176,   8,  2,  16,  384,    4096,   false,
+          .layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LINEAR, .theta = 10000.0f,
+          .factor = 4.0f),
+    LLAMA("tiny-llama-gqa8-llama3", 2,  64,   176,   8,  1,  16,  384,    4096,   false,
+          .layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f,
+          .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+          .original_max_pos = 64, .max_pos = 4096),
+    LLAMA("tiny-llama-gqa2-yarn",   2,  96,   160,   6,  3,  16,  384,    4096,   false,
+          .layout = LI_ROPE_GPTJ, .scaling = LI_ROPE_SCALING_YARN, .theta = 10000.0f,
+          .factor = 4.0f, .original_max_pos = 64, .max_pos = 4096, .beta_fast = 32.0f,
+          .beta_slow = 1.0f),
     // SmolLM2-135M shapes (GQA 9/3, tied).
-    {"smollm2-135m",
-     {.arch = "llama", .name = "smollm2-135m", .n_layer = 30, .n_embd = 576, .n_ff = 1536,
-      .n_head = 9, .n_head_kv = 3, .head_dim = 64, .n_vocab = 49152, .n_ctx_train = 8192,
-      .rms_eps = 1e-5f, .rope = {.layout = LI_ROPE_NEOX, .theta = 100000.0f, .n_dims = 64},
-      .tied_embeddings = true, .bos_id = -1}},
+    LLAMA("smollm2-135m",           30, 576,  1536,  9,  3,  64,  49152,  8192,   true,
+          .layout = LI_ROPE_NEOX, .theta = 100000.0f),
     // Meta-Llama-3.1-8B(-Instruct) config.json.
-    {"llama-3.1-8b",
-     {.arch = "llama", .name = "llama-3.1-8b", .n_layer = 32, .n_embd = 4096, .n_ff = 14336,
-      .n_head = 32, .n_head_kv = 8, .head_dim = 128, .n_vocab = 128256, .n_ctx_train = 131072,
-      .rms_eps = 1e-5f,
-      .rope = {.layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f,
-               .n_dims = 128, .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
-               .original_max_pos = 8192, .max_pos = 131072},
-      .tied_embeddings = false, .bos_id = -1}},
+    LLAMA("llama-3.1-8b",           32, 4096, 14336, 32, 8,  128, 128256, 131072, false,
+          .layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f,
+          .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+          .original_max_pos = 8192, .max_pos = 131072),
 };
+#undef LLAMA
 
 bool li_llama_synth_known(const char *name) {
     for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)
