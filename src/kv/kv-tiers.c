@@ -126,19 +126,14 @@ static void tier_key(const li_kv_tiers *t, const li_doc_key *doc, int64_t delta,
 static void header_fill(const li_kv_tiers *t, entry_header *h, const li_doc_key *key,
                         int n_tokens, int n_pages, int64_t delta) {
     const li_kv_storage *s = &t->pool->storage;
-    memset(h, 0, sizeof *h);
+    // (the header has no padding: every byte written and compared is a field)
+    *h = (entry_header){.format = LI_KV_TIERS_FORMAT, .dtype = (uint32_t)s->dtype,
+                        .n_tokens = n_tokens, .n_pages = n_pages, .delta = delta,
+                        .page_size = s->page_size, .n_layer = s->n_layer,
+                        .n_head_kv = s->n_head_kv, .head_dim = s->head_dim,
+                        .page_bytes = t->page_bytes};
     memcpy(h->magic, MAGIC, 8);
-    h->format = LI_KV_TIERS_FORMAT;
-    h->dtype = (uint32_t)s->dtype;
     memcpy(h->key, key->b, 32);
-    h->n_tokens = n_tokens;
-    h->n_pages = n_pages;
-    h->delta = delta;
-    h->page_size = s->page_size;
-    h->n_layer = s->n_layer;
-    h->n_head_kv = s->n_head_kv;
-    h->head_dim = s->head_dim;
-    h->page_bytes = t->page_bytes;
 }
 
 // True when data (n) is the entry p needs: every header field as this pool and p's copy would
