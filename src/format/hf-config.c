@@ -332,80 +332,102 @@ static li_status parse_llada(const char *file, json_t *root, li_hparams *hp) {
     return LI_OK;
 }
 
-li_status li_hf_config_parse(li_hparams *hp, const char *json, size_t len, const char *name) {
-    LI_ASSERT(hp && (json || len == 0));
-    const char *file = name ? name : "config.json";
-    json_t *root = NULL;
-    li_status st;
-    memset(hp, 0, sizeof *hp);
-    hp->bos_id = -1;
-    LI_TRY(load_json(json, len, file, &root));
-
-    st = model_type(file, root, hp->arch, sizeof hp->arch);
-    if (st != LI_OK) goto out;
+// config.json's root object into hp; file names it in messages.
+static li_status parse_config(li_hparams *hp, const char *file, json_t *root) {
+    LI_TRY(model_type(file, root, hp->arch, sizeof hp->arch));
     bool llada = strcmp(hp->arch, "llada") == 0;
 
-    if ((st = get_str(file, root, "_name_or_path", hp->name, sizeof hp->name, false))) goto out;
+    LI_TRY(get_str(file, root, "_name_or_path", hp->name, sizeof hp->name, false));
     if (llada) {
-        if ((st = parse_llada(file, root, hp))) goto out;
+        LI_TRY(parse_llada(file, root, hp));
         goto ids;
     }
-    if ((st = get_int(file, root, "hidden_size", true, 1, LIM_SIZE, &hp->n_embd))) goto out;
-    if ((st = get_int(file, root, "intermediate_size", true, 1, LIM_SIZE, &hp->n_ff))) goto out;
-    if ((st = get_int(file, root, "num_hidden_layers", true, 1, LIM_LAYERS, &hp->n_layer)))
-        goto out;
-    if ((st = get_int(file, root, "num_attention_heads", true, 1, LIM_HEADS, &hp->n_head)))
-        goto out;
+    LI_TRY(get_int(file, root, "hidden_size", true, 1, LIM_SIZE, &hp->n_embd));
+    LI_TRY(get_int(file, root, "intermediate_size", true, 1, LIM_SIZE, &hp->n_ff));
+    LI_TRY(get_int(file, root, "num_hidden_layers", true, 1, LIM_LAYERS, &hp->n_layer));
+    LI_TRY(get_int(file, root, "num_attention_heads", true, 1, LIM_HEADS, &hp->n_head));
     hp->n_head_kv = hp->n_head;
-    if ((st = get_int(file, root, "num_key_value_heads", false, 1, LIM_HEADS, &hp->n_head_kv)))
-        goto out;
-    if (hp->n_embd % hp->n_head != 0 && !field(root, "head_dim")) {
-        st = li_error_set(LI_ERR_FORMAT, "%s: hidden_size = %d is not a multiple of "
-                          "num_attention_heads = %d (and there is no head_dim)", file, hp->n_embd,
-                          hp->n_head);
-        goto out;
-    }
+    LI_TRY(get_int(file, root, "num_key_value_heads", false, 1, LIM_HEADS, &hp->n_head_kv));
+    if (hp->n_embd % hp->n_head != 0 && !field(root, "head_dim"))
+        return li_error_set(LI_ERR_FORMAT, "%s: hidden_size = %d is not a multiple of "
+                            "num_attention_heads = %d (and there is no head_dim)", file,
+                            hp->n_embd, hp->n_head);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if ((st = get_int(file, root, "head_dim", false, 1, LIM_SIZE, &hp->head_dim))) goto out;
-    if ((st = get_int(file, root, "vocab_size", true, 1, LIM_SIZE, &hp->n_vocab))) goto out;
+    LI_TRY(get_int(file, root, "head_dim", false, 1, LIM_SIZE, &hp->head_dim));
+    LI_TRY(get_int(file, root, "vocab_size", true, 1, LIM_SIZE, &hp->n_vocab));
     hp->n_ctx_train = 2048;
-    if ((st = get_int(file, root, "max_position_embeddings", false, 1, LIM_CTX,
-                      &hp->n_ctx_train)))
-        goto out;
+    LI_TRY(get_int(file, root, "max_position_embeddings", false, 1, LIM_CTX, &hp->n_ctx_train));
     hp->rms_eps = 1e-6f;
-    if ((st = get_float(file, root, "rms_norm_eps", false, &hp->rms_eps, NULL))) goto out;
-    if ((st = get_bool(file, root, "tie_word_embeddings", &hp->tied_embeddings))) goto out;
-    if ((st = get_bool(file, root, "attention_bias", &hp->attention_bias))) goto out;
-    if ((st = get_bool(file, root, "mlp_bias", &hp->mlp_bias))) goto out;
+    LI_TRY(get_float(file, root, "rms_norm_eps", false, &hp->rms_eps, NULL));
+    LI_TRY(get_bool(file, root, "tie_word_embeddings", &hp->tied_embeddings));
+    LI_TRY(get_bool(file, root, "attention_bias", &hp->attention_bias));
+    LI_TRY(get_bool(file, root, "mlp_bias", &hp->mlp_bias));
 ids:
-    if ((st = get_bos(file, root, &hp->bos_id))) goto out;
-    if ((st = get_ids(file, root, "eos_token_id", hp->eos_ids, &hp->n_eos))) goto out;
-    if ((st = get_str(file, root, "torch_dtype", hp->torch_dtype, sizeof hp->torch_dtype, true)))
-        goto out;
-    if (!hp->torch_dtype[0] &&  // transformers >= 4.56 writes "dtype"
-        (st = get_str(file, root, "dtype", hp->torch_dtype, sizeof hp->torch_dtype, true)))
-        goto out;
+    LI_TRY(get_bos(file, root, &hp->bos_id));
+    LI_TRY(get_ids(file, root, "eos_token_id", hp->eos_ids, &hp->n_eos));
+    LI_TRY(get_str(file, root, "torch_dtype", hp->torch_dtype, sizeof hp->torch_dtype, true));
+    if (!hp->torch_dtype[0])  // transformers >= 4.56 writes "dtype"
+        LI_TRY(get_str(file, root, "dtype", hp->torch_dtype, sizeof hp->torch_dtype, true));
 
     li_rope_config *r = &hp->rope;
     // HF checkpoints rotate halves (rotate_half)
     li_rope_config_default(r, LI_ROPE_NEOX, hp->head_dim, hp->n_ctx_train);
-    if ((st = get_float(file, root, "rope_theta", false, &r->theta, NULL))) goto out;
+    LI_TRY(get_float(file, root, "rope_theta", false, &r->theta, NULL));
     // (LLaDA's RotaryEmbedding reads rope_theta only: rope_scaling / rope_parameters unused)
     json_t *rp = llada ? NULL : field(root, "rope_parameters");
-    if (rp && json_is_object(rp) &&
-        (st = get_float(file, rp, "rope_theta", false, &r->theta, NULL)))
-        goto out;
+    if (rp && json_is_object(rp))
+        LI_TRY(get_float(file, rp, "rope_theta", false, &r->theta, NULL));
     json_t *rs = llada ? NULL : field(root, "rope_scaling");
     if (rs) {
-        st = parse_rope_scaling(file, "rope_scaling", rs, hp);
+        LI_TRY(parse_rope_scaling(file, "rope_scaling", rs, hp));
     } else if (rp) {
-        st = parse_rope_scaling(file, "rope_parameters", rp, hp);
+        LI_TRY(parse_rope_scaling(file, "rope_parameters", rp, hp));
     }
-    if (st != LI_OK) goto out;
-    st = li_hparams_validate(hp, file, false);
-out:
+    return li_hparams_validate(hp, file, false);
+}
+
+// generation_config.json's root object into gc; file names it in messages.
+static li_status parse_generation_config(li_generation_config *gc, const char *file,
+                                         json_t *root) {
+    LI_TRY(get_float(file, root, "temperature", false, &gc->temperature, &gc->has_temperature));
+    LI_TRY(get_float(file, root, "top_p", false, &gc->top_p, &gc->has_top_p));
+    gc->has_top_k = field(root, "top_k") != NULL;
+    LI_TRY(get_int(file, root, "top_k", false, 0, INT32_MAX, &gc->top_k));
+    LI_TRY(get_bos(file, root, &gc->bos_id));
+    LI_TRY(get_ids(file, root, "eos_token_id", gc->eos_ids, &gc->n_eos));
+    if (gc->has_temperature && gc->temperature < 0)
+        return li_error_set(LI_ERR_FORMAT, "%s: field 'temperature' = %g is negative", file,
+                            gc->temperature);
+    if (gc->has_top_p && !(gc->top_p >= 0 && gc->top_p <= 1))
+        return li_error_set(LI_ERR_FORMAT, "%s: field 'top_p' = %g is outside [0, 1]", file,
+                            gc->top_p);
+    return LI_OK;
+}
+
+// Parses json (len bytes) into hp (config.json) or else gc (generation_config.json); file names
+// it in messages.
+static li_status parse_json(const char *json, size_t len, const char *file, li_hparams *hp,
+                            li_generation_config *gc) {
+    json_t *root = NULL;
+    LI_TRY(load_json(json, len, file, &root));
+    li_status st = hp ? parse_config(hp, file, root) : parse_generation_config(gc, file, root);
     json_decref(root);
     return st;
+}
+
+li_status li_hf_config_parse(li_hparams *hp, const char *json, size_t len, const char *name) {
+    LI_ASSERT(hp && (json || len == 0));
+    memset(hp, 0, sizeof *hp);
+    hp->bos_id = -1;
+    return parse_json(json, len, name ? name : "config.json", hp, NULL);
+}
+
+li_status li_hf_generation_config_parse(li_generation_config *gc, const char *json, size_t len,
+                                        const char *name) {
+    LI_ASSERT(gc && (json || len == 0));
+    memset(gc, 0, sizeof *gc);
+    gc->bos_id = -1;
+    return parse_json(json, len, name ? name : "generation_config.json", NULL, gc);
 }
 
 // Reads path (at most MAX_CONFIG_BYTES) and parses it into hp (config.json) or else gc
@@ -423,34 +445,6 @@ static li_status load_file(const char *path, li_hparams *hp, li_generation_confi
 li_status li_hf_config_load(li_hparams *hp, const char *path) {
     LI_ASSERT(hp);
     return load_file(path, hp, NULL);
-}
-
-li_status li_hf_generation_config_parse(li_generation_config *gc, const char *json, size_t len,
-                                        const char *name) {
-    LI_ASSERT(gc && (json || len == 0));
-    const char *file = name ? name : "generation_config.json";
-    json_t *root = NULL;
-    li_status st;
-    memset(gc, 0, sizeof *gc);
-    gc->bos_id = -1;
-    LI_TRY(load_json(json, len, file, &root));
-    if ((st = get_float(file, root, "temperature", false, &gc->temperature, &gc->has_temperature)))
-        goto out;
-    if ((st = get_float(file, root, "top_p", false, &gc->top_p, &gc->has_top_p))) goto out;
-    gc->has_top_k = field(root, "top_k") != NULL;
-    if ((st = get_int(file, root, "top_k", false, 0, INT32_MAX, &gc->top_k))) goto out;
-    if ((st = get_bos(file, root, &gc->bos_id))) goto out;
-    if ((st = get_ids(file, root, "eos_token_id", gc->eos_ids, &gc->n_eos))) goto out;
-    if (gc->has_temperature && gc->temperature < 0) {
-        st = li_error_set(LI_ERR_FORMAT, "%s: field 'temperature' = %g is negative", file,
-                          gc->temperature);
-    } else if (gc->has_top_p && !(gc->top_p >= 0 && gc->top_p <= 1)) {
-        st = li_error_set(LI_ERR_FORMAT, "%s: field 'top_p' = %g is outside [0, 1]", file,
-                          gc->top_p);
-    }
-out:
-    json_decref(root);
-    return st;
 }
 
 li_status li_hf_generation_config_load(li_generation_config *gc, const char *path) {
