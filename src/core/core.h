@@ -54,6 +54,11 @@ void li_progress(const char *what, int64_t done, int64_t total);
 void *li_alloc(size_t n_bytes, const char *what);
 void li_free(void *p);  // li_free(NULL) is a no-op
 
+// Grows the array *p of elem-byte elements to hold at least n: its capacity *cap starts at
+// `first` and doubles, and the elements added are zero-filled. False, with *p and *cap as they
+// were, when memory runs out (the caller sets the error, naming the array).
+bool li_grow(void **p, int64_t *cap, int64_t n, size_t elem, int64_t first);
+
 // Overflow-checked size arithmetic for anything derived from file contents.
 bool li_mul_overflows(uint64_t a, uint64_t b, uint64_t *out);
 bool li_add_overflows(uint64_t a, uint64_t b, uint64_t *out);

@@ -29,6 +29,20 @@ bool li_add_overflows(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out);
 }
 
+bool li_grow(void **p, int64_t *cap, int64_t n, size_t elem, int64_t first) {
+    if (n <= *cap) return true;
+    int64_t c = *cap ? *cap : first;
+    while (c < n) c *= 2;
+    uint64_t bytes;
+    if (li_mul_overflows((uint64_t)c, elem, &bytes) || bytes > SIZE_MAX) return false;
+    char *q = realloc(*p, (size_t)bytes);
+    if (!q) return false;
+    memset(q + (size_t)*cap * elem, 0, (size_t)(c - *cap) * elem);
+    *p = q;
+    *cap = c;
+    return true;
+}
+
 static li_status buf_reserve(li_buf *b, size_t extra) {
     if (b->len + extra + 1 <= b->cap) return LI_OK;
     size_t cap = b->cap ? b->cap : 256;

@@ -996,17 +996,13 @@ void li_get_cache_stats(const li_model *m, li_cache_stats *o) {
     if (m->docs) {
         li_doc_cache_stats d;
         li_doc_cache_get_stats(m->docs, &d);
-        o->doc_lookups = d.lookups;
-        o->doc_hits = d.hits;
-        o->doc_misses = d.misses;
-        o->doc_hit_tokens = d.hit_tokens;
-        o->doc_miss_tokens = d.miss_tokens;
-        o->copies_made = d.copies_made;
-        o->evictions = d.evictions;
-        o->resident_docs = d.resident_docs;
-        o->resident_copies = d.resident_copies;
-        o->resident_bytes = d.resident_bytes;
-        o->copy_baseline_bytes = d.copy_baseline_bytes;
+        *o = (li_cache_stats){.doc_lookups = d.lookups, .doc_hits = d.hits,
+                              .doc_misses = d.misses, .doc_hit_tokens = d.hit_tokens,
+                              .doc_miss_tokens = d.miss_tokens, .copies_made = d.copies_made,
+                              .evictions = d.evictions, .resident_docs = d.resident_docs,
+                              .resident_copies = d.resident_copies,
+                              .resident_bytes = d.resident_bytes,
+                              .copy_baseline_bytes = d.copy_baseline_bytes};
     }
     if (m->prefix) {
         li_prefix_cache_stats p;

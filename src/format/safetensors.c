@@ -63,7 +63,8 @@ typedef struct {
 
 struct li_safetensors {
     shard *shards;
-    int n_shards, cap_shards;
+    int n_shards;
+    int64_t cap_shards;
     li_st_tensor *tensors;  // (n_tensors) names are heap copies
     int64_t n_tensors, cap_tensors;
     name_index index;
@@ -107,15 +108,9 @@ static li_status build_index(li_safetensors *st) {
 }
 
 static li_status push_tensor(li_safetensors *st, li_st_tensor **t) {
-    if (st->n_tensors == st->cap_tensors) {
-        int64_t cap = st->cap_tensors ? st->cap_tensors * 2 : 64;
-        li_st_tensor *n = realloc(st->tensors, (size_t)cap * sizeof *n);
-        if (!n) return li_error_set(LI_ERR_OOM, "out of memory for safetensors tensors");
-        st->tensors = n;
-        st->cap_tensors = cap;
-    }
+    if (!li_grow((void **)&st->tensors, &st->cap_tensors, st->n_tensors + 1, sizeof **t, 64))
+        return li_error_set(LI_ERR_OOM, "out of memory for safetensors tensors");
     *t = &st->tensors[st->n_tensors++];
-    memset(*t, 0, sizeof **t);
     return LI_OK;
 }
 
@@ -259,15 +254,9 @@ out:
 }
 
 static li_status add_shard(li_safetensors *st, int *idx) {
-    if (st->n_shards == st->cap_shards) {
-        int cap = st->cap_shards ? st->cap_shards * 2 : 4;
-        shard *n = realloc(st->shards, (size_t)cap * sizeof *n);
-        if (!n) return li_error_set(LI_ERR_OOM, "out of memory for safetensors shards");
-        st->shards = n;
-        st->cap_shards = cap;
-    }
+    if (!li_grow((void **)&st->shards, &st->cap_shards, st->n_shards + 1, sizeof *st->shards, 4))
+        return li_error_set(LI_ERR_OOM, "out of memory for safetensors shards");
     *idx = st->n_shards++;
-    memset(&st->shards[*idx], 0, sizeof st->shards[*idx]);
     return LI_OK;
 }
 
@@ -384,42 +373,18 @@ static li_status open_path(li_safetensors *st, const char *path) {
     return build_index(st);
 }
 
-li_status li_safetensors_open(li_safetensors **out, const char *path) {
-    LI_ASSERT(out && path);
-    *out = NULL;
-    li_safetensors *st = li_alloc(sizeof *st, "safetensors handle");
-    if (!st) return LI_ERR_OOM;
-    li_status s = open_path(st, path);
-    if (s != LI_OK) {
-        li_safetensors_close(st);
-        return s;
-    }
-    *out = st;
-    return LI_OK;
-}
-
-li_status li_safetensors_open_memory(li_safetensors **out, const uint8_t *data, size_t size,
-                                     const char *name) {
-    LI_ASSERT(out && (data || size == 0));
-    *out = NULL;
-    li_safetensors *st = li_alloc(sizeof *st, "safetensors handle");
-    int idx;
-    if (!st) return LI_ERR_OOM;
-    li_status s = add_shard(st, &idx);
-    if (s == LI_OK) {
-        shard *sh = &st->shards[idx];
-        sh->path = strdup(name ? name : "<memory>");
-        sh->data = data;
-        sh->size = size;
-        s = sh->path ? parse_shard(st, idx) : li_error_set(LI_ERR_OOM, "out of memory");
-    }
-    if (s == LI_OK) s = build_index(st);
-    if (s != LI_OK) {
-        li_safetensors_close(st);
-        return s;
-    }
-    *out = st;
-    return LI_OK;
+// data (size bytes), named name in messages, as the one shard of st.
+static li_status open_buffer(li_safetensors *st, const uint8_t *data, size_t size,
+                             const char *name) {
+    int idx = 0;
+    LI_TRY(add_shard(st, &idx));
+    shard *sh = &st->shards[idx];
+    sh->path = strdup(name ? name : "<memory>");
+    if (!sh->path) return li_error_set(LI_ERR_OOM, "out of memory");
+    sh->data = data;
+    sh->size = size;
+    LI_TRY(parse_shard(st, idx));
+    return build_index(st);
 }
 
 void li_safetensors_close(li_safetensors *st) {
@@ -433,6 +398,27 @@ void li_safetensors_close(li_safetensors *st) {
     free(st->shards);
     li_free(st->index.slots);
     li_free(st);
+}
+
+// A new handle filled from path (open_path) or else from data (open_buffer).
+static li_status open_handle(li_safetensors **out, const char *path, const uint8_t *data,
+                             size_t size, const char *name) {
+    li_safetensors *st = li_alloc(sizeof *st, "safetensors handle");
+    li_status s = !st ? LI_ERR_OOM : path ? open_path(st, path) : open_buffer(st, data, size, name);
+    if (s != LI_OK) li_safetensors_close(st);
+    *out = s == LI_OK ? st : NULL;
+    return s;
+}
+
+li_status li_safetensors_open(li_safetensors **out, const char *path) {
+    LI_ASSERT(out && path);
+    return open_handle(out, path, NULL, 0, NULL);
+}
+
+li_status li_safetensors_open_memory(li_safetensors **out, const uint8_t *data, size_t size,
+                                     const char *name) {
+    LI_ASSERT(out && (data || size == 0));
+    return open_handle(out, NULL, data, size, name);
 }
 
 int64_t li_safetensors_count(const li_safetensors *st) { return st->n_tensors; }

@@ -43,13 +43,15 @@ typedef struct {
     li_gguf *gguf;          // open while weights point into it (f32 tensors are not copied)
     li_safetensors *st;     // same for safetensors
     void **owned;           // buffers we allocated (dequantised / converted / synthetic)
-    int n_owned, cap_owned;
+    int n_owned;
+    int64_t cap_owned;
     char source_dtype[16];  // dominant dtype of the file's weights, for `info`
     // Device backends: the weights' buffers in backend memory (weights-device.c); the host
     // copies above are freed once uploaded.
     li_backend *dev;
     void **dev_owned;
-    int n_dev_owned, cap_dev_owned;
+    int n_dev_owned;
+    int64_t cap_dev_owned;
 } li_weight_store;
 
 // One sequence's part of a batch: tokens [t0, t0 + n) of the batch, and its page table

@@ -19,15 +19,9 @@
 #define F32_WEIGHT_LIMIT_BYTES (6ull << 30)
 
 li_status li_store_own(li_weight_store *st, void *p) {
-    if (st->n_owned == st->cap_owned) {
-        int cap = st->cap_owned ? 2 * st->cap_owned : 64;
-        void **q = realloc(st->owned, (size_t)cap * sizeof *q);
-        if (!q) {
-            li_free(p);
-            return li_error_set(LI_ERR_OOM, "out of memory");
-        }
-        st->owned = q;
-        st->cap_owned = cap;
+    if (!li_grow((void **)&st->owned, &st->cap_owned, st->n_owned + 1, sizeof *st->owned, 64)) {
+        li_free(p);
+        return li_error_set(LI_ERR_OOM, "out of memory");
     }
     st->owned[st->n_owned++] = p;
     return LI_OK;

@@ -19,15 +19,10 @@
 static size_t esize(li_dtype t) { return t == LI_DTYPE_BF16 ? 2 : 4; }
 
 static li_status dev_own(li_weight_store *st, void *p) {
-    if (st->n_dev_owned == st->cap_dev_owned) {
-        int cap = st->cap_dev_owned ? 2 * st->cap_dev_owned : 64;
-        void **o = realloc(st->dev_owned, (size_t)cap * sizeof *o);
-        if (!o) {
-            li_be_free(st->dev, p);
-            return li_error_set(LI_ERR_OOM, "out of memory");
-        }
-        st->dev_owned = o;
-        st->cap_dev_owned = cap;
+    if (!li_grow((void **)&st->dev_owned, &st->cap_dev_owned, st->n_dev_owned + 1,
+                 sizeof *st->dev_owned, 64)) {
+        li_be_free(st->dev, p);
+        return li_error_set(LI_ERR_OOM, "out of memory");
     }
     st->dev_owned[st->n_dev_owned++] = p;
     return LI_OK;
