@@ -54,6 +54,15 @@ void li_progress(const char *what, int64_t done, int64_t total);
 void *li_alloc(size_t n_bytes, const char *what);
 void li_free(void *p);  // li_free(NULL) is a no-op
 
+// Arrays of one lifetime as one allocation: *parts[i].ptr gets parts[i].bytes of it, 64-byte
+// aligned and zero-filled. Returns the block, the one thing to li_free; NULL (no pointer set,
+// the error set naming `what`) when memory runs out.
+typedef struct {
+    void **ptr;
+    size_t bytes;
+} li_part;
+void *li_alloc_parts(const li_part *parts, int n, const char *what);
+
 // Grows the array *p of elem-byte elements to hold at least n: its capacity *cap starts at
 // `first` and doubles, and the elements added are zero-filled. False, with *p and *cap as they
 // were, when memory runs out (the caller sets the error, naming the array).

@@ -21,6 +21,21 @@ void *li_alloc(size_t n_bytes, const char *what) {
 
 void li_free(void *p) { free(p); }
 
+void *li_alloc_parts(const li_part *parts, int n, const char *what) {
+    size_t total = 0;  // each part rounded up to 64 bytes; SIZE_MAX on overflow (li_alloc fails)
+    for (int i = 0; i < n && total != SIZE_MAX; i++) {
+        size_t r = (parts[i].bytes + 63) & ~(size_t)63;
+        total = r < parts[i].bytes || total > SIZE_MAX - r ? SIZE_MAX : total + r;
+    }
+    char *block = li_alloc(total, what);
+    if (!block) return NULL;
+    for (size_t i = 0, at = 0; i < (size_t)n; i++) {
+        *parts[i].ptr = block + at;
+        at += (parts[i].bytes + 63) & ~(size_t)63;
+    }
+    return block;
+}
+
 bool li_mul_overflows(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_mul_overflow(a, b, out);
 }

@@ -91,6 +91,7 @@ typedef struct li_sched {
     li_batch_seq *seqs;
     request **row_req;   // which request a logits row belongs to
     float *host_logits;  // (V) a row's logits in host memory for on_logits (device backends)
+    void *arrays;        // the block holding the arrays above (li_alloc_parts)
 } li_sched;
 
 // ---- small helpers -------------------------------------------------------------------------
@@ -1049,19 +1050,16 @@ li_status li_sched_init(li_model *m) {
     li_sched *S = calloc(1, sizeof *S);
     if (!S) return li_error_set(LI_ERR_OOM, "out of memory");
     m->sched = S;
-    size_t n = (size_t)m->n_batch;
-    S->tok = malloc(n * sizeof *S->tok);
-    S->pos = malloc(n * sizeof *S->pos);
-    S->nvis = malloc(n * sizeof *S->nvis);
-    S->first = malloc(n * sizeof *S->first);
-    S->rows = malloc(n * sizeof *S->rows);
-    S->slot = malloc(n * sizeof *S->slot);
-    S->seqs = malloc(n * sizeof *S->seqs);
-    S->row_req = malloc(n * sizeof *S->row_req);
-    S->host_logits = malloc((size_t)m->llama.hp.n_vocab * sizeof *S->host_logits);
-    if (!S->tok || !S->pos || !S->nvis || !S->first || !S->rows || !S->slot || !S->seqs ||
-        !S->row_req || !S->host_logits)
-        return li_error_set(LI_ERR_OOM, "out of memory for the scheduler");
+    size_t n = (size_t)m->n_batch, V = (size_t)m->llama.hp.n_vocab;
+    li_part parts[] = {
+        {(void **)&S->tok, n * sizeof *S->tok},     {(void **)&S->pos, n * sizeof *S->pos},
+        {(void **)&S->nvis, n * sizeof *S->nvis},   {(void **)&S->first, n * sizeof *S->first},
+        {(void **)&S->rows, n * sizeof *S->rows},   {(void **)&S->slot, n * sizeof *S->slot},
+        {(void **)&S->seqs, n * sizeof *S->seqs},   {(void **)&S->row_req, n * sizeof *S->row_req},
+        {(void **)&S->host_logits, V * sizeof *S->host_logits},
+    };
+    S->arrays = li_alloc_parts(parts, sizeof parts / sizeof parts[0], "the scheduler");
+    if (!S->arrays) return li_error_set(LI_ERR_OOM, "out of memory for the scheduler");
     if (m->cache_mode == LI_CACHE_LAZY || m->cache_mode == LI_CACHE_COPY)
         LI_TRY(li_doc_cache_init(&m->docs, &m->kv, &li_evict_lru, 0));
     if (m->cache_mode == LI_CACHE_PREFIX) LI_TRY(li_prefix_cache_init(&m->prefix, &m->kv, 0));
@@ -1084,15 +1082,7 @@ void li_sched_free(li_model *m) {
     li_prefix_cache_free(m->prefix);
     m->docs = NULL;
     m->prefix = NULL;
-    free(S->tok);
-    free(S->pos);
-    free(S->nvis);
-    free(S->first);
-    free(S->rows);
-    free(S->slot);
-    free(S->seqs);
-    free(S->row_req);
-    free(S->host_logits);
+    li_free(S->arrays);
     free(S);
     m->sched = NULL;
 }
