@@ -147,6 +147,7 @@ typedef struct {
     int32_t *x0, *dx0;          // (W) predicted token per window row (host, device)
     double *wconf, *dconf;      // (W) confidence per window row, -inf for non-candidates
     int32_t *commit, *dcommit;  // (W + 1) dllm->select's answer (host, device)
+    void *whost;                // the block holding wrow, masked, x0, wconf and commit
     int n_committed;            // this step's
     double *conf;      // (T) the canvas's confidence vector for li_dllm_select
     int *sel;          // (T) selected canvas rows
@@ -164,19 +165,16 @@ typedef struct {
 
 // The buffers sized by the window (W rows), freed.
 static void window_free(req_state *r) {
-    li_free(r->wrow);
+    li_free(r->whost);
     li_free(r->logits);
     li_free(r->ulogits);
-    li_free(r->masked);
-    li_free(r->x0);
-    li_free(r->wconf);
-    li_free(r->commit);
     li_be_free(r->be, r->dlogits);
     li_be_free(r->be, r->dulogits);
     li_be_free(r->be, r->dmasked);
     li_be_free(r->be, r->dx0);
     li_be_free(r->be, r->dconf);
     li_be_free(r->be, r->dcommit);
+    r->whost = NULL;
     r->wrow = r->x0 = r->dx0 = r->commit = r->dcommit = NULL;
     r->logits = r->ulogits = r->dlogits = r->dulogits = NULL;
     r->masked = r->dmasked = NULL;
@@ -189,11 +187,12 @@ static li_status window_alloc(req_state *r, li_backend *be, int V, int cap) {
     window_free(r);
     const bool dev = li_be_is_device(be);
     size_t W = (size_t)cap, WV = W * (size_t)V;
-    if (!(r->wrow = li_alloc(W * sizeof *r->wrow, "dllm window rows")) ||
-        !(r->masked = li_alloc(W, "dllm mask flags")) ||
-        !(r->x0 = li_alloc(W * sizeof *r->x0, "dllm x0")) ||
-        !(r->wconf = li_alloc(W * sizeof *r->wconf, "dllm confidences")) ||
-        !(r->commit = li_alloc((W + 1) * sizeof *r->commit, "dllm commits")))
+    li_part parts[] = {{(void **)&r->wrow, W * sizeof *r->wrow},
+                       {(void **)&r->masked, W},
+                       {(void **)&r->x0, W * sizeof *r->x0},
+                       {(void **)&r->wconf, W * sizeof *r->wconf},
+                       {(void **)&r->commit, (W + 1) * sizeof *r->commit}};
+    if (!(r->whost = li_alloc_parts(parts, sizeof parts / sizeof parts[0], "dllm window")))
         return LI_ERR_OOM;
     if (!dev && (!(r->logits = li_alloc(WV * sizeof *r->logits, "dllm logits")) ||
                  (r->cfg && !(r->ulogits = li_alloc(WV * sizeof *r->ulogits,
