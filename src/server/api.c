@@ -92,6 +92,18 @@ static bool get_int(const json_t *o, const char *key, long long lo, long long hi
     return true;
 }
 
+// Optional array (want_array) or object field: *n is its size, 0 when absent or null; any
+// other type is refused with type_msg.
+static bool get_collection(const json_t *o, const char *key, bool want_array, const char *type_msg,
+                           const json_t **v, size_t *n, li_api_error *err) {
+    *v = json_object_get(o, key);
+    *n = 0;
+    if (!*v || json_is_null(*v)) return true;
+    if (want_array ? !json_is_array(*v) : !json_is_object(*v)) return BAD(key, "%s", type_msg);
+    *n = want_array ? json_array_size(*v) : json_object_size(*v);
+    return true;
+}
+
 static bool get_bool(const json_t *o, const char *key, int *out, li_api_error *err) {
     const json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return true;
@@ -100,12 +112,21 @@ static bool get_bool(const json_t *o, const char *key, int *out, li_api_error *e
     return true;
 }
 
+// get_bool into a bool: *out keeps its value unless the field is given.
+static bool get_flag(const json_t *o, const char *key, bool *out, li_api_error *err) {
+    int x = *out;
+    if (!get_bool(o, key, &x, err)) return false;
+    *out = x;
+    return true;
+}
+
 static bool parse_docs(const json_t *o, li_api_request *r, li_api_error *err) {
-    const json_t *v = json_object_get(o, "documents");
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_array(v))
-        return BAD("documents", "'documents' must be an array of strings or {\"id\", \"text\"} objects");
-    size_t n = json_array_size(v);
+    const json_t *v;
+    size_t n;
+    if (!get_collection(o, "documents", true,
+                        "'documents' must be an array of strings or {\"id\", \"text\"} objects", &v, &n,
+                        err))
+        return false;
     if (n > LI_API_MAX_DOCS)
         return BAD("documents", "%zu documents, at most %d per request", n, LI_API_MAX_DOCS);
     if (n == 0) return true;
@@ -258,9 +279,7 @@ bool li_api_parse_sampling(const json_t *o, li_api_request *r, li_api_error *err
     x = -1;
     if (!get_int(o, "top_k", 0, 1 << 24, &x, err)) return false;
     r->top_k = (int)x;
-    int ignore_eos = 0;
-    if (!get_bool(o, "ignore_eos", &ignore_eos, err)) return false;
-    r->ignore_eos = ignore_eos;
+    if (!get_flag(o, "ignore_eos", &r->ignore_eos, err)) return false;
     const json_t *seed = json_object_get(o, "seed");
     if (seed && !json_is_null(seed)) {
         if (!json_is_integer(seed)) return BAD("seed", "'seed' must be an integer");
@@ -332,11 +351,11 @@ static bool check_known(const json_t *o, li_api_endpoint ep, li_api_error *err) 
 
 // logit_bias: {"token id": bias in [-100, 100], ...}.
 static bool parse_logit_bias(const json_t *o, li_api_request *r, li_api_error *err) {
-    const json_t *v = json_object_get(o, "logit_bias");
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_object(v))
-        return BAD("logit_bias", "'logit_bias' must be an object of token id -> bias");
-    size_t n = json_object_size(v);
+    const json_t *v;
+    size_t n;
+    if (!get_collection(o, "logit_bias", false, "'logit_bias' must be an object of token id -> bias",
+                        &v, &n, err))
+        return false;
     if (n > LI_API_MAX_LOGIT_BIAS)
         return BAD("logit_bias", "%zu logit_bias entries, at most %d", n, LI_API_MAX_LOGIT_BIAS);
     if (n == 0) return true;
@@ -397,15 +416,11 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
     }
     if (ep == LI_API_CHAT ? !parse_messages(o, r, err) : !parse_prompt(o, r, err)) return false;
     if (!parse_docs(o, r, err)) return false;
-    int stream = 0;
-    if (!get_bool(o, "stream", &stream, err)) return false;
-    r->stream = stream;
+    if (!get_flag(o, "stream", &r->stream, err)) return false;
     const json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
-        int iu = 0;
-        if (!get_bool(so, "include_usage", &iu, err)) return false;
-        r->include_usage = iu;
+        if (!get_flag(so, "include_usage", &r->include_usage, err)) return false;
     }
     if (!li_api_parse_sampling(o, r, err)) return false;
     long long x = 1;
