@@ -504,6 +504,7 @@ struct li_dllm_batch {
     li_llada_canvas *canv;
     float **outs;
     int *owner;
+    void *arrays;              // the block holding rs .. owner (li_alloc_parts)
     li_llada_scratch *scratch;
     int64_t (*allocs)(li_backend *);
     int64_t allocs0;
@@ -517,11 +518,7 @@ void li_dllm_batch_free(li_dllm_batch *b) {
         for (int q = 0; q < b->n; q++)
             state_free(&b->rs[q]);
     li_llada_scratch_free(b->scratch);
-    free(b->rs);
-    free(b->caches);
-    free(b->canv);
-    free(b->outs);
-    free(b->owner);
+    li_free(b->arrays);
     free(b);
 }
 
@@ -587,12 +584,14 @@ li_status li_dllm_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm
     };
     li_status rc = LI_OK;
     int n_canv_max = 2 * n;
-    b->rs = calloc((size_t)n, sizeof *b->rs);
-    b->caches = calloc((size_t)n_canv_max, sizeof *b->caches);
-    b->canv = calloc((size_t)n_canv_max, sizeof *b->canv);
-    b->outs = calloc((size_t)n_canv_max, sizeof *b->outs);
-    b->owner = calloc((size_t)n_canv_max, sizeof *b->owner);
-    if (!b->rs || !b->caches || !b->canv || !b->outs || !b->owner) {
+    size_t nc = (size_t)n_canv_max;
+    li_part parts[] = {
+        {(void **)&b->rs, (size_t)n * sizeof *b->rs}, {(void **)&b->caches, nc * sizeof *b->caches},
+        {(void **)&b->canv, nc * sizeof *b->canv},    {(void **)&b->outs, nc * sizeof *b->outs},
+        {(void **)&b->owner, nc * sizeof *b->owner},
+    };
+    b->arrays = li_alloc_parts(parts, sizeof parts / sizeof parts[0], "the dllm batch");
+    if (!b->arrays) {
         rc = li_error_set(LI_ERR_OOM, "dllm: out of memory");
         goto fail;
     }
