@@ -39,8 +39,7 @@
 // numbers gguf-py lists in GGML_QUANT_SIZES). Size 0: a removed or unknown type number.
 typedef struct {
     const char *name;
-    uint32_t blck;
-    uint32_t size;
+    uint32_t blck, size;  // elements per block, bytes per block
 } ggml_type_info;
 
 static const ggml_type_info ggml_types[] = {
