@@ -879,15 +879,14 @@ static double survivors_sum(cand_set *cs, int n) {
 static int32_t cpu_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
                           double u) {
     LI_ASSERT(V >= 1);
-    int32_t best = li_cpu_argmax(logits, V);
-    if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
-
+    // greedy (argmax, lowest id on ties) needs no candidates: the reference's
+    if (cfg->temperature <= 0) return li_cpu_ref_ops.sample(be, logits, V, cfg, u);
     li_cpu_impl *im = impl_of(be);
     double *p = im ? li_cpu_scratch_get(&im->samp_p, (size_t)V * sizeof(double)) : NULL;
     cand *c = im ? li_cpu_scratch_get(&im->samp_idx, (size_t)V * sizeof(cand)) : NULL;
     if (!p || !c) return li_cpu_ref_ops.sample(be, logits, V, cfg, u);
 
-    double lmax = logits[best], temp = cfg->temperature;
+    double lmax = logits[li_cpu_argmax(logits, V)], temp = cfg->temperature;
     for (int i = 0; i < V; i++) {
         p[i] = exp(((double)logits[i] - lmax) / temp);  // HF: softmax(logits / temperature)
         c[i].p = p[i];
