@@ -12,8 +12,9 @@
 // this softmax, O = P V), which lost its A/B to the fused flash kernel on the H200 (a LLaDA-8B
 // step at canvas 1024: 43.78 ms through the GEMMs against 42.07 ms) and was removed; v1 measured
 // 1.5 TB/s there (0.125 ms per layer, 128 MB of scores), v2 was written to approach the copy
-// ceiling (~4 TB/s of the H200's 4.8). The engine's own softmax (pointwise.cu, f32 in place, the
-// sampler's) is v1 with an f32 output.
+// ceiling (~4 TB/s of the H200's 4.8). v1 is the engine's own softmax (softmax_kernel in
+// src/backend/cuda/cuda-device.cuh; pointwise.cu runs it f32 in place for the sampler), included
+// here with a bf16 output, as are its block reductions.
 //
 // Napkin maths: 4 bytes read + 2 written per score; ceiling = HBM bandwidth (4.8 TB/s on H200).
 // Not here: masking, scaling (the GEMM applied the scale), anything the engine links.
@@ -27,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../src/backend/cuda/cuda-device.cuh"
+
 #define CHECK_CUDA(x)                                                                              \
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
@@ -35,46 +38,6 @@
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
-
-// ---- block reductions (as src/backend/cuda/cuda-device.cuh's) ----------------------------------
-
-__device__ float block_max(float v, float *sh) {
-    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
-    __syncthreads();  // sh may still be read by the previous reduction
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -INFINITY;
-    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ float block_sum(float v, float *sh) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : 0.0f;
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// ---- v1: three passes over global memory --------------------------------------------------------
-
-__global__ void softmax_v1(__nv_bfloat16 *p, const float *s, int n) {
-    __shared__ float sh[32];
-    const float *sr = s + (int64_t)blockIdx.x * n;
-    __nv_bfloat16 *pr = p + (int64_t)blockIdx.x * n;
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, sr[i]);
-    mx = block_max(mx, sh);
-    float z = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) z += expf(sr[i] - mx);
-    z = block_sum(z, sh);
-    const float rz = 1.0f / z;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) pr[i] = __float2bfloat16_rn(expf(sr[i] - mx) * rz);
-}
 
 // ---- v2: the row in registers ----------------------------------------------------------------------
 
@@ -109,8 +72,8 @@ __global__ void __launch_bounds__(256) softmax_v2(__nv_bfloat16 *p, const float 
 
 // Launches version `ver` over rows x n; false when the version does not serve n.
 static bool launch(int ver, __nv_bfloat16 *p, const float *s, int rows, int n) {
-    if (ver == 1) {
-        softmax_v1<<<rows, n >= 4096 ? 1024 : n >= 256 ? 256 : 64>>>(p, s, n);
+    if (ver == 1) {  // the engine's softmax_kernel (cuda-device.cuh)
+        softmax_kernel<<<rows, n >= 4096 ? 1024 : n >= 256 ? 256 : 64>>>(p, s, n);
     } else if (ver == 2) {
         if (n <= 4 * 256) softmax_v2<4><<<rows, 256>>>(p, s, n);
         else if (n <= 8 * 256) softmax_v2<8><<<rows, 256>>>(p, s, n);

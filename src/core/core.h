@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fp8.h"
 #include "lazyinfer.h"
 
 // ---- errors ---------------------------------------------------------------------------------
@@ -149,10 +150,7 @@ void li_dequantize_row(li_dtype t, const void *src, float *dst, int64_t n);
 // an all-zero group gets scale 1e-4 / 448 and codes 0.
 #define LI_FP8_AMAX_MIN 1e-4f
 
-// Round-to-nearest-even to e4m3; |f| > 448 and ±inf saturate to ±448; NaN -> 0x7F | sign.
-// Matches torch's .to(torch.float8_e4m3fn) for every |f| <= 464 (beyond that torch gives NaN).
-uint8_t li_f32_to_e4m3(float f);
-float li_e4m3_to_f32(uint8_t b);  // exact
+// li_f32_to_e4m3 and li_e4m3_to_f32 (round to nearest even, saturating; exact): fp8.h.
 // The fp32 scale of a group with absolute maximum amax: max(amax, LI_FP8_AMAX_MIN) / 448.
 float li_fp8_scale(float amax);
 

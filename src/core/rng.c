@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "core.h"
+#include "rng.h"
 
 double li_time_ms(void) {
     struct timespec ts;
@@ -22,20 +23,7 @@ void li_rng_seed(li_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t li_rng_u64(li_rng *r) {
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
+uint64_t li_rng_u64(li_rng *r) { return li_xoshiro_next(r->s); }
 
 double li_rng_uniform(li_rng *r) { return (double)(li_rng_u64(r) >> 11) * 0x1p-53; }
 

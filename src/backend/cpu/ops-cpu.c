@@ -51,6 +51,7 @@ void li_cpu_scratch_free(li_cpu_scratch *s) {
 
 static li_cpu_impl *impl_of(li_backend *be) { return be ? (li_cpu_impl *)be->impl : NULL; }
 
+static inline float f32_f32(float x) { return x; }  // the dot products' f32 "conversion"
 static inline float bf16_f32(uint16_t h) {  // bf16 is the top half of an f32
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -96,22 +97,26 @@ __attribute__((target("avx512f"))) static float dot_f32_avx512(const float *a, c
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
-// 4 independent accumulators of 8 lanes hide the FMA latency (4 cycles, 2 ports).
-__attribute__((target("avx,fma"))) static float dot_f32_fma(const float *a, const float *b,
-                                                            int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+// The f32 and bf16 dot products share each body below, written over the weights' element type
+// TB, ELEM(x) (one element as f32) and, for AVX, LOAD8(p) (8 elements from p as f32).
+//
+// AVX/FMA: 4 independent accumulators of 8 lanes hide the FMA latency (4 cycles, 2 ports).
+#define DOT_FMA(name, TB, LOAD8, ELEM)                                                             \
+    __attribute__((target("avx,fma"))) static float name(const float *a, const TB *b,             \
+                                                         int64_t n) {                              \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                \
+        int64_t i = 0;                                                                             \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOAD8(b + i), s0);                        \
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LOAD8(b + i + 8), s1);                \
+            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), LOAD8(b + i + 16), s2);              \
+            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), LOAD8(b + i + 24), s3);              \
+        }                                                                                          \
+        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LOAD8(b + i), s0); \
+        float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));            \
+        for (; i < n; i++) s += a[i] * ELEM(b[i]);                                                 \
+        return s;                                                                                  \
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
 
 // 8 bf16 -> 8 f32 with AVX1 only: bf16 is the top half of an f32, so interleave zeros below it
 // (SSE2 unpack) and join the two halves.
@@ -122,45 +127,26 @@ __attribute__((target("avx,fma"))) static inline __m256 load_bf16x8(const uint16
     return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
-__attribute__((target("avx,fma"))) static float dot_bf16_fma(const float *a, const uint16_t *b,
-                                                             int64_t n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_bf16x8(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load_bf16x8(b + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), load_bf16x8(b + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), load_bf16x8(b + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_bf16x8(b + i), s0);
-    float s = hsum256(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += a[i] * bf16_f32(b[i]);
-    return s;
-}
+DOT_FMA(dot_f32_fma, float, _mm256_loadu_ps, f32_f32)
+DOT_FMA(dot_bf16_fma, uint16_t, load_bf16x8, bf16_f32)
 #else
 #define HAVE_X86 0
 #endif
 
-// Portable versions: 8 accumulators so that the compiler can keep them in registers.
-static float dot_f32_c(const float *a, const float *b, int64_t n) {
-    float s[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
-    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    for (; i < n; i++) r += a[i] * b[i];
-    return r;
-}
-
-static float dot_bf16_c(const float *a, const uint16_t *b, int64_t n) {
-    float s[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += a[i + k] * bf16_f32(b[i + k]);
-    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    for (; i < n; i++) r += a[i] * bf16_f32(b[i]);
-    return r;
-}
+// Portable versions (over TB and ELEM as DOT_FMA): 8 accumulators so that the compiler can keep
+// them in registers.
+#define DOT_C(name, TB, ELEM)                                                                      \
+    static float name(const float *a, const TB *b, int64_t n) {                                    \
+        float s[8] = {0};                                                                          \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int k = 0; k < 8; k++) s[k] += a[i + k] * ELEM(b[i + k]);                         \
+        float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));              \
+        for (; i < n; i++) r += a[i] * ELEM(b[i]);                                                 \
+        return r;                                                                                  \
+    }
+DOT_C(dot_f32_c, float, f32_f32)
+DOT_C(dot_bf16_c, uint16_t, bf16_f32)
 
 static inline float dot_f32(const float *a, const float *b, int64_t n) {
 #if HAVE_X86
@@ -893,15 +879,14 @@ static double survivors_sum(cand_set *cs, int n) {
 static int32_t cpu_sample(li_backend *be, const float *logits, int V, const li_sampler_config *cfg,
                           double u) {
     LI_ASSERT(V >= 1);
-    int32_t best = li_cpu_argmax(logits, V);
-    if (cfg->temperature <= 0) return best;  // greedy: argmax, lowest id on ties
-
+    // greedy (argmax, lowest id on ties) needs no candidates: the reference's
+    if (cfg->temperature <= 0) return li_cpu_ref_ops.sample(be, logits, V, cfg, u);
     li_cpu_impl *im = impl_of(be);
     double *p = im ? li_cpu_scratch_get(&im->samp_p, (size_t)V * sizeof(double)) : NULL;
     cand *c = im ? li_cpu_scratch_get(&im->samp_idx, (size_t)V * sizeof(cand)) : NULL;
     if (!p || !c) return li_cpu_ref_ops.sample(be, logits, V, cfg, u);
 
-    double lmax = logits[best], temp = cfg->temperature;
+    double lmax = logits[li_cpu_argmax(logits, V)], temp = cfg->temperature;
     for (int i = 0; i < V; i++) {
         p[i] = exp(((double)logits[i] - lmax) / temp);  // HF: softmax(logits / temperature)
         c[i].p = p[i];

@@ -247,19 +247,10 @@ extern "C" void li_cudnn_close(li_cudnn *c) {
     delete c;
 }
 
+// The call's shape, in plan_key's field order.
 static plan_key key_of(const li_sdpa_args *a) {
-    plan_key k{};
-    k.kind = a->kind;
-    k.b = a->b;
-    k.H = a->H;
-    k.Hkv = a->Hkv;
-    k.Dh = a->Dh;
-    k.s_q = a->s_q;
-    k.s_kv = a->s_kv;
-    k.causal = a->causal;
-    k.lse = a->lse != nullptr;
-    k.scale = a->scale;
-    return k;
+    const bool lse = a->lse != nullptr;  // whether the call wants the log-sum-exps
+    return plan_key{a->kind, a->b, a->H, a->Hkv, a->Dh, a->s_q, a->s_kv, a->causal, lse, a->scale};
 }
 
 extern "C" int li_cudnn_prepare(li_cudnn *c, const li_sdpa_args *a, char *err, size_t n_err) {

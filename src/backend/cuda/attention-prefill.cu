@@ -781,35 +781,33 @@ __global__ void __launch_bounds__(PF_THREADS, 3)
     }
 
     const int ra = r0 + g, rb = r0 + g + 8;
-    if (a.st_o) {  // the state back, unnormalised, m in natural-log units (no key: -inf)
-        const size_t ia = (size_t)(t0 + ra) * a.H + h, ib = (size_t)(t0 + rb) * a.H + h;
+    if (a.st_o || a.n_split > 1) {
+        // unnormalised: O, and (m, l) with m in natural-log units (the kernel's scores are in log2
+        // units); no key: m -inf, l 0. Rows ra, rb go to rows ia, ib of the state (st_o, st_m,
+        // st_l) or else of the partials for attention_kernel_combine (attention.cu: part_o,
+        // part_ml as (m, l) pairs).
         const float ln2 = 0.6931471805599453f;
+        const float ma = l0 > 0.0f ? m0 * ln2 : -INFINITY, mb = l1 > 0.0f ? m1 * ln2 : -INFINITY;
+        size_t ia = (size_t)(t0 + ra) * a.H + h, ib = (size_t)(t0 + rb) * a.H + h;
+        float *dst = a.st_o;
+        if (!a.st_o) {
+            ia = ia * a.n_split + blockIdx.z, ib = ib * a.n_split + blockIdx.z;
+            dst = a.part_o;
+        }
 #pragma unroll
         for (int jd = 0; jd < ND; jd++) {
             const int d = jd * 8 + 2 * c;
-            if (ra < n_rows) *(float2 *)(a.st_o + ia * DH + d) = make_float2(o[jd][0], o[jd][1]);
-            if (rb < n_rows) *(float2 *)(a.st_o + ib * DH + d) = make_float2(o[jd][2], o[jd][3]);
+            if (ra < n_rows) *(float2 *)(dst + ia * DH + d) = make_float2(o[jd][0], o[jd][1]);
+            if (rb < n_rows) *(float2 *)(dst + ib * DH + d) = make_float2(o[jd][2], o[jd][3]);
         }
-        if (c == 0 && ra < n_rows) a.st_m[ia] = l0 > 0.0f ? m0 * ln2 : -INFINITY, a.st_l[ia] = l0;
-        if (c == 0 && rb < n_rows) a.st_m[ib] = l1 > 0.0f ? m1 * ln2 : -INFINITY, a.st_l[ib] = l1;
-        return;
-    }
-    if (a.n_split > 1) {
-        // unnormalised partials for attention_kernel_combine (attention.cu): o, and (m, l) with
-        // m in natural-log units (the kernel's scores are in log2 units); no key: m -inf, l 0
-        const size_t pa = ((size_t)(t0 + ra) * a.H + h) * a.n_split + blockIdx.z,
-                     pb = ((size_t)(t0 + rb) * a.H + h) * a.n_split + blockIdx.z;
-        const float ln2 = 0.6931471805599453f;
-#pragma unroll
-        for (int jd = 0; jd < ND; jd++) {
-            const int d = jd * 8 + 2 * c;
-            if (ra < n_rows) *(float2 *)(a.part_o + pa * DH + d) = make_float2(o[jd][0], o[jd][1]);
-            if (rb < n_rows) *(float2 *)(a.part_o + pb * DH + d) = make_float2(o[jd][2], o[jd][3]);
+        if (c != 0) return;
+        if (a.st_o) {
+            if (ra < n_rows) a.st_m[ia] = ma, a.st_l[ia] = l0;
+            if (rb < n_rows) a.st_m[ib] = mb, a.st_l[ib] = l1;
+        } else {
+            if (ra < n_rows) *(float2 *)(a.part_ml + ia * 2) = make_float2(ma, l0);
+            if (rb < n_rows) *(float2 *)(a.part_ml + ib * 2) = make_float2(mb, l1);
         }
-        if (c == 0 && ra < n_rows)
-            *(float2 *)(a.part_ml + pa * 2) = make_float2(l0 > 0.0f ? m0 * ln2 : -INFINITY, l0);
-        if (c == 0 && rb < n_rows)
-            *(float2 *)(a.part_ml + pb * 2) = make_float2(l1 > 0.0f ? m1 * ln2 : -INFINITY, l1);
         return;
     }
     // out = O / l (rows with no visible key: 0); thread: rows g, g + 8, dims 8 jd + 2c (+1)

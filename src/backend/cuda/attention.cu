@@ -412,6 +412,22 @@ __device__ __forceinline__ void walk_pages(const uint64_t *pages, int p0, int p1
     }
 }
 
+// A decode kernel's walk over its range rg for kv head hk: the staged query stored to qsh as the
+// walk's pre, then fn(K rows, V rows (P, Dh), count, first logical key, Δ) for each of this warp's
+// pages, Δ the page's document offset (0 unless a.rotate). Has barriers: call it from all threads.
+template <typename KV, int G, int Dh, typename Fn>
+__device__ __forceinline__ void
+walk_decode_pages(const li_cuda_attn_args &a, const decode_range &rg, int hk,
+                  const query_stage<G, Dh> &qst, float *qsh, Fn &&fn) {
+    walk_pages(
+        rg.pages, rg.p0, rg.p1, rg.first, rg.nv, [&] { qst.store(qsh); },
+        [&](uint64_t w, int cnt, int j0) {
+            const int64_t delta = a.rotate ? li_page_delta(w) : 0;
+            const KV *kbase = page_k<KV>(a, w, hk, Dh);
+            fn(kbase, page_v(a, kbase, Dh), cnt, j0, delta);
+        });
+}
+
 // qr = R_-Δ q of the G query heads in qsh (G, Dh) (a' = a c + b s, b' = b c - a s), by one warp
 // into its own shared buffer, one cos/sin per rotation pair for all G heads; synchronised within
 // the warp before and after.
@@ -568,11 +584,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
     int64_t cur_delta = -1;
     float *qr = qw[warp];
 
-    walk_pages(
-        rg.pages, rg.p0, rg.p1, first, nv, [&] { qst.store(qsh); },
-        [&](uint64_t w, int cnt, int j0) {
-            const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-            const KV *kbase = page_k<KV>(a, w, hk, Dh), *vbase = page_v(a, kbase, Dh);
+    walk_decode_pages<KV>(
+        a, rg, hk, qst, qsh, [&](const KV *kbase, const KV *vbase, int cnt, int j0, int64_t delta) {
             for (int c0 = 0; c0 < cnt; c0 += KS) {
                 const int jc = j0 + c0;
                 if (jc >= nv) break;
@@ -727,12 +740,10 @@ __global__ void __launch_bounds__(ATT_THREADS, 3)
     int64_t cur_delta = -1;
     float *qr = qw[warp];
 
-    walk_pages(
-        rg.pages, rg.p0, rg.p1, first, nv, [&] { qst.store(qsh); },
-        [&](uint64_t w, int cnt, int j0) {
-            const int64_t delta = a.rotate ? li_page_delta(w) : 0;
-            const __nv_bfloat16 *kbase = page_k<__nv_bfloat16>(a, w, hk, Dh),
-                                *vbase = page_v(a, kbase, Dh);
+    walk_decode_pages<__nv_bfloat16>(
+        a, rg, hk, qst, qsh,
+        [&](const __nv_bfloat16 *kbase, const __nv_bfloat16 *vbase, int cnt, int j0,
+            int64_t delta) {
             for (int c0 = 0; c0 < cnt; c0 += 16) {
                 if (j0 + c0 >= nv) break;
                 uint32_t kr[2][KW], vr[4][VW];

@@ -55,13 +55,7 @@ static gemm_plan *plan_find(plan_cache *c, int64_t N, int64_t K, int T, uint32_t
 // A cleared slot for a new plan: a free one, else the next round-robin victim, destroyed. The
 // caller fills it; a slot left with N = 0 never matches a lookup.
 static gemm_plan *plan_slot(plan_cache *c) {
-    gemm_plan *p;
-    if (c->n < CUDA_MAX_PLANS) {
-        p = &c->p[c->n++];
-    } else {
-        p = &c->p[c->next_evict];
-        c->next_evict = (c->next_evict + 1) % CUDA_MAX_PLANS;
-    }
+    gemm_plan *p = &c->p[cache_slot_pick(&c->n, &c->next_evict, CUDA_MAX_PLANS)];
     plan_destroy(p);
     return p;
 }

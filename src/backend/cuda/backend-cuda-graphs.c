@@ -48,18 +48,13 @@ bool li_cu_graph_begin(li_backend *be, uint64_t key) {
     return true;
 }
 
-// The slot kept for key, or a free / evicted one (exec NULL).
+// The slot kept for key, or a free / evicted one (exec NULL; a free one's was NULL already).
 static graph_slot *graph_slot_for(li_cuda_impl *im, uint64_t key) {
     for (int i = 0; i < im->n_graphs; i++)
         if (im->graphs[i].key == key) return &im->graphs[i];
-    graph_slot *g;
-    if (im->n_graphs < LI_GRAPH_SLOTS) {
-        g = &im->graphs[im->n_graphs++];
-    } else {
-        g = &im->graphs[im->graph_next_evict];
-        im->graph_next_evict = (im->graph_next_evict + 1) % LI_GRAPH_SLOTS;
-        if (g->exec) cudaGraphExecDestroy(g->exec);
-    }
+    graph_slot *g =
+        &im->graphs[cache_slot_pick(&im->n_graphs, &im->graph_next_evict, LI_GRAPH_SLOTS)];
+    if (g->exec) cudaGraphExecDestroy(g->exec);
     g->key = key;
     g->exec = NULL;
     return g;

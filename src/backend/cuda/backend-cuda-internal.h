@@ -68,6 +68,16 @@ typedef struct {
     cudaGraphExec_t exec;
 } graph_slot;
 
+// The slot for a new entry of a bounded cache of cap slots, *n of them in use (plan_cache, the
+// step graphs): the next unused one, else the round-robin victim *next_evict, which moves on.
+// The caller empties the victim.
+static inline int cache_slot_pick(int *n, int *next_evict, int cap) {
+    if (*n < cap) return (*n)++;
+    const int i = *next_evict;
+    *next_evict = (i + 1) % cap;
+    return i;
+}
+
 #define LI_GRAPH_SLOTS 16
 #define LI_GRAPH_SEEN 64
 #define LI_GRAPH_MAX_FAILURES 4

@@ -51,6 +51,24 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
     return v;
 }
 
+// Row softmax, one block per row of x (rows, n): max, fp32 sum of exp(x - max), then the
+// normalised write to out, f32 or bf16 (kv_set) (exp twice rather than a row-sized buffer: n is up
+// to the vocabulary). out may alias x. The engine's (pointwise.cu li_cuda_softmax) in f32; the
+// workbench's v1 (dev/cuda/softmax.cu) in bf16.
+template <typename T> __global__ void softmax_kernel(T *out, const float *x, int n) {
+    __shared__ float sh[32];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    T *orow = out + (int64_t)blockIdx.x * n;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
+    mx = block_max(mx, sh);
+    float z = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) z += expf(xr[i] - mx);
+    z = block_sum(z, sh);
+    float rz = 1.0f / z;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) kv_set(orow + i, expf(xr[i] - mx) * rz);
+}
+
 // Within a warp: the largest key and, among equal keys, the lowest index, to every lane.
 template <typename K> __device__ __forceinline__ void warp_argmax(K &v, int &i) {
     for (int o = 16; o > 0; o >>= 1) {

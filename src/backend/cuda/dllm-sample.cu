@@ -53,6 +53,7 @@
 
 #include <cuda_runtime.h>
 
+#include "../../core/rng.h"
 #include "cuda-device.cuh"
 #include "dllm-sample.cuh"
 
@@ -80,32 +81,16 @@ extern "C" size_t li_cuda_dllm_x0_scratch_bytes(int B, int V) {
     return (size_t)B * x0_regions(V) * 32 * sizeof(x0_partial);
 }
 
-// li_rng_u64 (rng.c), line by line.
-__device__ __forceinline__ unsigned long long rotl64(unsigned long long x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-__device__ __forceinline__ unsigned long long xoshiro_next(unsigned long long s[4]) {
-    const unsigned long long result = rotl64(s[1] * 5, 7) * 9;
-    const unsigned long long t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return result;
-}
-
 // x = M x for one column-form matrix M (256 columns x 4 words), by the whole warp (every lane
 // passes the same x and gets the result): lane L XORs the columns 8L..8L+7 whose bits are set in
 // x (bits 8(L % 8).. of word L / 8: 256 contiguous bytes of M per lane, the warp reads M's 8 KiB
 // coalesced, from L2 after the first warps), then 5 shuffle rounds XOR the 32 partial sums.
-__device__ __forceinline__ void warp_apply(unsigned long long x[4], const uint64_t *M, int lane) {
+__device__ __forceinline__ void warp_apply(uint64_t x[4], const uint64_t *M, int lane) {
     const int wi = lane >> 3;
-    const unsigned long long word = wi == 0 ? x[0] : wi == 1 ? x[1] : wi == 2 ? x[2] : x[3];
+    const uint64_t word = wi == 0 ? x[0] : wi == 1 ? x[1] : wi == 2 ? x[2] : x[3];
     const unsigned bits = (unsigned)(word >> (8 * (lane & 7))) & 0xffu;
     const ulonglong2 *col = (const ulonglong2 *)(M + 32 * lane);
-    unsigned long long a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
 #pragma unroll
     for (int t = 0; t < 8; t++)
         if (bits >> t & 1u) {
@@ -129,7 +114,7 @@ __device__ __forceinline__ void warp_apply(unsigned long long x[4], const uint64
 }
 
 // Every lane's xoshiro state at draw `first + lane * X0_C` of the stream starting at s0.
-__device__ __forceinline__ void warp_lane_states(unsigned long long st[4], li_cuda_rng_state s0,
+__device__ __forceinline__ void warp_lane_states(uint64_t st[4], li_cuda_rng_state s0,
                                                  uint64_t first, const uint64_t *table, int lane) {
     for (int w = 0; w < 4; w++) st[w] = s0.s[w];
     for (int k = 0; first; k++, first >>= 1)  // warp-uniform
@@ -139,7 +124,7 @@ __device__ __forceinline__ void warp_lane_states(unsigned long long st[4], li_cu
         const uint64_t *M = table + (size_t)(X0_LOG2C + t) * X0_JUMP_WORDS;
         const int h = 1 << t;
         for (int i = 0; i < h; i++) {
-            unsigned long long x[4];
+            uint64_t x[4];
             for (int w = 0; w < 4; w++) x[w] = __shfl_sync(FULL_MASK, st[w], i);
             warp_apply(x, M, lane);
             if (lane == i + h)
@@ -193,7 +178,7 @@ __global__ void __launch_bounds__(32 * X0_WARPS)
     double key = best;
     if (temperature > 0) {
         __syncwarp();  // the CFG / EOS writes above, visible to the lane that scans each id
-        unsigned long long st[4];
+        uint64_t st[4];
         warp_lane_states(st, rng, (uint64_t)b * V + r0, jump_table, lane);
         // LLaDA add_gumbel_noise: exp(l) / (-log u)^T in fp64. At T = 1, pow(y, 1) is y exactly in
         // glibc (tests/test-rng-jump.c checks it), so the shortcut is the CPU's value too.
@@ -202,7 +187,7 @@ __global__ void __launch_bounds__(32 * X0_WARPS)
         arg = X0_NONE;
         const int c0 = r0 + lane * X0_C, c1 = min(V, c0 + X0_C);
         for (int v = c0; v < c1; v++) {
-            const double uu = (double)(xoshiro_next(st) >> 11) * 0x1p-53;
+            const double uu = (double)(li_xoshiro_next(st) >> 11) * 0x1p-53;
             const double y = -log(uu);
             double d = y;
             if (!t1) d = pow(y, temperature);
@@ -318,10 +303,10 @@ extern "C" cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, double *con
 // the host decides. B = 32: a few µs.
 
 // x = M x, one thread (the column form of rng-jump.h).
-__device__ __forceinline__ void thread_apply(unsigned long long x[4], const uint64_t *M) {
-    unsigned long long r[4] = {0, 0, 0, 0};
+__device__ __forceinline__ void thread_apply(uint64_t x[4], const uint64_t *M) {
+    uint64_t r[4] = {0, 0, 0, 0};
     for (int w = 0; w < 4; w++)
-        for (unsigned long long word = x[w]; word; word &= word - 1) {
+        for (uint64_t word = x[w]; word; word &= word - 1) {
             const uint64_t *col = M + 4 * (64 * w + __ffsll((long long)word) - 1);
             r[0] ^= col[0];
             r[1] ^= col[1];
@@ -346,10 +331,10 @@ __global__ void __launch_bounds__(1024)
     double cb = -INFINITY;
     if (b < B) {
         if (random_remask) {
-            unsigned long long s[4] = {rng.s[0], rng.s[1], rng.s[2], rng.s[3]};
+            uint64_t s[4] = {rng.s[0], rng.s[1], rng.s[2], rng.s[3]};
             for (int bit = 0; bit < 10; bit++)
                 if (b >> bit & 1) thread_apply(s, jump_table + (size_t)bit * X0_JUMP_WORDS);
-            const double u = (double)(xoshiro_next(s) >> 11) * 0x1p-53;
+            const double u = (double)(li_xoshiro_next(s) >> 11) * 0x1p-53;
             cb = masked[b] ? u : -INFINITY;
         } else {
             cb = masked[b] ? conf[b] : -INFINITY;
@@ -412,10 +397,10 @@ __global__ void __launch_bounds__(256)
     if (d >= n_suffix) return;
     uint8_t k = 0;
     if (d < window) {
-        unsigned long long s[4] = {rng.s[0], rng.s[1], rng.s[2], rng.s[3]};
+        uint64_t s[4] = {rng.s[0], rng.s[1], rng.s[2], rng.s[3]};
         for (int bit = 0; bit < 31; bit++)
             if (d >> bit & 1) thread_apply(s, jump_table + (size_t)bit * X0_JUMP_WORDS);
-        const double u = (double)(xoshiro_next(s) >> 11) * 0x1p-53;
+        const double u = (double)(li_xoshiro_next(s) >> 11) * 0x1p-53;
         k = u < prob[d];
     }
     keep[d] = k;

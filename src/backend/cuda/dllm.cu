@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "../../core/fp8.h"
 #include "cuda-device.cuh"
 #include "dllm.cuh"
 
@@ -258,37 +259,6 @@ extern "C" cudaError_t li_cuda_flash_attn_finalize(cudaStream_t st, float *out, 
 // ---- fp8
 // -------------------------------------------------------------------------------------------
 
-// li_f32_to_e4m3 (src/core/fp8.c), line by line.
-__device__ __forceinline__ uint8_t f32_to_e4m3(float f) {
-    uint32_t u = __float_as_uint(f);
-    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7f;   // NaN stays NaN
-    if (a >= 0x43e00000u) return sign | 0x7e;  // >= 448 (and inf): saturate to 448
-    if (a < 0x3c800000u) {                     // below 2^-6: subnormal codes m * 2^-9
-        float x = __fmul_rn(fabsf(f), 512.0f);  // exact
-        int mm = (int)rintf(x);                 // round to nearest even
-        return sign | (uint8_t)mm;
-    }
-    uint32_t code = ((((a >> 23) - 127u + 7u) << 3) | ((a >> 20) & 7u));
-    uint32_t rem = a & 0xfffffu;
-    if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) code++;
-    return sign | (uint8_t)code;
-}
-
-// li_e4m3_to_f32: exact.
-__device__ __forceinline__ float e4m3_to_f32(uint8_t b) {
-    int e = (b >> 3) & 15, mm = b & 7;
-    float val;
-    if (e == 15 && mm == 7)
-        val = __int_as_float(0x7fc00000);
-    else if (e == 0)
-        val = ldexpf((float)mm, -9);
-    else
-        val = ldexpf((float)(8 + mm), e - 10);
-    return (b & 0x80) ? -val : val;
-}
-
 // One warp per 128-group (8 groups per 256-thread block, grid over T x groups): lane l holds
 // elements 4l .. 4l + 3 of its group (one 16-byte load when K % 4 == 0; single loads at a partial
 // group or odd K), the amax by shuffles (a max is exact in any order; fmaxf skips NaN as the
@@ -319,7 +289,7 @@ __global__ void __launch_bounds__(32 * FQ_ROWS_WARPS)
     const float sc = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);
     if (lane == 0) scale[(int64_t)t * G + g] = sc;
     uint8_t c[4];
-    for (int j = 0; j < 4; j++) c[j] = f32_to_e4m3(__fdiv_rn(v[j], sc));
+    for (int j = 0; j < 4; j++) c[j] = li_f32_to_e4m3(__fdiv_rn(v[j], sc));
     uint8_t *qr = q + (int64_t)t * K;
     if (vec) {
         *(uint32_t *)(qr + k0) = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 |
@@ -350,7 +320,7 @@ __global__ void fp8_quant_kernel_weight(uint8_t *q, float *scale, const void *w,
     const float sc = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);  // li_fp8_scale
     if (threadIdx.x == 0) scale[(int64_t)blockIdx.y * GK + blockIdx.x] = sc;
     for (int64_t i = threadIdx.x; i < n_el; i += blockDim.x)
-        q[(n0 + i / cols) * K + k0 + i % cols] = f32_to_e4m3(__fdiv_rn(at(i), sc));
+        q[(n0 + i / cols) * K + k0 + i % cols] = li_f32_to_e4m3(__fdiv_rn(at(i), sc));
 }
 
 extern "C" cudaError_t li_cuda_fp8_quant_weight(cudaStream_t st, uint8_t *q, float *scale,
@@ -400,7 +370,7 @@ __device__ __forceinline__ void fq_group(uint8_t *qrow, float *srow, int g, cons
     const float sc = __fdiv_rn(amax > 1e-4f ? amax : 1e-4f, 448.0f);  // li_fp8_scale
     if (lane == 0) srow[g] = sc;
     uint8_t c[4];
-    for (int j = 0; j < 4; j++) c[j] = f32_to_e4m3(__fdiv_rn(v[j], sc));
+    for (int j = 0; j < 4; j++) c[j] = li_f32_to_e4m3(__fdiv_rn(v[j], sc));
     if (vec && k0 + 3 < K) {
         *(uint32_t *)(qrow + k0) = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 |
                                    (uint32_t)c[3] << 24;
@@ -505,7 +475,7 @@ __global__ void matmul_fp8_kernel_simple(float *y, const uint8_t *qa, const floa
             const int64_t k0 = g * LI_FP8_GROUP_, k1 = min(k0 + LI_FP8_GROUP_, K);
             double S = 0;  // exact: each product fits fp32, 128 of them < 44 bits
             for (int64_t kk = k0; kk < k1; kk++)
-                S += (double)e4m3_to_f32(ar[kk]) * (double)e4m3_to_f32(wr[kk]);
+                S += (double)li_e4m3_to_f32(ar[kk]) * (double)li_e4m3_to_f32(wr[kk]);
             float part = __fmul_rn((float)S, sa[t * G + g]);
             part = __fmul_rn(part, wscale[(n / LI_FP8_GROUP_) * G + g]);
             acc = __fadd_rn(acc, part);

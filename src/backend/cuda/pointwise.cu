@@ -238,26 +238,10 @@ extern "C" void li_cuda_set_pdl(int on) { li_cuda_pdl_on = on != 0; }
 
 // ---- softmax -------------------------------------------------------------------------------
 
-// One block per row: max, fp32 sum of exp(x - max), then the normalised write (exp twice rather
-// than a row-sized buffer: n is up to the vocabulary). out may alias x.
-__global__ void softmax_kernel(float *out, const float *x, int n) {
-    __shared__ float sh[32];
-    const float *xr = x + (int64_t)blockIdx.x * n;
-    float *orow = out + (int64_t)blockIdx.x * n;
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
-    mx = block_max(mx, sh);
-    float z = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) z += expf(xr[i] - mx);
-    z = block_sum(z, sh);
-    float rz = 1.0f / z;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) orow[i] = expf(xr[i] - mx) * rz;
-}
-
 extern "C" cudaError_t li_cuda_softmax(cudaStream_t st, float *x, int rows, int n) {
     if (rows <= 0 || n <= 0) return cudaSuccess;
     int block = n >= 4096 ? 1024 : n >= 256 ? 256 : 64;
-    softmax_kernel<<<rows, block, 0, st>>>(x, x, n);
+    softmax_kernel<float><<<rows, block, 0, st>>>(x, x, n);  // cuda-device.cuh
     return cudaGetLastError();
 }
 

@@ -71,18 +71,59 @@ __device__ __forceinline__ double sample_p(const float *keys, int i, double lmax
     return exp(((double)keys[i] - lmax) / temp);
 }
 
+typedef cub::BlockScan<double, SAMPLE_THREADS> scan_t;
+typedef cub::BlockReduce<double, SAMPLE_THREADS> dred_t;
+typedef cub::BlockReduce<int, SAMPLE_THREADS> ired_t;
+union select_tmp {  // the select block's CUB storage, one collective at a time
+    scan_t::TempStorage scan;
+    dred_t::TempStorage dred;
+    ired_t::TempStorage ired;
+};
+
+// The first of the n sorted tokens whose running sum of p crosses bound, walked SAMPLE_THREADS
+// tokens at a time with fp64 block scans: top-p's cut (Draw false: the sum before the token
+// >= bound) or the inverse-CDF draw (Draw true: the sum through the token > bound, and thread 0's
+// *last_pos raised to the last token with p > 0 walked). INT_MAX if none; the same in every thread.
+template <bool Draw>
+__device__ __forceinline__ int first_crossing(select_tmp &tmp, int &sh_i, const float *keys, int n,
+                                              double lmax, double temp, double bound,
+                                              int *last_pos) {
+    const int tid = threadIdx.x;
+    double carry = 0;
+    for (int base = 0; base < n; base += SAMPLE_THREADS) {
+        int i = base + tid;
+        double p = i < n ? sample_p(keys, i, lmax, temp) : 0.0, sum, agg;
+        __syncthreads();
+        if (Draw)
+            scan_t(tmp.scan).InclusiveSum(p, sum, agg);
+        else
+            scan_t(tmp.scan).ExclusiveSum(p, sum, agg);
+        sum += carry;
+        int cand = (i < n && (Draw ? sum > bound : sum >= bound)) ? i : INT_MAX;
+        __syncthreads();
+        int mn = ired_t(tmp.ired).Reduce(cand, min_op());
+        int lpm = 0;
+        if (Draw) {
+            int lp = (i < n && p > 0) ? i : 0;
+            __syncthreads();
+            lpm = ired_t(tmp.ired).Reduce(lp, max_op());
+        }
+        if (tid == 0) {
+            sh_i = mn;
+            if (Draw && lpm > *last_pos) *last_pos = lpm;
+        }
+        __syncthreads();
+        carry += agg;
+        if (sh_i != INT_MAX) return sh_i;
+    }
+    return INT_MAX;
+}
+
 // One block over the sorted list keys/ids (V). See ref_sample for each rule.
 __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_kernel_select(const float *keys, const int32_t *ids, int V, float temperature,
                          int top_k, float top_p, float min_p, double u, int32_t *tok) {
-    typedef cub::BlockScan<double, SAMPLE_THREADS> scan_t;
-    typedef cub::BlockReduce<double, SAMPLE_THREADS> dred_t;
-    typedef cub::BlockReduce<int, SAMPLE_THREADS> ired_t;
-    __shared__ union {
-        typename scan_t::TempStorage scan;
-        typename dred_t::TempStorage dred;
-        typename ired_t::TempStorage ired;
-    } tmp;
+    __shared__ select_tmp tmp;
     __shared__ double sh_d;
     __shared__ int sh_i;
     const int tid = threadIdx.x;
@@ -99,25 +140,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         __syncthreads();
         const double lim = (double)top_p * sh_d;
         // keep token m while Σ_{i<m} p_i < lim: the cut is the first m with that sum >= lim
-        int m = n;
-        double carry = 0;
-        for (int base = 0; base < n; base += SAMPLE_THREADS) {
-            int i = base + tid;
-            double p = i < n ? sample_p(keys, i, lmax, temp) : 0.0, excl, agg;
-            __syncthreads();
-            scan_t(tmp.scan).ExclusiveSum(p, excl, agg);
-            excl += carry;
-            int cand = (i < n && excl >= lim) ? i : INT_MAX;
-            __syncthreads();
-            int mn = ired_t(tmp.ired).Reduce(cand, min_op());
-            if (tid == 0) sh_i = mn;
-            __syncthreads();
-            carry += agg;
-            if (sh_i != INT_MAX) {
-                m = sh_i;
-                break;
-            }
-        }
+        int m = first_crossing<false>(tmp, sh_i, keys, n, lmax, temp, lim, NULL);
+        if (m == INT_MAX) m = n;
         n = m > 0 ? m : 1;
     }
     if (min_p > 0) {  // sorted descending: survivors are the prefix with p >= min_p * p_first
@@ -145,31 +169,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     if (tid == 0) sh_d = z;
     __syncthreads();
     const double target = u * sh_d;
-    int found = INT_MAX, last_pos = 0;
-    double carry = 0;
-    for (int base = 0; base < n; base += SAMPLE_THREADS) {
-        int i = base + tid;
-        double p = i < n ? sample_p(keys, i, lmax, temp) : 0.0, incl, agg;
-        __syncthreads();
-        scan_t(tmp.scan).InclusiveSum(p, incl, agg);
-        incl += carry;
-        int cand = (i < n && incl > target) ? i : INT_MAX;
-        __syncthreads();
-        int mn = ired_t(tmp.ired).Reduce(cand, min_op());
-        int lp = (i < n && p > 0) ? i : 0;
-        __syncthreads();
-        int lpm = ired_t(tmp.ired).Reduce(lp, max_op());
-        if (tid == 0) {
-            sh_i = mn;
-            if (lpm > last_pos) last_pos = lpm;
-        }
-        __syncthreads();
-        carry += agg;
-        if (sh_i != INT_MAX) {
-            found = sh_i;
-            break;
-        }
-    }
+    int last_pos = 0;
+    const int found = first_crossing<true>(tmp, sh_i, keys, n, lmax, temp, target, &last_pos);
     // rounding left no survivor above the target: the last survivor with p > 0 (oracle's rule)
     if (tid == 0) *tok = ids[found != INT_MAX ? found : last_pos];
 }
