@@ -55,6 +55,8 @@ static bool parse_value(const opt *o, const char *v) {
 // on, 1 after --help (printed), 2 on a usage error (printed).
 int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
                       const char **pos, int max_pos, int *n_pos) {
+    int n_none;
+    if (!n_pos) n_pos = &n_none; // max_pos 0: no count wanted
     *n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

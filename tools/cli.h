@@ -36,7 +36,8 @@ li_model_params cli_model_params(const cli_model_args *a);
 
 void cli_print_usage(const char *usage, const opt *opts, int n_opts);
 // Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
-// on, 1 after --help (printed), 2 on a usage error (printed, naming the flag).
+// on, 1 after --help (printed), 2 on a usage error (printed, naming the flag). A command that
+// takes no positional argument passes NULL, 0, NULL.
 int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
                    const char **pos, int max_pos, int *n_pos);
 // The model setup fetched: models/ next to the binary, else under the working directory.
