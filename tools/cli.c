@@ -51,6 +51,14 @@ static bool parse_value(const opt *o, const char *v) {
     return false;
 }
 
+const opt *cli_find_opt(const opt *opts, int n_opts, const char *arg) {
+    for (int k = 0; k < n_opts; k++)
+        if (!strcmp(arg, opts[k].long_name) ||
+            (opts[k].short_name && !strcmp(arg, opts[k].short_name)))
+            return &opts[k];
+    return NULL;
+}
+
 // Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
 // on, 1 after --help (printed), 2 on a usage error (printed).
 int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
@@ -65,11 +73,7 @@ int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, in
             return 1;
         }
         if (a[0] == '-' && a[1] != 0) {
-            const opt *o = NULL;
-            for (int k = 0; k < n_opts && !o; k++)
-                if (!strcmp(a, opts[k].long_name) ||
-                    (opts[k].short_name && !strcmp(a, opts[k].short_name)))
-                    o = &opts[k];
+            const opt *o = cli_find_opt(opts, n_opts, a);
             if (!o) {
                 fprintf(stderr, "lazyinfer %s: unknown option '%s' (see --help)\n", argv[0], a);
                 return 2;

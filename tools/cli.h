@@ -35,6 +35,8 @@ typedef struct {
 li_model_params cli_model_params(const cli_model_args *a);
 
 void cli_print_usage(const char *usage, const opt *opts, int n_opts);
+// The option of opts that arg names (its long or short name); NULL if none.
+const opt *cli_find_opt(const opt *opts, int n_opts, const char *arg);
 // Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
 // on, 1 after --help (printed), 2 on a usage error (printed, naming the flag). A command that
 // takes no positional argument passes NULL, 0, NULL.

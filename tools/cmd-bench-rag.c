@@ -973,15 +973,12 @@ static bool parse_budgets(const char *s, char *buf, size_t cap, char **items, in
 // value is never taken for an option). Tells "--rate 0.5" from the default 0.5, and --docs 0
 // (an error with --synthetic) from no --docs.
 static bool opt_given(int argc, char **argv, const opt *opts, int n_opts, const char *name) {
-    for (int i = 1; i < argc; i++)
-        for (int k = 0; k < n_opts; k++) {
-            if (strcmp(argv[i], opts[k].long_name) &&
-                !(opts[k].short_name && !strcmp(argv[i], opts[k].short_name)))
-                continue;
-            if (!strcmp(opts[k].long_name, name)) return true;
-            if (opts[k].kind != OPT_FLAG) i++;
-            break;
-        }
+    for (int i = 1; i < argc; i++) {
+        const opt *o = cli_find_opt(opts, n_opts, argv[i]);
+        if (!o) continue;
+        if (!strcmp(o->long_name, name)) return true;
+        if (o->kind != OPT_FLAG) i++;
+    }
     return false;
 }
 
