@@ -1570,28 +1570,31 @@ static void test_config_bad(void) {
                                  "\"head_dim\": 64"), "explicit-head.json", &hp);
     CHECK(st == LI_ERR_FORMAT && msg_has("num_key_value_heads"), "7 heads / 3 kv: %s",
           li_error_msg());
-    // Whole-document problems.
+    // Whole-document problems, under what the message says.
     static const struct {
-        const char *text, *expect;
+        const char *expect, *texts[4];
     } docs[] = {
-        {"", "invalid JSON"},
-        {"[1, 2]", "JSON object"},
-        {"{\"model_type\": \"llama\", \"model_type\": \"llama\"}", "invalid JSON"},
-        {"{\"hidden_size\": 5}", "model_type"},
-        {"{\"architectures\": [\"FalconForCausalLM\"]}", "FalconForCausalLM"},
-        {"{\"model_type\": \"llama\"} trailing", "invalid JSON"},
-        {"{\"model_type\": \"llada\", \"d_model\": 64, \"n_layers\": 2, \"n_heads\": 4, "
-         "\"block_type\": \"llama\", \"rope\": true, \"layer_norm_type\": \"rms\", "
-         "\"activation_type\": \"silu\", \"vocab_size\": 100, \"n_kv_heads\": 3}",
-         "n_kv_heads"},
+        {"invalid JSON",
+         {"", "{\"model_type\": \"llama\", \"model_type\": \"llama\"}",
+          "{\"model_type\": \"llama\"} trailing"}},
+        {"JSON object", {"[1, 2]"}},
+        {"model_type", {"{\"hidden_size\": 5}"}},
+        {"FalconForCausalLM", {"{\"architectures\": [\"FalconForCausalLM\"]}"}},
+        {"n_kv_heads",
+         {"{\"model_type\": \"llada\", \"d_model\": 64, \"n_layers\": 2, \"n_heads\": 4, "
+          "\"block_type\": \"llama\", \"rope\": true, \"layer_norm_type\": \"rms\", "
+          "\"activation_type\": \"silu\", \"vocab_size\": 100, \"n_kv_heads\": 3}"}},
     };
-    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
-        char file[64];
-        snprintf(file, sizeof file, "bad-doc-%zu.json", i);
-        st = load_cfg_text(docs[i].text, file, &hp);
-        CHECK(st != LI_OK && msg_has(file) && msg_has(docs[i].expect),
-              "doc %zu: st %d msg '%s' (want '%s')", i, st, li_error_msg(), docs[i].expect);
-    }
+    int n_doc = 0;
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++)
+        for (int k = 0; docs[i].texts[k]; k++) {
+            char file[64];
+            snprintf(file, sizeof file, "bad-doc-%d.json", n_doc++);
+            st = load_cfg_text(docs[i].texts[k], file, &hp);
+            CHECK(st != LI_OK && msg_has(file) && msg_has(docs[i].expect),
+                  "'%s': st %d msg '%s' (want '%s')", docs[i].texts[k], st, li_error_msg(),
+                  docs[i].expect);
+        }
     st = li_hf_config_load(&hp, tmp_path("does-not-exist.json"));
     CHECK(st == LI_ERR_IO && msg_has("does-not-exist.json"), "missing file: %s", li_error_msg());
     TEST_END();
@@ -1718,23 +1721,25 @@ static void test_generation_config(void) {
           "file: %s", li_error_msg());
     st = li_hf_generation_config_parse(&gc, "{}", 2, "empty.json");
     CHECK(st == LI_OK && !gc.has_temperature && gc.n_eos == 0, "empty");
+    // {"KEY": VALUE} refused with a message naming the key; "[]" naming what it should be.
     static const struct {
-        const char *text, *expect;
+        const char *key, *values[3];
     } bad[] = {
-        {"{\"temperature\": \"hot\"}", "temperature"},
-        {"{\"temperature\": -1}", "temperature"},
-        {"{\"top_p\": 1.5}", "top_p"},
-        {"{\"top_k\": 0.5}", "top_k"},
-        {"{\"top_k\": -3}", "top_k"},
-        {"{\"eos_token_id\": [1, [2]]}", "eos_token_id"},
-        {"{\"bos_token_id\": \"<s>\"}", "bos_token_id"},
-        {"[]", "JSON object"},
+        {"temperature", {"\"hot\"", "-1"}}, {"top_p", {"1.5"}},
+        {"top_k", {"0.5", "-3"}},           {"eos_token_id", {"[1, [2]]"}},
+        {"bos_token_id", {"\"<s>\""}},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        st = li_hf_generation_config_parse(&gc, bad[i].text, strlen(bad[i].text), "bad-gen.json");
-        CHECK(st == LI_ERR_FORMAT && msg_has("bad-gen.json") && msg_has(bad[i].expect),
-              "case %zu: %s", i, li_error_msg());
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int k = 0; bad[i].values[k]; k++) {
+            char text[64];
+            int n = snprintf(text, sizeof text, "{\"%s\": %s}", bad[i].key, bad[i].values[k]);
+            st = li_hf_generation_config_parse(&gc, text, (size_t)n, "bad-gen.json");
+            CHECK(st == LI_ERR_FORMAT && msg_has("bad-gen.json") && msg_has(bad[i].key), "%s: %s",
+                  text, li_error_msg());
+        }
+    st = li_hf_generation_config_parse(&gc, "[]", 2, "bad-gen.json");
+    CHECK(st == LI_ERR_FORMAT && msg_has("bad-gen.json") && msg_has("JSON object"), "[]: %s",
+          li_error_msg());
     TEST_END();
 }
 
