@@ -142,20 +142,6 @@ void cli_data_missing(const char *cmd, const char *what, const char *rel, const 
             cmd, what, rel, buf && buf[0] ? " and at " : "", buf && buf[0] ? buf : "", fix);
 }
 
-li_model_params cli_model_params(const cli_model_args *a) {
-    li_model_params mp = li_model_default_params();
-    mp.path = a->model ? a->model : cli_default_model();
-    mp.tokenizer_path = a->tokenizer;
-    mp.chat_template = a->chat_template;
-    mp.n_threads = a->n_threads;
-    mp.backend = a->backend;
-    mp.device = a->gpu;
-    mp.n_ctx = a->n_ctx;
-    mp.kv_dtype = a->kv_dtype;
-    mp.attn_impl = a->attn_impl;
-    return mp;
-}
-
 int cli_fail(const char *what) {
     fprintf(stderr, "lazyinfer: %s: %s\n", what, li_last_error());
     return 1;

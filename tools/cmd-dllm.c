@@ -24,7 +24,7 @@
 // Decoding options as typed. Reals are kept as text and parsed with strtod so that 0.9 reaches
 // the engine as the double 0.9 (the Python reference's value), not as a float.
 typedef struct {
-    cli_model_args ma;  // --model (required here), --tokenizer, ..., --attn-impl
+    li_model_params mp; // --model (required here), --tokenizer, ..., --attn-impl
     const char *prompt, *system;
     const char *remasking, *temp, *cfg, *threshold, *factor;
     const char *dpad_k, *dpad_scale, *lacache, *fp8;
@@ -37,6 +37,7 @@ typedef struct {
 
 static void args_init(dllm_args *a) {
     memset(a, 0, sizeof *a);
+    a->mp = li_model_default_params();
     a->decode = li_dllm_default_params();
     a->dpad_window = -1; // -1: not given
 }
@@ -163,22 +164,21 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
 }
 
 static int load_model(const char *cmd, const dllm_args *a, li_model **m) {
-    if (!a->ma.model) {
+    if (!a->mp.path) {
         fprintf(stderr,
                 "lazyinfer %s: -m MODEL is required: there is no default diffusion model (use an "
                 "HF LLaDA directory, or e.g. -m synth:tiny-llada)\n",
                 cmd);
         return 2;
     }
-    li_model_params mp = cli_model_params(&a->ma);
-    if (li_model_load(m, &mp) != LI_OK) return cli_fail("cannot load the model");
+    if (li_model_load(m, &a->mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info info;
     li_model_get_info(*m, &info);
     if (!info.diffusion) {
         fprintf(stderr,
                 "lazyinfer %s: %s is not a diffusion model (arch '%s'); use `lazyinfer generate` "
                 "for it, or a LLaDA model such as synth:tiny-llada\n",
-                cmd, a->ma.model, info.arch);
+                cmd, a->mp.path, info.arch);
         li_model_free(*m);
         *m = NULL;
         return 2;
@@ -264,7 +264,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
 // The option table both subcommands share, then each one's own.
 // clang-format off
 #define DLLM_DECODE_OPTS(a)                                                                        \
-    {"--model", "-m", OPT_STR, &(a).ma.model, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
+    {"--model", "-m", OPT_STR, &(a).mp.path, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
     {"--gen-length", NULL, OPT_INT, &(a).decode.gen_length, "tokens to generate (default 128)"},    \
     {"--block-length", NULL, OPT_INT, &(a).decode.block_length, "SAR block length (default 32)"},   \
     {"--steps", NULL, OPT_INT, &(a).decode.steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
@@ -287,9 +287,9 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--seed", NULL, OPT_U64, &(a).decode.seed, "RNG seed (default 0)"},                            \
     {"--chat", NULL, OPT_FLAG, &(a).chat, "format prompts as a user message (chat format)"},       \
     {"--system", NULL, OPT_STR, &(a).system, "system message for --chat"},                          \
-    {"--chat-template", NULL, OPT_STR, &(a).ma.chat_template, "chat format override: llada, llama3, chatml"}, \
-    {"--tokenizer", NULL, OPT_STR, &(a).ma.tokenizer, "tokenizer.json to use instead of the model's"}, \
-    CLI_DEVICE_OPTS((a).ma)
+    {"--chat-template", NULL, OPT_STR, &(a).mp.chat_template, "chat format override: llada, llama3, chatml"}, \
+    {"--tokenizer", NULL, OPT_STR, &(a).mp.tokenizer_path, "tokenizer.json to use instead of the model's"}, \
+    CLI_DEVICE_OPTS((a).mp)
 // clang-format on
 
 static const char dllm_usage[] =
@@ -322,8 +322,8 @@ int cmd_dllm(int argc, char **argv) {
         fprintf(stderr, "lazyinfer dllm: -p PROMPT is required (see --help)\n");
         return 2;
     }
-    if (a.ma.n_threads < 0) {
-        fprintf(stderr, "lazyinfer dllm: -t %d must not be negative\n", a.ma.n_threads);
+    if (a.mp.n_threads < 0) {
+        fprintf(stderr, "lazyinfer dllm: -t %d must not be negative\n", a.mp.n_threads);
         return 2;
     }
     li_model *m = NULL;
@@ -552,8 +552,8 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
     if (li_dllm_special_tokens(m, &MASK, &EOS, &EOT) != LI_OK) return cli_fail("special tokens");
     li_model_info info;
     li_model_get_info(m, &info);
-    printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->ma.model, info.name,
-           a->ma.backend ? a->ma.backend : "cpu");
+    printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->mp.path, info.name,
+           a->mp.backend ? a->mp.backend : "cpu");
     printf("One block of %d masks after N - %d random prompt tokens, %d steps of one token; "
            "ms/step = the block's latency / %d (its first step fills the caches). FLOPs: the "
            "engine's count of the block's work.\n\n",
@@ -675,8 +675,8 @@ int cmd_bench_dllm(int argc, char **argv) {
                 "lazyinfer bench dllm: --lacache is chosen per method here (see --methods)\n");
         return 2;
     }
-    if (a.ma.n_threads < 0) {
-        fprintf(stderr, "lazyinfer bench dllm: -t %d must not be negative\n", a.ma.n_threads);
+    if (a.mp.n_threads < 0) {
+        fprintf(stderr, "lazyinfer bench dllm: -t %d must not be negative\n", a.mp.n_threads);
         return 2;
     }
     li_dllm_params base;
@@ -770,7 +770,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         }
         total_prompt += n_ids[i];
     }
-    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.ma.model, info.name,
+    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.mp.path, info.name,
            info.n_params / 1e6, info.n_threads);
     printf(
         "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens%s; gen_length %d, "
@@ -830,7 +830,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         print_method_row(methods[k].name, k, s, sum[0].flops, n_prompts);  // as it finishes
     }
 
-    if (!strncmp(a.ma.model, "synth:", 6))
+    if (!strncmp(a.mp.path, "synth:", 6))
         printf("\nSynthetic model: random weights, so confidences are flat and the text is noise; "
                "threshold/factor then commit about one token per step — use --commit-per-step K "
                "to measure parallel decoding's cost per step.\n");

@@ -38,7 +38,7 @@ static void *second_signal(void *arg) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    cli_model_args ma = {0};  // --model, --chat-template, -c, -t, --backend, --gpu, ...
+    li_model_params mp = li_model_default_params(); // --model, --chat-template, -c, -t, ...
     const char *cache = NULL, *name = NULL;
     int max_tokens = 0;
     uint64_t kv_budget = 0;
@@ -49,7 +49,7 @@ int cmd_serve(int argc, char **argv) {
     int body_timeout = (int)sp.body_timeout_s, max_conns = (int)sp.max_connections;
     int max_conns_client = (int)sp.max_connections_per_client, drain = (int)sp.drain_timeout_s;
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &ma.model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &mp.path, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--host", NULL, OPT_STR, &sp.host, "address to listen on (default 127.0.0.1)"},
         {"--port", NULL, OPT_INT, &sp.port, "port (default 8080; 0: any free port)"},
         {"--reuse-port", NULL, OPT_FLAG, &sp.reuse_port, "share the port with other servers started with it (SO_REUSEPORT); without it a port in use is an error"},
@@ -59,13 +59,13 @@ int cmd_serve(int argc, char **argv) {
         {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
         CLI_TIER_OPTS(tiers),
-        CLI_KV_DTYPE_OPT(ma),
-        {"--ctx-size", "-c", OPT_INT, &ma.n_ctx, "context size in tokens (default: min(trained, 4096))"},
-        CLI_DEVICE_OPTS(ma),
+        CLI_KV_DTYPE_OPT(mp),
+        {"--ctx-size", "-c", OPT_INT, &mp.n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        CLI_DEVICE_OPTS(mp),
         {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256, or --max-gen if smaller)"},
         {"--max-gen", NULL, OPT_INT, &sp.max_gen, "tokens one request may generate, max_tokens or gen_length (default 2048)"},
         {"--model-name", NULL, OPT_STR, &name, "model id in /v1/models (default: the file name)"},
-        {"--chat-template", NULL, OPT_STR, &ma.chat_template, "chat format override: llama3, chatml, llada"},
+        {"--chat-template", NULL, OPT_STR, &mp.chat_template, "chat format override: llama3, chatml, llada"},
         {"--idle-timeout", NULL, OPT_INT, &idle_timeout, "seconds a connection may wait without a request, or without reading a response (default 30)"},
         {"--header-timeout", NULL, OPT_INT, &header_timeout, "seconds from a request line to the end of its headers (default 10)"},
         {"--body-timeout", NULL, OPT_INT, &body_timeout, "seconds from the headers to the end of the body (default 60)"},
@@ -81,8 +81,8 @@ int cmd_serve(int argc, char **argv) {
                            "[--api-key KEY] [--max-batch N] [--kv-budget BYTES] [--cache MODE]",
                            opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
-    if (sp.port < 0 || sp.port > 65535 || sp.max_running < 1 || sp.max_queue < 1 || ma.n_ctx < 0 ||
-        ma.n_threads < 0 || max_tokens < 0 || sp.max_gen < 1 || kv_budget > (uint64_t)INT64_MAX ||
+    if (sp.port < 0 || sp.port > 65535 || sp.max_running < 1 || sp.max_queue < 1 || mp.n_ctx < 0 ||
+        mp.n_threads < 0 || max_tokens < 0 || sp.max_gen < 1 || kv_budget > (uint64_t)INT64_MAX ||
         idle_timeout < 1 || header_timeout < 1 || body_timeout < 1 || max_conns < 1 ||
         max_conns_client < 0 || drain < 0) {
         fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue, "
@@ -102,7 +102,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "lazyinfer serve: --cache: %s\n", li_last_error());
         return 2;
     }
-    li_model_params mp = cli_model_params(&ma);
+    if (!mp.path) mp.path = cli_default_model();
     mp.max_seqs = sp.max_running;
     mp.cache_mode = cache;
     mp.kv_budget_bytes = (int64_t)kv_budget;
