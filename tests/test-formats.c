@@ -1470,51 +1470,60 @@ static void test_config_variants(void) {
     TEST_END();
 }
 
+// config.json of llama_cfg with key set to value (NULL: removed): loads with st (LI_OK), or
+// fails with st and a message naming the file and containing expect.
+static void check_bad_config(const char *key, const char *value, li_status st, const char *expect) {
+    static int n; // file names bad-config-N.json, one per case
+    char file[64];
+    snprintf(file, sizeof file, "bad-config-%d.json", n++);
+    li_hparams hp;
+    li_status got = load_cfg_text(json_from(llama_cfg, N_LLAMA, key, value, NULL), file, &hp);
+    if (st == LI_OK) {
+        CHECK(got == LI_OK, "%s: %s", key, li_error_msg());
+    } else {
+        CHECK(got == st && msg_has(file) && msg_has(expect), "%s = %s: st %d msg '%s' (want '%s')",
+              key, value ? value : "<removed>", got, li_error_msg(), expect);
+    }
+}
+
 static void test_config_bad(void) {
     TEST_BEGIN("config.json: wrong types and impossible values");
+    // Values of a field refused with LI_ERR_FORMAT and a message naming the field.
     static const struct {
-        const char *key, *value;  // value NULL: key removed
+        const char *key, *values[8];
+    } bad_fields[] = {
+        {"hidden_size", {"\"576\"", "0", "-576", "576.5", "4294967872", "2097152", "[576]"}},
+        {"intermediate_size", {"{}"}},
+        {"num_hidden_layers", {"100000"}},
+        {"num_attention_heads", {"7", "0"}},
+        {"num_key_value_heads", {"2", "0", "18"}},
+        {"vocab_size", {"true"}},
+        {"max_position_embeddings", {"0"}},
+        {"rms_norm_eps", {"0", "\"1e-5\"", "1e300"}},
+        {"rope_theta", {"-1", "0"}},
+        {"tie_word_embeddings", {"1"}},
+        {"attention_bias", {"\"no\""}},
+        {"bos_token_id", {"1.5", "49152"}},
+        {"eos_token_id", {"-1", "[1,2,3,4,5,6,7,8,9]", "[1,\"2\"]", "{}"}},
+        {"torch_dtype", {"5", "\"a-very-long-dtype-name\""}},
+        {"model_type", {"7"}},
+    };
+    for (size_t i = 0; i < sizeof bad_fields / sizeof bad_fields[0]; i++)
+        for (int v = 0; bad_fields[i].values[v]; v++)
+            check_bad_config(bad_fields[i].key, bad_fields[i].values[v], LI_ERR_FORMAT,
+                             bad_fields[i].key);
+    // The rest: removed fields (value NULL), other statuses, messages naming something else.
+    static const struct {
+        const char *key, *value;
         li_status st;
         const char *expect;
     } cases[] = {
-        {"hidden_size", "\"576\"", LI_ERR_FORMAT, "hidden_size"},
-        {"hidden_size", "0", LI_ERR_FORMAT, "hidden_size"},
-        {"hidden_size", "-576", LI_ERR_FORMAT, "hidden_size"},
-        {"hidden_size", "576.5", LI_ERR_FORMAT, "hidden_size"},
-        {"hidden_size", "4294967872", LI_ERR_FORMAT, "hidden_size"},
-        {"hidden_size", "2097152", LI_ERR_FORMAT, "hidden_size"},
-        {"hidden_size", "[576]", LI_ERR_FORMAT, "hidden_size"},
         {"hidden_size", NULL, LI_ERR_FORMAT, "missing required field 'hidden_size'"},
-        {"hidden_size", "1e999", LI_ERR_FORMAT, "invalid JSON"},
-        {"intermediate_size", "{}", LI_ERR_FORMAT, "intermediate_size"},
-        {"num_hidden_layers", "100000", LI_ERR_FORMAT, "num_hidden_layers"},
         {"num_hidden_layers", NULL, LI_ERR_FORMAT, "num_hidden_layers"},
-        {"num_attention_heads", "7", LI_ERR_FORMAT, "num_attention_heads"},
-        {"num_attention_heads", "0", LI_ERR_FORMAT, "num_attention_heads"},
-        {"num_key_value_heads", "2", LI_ERR_FORMAT, "num_key_value_heads"},
-        {"num_key_value_heads", "0", LI_ERR_FORMAT, "num_key_value_heads"},
-        {"num_key_value_heads", "18", LI_ERR_FORMAT, "num_key_value_heads"},
         {"vocab_size", NULL, LI_ERR_FORMAT, "vocab_size"},
-        {"vocab_size", "true", LI_ERR_FORMAT, "vocab_size"},
-        {"max_position_embeddings", "0", LI_ERR_FORMAT, "max_position_embeddings"},
-        {"rms_norm_eps", "0", LI_ERR_FORMAT, "rms_norm_eps"},
-        {"rms_norm_eps", "\"1e-5\"", LI_ERR_FORMAT, "rms_norm_eps"},
-        {"rms_norm_eps", "1e300", LI_ERR_FORMAT, "rms_norm_eps"},
-        {"rope_theta", "-1", LI_ERR_FORMAT, "rope_theta"},
-        {"rope_theta", "0", LI_ERR_FORMAT, "rope_theta"},
-        {"tie_word_embeddings", "1", LI_ERR_FORMAT, "tie_word_embeddings"},
-        {"attention_bias", "\"no\"", LI_ERR_FORMAT, "attention_bias"},
-        {"bos_token_id", "1.5", LI_ERR_FORMAT, "bos_token_id"},
-        {"bos_token_id", "49152", LI_ERR_FORMAT, "bos_token_id"},
-        {"eos_token_id", "-1", LI_ERR_FORMAT, "eos_token_id"},
-        {"eos_token_id", "[1,2,3,4,5,6,7,8,9]", LI_ERR_FORMAT, "eos_token_id"},
-        {"eos_token_id", "[1,\"2\"]", LI_ERR_FORMAT, "eos_token_id"},
-        {"eos_token_id", "{}", LI_ERR_FORMAT, "eos_token_id"},
-        {"torch_dtype", "5", LI_ERR_FORMAT, "torch_dtype"},
-        {"torch_dtype", "\"a-very-long-dtype-name\"", LI_ERR_FORMAT, "torch_dtype"},
+        {"hidden_size", "1e999", LI_ERR_FORMAT, "invalid JSON"},
         {"model_type", "\"mistral\"", LI_ERR_UNSUPPORTED, "mistral"},
-        {"model_type", "7", LI_ERR_FORMAT, "model_type"},
-        {"architectures", "[\"GPT2LMHeadModel\"]", LI_OK, ""},  // model_type wins
+        {"architectures", "[\"GPT2LMHeadModel\"]", LI_OK, ""}, // model_type wins
         {"rope_scaling", "{\"rope_type\": \"dynamic\", \"factor\": 2}", LI_ERR_UNSUPPORTED,
          "dynamic"},
         {"rope_scaling", "{\"rope_type\": \"longrope\"}", LI_ERR_UNSUPPORTED, "longrope"},
@@ -1529,35 +1538,25 @@ static void test_config_bad(void) {
          "rope_scaling"},
         {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8}", LI_ERR_FORMAT,
          "rope_scaling.low_freq_factor"},
-        {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1,"
-         " \"high_freq_factor\": 4}", LI_ERR_FORMAT,
-         "rope_scaling.original_max_position_embeddings"},
-        {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 4,"
-         " \"high_freq_factor\": 1, \"original_max_position_embeddings\": 8192}", LI_ERR_FORMAT,
-         "low_freq_factor"},
-        {"rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1,"
-         " \"high_freq_factor\": 4, \"original_max_position_embeddings\": -1}", LI_ERR_FORMAT,
-         "original_max_position_embeddings"},
+        {"rope_scaling",
+         "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1,"
+         " \"high_freq_factor\": 4}",
+         LI_ERR_FORMAT, "rope_scaling.original_max_position_embeddings"},
+        {"rope_scaling",
+         "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 4,"
+         " \"high_freq_factor\": 1, \"original_max_position_embeddings\": 8192}",
+         LI_ERR_FORMAT, "low_freq_factor"},
+        {"rope_scaling",
+         "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1,"
+         " \"high_freq_factor\": 4, \"original_max_position_embeddings\": -1}",
+         LI_ERR_FORMAT, "original_max_position_embeddings"},
         {"rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"beta_fast\": \"x\"}",
          LI_ERR_FORMAT, "rope_scaling.beta_fast"},
         {"rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"beta_slow\": 0}",
          LI_ERR_FORMAT, "beta_slow"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char file[64];
-        snprintf(file, sizeof file, "bad-config-%zu.json", i);
-        li_hparams hp;
-        li_status st = load_cfg_text(json_from(llama_cfg, N_LLAMA, cases[i].key, cases[i].value,
-                                               NULL), file, &hp);
-        if (cases[i].st == LI_OK) {
-            CHECK(st == LI_OK, "case %zu (%s): %s", i, cases[i].key, li_error_msg());
-        } else {
-            CHECK(st == cases[i].st && msg_has(file) && msg_has(cases[i].expect),
-                  "case %zu (%s = %s): st %d msg '%s' (want '%s')", i, cases[i].key,
-                  cases[i].value ? cases[i].value : "<removed>", st, li_error_msg(),
-                  cases[i].expect);
-        }
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_bad_config(cases[i].key, cases[i].value, cases[i].st, cases[i].expect);
     // head_dim odd or absurd; the hidden size need not be heads × head_dim when it is given.
     li_hparams hp;
     li_status st = load_cfg_text(json_from(llama_cfg, N_LLAMA, NULL, NULL, "\"head_dim\": 63"),
@@ -1571,28 +1570,31 @@ static void test_config_bad(void) {
                                  "\"head_dim\": 64"), "explicit-head.json", &hp);
     CHECK(st == LI_ERR_FORMAT && msg_has("num_key_value_heads"), "7 heads / 3 kv: %s",
           li_error_msg());
-    // Whole-document problems.
+    // Whole-document problems, under what the message says.
     static const struct {
-        const char *text, *expect;
+        const char *expect, *texts[4];
     } docs[] = {
-        {"", "invalid JSON"},
-        {"[1, 2]", "JSON object"},
-        {"{\"model_type\": \"llama\", \"model_type\": \"llama\"}", "invalid JSON"},
-        {"{\"hidden_size\": 5}", "model_type"},
-        {"{\"architectures\": [\"FalconForCausalLM\"]}", "FalconForCausalLM"},
-        {"{\"model_type\": \"llama\"} trailing", "invalid JSON"},
-        {"{\"model_type\": \"llada\", \"d_model\": 64, \"n_layers\": 2, \"n_heads\": 4, "
-         "\"block_type\": \"llama\", \"rope\": true, \"layer_norm_type\": \"rms\", "
-         "\"activation_type\": \"silu\", \"vocab_size\": 100, \"n_kv_heads\": 3}",
-         "n_kv_heads"},
+        {"invalid JSON",
+         {"", "{\"model_type\": \"llama\", \"model_type\": \"llama\"}",
+          "{\"model_type\": \"llama\"} trailing"}},
+        {"JSON object", {"[1, 2]"}},
+        {"model_type", {"{\"hidden_size\": 5}"}},
+        {"FalconForCausalLM", {"{\"architectures\": [\"FalconForCausalLM\"]}"}},
+        {"n_kv_heads",
+         {"{\"model_type\": \"llada\", \"d_model\": 64, \"n_layers\": 2, \"n_heads\": 4, "
+          "\"block_type\": \"llama\", \"rope\": true, \"layer_norm_type\": \"rms\", "
+          "\"activation_type\": \"silu\", \"vocab_size\": 100, \"n_kv_heads\": 3}"}},
     };
-    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
-        char file[64];
-        snprintf(file, sizeof file, "bad-doc-%zu.json", i);
-        st = load_cfg_text(docs[i].text, file, &hp);
-        CHECK(st != LI_OK && msg_has(file) && msg_has(docs[i].expect),
-              "doc %zu: st %d msg '%s' (want '%s')", i, st, li_error_msg(), docs[i].expect);
-    }
+    int n_doc = 0;
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++)
+        for (int k = 0; docs[i].texts[k]; k++) {
+            char file[64];
+            snprintf(file, sizeof file, "bad-doc-%d.json", n_doc++);
+            st = load_cfg_text(docs[i].texts[k], file, &hp);
+            CHECK(st != LI_OK && msg_has(file) && msg_has(docs[i].expect),
+                  "'%s': st %d msg '%s' (want '%s')", docs[i].texts[k], st, li_error_msg(),
+                  docs[i].expect);
+        }
     st = li_hf_config_load(&hp, tmp_path("does-not-exist.json"));
     CHECK(st == LI_ERR_IO && msg_has("does-not-exist.json"), "missing file: %s", li_error_msg());
     TEST_END();
@@ -1719,23 +1721,25 @@ static void test_generation_config(void) {
           "file: %s", li_error_msg());
     st = li_hf_generation_config_parse(&gc, "{}", 2, "empty.json");
     CHECK(st == LI_OK && !gc.has_temperature && gc.n_eos == 0, "empty");
+    // {"KEY": VALUE} refused with a message naming the key; "[]" naming what it should be.
     static const struct {
-        const char *text, *expect;
+        const char *key, *values[3];
     } bad[] = {
-        {"{\"temperature\": \"hot\"}", "temperature"},
-        {"{\"temperature\": -1}", "temperature"},
-        {"{\"top_p\": 1.5}", "top_p"},
-        {"{\"top_k\": 0.5}", "top_k"},
-        {"{\"top_k\": -3}", "top_k"},
-        {"{\"eos_token_id\": [1, [2]]}", "eos_token_id"},
-        {"{\"bos_token_id\": \"<s>\"}", "bos_token_id"},
-        {"[]", "JSON object"},
+        {"temperature", {"\"hot\"", "-1"}}, {"top_p", {"1.5"}},
+        {"top_k", {"0.5", "-3"}},           {"eos_token_id", {"[1, [2]]"}},
+        {"bos_token_id", {"\"<s>\""}},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        st = li_hf_generation_config_parse(&gc, bad[i].text, strlen(bad[i].text), "bad-gen.json");
-        CHECK(st == LI_ERR_FORMAT && msg_has("bad-gen.json") && msg_has(bad[i].expect),
-              "case %zu: %s", i, li_error_msg());
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int k = 0; bad[i].values[k]; k++) {
+            char text[64];
+            int n = snprintf(text, sizeof text, "{\"%s\": %s}", bad[i].key, bad[i].values[k]);
+            st = li_hf_generation_config_parse(&gc, text, (size_t)n, "bad-gen.json");
+            CHECK(st == LI_ERR_FORMAT && msg_has("bad-gen.json") && msg_has(bad[i].key), "%s: %s",
+                  text, li_error_msg());
+        }
+    st = li_hf_generation_config_parse(&gc, "[]", 2, "bad-gen.json");
+    CHECK(st == LI_ERR_FORMAT && msg_has("bad-gen.json") && msg_has("JSON object"), "[]: %s",
+          li_error_msg());
     TEST_END();
 }
 

@@ -40,19 +40,21 @@ typedef struct {
 } setup;
 
 static li_model *load(const setup *s) {
-    li_model_params p = li_model_default_params();
-    p.path = "synth:tiny-llama";
-    p.backend = test_backend("cpu");  // bench/gpu-run.sh runs it on cuda too (pinned arena)
-    p.kv_dtype = "f32";
-    p.n_ctx = 512;
-    p.cache_mode = s->mode ? s->mode : "lazy";
-    p.page_size = s->page_size ? s->page_size : 16;
-    p.host_cache_bytes = s->host_bytes;
-    p.disk_cache_dir = s->disk_dir;
-    p.disk_budget_bytes = s->disk_bytes;
-    p.kv_remote = s->remote;
-    p.kv_remote_password_file = s->password_file;
-    p.doc_evict = s->evict;
+    li_model_params p = {
+        .path = "synth:tiny-llama",
+        .backend = test_backend("cpu"), // bench/gpu-run.sh runs it on cuda too (pinned arena)
+        .kv_dtype = "f32",
+        .n_ctx = 512,
+        .max_seqs = 1,
+        .cache_mode = s->mode ? s->mode : "lazy",
+        .page_size = s->page_size ? s->page_size : 16,
+        .host_cache_bytes = s->host_bytes,
+        .disk_cache_dir = s->disk_dir,
+        .disk_budget_bytes = s->disk_bytes,
+        .kv_remote = s->remote,
+        .kv_remote_password_file = s->password_file,
+        .doc_evict = s->evict,
+    };
     li_model *m = NULL;
     if (li_model_load(&m, &p) != LI_OK) {
         fprintf(stderr, "load: %s\n", li_last_error());

@@ -57,8 +57,9 @@
 typedef struct {
     int block, step, nfe;
     int n_commit;
-    int32_t *rows;  // (n_commit) generated-part indices, ascending
-    int32_t *toks;  // (n_commit)
+    struct {
+        int32_t row, tok; // row: a generated-part index, ascending along the array
+    } * commit;           // (n_commit)
     double x0_margin, conf_margin;
 } ref_step;
 
@@ -172,10 +173,8 @@ static void read_ids(const json_t *root, int32_t *mask, int32_t *eos, int32_t *e
 }
 
 static void sar_case_free(sar_case *c) {
-    for (int i = 0; i < c->n_trace; i++) {
-        free(c->trace[i].rows);
-        free(c->trace[i].toks);
-    }
+    for (int i = 0; i < c->n_trace; i++)
+        free(c->trace[i].commit);
     free(c->trace);
     free(c->prompt);
     free(c->expected);
@@ -249,13 +248,12 @@ static bool read_trace(const json_t *tr, int P, sar_case *c) {
         json_t *cm = json_object_get(s, "committed");  // [[row, token, confidence], ...]
         if (!json_is_array(cm)) return false;
         r->n_commit = (int)json_array_size(cm);
-        r->rows = malloc((r->n_commit ? (size_t)r->n_commit : 1) * sizeof *r->rows);
-        r->toks = malloc((r->n_commit ? (size_t)r->n_commit : 1) * sizeof *r->toks);
-        if (!r->rows || !r->toks) return false;
+        r->commit = malloc((r->n_commit ? (size_t)r->n_commit : 1) * sizeof *r->commit);
+        if (!r->commit) return false;
         for (int j = 0; j < r->n_commit; j++) {
             json_t *e = json_array_get(cm, (size_t)j);
-            r->rows[j] = (int32_t)json_integer_value(json_array_get(e, 0)) - P;
-            r->toks[j] = (int32_t)json_integer_value(json_array_get(e, 1));
+            r->commit[j].row = (int32_t)json_integer_value(json_array_get(e, 0)) - P;
+            r->commit[j].tok = (int32_t)json_integer_value(json_array_get(e, 1));
         }
         if (i == 0) {  // block 1's canvas rows: all rows before the block's end + DPad's kept
             json_t *dp = json_object_get(s, "dpad");
@@ -349,18 +347,18 @@ static int list_cases(const char *dir, char **names, int max) {
 // ---- the trace recorder ------------------------------------------------------------------------
 
 typedef struct {
+    int block, step_in_block, step, nfe, n_committed; // li_dllm_step's
+} rec_step;
+
+typedef struct {
     int n, cap, gen_length;
-    int *block, *step_in_block, *step, *nfe, *n_committed;  // (n) per step
+    rec_step *steps; // (n)
     int32_t *gens;  // (n, gen_length) snapshots of the generated part after each step
     bool oom;
 } recorder;
 
 static void rec_free(recorder *r) {
-    free(r->block);
-    free(r->step_in_block);
-    free(r->step);
-    free(r->nfe);
-    free(r->n_committed);
+    free(r->steps);
     free(r->gens);
     memset(r, 0, sizeof *r);
 }
@@ -376,10 +374,7 @@ static void record(recorder *r, const li_dllm_step *s) {
     if (r->oom) return;
     if (r->n == r->cap) {
         int cap = r->cap ? 2 * r->cap : 64;
-        if (!grow((void **)&r->block, sizeof(int), cap) ||
-            !grow((void **)&r->step_in_block, sizeof(int), cap) ||
-            !grow((void **)&r->step, sizeof(int), cap) || !grow((void **)&r->nfe, sizeof(int), cap) ||
-            !grow((void **)&r->n_committed, sizeof(int), cap) ||
+        if (!grow((void **)&r->steps, sizeof *r->steps, cap) ||
             !grow((void **)&r->gens, sizeof(int32_t) * (size_t)s->gen_length, cap)) {
             r->oom = true;
             return;
@@ -387,11 +382,11 @@ static void record(recorder *r, const li_dllm_step *s) {
         r->cap = cap;
     }
     r->gen_length = s->gen_length;
-    r->block[r->n] = s->block;
-    r->step_in_block[r->n] = s->step_in_block;
-    r->step[r->n] = s->step;
-    r->nfe[r->n] = s->nfe;
-    r->n_committed[r->n] = s->n_committed;
+    r->steps[r->n] = (rec_step){.block = s->block,
+                                .step_in_block = s->step_in_block,
+                                .step = s->step,
+                                .nfe = s->nfe,
+                                .n_committed = s->n_committed};
     memcpy(r->gens + (size_t)r->n * s->gen_length, s->gen, sizeof(int32_t) * s->gen_length);
     r->n++;
 }
@@ -443,10 +438,11 @@ static void compare_run(const sar_case *c, const int32_t *out, const li_dllm_sta
     int n_steps = rec->n < c->n_trace ? rec->n : c->n_trace;
     for (int s = 0; s < n_steps; s++) {
         const ref_step *r = &c->trace[s];
+        const rec_step *o = &rec->steps[s]; // ours
         const int32_t *g = rec->gens + (size_t)s * G;
         int n = 0;
-        bool same = rec->block[s] == r->block && rec->step_in_block[s] == r->step &&
-                    rec->nfe[s] == r->nfe && rec->step[s] == s + 1;
+        bool same = o->block == r->block && o->step_in_block == r->step && o->nfe == r->nfe &&
+                    o->step == s + 1;
         // Early stop: the last step's snapshot may already show the rows after its block
         // filled with EOS; that fill is not a commit (the final tokens are checked above).
         int fill_from = c->stopped_early && s == rec->n - 1
@@ -454,26 +450,27 @@ static void compare_run(const sar_case *c, const int32_t *out, const li_dllm_sta
         for (int i = 0; i < G; i++) {
             if (i >= fill_from && g[i] == c->eos && prev[i] == c->mask) continue;
             if (g[i] != prev[i]) {
-                if (prev[i] != c->mask || n >= r->n_commit || r->rows[n] != i ||
-                    r->toks[n] != g[i])
+                if (prev[i] != c->mask || n >= r->n_commit || r->commit[n].row != i ||
+                    r->commit[n].tok != g[i])
                     same = false;
                 rows[n++] = i;
             }
         }
-        same = same && n == r->n_commit && rec->n_committed[s] == n;
+        same = same && n == r->n_commit && o->n_committed == n;
         if (!same) {
             double m = fmin(r->x0_margin, r->conf_margin);
             CHECK(0, "step %d (block %d step %d): committed differs from the reference; the "
                   "reference's decision margins here: x0 %.3g, confidence %.3g (relative) — %s",
                   s + 1, r->block, r->step, r->x0_margin, r->conf_margin,
                   m < NEAR_TIE_REL ? "an fp32 near-tie" : "not a near-tie: a bug");
-            fprintf(stderr, "    ours: block %d step %d nfe %d n_committed %d rows/tokens:",
-                    rec->block[s], rec->step_in_block[s], rec->nfe[s], rec->n_committed[s]);
+            fprintf(stderr,
+                    "    ours: block %d step %d nfe %d n_committed %d rows/tokens:", o->block,
+                    o->step_in_block, o->nfe, o->n_committed);
             for (int i = 0; i < n; i++) fprintf(stderr, " %d:%d", rows[i], g[rows[i]]);
             fprintf(stderr, "\n    reference: block %d step %d nfe %d rows/tokens:", r->block,
                     r->step, r->nfe);
             for (int i = 0; i < r->n_commit; i++)
-                fprintf(stderr, " %d:%d", r->rows[i], r->toks[i]);
+                fprintf(stderr, " %d:%d", r->commit[i].row, r->commit[i].tok);
             fprintf(stderr, "\n");
             break;  // later steps follow from a different canvas
         }
@@ -682,24 +679,15 @@ int main(void) {
         if (!j) continue;
         bool is_fwd = json_is_string(json_object_get(j, "kind")) &&
                       strcmp(json_string_value(json_object_get(j, "kind")), "forward") == 0;
-        bool ok;
-        if (is_fwd) {
-            ok = load_fwd(dir, j, names[i], &fwd[n_fwd]);
-            if (ok) {
-                snprintf(model_rel, sizeof model_rel, "%s", fwd[n_fwd].model);
-                n_fwd++;
-            } else {
-                fwd_case_free(&fwd[n_fwd]);
-            }
-        } else {
-            ok = load_sar(dir, j, names[i], &sar[n_sar]);
-            if (ok) {
-                snprintf(model_rel, sizeof model_rel, "%s", sar[n_sar].model);
-                n_sar++;
-            } else {
-                sar_case_free(&sar[n_sar]);
-            }
-        }
+        bool ok = is_fwd ? load_fwd(dir, j, names[i], &fwd[n_fwd])
+                         : load_sar(dir, j, names[i], &sar[n_sar]);
+        if (ok)
+            snprintf(model_rel, sizeof model_rel, "%s",
+                     is_fwd ? fwd[n_fwd++].model : sar[n_sar++].model);
+        else if (is_fwd)
+            fwd_case_free(&fwd[n_fwd]);
+        else
+            sar_case_free(&sar[n_sar]);
         CHECK(ok, "%s: malformed case file", path);
         json_decref(j);
     }

@@ -49,16 +49,21 @@
 #define MAX_GREEDY 256
 
 typedef struct {
+    int32_t id;
+    float logit;
+} ref_top; // one of a position's reference top-20
+
+typedef struct {
     char name[256];      // file name without ".json"
     char model[1024];    // model path, relative to LI_REF_ROOT
-    char *prompt;        // NULL when the case is given as token ids only
+    json_t *doc;         // owned: the case file, which prompt and chat_* point into
+    const char *prompt;  // NULL when the case is given as token ids only
     bool has_chat;       // prompt is HF's apply_chat_template of (chat_system, chat_user)
-    char *chat_system;   // NULL: none given (the template may add its default)
-    char *chat_user;
+    const char *chat_system; // NULL: none given (the template may add its default)
+    const char *chat_user;
     int32_t *prompt_ids;
     int n_prompt;
-    int32_t *top_ids;    // (n_prompt, TOPK)
-    float *top_logits;   // (n_prompt, TOPK), descending per position
+    ref_top *top; // (n_prompt, TOPK), descending logits per position
     int32_t greedy[MAX_GREEDY];
     float greedy_margin[MAX_GREEDY];  // ref top-1 minus top-2 logit per step (+inf if absent)
     int n_greedy;
@@ -67,12 +72,9 @@ typedef struct {
 } ref_case;
 
 static void case_free(ref_case *c) {
-    free(c->prompt);
-    free(c->chat_system);
-    free(c->chat_user);
+    json_decref(c->doc);
     free(c->prompt_ids);
-    free(c->top_ids);
-    free(c->top_logits);
+    free(c->top);
     free(c->last_logits);
     memset(c, 0, sizeof(*c));
 }
@@ -136,7 +138,7 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
     char path[1536];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = c->doc = json_load_file(path, 0, &jerr);
     if (!root) {
         snprintf(err, err_size, "%s:%d: %s", path, jerr.line, jerr.text);
         return -1;
@@ -150,7 +152,7 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
     if (!json_is_string(model)) BAD("model");
     snprintf(c->model, sizeof(c->model), "%s", json_string_value(model));
     if (json_is_string(prompt)) {
-        c->prompt = strdup(json_string_value(prompt));
+        c->prompt = json_string_value(prompt);
     } else if (prompt && !json_is_null(prompt)) {
         BAD("prompt");
     }
@@ -162,8 +164,8 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
             BAD("chat");
         }
         c->has_chat = true;
-        c->chat_user = strdup(json_string_value(user));
-        if (json_is_string(sys)) c->chat_system = strdup(json_string_value(sys));
+        c->chat_user = json_string_value(user);
+        if (json_is_string(sys)) c->chat_system = json_string_value(sys);
     }
     if (!json_is_array(ids) || json_array_size(ids) == 0) BAD("prompt_ids");
     c->n_prompt = (int)json_array_size(ids);
@@ -185,9 +187,8 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
     }
     // top20: [[[id, logit], ...TOPK] per prompt position]
     if (!json_is_array(top) || (int)json_array_size(top) != c->n_prompt) BAD("top20");
-    c->top_ids = malloc(sizeof(int32_t) * c->n_prompt * TOPK);
-    c->top_logits = malloc(sizeof(float) * c->n_prompt * TOPK);
-    if (!c->top_ids || !c->top_logits) BAD("top20 (out of memory)");
+    c->top = malloc(sizeof *c->top * c->n_prompt * TOPK);
+    if (!c->top) BAD("top20 (out of memory)");
     for (int p = 0; p < c->n_prompt; p++) {
         json_t *row = json_array_get(top, p);
         if (!json_is_array(row) || json_array_size(row) != TOPK) BAD("top20 row");
@@ -198,8 +199,8 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
                 !json_is_number(lg) || json_integer_value(id) < 0) {
                 BAD("top20 entry");
             }
-            c->top_ids[p * TOPK + k] = (int32_t)json_integer_value(id);
-            c->top_logits[p * TOPK + k] = (float)json_number_value(lg);
+            c->top[p * TOPK + k] =
+                (ref_top){(int32_t)json_integer_value(id), (float)json_number_value(lg)};
         }
     }
     if (!json_is_string(lf) || strchr(json_string_value(lf), '/')) BAD("logits_file");
@@ -213,7 +214,7 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
     c->n_vocab = (int)n;
     for (int p = 0; p < c->n_prompt; p++)
         for (int k = 0; k < TOPK; k++)
-            if (c->top_ids[p * TOPK + k] >= c->n_vocab) BAD("top20 (an id >= n_vocab)");
+            if (c->top[p * TOPK + k].id >= c->n_vocab) BAD("top20 (an id >= n_vocab)");
     for (int i = 0; i < c->n_greedy; i++)
         if (c->greedy[i] >= c->n_vocab) BAD("greedy (an id >= n_vocab)");
     rc = 0;
@@ -221,7 +222,6 @@ static int case_load(ref_case *c, const char *dir, const char *name, char *err, 
 bad:
     snprintf(err, err_size, "%s/%s.json: \"%s\" missing or malformed", dir, c->name, field);
 done:
-    json_decref(root);
     if (rc != 0) case_free(c);
     return rc;
 }
@@ -256,23 +256,22 @@ static void top_k(const float *row, int n, int k, int32_t *out) {
 // ranking except where two candidates are within 2·tol of each other (an fp32 near-tie, whose
 // order neither side can claim). Returns the number of violations, printing the first few.
 static int check_top20(const ref_case *c, int p, const float *row, double tol) {
-    const int32_t *rid = &c->top_ids[p * TOPK];
-    const float *rlg = &c->top_logits[p * TOPK];
+    const ref_top *ref = &c->top[p * TOPK];
     int32_t ours[TOPK];
     top_k(row, c->n_vocab, TOPK, ours);
     int bad = 0;
     for (int k = 0; k < TOPK; k++) {
-        double d = fabs((double)row[rid[k]] - rlg[k]);
+        double d = fabs((double)row[ref[k].id] - ref[k].logit);
         if (!(d <= tol)) {
             if (bad++ < 3)
                 fprintf(stderr,
                         "    %s pos %d rank %d: id %d logit %.6f, ref %.6f (|d| %.3g > %.3g)\n",
-                        c->name, p, k, rid[k], row[rid[k]], rlg[k], d, tol);
+                        c->name, p, k, ref[k].id, row[ref[k].id], ref[k].logit, d, tol);
         }
-        if (ours[k] != rid[k] && !(fabs((double)row[ours[k]] - row[rid[k]]) <= 2 * tol)) {
+        if (ours[k] != ref[k].id && !(fabs((double)row[ours[k]] - row[ref[k].id]) <= 2 * tol)) {
             if (bad++ < 3)
                 fprintf(stderr, "    %s pos %d rank %d: id %d (%.6f), ref id %d (%.6f here)\n",
-                        c->name, p, k, ours[k], row[ours[k]], rid[k], row[rid[k]]);
+                        c->name, p, k, ours[k], row[ours[k]], ref[k].id, row[ref[k].id]);
         }
     }
     return bad;
@@ -381,8 +380,8 @@ static void run_case(ref_case *c, const char *root) {
                     if (fabs(c->last_logits[i]) > scale) scale = fabs(c->last_logits[i]);
             } else {
                 for (int k = 0; k < TOPK; k++)
-                    if (fabs(c->top_logits[p * TOPK + k]) > scale)
-                        scale = fabs(c->top_logits[p * TOPK + k]);
+                    if (fabs(c->top[p * TOPK + k].logit) > scale)
+                        scale = fabs(c->top[p * TOPK + k].logit);
             }
             if (scale < 1) scale = 1;
             if (check_top20(c, p, &logits[(size_t)p * c->n_vocab], REL_TOL * scale)) bad_pos++;

@@ -56,6 +56,20 @@ static void check_chat(const li_tokenizer *t, const li_chat_message *m, int n, b
     li_buf_free(&b);
 }
 
+// check_chat of one user turn.
+static void check_user_chat(const li_tokenizer *t, const char *user, bool add_gen,
+                            const char *want) {
+    li_chat_message m[] = {{"user", user}};
+    check_chat(t, m, 1, add_gen, want);
+}
+
+// A byte tokenizer of n_vocab ids with chat format f; NULL (a failed check) if it did not load.
+static li_tokenizer *bytes_tokenizer(int n_vocab, li_chat_format f) {
+    li_tokenizer *t = NULL;
+    CHECK(li_tokenizer_init_bytes(&t, n_vocab, f) == LI_OK, "%d ids: %s", n_vocab, li_error_msg());
+    return t;
+}
+
 static char *decode_all(const li_tokenizer *t, const int32_t *ids, int n, size_t *len) {
     li_buf b = {0};
     if (li_tokenizer_decode(t, ids, n, &b) != LI_OK) {
@@ -268,11 +282,10 @@ static void test_smollm2(void) {
         check_ids(t, "<|im_start|>user\nhi<|im_end|>", false, true,
                   (int32_t[]){1, 4093, 198, 6004, 2}, 5);
         CHECK(li_tokenizer_chat_format(t) == LI_CHAT_CHATML, "chatml");
-        li_chat_message m[] = {{"user", "Hi"}};
-        const char *want = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
-                           "trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                           "<|im_start|>assistant\n";
-        check_chat(t, m, 1, true, want);
+        check_user_chat(t, "Hi", true,
+                        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                        "trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        "<|im_start|>assistant\n");
     }
     TEST_END();
 
@@ -327,8 +340,7 @@ static void test_smollm2(void) {
 
 static void test_bytes(void) {
     TEST_BEGIN("byte tokenizer: llama3, chatml, llada ids");
-    li_tokenizer *t = NULL;
-    CHECK(li_tokenizer_init_bytes(&t, 300, LI_CHAT_LLAMA3) == LI_OK, "%s", li_error_msg());
+    li_tokenizer *t = bytes_tokenizer(300, LI_CHAT_LLAMA3);
     if (t) {
         CHECK(li_tokenizer_bos(t) == 256 && li_tokenizer_eos(t) == 257 && li_tokenizer_add_bos(t),
               "bos/eos");
@@ -342,28 +354,22 @@ static void test_bytes(void) {
         li_buf b = {0};
         CHECK(li_tokenizer_decode_token(t, 299, &b) == LI_OK && b.len == 0, "unused id → \"\"");
         li_buf_free(&b);
-        li_chat_message m[] = {{"user", "yo"}};
-        check_chat(t, m, 1, true,
-                   "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nyo"
-                   "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        check_user_chat(t, "yo", true,
+                        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nyo"
+                        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
         li_tokenizer_free(t);
     }
-    t = NULL;
-    CHECK(li_tokenizer_init_bytes(&t, 126464, LI_CHAT_LLADA) == LI_OK, "%s", li_error_msg());
-    if (t) {
+    if ((t = bytes_tokenizer(126464, LI_CHAT_LLADA))) {
         CHECK(li_tokenizer_bos(t) == 126080 && li_tokenizer_eos(t) == 126081, "llada bos/eos");
         CHECK(li_tokenizer_find(t, "<|mdm_mask|>") == 126336, "mask");
         CHECK(li_tokenizer_find(t, "<|eot_id|>") == 126348 && li_tokenizer_is_eog(t, 126348),
               "eot");
-        li_chat_message m[] = {{"user", "2+2?"}};
-        check_chat(t, m, 1, true,
-                   "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n2+2?"
-                   "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+        check_user_chat(t, "2+2?", true,
+                        "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n2+2?"
+                        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
         li_tokenizer_free(t);
     }
-    t = NULL;
-    CHECK(li_tokenizer_init_bytes(&t, 512, LI_CHAT_LLADA) == LI_OK, "small llada");
-    if (t) {
+    if ((t = bytes_tokenizer(512, LI_CHAT_LLADA))) {
         CHECK(li_tokenizer_find(t, "<|mdm_mask|>") == 261, "small llada: ids from 256");
         li_tokenizer_free(t);
     }
@@ -373,8 +379,7 @@ static void test_bytes(void) {
     TEST_END();
 
     TEST_BEGIN("byte tokenizer: any bytes round-trip");
-    CHECK(li_tokenizer_init_bytes(&t, 260, LI_CHAT_CHATML) == LI_OK, "%s", li_error_msg());
-    if (t) {
+    if ((t = bytes_tokenizer(260, LI_CHAT_CHATML))) {
         li_rng r;
         li_rng_seed(&r, seed + 1);
         char buf[300];
@@ -583,10 +588,9 @@ static void test_config(void) {
         CHECK(!li_tokenizer_add_bos(t), "add_bos_token false overrides TemplateProcessing");
         check_ids(t, "abab", true, true, (int32_t[]){2, 2}, 2);
         CHECK(li_tokenizer_chat_format(t) == LI_CHAT_CHATML, "chatml from the 'default' entry");
-        li_chat_message m[] = {{"user", "hi"}};
-        check_chat(t, m, 1, false,
-                   "<|im_start|>system\nYou are Zed.<|im_end|>\n<|im_start|>user\nhi"
-                   "<|im_end|>\n");
+        check_user_chat(t, "hi", false,
+                        "<|im_start|>system\nYou are Zed.<|im_end|>\n<|im_start|>user\nhi"
+                        "<|im_end|>\n");
         li_tokenizer_free(t);
     }
     t = NULL;
@@ -722,8 +726,7 @@ static void test_chat_detect(void) {
     for (int i = 0; i < 3; i++)
         CHECK(li_chat_format_parse(li_chat_format_name(all[i]), &f) == LI_OK && f == all[i], "name");
     CHECK(li_chat_format_parse("vicuna", &f) == LI_ERR_INVALID_ARG, "bad name");
-    li_tokenizer *t = NULL;
-    CHECK(li_tokenizer_init_bytes(&t, 300, LI_CHAT_LLAMA3) == LI_OK, "init");
+    li_tokenizer *t = bytes_tokenizer(300, LI_CHAT_LLAMA3);
     if (t) {
         CHECK(li_tokenizer_set_chat_format(t, LI_CHAT_CHATML) == LI_ERR_UNSUPPORTED &&
               strstr(li_error_msg(), "<|im_start|>"), "chatml without its tokens");

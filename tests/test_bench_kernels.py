@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+from bad_args import named_by_flag
+
 BIN = os.environ.get("BIN", "./lazyinfer")
 SMALL = ["-m", "synth:tiny-llama", "--ctx", "200", "--batch", "1,12", "--prefill", "40",
          "--rows", "16", "--iters", "2"]
@@ -51,17 +53,15 @@ def test_every_op_timed(extra):
     assert re.search(r"tiny-llama shapes \(D \d+, F \d+, H \d+, Hkv \d+, Dh \d+\)", p.stdout)
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--ctx", "0"], "--ctx"),
-    (["--ctx", "-4"], "--ctx"),
-    (["--batch", "0"], "--batch"),
-    (["--batch", "1,,2"], "--batch"),
-    (["--batch", "1,2,3,4,5,6,7,8,9"], "--batch"),
-    (["--prefill", "0"], "--prefill"),
-    (["--rows", "-1"], "--rows"),
-    (["--iters", "0"], "--iters"),
-    (["--page-size", "0"], "--page-size"),
-    (["--kv-dtype", "fp8"], "--kv-dtype"),
+@pytest.mark.parametrize("args,msg", named_by_flag({
+    "--ctx": ["0", "-4"],
+    "--batch": ["0", "1,,2", "1,2,3,4,5,6,7,8,9"],
+    "--prefill": ["0"],
+    "--rows": ["-1"],
+    "--iters": ["0"],
+    "--page-size": ["0"],
+    "--kv-dtype": ["fp8"],
+}) + [
     (["--ctx", "16000000", "--batch", "4000"], "pages"),
     (["--backend", "nope"], "unknown backend 'nope'"),
     (["-m", "no/such/model.gguf"], "no/such/model.gguf"),

@@ -21,6 +21,8 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+
+from bad_args import named_by_flag
 from seeding import li_seed
 
 BIN = os.environ.get("BIN", "./lazyinfer")
@@ -101,21 +103,20 @@ def test_help_and_usage():
     assert re.search(r"^\s+sim\s", top.stdout, re.M)
 
 
-@pytest.mark.parametrize("args,msg", [
+@pytest.mark.parametrize("args,msg", named_by_flag({
+    "--k": ["0"],
+    "--alpha": ["-1", "x1"],
+    "--policy": ["fifo"],
+    "--evict": ["mru"],
+    "--page-size": ["0", "300"],
+    "--requests": ["0"],
+    "--doc-len": ["0"],
+    "--budget": ["8"],
+}) + [
     (["--bogus"], "unknown option"),
-    (["--k", "0"], "--k"),
     (["--docs", "3", "--k", "4"], "--k"),
     (["--k", "5", "--positions", "3"], "--positions"),
-    (["--alpha", "-1"], "--alpha"),
-    (["--alpha", "x1"], "--alpha"),
-    (["--policy", "fifo"], "--policy"),
-    (["--evict", "mru"], "--evict"),
-    (["--page-size", "0"], "--page-size"),
-    (["--page-size", "300"], "--page-size"),
-    (["--requests", "0"], "--requests"),
     (["--requests", "10", "--warmup", "10"], "--warmup"),
-    (["--doc-len", "0"], "--doc-len"),
-    (["--budget", "8"], "--budget"),
     (["--k", "5", "--budget", "512", "--doc-len", "128"], "cannot hold"),
     (["extra"], "unexpected argument"),
 ])

@@ -51,10 +51,20 @@ static bool parse_value(const opt *o, const char *v) {
     return false;
 }
 
+const opt *cli_find_opt(const opt *opts, int n_opts, const char *arg) {
+    for (int k = 0; k < n_opts; k++)
+        if (!strcmp(arg, opts[k].long_name) ||
+            (opts[k].short_name && !strcmp(arg, opts[k].short_name)))
+            return &opts[k];
+    return NULL;
+}
+
 // Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
 // on, 1 after --help (printed), 2 on a usage error (printed).
 int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
                       const char **pos, int max_pos, int *n_pos) {
+    int n_none;
+    if (!n_pos) n_pos = &n_none; // max_pos 0: no count wanted
     *n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -63,11 +73,7 @@ int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, in
             return 1;
         }
         if (a[0] == '-' && a[1] != 0) {
-            const opt *o = NULL;
-            for (int k = 0; k < n_opts && !o; k++)
-                if (!strcmp(a, opts[k].long_name) ||
-                    (opts[k].short_name && !strcmp(a, opts[k].short_name)))
-                    o = &opts[k];
+            const opt *o = cli_find_opt(opts, n_opts, a);
             if (!o) {
                 fprintf(stderr, "lazyinfer %s: unknown option '%s' (see --help)\n", argv[0], a);
                 return 2;
@@ -134,20 +140,6 @@ void cli_data_missing(const char *cmd, const char *what, const char *rel, const 
                       const char *fix) {
     fprintf(stderr, "lazyinfer %s: no %s at %s (looked under the working directory%s%s); %s\n",
             cmd, what, rel, buf && buf[0] ? " and at " : "", buf && buf[0] ? buf : "", fix);
-}
-
-li_model_params cli_model_params(const cli_model_args *a) {
-    li_model_params mp = li_model_default_params();
-    mp.path = a->model ? a->model : cli_default_model();
-    mp.tokenizer_path = a->tokenizer;
-    mp.chat_template = a->chat_template;
-    mp.n_threads = a->n_threads;
-    mp.backend = a->backend;
-    mp.device = a->gpu;
-    mp.n_ctx = a->n_ctx;
-    mp.kv_dtype = a->kv_dtype;
-    mp.attn_impl = a->attn_impl;
-    return mp;
 }
 
 int cli_fail(const char *what) {

@@ -26,17 +26,16 @@ typedef struct {
 } opt;
 
 // The model-loading options commands share (--model, --tokenizer, --chat-template, --threads,
-// --backend, --gpu, --ctx-size, --kv-dtype, --attn-impl); 0 / NULL: the library's default.
-typedef struct {
-    const char *model, *tokenizer, *chat_template, *backend, *kv_dtype, *attn_impl;
-    int n_threads, gpu, n_ctx;
-} cli_model_args;
-// li_model_params from those options (model NULL: cli_default_model()).
-li_model_params cli_model_params(const cli_model_args *a);
+// --backend, --gpu, --ctx-size, --kv-dtype, --attn-impl) write straight into li_model_params
+// (path, tokenizer_path, chat_template, n_threads, backend, device, n_ctx, kv_dtype, attn_impl),
+// started from li_model_default_params(); a path left NULL is cli_default_model().
 
 void cli_print_usage(const char *usage, const opt *opts, int n_opts);
+// The option of opts that arg names (its long or short name); NULL if none.
+const opt *cli_find_opt(const opt *opts, int n_opts, const char *arg);
 // Parses argv[1..] into opts; positional arguments go to pos (at most max_pos). Returns 0 to go
-// on, 1 after --help (printed), 2 on a usage error (printed, naming the flag).
+// on, 1 after --help (printed), 2 on a usage error (printed, naming the flag). A command that
+// takes no positional argument passes NULL, 0, NULL.
 int cli_parse_args(int argc, char **argv, const char *usage, const opt *opts, int n_opts,
                    const char **pos, int max_pos, int *n_pos);
 // The model setup fetched: models/ next to the binary, else under the working directory.
@@ -56,17 +55,17 @@ bool cli_parse_bytes(const char *s, int64_t *out);
 // /proc/meminfo); -1 when unknown.
 int64_t cli_mem_available(void);
 
-// The options of cli_model_args that read the same on every command loading a model: put
-// CLI_DEVICE_OPTS(ma) in the option table (--threads, --backend, --gpu, --attn-impl), and
-// CLI_KV_DTYPE_OPT(ma) too where the command keeps a KV cache.
-#define CLI_DEVICE_OPTS(ma)                                                                        \
-    {"--threads", "-t", OPT_INT, &(ma).n_threads, "CPU threads (default: all cores)"},             \
-    {"--backend", NULL, OPT_STR, &(ma).backend,                                                    \
+// The options of li_model_params mp that read the same on every command loading a model: put
+// CLI_DEVICE_OPTS(mp) in the option table (--threads, --backend, --gpu, --attn-impl), and
+// CLI_KV_DTYPE_OPT(mp) too where the command keeps a KV cache.
+#define CLI_DEVICE_OPTS(mp)                                                                        \
+    {"--threads", "-t", OPT_INT, &(mp).n_threads, "CPU threads (default: all cores)"},             \
+    {"--backend", NULL, OPT_STR, &(mp).backend,                                                    \
      "compute backend: cpu (default), cpu-ref, cuda (./lazyinfer-cuda)"},                          \
-    {"--gpu", NULL, OPT_INT, &(ma).gpu, "GPU index for --backend cuda (default 0)"},               \
-    {"--attn-impl", NULL, OPT_STR, &(ma).attn_impl, CLI_ATTN_IMPL_HELP}
-#define CLI_KV_DTYPE_OPT(ma)                                                                       \
-    {"--kv-dtype", NULL, OPT_STR, &(ma).kv_dtype,                                                  \
+    {"--gpu", NULL, OPT_INT, &(mp).device, "GPU index for --backend cuda (default 0)"},            \
+    {"--attn-impl", NULL, OPT_STR, &(mp).attn_impl, CLI_ATTN_IMPL_HELP}
+#define CLI_KV_DTYPE_OPT(mp)                                                                       \
+    {"--kv-dtype", NULL, OPT_STR, &(mp).kv_dtype,                                                  \
      "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"}
 
 // The document tiers below the KV pool (README "Sharing documents across replicas") and the

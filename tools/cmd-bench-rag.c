@@ -59,7 +59,7 @@
 #define ENGINE_CTX_CAP 4096        // li_model_load's default context: min(trained, this)
 
 typedef struct {
-    cli_model_args ma; // --model, -c, -t, --backend, --gpu, --kv-dtype, --attn-impl
+    li_model_params mp; // --model, -c, -t, --backend, --gpu, --kv-dtype, --attn-impl
     const char *samples, *mode_s, *budget_s, *plot, *trace;
     const char *rates_s, *budgets_s, *csv; // sweep lists and their CSV output
     int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch;
@@ -350,7 +350,7 @@ static li_status is_special(const li_model *m, int32_t id, bool *out) {
 static li_status synthetic_model_facts(const bench_args *a, int32_t **ids, int *n_ids, int32_t *hi,
                                        int *chat_tokens, int *def_ctx) {
     li_model_params mp = li_model_default_params();
-    mp.path = a->ma.model ? a->ma.model : cli_default_model();
+    mp.path = a->mp.path;
     mp.metadata_only = true;
     mp.n_threads = 1;
     li_model *m = NULL;
@@ -642,7 +642,7 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     memset(row, 0, sizeof *row);
     row->mode = mode;
     row->tiers = tiers;
-    li_model_params mp = cli_model_params(&a->ma);
+    li_model_params mp = a->mp;
     mp.max_seqs = a->max_batch;
     mp.cache_mode = li_cache_mode_name(mode);
     mp.kv_budget_bytes = budget;
@@ -973,15 +973,12 @@ static bool parse_budgets(const char *s, char *buf, size_t cap, char **items, in
 // value is never taken for an option). Tells "--rate 0.5" from the default 0.5, and --docs 0
 // (an error with --synthetic) from no --docs.
 static bool opt_given(int argc, char **argv, const opt *opts, int n_opts, const char *name) {
-    for (int i = 1; i < argc; i++)
-        for (int k = 0; k < n_opts; k++) {
-            if (strcmp(argv[i], opts[k].long_name) &&
-                !(opts[k].short_name && !strcmp(argv[i], opts[k].short_name)))
-                continue;
-            if (!strcmp(opts[k].long_name, name)) return true;
-            if (opts[k].kind != OPT_FLAG) i++;
-            break;
-        }
+    for (int i = 1; i < argc; i++) {
+        const opt *o = cli_find_opt(opts, n_opts, argv[i]);
+        if (!o) continue;
+        if (!strcmp(o->long_name, name)) return true;
+        if (o->kind != OPT_FLAG) i++;
+    }
     return false;
 }
 
@@ -1055,7 +1052,7 @@ static int add_tier_runs(li_cache_mode *modes, bool *tiers, int n) {
 // what is wrong.
 static bool args_in_range(const bench_args *a) {
     if (a->k < 1 || a->k > MAX_K || a->out_len < 1 || a->n_requests < 1 ||
-        a->n_requests > MAX_REQUESTS || a->max_batch < 1 || a->ma.n_threads < 0 ||
+        a->n_requests > MAX_REQUESTS || a->max_batch < 1 || a->mp.n_threads < 0 ||
         a->n_docs < 0 || a->doc_len < 0 || a->query_len < 0 || !(a->rate >= 0) ||
         !(a->alpha >= 0 && a->alpha <= 100)) {
         fprintf(stderr,
@@ -1065,9 +1062,9 @@ static bool args_in_range(const bench_args *a) {
                 MAX_K, MAX_REQUESTS);
         return false;
     }
-    if (a->ma.n_ctx < 0) {
+    if (a->mp.n_ctx < 0) {
         fprintf(stderr, "lazyinfer bench rag: --ctx-size %d: must be >= 0 (0: the default)\n",
-                a->ma.n_ctx);
+                a->mp.n_ctx);
         return false;
     }
     if (a->plot && strpbrk(a->plot, "'\n\\")) { // it goes into the gnuplot script in quotes
@@ -1089,9 +1086,10 @@ int cmd_bench_rag(int argc, char **argv) {
                     .max_batch = 4,
                     .alpha = 1.5f,
                     .rate = 0.5f,
-                    .seed = 1};
+                    .seed = 1,
+                    .mp = li_model_default_params()};
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &a.ma.model, "model (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &a.mp.path, "model (default: the model setup fetched)"},
         {"--samples", NULL, OPT_STR, &a.samples,
          "folder of RAG sample JSONs (default " SAMPLES_REL ", under the working directory or "
          "next to the binary)"},
@@ -1126,11 +1124,11 @@ int cmd_bench_rag(int argc, char **argv) {
          "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
         {"--max-batch", NULL, OPT_INT, &a.max_batch, "requests running at once (default 4)"},
         {"--seed", NULL, OPT_U64, &a.seed, "trace seed (default 1)"},
-        {"--ctx-size", "-c", OPT_INT, &a.ma.n_ctx,
+        {"--ctx-size", "-c", OPT_INT, &a.mp.n_ctx,
          "context per request in tokens (default: min(trained, 4096); with --synthetic what a "
          "request needs: k × doc-len + query-len + out-len + the chat template's tokens)"},
-        CLI_DEVICE_OPTS(a.ma),
-        CLI_KV_DTYPE_OPT(a.ma),
+        CLI_DEVICE_OPTS(a.mp),
+        CLI_KV_DTYPE_OPT(a.mp),
         {"--plot", NULL, OPT_STR, &a.plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a.trace,
@@ -1144,6 +1142,7 @@ int cmd_bench_rag(int argc, char **argv) {
     int n_pos;
     int r = cli_parse_args(argc, argv, usage_text, opts, n_opts, pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
+    if (!a.mp.path) a.mp.path = cli_default_model();
     li_cache_mode modes[MAX_MODES];
     int n_modes;
     int64_t budget = 0;
@@ -1259,7 +1258,7 @@ int cmd_bench_rag(int argc, char **argv) {
         // to what a request needs, in whole pages of 16. Never lower it: the engine caps its
         // tokens per forward at the context, which would change the batching being measured.
         int need = a.k * a.doc_len + a.query_len + a.out_len + chat_tokens + 16;
-        if (a.ma.n_ctx == 0 && need > def_ctx) a.ma.n_ctx = (need + 15) / 16 * 16;
+        if (a.mp.n_ctx == 0 && need > def_ctx) a.mp.n_ctx = (need + 15) / 16 * 16;
     }
     // Opened before the runs: a path that cannot be written fails now, not after a long sweep.
     if (a.csv && !a.dry_run) {
@@ -1314,9 +1313,9 @@ int cmd_bench_rag(int argc, char **argv) {
                "of [%d, %d)), queries of %d tokens (random lowercase words); context %d tokens "
                "per request\n",
                a.n_docs, a.doc_len, n_ok_ids, SYN_ID_LO, id_hi, a.query_len,
-               a.ma.n_ctx ? a.ma.n_ctx : def_ctx);
+               a.mp.n_ctx ? a.mp.n_ctx : def_ctx);
     if (a.dry_run) goto done;
-    printf("model: %s\n\n", a.ma.model ? a.ma.model : cli_default_model());
+    printf("model: %s\n\n", a.mp.path);
     if (sweep) print_sweep_header();
     fflush(stdout);
     for (int ri = 0; ri < n_rates; ri++) {

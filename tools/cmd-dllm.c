@@ -24,7 +24,7 @@
 // Decoding options as typed. Reals are kept as text and parsed with strtod so that 0.9 reaches
 // the engine as the double 0.9 (the Python reference's value), not as a float.
 typedef struct {
-    cli_model_args ma;  // --model (required here), --tokenizer, ..., --attn-impl
+    li_model_params mp; // --model (required here), --tokenizer, ..., --attn-impl
     const char *prompt, *system;
     const char *remasking, *temp, *cfg, *threshold, *factor;
     const char *dpad_k, *dpad_scale, *lacache, *fp8;
@@ -37,6 +37,7 @@ typedef struct {
 
 static void args_init(dllm_args *a) {
     memset(a, 0, sizeof *a);
+    a->mp = li_model_default_params();
     a->decode = li_dllm_default_params();
     a->dpad_window = -1; // -1: not given
 }
@@ -97,20 +98,23 @@ static bool parse_lacache(const char *cmd, const char *s, unsigned *out) {
     return true;
 }
 
+// Which of two words s is: 0 for w0, 1 for w1; -1 after printing "FLAG 's': expected W0 or W1".
+static int pick_word(const char *cmd, const char *flag, const char *s, const char *w0,
+                     const char *w1) {
+    if (!strcmp(s, w0)) return 0;
+    if (!strcmp(s, w1)) return 1;
+    fprintf(stderr, "lazyinfer %s: %s '%s': expected %s or %s\n", cmd, flag, s, w0, w1);
+    return -1;
+}
+
 // Options → engine parameters with the CLI's own checks (flags that conflict, values the engine
 // would also reject but that read better named by their flag). Returns false after printing.
 static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *p) {
     *p = a->decode;
     if (a->remasking) {
-        if (!strcmp(a->remasking, "low_confidence")) {
-            p->remasking = LI_DLLM_REMASK_LOW_CONFIDENCE;
-        } else if (!strcmp(a->remasking, "random")) {
-            p->remasking = LI_DLLM_REMASK_RANDOM;
-        } else {
-            fprintf(stderr, "lazyinfer %s: --remasking '%s': expected low_confidence or random\n",
-                    cmd, a->remasking);
-            return false;
-        }
+        int w = pick_word(cmd, "--remasking", a->remasking, "low_confidence", "random");
+        if (w < 0) return false;
+        p->remasking = w == 0 ? LI_DLLM_REMASK_LOW_CONFIDENCE : LI_DLLM_REMASK_RANDOM;
     }
     if (!parse_real(cmd, "--temp", a->temp, &p->temperature) ||
         !parse_real(cmd, "--cfg", a->cfg, &p->cfg) ||
@@ -145,14 +149,9 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
     if (a->lacache && !parse_lacache(cmd, a->lacache, &p->lacache)) return false;
     if (!a->lacache) p->lacache = LI_DLLM_LACACHE_ALL; // exact, so on unless asked otherwise
     if (a->fp8) {
-        if (!strcmp(a->fp8, "on")) {
-            p->fp8 = true;
-        } else if (!strcmp(a->fp8, "off")) {
-            p->fp8 = false;
-        } else {
-            fprintf(stderr, "lazyinfer %s: --fp8 '%s': expected on or off\n", cmd, a->fp8);
-            return false;
-        }
+        int w = pick_word(cmd, "--fp8", a->fp8, "on", "off");
+        if (w < 0) return false;
+        p->fp8 = w == 0;
     }
     if (li_dllm_check_params(p) != LI_OK) {
         // The engine's message names the parameter (gen_length for --gen-length, …).
@@ -165,22 +164,21 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
 }
 
 static int load_model(const char *cmd, const dllm_args *a, li_model **m) {
-    if (!a->ma.model) {
+    if (!a->mp.path) {
         fprintf(stderr,
                 "lazyinfer %s: -m MODEL is required: there is no default diffusion model (use an "
                 "HF LLaDA directory, or e.g. -m synth:tiny-llada)\n",
                 cmd);
         return 2;
     }
-    li_model_params mp = cli_model_params(&a->ma);
-    if (li_model_load(m, &mp) != LI_OK) return cli_fail("cannot load the model");
+    if (li_model_load(m, &a->mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info info;
     li_model_get_info(*m, &info);
     if (!info.diffusion) {
         fprintf(stderr,
                 "lazyinfer %s: %s is not a diffusion model (arch '%s'); use `lazyinfer generate` "
                 "for it, or a LLaDA model such as synth:tiny-llada\n",
-                cmd, a->ma.model, info.arch);
+                cmd, a->mp.path, info.arch);
         li_model_free(*m);
         *m = NULL;
         return 2;
@@ -266,7 +264,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
 // The option table both subcommands share, then each one's own.
 // clang-format off
 #define DLLM_DECODE_OPTS(a)                                                                        \
-    {"--model", "-m", OPT_STR, &(a).ma.model, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
+    {"--model", "-m", OPT_STR, &(a).mp.path, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
     {"--gen-length", NULL, OPT_INT, &(a).decode.gen_length, "tokens to generate (default 128)"},    \
     {"--block-length", NULL, OPT_INT, &(a).decode.block_length, "SAR block length (default 32)"},   \
     {"--steps", NULL, OPT_INT, &(a).decode.steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
@@ -289,10 +287,20 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--seed", NULL, OPT_U64, &(a).decode.seed, "RNG seed (default 0)"},                            \
     {"--chat", NULL, OPT_FLAG, &(a).chat, "format prompts as a user message (chat format)"},       \
     {"--system", NULL, OPT_STR, &(a).system, "system message for --chat"},                          \
-    {"--chat-template", NULL, OPT_STR, &(a).ma.chat_template, "chat format override: llada, llama3, chatml"}, \
-    {"--tokenizer", NULL, OPT_STR, &(a).ma.tokenizer, "tokenizer.json to use instead of the model's"}, \
-    CLI_DEVICE_OPTS((a).ma)
+    {"--chat-template", NULL, OPT_STR, &(a).mp.chat_template, "chat format override: llada, llama3, chatml"}, \
+    {"--tokenizer", NULL, OPT_STR, &(a).mp.tokenizer_path, "tokenizer.json to use instead of the model's"}, \
+    CLI_DEVICE_OPTS((a).mp)
 // clang-format on
+
+static const char dllm_usage[] =
+    "usage: lazyinfer dllm -m MODEL -p PROMPT [--chat] --gen-length N "
+    "--block-length B --steps S [--remasking low_confidence|random]\n"
+    "       [--temp T] [--cfg C] [--threshold TAU | --factor F] "
+    "[--dpad-window W --dpad-k K --dpad-scale X]\n"
+    "       [--lacache embed,rope,fa,trunc|all|off] [--fp8 on|off] "
+    "[--seed S] [--trace] [-t THREADS]\n\n"
+    "Decodes PROMPT with a diffusion LM (LLaDA SAR decoding, docs/DLLM.md): "
+    "text on stdout, figures on stderr.";
 
 int cmd_dllm(int argc, char **argv) {
     dllm_args a;
@@ -305,18 +313,8 @@ int cmd_dllm(int argc, char **argv) {
          "print the canvas after every step on stderr (masks ▒)"},
         DLLM_DECODE_OPTS(a),
     };
-    const char *pos[1];
-    int n_pos;
-    int r = cli_parse_args(argc, argv,
-                           "usage: lazyinfer dllm -m MODEL -p PROMPT [--chat] --gen-length N "
-                           "--block-length B --steps S [--remasking low_confidence|random]\n"
-                           "       [--temp T] [--cfg C] [--threshold TAU | --factor F] "
-                           "[--dpad-window W --dpad-k K --dpad-scale X]\n"
-                           "       [--lacache embed,rope,fa,trunc|all|off] [--fp8 on|off] "
-                           "[--seed S] [--trace] [-t THREADS]\n\n"
-                           "Decodes PROMPT with a diffusion LM (LLaDA SAR decoding, docs/DLLM.md): "
-                           "text on stdout, figures on stderr.",
-                           opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    int r =
+        cli_parse_args(argc, argv, dllm_usage, opts, sizeof opts / sizeof opts[0], NULL, 0, NULL);
     if (r) return r == 1 ? 0 : 2;
     li_dllm_params p;
     if (!args_to_params("dllm", &a, &p)) return 2;
@@ -324,8 +322,8 @@ int cmd_dllm(int argc, char **argv) {
         fprintf(stderr, "lazyinfer dllm: -p PROMPT is required (see --help)\n");
         return 2;
     }
-    if (a.ma.n_threads < 0) {
-        fprintf(stderr, "lazyinfer dllm: -t %d must not be negative\n", a.ma.n_threads);
+    if (a.mp.n_threads < 0) {
+        fprintf(stderr, "lazyinfer dllm: -t %d must not be negative\n", a.mp.n_threads);
         return 2;
     }
     li_model *m = NULL;
@@ -449,12 +447,30 @@ typedef struct {
     bool parallel, dpad;
 } method;
 
+// The counters of li_dllm_stats a method's row sums over the questions, each into an int64_t
+// field of method_sum of the same name.
+// clang-format off
+#define METHOD_COUNTS(X)                                                                           \
+    X(steps) X(nfe) X(n_tokens_fastdllm) X(n_tokens_dinfer) X(canvas_rows) X(embed_rows)           \
+    X(qkv_rows) X(fa_tiles) X(fa_tiles_skipped) X(head_rows) X(fp8_gemm_rows)
+// clang-format on
+
 typedef struct {
     double latency_ms, flops;
-    int64_t steps, nfe, tok_fast, tok_dinfer, canvas_rows;
-    int64_t embed_rows, qkv_rows, fa_tiles, fa_skipped, head_rows, fp8_rows;
+#define COUNT_FIELD(f) int64_t f;
+    METHOD_COUNTS(COUNT_FIELD)
+#undef COUNT_FIELD
     int same_as_vanilla, n;
 } method_sum;
+
+// One question's stats into the method's sums.
+static void method_add(method_sum *s, const li_dllm_stats *st) {
+    s->latency_ms += st->latency_ms;
+    s->flops += st->flops;
+#define ADD_COUNT(f) s->f += st->f;
+    METHOD_COUNTS(ADD_COUNT)
+#undef ADD_COUNT
+}
 
 // One row of bench dllm's table, printed as soon as the method has run (a long GPU run that is
 // cut short still shows the methods it finished).
@@ -463,12 +479,12 @@ static void print_method_row(const char *name, int k, const method_sum *s, doubl
     double lat = s->latency_ms / n_prompts;
     printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld / %lld | %lld | "
            "%.3f | %.1f%% | %s |\n",
-           name, lat, s->latency_ms > 0 ? 1e3 * s->tok_fast / s->latency_ms : 0,
-           s->latency_ms > 0 ? 1e3 * s->tok_dinfer / s->latency_ms : 0, (double)s->nfe / n_prompts,
-           s->steps ? s->latency_ms / s->steps : 0, (long long)s->canvas_rows,
-           (long long)s->embed_rows, (long long)s->qkv_rows, (long long)s->fa_tiles,
-           (long long)s->fa_skipped, (long long)s->head_rows, s->flops / 1e9,
-           v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
+           name, lat, s->latency_ms > 0 ? 1e3 * s->n_tokens_fastdllm / s->latency_ms : 0,
+           s->latency_ms > 0 ? 1e3 * s->n_tokens_dinfer / s->latency_ms : 0,
+           (double)s->nfe / n_prompts, s->steps ? s->latency_ms / s->steps : 0,
+           (long long)s->canvas_rows, (long long)s->embed_rows, (long long)s->qkv_rows,
+           (long long)s->fa_tiles, (long long)s->fa_tiles_skipped, (long long)s->head_rows,
+           s->flops / 1e9, v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
            k == 0               ? "—"
            : s->same_as_vanilla ? "yes"
                                 : "no");
@@ -536,8 +552,8 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
     if (li_dllm_special_tokens(m, &MASK, &EOS, &EOT) != LI_OK) return cli_fail("special tokens");
     li_model_info info;
     li_model_get_info(m, &info);
-    printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->ma.model, info.name,
-           a->ma.backend ? a->ma.backend : "cpu");
+    printf("## lazyinfer bench dllm --canvas — %s (%s), backend %s\n\n", a->mp.path, info.name,
+           a->mp.backend ? a->mp.backend : "cpu");
     printf("One block of %d masks after N - %d random prompt tokens, %d steps of one token; "
            "ms/step = the block's latency / %d (its first step fills the caches). FLOPs: the "
            "engine's count of the block's work.\n\n",
@@ -604,6 +620,16 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
     return status;
 }
 
+static const char bench_dllm_usage[] =
+    "usage: lazyinfer bench dllm -m MODEL [--prompts FILE] [--n-prompts N] "
+    "[--shots 0|1|4] [--chat]\n"
+    "       [--gen-length N] [--block-length B] [--steps S] [--threshold TAU "
+    "| --factor F | --commit-per-step K] [--dpad-window W] [--fp8 on|off]\n\n"
+    "Decodes GSM8K questions with each method (vanilla, each LaCache "
+    "component, all LaCache, parallel, DPad, all combined)\n"
+    "and prints a markdown table. Defaults for CPU: gen 64, block 16, "
+    "steps 64, 2 questions, 0-shot, parallel = threshold 0.9.";
+
 int cmd_bench_dllm(int argc, char **argv) {
     dllm_args a;
     args_init(&a);
@@ -628,19 +654,8 @@ int cmd_bench_dllm(int argc, char **argv) {
          "of --block-length at the end, each LaCache component and FP8"},
         DLLM_DECODE_OPTS(a),
     };
-    const char *pos[1];
-    int n_pos;
-    int r =
-        cli_parse_args(argc, argv,
-                       "usage: lazyinfer bench dllm -m MODEL [--prompts FILE] [--n-prompts N] "
-                       "[--shots 0|1|4] [--chat]\n"
-                       "       [--gen-length N] [--block-length B] [--steps S] [--threshold TAU "
-                       "| --factor F | --commit-per-step K] [--dpad-window W] [--fp8 on|off]\n\n"
-                       "Decodes GSM8K questions with each method (vanilla, each LaCache "
-                       "component, all LaCache, parallel, DPad, all combined)\n"
-                       "and prints a markdown table. Defaults for CPU: gen 64, block 16, "
-                       "steps 64, 2 questions, 0-shot, parallel = threshold 0.9.",
-                       opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
+    int r = cli_parse_args(argc, argv, bench_dllm_usage, opts, sizeof opts / sizeof opts[0], NULL,
+                           0, NULL);
     if (r) return r == 1 ? 0 : 2;
     if (n_prompts < 1 || n_prompts > 10000) {
         fprintf(stderr, "lazyinfer bench dllm: --n-prompts %d must be in 1..10000\n", n_prompts);
@@ -660,8 +675,8 @@ int cmd_bench_dllm(int argc, char **argv) {
                 "lazyinfer bench dllm: --lacache is chosen per method here (see --methods)\n");
         return 2;
     }
-    if (a.ma.n_threads < 0) {
-        fprintf(stderr, "lazyinfer bench dllm: -t %d must not be negative\n", a.ma.n_threads);
+    if (a.mp.n_threads < 0) {
+        fprintf(stderr, "lazyinfer bench dllm: -t %d must not be negative\n", a.mp.n_threads);
         return 2;
     }
     li_dllm_params base;
@@ -755,7 +770,7 @@ int cmd_bench_dllm(int argc, char **argv) {
         }
         total_prompt += n_ids[i];
     }
-    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.ma.model, info.name,
+    printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.mp.path, info.name,
            info.n_params / 1e6, info.n_threads);
     printf(
         "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens%s; gen_length %d, "
@@ -809,25 +824,13 @@ int cmd_bench_dllm(int argc, char **argv) {
                 memcpy(vanilla + (size_t)i * p.gen_length, gen, (size_t)p.gen_length * 4);
             else if (memcmp(vanilla + (size_t)i * p.gen_length, gen, (size_t)p.gen_length * 4))
                 s->same_as_vanilla = 0;
-            s->latency_ms += st.latency_ms;
-            s->flops += st.flops;
-            s->steps += st.steps;
-            s->nfe += st.nfe;
-            s->tok_fast += st.n_tokens_fastdllm;
-            s->tok_dinfer += st.n_tokens_dinfer;
-            s->canvas_rows += st.canvas_rows;
-            s->embed_rows += st.embed_rows;
-            s->qkv_rows += st.qkv_rows;
-            s->fa_tiles += st.fa_tiles;
-            s->fa_skipped += st.fa_tiles_skipped;
-            s->head_rows += st.head_rows;
-            s->fp8_rows += st.fp8_gemm_rows;
+            method_add(s, &st);
             li_progress("bench dllm", ++n_run, (int64_t)n_methods * n_prompts);
         }
         print_method_row(methods[k].name, k, s, sum[0].flops, n_prompts);  // as it finishes
     }
 
-    if (!strncmp(a.ma.model, "synth:", 6))
+    if (!strncmp(a.mp.path, "synth:", 6))
         printf("\nSynthetic model: random weights, so confidences are flat and the text is noise; "
                "threshold/factor then commit about one token per step — use --commit-per-step K "
                "to measure parallel decoding's cost per step.\n");

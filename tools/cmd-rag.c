@@ -521,7 +521,7 @@ static int bad(const char *fmt, const char *v) {
 }
 
 int cmd_rag(int argc, char **argv) {
-    cli_model_args ma = {0};  // --model, --chat-template, -c, -t, --backend, --gpu, ...
+    li_model_params mp = li_model_default_params(); // --model, --chat-template, -c, -t, ...
     const char *query = NULL, *queries = NULL, *workload = NULL, *system = NULL;
     const char *cache = "lazy", *budget_s = NULL, *output = "text";
     const char *docs_arg[MAX_ARG_FILES], *samples_arg[MAX_ARG_FILES];
@@ -552,7 +552,7 @@ int cmd_rag(int argc, char **argv) {
     }
     cli_tier_args tiers = {0};
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &ma.model, "model (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &mp.path, "model (default: the model setup fetched)"},
         {"--doc", NULL, OPT_STR, &docs_arg[0], "a document: a UTF-8 text file (repeat for more)"},
         {"--query", NULL, OPT_STR, &query, "a question over the --doc documents"},
         {"--queries", NULL, OPT_STR, &queries, "a UTF-8 file of questions over them, one per line"},
@@ -568,16 +568,16 @@ int cmd_rag(int argc, char **argv) {
         {"--budget", NULL, OPT_STR, &budget_s,
          "KV pool size in bytes, K/M/G suffixes (default: --max-batch contexts + every document "
          "of the run, at most half the available memory)"},
-        CLI_KV_DTYPE_OPT(ma),
+        CLI_KV_DTYPE_OPT(mp),
         {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer at most (default 64)"},
         {"--temp", NULL, OPT_FLOAT, &temp, "temperature >= 0 (default 0: greedy)"},
         {"--seed", NULL, OPT_U64, &seed, "sampling seed (request i draws from seed + i)"},
         {"--no-chat", NULL, OPT_FLAG, &no_chat, "raw text instead of the chat template"},
-        {"--chat-template", NULL, OPT_STR, &ma.chat_template, "llama3, chatml or llada"},
+        {"--chat-template", NULL, OPT_STR, &mp.chat_template, "llama3, chatml or llada"},
         {"--page-size", NULL, OPT_INT, &page_size, "KV page size in tokens (default 16)"},
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
-        {"--ctx-size", "-c", OPT_INT, &ma.n_ctx, "context per request (default: min(trained, 4096))"},
-        CLI_DEVICE_OPTS(ma),
+        {"--ctx-size", "-c", OPT_INT, &mp.n_ctx, "context per request (default: min(trained, 4096))"},
+        CLI_DEVICE_OPTS(mp),
         CLI_TIER_OPTS(tiers),
     };
     const char *pos[1];
@@ -601,8 +601,8 @@ int cmd_rag(int argc, char **argv) {
         const char *name;
         long long v, lo;
     } ints[] = {{"-n", n_predict, 1},          {"--max-batch", max_batch, 1},
-                {"--page-size", page_size, 1}, {"--threads", ma.n_threads, 0},
-                {"--ctx-size", ma.n_ctx, 0},   {"--gpu", ma.gpu, 0}};
+                {"--page-size", page_size, 1}, {"--threads", mp.n_threads, 0},
+                {"--ctx-size", mp.n_ctx, 0},   {"--gpu", mp.device, 0}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].v < ints[i].lo) {
             fprintf(stderr, "lazyinfer rag: %s %lld: must be >= %lld\n", ints[i].name, ints[i].v,
@@ -642,7 +642,7 @@ int cmd_rag(int argc, char **argv) {
         return st == LI_ERR_OOM ? 1 : 2;
     }
 
-    li_model_params mp = cli_model_params(&ma);
+    if (!mp.path) mp.path = cli_default_model();
     mp.cache_mode = cache;
     mp.page_size = page_size;
     mp.max_seqs = max_batch;

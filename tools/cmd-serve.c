@@ -38,42 +38,41 @@ static void *second_signal(void *arg) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    cli_model_args ma = {0};  // --model, --chat-template, -c, -t, --backend, --gpu, ...
-    const char *host = "127.0.0.1", *api_key = NULL, *cache = NULL, *name = NULL;
-    int port = 8080, max_batch = 8, max_queue = 256, max_tokens = 0;
-    int max_gen = LI_SERVER_DEFAULT_MAX_GEN;
+    li_model_params mp = li_model_default_params(); // --model, --chat-template, -c, -t, ...
+    const char *cache = NULL, *name = NULL;
+    int max_tokens = 0;
     uint64_t kv_budget = 0;
     cli_tier_args tiers = {0};
-    bool quiet = false, reuse_port = false;
-    li_server_params dp = li_server_default_params();
-    int idle_timeout = (int)dp.idle_timeout_s, header_timeout = (int)dp.header_timeout_s;
-    int body_timeout = (int)dp.body_timeout_s, max_conns = (int)dp.max_connections;
-    int max_conns_client = (int)dp.max_connections_per_client, drain = (int)dp.drain_timeout_s;
+    li_server_params sp = li_server_default_params(); // the options of the same name set it
+    // given as signed, for the checks below
+    int idle_timeout = (int)sp.idle_timeout_s, header_timeout = (int)sp.header_timeout_s;
+    int body_timeout = (int)sp.body_timeout_s, max_conns = (int)sp.max_connections;
+    int max_conns_client = (int)sp.max_connections_per_client, drain = (int)sp.drain_timeout_s;
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &ma.model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
-        {"--host", NULL, OPT_STR, &host, "address to listen on (default 127.0.0.1)"},
-        {"--port", NULL, OPT_INT, &port, "port (default 8080; 0: any free port)"},
-        {"--reuse-port", NULL, OPT_FLAG, &reuse_port, "share the port with other servers started with it (SO_REUSEPORT); without it a port in use is an error"},
-        {"--api-key", NULL, OPT_STR, &api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env LAZYINFER_API_KEY, else none)"},
-        {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 8)"},
-        {"--max-queue", NULL, OPT_INT, &max_queue, "requests accepted (running + queued) before 503 (default 256)"},
+        {"--model", "-m", OPT_STR, &mp.path, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
+        {"--host", NULL, OPT_STR, &sp.host, "address to listen on (default 127.0.0.1)"},
+        {"--port", NULL, OPT_INT, &sp.port, "port (default 8080; 0: any free port)"},
+        {"--reuse-port", NULL, OPT_FLAG, &sp.reuse_port, "share the port with other servers started with it (SO_REUSEPORT); without it a port in use is an error"},
+        {"--api-key", NULL, OPT_STR, &sp.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env LAZYINFER_API_KEY, else none)"},
+        {"--max-batch", NULL, OPT_INT, &sp.max_running, "requests decoded together (default 8)"},
+        {"--max-queue", NULL, OPT_INT, &sp.max_queue, "requests accepted (running + queued) before 503 (default 256)"},
         {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
         CLI_TIER_OPTS(tiers),
-        CLI_KV_DTYPE_OPT(ma),
-        {"--ctx-size", "-c", OPT_INT, &ma.n_ctx, "context size in tokens (default: min(trained, 4096))"},
-        CLI_DEVICE_OPTS(ma),
+        CLI_KV_DTYPE_OPT(mp),
+        {"--ctx-size", "-c", OPT_INT, &mp.n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        CLI_DEVICE_OPTS(mp),
         {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256, or --max-gen if smaller)"},
-        {"--max-gen", NULL, OPT_INT, &max_gen, "tokens one request may generate, max_tokens or gen_length (default 2048)"},
+        {"--max-gen", NULL, OPT_INT, &sp.max_gen, "tokens one request may generate, max_tokens or gen_length (default 2048)"},
         {"--model-name", NULL, OPT_STR, &name, "model id in /v1/models (default: the file name)"},
-        {"--chat-template", NULL, OPT_STR, &ma.chat_template, "chat format override: llama3, chatml, llada"},
+        {"--chat-template", NULL, OPT_STR, &mp.chat_template, "chat format override: llama3, chatml, llada"},
         {"--idle-timeout", NULL, OPT_INT, &idle_timeout, "seconds a connection may wait without a request, or without reading a response (default 30)"},
         {"--header-timeout", NULL, OPT_INT, &header_timeout, "seconds from a request line to the end of its headers (default 10)"},
         {"--body-timeout", NULL, OPT_INT, &body_timeout, "seconds from the headers to the end of the body (default 60)"},
         {"--max-connections", NULL, OPT_INT, &max_conns, "connections open at once (default 4096; idle ones are shed past 15/16)"},
         {"--max-connections-per-client", NULL, OPT_INT, &max_conns_client, "connections per client address (default 256; 0: no limit)"},
         {"--drain-timeout", NULL, OPT_INT, &drain, "on SIGTERM/SIGINT, seconds running requests have to finish (default 30; a second signal stops at once)"},
-        {"--quiet", "-q", OPT_FLAG, &quiet, "no log line per request"},
+        {"--quiet", "-q", OPT_FLAG, &sp.quiet, "no log line per request"},
     };
     const char *pos[1];
     int n_pos;
@@ -82,8 +81,8 @@ int cmd_serve(int argc, char **argv) {
                            "[--api-key KEY] [--max-batch N] [--kv-budget BYTES] [--cache MODE]",
                            opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
-    if (port < 0 || port > 65535 || max_batch < 1 || max_queue < 1 || ma.n_ctx < 0 ||
-        ma.n_threads < 0 || max_tokens < 0 || max_gen < 1 || kv_budget > (uint64_t)INT64_MAX ||
+    if (sp.port < 0 || sp.port > 65535 || sp.max_running < 1 || sp.max_queue < 1 || mp.n_ctx < 0 ||
+        mp.n_threads < 0 || max_tokens < 0 || sp.max_gen < 1 || kv_budget > (uint64_t)INT64_MAX ||
         idle_timeout < 1 || header_timeout < 1 || body_timeout < 1 || max_conns < 1 ||
         max_conns_client < 0 || drain < 0) {
         fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue, "
@@ -91,20 +90,20 @@ int cmd_serve(int argc, char **argv) {
                         "--max-connections-per-client, --drain-timeout >= 0 (see --help)\n");
         return 2;
     }
-    if (max_tokens == 0) max_tokens = max_gen < 256 ? max_gen : 256;
-    if (max_tokens > max_gen) {
+    if (max_tokens == 0) max_tokens = sp.max_gen < 256 ? sp.max_gen : 256;
+    if (max_tokens > sp.max_gen) {
         fprintf(stderr, "lazyinfer serve: --max-tokens %d is larger than --max-gen %d\n", max_tokens,
-                max_gen);
+                sp.max_gen);
         return 2;
     }
-    if (!api_key) api_key = getenv("LAZYINFER_API_KEY");
+    if (!sp.api_key) sp.api_key = getenv("LAZYINFER_API_KEY");
     li_cache_mode cm;
     if (cache && li_cache_mode_parse(cache, &cm) != LI_OK) {
         fprintf(stderr, "lazyinfer serve: --cache: %s\n", li_last_error());
         return 2;
     }
-    li_model_params mp = cli_model_params(&ma);
-    mp.max_seqs = max_batch;
+    if (!mp.path) mp.path = cli_default_model();
+    mp.max_seqs = sp.max_running;
     mp.cache_mode = cache;
     mp.kv_budget_bytes = (int64_t)kv_budget;
     if (!cli_tier_params("serve", &tiers, &mp)) return 2;
@@ -123,18 +122,9 @@ int cmd_serve(int argc, char **argv) {
     char id[256];
     if (name) snprintf(id, sizeof id, "%s", name);
     else model_id_of(mp.path, id, sizeof id);
-    li_server_params sp = dp;
-    sp.host = host;
-    sp.port = port;
-    sp.reuse_port = reuse_port;
-    sp.api_key = api_key;
     sp.model_id = id;
     sp.model_path = mp.path;
-    sp.max_running = max_batch;
-    sp.max_queue = max_queue;
     sp.default_max_tokens = max_tokens;
-    sp.max_gen = max_gen;
-    sp.quiet = quiet;
     sp.idle_timeout_s = (unsigned)idle_timeout;
     sp.header_timeout_s = (unsigned)header_timeout;
     sp.body_timeout_s = (unsigned)body_timeout;
@@ -154,13 +144,13 @@ int cmd_serve(int argc, char **argv) {
     }
     li_model_info in;
     li_model_get_info(m, &in);
-    bool v6 = strchr(host, ':') != NULL;  // an IPv6 literal goes in brackets in a URL
+    bool v6 = strchr(sp.host, ':') != NULL;  // an IPv6 literal goes in brackets in a URL
     fprintf(stderr,
             "lazyinfer serve: listening on http://%s%s%s:%d — model '%s' (%s, %.1f M params), loaded in "
             "%.0f ms, server up %.1f ms later; max batch %d, %s%s\n",
-            v6 ? "[" : "", host, v6 ? "]" : "", li_server_port(s), id, in.arch, in.n_params / 1e6, t_loaded - t0,
-            li_time_ms() - t_loaded, max_batch, api_key && *api_key ? "API key required" : "no API key",
-            strcmp(host, "127.0.0.1") && strcmp(host, "localhost") && strcmp(host, "::1")
+            v6 ? "[" : "", sp.host, v6 ? "]" : "", li_server_port(s), id, in.arch, in.n_params / 1e6, t_loaded - t0,
+            li_time_ms() - t_loaded, sp.max_running, sp.api_key && *sp.api_key ? "API key required" : "no API key",
+            strcmp(sp.host, "127.0.0.1") && strcmp(sp.host, "localhost") && strcmp(sp.host, "::1")
                 ? " (WARNING: not bound to localhost)" : "");
     int sig = 0;
     sigwait(&sigs, &sig);

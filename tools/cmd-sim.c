@@ -187,6 +187,19 @@ static int64_t pages_per_doc(const sim_config *c) {
     return (c->doc_len + c->page_size - 1) / c->page_size;
 }
 
+// Evictions so far, to leave out those of the warm-up requests.
+static int64_t doc_cache_evictions(const li_doc_cache *dc) {
+    li_doc_cache_stats st;
+    li_doc_cache_get_stats(dc, &st);
+    return st.evictions;
+}
+
+static int64_t prefix_cache_evictions(const li_prefix_cache *pc) {
+    li_prefix_cache_stats st;
+    li_prefix_cache_get_stats(pc, &st);
+    return st.evictions;
+}
+
 static li_status run_doc_cache(const sim_config *c, bool agnostic, pol_result *res,
                                const char *label) {
     li_kv_pool pool;
@@ -207,11 +220,7 @@ static li_status run_doc_cache(const sim_config *c, bool agnostic, pol_result *r
     int64_t ev0 = 0;
     for (int64_t r = 0; rc == LI_OK && r < c->n_requests; r++) {
         bool count = r >= c->warmup;
-        if (r == c->warmup) {
-            li_doc_cache_stats st;
-            li_doc_cache_get_stats(dc, &st);
-            ev0 = st.evictions;
-        }
+        if (r == c->warmup) ev0 = doc_cache_evictions(dc);
         trace_next(&g, rq);
         int n_held = 0;
         for (int j = 0; j < c->k; j++) {
@@ -312,11 +321,7 @@ static li_status run_prefix(const sim_config *c, pol_result *res) {
     int64_t ev0 = 0;
     for (int64_t r = 0; rc == LI_OK && r < c->n_requests; r++) {
         bool count = r >= c->warmup;
-        if (r == c->warmup) {
-            li_prefix_cache_stats st;
-            li_prefix_cache_get_stats(pc, &st);
-            ev0 = st.evictions;
-        }
+        if (r == c->warmup) ev0 = prefix_cache_evictions(pc);
         trace_next(&g, rq);
         int n_tok = prefix_prompt(c, rq, r, tokens, is_doc_slot);
         int n_full = n_tok / P, n_pages = (n_tok + P - 1) / P;

@@ -42,7 +42,7 @@ static bool print_token(void *user, int32_t tok) {
 }
 
 typedef struct {
-    cli_model_args ma;
+    li_model_params mp; // --model, --tokenizer, --chat-template, -c, -t, ...
     const char *prompt, *system;
     int n_predict;
     li_sampling_params sp;
@@ -60,9 +60,10 @@ static li_status prompt_tokens(li_model *m, const gen_args *a, int32_t **ids, in
 }
 
 static int cmd_generate(int argc, char **argv) {
-    gen_args a = {.n_predict = 128, .sp = li_sampling_default_params()};
+    gen_args a = {.mp = li_model_default_params(), .n_predict = 128,
+                  .sp = li_sampling_default_params()};
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &a.ma.model, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &a.mp.path, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--prompt", "-p", OPT_STR, &a.prompt, "prompt text (required)"},
         {"--n-predict", "-n", OPT_INT, &a.n_predict, "tokens to generate (default 128)"},
         {"--temp", NULL, OPT_FLOAT, &a.sp.temperature, "temperature, 0 = greedy (default 0.8)"},
@@ -72,11 +73,11 @@ static int cmd_generate(int argc, char **argv) {
         {"--seed", NULL, OPT_U64, &a.sp.seed, "sampling seed (default 0)"},
         {"--chat", NULL, OPT_FLAG, &a.chat, "format the prompt as a user message with the model's chat format"},
         {"--system", NULL, OPT_STR, &a.system, "system message for --chat"},
-        {"--chat-template", NULL, OPT_STR, &a.ma.chat_template, "chat format override: llama3, chatml, llada"},
-        {"--tokenizer", NULL, OPT_STR, &a.ma.tokenizer, "tokenizer.json to use instead of the model's"},
-        CLI_DEVICE_OPTS(a.ma),
-        {"--ctx-size", "-c", OPT_INT, &a.ma.n_ctx, "context size in tokens (default: min(trained, 4096))"},
-        CLI_KV_DTYPE_OPT(a.ma),
+        {"--chat-template", NULL, OPT_STR, &a.mp.chat_template, "chat format override: llama3, chatml, llada"},
+        {"--tokenizer", NULL, OPT_STR, &a.mp.tokenizer_path, "tokenizer.json to use instead of the model's"},
+        CLI_DEVICE_OPTS(a.mp),
+        {"--ctx-size", "-c", OPT_INT, &a.mp.n_ctx, "context size in tokens (default: min(trained, 4096))"},
+        CLI_KV_DTYPE_OPT(a.mp),
         {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
     };
     const char *pos[1];
@@ -88,13 +89,13 @@ static int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "lazyinfer generate: -p PROMPT is required (see --help)\n");
         return 2;
     }
-    if (a.n_predict < 0 || a.ma.n_threads < 0 || a.ma.n_ctx < 0 || a.sp.top_k < 0) {
+    if (a.n_predict < 0 || a.mp.n_threads < 0 || a.mp.n_ctx < 0 || a.sp.top_k < 0) {
         fprintf(stderr, "lazyinfer generate: -n, -t, -c and --top-k must not be negative\n");
         return 2;
     }
-    li_model_params mp = cli_model_params(&a.ma);
+    if (!a.mp.path) a.mp.path = cli_default_model();
     li_model *m;
-    if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
+    if (li_model_load(&m, &a.mp) != LI_OK) return cli_fail("cannot load the model");
     int32_t *ids = NULL;
     int n = 0;
     if (prompt_tokens(m, &a, &ids, &n) != LI_OK) {
@@ -223,27 +224,27 @@ static void mean_std(const double *x, int n, double *mean, double *std) {
 // pp: prompt processing of n_pp random tokens; tg: n_tg greedy tokens after a 1-token prompt,
 // both as llama-bench defines them (tokens/s, mean ± std over reps runs after one warm-up).
 static int cmd_bench_generate(int argc, char **argv) {
-    cli_model_args ma = {0};
+    li_model_params mp = li_model_default_params();
     int n_pp = 512, n_tg = 128, reps = 3;
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &ma.model, "model (default: the model setup fetched)"},
+        {"--model", "-m", OPT_STR, &mp.path, "model (default: the model setup fetched)"},
         {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
-        CLI_KV_DTYPE_OPT(ma),
+        CLI_KV_DTYPE_OPT(mp),
         {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
         {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
-        CLI_DEVICE_OPTS(ma),
+        CLI_DEVICE_OPTS(mp),
     };
     const char *pos[1];
     int n_pos;
     int r = cli_parse_args(argc, argv, "usage: lazyinfer bench generate [-m MODEL] [-p N] [-n N] [-r N] [-t N]",
                        opts, sizeof opts / sizeof opts[0], pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
-    if (n_pp < 1 || n_tg < 1 || reps < 1 || reps > 1000 || ma.n_threads < 0) {
+    if (n_pp < 1 || n_tg < 1 || reps < 1 || reps > 1000 || mp.n_threads < 0) {
         fprintf(stderr, "lazyinfer bench generate: -p, -n and -r must be >= 1\n");
         return 2;
     }
-    ma.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
-    li_model_params mp = cli_model_params(&ma);
+    mp.n_ctx = (n_pp > n_tg ? n_pp : n_tg) + 1;  // prompt + the token sampled after it
+    if (!mp.path) mp.path = cli_default_model();
     li_model *m;
     if (li_model_load(&m, &mp) != LI_OK) return cli_fail("cannot load the model");
     li_model_info in;

@@ -135,9 +135,13 @@ static li_status doc_from_file(rag_doc *d, const char *path, const char *id, con
     return rc;
 }
 
-static void doc_free(rag_doc *d) {
-    free(d->text);
-    free(d->id);
+// n documents and the array holding them.
+static void docs_free(rag_doc *docs, int n) {
+    for (int i = 0; i < n; i++) {
+        free(docs[i].text);
+        free(docs[i].id);
+    }
+    free(docs);
 }
 
 // ---- the list --------------------------------------------------------------------------------
@@ -436,21 +440,17 @@ li_status rag_load_workload(rag_list *l, const char *path) {
 
 void rag_list_free(rag_list *l) {
     for (int i = 0; i < l->n_reqs; i++) {
-        rag_req *r = &l->reqs[i];
-        for (int k = 0; k < r->n_docs; k++)
-            doc_free(&r->docs[k]);
-        free(r->docs);
+        rag_req *r = &l->reqs[i]; // its fields in the order of rag_req
         json_decref(r->id);
         free(r->where);
+        docs_free(r->docs, r->n_docs);
         free(r->query);
         free(r->system);
-        free(r->error);
         li_api_request_free(&r->opt);
+        free(r->error);
     }
-    for (int i = 0; i < l->n_docs; i++)
-        doc_free(&l->docs[i]);
     free(l->reqs);
-    free(l->docs);
+    docs_free(l->docs, l->n_docs);
     memset(l, 0, sizeof *l);
 }
 

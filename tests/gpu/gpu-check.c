@@ -327,6 +327,22 @@ static double nmse_bf16(const uint16_t *got, const uint16_t *want, long n) {
     return e;
 }
 
+// The section's checks of one bf16 output, after the op ran in f32 into gf and in bf16 into gb:
+// the bf16 output is the f32 one (downloaded into f32) rounded, bit for bit, for its first n
+// values, and within tol of the oracle's orc (n). what names the op.
+static void check_rounded(const char *what, float *f32, const dbuf *gf, const dbuf *gb,
+                          const uint16_t *orc, long n, double tol) {
+    uint16_t *got = xmalloc(gb->n), *want = xmalloc(2 * n);
+    CHECK_BACKEND();
+    dget(f32, gf);
+    dget(got, gb);
+    round_host(want, f32, n);
+    CHECK(memcmp(got, want, 2 * n) == 0, "%s: not the f32 op's rounding; seed %llu", what, g_seed);
+    double e = nmse_bf16(got, orc, n);
+    CHECK(e <= tol, "%s vs oracle: nmse %g; seed %llu", what, e, g_seed);
+    free(got), free(want);
+}
+
 static void test_bf16_pointwise(void) {
     static const int shapes[][2] = {{1, 64}, {3, 1000}, {17, 4096}, {64, 4096}};
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
@@ -335,7 +351,7 @@ static void test_bf16_pointwise(void) {
         TEST_BEGIN(NAME("rmsnorm_bf16 / swiglu_bf16 T=%d D=%d = the f32 op rounded", T, D));
         float *x = xmalloc(sizeof(float) * n), *w = xmalloc(sizeof(float) * D);
         float *u = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
-        uint16_t *want = xmalloc(2 * n), *got = xmalloc(2 * n), *orc = xmalloc(2 * n);
+        uint16_t *orc = xmalloc(2 * n);
         fill(x, n, 2.0f);
         fill(w, D, 1.0f);
         fill(u, n, 1.0f);
@@ -364,19 +380,12 @@ static void test_bf16_pointwise(void) {
                 ref->ops->swiglu(ref, orc, LI_DTYPE_BF16, x, x + F, T, F, D);
                 nn = (long)T * F;
             }
-            CHECK_BACKEND();
-            dget(y, &gy);
-            dget(got, &gb);
-            round_host(want, y, nn);
-            CHECK(memcmp(got, want, 2 * nn) == 0, "%s: not the f32 op's rounding; seed %llu",
-                  opname[op], g_seed);
-            double e = nmse_bf16(got, orc, nn);
-            CHECK(e <= TOL_MATMUL_BF16, "%s vs oracle: nmse %g; seed %llu", opname[op], e, g_seed);
+            check_rounded(opname[op], y, &gy, &gb, orc, nn, TOL_MATMUL_BF16);
         }
         CHECK(dguard_ok(&gx) && dguard_ok(&gb) && dguard_ok(&gy), "guard damaged; seed %llu",
               g_seed);
         dfree(&gx), dfree(&gw), dfree(&gu), dfree(&gy), dfree(&gb);
-        free(x), free(w), free(u), free(y), free(want), free(got), free(orc);
+        free(x), free(w), free(u), free(y), free(orc);
         TEST_END();
     }
 }
@@ -392,7 +401,7 @@ static void test_bf16_rope(void) {
                                 lay ? "gptj" : "neox", T, nh, Dh, nd, with_pos ? "" : " (no pos)"));
                 long n = (long)T * nh * Dh;
                 float *x = xmalloc(sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
-                uint16_t *want = xmalloc(2 * n), *got = xmalloc(2 * n), *orc = xmalloc(2 * n);
+                uint16_t *orc = xmalloc(2 * n);
                 int32_t *pos = xmalloc(sizeof(int32_t) * T);
                 fill(x, n, 1.0f);
                 for (int t = 0; t < T; t++) pos[t] = randint(0, 200000);
@@ -404,19 +413,13 @@ static void test_bf16_rope(void) {
                 gpu->ops->rope(gpu, db, LI_DTYPE_BF16, dx, with_pos ? dp : NULL, T, nh, Dh,
                                     with_pos ? &tab : NULL);
                 ref->ops->rope(ref, orc, LI_DTYPE_BF16, x, with_pos ? pos : NULL, T, nh, Dh, &tab);
-                CHECK_BACKEND();
-                dget(y, &gy);
-                dget(got, &gb);
-                round_host(want, y, n);
-                CHECK(memcmp(got, want, 2 * n) == 0, "not rope's rounding; seed %llu", g_seed);
-                double e = nmse_bf16(got, orc, n);
-                CHECK(e <= TOL_MATMUL_BF16, "vs oracle: nmse %g; seed %llu", e, g_seed);
+                check_rounded("rope_bf16", y, &gy, &gb, orc, n, TOL_MATMUL_BF16);
                 float *x2 = xmalloc(sizeof(float) * n);
                 dget(x2, &gx);
                 CHECK(memcmp(x2, x, sizeof(float) * n) == 0, "x changed; seed %llu", g_seed);
                 CHECK(dguard_ok(&gb) && dguard_ok(&gx), "guard damaged; seed %llu", g_seed);
                 dfree(&gx), dfree(&gy), dfree(&gp), dfree(&gb);
-                free(x), free(x2), free(y), free(want), free(got), free(orc), free(pos);
+                free(x), free(x2), free(y), free(orc), free(pos);
                 TEST_END();
             }
 }
@@ -573,7 +576,7 @@ static void test_bf16_attention(void) {
         float *q = xmalloc(sizeof(float) * on), *kf = xmalloc(sizeof(float) * kn);
         float *vf = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
         uint16_t *kb = xmalloc(2 * kn), *vb = xmalloc(2 * kn);
-        uint16_t *want = xmalloc(2 * on), *got = xmalloc(2 * on), *orc = xmalloc(2 * on);
+        uint16_t *orc = xmalloc(2 * on);
         fill(q, on, 1.0f);
         fill(kf, kn, 1.0f);
         fill(vf, kn, 1.0f);
@@ -591,17 +594,11 @@ static void test_bf16_attention(void) {
         gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
         gpu->ops->attention_dense(gpu, db, LI_DTYPE_BF16, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
         ref->ops->attention_dense(ref, orc, LI_DTYPE_BF16, q, T, H, kb, vb, nk, Hkv, Dh, scale);
-        CHECK_BACKEND();
-        dget(o, &go);
-        dget(got, &gb);
-        round_host(want, o, on);
-        CHECK(memcmp(got, want, 2 * on) == 0, "not attention_dense's rounding; seed %llu", g_seed);
-        double e = nmse_bf16(got, orc, on);
-        CHECK(e <= TOL_ATTENTION_TC, "vs oracle: nmse %g; seed %llu", e, g_seed);
+        check_rounded("attention_dense_bf16", o, &go, &gb, orc, on, TOL_ATTENTION_TC);
         CHECK(dguard_ok(&gb) && dguard_ok(&gkb) && dguard_ok(&gvb), "guard damaged; seed %llu",
               g_seed);
         dfree(&gq), dfree(&gkf), dfree(&gvf), dfree(&gkb), dfree(&gvb), dfree(&go), dfree(&gb);
-        free(q), free(kf), free(vf), free(o), free(kb), free(vb), free(want), free(got), free(orc);
+        free(q), free(kf), free(vf), free(o), free(kb), free(vb), free(orc);
         TEST_END();
     }
     gpu->attn_impl = saved;
@@ -617,6 +614,33 @@ static void test_bf16(void) {
 
 // ---- diffusion / FP8 ops ------------------------------------------------------------------------
 
+// One attention problem on the oracle's side: q (rows, Dh) and k, v (kn = nk·Hkv·Dh) drawn, q
+// and k at amplitude qk, v at 1; the running state flash_attn_tiles starts from: o (rows, Dh) = 0,
+// m (rows) = -inf, l (rows) = 0.
+typedef struct {
+    long rows, on, kn; // on = rows·Dh
+    float *q, *k, *v, *o, *m, *l;
+} attn_problem;
+
+static void attn_problem_init(attn_problem *a, long rows, int Dh, long kn, float qk) {
+    *a = (attn_problem){.rows = rows, .on = rows * Dh, .kn = kn};
+    a->q = xmalloc(sizeof(float) * a->on), a->o = xmalloc(sizeof(float) * a->on);
+    a->k = xmalloc(sizeof(float) * kn), a->v = xmalloc(sizeof(float) * kn);
+    a->m = xmalloc(sizeof(float) * rows), a->l = xmalloc(sizeof(float) * rows);
+    fill(a->q, a->on, qk);
+    fill(a->k, kn, qk);
+    fill(a->v, kn, 1.0f);
+    for (long r = 0; r < rows; r++) {
+        a->m[r] = -INFINITY;
+        a->l[r] = 0;
+    }
+    memset(a->o, 0, sizeof(float) * a->on);
+}
+
+static void attn_problem_free(attn_problem *a) {
+    free(a->q), free(a->k), free(a->v), free(a->o), free(a->m), free(a->l);
+}
+
 // attention_dense (K / V rounded to bf16, then cuDNN or the pipelined flash kernel) against the
 // oracle's flash_attn_tiles over all keys + finalize: bf16 inputs, so TOL_ATTENTION_TC.
 static void test_attention_dense(void) {
@@ -627,32 +651,25 @@ static void test_attention_dense(void) {
         int T = cases[c][0], H = cases[c][1], Hkv = cases[c][2], Dh = cases[c][3];
         int nk = cases[c][4];
         TEST_BEGIN(NAME("attention_dense T=%d H=%d Hkv=%d Dh=%d nk=%d", T, H, Hkv, Dh, nk));
-        long rows = (long)T * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
-        float *q = xmalloc(sizeof(float) * on), *k = xmalloc(sizeof(float) * kn);
-        float *v = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
-        float *m = xmalloc(sizeof(float) * rows), *l = xmalloc(sizeof(float) * rows);
-        float *o2 = xmalloc(sizeof(float) * on);
-        fill(q, on, 1.0f);
-        fill(k, kn, 1.0f);
-        fill(v, kn, 1.0f);
-        for (long i = 0; i < rows; i++) {
-            m[i] = -INFINITY;
-            l[i] = 0.0f;
-        }
-        memset(o, 0, sizeof(float) * on);
+        attn_problem a;
+        attn_problem_init(&a, (long)T * H, Dh, (long)nk * Hkv * Dh, 1.0f);
+        float *o2 = xmalloc(sizeof(float) * a.on);
         float scale = 1.0f / sqrtf((float)Dh);
-        ref->ops->flash_attn_tiles(ref, o, m, l, q, T, H, k, v, nk, Hkv, Dh, 64, scale);
-        ref->ops->flash_attn_finalize(ref, o, o, l, rows, Dh);
+        ref->ops->flash_attn_tiles(ref, a.o, a.m, a.l, a.q, T, H, a.k, a.v, nk, Hkv, Dh, 64, scale);
+        ref->ops->flash_attn_finalize(ref, a.o, a.o, a.l, a.rows, Dh);
         dbuf gq, gk, gv, go;
-        float *dq = dnew(&gq, sizeof(float) * on, q), *dk = dnew(&gk, sizeof(float) * kn, k);
-        float *dv = dnew(&gv, sizeof(float) * kn, v), *dout = dnew(&go, sizeof(float) * on, NULL);
+        float *dq = dnew(&gq, sizeof(float) * a.on, a.q),
+              *dk = dnew(&gk, sizeof(float) * a.kn, a.k);
+        float *dv = dnew(&gv, sizeof(float) * a.kn, a.v),
+              *dout = dnew(&go, sizeof(float) * a.on, NULL);
         gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dk, dv, nk, Hkv, Dh,
                                   scale);
-        check_output(o2, &go, o, on, TOL_ATTENTION_TC);
+        check_output(o2, &go, a.o, a.on, TOL_ATTENTION_TC);
         CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&go),
               "guard damaged; seed %llu", g_seed);
         dfree(&gq), dfree(&gk), dfree(&gv), dfree(&go);
-        free(q), free(k), free(v), free(o), free(m), free(l), free(o2);
+        attn_problem_free(&a);
+        free(o2);
         TEST_END();
     }
 }
@@ -674,50 +691,45 @@ static void test_flash_attn(void) {
         const double tol = tc ? TOL_ATTENTION_TC : TOL_ATTENTION;
         TEST_BEGIN(NAME("flash_attn_tiles + finalize nq=%d H=%d Hkv=%d Dh=%d nk=%d tile=%d (%s)",
                         nq, H, Hkv, Dh, nk, tile, tc ? "tensor cores" : "fp32"));
-        long rows = (long)nq * H, on = rows * Dh, kn = (long)nk * Hkv * Dh;
-        float *q = xmalloc(sizeof(float) * on), *k = xmalloc(sizeof(float) * kn);
-        float *v = xmalloc(sizeof(float) * kn), *o = xmalloc(sizeof(float) * on);
-        float *m = xmalloc(sizeof(float) * rows), *l = xmalloc(sizeof(float) * rows);
-        float *out = xmalloc(sizeof(float) * on), *o2 = xmalloc(sizeof(float) * on);
-        float *m2 = xmalloc(sizeof(float) * rows), *l2 = xmalloc(sizeof(float) * rows);
-        fill(q, on, 1.5f);
-        fill(k, kn, 1.5f);
-        fill(v, kn, 1.0f);
-        for (long r = 0; r < rows; r++) {
-            m[r] = -INFINITY;
-            l[r] = 0;
-        }
-        memset(o, 0, sizeof(float) * on);
+        attn_problem a;
+        attn_problem_init(&a, (long)nq * H, Dh, (long)nk * Hkv * Dh, 1.5f);
+        float *out = xmalloc(sizeof(float) * a.on), *o2 = xmalloc(sizeof(float) * a.on);
+        float *m2 = xmalloc(sizeof(float) * a.rows), *l2 = xmalloc(sizeof(float) * a.rows);
         dbuf gq, gk, gv, go, gm, gl;
-        float *dq = dnew(&gq, sizeof(float) * on, q), *dk = dnew(&gk, sizeof(float) * kn, k);
-        float *dv = dnew(&gv, sizeof(float) * kn, v), *dO = dnew(&go, sizeof(float) * on, o);
-        float *dm = dnew(&gm, sizeof(float) * rows, m), *dl = dnew(&gl, sizeof(float) * rows, l);
+        float *dq = dnew(&gq, sizeof(float) * a.on, a.q),
+              *dk = dnew(&gk, sizeof(float) * a.kn, a.k);
+        float *dv = dnew(&gv, sizeof(float) * a.kn, a.v),
+              *dO = dnew(&go, sizeof(float) * a.on, a.o);
+        float *dm = dnew(&gm, sizeof(float) * a.rows, a.m),
+              *dl = dnew(&gl, sizeof(float) * a.rows, a.l);
         float scale = 1.0f / sqrtf((float)Dh);
         // two calls, the later keys first (FACache order): the state must carry across calls
         int split = (nk / 2) / tile * tile;
         size_t ks = (size_t)split * Hkv * Dh;
-        ref->ops->flash_attn_tiles(ref, o, m, l, q, nq, H, k + ks, v + ks, nk - split, Hkv, Dh,
-                                   tile, scale);
-        ref->ops->flash_attn_tiles(ref, o, m, l, q, nq, H, k, v, split, Hkv, Dh, tile, scale);
+        ref->ops->flash_attn_tiles(ref, a.o, a.m, a.l, a.q, nq, H, a.k + ks, a.v + ks, nk - split,
+                                   Hkv, Dh, tile, scale);
+        ref->ops->flash_attn_tiles(ref, a.o, a.m, a.l, a.q, nq, H, a.k, a.v, split, Hkv, Dh, tile,
+                                   scale);
         gpu->ops->flash_attn_tiles(gpu, dO, dm, dl, dq, nq, H, dk + ks, dv + ks, nk - split, Hkv,
                                    Dh, tile, scale);
         gpu->ops->flash_attn_tiles(gpu, dO, dm, dl, dq, nq, H, dk, dv, split, Hkv, Dh, tile, scale);
         dget(m2, &gm);
         dget(l2, &gl);
-        ref->ops->flash_attn_finalize(ref, out, o, l, rows, Dh);
-        gpu->ops->flash_attn_finalize(gpu, dO, dO, dl, rows, Dh);  // in place
+        ref->ops->flash_attn_finalize(ref, out, a.o, a.l, a.rows, Dh);
+        gpu->ops->flash_attn_finalize(gpu, dO, dO, dl, a.rows, Dh); // in place
         CHECK_BACKEND();
         dget(o2, &go);
-        double e = test_nmse(o2, out, on), em = test_nmse(m2, m, rows), el = test_nmse(l2, l, rows);
+        double e = test_nmse(o2, out, a.on), em = test_nmse(m2, a.m, a.rows),
+               el = test_nmse(l2, a.l, a.rows);
         CHECK(e <= tol, "output nmse %g; seed %llu", e, g_seed);
         CHECK(em <= tol && el <= tol, "state m nmse %g, l nmse %g; seed %llu", em, el, g_seed);
-        CHECK(!test_has_nan(o2, on), "NaN; seed %llu", g_seed);
+        CHECK(!test_has_nan(o2, a.on), "NaN; seed %llu", g_seed);
         CHECK(dguard_ok(&gq) && dguard_ok(&gk) && dguard_ok(&gv) && dguard_ok(&go) &&
                   dguard_ok(&gm) && dguard_ok(&gl),
               "guard damaged; seed %llu", g_seed);
         dfree(&gq), dfree(&gk), dfree(&gv), dfree(&go), dfree(&gm), dfree(&gl);
-        free(q), free(k), free(v), free(o), free(m), free(l), free(out), free(o2), free(m2),
-            free(l2);
+        attn_problem_free(&a);
+        free(out), free(o2), free(m2), free(l2);
         TEST_END();
     }
 }
@@ -1502,20 +1514,20 @@ static void bench_prefill_attention(void) {
     dev_q_out(&dq, &dout, (int64_t)T * H * Dh, 10);
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
     double flops = 4.0 * T * (double)T * H * Dh / 2;
+    prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv, NULL};
     for (int kernel = 0; kernel < 2; kernel++) {  // mma on an f32 pool, on a bf16 pool (cp.async)
-        kv.dtype = kernel ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+        c.kv.dtype = kernel ? LI_DTYPE_BF16 : LI_DTYPE_F32;
         if (kernel)
             need(gpu->ops->fill_random(gpu, kv.data, LI_DTYPE_BF16, (int64_t)(pool_bytes / 2), 9,
                                        1.0f, 0.0f),
                  "fill");
         for (int rot = 1; rot >= 0; rot--) {
-            prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
-                             rot ? &tab : NULL};
+            c.rope = rot ? &tab : NULL;
             double ms = 0;
             if (!time_steps(prefill_step, &c, 2, 10, &ms, "prefill attention")) break;
             printf("  bench: prefill attention T %d causal, H %d Hkv %d Dh %d P %d %-9s %s KV "
-                   "%-12s %8.3f ms %7.1f TFLOP/s\n", T, H, Hkv, Dh, P,
-                   kernel ? "mma async" : "mma", li_dtype_name(kv.dtype),
+                   "%-12s %8.3f ms %7.1f TFLOP/s\n",
+                   T, H, Hkv, Dh, P, kernel ? "mma async" : "mma", li_dtype_name(c.kv.dtype),
                    rot ? "(Δ rotation)" : "(no Δ)", ms, flops / (ms * 1e-3) / 1e12);
         }
     }
@@ -1546,9 +1558,9 @@ static void bench_query_prefill(void) {
     dnv = dev_copy(nv, sizeof nv, "nv");
     dev_q_out(&dq, &dout, (int64_t)T * H * Dh, 10);
     li_rope_table tab = table_for(1, LI_ROPE_NEOX, Dh);
+    prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv, NULL};
     for (int rot = 1; rot >= 0; rot--) {
-        prefill_ctx c = {T, H, dout, dq, kv, {.pages = dpages, .n_pages = n_pages}, dnv,
-                         rot ? &tab : NULL};
+        c.rope = rot ? &tab : NULL;
         double ms = 0;
         if (!time_steps(prefill_step, &c, 3, 20, &ms, "query prefill")) break;
         printf("  bench: query prefill T %d over %d docs x %d + own, H %d Hkv %d Dh %d bf16 KV "
