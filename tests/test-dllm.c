@@ -647,28 +647,9 @@ static void test_infill(li_rng *rng) {
     li_model_free(m);
 }
 
-// full: every LaCache combination per configuration, then the seed, batch, error and detokenize
-// tests; otherwise (a second model) the oracle comparison and all caches on only.
-static void test_model(li_rng *rng, bool full) {
-    uint64_t model_seed = li_rng_u64(rng) % 1000;
-    char path[64];
-    snprintf(path, sizeof path, "synth:tiny-llada:%llu", (unsigned long long)model_seed);
-    li_model_params mp = li_model_default_params();
-    mp.path = path;
-    mp.n_threads = 1; // tiny shapes: worker hand-offs would cost more than the work
-    mp.backend = test_backend(NULL);  // e.g. cpu-devsim: the device data path (run.sh)
-    li_model *m = NULL;
-    if (li_model_load(&m, &mp) != LI_OK) {
-        TEST_BEGIN("load synth:tiny-llada");
-        CHECK(0, "%s: %s", path, li_last_error());
-        TEST_END();
-        return;
-    }
-    int32_t MASK, EOS, EOT;
-    li_dllm_special_tokens(m, &MASK, &EOS, &EOT);
-    g_bf16 = m->be->ops->matrices_bf16;  // the GPU, cpu-devsim-bf16
-
-    config cfgs[10];
+// The configurations test_model runs each of against the oracle and then with the caches on;
+// returns how many (at most 10).
+static int model_configs(config *cfgs) {
     int nc = 0;
     cfgs[nc++] = make_config("vanilla", 32, 8, 16);
     cfgs[nc] = make_config("vanilla S > B/2, steps not dividing B", 24, 12, 10);
@@ -698,262 +679,327 @@ static void test_model(li_rng *rng, bool full) {
     cfgs[nc].p.dpad = true;
     cfgs[nc].p.dpad_window = 6;
     cfgs[nc++].p.cfg = 0.5;
+    return nc;
+}
 
-    int32_t prompt[64], base[64], got[64], ref[64];
-    char name[256];
-    for (int ci = 0; ci < nc; ci++) {
-        li_dllm_params p = cfgs[ci].p;
-        // Random weights can predict the mask token itself; the contract commits it like any
-        // other and the row stays a mask. Such inputs are kept clear of (as the Python
-        // reference does): up to 50 draws for one whose oracle run never commits a mask.
-        int P = 0, trial, mask_commits = 0;
-        li_status orc = LI_OK;
-        for (trial = 0; trial < 50; trial++) {
-            P = 5 + (int)(li_rng_u64(rng) % 20);
-            random_prompt(rng, prompt, P);
-            p.seed = li_rng_u64(rng);
-            orc = oracle(m, prompt, P, &p, ref, &mask_commits);
-            if (orc != LI_OK && orc != LI_ERR_LIMIT) break;
-            if (orc == LI_OK && mask_commits == 0) break;
-        }
-        trace_acc ta = {0, 0, 0, 0, true};
-        p.on_step = on_step;
-        p.user = &ta;
-        li_dllm_stats st;
-        snprintf(name, sizeof name, "%s (model seed %llu, P %d): oracle, stats, trace",
-                 cfgs[ci].name, (unsigned long long)model_seed, P);
-        TEST_BEGIN(name);
-        li_status rc = li_dllm_generate(m, prompt, P, &p, base, &st);
-        CHECK(rc == LI_OK, "%s", li_last_error());
-        if (rc != LI_OK) {
-            TEST_END();
-            continue;
-        }
-        CHECK(orc == LI_OK && trial < 50, "oracle: %s (trial %d)", li_last_error(), trial);
-        int d = first_diff(base, ref, p.gen_length);
-        CHECK(d < 0, "test seed %llu: differs from the oracle at %d: %d vs %d",
-              (unsigned long long)g_seed, d, d >= 0 ? base[d] : 0, d >= 0 ? ref[d] : 0);
-        int masks = 0;
-        for (int i = 0; i < p.gen_length; i++)
-            masks += base[i] == MASK;
-        CHECK(masks == 0, "%d masks left", masks);
-        CHECK(st.nfe == st.steps * (p.cfg > 0 ? 2 : 1), "nfe %d steps %d", st.nfe, st.steps);
-        bool par = p.threshold > 0 || p.factor > 0 || p.commit_per_step > 0;
-        if (!par) CHECK(st.steps == p.steps, "vanilla steps %d want %d", st.steps, p.steps);
-        if (par) CHECK(st.steps <= p.gen_length, "steps %d", st.steps);
-        CHECK(ta.calls == st.steps && ta.last_nfe == st.nfe && ta.monotone, "trace calls %d",
-              ta.calls);
-        if (!st.early_stopped)
-            CHECK(ta.committed == p.gen_length, "trace committed %d of %d", ta.committed,
-                  p.gen_length);
-        int non_eos = 0;
-        for (int i = 0; i < p.gen_length; i++)
-            non_eos += base[i] != EOS;
-        CHECK(st.n_tokens_fastdllm == non_eos && st.n_tokens_dinfer == p.gen_length,
-              "token counts %d %d", st.n_tokens_fastdllm, st.n_tokens_dinfer);
-        CHECK(st.latency_ms > 0 && st.tps_dinfer > 0, "latency %g", st.latency_ms);
-        // A backend with internal scratch (CUDA) has it reserved at the request's start: its
-        // steps allocate nothing (li_dllm_stats.backend_allocs; 0 by definition elsewhere).
-        CHECK(st.backend_allocs == 0, "the backend allocated scratch %lld times during the steps",
-              (long long)st.backend_allocs);
-        TEST_END();
+// One configuration's case on one model: drawn by draw_case, base filled by test_vs_oracle.
+typedef struct {
+    const char *name;     // the configuration's
+    uint64_t model_seed;  // synth:tiny-llada:SEED, for the test names
+    li_dllm_params p;     // the configuration's, p.seed drawn
+    int32_t prompt[64];   // (P) byte tokens
+    int P;
+    li_status orc;        // the oracle's status on the last draw
+    int trial;            // draws taken (50: none without a committed mask token)
+    int32_t ref[64];      // (gen_length) the oracle's tokens
+    int32_t base[64];     // (gen_length) the engine's tokens, caches off: what every cache run
+                          // must commit
+} model_case;
 
-        // Every LaCache combination, FACache tiles dividing the block boundaries and not.
-        snprintf(name, sizeof name, "%s (model seed %llu): %s == all off", cfgs[ci].name,
-                 (unsigned long long)model_seed, full ? "all LaCache combinations" : "all caches");
-        TEST_BEGIN(name);
-        // Tile 0 is the default 64 (past every canvas here); 3 and 5 split the blocks of 8, 12
-        // and 16 rows and the prompt unevenly, 8 lines up with blocks of 8.
-        static const int tiles[] = {0, 3, 8, 5};
-        p.on_step = NULL;
-        // The tile sets layer 0's summation order with or without FACache: each run is compared
-        // with all off at its own tile (base for the default tile 0, the others made here).
-        int32_t tile_base[4][64];
-        for (int ti = 1; ti < 4 && rc == LI_OK && p.gen_length <= 64; ti++) {
-            p.lacache = 0;
-            p.fa_tile = tiles[ti];
-            rc = li_dllm_generate(m, prompt, P, &p, tile_base[ti], NULL);
-            CHECK(rc == LI_OK, "all off, tile %d: %s", tiles[ti], li_last_error());
-        }
-        CHECK(p.gen_length <= 64, "gen_length %d: tile_base holds 64", p.gen_length);
-        for (unsigned flags = full ? 1 : LI_DLLM_LACACHE_ALL; flags <= LI_DLLM_LACACHE_ALL;
-             flags++) {
-            bool more = flags == LI_DLLM_LACACHE_FA || flags == LI_DLLM_LACACHE_ALL;
-            int nt = more ? (int)(sizeof tiles / sizeof tiles[0]) : 1;
-            for (int ti = 0; ti < nt; ti++) {
-                p.lacache = flags;
-                p.fa_tile = more ? tiles[ti] : (flags & LI_DLLM_LACACHE_FA) ? 5 : 0;
-                rc = li_dllm_generate(m, prompt, P, &p, got, NULL);
-                CHECK(rc == LI_OK, "flags %u: %s", flags, li_last_error());
-                if (rc != LI_OK) continue;
-                int ib = 0;
-                while (ib < 4 && tiles[ib] != p.fa_tile) ib++;
-                const int32_t *want = ib == 0 || ib == 4 ? base : tile_base[ib];
-                d = first_diff(got, want, p.gen_length);
-                g_compared++;
-                if (g_bf16 && d >= 0) {
-                    g_parted++;
-                    printf("#   parted (bf16 backend): %s, flags 0x%x tile %d: first difference "
-                           "at %d (%d vs %d)\n",
-                           cfgs[ci].name, flags, p.fa_tile, d, got[d], want[d]);
-                    continue;
-                }
-                CHECK(d < 0, "test seed %llu flags 0x%x tile %d: first difference at %d (%d vs %d)",
-                      (unsigned long long)g_seed, flags, p.fa_tile, d, d >= 0 ? got[d] : 0,
-                      d >= 0 ? want[d] : 0);
-            }
-        }
-        TEST_END();
+// Random weights can predict the mask token itself; the contract commits it like any other and
+// the row stays a mask. Such inputs are kept clear of (as the Python reference does): up to 50
+// draws of a prompt and a seed for one whose oracle run never commits a mask.
+static void draw_case(li_model *m, li_rng *rng, const config *cfg, model_case *mc) {
+    mc->name = cfg->name;
+    mc->p = cfg->p;
+    mc->P = 0;
+    mc->orc = LI_OK;
+    int mask_commits = 0;
+    for (mc->trial = 0; mc->trial < 50; mc->trial++) {
+        mc->P = 5 + (int)(li_rng_u64(rng) % 20);
+        random_prompt(rng, mc->prompt, mc->P);
+        mc->p.seed = li_rng_u64(rng);
+        mc->orc = oracle(m, mc->prompt, mc->P, &mc->p, mc->ref, &mask_commits);
+        if (mc->orc != LI_OK && mc->orc != LI_ERR_LIMIT) break;
+        if (mc->orc == LI_OK && mask_commits == 0) break;
     }
+}
 
-    if (!full) {
-        li_model_free(m);
+// The engine with every cache off against the oracle: the tokens, no mask left, the stats and
+// the step trace. Its tokens go to mc->base; false when the engine failed.
+static bool test_vs_oracle(li_model *m, model_case *mc, int32_t MASK, int32_t EOS) {
+    li_dllm_params p = mc->p;
+    trace_acc ta = {0, 0, 0, 0, true};
+    p.on_step = on_step;
+    p.user = &ta;
+    li_dllm_stats st;
+    char name[256];
+    snprintf(name, sizeof name, "%s (model seed %llu, P %d): oracle, stats, trace", mc->name,
+             (unsigned long long)mc->model_seed, mc->P);
+    TEST_BEGIN(name);
+    li_status rc = li_dllm_generate(m, mc->prompt, mc->P, &p, mc->base, &st);
+    CHECK(rc == LI_OK, "%s", li_last_error());
+    if (rc != LI_OK) {
+        TEST_END();
+        return false;
+    }
+    const int32_t *base = mc->base, *ref = mc->ref;
+    CHECK(mc->orc == LI_OK && mc->trial < 50, "oracle: %s (trial %d)", li_last_error(),
+          mc->trial);
+    int d = first_diff(base, ref, p.gen_length);
+    CHECK(d < 0, "test seed %llu: differs from the oracle at %d: %d vs %d",
+          (unsigned long long)g_seed, d, d >= 0 ? base[d] : 0, d >= 0 ? ref[d] : 0);
+    int masks = 0;
+    for (int i = 0; i < p.gen_length; i++)
+        masks += base[i] == MASK;
+    CHECK(masks == 0, "%d masks left", masks);
+    CHECK(st.nfe == st.steps * (p.cfg > 0 ? 2 : 1), "nfe %d steps %d", st.nfe, st.steps);
+    bool par = p.threshold > 0 || p.factor > 0 || p.commit_per_step > 0;
+    if (!par) CHECK(st.steps == p.steps, "vanilla steps %d want %d", st.steps, p.steps);
+    if (par) CHECK(st.steps <= p.gen_length, "steps %d", st.steps);
+    CHECK(ta.calls == st.steps && ta.last_nfe == st.nfe && ta.monotone, "trace calls %d",
+          ta.calls);
+    if (!st.early_stopped)
+        CHECK(ta.committed == p.gen_length, "trace committed %d of %d", ta.committed,
+              p.gen_length);
+    int non_eos = 0;
+    for (int i = 0; i < p.gen_length; i++)
+        non_eos += base[i] != EOS;
+    CHECK(st.n_tokens_fastdllm == non_eos && st.n_tokens_dinfer == p.gen_length,
+          "token counts %d %d", st.n_tokens_fastdllm, st.n_tokens_dinfer);
+    CHECK(st.latency_ms > 0 && st.tps_dinfer > 0, "latency %g", st.latency_ms);
+    // A backend with internal scratch (CUDA) has it reserved at the request's start: its
+    // steps allocate nothing (li_dllm_stats.backend_allocs; 0 by definition elsewhere).
+    CHECK(st.backend_allocs == 0, "the backend allocated scratch %lld times during the steps",
+          (long long)st.backend_allocs);
+    TEST_END();
+    return true;
+}
+
+// Every LaCache combination (full; else all caches on only), FACache tiles dividing the block
+// boundaries and not, each against all off at the same tile.
+static void test_caches(li_model *m, const model_case *mc, bool full) {
+    li_dllm_params p = mc->p;
+    const int32_t *prompt = mc->prompt, *base = mc->base;
+    const int P = mc->P;
+    int32_t got[64];
+    char name[256];
+    snprintf(name, sizeof name, "%s (model seed %llu): %s == all off", mc->name,
+             (unsigned long long)mc->model_seed,
+             full ? "all LaCache combinations" : "all caches");
+    TEST_BEGIN(name);
+    // Tile 0 is the default 64 (past every canvas here); 3 and 5 split the blocks of 8, 12
+    // and 16 rows and the prompt unevenly, 8 lines up with blocks of 8.
+    static const int tiles[] = {0, 3, 8, 5};
+    // The tile sets layer 0's summation order with or without FACache: each run is compared
+    // with all off at its own tile (base for the default tile 0, the others made here).
+    li_status rc = LI_OK;
+    int32_t tile_base[4][64];
+    for (int ti = 1; ti < 4 && rc == LI_OK && p.gen_length <= 64; ti++) {
+        p.lacache = 0;
+        p.fa_tile = tiles[ti];
+        rc = li_dllm_generate(m, prompt, P, &p, tile_base[ti], NULL);
+        CHECK(rc == LI_OK, "all off, tile %d: %s", tiles[ti], li_last_error());
+    }
+    CHECK(p.gen_length <= 64, "gen_length %d: tile_base holds 64", p.gen_length);
+    for (unsigned flags = full ? 1 : LI_DLLM_LACACHE_ALL; flags <= LI_DLLM_LACACHE_ALL;
+         flags++) {
+        bool more = flags == LI_DLLM_LACACHE_FA || flags == LI_DLLM_LACACHE_ALL;
+        int nt = more ? (int)(sizeof tiles / sizeof tiles[0]) : 1;
+        for (int ti = 0; ti < nt; ti++) {
+            p.lacache = flags;
+            p.fa_tile = more ? tiles[ti] : (flags & LI_DLLM_LACACHE_FA) ? 5 : 0;
+            rc = li_dllm_generate(m, prompt, P, &p, got, NULL);
+            CHECK(rc == LI_OK, "flags %u: %s", flags, li_last_error());
+            if (rc != LI_OK) continue;
+            int ib = 0;
+            while (ib < 4 && tiles[ib] != p.fa_tile) ib++;
+            const int32_t *want = ib == 0 || ib == 4 ? base : tile_base[ib];
+            int d = first_diff(got, want, p.gen_length);
+            g_compared++;
+            if (g_bf16 && d >= 0) {
+                g_parted++;
+                printf("#   parted (bf16 backend): %s, flags 0x%x tile %d: first difference "
+                       "at %d (%d vs %d)\n",
+                       mc->name, flags, p.fa_tile, d, got[d], want[d]);
+                continue;
+            }
+            CHECK(d < 0, "test seed %llu flags 0x%x tile %d: first difference at %d (%d vs %d)",
+                  (unsigned long long)g_seed, flags, p.fa_tile, d, d >= 0 ? got[d] : 0,
+                  d >= 0 ? want[d] : 0);
+        }
+    }
+    TEST_END();
+}
+
+// Same seed twice gives the same tokens (fp32 and fp8 FFN); the next seed others at T > 0.
+// prompt: (8) the prompt drawn here, which test_bad_params reuses.
+static void test_seeds(li_model *m, li_rng *rng, int32_t *prompt) {
+    int32_t base[64], got[64];
+    TEST_BEGIN("seeds: same seed twice identical (fp32 and fp8), different seeds differ at T > 0");
+    li_dllm_params p = li_dllm_default_params();
+    p.gen_length = 32;
+    p.block_length = 16;
+    p.steps = 8;
+    p.temperature = 1.0;
+    p.lacache = LI_DLLM_LACACHE_ALL;
+    p.seed = li_rng_u64(rng);
+    int P = 8;
+    random_prompt(rng, prompt, P);
+    CHECK(li_dllm_generate(m, prompt, P, &p, base, NULL) == LI_OK, "%s", li_last_error());
+    CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "%s", li_last_error());
+    CHECK(first_diff(base, got, 32) < 0, "same seed differs");
+    p.seed++;
+    CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "%s", li_last_error());
+    CHECK(first_diff(base, got, 32) >= 0, "seed %llu and the next gave the same tokens",
+          (unsigned long long)(p.seed - 1));
+    // FP8 FFN (approximate: its tokens may differ from fp32's) is deterministic too.
+    p.fp8 = true;
+    CHECK(li_dllm_generate(m, prompt, P, &p, base, NULL) == LI_OK, "fp8: %s", li_last_error());
+    CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "fp8: %s", li_last_error());
+    CHECK(first_diff(base, got, 32) < 0, "fp8: same seed differs");
+    TEST_END();
+}
+
+// A batch of three requests of different lengths and options = each alone.
+static void test_batch(li_model *m, li_rng *rng) {
+    TEST_BEGIN("batch of 3 different requests == each alone");
+    int32_t pr[3][32], out[3][64], alone[64];
+    li_dllm_request rq[3];
+    int Ps[3] = {3, 17, 9};
+    li_dllm_stats tot;
+    for (int q = 0; q < 3; q++) {
+        random_prompt(rng, pr[q], Ps[q]);
+        rq[q] = (li_dllm_request){pr[q], Ps[q], li_dllm_default_params(), out[q], {0}};
+        rq[q].params.lacache = LI_DLLM_LACACHE_ALL;
+        rq[q].params.seed = li_rng_u64(rng);
+    }
+    rq[0].params.gen_length = 16, rq[0].params.block_length = 8, rq[0].params.steps = 8;
+    rq[1].params.gen_length = 48, rq[1].params.block_length = 16, rq[1].params.steps = 6;
+    rq[1].params.threshold = 0.2;
+    rq[1].params.temperature = 0.5;
+    rq[2].params.gen_length = 24, rq[2].params.block_length = 8, rq[2].params.steps = 12;
+    rq[2].params.cfg = 1.0;
+    rq[2].params.dpad = true;
+    rq[2].params.dpad_window = 8;
+    li_status rc = li_dllm_generate_batch(m, rq, 3, &tot);
+    // A random model can keep predicting the mask token for the threshold request (some
+    // LI_TEST_SEED=random draws: 1796097968): the decoder then stops with LI_ERR_LIMIT. The
+    // batch must agree with the requests alone on that too: it stops iff one of them does.
+    CHECK(rc == LI_OK || rc == LI_ERR_LIMIT, "%s", li_last_error());
+    int nfe = 0, n_limit = 0;
+    for (int q = 0; q < 3; q++) {
+        li_dllm_stats st;
+        li_status rq_rc = li_dllm_generate(m, pr[q], Ps[q], &rq[q].params, alone, &st);
+        CHECK(rq_rc == LI_OK || rq_rc == LI_ERR_LIMIT, "request %d: %s", q, li_last_error());
+        n_limit += rq_rc == LI_ERR_LIMIT;
+        if (rc != LI_OK || rq_rc != LI_OK) continue;
+        int d = first_diff(out[q], alone, rq[q].params.gen_length);
+        CHECK(d < 0, "test seed %llu request %d differs at %d", (unsigned long long)g_seed, q, d);
+        CHECK(st.nfe == rq[q].stats.nfe && st.steps == rq[q].stats.steps,
+              "request %d nfe %d/%d", q, st.nfe, rq[q].stats.nfe);
+        nfe += st.nfe;
+    }
+    CHECK((rc == LI_ERR_LIMIT) == (n_limit > 0),
+          "test seed %llu: the batch returned %d, %d of the requests alone hit the limit",
+          (unsigned long long)g_seed, (int)rc, n_limit);
+    if (rc == LI_ERR_LIMIT)
+        printf("#   batch case: %d request(s) keep predicting the mask token, alone and in "
+               "the batch; tokens not compared on this draw\n",
+               n_limit);
+    if (rc == LI_OK) CHECK(tot.nfe == nfe, "batch nfe %d, sum %d", tot.nfe, nfe);
+    TEST_END();
+}
+
+// Bad parameters, an out-of-vocabulary token, mixed lacache in a batch and an autoregressive
+// model are rejected with messages naming the problem. prompt: (4) valid tokens.
+static void test_bad_params(li_model *m, const int32_t *prompt) {
+    int32_t base[64], got[64];
+    TEST_BEGIN("bad parameters are rejected with messages");
+    struct {
+        const char *what, *needle;
+        li_dllm_params p;
+    } bad[12];
+    int nbad = 0;
+    li_dllm_params d = li_dllm_default_params();
+    bad[nbad].what = "gen % block", bad[nbad].needle = "multiple of block_length",
+    bad[nbad].p = d;
+    bad[nbad++].p.gen_length = 100;
+    bad[nbad].what = "steps % blocks", bad[nbad].needle = "number of blocks", bad[nbad].p = d;
+    bad[nbad++].p.steps = 10;
+    bad[nbad].what = "tau > 1", bad[nbad].needle = "threshold", bad[nbad].p = d;
+    bad[nbad++].p.threshold = 1.5;
+    bad[nbad].what = "tau < 0", bad[nbad].needle = "threshold", bad[nbad].p = d;
+    bad[nbad++].p.threshold = -0.1;
+    bad[nbad].what = "threshold and factor", bad[nbad].needle = "exclusive", bad[nbad].p = d;
+    bad[nbad].p.threshold = 0.9;
+    bad[nbad++].p.factor = 1;
+    bad[nbad].what = "negative temperature", bad[nbad].needle = "temperature", bad[nbad].p = d;
+    bad[nbad++].p.temperature = -1;
+    bad[nbad].what = "dpad window 0", bad[nbad].needle = "dpad_window", bad[nbad].p = d;
+    bad[nbad].p.dpad = true;
+    bad[nbad++].p.dpad_window = 0;
+    bad[nbad].what = "steps 0", bad[nbad].needle = "steps", bad[nbad].p = d;
+    bad[nbad++].p.steps = 0;
+    bad[nbad].what = "factor < 0", bad[nbad].needle = "factor", bad[nbad].p = d;
+    bad[nbad++].p.factor = -2;
+    for (int i = 0; i < nbad; i++) {
+        li_status rc = li_dllm_generate(m, prompt, 4, &bad[i].p, got, NULL);
+        CHECK(rc == LI_ERR_INVALID_ARG && strstr(li_last_error(), bad[i].needle), "%s: %d '%s'",
+              bad[i].what, rc, li_last_error());
+    }
+    int32_t badp[2] = {1, 1 << 30};
+    CHECK(li_dllm_generate(m, badp, 2, &d, got, NULL) == LI_ERR_INVALID_ARG &&
+              strstr(li_last_error(), "vocabulary"),
+          "token out of range: '%s'", li_last_error());
+    li_dllm_request rq[2] = {{prompt, 4, d, got, {0}}, {prompt, 4, d, base, {0}}};
+    rq[1].params.lacache = LI_DLLM_LACACHE_FA;
+    CHECK(li_dllm_generate_batch(m, rq, 2, NULL) == LI_ERR_INVALID_ARG &&
+              strstr(li_last_error(), "same"),
+          "mixed lacache: '%s'", li_last_error());
+    li_model *ar = NULL;
+    li_model_params mp2 = li_model_default_params();
+    mp2.path = "synth:tiny-llama";
+    if (li_model_load(&ar, &mp2) == LI_OK) {
+        CHECK(li_dllm_generate(ar, prompt, 4, &d, got, NULL) == LI_ERR_UNSUPPORTED &&
+                  strstr(li_last_error(), "diffusion"),
+              "llama model: '%s'", li_last_error());
+        li_model_free(ar);
+    }
+    TEST_END();
+}
+
+static void test_detokenize(li_model *m, int32_t MASK, int32_t EOS, int32_t EOT) {
+    TEST_BEGIN("detokenize stops at EOS/EOT and skips specials");
+    int32_t gen[8] = {'h', MASK, 'i', EOT, 'x', 'y', EOS, 'z'};
+    char *text = NULL;
+    CHECK(li_dllm_detokenize(m, gen, 8, &text) == LI_OK && text && !strcmp(text, "hi"), "'%s'",
+          text ? text : "(null)");
+    free(text);
+    TEST_END();
+}
+
+// full: every LaCache combination per configuration, then the seed, batch, error and detokenize
+// tests; otherwise (a second model) the oracle comparison and all caches on only.
+static void test_model(li_rng *rng, bool full) {
+    uint64_t model_seed = li_rng_u64(rng) % 1000;
+    char path[64];
+    snprintf(path, sizeof path, "synth:tiny-llada:%llu", (unsigned long long)model_seed);
+    li_model *m = NULL;
+    if (load_model(path, &m) != LI_OK) {
+        TEST_BEGIN("load synth:tiny-llada");
+        CHECK(0, "%s: %s", path, li_last_error());
+        TEST_END();
         return;
     }
+    int32_t MASK, EOS, EOT;
+    li_dllm_special_tokens(m, &MASK, &EOS, &EOT);
+    g_bf16 = m->be->ops->matrices_bf16;  // the GPU, cpu-devsim-bf16
 
-    // Seeds.
-    TEST_BEGIN("seeds: same seed twice identical (fp32 and fp8), different seeds differ at T > 0");
-    {
-        li_dllm_params p = li_dllm_default_params();
-        p.gen_length = 32;
-        p.block_length = 16;
-        p.steps = 8;
-        p.temperature = 1.0;
-        p.lacache = LI_DLLM_LACACHE_ALL;
-        p.seed = li_rng_u64(rng);
-        int P = 8;
-        random_prompt(rng, prompt, P);
-        CHECK(li_dllm_generate(m, prompt, P, &p, base, NULL) == LI_OK, "%s", li_last_error());
-        CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "%s", li_last_error());
-        CHECK(first_diff(base, got, 32) < 0, "same seed differs");
-        p.seed++;
-        CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "%s", li_last_error());
-        CHECK(first_diff(base, got, 32) >= 0, "seed %llu and the next gave the same tokens",
-              (unsigned long long)(p.seed - 1));
-        // FP8 FFN (approximate: its tokens may differ from fp32's) is deterministic too.
-        p.fp8 = true;
-        CHECK(li_dllm_generate(m, prompt, P, &p, base, NULL) == LI_OK, "fp8: %s", li_last_error());
-        CHECK(li_dllm_generate(m, prompt, P, &p, got, NULL) == LI_OK, "fp8: %s", li_last_error());
-        CHECK(first_diff(base, got, 32) < 0, "fp8: same seed differs");
+    config cfgs[10];
+    int nc = model_configs(cfgs);
+    for (int ci = 0; ci < nc; ci++) {
+        model_case mc = {.model_seed = model_seed};
+        draw_case(m, rng, &cfgs[ci], &mc);
+        if (test_vs_oracle(m, &mc, MASK, EOS)) test_caches(m, &mc, full);
     }
-    TEST_END();
-
-    // A batch of three requests of different lengths and options = each alone.
-    TEST_BEGIN("batch of 3 different requests == each alone");
-    {
-        int32_t pr[3][32], out[3][64], alone[64];
-        li_dllm_request rq[3];
-        int Ps[3] = {3, 17, 9};
-        li_dllm_stats tot;
-        for (int q = 0; q < 3; q++) {
-            random_prompt(rng, pr[q], Ps[q]);
-            rq[q] = (li_dllm_request){pr[q], Ps[q], li_dllm_default_params(), out[q], {0}};
-            rq[q].params.lacache = LI_DLLM_LACACHE_ALL;
-            rq[q].params.seed = li_rng_u64(rng);
-        }
-        rq[0].params.gen_length = 16, rq[0].params.block_length = 8, rq[0].params.steps = 8;
-        rq[1].params.gen_length = 48, rq[1].params.block_length = 16, rq[1].params.steps = 6;
-        rq[1].params.threshold = 0.2;
-        rq[1].params.temperature = 0.5;
-        rq[2].params.gen_length = 24, rq[2].params.block_length = 8, rq[2].params.steps = 12;
-        rq[2].params.cfg = 1.0;
-        rq[2].params.dpad = true;
-        rq[2].params.dpad_window = 8;
-        li_status rc = li_dllm_generate_batch(m, rq, 3, &tot);
-        // A random model can keep predicting the mask token for the threshold request (some
-        // LI_TEST_SEED=random draws: 1796097968): the decoder then stops with LI_ERR_LIMIT. The
-        // batch must agree with the requests alone on that too: it stops iff one of them does.
-        CHECK(rc == LI_OK || rc == LI_ERR_LIMIT, "%s", li_last_error());
-        int nfe = 0, n_limit = 0;
-        for (int q = 0; q < 3; q++) {
-            li_dllm_stats st;
-            li_status rq_rc = li_dllm_generate(m, pr[q], Ps[q], &rq[q].params, alone, &st);
-            CHECK(rq_rc == LI_OK || rq_rc == LI_ERR_LIMIT, "request %d: %s", q, li_last_error());
-            n_limit += rq_rc == LI_ERR_LIMIT;
-            if (rc != LI_OK || rq_rc != LI_OK) continue;
-            int d = first_diff(out[q], alone, rq[q].params.gen_length);
-            CHECK(d < 0, "test seed %llu request %d differs at %d", (unsigned long long)g_seed, q,
-                  d);
-            CHECK(st.nfe == rq[q].stats.nfe && st.steps == rq[q].stats.steps,
-                  "request %d nfe %d/%d", q, st.nfe, rq[q].stats.nfe);
-            nfe += st.nfe;
-        }
-        CHECK((rc == LI_ERR_LIMIT) == (n_limit > 0),
-              "test seed %llu: the batch returned %d, %d of the requests alone hit the limit",
-              (unsigned long long)g_seed, (int)rc, n_limit);
-        if (rc == LI_ERR_LIMIT)
-            printf("#   batch case: %d request(s) keep predicting the mask token, alone and in "
-                   "the batch; tokens not compared on this draw\n",
-                   n_limit);
-        if (rc == LI_OK) CHECK(tot.nfe == nfe, "batch nfe %d, sum %d", tot.nfe, nfe);
+    if (full) {
+        int32_t prompt[8];
+        test_seeds(m, rng, prompt);
+        test_batch(m, rng);
+        test_bad_params(m, prompt);
+        test_detokenize(m, MASK, EOS, EOT);
     }
-    TEST_END();
-
-    // Errors.
-    TEST_BEGIN("bad parameters are rejected with messages");
-    {
-        struct {
-            const char *what, *needle;
-            li_dllm_params p;
-        } bad[12];
-        int nbad = 0;
-        li_dllm_params d = li_dllm_default_params();
-        bad[nbad].what = "gen % block", bad[nbad].needle = "multiple of block_length",
-        bad[nbad].p = d;
-        bad[nbad++].p.gen_length = 100;
-        bad[nbad].what = "steps % blocks", bad[nbad].needle = "number of blocks", bad[nbad].p = d;
-        bad[nbad++].p.steps = 10;
-        bad[nbad].what = "tau > 1", bad[nbad].needle = "threshold", bad[nbad].p = d;
-        bad[nbad++].p.threshold = 1.5;
-        bad[nbad].what = "tau < 0", bad[nbad].needle = "threshold", bad[nbad].p = d;
-        bad[nbad++].p.threshold = -0.1;
-        bad[nbad].what = "threshold and factor", bad[nbad].needle = "exclusive", bad[nbad].p = d;
-        bad[nbad].p.threshold = 0.9;
-        bad[nbad++].p.factor = 1;
-        bad[nbad].what = "negative temperature", bad[nbad].needle = "temperature", bad[nbad].p = d;
-        bad[nbad++].p.temperature = -1;
-        bad[nbad].what = "dpad window 0", bad[nbad].needle = "dpad_window", bad[nbad].p = d;
-        bad[nbad].p.dpad = true;
-        bad[nbad++].p.dpad_window = 0;
-        bad[nbad].what = "steps 0", bad[nbad].needle = "steps", bad[nbad].p = d;
-        bad[nbad++].p.steps = 0;
-        bad[nbad].what = "factor < 0", bad[nbad].needle = "factor", bad[nbad].p = d;
-        bad[nbad++].p.factor = -2;
-        for (int i = 0; i < nbad; i++) {
-            li_status rc = li_dllm_generate(m, prompt, 4, &bad[i].p, got, NULL);
-            CHECK(rc == LI_ERR_INVALID_ARG && strstr(li_last_error(), bad[i].needle), "%s: %d '%s'",
-                  bad[i].what, rc, li_last_error());
-        }
-        int32_t badp[2] = {1, 1 << 30};
-        CHECK(li_dllm_generate(m, badp, 2, &d, got, NULL) == LI_ERR_INVALID_ARG &&
-                  strstr(li_last_error(), "vocabulary"),
-              "token out of range: '%s'", li_last_error());
-        li_dllm_request rq[2] = {{prompt, 4, d, got, {0}}, {prompt, 4, d, base, {0}}};
-        rq[1].params.lacache = LI_DLLM_LACACHE_FA;
-        CHECK(li_dllm_generate_batch(m, rq, 2, NULL) == LI_ERR_INVALID_ARG &&
-                  strstr(li_last_error(), "same"),
-              "mixed lacache: '%s'", li_last_error());
-        li_model *ar = NULL;
-        li_model_params mp2 = li_model_default_params();
-        mp2.path = "synth:tiny-llama";
-        if (li_model_load(&ar, &mp2) == LI_OK) {
-            CHECK(li_dllm_generate(ar, prompt, 4, &d, got, NULL) == LI_ERR_UNSUPPORTED &&
-                      strstr(li_last_error(), "diffusion"),
-                  "llama model: '%s'", li_last_error());
-            li_model_free(ar);
-        }
-    }
-    TEST_END();
-
-    TEST_BEGIN("detokenize stops at EOS/EOT and skips specials");
-    {
-        int32_t gen[8] = {'h', MASK, 'i', EOT, 'x', 'y', EOS, 'z'};
-        char *text = NULL;
-        CHECK(li_dllm_detokenize(m, gen, 8, &text) == LI_OK && text && !strcmp(text, "hi"), "'%s'",
-              text ? text : "(null)");
-        free(text);
-    }
-    TEST_END();
     li_model_free(m);
 }
 
