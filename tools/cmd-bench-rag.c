@@ -1077,311 +1077,353 @@ static bool args_in_range(const bench_args *a) {
     return true;
 }
 
-int cmd_bench_rag(int argc, char **argv) {
-    bench_args a = {.mode_s = "all",
-                    .n_docs = 0,
-                    .k = 3,
-                    .out_len = 16,
-                    .n_requests = 16,
-                    .max_batch = 4,
-                    .alpha = 1.5f,
-                    .rate = 0.5f,
-                    .seed = 1,
-                    .mp = li_model_default_params()};
+// The runs: every rate × budget × mode. Without the list options it is the one --rate and
+// --budget, and the output is the full per-mode table (a sweep prints a short row per run).
+typedef struct {
+    li_cache_mode modes[MAX_MODES];
+    bool mode_tiers[MAX_MODES];   // (n_modes) run with the tiers: the second lazy / copy run
+    int n_modes;
+    double rates[MAX_LIST];       // (n_rates) requests/s
+    int64_t budgets[MAX_LIST];    // (n_budgets) KV pool bytes, 0: the engine's default
+    char *budget_names[MAX_LIST]; // (n_budgets) as given (in budgets_buf), or "default"
+    int n_rates, n_budgets;
+    bool sweep;                   // --rates or --budgets given
+    char rates_buf[1024], budgets_buf[1024];
+} sweep_plan;
+
+// The buffers of the runs, allocated once for all of them.
+typedef struct {
+    trace_req *tr;   // (n_requests) the trace of the rate being run
+    req_out *out;    // (n_requests) the outcomes of the run
+    uint64_t *hash0; // (n_requests) the tokens every run must generate, where have0
+    bool *have0;     // (n_requests)
+    mode_row *rows;  // (n_runs) the runs done: n_rows
+    int n_runs, n_rows;
+    FILE *csv;       // --csv, opened before the runs; NULL without it
+} bench_runs;
+
+// What the model says of a synthetic workload (synthetic_model_facts).
+typedef struct {
+    int32_t *ok_ids; // (n_ok_ids) the ordinary token ids documents are drawn from
+    int n_ok_ids;
+    int32_t id_hi;   // they are those of [SYN_ID_LO, id_hi)
+    int def_ctx;     // the model's default context
+} syn_facts;
+
+// The checks of the options past their syntax, and the plan of runs into sp: the modes (lazy and
+// copy twice with tiers), the rates and the budgets. -1 to go on, else 2 after the message.
+static int plan_runs(int argc, char **argv, const opt *opts, int n_opts, bench_args *a,
+                     sweep_plan *sp) {
+    memset(sp, 0, sizeof *sp);
+    int64_t budget = 0;
+    if (!parse_modes(a->mode_s, sp->modes, &sp->n_modes)) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --mode '%s': expected lazy, copy, prefix, none, full, "
+                "a comma list of them, or all\n",
+                a->mode_s);
+        return 2;
+    }
+    a->evict = a->tiers.evict;  // (--evict is one of CLI_TIER_OPTS: checked below)
+    // With tiers, lazy and copy run twice: pool only, then with the tiers (the disk directory
+    // and the Redis namespace emptied first, so every run starts cold).
+    a->tier_mp = li_model_default_params();
+    if (!cli_tier_params("bench rag", &a->tiers, &a->tier_mp)) return 2;
+    if (a->tier_mp.host_cache_bytes > 0 || a->tier_mp.disk_cache_dir || a->tier_mp.kv_remote)
+        sp->n_modes = add_tier_runs(sp->modes, sp->mode_tiers, sp->n_modes);
+    if (a->budget_s && !cli_parse_bytes(a->budget_s, &budget)) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
+                "K/M/G suffix (e.g. 256M)\n",
+                a->budget_s);
+        return 2;
+    }
+    sp->sweep = a->rates_s || a->budgets_s;
+    sp->rates[0] = a->rate;
+    sp->budgets[0] = budget;
+    sp->budget_names[0] = (char *)(a->budget_s ? a->budget_s : "default");
+    sp->n_rates = 1, sp->n_budgets = 1;
+    if (a->rates_s && opt_given(argc, argv, opts, n_opts, "--rate")) {
+        fprintf(stderr, "lazyinfer bench rag: give --rate or --rates, not both\n");
+        return 2;
+    }
+    if (a->budgets_s && a->budget_s) {
+        fprintf(stderr, "lazyinfer bench rag: give --budget or --budgets, not both\n");
+        return 2;
+    }
+    if (a->rates_s && !parse_rates(a->rates_s, sp->rates_buf, sizeof sp->rates_buf, sp->rates,
+                                   &sp->n_rates)) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --rates '%s': expected a comma list of 1 to %d arrival "
+                "rates >= 0 in requests/s (e.g. 0,0.5,1), no empty item\n",
+                a->rates_s, MAX_LIST);
+        return 2;
+    }
+    if (a->budgets_s && !parse_budgets(a->budgets_s, sp->budgets_buf, sizeof sp->budgets_buf,
+                                       sp->budget_names, sp->budgets, &sp->n_budgets)) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --budgets '%s': expected a comma list of 1 to %d byte "
+                "counts > 0 with optional K/M/G suffixes (e.g. 256M,1G), no empty item\n",
+                a->budgets_s, MAX_LIST);
+        return 2;
+    }
+    int r;
+    if (a->synthetic && (r = synthetic_args(a, argc, argv, opts, n_opts)) != 0) return r;
+    if (!args_in_range(a)) return 2;
+    return -1;
+}
+
+// The command line into a, the runs into sp. -1 to go on, else the exit code: 0 after --help,
+// 2 after the message saying what is wrong.
+static int parse_args(int argc, char **argv, bench_args *a, sweep_plan *sp) {
+    *a = (bench_args){.mode_s = "all",
+                      .n_docs = 0,
+                      .k = 3,
+                      .out_len = 16,
+                      .n_requests = 16,
+                      .max_batch = 4,
+                      .alpha = 1.5f,
+                      .rate = 0.5f,
+                      .seed = 1,
+                      .mp = li_model_default_params()};
     const opt opts[] = {
-        {"--model", "-m", OPT_STR, &a.mp.path, "model (default: the model setup fetched)"},
-        {"--samples", NULL, OPT_STR, &a.samples,
+        {"--model", "-m", OPT_STR, &a->mp.path, "model (default: the model setup fetched)"},
+        {"--samples", NULL, OPT_STR, &a->samples,
          "folder of RAG sample JSONs (default " SAMPLES_REL ", under the working directory or "
          "next to the binary)"},
-        {"--synthetic", NULL, OPT_FLAG, &a.synthetic,
+        {"--synthetic", NULL, OPT_FLAG, &a->synthetic,
          "no sample files: N documents of exactly L random token ids (uniform over ordinary ids "
          "of the model's vocabulary, from --seed) and per request a query of random lowercase "
          "words cut to Q tokens (a request takes its query as text; exactly Q with a byte-level "
          "tokenizer, about Q with BPE); defaults --docs 100 --doc-len 2048 --query-len 64"},
-        {"--docs", NULL, OPT_INT, &a.n_docs,
+        {"--docs", NULL, OPT_INT, &a->n_docs,
          "document pool size N (default: every passage of the samples; 100 with --synthetic)"},
-        {"--alpha", NULL, OPT_FLOAT, &a.alpha, "Zipf exponent, P(rank r) ∝ r^-α (default 1.5)"},
-        {"--k", NULL, OPT_INT, &a.k, "distinct documents per request (default 3)"},
-        {"--doc-len", NULL, OPT_INT, &a.doc_len,
+        {"--alpha", NULL, OPT_FLOAT, &a->alpha, "Zipf exponent, P(rank r) ∝ r^-α (default 1.5)"},
+        {"--k", NULL, OPT_INT, &a->k, "distinct documents per request (default 3)"},
+        {"--doc-len", NULL, OPT_INT, &a->doc_len,
          "cut documents to at most L tokens (default: as they are); with --synthetic every "
          "document has exactly L (default 2048)"},
-        {"--query-len", NULL, OPT_INT, &a.query_len,
+        {"--query-len", NULL, OPT_INT, &a->query_len,
          "cut queries to at most Q tokens (default: as they are; 64 with --synthetic)"},
-        {"--out-len", NULL, OPT_INT, &a.out_len,
+        {"--out-len", NULL, OPT_INT, &a->out_len,
          "tokens generated per request, greedy, EOS ignored (default 16)"},
-        {"--rate", NULL, OPT_FLOAT, &a.rate,
+        {"--rate", NULL, OPT_FLOAT, &a->rate,
          "Poisson arrival rate, requests/s; 0 = all at once (default 0.5)"},
-        {"--rates", NULL, OPT_STR, &a.rates_s,
+        {"--rates", NULL, OPT_STR, &a->rates_s,
          "sweep: comma list of arrival rates (e.g. 0,0.5,1), one run per rate, budget and mode"},
-        {"--requests", NULL, OPT_INT, &a.n_requests, "requests in the trace (default 16)"},
-        {"--budget", NULL, OPT_STR, &a.budget_s,
+        {"--requests", NULL, OPT_INT, &a->n_requests, "requests in the trace (default 16)"},
+        {"--budget", NULL, OPT_STR, &a->budget_s,
          "KV pool bytes, K/M/G suffixes (default: max-batch × context)"},
-        {"--budgets", NULL, OPT_STR, &a.budgets_s,
+        {"--budgets", NULL, OPT_STR, &a->budgets_s,
          "sweep: comma list of KV pool budgets (e.g. 256M,1G,4G)"},
-        {"--csv", NULL, OPT_STR, &a.csv,
+        {"--csv", NULL, OPT_STR, &a->csv,
          "also write one CSV row per (rate, budget, mode) run, header line first"},
-        {"--mode", NULL, OPT_STR, &a.mode_s,
+        {"--mode", NULL, OPT_STR, &a->mode_s,
          "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
-        {"--max-batch", NULL, OPT_INT, &a.max_batch, "requests running at once (default 4)"},
-        {"--seed", NULL, OPT_U64, &a.seed, "trace seed (default 1)"},
-        {"--ctx-size", "-c", OPT_INT, &a.mp.n_ctx,
+        {"--max-batch", NULL, OPT_INT, &a->max_batch, "requests running at once (default 4)"},
+        {"--seed", NULL, OPT_U64, &a->seed, "trace seed (default 1)"},
+        {"--ctx-size", "-c", OPT_INT, &a->mp.n_ctx,
          "context per request in tokens (default: min(trained, 4096); with --synthetic what a "
          "request needs: k × doc-len + query-len + out-len + the chat template's tokens)"},
-        CLI_DEVICE_OPTS(a.mp),
-        CLI_KV_DTYPE_OPT(a.mp),
-        {"--plot", NULL, OPT_STR, &a.plot,
+        CLI_DEVICE_OPTS(a->mp),
+        CLI_KV_DTYPE_OPT(a->mp),
+        {"--plot", NULL, OPT_STR, &a->plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
-        {"--trace", NULL, OPT_STR, &a.trace,
+        {"--trace", NULL, OPT_STR, &a->trace,
          "write the trace: per request 'arrival_ms query rank@doc …' (with several --rates, "
          "one file per rate: FILE.rate-R)"},
-        {"--dry-run", NULL, OPT_FLAG, &a.dry_run, "make (and --trace) the workload, run nothing"},
-        CLI_TIER_OPTS(a.tiers),
+        {"--dry-run", NULL, OPT_FLAG, &a->dry_run, "make (and --trace) the workload, run nothing"},
+        CLI_TIER_OPTS(a->tiers),
     };
     const int n_opts = sizeof opts / sizeof opts[0];
     const char *pos[1];
     int n_pos;
     int r = cli_parse_args(argc, argv, usage_text, opts, n_opts, pos, 0, &n_pos);
     if (r) return r == 1 ? 0 : 2;
-    if (!a.mp.path) a.mp.path = cli_default_model();
-    li_cache_mode modes[MAX_MODES];
-    int n_modes;
-    int64_t budget = 0;
-    if (!parse_modes(a.mode_s, modes, &n_modes)) {
-        fprintf(stderr,
-                "lazyinfer bench rag: --mode '%s': expected lazy, copy, prefix, none, full, "
-                "a comma list of them, or all\n",
-                a.mode_s);
-        return 2;
-    }
-    a.evict = a.tiers.evict;  // (--evict is one of CLI_TIER_OPTS: checked below)
-    // With tiers, lazy and copy run twice: pool only, then with the tiers (the disk directory
-    // and the Redis namespace emptied first, so every run starts cold).
-    bool mode_tiers[MAX_MODES] = {false};
-    a.tier_mp = li_model_default_params();
-    if (!cli_tier_params("bench rag", &a.tiers, &a.tier_mp)) return 2;
-    if (a.tier_mp.host_cache_bytes > 0 || a.tier_mp.disk_cache_dir || a.tier_mp.kv_remote)
-        n_modes = add_tier_runs(modes, mode_tiers, n_modes);
-    if (a.budget_s && !cli_parse_bytes(a.budget_s, &budget)) {
-        fprintf(stderr,
-                "lazyinfer bench rag: --budget '%s': expected bytes with an optional "
-                "K/M/G suffix (e.g. 256M)\n",
-                a.budget_s);
-        return 2;
-    }
-    // The sweep: every rate × budget × mode. Without the list options it is the one --rate and
-    // --budget, and the output is the full per-mode table (a sweep prints a short row per run).
-    const bool sweep = a.rates_s || a.budgets_s;
-    double rates[MAX_LIST] = {a.rate};
-    int64_t budgets[MAX_LIST] = {budget};
-    char *budget_names[MAX_LIST] = {(char *)(a.budget_s ? a.budget_s : "default")};
-    int n_rates = 1, n_budgets = 1;
-    char rates_buf[1024], budgets_buf[1024];
-    if (a.rates_s && opt_given(argc, argv, opts, n_opts, "--rate")) {
-        fprintf(stderr, "lazyinfer bench rag: give --rate or --rates, not both\n");
-        return 2;
-    }
-    if (a.budgets_s && a.budget_s) {
-        fprintf(stderr, "lazyinfer bench rag: give --budget or --budgets, not both\n");
-        return 2;
-    }
-    if (a.rates_s && !parse_rates(a.rates_s, rates_buf, sizeof rates_buf, rates, &n_rates)) {
-        fprintf(stderr,
-                "lazyinfer bench rag: --rates '%s': expected a comma list of 1 to %d arrival "
-                "rates >= 0 in requests/s (e.g. 0,0.5,1), no empty item\n",
-                a.rates_s, MAX_LIST);
-        return 2;
-    }
-    if (a.budgets_s && !parse_budgets(a.budgets_s, budgets_buf, sizeof budgets_buf, budget_names,
-                                      budgets, &n_budgets)) {
-        fprintf(stderr,
-                "lazyinfer bench rag: --budgets '%s': expected a comma list of 1 to %d byte "
-                "counts > 0 with optional K/M/G suffixes (e.g. 256M,1G), no empty item\n",
-                a.budgets_s, MAX_LIST);
-        return 2;
-    }
-    if (a.synthetic && (r = synthetic_args(&a, argc, argv, opts, n_opts)) != 0) return r;
-    if (!args_in_range(&a)) return 2;
-    const char *dir = NULL;
-    corpus c;
-    if (a.synthetic) {
-        if (a.k > a.n_docs) {
-            fprintf(stderr, "lazyinfer bench rag: --k %d needs at least as many --docs (%d)\n", a.k,
-                    a.n_docs);
+    if (!a->mp.path) a->mp.path = cli_default_model();
+    return plan_runs(argc, argv, opts, n_opts, a, sp);
+}
+
+// The corpus: with --synthetic an empty one (its documents are made once the model is known),
+// else the samples' passages and queries, --docs defaulting to all of them; dir: the samples
+// folder (left NULL with --synthetic). -1 to go on, else the exit code after the message.
+static int open_corpus(bench_args *a, corpus *c, const char **dir) {
+    if (a->synthetic) {
+        if (a->k > a->n_docs) {
+            fprintf(stderr, "lazyinfer bench rag: --k %d needs at least as many --docs (%d)\n", a->k,
+                    a->n_docs);
             return 2;
         }
-        if (synthetic_corpus(&c, &a) != LI_OK) return cli_fail("bench rag: synthetic workload");
-    } else {
-        static char dir_buf[PATH_MAX + sizeof SAMPLES_REL + 1];
-        if (!(dir = a.samples) && !(dir = cli_data_path(SAMPLES_REL, dir_buf, sizeof dir_buf))) {
-            cli_data_missing("bench rag", "RAG samples folder", SAMPLES_REL, dir_buf,
-                             "run from the repository root (the samples are in git), pass "
-                             "--samples DIR or use --synthetic");
-            return 2;
-        }
-        if (load_corpus(&c, dir) != LI_OK) return cli_fail("bench rag: samples");
-        if (a.n_docs == 0) a.n_docs = c.n_docs;
-        if (a.n_docs > c.n_docs || a.k > a.n_docs) {
-            fprintf(stderr,
-                    "lazyinfer bench rag: --docs %d and --k %d need k <= N <= %d (the passages "
-                    "in %s)\n",
-                    a.n_docs, a.k, c.n_docs, dir);
-            corpus_free(&c);
-            return 2;
-        }
+        if (synthetic_corpus(c, a) != LI_OK) return cli_fail("bench rag: synthetic workload");
+        return -1;
     }
-    const int n_runs = n_rates * n_budgets * n_modes;
-    trace_req *tr = calloc((size_t)a.n_requests, sizeof *tr);
-    req_out *out = calloc((size_t)a.n_requests, sizeof *out);
-    uint64_t *hash0 = calloc((size_t)a.n_requests, sizeof *hash0);
-    bool *have0 = calloc((size_t)a.n_requests, sizeof *have0);
-    mode_row *rows = calloc((size_t)n_runs, sizeof *rows);
-    FILE *csv = NULL;
-    int status = 0, n_rows = 0;
-    int32_t *ok_ids = NULL, id_hi = 0;
-    int n_ok_ids = 0, chat_tokens = 0, def_ctx = 0;
-    if (!tr || !out || !hash0 || !have0 || !rows) {
-        li_error_set(LI_ERR_OOM, "out of memory");
-        status = cli_fail("bench rag");
-        goto done;
+    static char dir_buf[PATH_MAX + sizeof SAMPLES_REL + 1];
+    if (!(*dir = a->samples) && !(*dir = cli_data_path(SAMPLES_REL, dir_buf, sizeof dir_buf))) {
+        cli_data_missing("bench rag", "RAG samples folder", SAMPLES_REL, dir_buf,
+                         "run from the repository root (the samples are in git), pass "
+                         "--samples DIR or use --synthetic");
+        return 2;
     }
-    // The model's vocabulary and chat template size the synthetic documents and the context, so
-    // they are known before the header; a dry run loads nothing (its documents stay unmade).
-    if (a.synthetic && !a.dry_run) {
-        li_status rc =
-            synthetic_model_facts(&a, &ok_ids, &n_ok_ids, &id_hi, &chat_tokens, &def_ctx);
-        if (rc == LI_OK) rc = synthetic_docs(&c, &a, ok_ids, n_ok_ids);
-        if (rc != LI_OK) {
-            status = cli_fail("bench rag: synthetic workload");
-            goto done;
-        }
-        // The default context (4096 for Llama 3.1) is too short for k long documents: raise it
-        // to what a request needs, in whole pages of 16. Never lower it: the engine caps its
-        // tokens per forward at the context, which would change the batching being measured.
-        int need = a.k * a.doc_len + a.query_len + a.out_len + chat_tokens + 16;
-        if (a.mp.n_ctx == 0 && need > def_ctx) a.mp.n_ctx = (need + 15) / 16 * 16;
+    if (load_corpus(c, *dir) != LI_OK) return cli_fail("bench rag: samples");
+    if (a->n_docs == 0) a->n_docs = c->n_docs;
+    if (a->n_docs > c->n_docs || a->k > a->n_docs) {
+        fprintf(stderr,
+                "lazyinfer bench rag: --docs %d and --k %d need k <= N <= %d (the passages "
+                "in %s)\n",
+                a->n_docs, a->k, c->n_docs, *dir);
+        corpus_free(c);
+        return 2;
     }
-    // Opened before the runs: a path that cannot be written fails now, not after a long sweep.
-    if (a.csv && !a.dry_run) {
-        if (!(csv = fopen(a.csv, "w"))) {
-            li_error_set(LI_ERR_IO, "cannot write --csv '%s': %s", a.csv, strerror(errno));
-            status = cli_fail("bench rag");
-            goto done;
-        }
-        csv_header(csv);
-    }
-    for (int ri = 0; ri < n_rates; ri++) { // the traces, one per rate (a dry run's output)
-        a.rate = (float)rates[ri];
-        if (make_trace(&a, c.n_queries, sweep, tr) != LI_OK) {
-            status = cli_fail("bench rag: trace");
-            goto done;
-        }
-        if (!a.trace) continue;
+    return -1;
+}
+
+// The model's vocabulary and chat template size the synthetic documents and the context, so
+// they are known before the header: the documents into c, the facts into sf, a longer context
+// into a. 0, or 1 after the message.
+static int size_synthetic(bench_args *a, corpus *c, syn_facts *sf) {
+    int chat_tokens = 0;
+    li_status rc = synthetic_model_facts(a, &sf->ok_ids, &sf->n_ok_ids, &sf->id_hi, &chat_tokens,
+                                         &sf->def_ctx);
+    if (rc == LI_OK) rc = synthetic_docs(c, a, sf->ok_ids, sf->n_ok_ids);
+    if (rc != LI_OK) return cli_fail("bench rag: synthetic workload");
+    // The default context (4096 for Llama 3.1) is too short for k long documents: raise it
+    // to what a request needs, in whole pages of 16. Never lower it: the engine caps its
+    // tokens per forward at the context, which would change the batching being measured.
+    int need = a->k * a->doc_len + a->query_len + a->out_len + chat_tokens + 16;
+    if (a->mp.n_ctx == 0 && need > sf->def_ctx) a->mp.n_ctx = (need + 15) / 16 * 16;
+    return 0;
+}
+
+// The trace of every rate (a dry run's output), each written to --trace (FILE.rate-R with
+// several rates); tr keeps the last. 0, or 1 after the message.
+static int make_traces(bench_args *a, const sweep_plan *sp, const corpus *c, trace_req *tr) {
+    for (int ri = 0; ri < sp->n_rates; ri++) {
+        a->rate = (float)sp->rates[ri];
+        if (make_trace(a, c->n_queries, sp->sweep, tr) != LI_OK)
+            return cli_fail("bench rag: trace");
+        if (!a->trace) continue;
         char path[PATH_MAX + 64];
-        if (n_rates > 1)
-            snprintf(path, sizeof path, "%s.rate-%g", a.trace, rates[ri]);
+        if (sp->n_rates > 1)
+            snprintf(path, sizeof path, "%s.rate-%g", a->trace, sp->rates[ri]);
         else
-            snprintf(path, sizeof path, "%s", a.trace);
-        if (write_trace(path, &a, tr) != LI_OK) {
-            status = cli_fail("bench rag");
-            goto done;
-        }
+            snprintf(path, sizeof path, "%s", a->trace);
+        if (write_trace(path, a, tr) != LI_OK) return cli_fail("bench rag");
     }
-    char title[3072];
+    return 0;
+}
+
+// The header: the workload's parameters (also the plot's title, into title) and where its
+// documents come from (dir: the samples folder; sf: a synthetic workload's facts).
+static void print_header(const bench_args *a, const char *dir, const corpus *c,
+                         const syn_facts *sf, char *title, size_t title_cap) {
     char rate_s[1100], budget_s[1100];
-    if (a.rates_s)
-        snprintf(rate_s, sizeof rate_s, "rates %s/s", a.rates_s);
+    if (a->rates_s)
+        snprintf(rate_s, sizeof rate_s, "rates %s/s", a->rates_s);
     else
-        snprintf(rate_s, sizeof rate_s, "rate %g/s", a.rate);
-    if (a.budgets_s)
-        snprintf(budget_s, sizeof budget_s, "budgets %s", a.budgets_s);
+        snprintf(rate_s, sizeof rate_s, "rate %g/s", a->rate);
+    if (a->budgets_s)
+        snprintf(budget_s, sizeof budget_s, "budgets %s", a->budgets_s);
     else
-        snprintf(budget_s, sizeof budget_s, "budget %s", a.budget_s ? a.budget_s : "default");
-    snprintf(title, sizeof title,
+        snprintf(budget_s, sizeof budget_s, "budget %s", a->budget_s ? a->budget_s : "default");
+    snprintf(title, title_cap,
              "bench rag: N=%d docs, Zipf alpha=%g, k=%d, %d requests, %s, out %d, %s, "
              "max batch %d, seed %llu, eviction %s",
-             a.n_docs, a.alpha, a.k, a.n_requests, rate_s, a.out_len, budget_s, a.max_batch,
-             (unsigned long long)a.seed, a.evict ? a.evict : "lru");
+             a->n_docs, a->alpha, a->k, a->n_requests, rate_s, a->out_len, budget_s, a->max_batch,
+             (unsigned long long)a->seed, a->evict ? a->evict : "lru");
     printf("%s\n", title);
-    if (!a.synthetic)
-        printf("samples: %s (%d passages, %d queries)\n", dir, c.n_docs, c.n_queries);
-    else if (a.dry_run)
+    if (!a->synthetic)
+        printf("samples: %s (%d passages, %d queries)\n", dir, c->n_docs, c->n_queries);
+    else if (a->dry_run)
         printf("workload: synthetic, %d documents of %d random token ids, queries of %d tokens "
                "(random lowercase words)\n",
-               a.n_docs, a.doc_len, a.query_len);
+               a->n_docs, a->doc_len, a->query_len);
     else
         printf("workload: synthetic, %d documents of %d random token ids (the %d ordinary ids "
                "of [%d, %d)), queries of %d tokens (random lowercase words); context %d tokens "
                "per request\n",
-               a.n_docs, a.doc_len, n_ok_ids, SYN_ID_LO, id_hi, a.query_len,
-               a.mp.n_ctx ? a.mp.n_ctx : def_ctx);
-    if (a.dry_run) goto done;
-    printf("model: %s\n\n", a.mp.path);
-    if (sweep) print_sweep_header();
-    fflush(stdout);
-    for (int ri = 0; ri < n_rates; ri++) {
-        a.rate = (float)rates[ri];
-        if (n_rates > 1 && make_trace(&a, c.n_queries, sweep, tr) != LI_OK) {
-            status = cli_fail("bench rag: trace");
-            goto done;
+               a->n_docs, a->doc_len, sf->n_ok_ids, SYN_ID_LO, sf->id_hi, a->query_len,
+               a->mp.n_ctx ? a->mp.n_ctx : sf->def_ctx);
+}
+
+// A finished run's rate, budget and label (for the plot: the mode, plus rate and budget in a
+// sweep, with a colour per mode and a dash pattern per rate × budget).
+static void label_row(mode_row *row, const sweep_plan *sp, int ri, int bi, int mi) {
+    const char *mode = li_cache_mode_name(sp->modes[mi]);
+    row->rate = sp->rates[ri];
+    row->budget = sp->budget_names[bi];
+    row->budget_bytes = sp->budgets[bi];
+    if (sp->sweep) {
+        snprintf(row->label, sizeof row->label, "%s %g/s %s", mode, sp->rates[ri],
+                 sp->budget_names[bi]);
+        row->lc = mi + 1; // a colour per mode, a dash pattern per rate × budget
+        row->dt = (ri * sp->n_budgets + bi) % 5 + 1;
+    } else
+        snprintf(row->label, sizeof row->label, "%s%s", mode, sp->mode_tiers[mi] ? "+tiers" : "");
+    if (sp->sweep && sp->mode_tiers[mi])
+        strncat(row->label, " +tiers", sizeof row->label - strlen(row->label) - 1);
+}
+
+// The same requests (documents and query) in every run of a sweep too: the traces of all rates
+// draw the same documents (make_trace's every_gap). A sweep compares with the first run where
+// the request finished (a small budget can fail every request of a run); a single run keeps its
+// first-mode reference. Counts into row->n_same the requests that generated the reference's
+// tokens.
+static void compare_tokens(bench_runs *br, int n_requests, bool sweep, mode_row *row) {
+    for (int q = 0; q < n_requests; q++) {
+        bool ok = br->out[q].res.status == LI_OK;
+        if (sweep ? ok && !br->have0[q] : br->n_rows == 0) {
+            br->hash0[q] = br->out[q].tok_hash;
+            br->have0[q] = true;
         }
-        for (int bi = 0; bi < n_budgets; bi++) {
-            for (int mi = 0; mi < n_modes; mi++) {
-                mode_row *row = &rows[n_rows];
-                if (sweep)
+        row->n_same += ok && br->out[q].tok_hash == br->hash0[q];
+    }
+}
+
+// Every run of the plan into br->rows, in a sweep each row printed as it finishes, and each
+// written to --csv. 0, or 1 after the message.
+static int run_all(bench_args *a, const sweep_plan *sp, const corpus *c, bench_runs *br) {
+    for (int ri = 0; ri < sp->n_rates; ri++) {
+        a->rate = (float)sp->rates[ri];
+        if (sp->n_rates > 1 && make_trace(a, c->n_queries, sp->sweep, br->tr) != LI_OK)
+            return cli_fail("bench rag: trace");
+        for (int bi = 0; bi < sp->n_budgets; bi++) {
+            for (int mi = 0; mi < sp->n_modes; mi++) {
+                mode_row *row = &br->rows[br->n_rows];
+                const char *mode = li_cache_mode_name(sp->modes[mi]);
+                if (sp->sweep)
                     fprintf(stderr,
                             "bench rag: run %d of %d: mode %s, rate %g/s, budget %s (load "
                             "average %.2f)\n",
-                            n_rows + 1, n_runs, li_cache_mode_name(modes[mi]), rates[ri],
-                            budget_names[bi], loadavg1());
+                            br->n_rows + 1, br->n_runs, mode, sp->rates[ri],
+                            sp->budget_names[bi], loadavg1());
                 else
-                    fprintf(stderr, "bench rag: mode %s (load average %.2f)\n",
-                            li_cache_mode_name(modes[mi]), loadavg1());
-                if (run_mode(&a, &c, tr, budgets[bi], modes[mi], mode_tiers[mi], out, row) !=
-                    LI_OK) {
-                    status = cli_fail("bench rag");
-                    goto done;
-                }
-                row->rate = rates[ri];
-                row->budget = budget_names[bi];
-                row->budget_bytes = budgets[bi];
-                if (sweep) {
-                    snprintf(row->label, sizeof row->label, "%s %g/s %s",
-                             li_cache_mode_name(modes[mi]), rates[ri], budget_names[bi]);
-                    row->lc = mi + 1; // a colour per mode, a dash pattern per rate × budget
-                    row->dt = (ri * n_budgets + bi) % 5 + 1;
-                } else
-                    snprintf(row->label, sizeof row->label, "%s%s", li_cache_mode_name(modes[mi]),
-                             mode_tiers[mi] ? "+tiers" : "");
-                if (sweep && mode_tiers[mi])
-                    strncat(row->label, " +tiers", sizeof row->label - strlen(row->label) - 1);
-                // The same requests (documents and query) in every run of a sweep too: the
-                // traces of all rates draw the same documents (make_trace's every_gap). A sweep
-                // compares with the first run where the request finished (a small budget can
-                // fail every request of a run); a single run keeps its first-mode reference.
-                for (int q = 0; q < a.n_requests; q++) {
-                    bool ok = out[q].res.status == LI_OK;
-                    if (sweep ? ok && !have0[q] : n_rows == 0) {
-                        hash0[q] = out[q].tok_hash;
-                        have0[q] = true;
-                    }
-                    row->n_same += ok && out[q].tok_hash == hash0[q];
-                }
-                n_rows++;
-                fprintf(stderr, "bench rag: mode %s: %.1f s (load %.1f s excluded)\n",
-                        li_cache_mode_name(modes[mi]), row->wall_s, row->load_ms / 1e3);
-                if (sweep) {
+                    fprintf(stderr, "bench rag: mode %s (load average %.2f)\n", mode, loadavg1());
+                if (run_mode(a, c, br->tr, sp->budgets[bi], sp->modes[mi], sp->mode_tiers[mi],
+                             br->out, row) != LI_OK)
+                    return cli_fail("bench rag");
+                label_row(row, sp, ri, bi, mi);
+                compare_tokens(br, a->n_requests, sp->sweep, row);
+                br->n_rows++;
+                fprintf(stderr, "bench rag: mode %s: %.1f s (load %.1f s excluded)\n", mode,
+                        row->wall_s, row->load_ms / 1e3);
+                if (sp->sweep) {
                     if (row->n_same != row->n_ok)
                         fprintf(stderr,
                                 "bench rag: %s: %d of %d requests generated other tokens than "
                                 "in the first run\n",
                                 row->label, row->n_ok - row->n_same, row->n_ok);
-                    print_sweep_row(row, a.n_requests);
+                    print_sweep_row(row, a->n_requests);
                     fflush(stdout);
                 }
-                if (csv) csv_row(csv, row, a.n_requests);
+                if (br->csv) csv_row(br->csv, row, a->n_requests);
             }
         }
     }
+    return 0;
+}
+
+// After the runs: the pool's documents and the table (one run), or the documents and the
+// failed requests of each run (a sweep, whose rows are printed already).
+static void print_summary(const mode_row *rows, int n_rows, int n_requests, bool sweep) {
     if (!sweep && n_rows > 0 && rows[0].page_bytes > 0) {
         const mode_row *r0 = &rows[0];
         printf("documents: %.0f tokens on average (%.1f pages); KV pool: %lld pages of %lld bytes "
@@ -1391,22 +1433,68 @@ int cmd_bench_rag(int argc, char **argv) {
                r0->avg_doc_pages > 0 ? r0->pages_total / r0->avg_doc_pages : 0.0);
     }
     if (!sweep) {
-        print_table(rows, n_rows, a.n_requests);
-    } else {
-        if (n_rows > 0 && rows[0].page_bytes > 0)
-            printf("\ndocuments: %.0f tokens on average (%.1f pages of %lld bytes)\n",
-                   rows[0].avg_doc_tokens, rows[0].avg_doc_pages, (long long)rows[0].page_bytes);
-        bool first = true;
-        for (int i = 0; i < n_rows; i++)
-            if (rows[i].n_failed) {
-                printf("%s%s: %d request(s) failed, first: %s\n", first ? "\n" : "", rows[i].label,
-                       rows[i].n_failed, rows[i].first_error);
-                first = false;
-            }
+        print_table(rows, n_rows, n_requests);
+        return;
     }
-    if (csv) {
-        FILE *f = csv;
-        csv = NULL;
+    if (n_rows > 0 && rows[0].page_bytes > 0)
+        printf("\ndocuments: %.0f tokens on average (%.1f pages of %lld bytes)\n",
+               rows[0].avg_doc_tokens, rows[0].avg_doc_pages, (long long)rows[0].page_bytes);
+    bool first = true;
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i].n_failed) {
+            printf("%s%s: %d request(s) failed, first: %s\n", first ? "\n" : "", rows[i].label,
+                   rows[i].n_failed, rows[i].first_error);
+            first = false;
+        }
+}
+
+// Parse and check the options, load the corpus, make the traces and print the header (all a
+// dry run does), then run every rate × budget × mode and print the table, the CSV and the plot.
+int cmd_bench_rag(int argc, char **argv) {
+    bench_args a;
+    sweep_plan sp;
+    int status = parse_args(argc, argv, &a, &sp);
+    if (status >= 0) return status;
+    corpus c;
+    const char *dir = NULL;
+    if ((status = open_corpus(&a, &c, &dir)) >= 0) return status;
+    const int n_runs = sp.n_rates * sp.n_budgets * sp.n_modes;
+    bench_runs br = {.tr = calloc((size_t)a.n_requests, sizeof *br.tr),
+                     .out = calloc((size_t)a.n_requests, sizeof *br.out),
+                     .hash0 = calloc((size_t)a.n_requests, sizeof *br.hash0),
+                     .have0 = calloc((size_t)a.n_requests, sizeof *br.have0),
+                     .rows = calloc((size_t)n_runs, sizeof *br.rows),
+                     .n_runs = n_runs};
+    syn_facts sf = {0};
+    status = 0;
+    if (!br.tr || !br.out || !br.hash0 || !br.have0 || !br.rows) {
+        li_error_set(LI_ERR_OOM, "out of memory");
+        status = cli_fail("bench rag");
+        goto done;
+    }
+    // (a dry run loads nothing: its synthetic documents stay unmade)
+    if (a.synthetic && !a.dry_run && (status = size_synthetic(&a, &c, &sf)) != 0) goto done;
+    // Opened before the runs: a path that cannot be written fails now, not after a long sweep.
+    if (a.csv && !a.dry_run) {
+        if (!(br.csv = fopen(a.csv, "w"))) {
+            li_error_set(LI_ERR_IO, "cannot write --csv '%s': %s", a.csv, strerror(errno));
+            status = cli_fail("bench rag");
+            goto done;
+        }
+        csv_header(br.csv);
+    }
+    if ((status = make_traces(&a, &sp, &c, br.tr)) != 0) goto done;
+    char title[3072];
+    print_header(&a, dir, &c, &sf, title, sizeof title);
+    if (a.dry_run) goto done;
+    printf("model: %s\n\n", a.mp.path);
+    if (sp.sweep) print_sweep_header();
+    fflush(stdout);
+    if ((status = run_all(&a, &sp, &c, &br)) != 0) goto done;
+    print_summary(br.rows, br.n_rows, a.n_requests, sp.sweep);
+    if (br.csv) {
+        FILE *f = br.csv;
+        br.csv = NULL;
         if (fclose(f) != 0) {
             li_error_set(LI_ERR_IO, "cannot write --csv '%s'", a.csv);
             status = cli_fail("bench rag");
@@ -1414,17 +1502,17 @@ int cmd_bench_rag(int argc, char **argv) {
         }
         fprintf(stderr, "wrote %s\n", a.csv);
     }
-    if (a.plot && n_rows > 0) status = plot_cdf(a.plot, rows, n_rows, title);
+    if (a.plot && br.n_rows > 0) status = plot_cdf(a.plot, br.rows, br.n_rows, title);
 done:
-    if (csv) fclose(csv);
-    for (int i = 0; rows && i < n_runs; i++)
-        free(rows[i].ttft_sorted);
-    free(rows);
-    free(tr);
-    free(out);
-    free(hash0);
-    free(have0);
-    free(ok_ids);
+    if (br.csv) fclose(br.csv);
+    for (int i = 0; br.rows && i < n_runs; i++)
+        free(br.rows[i].ttft_sorted);
+    free(br.rows);
+    free(br.tr);
+    free(br.out);
+    free(br.hash0);
+    free(br.have0);
+    free(sf.ok_ids);
     corpus_free(&c);
     return status;
 }
