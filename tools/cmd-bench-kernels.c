@@ -593,8 +593,8 @@ int cmd_bench_kernels(int argc, char **argv) {
         print_header(&c, &a, &in);
         time_ceilings(&c, &a);
         time_gemms_and_pointwise(&c, &a);
-        // (a failed page_start upload ends the table early with the exit status still 0)
-        if (time_attention(&c, &a)) status = time_promotion(&c, &a, &in);
+        // a failed page_start upload ends the table early: a failure (status 1), like any other
+        status = time_attention(&c, &a) ? time_promotion(&c, &a, &in) : 1;
     }
     free_buffers(&c);
     li_backend_free(be);
