@@ -56,12 +56,3 @@ li_status li_cuda_kv_scatter(li_backend *be, li_kv_storage *kv, const int64_t *p
                              const void *src_host) {
     return move(be, kv, pages, n, (void *)src_host, 1);
 }
-
-li_status li_cuda_memcpy_h2d_async(li_backend *be, void *dst_dev, const void *src_host, size_t n) {
-    cudaError_t e = cudaMemcpyAsync(dst_dev, src_host, n, cudaMemcpyHostToDevice,
-                                    (cudaStream_t)li_backend_cuda_stream(be));
-    if (e != cudaSuccess)
-        return li_error_set(LI_ERR_BACKEND, "cuda: copying %zu bytes to the device: %s", n,
-                            cudaGetErrorString(e));
-    return LI_OK;
-}

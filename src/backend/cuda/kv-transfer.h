@@ -1,8 +1,9 @@
 // kv-transfer.h — the KV tiers' host transfers on the CUDA backend (backend.h host_alloc,
 // host_free, kv_gather, kv_scatter): pinned host memory and async copies of whole pool pages on
 // the backend's stream. Plain C, like backend-cuda.h. Not here: what a tier stores
-// (src/kv/kv-tiers.c). Tested on the GPU by `lazyinfer-cuda bench kernels --case kv-promote`
-// (the promotion rate against a plain pinned cudaMemcpyAsync of the same bytes).
+// (src/kv/kv-tiers.c). Tested on the GPU by test-kv-tiers (promoted = fresh prefill) and timed
+// by `lazyinfer-cuda bench kernels`' promotion rows (against a plain pinned upload of the same
+// bytes; bench/gpu-run.sh step tiers).
 #ifndef LI_CUDA_KV_TRANSFER_H
 #define LI_CUDA_KV_TRANSFER_H
 
@@ -14,9 +15,6 @@ li_status li_cuda_kv_gather(li_backend *be, void *dst_host, const li_kv_storage 
                             const int64_t *pages, int n);
 li_status li_cuda_kv_scatter(li_backend *be, li_kv_storage *kv, const int64_t *pages, int n,
                              const void *src_host);
-// One plain cudaMemcpyAsync host → device on the backend's stream (the baseline the promotion
-// rate is measured against).
-li_status li_cuda_memcpy_h2d_async(li_backend *be, void *dst_dev, const void *src_host, size_t n);
 
 // The backend's stream as a cudaStream_t (backend-cuda.c owns it).
 void *li_backend_cuda_stream(li_backend *be);
