@@ -11,6 +11,7 @@
 #                     TEST_RANDOM_RUNS times (default 3); each prints the seed it drew, a
 #                     failure its replay command. Not part of make test
 #   make fuzz         libFuzzer targets (clang) in build/fuzz/, each run FUZZ_RUNS times
+#   make test-fresh-machine  make demo and make test, each first on a fresh Debian 12 (debootstrap)
 #   make demo         setup (packages, venv, default model) + one generation on the default model
 #   make bench        lazyinfer bench generate on the default model
 #
@@ -26,8 +27,13 @@ CFLAGS_BASE := -std=c11 -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -g -
                -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L
 # hiredis: the shared Redis tier of the document store (src/kv/blob-redis.c); libxxhash: its
 # per-chunk checksums (src/kv/blob-store.c says why XXH3 and not SHA-256).
-CPPFLAGS    := -Iinclude $(shell pkg-config --cflags libpcre2-8 jansson hiredis libxxhash 2>/dev/null)
-LDLIBS      := $(shell pkg-config --libs libpcre2-8 jansson hiredis libxxhash 2>/dev/null || \
+# These flags are read when make starts. On a fresh machine that is before `setup` has installed
+# the packages, so every target that runs setup first builds in a second make (`$(MAKE) all`
+# inside its recipe), which reads pkg-config again; a build without them stops at pkg-check.
+PKG_MODULES := libpcre2-8 jansson hiredis libxxhash
+PKG_FOUND   := $(shell pkg-config --exists $(PKG_MODULES) 2>/dev/null && echo yes)
+CPPFLAGS    := -Iinclude $(shell pkg-config --cflags $(PKG_MODULES) 2>/dev/null)
+LDLIBS      := $(shell pkg-config --libs $(PKG_MODULES) 2>/dev/null || \
                  echo -lpcre2-8 -ljansson -lhiredis -lxxhash) \
                -lopenblas -lcrypto -lmicrohttpd -lpthread -lm
 
@@ -87,9 +93,18 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 .PHONY: all debug test test-random fuzz demo bench setup clean tests
 all: $(BIN)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | pkg-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# Without the -dev packages every compile would fail on a missing header: say what to run instead.
+.PHONY: pkg-check
+pkg-check:
+ifneq ($(PKG_FOUND),yes)
+	@echo "make: pkg-config finds none or not all of $(PKG_MODULES)." >&2; \
+	 echo "make: run 'make setup' (scripts/setup.sh installs the Debian packages), then make again;" >&2; \
+	 echo "make: 'make demo' and 'make test' run setup themselves." >&2; exit 2
+endif
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
@@ -136,6 +151,12 @@ setup:
 test: setup
 	@$(MAKE) --no-print-directory all tests
 	@BUILD=$(BUILD) BIN=./$(BIN) tests/run.sh
+
+# The README's `make demo` and `make test`, each as the first command on a fresh Debian 12 root
+# made by debootstrap (needs root and Debian's registry; ~20 min). .ci/run runs it after make test.
+.PHONY: test-fresh-machine
+test-fresh-machine:
+	@scripts/test-fresh-machine.sh
 
 # Other draws than the fixed seed's, each run with fresh seeds from /dev/urandom: a failure
 # here is a real bug the fixed draw misses; its "replay:" line reproduces it.
@@ -219,10 +240,13 @@ fuzz: $(FUZZ_BIN)
 	  if [ $$rc -ne 0 ]; then echo "$$n failed (fuzz-out/$$n.log; the input is in crash-*)"; exit 1; fi; \
 	done
 
-demo: setup all
+# setup first, then the build in a second make that reads pkg-config after setup (see CPPFLAGS).
+demo: setup
+	@$(MAKE) --no-print-directory all
 	./$(BIN) generate -p "The capital of France is" -n 32 --temp 0
 
-bench: all
+bench: setup
+	@$(MAKE) --no-print-directory all
 	./$(BIN) bench generate
 
 clean:
