@@ -175,3 +175,54 @@ def test_setup_as_root_installs(clone, tmp_path):
     assert len(calls) == 2 and calls[0] == "apt-get update -qq", calls  # no sudo
     assert re.match(r"apt-get install -y -qq build-essential .*libmicrohttpd-dev libhiredis-dev "
                     r"libxxhash-dev redis-server$", calls[1]), calls
+
+
+# ---- the first make on a machine without our packages --------------------------------------
+# On a fresh machine pkg-config knows none of the -dev packages until `setup` has installed them.
+# Stand-ins: a pkg-config that fails until a stamp file exists, and a scripts/setup.sh (in a
+# clone of HEAD) that only creates the stamp. `make demo` and `make test` must each pass on
+# their first run there: their build must read pkg-config after setup. (scripts/
+# test-fresh-machine.sh does the same on a real Debian 12 root; this is its fast stand-in.)
+# `make test` runs with a tests/run.sh stand-in: the build is what is checked, not the suite.
+def fresh_machine_clone(tmp_path, name):
+    repo = tmp_path / name
+    p = run(["git", "clone", "-q", "--no-hardlinks", ROOT, str(repo)], ROOT)
+    assert p.returncode == 0, p.stderr
+    head = run(["git", "rev-parse", "HEAD"], ROOT).stdout.strip()
+    assert run(["git", "checkout", "-q", "--detach", head], repo).returncode == 0
+    stamp = tmp_path / f"{name}.packages-installed"
+    tools = tmp_path / f"{name}-bin"
+    tools.mkdir()
+    real = shutil.which("pkg-config")
+    assert real, "pkg-config is not installed (scripts/setup.sh installs it)"
+    (tools / "pkg-config").write_text(f'#!/bin/sh\n[ -e "{stamp}" ] || exit 1\nexec {real} "$@"\n')
+    (repo / "scripts" / "setup.sh").write_text(f'#!/bin/sh\necho "setup: stand-in"\n'
+                                               f'touch "{stamp}"\n')
+    (repo / "tests" / "run.sh").write_text('#!/bin/sh\necho "1 passed, 0 failed"\n')
+    for f in (tools / "pkg-config", repo / "scripts" / "setup.sh", repo / "tests" / "run.sh"):
+        f.chmod(0o755)
+    os.symlink(os.path.realpath(os.path.join(ROOT, "models")), repo / "models")
+    assert run(["bash", "-c", "gzip -dc data/llama3-tokenizer/tokenizer.json.gz > "
+                "data/llama3-tokenizer/tokenizer.json"], repo).returncode == 0
+    env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}", MAKEFLAGS="-j2")
+    env.pop("MAKELEVEL", None)
+    assert run(["pkg-config", "--exists", "hiredis"], repo, env=env).returncode == 1
+    return repo, env, stamp
+
+
+@pytest.mark.parametrize("target,expect", [("demo", r"Paris"), ("test", r"^1 passed, 0 failed$")])
+def test_first_make_without_packages(tmp_path, target, expect):
+    repo, env, stamp = fresh_machine_clone(tmp_path, target)
+    p = run(["make", target], repo, env=env, timeout=900)
+    assert stamp.exists(), p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.returncode == 0, f"make {target}: exit {p.returncode}\n{p.stderr[-3000:]}"
+    assert re.search(expect, p.stdout, re.M), p.stdout[-2000:]
+
+
+def test_make_without_packages_says_what_to_run(tmp_path):
+    # A plain `make` does not run setup: it must stop before compiling, naming the fix.
+    repo, env, stamp = fresh_machine_clone(tmp_path, "plain")
+    p = run(["make"], repo, env=env)
+    assert p.returncode != 0 and not stamp.exists()
+    assert "run 'make setup'" in p.stderr, p.stderr[-2000:]
+    assert not (repo / "build").exists() or not list((repo / "build").rglob("*.o"))
