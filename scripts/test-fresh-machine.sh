@@ -45,9 +45,15 @@ trap cleanup EXIT
 BASE=$WORK/base
 if [ ! -x "$BASE/usr/bin/git" ]; then
   say "debootstrap bookworm into $BASE"
-  debootstrap --variant=minbase --include=git,make,ca-certificates bookworm "$BASE" \
-    http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 ||
-    { tail -20 "$WORK/debootstrap.log" >&2; say "debootstrap failed"; exit 1; }
+  # A second try only for the download (a registry hiccup), never for our commands below.
+  for try in 1 2; do
+    rm -rf --one-file-system "$BASE"
+    debootstrap --variant=minbase --include=git,make,ca-certificates bookworm "$BASE" \
+      http://deb.debian.org/debian >"$WORK/debootstrap.log" 2>&1 && break
+    tail -20 "$WORK/debootstrap.log" >&2
+    [ $try = 2 ] && { say "debootstrap failed twice"; exit 1; }
+    say "debootstrap failed; trying once more in 30 s"; sleep 30
+  done
 fi
 
 # The host's network settings, and nothing else of it.
