@@ -6,7 +6,7 @@ byte-level tokenizer: milliseconds a run) and, where an answer must read as text
 SmolLM2 model. Inputs (documents of random words) come from li_seed("test_rag_cli"). Checks:
   - input: documents are UTF-8 text: UTF-16/32 (BOM or not), binary and Latin-1 files are refused
     with the reason, as a bad option (exit 2) or as the request's error record; empty documents
-    are refused with the request's id; CRLF reads as LF (same tokens, one cache entry); a UTF-8
+    and questions are refused with the request's id; CRLF reads as LF (same tokens, one cache entry); a UTF-8
     BOM is dropped; every bad option value and conflicting options exit 2 with one line naming
     them; the workload's fields are checked (max_tokens <= 0, temperature < 0, ...); --help
     documents the workload format and the output;
@@ -147,6 +147,33 @@ def test_utf8_bom_crlf_and_empty_documents(tmp_path):
     assert p.returncode == 1
     assert r7["id"] == "q7" and "document 1 is empty" in r7["error"], r7
     assert r8["id"] == "q8" and "document 0 is empty" in r8["error"], r8
+
+
+def test_empty_questions_are_refused(tmp_path):
+    # as empty documents are: a bad option (exit 2, one line naming it), or the line's error
+    # record; an empty question used to run a whole generation from the template alone
+    doc = tmp_path / "d.txt"
+    doc.write_text(text(12))
+    for q in ("", " \t "):
+        p = rag("--doc", doc, "--query", q, "-n", 2)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and p.stdout == "", (q, p.returncode, p.stdout, p.stderr)
+        assert len(lines) == 1 and "--query" in lines[0] and "empty" in lines[0], p.stderr
+        sample = tmp_path / "s.json"
+        sample.write_text(json.dumps({"0": text(6), "query": q}))
+        p = rag("--sample", sample, "-n", 2)
+        assert p.returncode == 2 and "empty" in p.stderr and str(sample) in p.stderr, p.stderr
+    w = write_jsonl(tmp_path / "w.jsonl", [
+        {"id": "e", "documents": [text(5)], "query": "", "max_tokens": 2},
+        {"id": "b", "documents": [text(5)], "query": " \n\t", "max_tokens": 2},
+        {"id": "ok", "documents": [text(5)], "query": "q", "max_tokens": 2}])
+    p = rag("--workload", w, "--output", "jsonl")
+    e, b, ok = records(p)
+    assert p.returncode == 1, p.stderr
+    for r, line in ((e, 1), (b, 2)):
+        assert r["finish_reason"] == "error" and r["answer"] is None, r
+        assert r["error"].startswith(f"{w}:{line}:") and '"query" is empty' in r["error"], r
+    assert ok["finish_reason"] != "error", ok
 
 
 def test_bad_options_exit_2_with_one_line(tmp_path):

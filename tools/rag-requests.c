@@ -94,6 +94,13 @@ static bool is_space(char c) {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
 
+// True when s holds nothing but whitespace (or nothing): a question without text.
+static bool is_blank(const char *s) {
+    while (is_space(*s))
+        s++;
+    return !*s;
+}
+
 // d ← text[0, n) as the engine sees it (rag_doc.text). `what` names it in the error messages.
 static li_status doc_make(rag_doc *d, const char *text, size_t n, const char *id,
                           const char *what) {
@@ -190,6 +197,9 @@ li_status rag_add_doc_file(rag_list *l, const char *path) {
 }
 
 li_status rag_add_query(rag_list *l, const char *text) {
+    if (is_blank(text))
+        return li_error_set(LI_ERR_INVALID_ARG,
+                            "--query '%.64s': the question is empty or only whitespace", text);
     rag_req *r = new_req(l);
     if (!r) return LI_ERR_OOM;
     r->shared_docs = true;
@@ -206,10 +216,7 @@ li_status rag_load_queries(rag_list *l, const char *path) {
     for (char *line = s, *next; line && rc == LI_OK; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
-        bool blank = true;
-        for (const char *c = line; *c && blank; c++)
-            blank = is_space(*c);
-        if (!blank) rc = rag_add_query(l, line);
+        if (!is_blank(line)) rc = rag_add_query(l, line);
     }
     free(s);
     if (rc == LI_OK && l->n_reqs == before)
@@ -234,6 +241,11 @@ li_status rag_load_sample(rag_list *l, const char *path) {
                           "--sample %s: expected an object with passages \"0\", "
                           "\"1\", … and a string \"query\" (data/README.md)",
                           path);
+        goto out;
+    }
+    if (is_blank(json_string_value(q))) {
+        rc = li_error_set(LI_ERR_INVALID_ARG,
+                          "--sample %s: the \"query\" is empty or only whitespace", path);
         goto out;
     }
     rag_req *r = new_req(l);
@@ -375,6 +387,8 @@ static void parse_line(rag_req *r, const json_t *o, warned *w) {
         req_fail(r, "\"query\" must be a string");
     else if (li_api_utf8_check(json_string_value(q), json_string_length(q)) < json_string_length(q))
         req_fail(r, "\"query\" has a NUL character");
+    else if (is_blank(json_string_value(q)))
+        req_fail(r, "\"query\" is empty or only whitespace");
     if (sys && !json_is_null(sys) &&
         (!json_is_string(sys) ||
          li_api_utf8_check(json_string_value(sys), json_string_length(sys)) <

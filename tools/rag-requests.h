@@ -5,7 +5,7 @@
 // Text files must be UTF-8: a UTF-8 byte-order mark is dropped and CRLF becomes LF; UTF-16 and
 // UTF-32 (by their byte-order mark, or by the NUL bytes between characters), binary files and
 // other encodings are refused with a message that says what the file is and how to convert it.
-// A document is refused when it is empty or only whitespace.
+// A document or a question is refused when it is empty or only whitespace.
 //
 // Errors of the options themselves (a --doc that is not text, a --workload that cannot be read)
 // are li_status errors, for exit code 2. A bad workload line is not: its request keeps the reason
