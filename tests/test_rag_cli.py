@@ -16,8 +16,8 @@ SmolLM2 model. Inputs (documents of random words) come from li_seed("test_rag_cl
     the others are answered exactly as alone, the exit status is 1;
   - requests are continuously batched (a request starts when another leaves, not when a whole
     chunk of --max-batch has finished) and arrival_ms delays a request's submission;
-  - the default budget keeps every document of the run (no re-prefill on repeats), and a budget
-    too small for that warns; each cache mode prints only its own figures;
+  - the default budget keeps every document of the run (no re-prefill on repeats) but none of a
+    request over the context, and a budget too small for that warns; each cache mode prints only its own figures;
   - repeated --sample: each sample's passages go with its own question.
 """
 import json
@@ -378,6 +378,35 @@ def test_default_budget_keeps_the_documents(tmp_path):
     assert sum(v[3] for v in requests_of(small.stderr).values()) > 5
     assert re.search(r"warning: .*evicted.*--budget \d+M keeps them all", small.stderr), small.stderr
     assert small.stdout == p.stdout  # the cache modes are exact: same answers
+
+
+def test_default_budget_leaves_out_requests_over_the_context(tmp_path):
+    # A document of ~17k tokens under -c 256: li_submit refuses its request, so the default
+    # budget must not hold it (it used to plan KV for it: 4.5 GB for one 102k-token document).
+    small = {"id": "small", "documents": [text(8)], "query": "q", "max_tokens": 4}
+    big = {"id": "big", "documents": [text(3000)], "query": "q", "max_tokens": 4}
+    budget = re.compile(r"^KV budget ([\d.]+) MiB: .* the run's documents \(([\d.]+) MiB\)", re.M)
+    alone = rag("--workload", write_jsonl(tmp_path / "a.jsonl", [small]), "-c", 256)
+    for mode in ("lazy", "copy", "prefix"):
+        p = rag("--workload", write_jsonl(tmp_path / "w.jsonl", [big, small]), "-c", 256,
+                "--output", "jsonl", "--cache", mode)
+        assert p.returncode == 1, p.stderr
+        b, s = records(p)
+        assert "exceeds the context" in b["error"] and s["finish_reason"] == "length", (b, s)
+        m = budget.search(p.stderr)
+        want = budget.search(rag("--workload", tmp_path / "a.jsonl", "-c", 256, "--cache",
+                                 mode).stderr)
+        assert m and want and m.groups() == want.groups(), (mode, p.stderr)
+        assert "not those of 1 request over the context" in p.stderr, p.stderr
+    # the plan counts as li_submit does: prompt + max_tokens == -c is kept, one more is not
+    (prompt, *_), = requests_of(alone.stderr).values()
+    fit = rag("--workload", write_jsonl(tmp_path / "f.jsonl", [
+        {**small, "max_tokens": 256 - prompt}]), "-c", 256)
+    assert fit.returncode == 0 and "over the context" not in fit.stderr, fit.stderr
+    assert budget.search(fit.stderr).groups() == budget.search(alone.stderr).groups()
+    over = rag("--workload", write_jsonl(tmp_path / "o.jsonl", [
+        {**small, "max_tokens": 257 - prompt}]), "-c", 256)
+    assert over.returncode == 1 and "not those of 1 request over the context" in over.stderr
 
 
 def test_each_mode_prints_its_own_figures(tmp_path):

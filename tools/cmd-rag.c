@@ -8,9 +8,10 @@
 // exit status is 1 when any request failed, 2 for a bad option.
 //
 // Without --budget the KV pool holds the engine's default (--max-batch requests of a whole
-// context) plus every document of the run at once, at most half the memory available (CPU
-// backends), so that no question re-prefills a document an earlier one used; the run warns when
-// documents were evicted and prefilled again.
+// context) plus every document of the run at once (of the requests that fit the context: the
+// others are refused), at most half the memory available (CPU backends), so that no question
+// re-prefills a document an earlier one used; the run warns when documents were evicted and
+// prefilled again.
 //
 // Not here: the cache modes themselves (src/engine/scheduler.c, tested by tests/test-rag.c).
 // Tested by tests/test_rag_cli.py.
@@ -131,6 +132,7 @@ typedef struct {
     int64_t page_bytes;
     int64_t cap_pages; // half the available memory (-1: unknown)
     int n_distinct;    // distinct blocks (system blocks and document texts) the run looks up
+    int n_over_ctx;    // requests left out: the engine refuses them (prompt + max_tokens > -c)
 } budget_plan;
 
 typedef struct {
@@ -139,6 +141,7 @@ typedef struct {
     bool chat;
     li_cache_mode mode;
     int page_size, max_batch;
+    int n_predict; // -n: max_tokens of a request without one
 } plan_args;
 
 static int64_t pages_of(int64_t tokens, int P) {
@@ -176,8 +179,31 @@ static int64_t system_tokens(li_model *meta, kv_set *counts, const char *system,
     return n;
 }
 
+// Tokens of request r's prompt (system block with the template's end of turn, documents,
+// question), as li_submit counts them give or take a token where the template's pieces meet;
+// -1 when a part does not tokenise.
+static int64_t prompt_tokens(li_model *meta, kv_set *counts, const plan_args *a, const rag_req *r,
+                             bool *oom) {
+    const rag_doc *docs = r->shared_docs ? a->l->docs : r->docs;
+    int n_docs = r->shared_docs ? a->l->n_docs : r->n_docs;
+    uint64_t sk;
+    int64_t total =
+        system_tokens(meta, counts, r->system ? r->system : a->system, a->chat, &sk, oom);
+    int64_t nq = count_tokens(meta, counts, r->query, strlen(r->query), false, false, oom);
+    if (total < 0 || nq < 0) return -1;
+    total += nq;
+    for (int k = 0; k < n_docs; k++) {
+        int64_t n = count_tokens(meta, counts, docs[k].text, docs[k].len, false, false, oom);
+        if (n < 0) return -1;
+        total += n;
+    }
+    return total;
+}
+
 // What the run's blocks take in the pool, per mode: lazy holds a document once; copy once per
-// (document, offset Δ); prefix the full pages of each distinct prompt.
+// (document, offset Δ); prefix the full pages of each distinct prompt. A request the engine will
+// refuse (its prompt and max_tokens over the context, or a part that does not tokenise) holds
+// nothing: one such document could otherwise plan gigabytes that no request ever uses.
 static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp) {
     li_model_info info;
     li_model_get_info(meta, &info);
@@ -191,6 +217,13 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
     for (int i = 0; i < a->l->n_reqs && !oom; i++) {
         const rag_req *r = &a->l->reqs[i];
         if (r->error) continue;
+        const int64_t n_predict = r->opt.max_tokens > 0 ? r->opt.max_tokens : a->n_predict;
+        const int64_t total = prompt_tokens(meta, &counts, a, r, &oom);
+        if (total < 0) continue;
+        if (total + n_predict > info.n_ctx) {
+            bp->n_over_ctx++;
+            continue;
+        }
         const rag_doc *docs = r->shared_docs ? a->l->docs : r->docs;
         int n_docs = r->shared_docs ? a->l->n_docs : r->n_docs;
         uint64_t sk;
@@ -213,10 +246,8 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
             delta += n;
         }
         if (a->mode == LI_CACHE_PREFIX) { // full pages of the whole prompt, the query's too
-            int64_t nq =
-                count_tokens(meta, &counts, r->query, strlen(r->query), false, false, &oom);
             prompt = fnv(prompt, r->query, strlen(r->query));
-            if (nq >= 0 && set_put(&keep, prompt, 0, &oom)) bp->keep_pages += (delta + nq) / P;
+            if (set_put(&keep, prompt, 0, &oom)) bp->keep_pages += total / P;
         }
     }
     free(counts.key);
@@ -251,15 +282,18 @@ static li_status load_model(li_model **m, li_model_params *mp, budget_plan *bp, 
         if (st != LI_ERR_OOM || pages / 2 < bp->base_pages) break;
         pages /= 2;
     }
-    if (st == LI_OK)
-        fprintf(stderr,
-                "KV budget %.2f MiB: %d × a context (%.2f MiB) + the run's documents "
-                "(%.2f MiB)%s\n",
-                mib(mp->kv_budget_bytes), max_batch, mib(bp->base_pages * bp->page_bytes),
-                mib(bp->keep_pages * bp->page_bytes),
-                pages >= need            ? ""
-                : pages > bp->base_pages ? ", cut to what the memory holds"
-                                         : ", without the documents: the memory holds no more");
+    if (st != LI_OK) return st;
+    fprintf(stderr,
+            "KV budget %.2f MiB: %d × a context (%.2f MiB) + the run's documents (%.2f MiB)%s",
+            mib(mp->kv_budget_bytes), max_batch, mib(bp->base_pages * bp->page_bytes),
+            mib(bp->keep_pages * bp->page_bytes),
+            pages >= need            ? ""
+            : pages > bp->base_pages ? ", cut to what the memory holds"
+                                     : ", without the documents: the memory holds no more");
+    if (bp->n_over_ctx)
+        fprintf(stderr, "; not those of %d request%s over the context", bp->n_over_ctx,
+                bp->n_over_ctx == 1 ? "" : "s");
+    fputc('\n', stderr);
     return st;
 }
 
@@ -659,7 +693,7 @@ int cmd_rag(int argc, char **argv) {
     mp.metadata_only = true;
     st = li_model_load(&m, &mp);
     if (st == LI_OK && mode != LI_CACHE_NONE && mode != LI_CACHE_FULL) {
-        plan_args pa = {&l, system, !no_chat, mode, page_size, max_batch};
+        plan_args pa = {&l, system, !no_chat, mode, page_size, max_batch, n_predict};
         st = plan_budget(m, &pa, &bp);
         planned = st == LI_OK;
     }
