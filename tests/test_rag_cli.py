@@ -6,10 +6,11 @@ byte-level tokenizer: milliseconds a run) and, where an answer must read as text
 SmolLM2 model. Inputs (documents of random words) come from li_seed("test_rag_cli"). Checks:
   - input: documents are UTF-8 text: UTF-16/32 (BOM or not), binary and Latin-1 files are refused
     with the reason, as a bad option (exit 2) or as the request's error record; empty documents
-    and questions are refused with the request's id; CRLF reads as LF (same tokens, one cache entry); a UTF-8
-    BOM is dropped; every bad option value and conflicting options exit 2 with one line naming
-    them; the workload's fields are checked (max_tokens <= 0, temperature < 0, ...); --help
-    documents the workload format and the output;
+    and questions are refused with the request's id; CRLF reads as LF (same tokens, one cache
+    entry); a UTF-8 BOM is dropped; every bad option value and conflicting options exit 2 with one
+    line naming them; the workload's fields are checked (max_tokens <= 0, temperature < 0, ...); a
+    repeated request id and a document id naming two texts warn; --help documents the workload
+    format and the output;
   - output: one record per request: a multi-line answer is one escaped text line; --output jsonl
     writes one object per request, in input order, with its figures; stop strings cut answers;
   - failures are per request: bad lines and requests the engine refuses become error records,
@@ -249,6 +250,39 @@ def test_help_documents_the_workload_and_the_output():
                  '"stop"', '"arrival_ms"', "--output", "jsonl", "finish_reason", "ttft_ms",
                  "cached_tokens", "doc_misses", "Exit status"):
         assert word in p.stdout, word
+
+
+def test_repeated_ids_warn(tmp_path):
+    # a repeated request id (also a line's default id, its index), and a document id naming two
+    # texts: data errors of a workload, named once each; the run goes on unchanged
+    a, b = text(8), text(9)
+    lines = [{"id": "q1", "documents": [{"id": "d", "text": a}], "query": "q", "max_tokens": 2},
+             {"id": "q1", "documents": [{"id": "d", "text": a}], "query": "q", "max_tokens": 2},
+             {"id": 3, "documents": [{"id": "d", "text": b}], "query": "q", "max_tokens": 2},
+             {"documents": [{"id": "d", "text": text(7)}], "query": "q", "max_tokens": 2},
+             {"id": "3", "documents": [{"id": "e", "text": a}], "query": "q", "max_tokens": 2}]
+    w = write_jsonl(tmp_path / "w.jsonl", lines)
+    p = rag("--workload", w, "--output", "jsonl")
+    assert p.returncode == 0 and len(records(p)) == 5, p.stderr
+    warnings = re.findall(r"^lazyinfer rag: warning: (.*)$", p.stderr, re.M)
+    assert len(warnings) == 3, p.stderr
+    assert f'{w}:2: request id "q1" repeats that of {w}:1' in warnings[0], warnings
+    assert f"{w}:4: request id 3 repeats that of {w}:3" in warnings[1], warnings  # its index
+    assert f'{w}:3: document id "d" names another text than at {w}:1' in warnings[2], warnings
+    # many: the first 32 named, then a count
+    w = write_jsonl(tmp_path / "many.jsonl", [
+        {"id": f"r{i // 2}", "query": "q", "max_tokens": 1} for i in range(2 * 40)])
+    p = rag("--workload", w)
+    warnings = re.findall(r"^lazyinfer rag: warning: (.*)$", p.stderr, re.M)
+    assert len(warnings) == 33 and warnings[-1] == "8 more request ids repeat", p.stderr
+    # distinct ids, and one document id for one text (a file read twice): no warning
+    f = tmp_path / "doc.txt"
+    f.write_text(a)
+    w = write_jsonl(tmp_path / "ok.jsonl", [
+        {"id": k, "documents": [{"file": str(f)}, {"id": "d", "text": b}], "query": "q",
+         "max_tokens": 2} for k in ("x", "y", 2)])
+    p = rag("--workload", w)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
 
 
 # ---- output ----------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ static const char usage_text[] =
     "rag)\n"
     "  Only \"query\" is required; the others default to the options below. \"file\" paths are\n"
     "  read from the working directory. A bad line (an empty or blank question or document\n"
-    "  too) becomes an error record, the run goes on.\n\n"
+    "  too) becomes an error record, the run goes on. A request id that repeats, and a document\n"
+    "  id naming two different texts, are warnings.\n\n"
     "Output: --output text (default): stdout has one line per request, the answer with a newline\n"
     "written \\n and a backslash \\\\ (an empty line for a failed request); figures and errors go\n"
     "to stderr. --output jsonl: one JSON object per request, in input order: id, answer,\n"
@@ -676,6 +677,7 @@ int cmd_rag(int argc, char **argv) {
         rag_list_free(&l);
         return st == LI_ERR_OOM ? 1 : 2;
     }
+    rag_warn_repeated_ids(&l);
 
     if (!mp.path) mp.path = cli_default_model();
     mp.cache_mode = cache;
