@@ -13,6 +13,7 @@ SmolLM2 model. Inputs (documents of random words) come from li_seed("test_rag_cl
     format and the output;
   - output: one record per request: a multi-line answer is one escaped text line; --output jsonl
     writes one object per request, in input order, with its figures; stop strings cut answers;
+    an answer cut by max_tokens ends before a character it cut;
   - failures are per request: bad lines and requests the engine refuses become error records,
     the others are answered exactly as alone, the exit status is 1;
   - requests are continuously batched (a request starts when another leaves, not when a whole
@@ -310,6 +311,23 @@ def test_one_record_per_request(tmp_path, smol):
          "max_tokens": 24, "stop": ["\n"]}])
     s, = records(rag("--workload", w, "--output", "jsonl", model=smol))
     assert s["answer"] == recs[0]["answer"].split("\n")[0] and s["finish_reason"] == "stop", s
+
+
+def test_length_drops_an_incomplete_character(tmp_path, smol):
+    # SmolLM2 writes this answer in Japanese, a character in two tokens: the 24th token is the
+    # first bytes of one. A length-finished answer ends before them (they printed as a U+FFFD
+    # a byte); 23 tokens end after a whole character, so both answers are the same text.
+    q = "Write the Japanese word for thank you."
+    w = write_jsonl(tmp_path / "w.jsonl",
+                    [{"id": k, "query": q, "max_tokens": k} for k in (23, 24)])
+    j = rag("--workload", w, "--output", "jsonl", "--max-batch", 2, model=smol)
+    t = rag("--workload", w, "--max-batch", 2, model=smol)
+    assert j.returncode == 0 and t.returncode == 0, (j.stderr, t.stderr)
+    a23, a24 = records(j)
+    assert a23["finish_reason"] == a24["finish_reason"] == "length", (a23, a24)
+    assert a24["generated_tokens"] == 24 and a23["answer"] == a24["answer"], (a23, a24)
+    assert any(ord(c) > 0x3000 for c in a24["answer"]) and "\ufffd" not in a24["answer"], a24
+    assert t.stdout == a23["answer"] + "\n" + a24["answer"] + "\n", t.stdout  # valid UTF-8 too
 
 
 def test_jsonl_records(tmp_path):

@@ -57,9 +57,15 @@ static const char usage_text[] =
     "to stderr. --output jsonl: one JSON object per request, in input order: id, answer,\n"
     "finish_reason (stop, length, error), error, prompt_tokens, cached_tokens, computed_tokens,\n"
     "generated_tokens, doc_hits and doc_misses (lazy and copy), ttft_ms, total_ms, queue_ms,\n"
-    "start_ms and end_ms (since the start of the run).\n"
+    "start_ms and end_ms (since the start of the run). An answer cut by max_tokens (length)\n"
+    "ends before a character whose last bytes it cut.\n"
     "Requests run continuously batched, at most --max-batch at once. Exit status: 0 when every\n"
     "request was answered, 1 when any failed, 2 for a bad option.";
+
+// Tokens request r may generate: its max_tokens, else -n.
+static int max_tokens_of(const rag_req *r, int n_predict) {
+    return r->opt.max_tokens > 0 ? r->opt.max_tokens : n_predict;
+}
 
 // ---- the default budget --------------------------------------------------------------------
 
@@ -218,10 +224,9 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
     for (int i = 0; i < a->l->n_reqs && !oom; i++) {
         const rag_req *r = &a->l->reqs[i];
         if (r->error) continue;
-        const int64_t n_predict = r->opt.max_tokens > 0 ? r->opt.max_tokens : a->n_predict;
         const int64_t total = prompt_tokens(meta, &counts, a, r, &oom);
         if (total < 0) continue;
-        if (total + n_predict > info.n_ctx) {
+        if (total + max_tokens_of(r, a->n_predict) > info.n_ctx) {
             bp->n_over_ctx++;
             continue;
         }
@@ -359,7 +364,7 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
                     .chat = x->chat,
                     .gen = li_generate_default_params()};
     const li_api_request *o = &r->opt;
-    q.gen.n_predict = o->max_tokens > 0 ? o->max_tokens : x->n_predict;
+    q.gen.n_predict = max_tokens_of(r, x->n_predict);
     q.gen.sampling.temperature = o->has_temperature ? (float)o->temperature : x->temp;
     if (o->has_top_p) q.gen.sampling.top_p = (float)o->top_p;
     if (o->top_k >= 0) q.gen.sampling.top_k = o->top_k;
@@ -388,10 +393,10 @@ static void print_escaped(const char *s, size_t n) {
     putchar('\n');
 }
 
-static const char *finish_reason(const answer *a, int n_predict) {
+static const char *finish_reason(const answer *a, const rag_req *r, int n_predict) {
     if (a->out.res.status != LI_OK) return "error";
     if (a->stopped) return "stop";
-    return a->out.res.n_generated >= n_predict ? "length" : "stop";
+    return a->out.res.n_generated >= max_tokens_of(r, n_predict) ? "length" : "stop";
 }
 
 static bool has_doc_lookups(li_cache_mode mode) {
@@ -403,7 +408,6 @@ static void print_record(run_ctx *x, int i) {
     const rag_req *r = &x->l->reqs[i];
     const li_request_result *res = &a->out.res;
     const bool ok = res->status == LI_OK;
-    const int n_predict = r->opt.max_tokens > 0 ? r->opt.max_tokens : x->n_predict;
     // TTFT from the arrival when the request has one (the submission lags it by up to a step)
     double ttft = res->ttft_ms + (r->arrival_ms >= 0 ? a->out.submit_ms - r->arrival_ms : 0);
     int computed = res->n_prompt - res->n_cached_tokens;
@@ -442,7 +446,7 @@ static void print_record(run_ctx *x, int i) {
     } else {
         json_object_set_new(o, "answer", json_null());
     }
-    json_object_set_new(o, "finish_reason", json_string(finish_reason(a, n_predict)));
+    json_object_set_new(o, "finish_reason", json_string(finish_reason(a, r, x->n_predict)));
     if (!ok) {
         char *s = li_api_utf8_sanitize(res->error, strlen(res->error), NULL);
         json_object_set_new(o, "error", s ? json_string(s) : json_null());
@@ -475,8 +479,15 @@ static void print_record(run_ctx *x, int i) {
 
 static void on_done(void *user, int i, const replay_out *o) {
     run_ctx *x = user;
-    x->ans[i].out = *o;
-    x->ans[i].done = true;
+    answer *a = &x->ans[i];
+    a->out = *o;
+    a->done = true;
+    // max_tokens may cut a character whose first bytes are out: drop them (they would print as
+    // a U+FFFD each); an answer the model ended keeps what it wrote
+    if (!strcmp(finish_reason(a, &x->l->reqs[i], x->n_predict), "length") && a->text.data) {
+        a->text.len = li_api_utf8_complete_prefix(a->text.data, a->text.len);
+        a->text.data[a->text.len] = 0;
+    }
     while (x->next_print < x->l->n_reqs && x->ans[x->next_print].done)
         print_record(x, x->next_print++);
 }
