@@ -14,12 +14,14 @@ SmolLM2 model. Inputs (documents of random words) come from li_seed("test_rag_cl
   - output: one record per request: a multi-line answer is one escaped text line; --output jsonl
     writes one object per request, in input order, with its figures; stop strings cut answers;
     an answer cut by max_tokens ends before a character it cut;
+  - a context (-c) beyond the model's trained positions warns, once;
   - failures are per request: bad lines and requests the engine refuses become error records,
     the others are answered exactly as alone, the exit status is 1;
   - requests are continuously batched (a request starts when another leaves, not when a whole
     chunk of --max-batch has finished) and arrival_ms delays a request's submission;
   - the default budget keeps every document of the run (no re-prefill on repeats) but none of a
-    request over the context, and a budget too small for that warns; each cache mode prints only its own figures;
+    request over the context, and a budget too small for that warns; each cache mode prints only
+    its own figures;
   - repeated --sample: each sample's passages go with its own question.
 """
 import json
@@ -242,6 +244,24 @@ def test_workload_fields_are_checked(tmp_path):
         assert r["error"].startswith(f"{w}:"), r  # FILE:LINE first
     # the misspelt field is named in a warning; the request still runs
     assert re.search(r'field "temprature" ignored', p.stderr), p.stderr
+
+
+def test_a_context_beyond_the_trained_one_warns_once(tmp_path):
+    # synth:tiny-llama was trained on 4096 positions; -c 8192 runs, with one warning although
+    # rag loads the model twice (metadata first). The warning is the engine's, at the load:
+    # every command that takes -c gives it (generate here).
+    doc = tmp_path / "d.txt"
+    doc.write_text(text(12))
+    trained = re.compile(r"^lazyinfer: warning: a context of (\d+) tokens is beyond the (\d+) "
+                         r"positions synth:tiny-llama was trained on", re.M)
+    p = rag("--doc", doc, "--query", "q", "-n", 2, "-c", 8192)
+    assert p.returncode == 0, p.stderr
+    assert trained.findall(p.stderr) == [("8192", "4096")], p.stderr
+    p = rag("--doc", doc, "--query", "q", "-n", 2, "-c", 4096)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    g = subprocess.run([BIN, "generate", "-m", SYNTH, "-t", "2", "-c", "5000", "-n", "2", "-p",
+                        "hi"], capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
+    assert g.returncode == 0 and trained.findall(g.stderr) == [("5000", "4096")], g.stderr
 
 
 def test_help_documents_the_workload_and_the_output():

@@ -623,7 +623,8 @@ int cmd_rag(int argc, char **argv) {
         {"--chat-template", NULL, OPT_STR, &mp.chat_template, "llama3, chatml or llada"},
         {"--page-size", NULL, OPT_INT, &page_size, "KV page size in tokens (default 16)"},
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
-        {"--ctx-size", "-c", OPT_INT, &mp.n_ctx, "context per request (default: min(trained, 4096))"},
+        {"--ctx-size", "-c", OPT_INT, &mp.n_ctx,
+         "context per request (default: min(trained, 4096); beyond the trained one: a warning)"},
         CLI_DEVICE_OPTS(mp),
         CLI_TIER_OPTS(tiers),
     };
