@@ -9,7 +9,7 @@
 #include "../src/core/core.h"
 
 #define MAX_TEXT_BYTES (256u << 20) // a document, a --queries or --workload file
-#define MAX_WARNED 32               // distinct unknown workload fields warned about
+#define MAX_WARNED 32               // names warned about: unknown fields, repeated ids
 
 // ---- text ----------------------------------------------------------------------------------
 
