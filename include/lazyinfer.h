@@ -44,7 +44,8 @@ typedef struct {
                                  // NVIDIA sm_90 GPUs; Llama-family models)
     int n_threads;               // CPU worker threads (0: all cores)
     int device;                  // GPU index for "cuda" (0: the first)
-    int n_ctx;                   // max tokens per sequence (0: the model's trained context)
+    int n_ctx;                   // max tokens per sequence (0: the model's trained context, at
+                                 // most 4096; beyond the trained one: a warning, once a process)
     int page_size;               // KV page size in tokens (0: 16)
     int max_seqs;                // sequences that can be in flight at once (0: 1)
     const char *cache_mode;      // document KV cache: "lazy" (default), "copy", "prefix", "none",

@@ -6,18 +6,22 @@ byte-level tokenizer: milliseconds a run) and, where an answer must read as text
 SmolLM2 model. Inputs (documents of random words) come from li_seed("test_rag_cli"). Checks:
   - input: documents are UTF-8 text: UTF-16/32 (BOM or not), binary and Latin-1 files are refused
     with the reason, as a bad option (exit 2) or as the request's error record; empty documents
-    are refused with the request's id; CRLF reads as LF (same tokens, one cache entry); a UTF-8
-    BOM is dropped; every bad option value and conflicting options exit 2 with one line naming
-    them; the workload's fields are checked (max_tokens <= 0, temperature < 0, ...); --help
-    documents the workload format and the output;
+    and questions are refused with the request's id; CRLF reads as LF (same tokens, one cache
+    entry); a UTF-8 BOM is dropped; every bad option value and conflicting options exit 2 with one
+    line naming them; the workload's fields are checked (max_tokens <= 0, temperature < 0, ...); a
+    repeated request id and a document id naming two texts warn; --help documents the workload
+    format and the output;
   - output: one record per request: a multi-line answer is one escaped text line; --output jsonl
     writes one object per request, in input order, with its figures; stop strings cut answers;
+    an answer cut by max_tokens ends before a character it cut;
+  - a context (-c) beyond the model's trained positions warns, once;
   - failures are per request: bad lines and requests the engine refuses become error records,
     the others are answered exactly as alone, the exit status is 1;
   - requests are continuously batched (a request starts when another leaves, not when a whole
     chunk of --max-batch has finished) and arrival_ms delays a request's submission;
-  - the default budget keeps every document of the run (no re-prefill on repeats), and a budget
-    too small for that warns; each cache mode prints only its own figures;
+  - the default budget keeps every document of the run (no re-prefill on repeats) but none of a
+    request over the context, and a budget too small for that warns; each cache mode prints only
+    its own figures;
   - repeated --sample: each sample's passages go with its own question.
 """
 import json
@@ -149,6 +153,33 @@ def test_utf8_bom_crlf_and_empty_documents(tmp_path):
     assert r8["id"] == "q8" and "document 0 is empty" in r8["error"], r8
 
 
+def test_empty_questions_are_refused(tmp_path):
+    # as empty documents are: a bad option (exit 2, one line naming it), or the line's error
+    # record; an empty question used to run a whole generation from the template alone
+    doc = tmp_path / "d.txt"
+    doc.write_text(text(12))
+    for q in ("", " \t "):
+        p = rag("--doc", doc, "--query", q, "-n", 2)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and p.stdout == "", (q, p.returncode, p.stdout, p.stderr)
+        assert len(lines) == 1 and "--query" in lines[0] and "empty" in lines[0], p.stderr
+        sample = tmp_path / "s.json"
+        sample.write_text(json.dumps({"0": text(6), "query": q}))
+        p = rag("--sample", sample, "-n", 2)
+        assert p.returncode == 2 and "empty" in p.stderr and str(sample) in p.stderr, p.stderr
+    w = write_jsonl(tmp_path / "w.jsonl", [
+        {"id": "e", "documents": [text(5)], "query": "", "max_tokens": 2},
+        {"id": "b", "documents": [text(5)], "query": " \n\t", "max_tokens": 2},
+        {"id": "ok", "documents": [text(5)], "query": "q", "max_tokens": 2}])
+    p = rag("--workload", w, "--output", "jsonl")
+    e, b, ok = records(p)
+    assert p.returncode == 1, p.stderr
+    for r, line in ((e, 1), (b, 2)):
+        assert r["finish_reason"] == "error" and r["answer"] is None, r
+        assert r["error"].startswith(f"{w}:{line}:") and '"query" is empty' in r["error"], r
+    assert ok["finish_reason"] != "error", ok
+
+
 def test_bad_options_exit_2_with_one_line(tmp_path):
     doc = tmp_path / "d.txt"
     doc.write_text(text(12))
@@ -215,6 +246,24 @@ def test_workload_fields_are_checked(tmp_path):
     assert re.search(r'field "temprature" ignored', p.stderr), p.stderr
 
 
+def test_a_context_beyond_the_trained_one_warns_once(tmp_path):
+    # synth:tiny-llama was trained on 4096 positions; -c 8192 runs, with one warning although
+    # rag loads the model twice (metadata first). The warning is the engine's, at the load:
+    # every command that takes -c gives it (generate here).
+    doc = tmp_path / "d.txt"
+    doc.write_text(text(12))
+    trained = re.compile(r"^lazyinfer: warning: a context of (\d+) tokens is beyond the (\d+) "
+                         r"positions synth:tiny-llama was trained on", re.M)
+    p = rag("--doc", doc, "--query", "q", "-n", 2, "-c", 8192)
+    assert p.returncode == 0, p.stderr
+    assert trained.findall(p.stderr) == [("8192", "4096")], p.stderr
+    p = rag("--doc", doc, "--query", "q", "-n", 2, "-c", 4096)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    g = subprocess.run([BIN, "generate", "-m", SYNTH, "-t", "2", "-c", "5000", "-n", "2", "-p",
+                        "hi"], capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
+    assert g.returncode == 0 and trained.findall(g.stderr) == [("5000", "4096")], g.stderr
+
+
 def test_help_documents_the_workload_and_the_output():
     p = subprocess.run([BIN, "rag", "--help"], capture_output=True, text=True, timeout=TIMEOUT)
     assert p.returncode == 0
@@ -222,6 +271,39 @@ def test_help_documents_the_workload_and_the_output():
                  '"stop"', '"arrival_ms"', "--output", "jsonl", "finish_reason", "ttft_ms",
                  "cached_tokens", "doc_misses", "Exit status"):
         assert word in p.stdout, word
+
+
+def test_repeated_ids_warn(tmp_path):
+    # a repeated request id (also a line's default id, its index), and a document id naming two
+    # texts: data errors of a workload, named once each; the run goes on unchanged
+    a, b = text(8), text(9)
+    lines = [{"id": "q1", "documents": [{"id": "d", "text": a}], "query": "q", "max_tokens": 2},
+             {"id": "q1", "documents": [{"id": "d", "text": a}], "query": "q", "max_tokens": 2},
+             {"id": 3, "documents": [{"id": "d", "text": b}], "query": "q", "max_tokens": 2},
+             {"documents": [{"id": "d", "text": text(7)}], "query": "q", "max_tokens": 2},
+             {"id": "3", "documents": [{"id": "e", "text": a}], "query": "q", "max_tokens": 2}]
+    w = write_jsonl(tmp_path / "w.jsonl", lines)
+    p = rag("--workload", w, "--output", "jsonl")
+    assert p.returncode == 0 and len(records(p)) == 5, p.stderr
+    warnings = re.findall(r"^lazyinfer rag: warning: (.*)$", p.stderr, re.M)
+    assert len(warnings) == 3, p.stderr
+    assert f'{w}:2: request id "q1" repeats that of {w}:1' in warnings[0], warnings
+    assert f"{w}:4: request id 3 repeats that of {w}:3" in warnings[1], warnings  # its index
+    assert f'{w}:3: document id "d" names another text than at {w}:1' in warnings[2], warnings
+    # many: the first 32 named, then a count
+    w = write_jsonl(tmp_path / "many.jsonl", [
+        {"id": f"r{i // 2}", "query": "q", "max_tokens": 1} for i in range(2 * 40)])
+    p = rag("--workload", w)
+    warnings = re.findall(r"^lazyinfer rag: warning: (.*)$", p.stderr, re.M)
+    assert len(warnings) == 33 and warnings[-1] == "8 more request ids repeat", p.stderr
+    # distinct ids, and one document id for one text (a file read twice): no warning
+    f = tmp_path / "doc.txt"
+    f.write_text(a)
+    w = write_jsonl(tmp_path / "ok.jsonl", [
+        {"id": k, "documents": [{"file": str(f)}, {"id": "d", "text": b}], "query": "q",
+         "max_tokens": 2} for k in ("x", "y", 2)])
+    p = rag("--workload", w)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -249,6 +331,23 @@ def test_one_record_per_request(tmp_path, smol):
          "max_tokens": 24, "stop": ["\n"]}])
     s, = records(rag("--workload", w, "--output", "jsonl", model=smol))
     assert s["answer"] == recs[0]["answer"].split("\n")[0] and s["finish_reason"] == "stop", s
+
+
+def test_length_drops_an_incomplete_character(tmp_path, smol):
+    # SmolLM2 writes this answer in Japanese, a character in two tokens: the 24th token is the
+    # first bytes of one. A length-finished answer ends before them (they printed as a U+FFFD
+    # a byte); 23 tokens end after a whole character, so both answers are the same text.
+    q = "Write the Japanese word for thank you."
+    w = write_jsonl(tmp_path / "w.jsonl",
+                    [{"id": k, "query": q, "max_tokens": k} for k in (23, 24)])
+    j = rag("--workload", w, "--output", "jsonl", "--max-batch", 2, model=smol)
+    t = rag("--workload", w, "--max-batch", 2, model=smol)
+    assert j.returncode == 0 and t.returncode == 0, (j.stderr, t.stderr)
+    a23, a24 = records(j)
+    assert a23["finish_reason"] == a24["finish_reason"] == "length", (a23, a24)
+    assert a24["generated_tokens"] == 24 and a23["answer"] == a24["answer"], (a23, a24)
+    assert any(ord(c) > 0x3000 for c in a24["answer"]) and "\ufffd" not in a24["answer"], a24
+    assert t.stdout == a23["answer"] + "\n" + a24["answer"] + "\n", t.stdout  # valid UTF-8 too
 
 
 def test_jsonl_records(tmp_path):
@@ -351,6 +450,35 @@ def test_default_budget_keeps_the_documents(tmp_path):
     assert sum(v[3] for v in requests_of(small.stderr).values()) > 5
     assert re.search(r"warning: .*evicted.*--budget \d+M keeps them all", small.stderr), small.stderr
     assert small.stdout == p.stdout  # the cache modes are exact: same answers
+
+
+def test_default_budget_leaves_out_requests_over_the_context(tmp_path):
+    # A document of ~17k tokens under -c 256: li_submit refuses its request, so the default
+    # budget must not hold it (it used to plan KV for it: 4.5 GB for one 102k-token document).
+    small = {"id": "small", "documents": [text(8)], "query": "q", "max_tokens": 4}
+    big = {"id": "big", "documents": [text(3000)], "query": "q", "max_tokens": 4}
+    budget = re.compile(r"^KV budget ([\d.]+) MiB: .* the run's documents \(([\d.]+) MiB\)", re.M)
+    alone = rag("--workload", write_jsonl(tmp_path / "a.jsonl", [small]), "-c", 256)
+    for mode in ("lazy", "copy", "prefix"):
+        p = rag("--workload", write_jsonl(tmp_path / "w.jsonl", [big, small]), "-c", 256,
+                "--output", "jsonl", "--cache", mode)
+        assert p.returncode == 1, p.stderr
+        b, s = records(p)
+        assert "exceeds the context" in b["error"] and s["finish_reason"] == "length", (b, s)
+        m = budget.search(p.stderr)
+        want = budget.search(rag("--workload", tmp_path / "a.jsonl", "-c", 256, "--cache",
+                                 mode).stderr)
+        assert m and want and m.groups() == want.groups(), (mode, p.stderr)
+        assert "not those of 1 request over the context" in p.stderr, p.stderr
+    # the plan counts as li_submit does: prompt + max_tokens == -c is kept, one more is not
+    (prompt, *_), = requests_of(alone.stderr).values()
+    fit = rag("--workload", write_jsonl(tmp_path / "f.jsonl", [
+        {**small, "max_tokens": 256 - prompt}]), "-c", 256)
+    assert fit.returncode == 0 and "over the context" not in fit.stderr, fit.stderr
+    assert budget.search(fit.stderr).groups() == budget.search(alone.stderr).groups()
+    over = rag("--workload", write_jsonl(tmp_path / "o.jsonl", [
+        {**small, "max_tokens": 257 - prompt}]), "-c", 256)
+    assert over.returncode == 1 and "not those of 1 request over the context" in over.stderr
 
 
 def test_each_mode_prints_its_own_figures(tmp_path):

@@ -8,9 +8,10 @@
 // exit status is 1 when any request failed, 2 for a bad option.
 //
 // Without --budget the KV pool holds the engine's default (--max-batch requests of a whole
-// context) plus every document of the run at once, at most half the memory available (CPU
-// backends), so that no question re-prefills a document an earlier one used; the run warns when
-// documents were evicted and prefilled again.
+// context) plus every document of the run at once (of the requests that fit the context: the
+// others are refused), at most half the memory available (CPU backends), so that no question
+// re-prefills a document an earlier one used; the run warns when documents were evicted and
+// prefilled again.
 //
 // Not here: the cache modes themselves (src/engine/scheduler.c, tested by tests/test-rag.c).
 // Tested by tests/test_rag_cli.py.
@@ -48,15 +49,23 @@ static const char usage_text[] =
     "   \"arrival_ms\": 250}      submitted no earlier than this, ms after the start (as bench "
     "rag)\n"
     "  Only \"query\" is required; the others default to the options below. \"file\" paths are\n"
-    "  read from the working directory. A bad line becomes an error record, the run goes on.\n\n"
+    "  read from the working directory. A bad line (an empty or blank question or document\n"
+    "  too) becomes an error record, the run goes on. A request id that repeats, and a document\n"
+    "  id naming two different texts, are warnings.\n\n"
     "Output: --output text (default): stdout has one line per request, the answer with a newline\n"
     "written \\n and a backslash \\\\ (an empty line for a failed request); figures and errors go\n"
     "to stderr. --output jsonl: one JSON object per request, in input order: id, answer,\n"
     "finish_reason (stop, length, error), error, prompt_tokens, cached_tokens, computed_tokens,\n"
     "generated_tokens, doc_hits and doc_misses (lazy and copy), ttft_ms, total_ms, queue_ms,\n"
-    "start_ms and end_ms (since the start of the run).\n"
+    "start_ms and end_ms (since the start of the run). An answer cut by max_tokens (length)\n"
+    "ends before a character whose last bytes it cut.\n"
     "Requests run continuously batched, at most --max-batch at once. Exit status: 0 when every\n"
     "request was answered, 1 when any failed, 2 for a bad option.";
+
+// Tokens request r may generate: its max_tokens, else -n.
+static int max_tokens_of(const rag_req *r, int n_predict) {
+    return r->opt.max_tokens > 0 ? r->opt.max_tokens : n_predict;
+}
 
 // ---- the default budget --------------------------------------------------------------------
 
@@ -130,6 +139,7 @@ typedef struct {
     int64_t page_bytes;
     int64_t cap_pages; // half the available memory (-1: unknown)
     int n_distinct;    // distinct blocks (system blocks and document texts) the run looks up
+    int n_over_ctx;    // requests left out: the engine refuses them (prompt + max_tokens > -c)
 } budget_plan;
 
 typedef struct {
@@ -138,6 +148,7 @@ typedef struct {
     bool chat;
     li_cache_mode mode;
     int page_size, max_batch;
+    int n_predict; // -n: max_tokens of a request without one
 } plan_args;
 
 static int64_t pages_of(int64_t tokens, int P) {
@@ -175,8 +186,31 @@ static int64_t system_tokens(li_model *meta, kv_set *counts, const char *system,
     return n;
 }
 
+// Tokens of request r's prompt (system block with the template's end of turn, documents,
+// question), as li_submit counts them give or take a token where the template's pieces meet;
+// -1 when a part does not tokenise.
+static int64_t prompt_tokens(li_model *meta, kv_set *counts, const plan_args *a, const rag_req *r,
+                             bool *oom) {
+    const rag_doc *docs = r->shared_docs ? a->l->docs : r->docs;
+    int n_docs = r->shared_docs ? a->l->n_docs : r->n_docs;
+    uint64_t sk;
+    int64_t total =
+        system_tokens(meta, counts, r->system ? r->system : a->system, a->chat, &sk, oom);
+    int64_t nq = count_tokens(meta, counts, r->query, strlen(r->query), false, false, oom);
+    if (total < 0 || nq < 0) return -1;
+    total += nq;
+    for (int k = 0; k < n_docs; k++) {
+        int64_t n = count_tokens(meta, counts, docs[k].text, docs[k].len, false, false, oom);
+        if (n < 0) return -1;
+        total += n;
+    }
+    return total;
+}
+
 // What the run's blocks take in the pool, per mode: lazy holds a document once; copy once per
-// (document, offset Δ); prefix the full pages of each distinct prompt.
+// (document, offset Δ); prefix the full pages of each distinct prompt. A request the engine will
+// refuse (its prompt and max_tokens over the context, or a part that does not tokenise) holds
+// nothing: one such document could otherwise plan gigabytes that no request ever uses.
 static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp) {
     li_model_info info;
     li_model_get_info(meta, &info);
@@ -190,6 +224,12 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
     for (int i = 0; i < a->l->n_reqs && !oom; i++) {
         const rag_req *r = &a->l->reqs[i];
         if (r->error) continue;
+        const int64_t total = prompt_tokens(meta, &counts, a, r, &oom);
+        if (total < 0) continue;
+        if (total + max_tokens_of(r, a->n_predict) > info.n_ctx) {
+            bp->n_over_ctx++;
+            continue;
+        }
         const rag_doc *docs = r->shared_docs ? a->l->docs : r->docs;
         int n_docs = r->shared_docs ? a->l->n_docs : r->n_docs;
         uint64_t sk;
@@ -212,10 +252,8 @@ static li_status plan_budget(li_model *meta, const plan_args *a, budget_plan *bp
             delta += n;
         }
         if (a->mode == LI_CACHE_PREFIX) { // full pages of the whole prompt, the query's too
-            int64_t nq =
-                count_tokens(meta, &counts, r->query, strlen(r->query), false, false, &oom);
             prompt = fnv(prompt, r->query, strlen(r->query));
-            if (nq >= 0 && set_put(&keep, prompt, 0, &oom)) bp->keep_pages += (delta + nq) / P;
+            if (set_put(&keep, prompt, 0, &oom)) bp->keep_pages += total / P;
         }
     }
     free(counts.key);
@@ -250,15 +288,18 @@ static li_status load_model(li_model **m, li_model_params *mp, budget_plan *bp, 
         if (st != LI_ERR_OOM || pages / 2 < bp->base_pages) break;
         pages /= 2;
     }
-    if (st == LI_OK)
-        fprintf(stderr,
-                "KV budget %.2f MiB: %d × a context (%.2f MiB) + the run's documents "
-                "(%.2f MiB)%s\n",
-                mib(mp->kv_budget_bytes), max_batch, mib(bp->base_pages * bp->page_bytes),
-                mib(bp->keep_pages * bp->page_bytes),
-                pages >= need            ? ""
-                : pages > bp->base_pages ? ", cut to what the memory holds"
-                                         : ", without the documents: the memory holds no more");
+    if (st != LI_OK) return st;
+    fprintf(stderr,
+            "KV budget %.2f MiB: %d × a context (%.2f MiB) + the run's documents (%.2f MiB)%s",
+            mib(mp->kv_budget_bytes), max_batch, mib(bp->base_pages * bp->page_bytes),
+            mib(bp->keep_pages * bp->page_bytes),
+            pages >= need            ? ""
+            : pages > bp->base_pages ? ", cut to what the memory holds"
+                                     : ", without the documents: the memory holds no more");
+    if (bp->n_over_ctx)
+        fprintf(stderr, "; not those of %d request%s over the context", bp->n_over_ctx,
+                bp->n_over_ctx == 1 ? "" : "s");
+    fputc('\n', stderr);
     return st;
 }
 
@@ -323,7 +364,7 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
                     .chat = x->chat,
                     .gen = li_generate_default_params()};
     const li_api_request *o = &r->opt;
-    q.gen.n_predict = o->max_tokens > 0 ? o->max_tokens : x->n_predict;
+    q.gen.n_predict = max_tokens_of(r, x->n_predict);
     q.gen.sampling.temperature = o->has_temperature ? (float)o->temperature : x->temp;
     if (o->has_top_p) q.gen.sampling.top_p = (float)o->top_p;
     if (o->top_k >= 0) q.gen.sampling.top_k = o->top_k;
@@ -352,10 +393,10 @@ static void print_escaped(const char *s, size_t n) {
     putchar('\n');
 }
 
-static const char *finish_reason(const answer *a, int n_predict) {
+static const char *finish_reason(const answer *a, const rag_req *r, int n_predict) {
     if (a->out.res.status != LI_OK) return "error";
     if (a->stopped) return "stop";
-    return a->out.res.n_generated >= n_predict ? "length" : "stop";
+    return a->out.res.n_generated >= max_tokens_of(r, n_predict) ? "length" : "stop";
 }
 
 static bool has_doc_lookups(li_cache_mode mode) {
@@ -367,7 +408,6 @@ static void print_record(run_ctx *x, int i) {
     const rag_req *r = &x->l->reqs[i];
     const li_request_result *res = &a->out.res;
     const bool ok = res->status == LI_OK;
-    const int n_predict = r->opt.max_tokens > 0 ? r->opt.max_tokens : x->n_predict;
     // TTFT from the arrival when the request has one (the submission lags it by up to a step)
     double ttft = res->ttft_ms + (r->arrival_ms >= 0 ? a->out.submit_ms - r->arrival_ms : 0);
     int computed = res->n_prompt - res->n_cached_tokens;
@@ -406,7 +446,7 @@ static void print_record(run_ctx *x, int i) {
     } else {
         json_object_set_new(o, "answer", json_null());
     }
-    json_object_set_new(o, "finish_reason", json_string(finish_reason(a, n_predict)));
+    json_object_set_new(o, "finish_reason", json_string(finish_reason(a, r, x->n_predict)));
     if (!ok) {
         char *s = li_api_utf8_sanitize(res->error, strlen(res->error), NULL);
         json_object_set_new(o, "error", s ? json_string(s) : json_null());
@@ -439,8 +479,15 @@ static void print_record(run_ctx *x, int i) {
 
 static void on_done(void *user, int i, const replay_out *o) {
     run_ctx *x = user;
-    x->ans[i].out = *o;
-    x->ans[i].done = true;
+    answer *a = &x->ans[i];
+    a->out = *o;
+    a->done = true;
+    // max_tokens may cut a character whose first bytes are out: drop them (they would print as
+    // a U+FFFD each); an answer the model ended keeps what it wrote
+    if (!strcmp(finish_reason(a, &x->l->reqs[i], x->n_predict), "length") && a->text.data) {
+        a->text.len = li_api_utf8_complete_prefix(a->text.data, a->text.len);
+        a->text.data[a->text.len] = 0;
+    }
     while (x->next_print < x->l->n_reqs && x->ans[x->next_print].done)
         print_record(x, x->next_print++);
 }
@@ -576,7 +623,8 @@ int cmd_rag(int argc, char **argv) {
         {"--chat-template", NULL, OPT_STR, &mp.chat_template, "llama3, chatml or llada"},
         {"--page-size", NULL, OPT_INT, &page_size, "KV page size in tokens (default 16)"},
         {"--max-batch", NULL, OPT_INT, &max_batch, "requests decoded together (default 1)"},
-        {"--ctx-size", "-c", OPT_INT, &mp.n_ctx, "context per request (default: min(trained, 4096))"},
+        {"--ctx-size", "-c", OPT_INT, &mp.n_ctx,
+         "context per request (default: min(trained, 4096); beyond the trained one: a warning)"},
         CLI_DEVICE_OPTS(mp),
         CLI_TIER_OPTS(tiers),
     };
@@ -641,6 +689,7 @@ int cmd_rag(int argc, char **argv) {
         rag_list_free(&l);
         return st == LI_ERR_OOM ? 1 : 2;
     }
+    rag_warn_repeated_ids(&l);
 
     if (!mp.path) mp.path = cli_default_model();
     mp.cache_mode = cache;
@@ -658,7 +707,7 @@ int cmd_rag(int argc, char **argv) {
     mp.metadata_only = true;
     st = li_model_load(&m, &mp);
     if (st == LI_OK && mode != LI_CACHE_NONE && mode != LI_CACHE_FULL) {
-        plan_args pa = {&l, system, !no_chat, mode, page_size, max_batch};
+        plan_args pa = {&l, system, !no_chat, mode, page_size, max_batch, n_predict};
         st = plan_budget(m, &pa, &bp);
         planned = st == LI_OK;
     }

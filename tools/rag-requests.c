@@ -9,7 +9,7 @@
 #include "../src/core/core.h"
 
 #define MAX_TEXT_BYTES (256u << 20) // a document, a --queries or --workload file
-#define MAX_WARNED 32               // distinct unknown workload fields warned about
+#define MAX_WARNED 32               // names warned about: unknown fields, repeated ids
 
 // ---- text ----------------------------------------------------------------------------------
 
@@ -92,6 +92,13 @@ static li_status read_labelled(const char *label, const char *path, char **out, 
 
 static bool is_space(char c) {
     return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+// True when s holds nothing but whitespace (or nothing): a question without text.
+static bool is_blank(const char *s) {
+    while (is_space(*s))
+        s++;
+    return !*s;
 }
 
 // d ← text[0, n) as the engine sees it (rag_doc.text). `what` names it in the error messages.
@@ -190,6 +197,9 @@ li_status rag_add_doc_file(rag_list *l, const char *path) {
 }
 
 li_status rag_add_query(rag_list *l, const char *text) {
+    if (is_blank(text))
+        return li_error_set(LI_ERR_INVALID_ARG,
+                            "--query '%.64s': the question is empty or only whitespace", text);
     rag_req *r = new_req(l);
     if (!r) return LI_ERR_OOM;
     r->shared_docs = true;
@@ -206,10 +216,7 @@ li_status rag_load_queries(rag_list *l, const char *path) {
     for (char *line = s, *next; line && rc == LI_OK; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
-        bool blank = true;
-        for (const char *c = line; *c && blank; c++)
-            blank = is_space(*c);
-        if (!blank) rc = rag_add_query(l, line);
+        if (!is_blank(line)) rc = rag_add_query(l, line);
     }
     free(s);
     if (rc == LI_OK && l->n_reqs == before)
@@ -234,6 +241,11 @@ li_status rag_load_sample(rag_list *l, const char *path) {
                           "--sample %s: expected an object with passages \"0\", "
                           "\"1\", … and a string \"query\" (data/README.md)",
                           path);
+        goto out;
+    }
+    if (is_blank(json_string_value(q))) {
+        rc = li_error_set(LI_ERR_INVALID_ARG,
+                          "--sample %s: the \"query\" is empty or only whitespace", path);
         goto out;
     }
     rag_req *r = new_req(l);
@@ -375,6 +387,8 @@ static void parse_line(rag_req *r, const json_t *o, warned *w) {
         req_fail(r, "\"query\" must be a string");
     else if (li_api_utf8_check(json_string_value(q), json_string_length(q)) < json_string_length(q))
         req_fail(r, "\"query\" has a NUL character");
+    else if (is_blank(json_string_value(q)))
+        req_fail(r, "\"query\" is empty or only whitespace");
     if (sys && !json_is_null(sys) &&
         (!json_is_string(sys) ||
          li_api_utf8_check(json_string_value(sys), json_string_length(sys)) <
@@ -436,6 +450,94 @@ li_status rag_load_workload(rag_list *l, const char *path) {
     if (rc == LI_OK && line_no > 0 && l->n_reqs == 0)
         rc = li_error_set(LI_ERR_INVALID_ARG, "--workload %s has no request line", path);
     return rc;
+}
+
+// ---- ids that repeat -------------------------------------------------------------------------
+
+// A request's or a document's id, where it was read and its position in the input.
+typedef struct {
+    const char *name;   // a request's id as JSON ("q1" quoted, 7 bare), a document's id
+    const char *where;  // "FILE:LINE", "--doc", "--sample"
+    int order;          // in input order
+    const rag_doc *doc; // a document id's text; NULL for a request id
+} named;
+
+static int named_cmp(const void *a, const void *b) {
+    const named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->order > y->order) - (x->order < y->order);
+}
+
+static bool same_text(const rag_doc *a, const rag_doc *b) {
+    return a->len == b->len && !memcmp(a->text, b->text, a->len);
+}
+
+// Warns, once per name (the first MAX_WARNED names, then how many more), about a request id met
+// again, or a document id met again with another text; e holds one kind of id.
+static void warn_repeats(named *e, int n) {
+    qsort(e, (size_t)n, sizeof *e, named_cmp);
+    int n_warned = 0;
+    bool warned = false; // about e[first].name
+    for (int i = 1, first = 0; i < n; i++) {
+        if (strcmp(e[i].name, e[first].name)) {
+            first = i;
+            warned = false;
+            continue;
+        }
+        if (warned || (e[i].doc && same_text(e[i].doc, e[first].doc))) continue;
+        warned = true;
+        if (++n_warned > MAX_WARNED) continue;
+        if (e[i].doc)
+            fprintf(stderr,
+                    "lazyinfer rag: warning: %s: document id \"%s\" names another text than at "
+                    "%s: the cache keys documents by their text, so it holds both\n",
+                    e[i].where, e[i].name, e[first].where);
+        else
+            fprintf(stderr,
+                    "lazyinfer rag: warning: %s: request id %s repeats that of %s: their records "
+                    "are told apart only by their order\n",
+                    e[i].where, e[i].name, e[first].where);
+    }
+    if (n_warned > MAX_WARNED)
+        fprintf(stderr, "lazyinfer rag: warning: %d more %s ids repeat\n", n_warned - MAX_WARNED,
+                e[0].doc ? "document" : "request");
+}
+
+// Appends document d's id, when it has one, to e[0, *n).
+static void add_doc_id(named *e, int *n, const rag_doc *d, const char *where) {
+    if (!d->id) return;
+    e[*n] = (named){d->id, where, *n, d};
+    (*n)++;
+}
+
+void rag_warn_repeated_ids(const rag_list *l) {
+    int n_docs = l->n_docs;
+    for (int i = 0; i < l->n_reqs; i++)
+        n_docs += l->reqs[i].n_docs;
+    named *e = malloc((size_t)(n_docs > l->n_reqs ? n_docs : l->n_reqs) * sizeof *e + 1);
+    char **ids = calloc((size_t)l->n_reqs + 1, sizeof *ids); // the request ids as JSON
+    bool oom = !e || !ids;
+    for (int i = 0; !oom && i < l->n_reqs; i++) { // the ids the records carry
+        const rag_req *r = &l->reqs[i];
+        json_t *id = r->id ? json_incref(r->id) : json_integer(i);
+        oom = !(ids[i] = json_dumps(id, JSON_ENCODE_ANY));
+        json_decref(id);
+        e[i] = (named){ids[i], r->where ? r->where : "--query", i, NULL};
+    }
+    if (!oom) warn_repeats(e, l->n_reqs);
+    int n = 0;
+    for (int k = 0; e && k < l->n_docs; k++)
+        add_doc_id(e, &n, &l->docs[k], "--doc");
+    for (int i = 0; e && i < l->n_reqs; i++) {
+        const rag_req *r = &l->reqs[i];
+        for (int k = 0; k < r->n_docs; k++)
+            add_doc_id(e, &n, &r->docs[k], r->where ? r->where : "--sample");
+    }
+    if (e) warn_repeats(e, n);
+    for (int i = 0; ids && i < l->n_reqs; i++)
+        free(ids[i]);
+    free(ids);
+    free(e);
 }
 
 void rag_list_free(rag_list *l) {

@@ -5,7 +5,7 @@
 // Text files must be UTF-8: a UTF-8 byte-order mark is dropped and CRLF becomes LF; UTF-16 and
 // UTF-32 (by their byte-order mark, or by the NUL bytes between characters), binary files and
 // other encodings are refused with a message that says what the file is and how to convert it.
-// A document is refused when it is empty or only whitespace.
+// A document or a question is refused when it is empty or only whitespace.
 //
 // Errors of the options themselves (a --doc that is not text, a --workload that cannot be read)
 // are li_status errors, for exit code 2. A bad workload line is not: its request keeps the reason
@@ -58,6 +58,10 @@ li_status rag_load_sample(rag_list *l, const char *path);  // --sample FILE: one
 // --workload FILE: a request per line (blank lines and lines starting with '#' skipped). Fails
 // only for the file (unreadable, not UTF-8 text); bad lines become requests with an error.
 li_status rag_load_workload(rag_list *l, const char *path);
+// Warns on stderr about a request id that repeats (the records could be told apart only by their
+// order) and about a document id that names two different texts (the cache, keyed by the text,
+// holds both): a workload's data error that the run would otherwise pass silently.
+void rag_warn_repeated_ids(const rag_list *l);
 void rag_list_free(rag_list *l);
 
 // The request's id as text, for messages: its "id", else its index i.

@@ -1,6 +1,7 @@
 // engine.c — the public model handle: loading (HF dir, GGUF, synth:NAME[:SEED]), info,
 // tokenizer access and chat rendering. Generation is in engine-ar.c.
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,28 @@ void li_model_free(li_model *m) {
     free(m);
 }
 
+// Positions the model was trained on: max_position_embeddings (GGUF context_length), which for
+// llama3 scaling is the extended length already; linear and YaRN scaling stretch the original
+// length by their factor, and some configs give that original as max_position_embeddings.
+static int64_t trained_positions(const li_hparams *hp) {
+    const li_rope_config *r = &hp->rope;
+    int64_t n = hp->n_ctx_train;
+    if (r->scaling == LI_ROPE_SCALING_NONE || !(r->factor > 1)) return n;
+    int64_t stretched = (int64_t)((r->original_max_pos > 0 ? r->original_max_pos : n) * r->factor);
+    return stretched > n ? stretched : n;
+}
+
+// A context beyond the trained positions runs (RoPE takes any position), but the model never
+// attended that far and its output there may degrade without a sign: said once per process, as a
+// command may load the model more than once (rag's metadata-only load first).
+static void warn_untrained_context(const li_hparams *hp, int n_ctx, const char *path) {
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    const int64_t trained = trained_positions(hp);
+    if (trained <= 0 || n_ctx <= trained || atomic_flag_test_and_set(&warned)) return;
+    LI_WARN("a context of %d tokens is beyond the %lld positions %s was trained on: what it "
+            "writes past them may degrade", n_ctx, (long long)trained, path);
+}
+
 li_status li_model_load(li_model **out, const li_model_params *p) {
     *out = NULL;
     if (!p || !p->path) return li_error_set(LI_ERR_INVALID_ARG, "no model path given");
@@ -181,6 +204,7 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
                             : (hp->n_ctx_train > DEFAULT_N_CTX_CAP || hp->n_ctx_train <= 0
                                    ? DEFAULT_N_CTX_CAP
                                    : hp->n_ctx_train);
+    warn_untrained_context(hp, m->n_ctx, p->path);
     if (m->llada) {  // diffusion models allocate per request (engine-dllm.c)
         *out = m;
         return LI_OK;
