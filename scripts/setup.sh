@@ -28,8 +28,9 @@ fi
 [ -z "${ONLY_DATA:-}" ] || exit 0
 
 # ---- 2. Debian packages ----------------------------------------------------------------------
+# curl: the server tests' raw HTTP client (tests/server/harness.py)
 PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libopenblas-dev libssl-dev clang python3
-      python3-venv ca-certificates gnuplot-nox libmicrohttpd-dev libhiredis-dev
+      python3-venv ca-certificates curl gnuplot-nox libmicrohttpd-dev libhiredis-dev
       libxxhash-dev redis-server)
 missing=()
 for p in "${PKGS[@]}"; do
