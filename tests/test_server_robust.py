@@ -320,6 +320,87 @@ def test_key_size_and_type_checked_before_the_body():
         assert s.stop() == 0
 
 
+def raw_exchange(s, data, timeout=10):
+    """Sends raw bytes on a new connection; returns (status, JSON body or text, seconds, closed):
+    the answer read until the server closes the connection (closed=True) or `timeout` passes."""
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=timeout)
+    t0 = time.time()
+    sock.sendall(data)
+    got = b""
+    closed = False
+    sock.settimeout(0.2)
+    while time.time() - t0 < timeout:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            closed = True
+            break
+        got += chunk
+    took = time.time() - t0
+    sock.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    status = int(head.split()[1]) if head.startswith(b"HTTP/1.1 ") else None
+    try:
+        return status, json.loads(body), took, closed
+    except ValueError:
+        return status, body.decode(errors="replace"), took, closed
+
+
+def test_ambiguous_framing_is_a_json_4xx():
+    """Request framing (RFC 9112 §6.3): two Content-Length headers, Content-Length with
+    Transfer-Encoding, or a transfer coding other than chunked are a 400 and the connection
+    closes, so a smuggled second request is never read (all were answered 200, the body taken by
+    one of the headers); a chunked body is a 411 at the headers (a 7fffffff chunk held the
+    connection until --body-timeout, a 1 MB chunk extension got libmicrohttpd's HTML 500)."""
+    s = Server("synth:tiny-llama", "--ctx-size", "256", "--body-timeout", "30")
+    try:
+        body = b'{"prompt": "a", "max_tokens": 2}'
+        smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        cases = [
+            (b"two lengths", head + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+             % (len(body), len(body) + len(smuggled)) + body + smuggled, 400),
+            (b"length and chunked", head + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n"
+             % (len(body) + 7) + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n", 400),
+            (b"gzip, chunked", head + b"Transfer-Encoding: gzip, chunked\r\n\r\n%x\r\n" % len(body)
+             + body + b"\r\n0\r\n\r\n", 400),
+            (b"7fffffff chunk", head + b"Transfer-Encoding: chunked\r\n\r\n7fffffff\r\n{", 411),
+            (b"1 MB chunk extension", head + b"Transfer-Encoding: chunked\r\n\r\n10;"
+             + b"x" * (1 << 20) + b"\r\n", 411),
+        ]
+        for name, data, want in cases:
+            st, b, took, closed = raw_exchange(s, data)
+            assert st is not None, (name, b)
+            assert_error(st, b, want)
+            assert closed and took < 5, f"{name}: the connection stayed open {took:.1f} s"
+            assert "/v1/models" not in json.dumps(b), (name, b)
+        st, b, _ = curl(s, "/v1/completions", body)
+        assert st == 200, b
+    finally:
+        assert s.stop() == 0
+
+
+def test_bearer_scheme_is_case_insensitive():
+    """`Authorization: bearer KEY` is the key (RFC 9110 §11.1: the scheme is case-insensitive;
+    it was a 401); a wrong key under any spelling is still a 401."""
+    key = "sk-bearer-%d" % SEED
+    s = Server("synth:tiny-llama", "--ctx-size", "256", api_key=key)
+    try:
+        for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+            st, b, _ = curl(s, "/v1/models", headers=[f"Authorization: {scheme} {key}"])
+            assert st == 200, (scheme, b)
+            st, b, _ = curl(s, "/v1/models", headers=[f"Authorization: {scheme} {key}x"])
+            assert_error(st, b, 401, code="invalid_api_key")
+        st, b, _ = curl(s, "/v1/models", headers=[f"Authorization: Basic {key}"])
+        assert_error(st, b, 401, code="invalid_api_key")
+    finally:
+        assert s.stop() == 0
+
+
 def test_per_client_cap_and_shedding():
     """--max-connections-per-client refuses one address's surplus; past 15/16 of --max-connections
     the idle connections nearest their deadline are shed, so a new client is still served when

@@ -243,11 +243,14 @@ static void stream_free(void *cls) {
     li_sreq_unref(r->srv, r);
 }
 
+// `Authorization: Bearer KEY`; the scheme is case-insensitive (RFC 9110 §11.1), one or more
+// spaces follow it.
 static bool auth_ok(li_server *s, struct MHD_Connection *c) {
     if (!s->api_key[0]) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
     h += 7;
+    while (*h == ' ') h++;
     size_t n = strlen(h), k = strlen(s->api_key);
     unsigned diff = n != k;
     for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)h[i] ^ (unsigned char)s->api_key[i];
@@ -604,11 +607,63 @@ static li_conn *conn_of(struct MHD_Connection *c) {
     return ci ? ci->socket_context : NULL;
 }
 
+// How the request's body is framed, counted over every header line (MHD keeps duplicates).
+typedef struct {
+    int n_length, n_encoding;  // Content-Length and Transfer-Encoding lines
+    const char *encoding;      // the last Transfer-Encoding value
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+    framing *f = cls;
+    (void)kind;
+    if (!strcasecmp(key, "Content-Length")) f->n_length++;
+    if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->n_encoding++;
+        f->encoding = value;
+    }
+    return MHD_YES;
+}
+
+// The body's framing must be one Content-Length, or none (no body). Ambiguous framing is the
+// request-smuggling pattern behind proxies: several Content-Length lines, or Content-Length with
+// Transfer-Encoding (RFC 9112 §6.3), is a 400. Chunked bodies are a 411: libmicrohttpd (0.9.75)
+// decodes chunks itself and shows the application neither a chunk's size (a 7fffffff chunk held
+// the connection until --body-timeout) nor an over-long chunk line (a 1 MB chunk extension got
+// its HTML 500), and every client of this API sends Content-Length. The answer closes the
+// connection (its body is never read), so nothing after it can be taken as a next request.
+// False with *e filled when the framing is refused.
+static bool framing_ok(struct MHD_Connection *c, li_api_error *e) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_length > 1)
+        return li_api_error_set(e, 400, "invalid_request_error", NULL, "ambiguous_framing",
+                                "%d Content-Length headers: the body's length is ambiguous; send "
+                                "one", f.n_length);
+    if (f.n_encoding && f.n_length)
+        return li_api_error_set(e, 400, "invalid_request_error", NULL, "ambiguous_framing",
+                                "Content-Length and Transfer-Encoding together: the body's length "
+                                "is ambiguous; send Content-Length alone");
+    if (f.n_encoding > 1 || (f.n_encoding && strcasecmp(f.encoding, "chunked")))
+        return li_api_error_set(e, 400, "invalid_request_error", NULL, "ambiguous_framing",
+                                "Transfer-Encoding '%.100s' is not supported: send Content-Length",
+                                f.n_encoding > 1 ? "(several headers)" : f.encoding);
+    if (f.n_encoding)
+        return li_api_error_set(e, 411, "invalid_request_error", NULL, "length_required",
+                                "chunked request bodies are not accepted: send Content-Length");
+    return true;
+}
+
 // What the headers alone decide, answered before any byte of the body is read (a client without
-// the key, with a body over the limit or of another type costs no memory): route, method, API key,
-// Content-Length, Content-Type. Returns true with *ret set when it answered.
+// the key, with a body over the limit or of another type costs no memory): framing, route,
+// method, API key, Content-Length, Content-Type. Returns true with *ret set when it answered.
 static bool answer_from_headers(li_server *s, struct MHD_Connection *c, conn_ctx *x,
                                 const char *url, const char *method, enum MHD_Result *ret) {
+    li_api_error e;
+    if (!framing_ok(c, &e)) {
+        *ret = send_error(c, x, &e);
+        return true;
+    }
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     bool models = !strcmp(url, "/v1/models"), model_one = !strncmp(url, "/v1/models/", 11);
     if (!strcmp(url, "/health") || !strcmp(url, "/metrics")) {
