@@ -208,6 +208,32 @@ def test_logprobs_chat_completions_and_streamed(real):
         assert abs(max(top.values()) - l) < 1e-6 and top[tok] == l
 
 
+def test_logprobs_one_entry_per_token_on_a_byte_vocabulary():
+    """One logprobs entry per generated token, on both endpoints and streamed, with a vocabulary
+    whose tokens may add no text (special tokens left out of the text, empty pieces): a token
+    that added nothing at the end of the text was dropped (4 tokens, 3 entries)."""
+    s = Server("synth:tiny-llama", "--ctx-size", "256")
+    try:
+        for seed in range(SEED, SEED + 12):
+            body = {"prompt": "hello", "max_tokens": 4, "ignore_eos": True, "seed": seed}
+            b = curl(s, "/v1/completions", {**body, "logprobs": 2})[1]
+            lp, n = b["choices"][0]["logprobs"], b["usage"]["completion_tokens"]
+            assert n == 4 and len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["text_offset"]) == n, b
+            text_bytes = len(b["choices"][0]["text"].encode())
+            assert lp["text_offset"] == sorted(lp["text_offset"]) and lp["text_offset"][-1] <= text_bytes, b
+            streamed = []
+            for ev in sse(s, "/v1/completions", {**body, "logprobs": 2, "stream": True}):
+                lps = ev["choices"][0]["logprobs"] if ev["choices"] else None
+                streamed += lps["tokens"] if lps else []
+            assert streamed == lp["tokens"], (seed, streamed, lp["tokens"])
+            chat = {k: v for k, v in body.items() if k != "prompt"}
+            b = curl(s, "/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": "hi"}],
+                                                 "logprobs": True})[1]
+            assert len(b["choices"][0]["logprobs"]["content"]) == b["usage"]["completion_tokens"] == 4, b
+    finally:
+        assert s.stop() == 0
+
+
 def test_penalties(real):
     """presence / frequency penalties (OpenAI) and repetition_penalty (vLLM) change the logits
     as defined (they were ignored): at the second step, presence_penalty p moves every other

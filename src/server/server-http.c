@@ -148,13 +148,16 @@ static const char *finish_reason(const choice *c) {
 }
 
 // A choice's text [from, to) as an API choice (sanitized into *text, free()), with the logprobs
-// of the tokens that start before `to` from index *lp_from on (advanced past them).
-static li_api_choice api_choice(const choice *c, size_t from, size_t to, char **text, int *lp_from) {
+// of the tokens that start before `to` from index *lp_from on (advanced past them); `last` (the
+// rest of a finished choice): every token left, those that added no text at its end included
+// (a special token, an empty piece), so that there is one entry per generated token.
+static li_api_choice api_choice(const choice *c, size_t from, size_t to, bool last, char **text,
+                                int *lp_from) {
     li_api_choice a = {.index = c->index, .logprobs = c->r->api.logprobs, .first = !c->sent_first};
     *text = li_api_utf8_sanitize(c->text.data ? c->text.data + from : "", to - from, NULL);
     a.text = *text;
     int k = *lp_from;
-    while (k < c->n_lp && c->lp[k].offset < to) k++;
+    while (k < c->n_lp && (last || c->lp[k].offset < to)) k++;
     a.lp = c->lp + *lp_from;
     a.n_lp = k - *lp_from;
     *lp_from = k;
@@ -178,9 +181,10 @@ static void next_events_locked(sreq *r) {
     li_buf b = {0};
     for (int i = 0; i < r->n_ch && !r->failed; i++) {
         choice *c = &r->ch[i];
-        if (c->safe > c->sent) {
+        bool last = c->done && c->safe == c->text.len;
+        if (c->safe > c->sent || (last && c->lp_sent < c->n_lp)) {
             char *t;
-            li_api_choice a = api_choice(c, c->sent, c->safe, &t, &c->lp_sent);
+            li_api_choice a = api_choice(c, c->sent, c->safe, last, &t, &c->lp_sent);
             add_event(&b, t ? li_api_chunk_sse(&r->meta, &a, NULL) : NULL);
             free(t);
             c->sent = c->safe;
@@ -524,7 +528,7 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     bool built = chs && texts;
     for (int i = 0; built && i < r->n_ch; i++) {
         int from = 0;
-        chs[i] = api_choice(&r->ch[i], 0, r->ch[i].text.len, &texts[i], &from);
+        chs[i] = api_choice(&r->ch[i], 0, r->ch[i].text.len, true, &texts[i], &from);
         chs[i].finish = finish_reason(&r->ch[i]);
         built = texts[i] != NULL;
     }
