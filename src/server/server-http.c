@@ -541,6 +541,17 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     return send_json(c, x, 200, body);
 }
 
+// /tokenize and /detokenize cover at most TOKENIZE_CONTEXTS contexts' worth of tokens, so their
+// work and answer are bounded by the model, not by the 16 MiB body (15 MiB of text took 9 s and
+// answered 88 MB with pieces). The text of /tokenize is checked first, at TOKEN_BYTES bytes a
+// token (longer than nearly every token), so a text over it costs no tokenising.
+#define TOKENIZE_CONTEXTS 8
+#define TOKEN_BYTES 16
+
+static int64_t tokenize_max_tokens(const li_server *s) {
+    return (int64_t)TOKENIZE_CONTEXTS * s->info.n_ctx;
+}
+
 // POST /tokenize (llama-server's shape; the connection thread tokenises: the tokenizer is
 // read-only).
 static enum MHD_Result handle_tokenize(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
@@ -548,12 +559,29 @@ static enum MHD_Result handle_tokenize(li_server *s, struct MHD_Connection *c, c
     li_api_tokenize t;
     if (!li_api_parse_tokenize(x->body.data ? x->body.data : "", x->body.len, &t, &e))
         return send_error(c, x, &e);
+    int64_t max_tokens = tokenize_max_tokens(s), max_bytes = max_tokens * TOKEN_BYTES;
+    if ((int64_t)t.len > max_bytes) {
+        free(t.content);
+        li_api_error_set(&e, 400, "invalid_request_error", "content", NULL,
+                         "content of %zu bytes: /tokenize takes at most %lld bytes (%d contexts "
+                         "of %d tokens, -c)", t.len, (long long)max_bytes, TOKENIZE_CONTEXTS,
+                         s->info.n_ctx);
+        return send_error(c, x, &e);
+    }
     int32_t *ids = NULL;
     int n = 0;
     li_status rc = li_tokenize(s->m, t.content, t.len, t.add_special, t.parse_special, &ids, &n);
     free(t.content);
     if (rc != LI_OK) {
         li_srv_error_of(&e, rc, li_last_error());
+        return send_error(c, x, &e);
+    }
+    if (n > max_tokens) {
+        li_free_tokens(ids);
+        li_api_error_set(&e, 400, "invalid_request_error", "content", NULL,
+                         "content of %d tokens: /tokenize answers at most %lld tokens (%d "
+                         "contexts of %d tokens, -c)", n, (long long)max_tokens, TOKENIZE_CONTEXTS,
+                         s->info.n_ctx);
         return send_error(c, x, &e);
     }
     char **texts = t.with_pieces ? calloc((size_t)n + 1, sizeof *texts) : NULL;
@@ -588,6 +616,10 @@ static enum MHD_Result handle_detokenize(li_server *s, struct MHD_Connection *c,
     li_buf b = {0};
     li_status rc = LI_OK;
     int V = s->info.n_vocab;
+    if (n > tokenize_max_tokens(s))
+        rc = li_error_set(LI_ERR_INVALID_ARG, "%d tokens: /detokenize takes at most %lld (%d "
+                          "contexts of %d tokens, -c)", n, (long long)tokenize_max_tokens(s),
+                          TOKENIZE_CONTEXTS, s->info.n_ctx);
     for (int i = 0; i < n && rc == LI_OK; i++)
         rc = ids[i] < V ? li_piece_append(s->m, ids[i], &b)
                         : li_error_set(LI_ERR_INVALID_ARG, "token %d is outside the vocabulary "
