@@ -9,6 +9,7 @@ the status codes do). Timing checks compare against the failure they guard with 
 """
 import json
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -483,6 +484,38 @@ def test_default_max_tokens_fills_the_context():
         assert u["prompt_tokens"] > 256, u
         assert u["completion_tokens"] == 512 - u["prompt_tokens"], u
         assert b["choices"][0]["finish_reason"] == "length", b
+    finally:
+        assert s.stop() == 0
+
+
+def test_cancelled_requests_log_their_counts():
+    """A request whose client leaves is logged with its prompt and the tokens generated until
+    then, streamed or not (both were logged as "prompt 0, generated 0": the counts came only from
+    the engine's result, collected after the log line)."""
+    s = Server("synth:tiny-llama")
+    try:
+        body = {"prompt": "a cancelled request", "max_tokens": 2000, "ignore_eos": True}
+        got = []
+        sock = open_stream(s, "/v1/completions", {**body, "stream": True}, received=got)
+        while got[0].count(b"data: ") < 5:
+            got[0] += sock.recv(4096)
+        sock.close()
+        before = s.metrics()["lazyinfer_generation_tokens_total"]
+        data = json.dumps(body).encode()
+        plain = socket.create_connection(("127.0.0.1", s.port))
+        plain.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        wait_for(lambda: s.metrics()["lazyinfer_generation_tokens_total"] >= before + 10, 30,
+                 "the non-streaming request's first tokens")
+        plain.close()
+
+        def gone_lines():
+            return [l for l in s.log_tail(400).splitlines() if "client gone" in l]
+        wait_for(lambda: len(gone_lines()) >= 2, 30, "two 'client gone' log lines")
+        for line in gone_lines():
+            m = re.search(r"prompt (\d+), generated (\d+)", line)
+            assert m, line
+            assert int(m.group(1)) >= 2 and 5 <= int(m.group(2)) < 2000, line
     finally:
         assert s.stop() == 0
 

@@ -192,6 +192,7 @@ static bool on_token(void *user, int32_t tok) {
     bool complete = c->complete || li_logits_take(&c->proc, tok);  // the JSON document ends
     li_metrics_tokens(&s->mx, 1);
     pthread_mutex_lock(&s->mu);
+    c->n_generated++;  // so far; collect sets the engine's count at the end
     bool go_on = !r->cancelled && !c->stopped;
     if (go_on) {
         if (r->t_first == 0) r->t_first = li_srv_now_ms();
@@ -369,7 +370,7 @@ static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg
         pthread_mutex_lock(&s->mu);
         if (r->t_first == 0 && !cancelled) r->t_first = li_srv_now_ms();
         r->n_prompt = j->n_ids;
-        r->ch[0].n_generated = cancelled ? 0 : n_gen;
+        r->ch[0].n_generated = cancelled ? j->n_streamed : n_gen;  // committed when it left
         r->ch[0].length = !r->ch[0].stopped && n_gen == n_use;
         done_locked(s, r);
         pthread_mutex_unlock(&s->mu);

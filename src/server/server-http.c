@@ -324,6 +324,7 @@ static bool prepare_prompt(li_server *s, sreq *r, li_api_error *e) {
     if (rc != LI_OK) return li_srv_error_of(e, rc, li_last_error());
     int n = r->tok ? li_request_tokens_count(r->tok) : r->n_ids, n_ctx = s->info.n_ctx;
     int V = s->info.n_vocab;
+    r->n_prompt = n;  // the engine's count replaces it at the end; a request cancelled before logs it
     for (int i = 0; i < r->n_ids; i++)
         if (r->ids[i] < 0 || r->ids[i] >= V)
             return li_api_error_set(e, 400, "invalid_request_error", "prompt", NULL,
@@ -854,8 +855,10 @@ void li_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         li_sreq_unref(s, r);
     }
     if (x->status) {
+        bool answered = !cancelled && x->status < 400;  // the prompt tokens the metric counts
         li_metrics_request(&s->mx, x->endpoint, cancelled ? 499 : x->status,
-                           ttft >= 0 ? ttft / 1e3 : -1, (t - x->t0) / 1e3, n_prompt, n_gen);
+                           ttft >= 0 ? ttft / 1e3 : -1, (t - x->t0) / 1e3, answered ? n_prompt : 0,
+                           n_gen);
         if (!s->p.quiet && x->r)
             fprintf(stderr, "serve: %s %s %d%s %.1f ms, ttft %.1f ms, prompt %d, generated %d%s\n",
                     x->method, x->url, x->status, cancelled ? " (client gone)" : "", t - x->t0,
@@ -863,8 +866,8 @@ void li_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         else if (!s->p.quiet)
             fprintf(stderr, "serve: %s %s %d %.1f ms\n", x->method, x->url, x->status, t - x->t0);
     } else if (x->r && !s->p.quiet) {
-        fprintf(stderr, "serve: %s %s client gone before the answer after %.1f ms\n", x->method,
-                x->url, t - x->t0);
+        fprintf(stderr, "serve: %s %s client gone before the answer after %.1f ms, prompt %d, "
+                "generated %d\n", x->method, x->url, t - x->t0, n_prompt, n_gen);
     }
     li_buf_free(&x->body);
     free(x);
