@@ -82,6 +82,57 @@ def test_diffusion_limits():
         assert s.stop() == 0
 
 
+def test_n_choices_leave_rows_for_others():
+    """A request's choices take at most half the batch rows: a 4-token request sent while an
+    n = 8 request decodes on --max-batch 8 finishes while that one still runs (it waited for all
+    8 choices to end: 11.4 s behind max_tokens 2048 on the default model). Ordering, not time:
+    the big request's choices all end at the same step (ignore_eos), so on the old server the
+    short one could only start after it; the big one's choices still equal their n = 1 runs."""
+    s = Server("synth:tiny-llama", "--max-batch", "8")
+    sock = None
+    try:
+        big = {"prompt": "many choices", "max_tokens": 600, "ignore_eos": True, "n": 8, "seed": SEED}
+        sock = open_stream(s, "/v1/completions", {**big, "stream": True})
+        done = threading.Event()
+
+        def read():
+            got = b""
+            sock.settimeout(120)
+            while b"data: [DONE]" not in got:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                got += chunk
+            done.set()
+        threading.Thread(target=read, daemon=True).start()
+        st, b, _ = curl(s, "/v1/completions", {"prompt": "short", "max_tokens": 4, "ignore_eos": True})
+        assert st == 200 and b["usage"]["completion_tokens"] == 4, b
+        assert not done.is_set(), "the short request waited for the n = 8 request to end"
+        assert done.wait(120), "the n = 8 request did not end"
+        # the choices started later draw as they would alone
+        small = {**big, "max_tokens": 6, "stream": False}
+        whole = curl(s, "/v1/completions", small)[1]
+        alone = [curl(s, "/v1/completions", {**small, "n": 1, "seed": SEED + i})[1] for i in range(8)]
+        assert [c["text"] for c in whole["choices"]] == [a["choices"][0]["text"] for a in alone]
+        assert whole["usage"]["completion_tokens"] == 8 * 6, whole
+        # a client that leaves while choices wait to start: they never start, nothing stays held
+        before = s.metrics()["lazyinfer_generation_tokens_total"]
+        open_stream(s, "/v1/completions", {**big, "stream": True}).close()
+        m = s.wait_idle()
+        assert m["lazyinfer_requests_running"] == 0 and m["lazyinfer_requests_waiting"] == 0, m
+        assert m["lazyinfer_kv_pages_in_use"] == m["lazyinfer_kv_pages_cached"], m
+        assert m["lazyinfer_generation_tokens_total"] - before < 8 * 600 / 2, m
+        st, b, _ = curl(s, "/v1/completions", {"prompt": "after", "max_tokens": 2, "n": 8})
+        assert st == 200 and len(b["choices"]) == 8, b
+    finally:
+        if sock:
+            sock.close()
+        assert s.stop() == 0
+
+
 def long_diffusion(s, prompt):
     """A diffusion stream of 1024 tokens in 1024 steps (over a minute alone on tiny-llada on one
     core), open until its socket is closed."""

@@ -62,6 +62,7 @@ struct sreq {
     li_json_grammar *grammar;  // response_format's, NULL: none
     choice *ch;     // (n_ch)
     int n_ch, n_ch_done;
+    int n_started, n_running;  // choices given to the engine so far; running now (engine thread)
     // output, under srv->mu
     sr_state state;
     bool cancelled, failed;
@@ -117,6 +118,9 @@ struct li_server {
     int n_queued, n_accepted;  // queued; accepted and not done (queued + in the engine)
     choice **active;           // (max_running) choices in the engine (engine thread only)
     int n_active;
+    sreq **partial;            // (max_running) requests some of whose choices wait to start, in
+    int n_partial;             // arrival order (engine thread only; each has a choice running or
+                               // the first turn at a free row)
     dllm_run *runs;     // (max_running) diffusion batches decoding (engine thread only)
     int n_runs, rr;            // batches; the one whose turn is next
     int n_dllm;                // diffusion requests in them

@@ -80,6 +80,7 @@ static void server_free(li_server *s) {
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->active);
+    free(s->partial);
     free(s->runs);
     li_vocab_free(&s->vocab);
     free(s);
@@ -140,9 +141,11 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
         return li_error_set(LI_ERR_OOM, "serve: out of memory for the vocabulary");
     }
     s->active = calloc((size_t)s->p.max_running, sizeof *s->active);
+    s->partial = calloc((size_t)s->p.max_running, sizeof *s->partial);
     s->runs = calloc((size_t)s->p.max_running, sizeof *s->runs);
-    if (!s->active || !s->runs) {
+    if (!s->active || !s->partial || !s->runs) {
         free(s->active);
+        free(s->partial);
         free(s->runs);
         li_vocab_free(&s->vocab);
         free(s);
