@@ -187,14 +187,19 @@ def raise_fd_limit(n):
         pytest.skip(f"needs {n + 256} file descriptors, the hard limit is {hard}")
 
 
-def connect_from(s, i, per_address=100):
-    """A socket to the server from loopback address 127.0.1.(1 + i // per_address): each address
-    stays under the per-client cap, as a crowd of clients would."""
+def connect_address(s, address):
+    """A socket to the server from the loopback address `address` (127.x.y.z)."""
     sock = socket.socket()
-    sock.bind((f"127.0.1.{1 + i // per_address}", 0))
+    sock.bind((address, 0))
     sock.settimeout(30)
     sock.connect(("127.0.0.1", s.port))
     return sock
+
+
+def connect_from(s, i, per_address=100):
+    """A socket to the server from loopback address 127.0.1.(1 + i // per_address): each address
+    stays under the per-client cap, as a crowd of clients would."""
+    return connect_address(s, f"127.0.1.{1 + i // per_address}")
 
 
 def health_seconds(s):
@@ -454,18 +459,21 @@ def test_bearer_scheme_is_case_insensitive():
 
 
 def test_per_client_cap_and_shedding():
-    """--max-connections-per-client refuses one address's surplus; past 15/16 of --max-connections
-    the idle connections nearest their deadline are shed, so a new client is still served when
-    idle sockets from many addresses fill the server."""
+    """--max-connections-per-client sheds one address's oldest idle connections for its new ones;
+    past 15/16 of --max-connections the idle connections nearest their deadline are shed, so a
+    new client is still served when idle sockets from many addresses fill the server."""
     s = Server("synth:tiny-llama", "--ctx-size", "256", "--max-connections", "64",
                "--max-connections-per-client", "8")
     socks = []
     try:
-        own = [connect_from(s, i, per_address=100) for i in range(12)]  # one address, cap 8
+        own = []
+        for i in range(12):  # one address, cap 8
+            own.append(connect_from(s, i, per_address=100))
+            wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= min(i + 1, 8), 20,
+                     f"{i + 1} connections")
         socks += own
-        wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= 8, 20, "8 connections")
-        refused = sum(closed_within(x, 0.5) for x in own)
-        assert refused == 4, f"{refused} of 12 connections from one address refused, want 4"
+        closed = [closed_within(x, 0.5) for x in own]
+        assert closed == [True] * 4 + [False] * 8, f"closed: {closed}, want the 4 oldest"
         for i in range(120):  # 8 per address, 15 addresses: twice the cap
             socks.append(connect_from(s, 1000 + i, per_address=8))
         took = health_seconds(s)
@@ -474,6 +482,126 @@ def test_per_client_cap_and_shedding():
         assert m["lazyinfer_connections_shed_total"] > 0 and m["lazyinfer_connections_open"] <= 64, m
     finally:
         for x in socks:
+            x.close()
+        assert s.stop() == 0
+
+
+def stream_from(s, address, headers=""):
+    """A streaming completion that runs for minutes, from a socket bound to `address`, with extra
+    header lines; returns the socket once its first event came (the connection is busy)."""
+    data = json.dumps({"prompt": "busy", "max_tokens": 2000, "ignore_eos": True, "stream": True}).encode()
+    sock = connect_address(s, address)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + headers.encode() + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    got = b""
+    while b"data: " not in got:
+        chunk = sock.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 200"), got
+    return sock
+
+
+def health_from(s, address, headers=""):
+    """GET /health on a new connection from `address`: (status or None when the connection ended
+    without an answer, JSON body or text, response headers, whether the server closed the
+    connection after the answer)."""
+    sock = connect_address(s, address)
+    try:
+        sock.sendall(f"GET /health HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return None, got, {}, True
+            got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        hdrs = {k.strip().lower(): v.strip() for k, _, v in
+                (l.partition(":") for l in head.decode().split("\r\n")[1:])}
+        while len(body) < int(hdrs.get("content-length", 0)):
+            body += sock.recv(4096)
+        return int(head.split()[1]), json.loads(body), hdrs, closed_within(sock, 0.5)
+    except ConnectionResetError:
+        return None, b"", {}, True
+    finally:
+        sock.close()
+
+
+def test_per_client_cap_sheds_idle_then_answers_503():
+    """At --max-connections-per-client, a client's new connection sheds that client's oldest idle
+    one; when all of them are busy, its request gets a JSON 503 with Retry-After and the
+    connection closes (it was reset at once: on 127.0.0.1 every local client shares the cap).
+    Refusals are counted in /metrics and logged as one summary line, not one line each (845 lines
+    for one burst)."""
+    s = Server("synth:tiny-llama", "--max-connections-per-client", "4")
+    busy = []
+    try:
+        idle = []
+        for i in range(4):
+            idle.append(connect_address(s, "127.0.1.1"))
+            wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= i + 1, 20, "idle connections")
+        st, b, _, _ = health_from(s, "127.0.1.1")
+        assert st == 200, b
+        assert closed_within(idle[0], 2), "the client's oldest idle connection was not shed"
+        assert not any(closed_within(x, 0.3) for x in idle[1:])
+        busy = [stream_from(s, "127.0.2.1") for _ in range(4)]
+        before = s.metrics()["lazyinfer_connections_refused_total"]
+        for _ in range(20):
+            st, b, h, closed = health_from(s, "127.0.2.1")
+            assert st is not None, "the connection was reset without an answer"
+            assert_error(st, b, 503, code="overloaded")
+            assert h.get("retry-after") == "1", h
+            assert "--max-connections-per-client" in b["error"]["message"], b
+            assert closed, "the refused connection stayed open"
+        st, b, _, _ = health_from(s, "127.0.2.2")  # another client is not affected
+        assert st == 200, b
+        m = s.metrics()
+        assert m["lazyinfer_connections_refused_total"] == before + 20, m
+        wait_for(lambda: "connections refused" in s.log_tail(400), 5, "the refusal summary line")
+        log = s.log_tail(400)
+        assert log.count("connections refused") == 1, log
+        assert "GET /health 503" not in log, log
+        for x in idle[1:]:
+            x.close()
+    finally:
+        for x in busy:
+            x.close()
+        assert s.stop() == 0
+
+
+def test_trusted_proxy_counts_clients_by_x_forwarded_for():
+    """--trusted-proxy ADDR: that address's connections are not capped as one client; each request
+    counts for the right-most X-Forwarded-For address that is not the proxy, so a client over
+    --max-connections-per-client behind the proxy gets a JSON 503 and the others are served
+    (through a proxy every client shared the proxy's address: the 257th stream was reset)."""
+    s = Server("synth:tiny-llama", "--max-connections-per-client", "2", "--trusted-proxy", "127.0.3.1")
+    busy = []
+    try:
+        xff = "X-Forwarded-For: {}\r\n"
+        # the proxy's own connections: more than the cap, idle, none shed
+        idle = [connect_address(s, "127.0.3.1") for _ in range(5)]
+        busy = [stream_from(s, "127.0.3.1", xff.format("10.0.0.1")) for _ in range(2)]
+        assert not any(closed_within(x, 0.3) for x in idle), "the proxy's idle connections were shed"
+        for forwarded, want in (("10.0.0.1", 503), ("10.0.0.9, 10.0.0.1", 503),
+                                ("10.0.0.1, 127.0.3.1", 503), ("10.0.0.1, 10.0.0.2", 200),
+                                ("10.0.0.2", 200), ("not-an-address", 200)):
+            st, b, _, closed = health_from(s, "127.0.3.1", xff.format(forwarded))
+            assert st == want, (forwarded, st, b)
+            if want == 503:
+                assert_error(st, b, 503, code="overloaded")
+                assert not closed, "the proxy's connection was closed for one client"
+        # the same client without the proxy is its own address, not capped by the proxied one
+        st, b, _, _ = health_from(s, "127.0.3.2", xff.format("10.0.0.1"))
+        assert st == 200, b
+        for x in busy:
+            x.close()
+        busy = []
+        wait_for(lambda: health_from(s, "127.0.3.1", xff.format("10.0.0.1"))[0] == 200, 20,
+                 "the proxied client's requests to end")
+        for x in idle:
+            x.close()
+    finally:
+        for x in busy:
             x.close()
         assert s.stop() == 0
 

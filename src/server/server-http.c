@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -119,6 +120,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, conn_ctx *x, int stat
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
+    if (x->close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     x->status = status;
@@ -638,6 +640,70 @@ static enum MHD_Result handle_detokenize(li_server *s, struct MHD_Connection *c,
     return send_json(c, x, 200, body);
 }
 
+bool li_srv_addr_text(const char *text, size_t len, char out[LI_CONN_ADDR_LEN]) {
+    while (len && (*text == ' ' || *text == '\t')) text++, len--;
+    while (len && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+    char t[LI_CONN_ADDR_LEN];
+    unsigned char a[16];
+    if (len == 0 || len >= sizeof t) return false;
+    memcpy(t, text, len);
+    t[len] = 0;
+    if (inet_pton(AF_INET, t, a) == 1) return inet_ntop(AF_INET, a, out, LI_CONN_ADDR_LEN) != NULL;
+    if (inet_pton(AF_INET6, t, a) != 1) return false;
+    static const unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (!memcmp(a, v4_mapped, sizeof v4_mapped))
+        return inet_ntop(AF_INET, a + 12, out, LI_CONN_ADDR_LEN) != NULL;
+    return inet_ntop(AF_INET6, a, out, LI_CONN_ADDR_LEN) != NULL;
+}
+
+// The address of the connection's peer as text (li_srv_addr_text); false when it has none.
+static bool peer_text(struct MHD_Connection *c, char out[LI_CONN_ADDR_LEN]) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    char t[LI_CONN_ADDR_LEN];
+    if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) return false;
+    const void *a = sa->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                                             : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return inet_ntop(sa->sa_family, a, t, sizeof t) && li_srv_addr_text(t, strlen(t), out);
+}
+
+static bool from_trusted_proxy(li_server *s, struct MHD_Connection *c, char peer[LI_CONN_ADDR_LEN]) {
+    return s->trusted_proxy[0] && peer_text(c, peer) && !strcmp(peer, s->trusted_proxy);
+}
+
+static enum MHD_Result join_forwarded(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value) {
+    li_buf *b = cls;
+    (void)kind;
+    if (value && !strcasecmp(key, "X-Forwarded-For")) {
+        if (b->len) li_buf_append(b, ",", 1);
+        li_buf_append(b, value, strlen(value));
+    }
+    return MHD_YES;
+}
+
+// The client a trusted proxy's request counts for (conn.h): the right-most X-Forwarded-For
+// address that is not the proxy itself, over every X-Forwarded-For line in order (the proxy
+// appends the address it saw, which a client cannot forge; what is left of it, a client can
+// write). The proxy's own address when there is none, or that one is not an IP address.
+static void forwarded_client(li_server *s, struct MHD_Connection *c, char out[LI_CONN_ADDR_LEN]) {
+    li_buf b = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, join_forwarded, &b);
+    snprintf(out, LI_CONN_ADDR_LEN, "%s", s->trusted_proxy);
+    for (size_t end = b.len; end > 0;) {
+        size_t start = end;
+        while (start > 0 && b.data[start - 1] != ',') start--;
+        char a[LI_CONN_ADDR_LEN];
+        if (!li_srv_addr_text(b.data + start, end - start, a)) break;
+        if (strcmp(a, s->trusted_proxy)) {
+            snprintf(out, LI_CONN_ADDR_LEN, "%s", a);
+            break;
+        }
+        end = start > 0 ? start - 1 : 0;
+    }
+    li_buf_free(&b);
+}
+
 // The connection's guard entry (conn.h), set when it opened.
 static li_conn *conn_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -689,6 +755,27 @@ static bool framing_ok(struct MHD_Connection *c, li_api_error *e) {
         return li_api_error_set(e, 411, "invalid_request_error", NULL, "length_required",
                                 "chunked request bodies are not accepted: send Content-Length");
     return true;
+}
+
+// The per-client cap at a request's headers (conn.h): false, with x->refused, when its client (a
+// trusted proxy's: from X-Forwarded-For) is over it. A direct client gets its 503 at once and its
+// connection closes; a proxy's request gets it after its body is read (and dropped): an answer
+// before the body closes the connection, which the proxy's other clients share.
+static bool admitted(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
+    char peer[LI_CONN_ADDR_LEN], client[LI_CONN_ADDR_LEN];
+    bool proxied = from_trusted_proxy(s, c, peer);
+    if (proxied) forwarded_client(s, c, client);
+    if (li_conn_admit(s->guard, conn_of(c), proxied ? client : NULL)) return true;
+    x->refused = true;
+    x->close = !proxied;
+    return false;
+}
+
+static enum MHD_Result send_over_cap(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "too many connections from this client (more than %u, "
+             "--max-connections-per-client); retry later", s->p.max_connections_per_client);
+    return send_err(c, x, 503, "server_error", "overloaded", msg);
 }
 
 // What the headers alone decide, answered before any byte of the body is read (a client without
@@ -764,12 +851,14 @@ enum MHD_Result li_http_on_access(void *cls, struct MHD_Connection *c, const cha
                       : !strcmp(url, "/tokenize") ? 3 : !strcmp(url, "/detokenize") ? 4 : 2;
         *con_cls = x;
         enum MHD_Result ret;
+        if (!admitted(s, c, x) && x->close) return send_over_cap(s, c, x);
         if (answer_from_headers(s, c, x, url, method, &ret)) return ret;
         li_conn_set_phase(s->guard, conn_of(c), strcmp(method, "POST") ? LI_CONN_BUSY : LI_CONN_BODY);
         return MHD_YES;
     }
     if (*upload_size) {
-        if (x->body.len + *upload_size > s->p.max_body_bytes) x->too_big = true;
+        // a refused request's body is dropped as it comes, as one over the limit
+        if (x->refused || x->body.len + *upload_size > s->p.max_body_bytes) x->too_big = true;
         if (!x->too_big && li_buf_append(&x->body, upload, *upload_size) != LI_OK) x->too_big = true;
         *upload_size = 0;
         return MHD_YES;
@@ -778,6 +867,7 @@ enum MHD_Result li_http_on_access(void *cls, struct MHD_Connection *c, const cha
     // answering may take long (the engine, a stream): libmicrohttpd's inactivity timeout waits
     // (refreshed before each write, refresh_timeout)
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    if (x->refused) return send_over_cap(s, c, x);
     if (!strcmp(url, "/health")) return send_json(c, x, 200, strdup("{\"status\": \"ok\"}"));
     if (!strcmp(url, "/metrics")) {
         int open;
@@ -822,7 +912,10 @@ void li_http_on_connection(void *cls, struct MHD_Connection *c, void **socket_co
     li_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? li_conn_open(s->guard, ci->connect_fd) : NULL;
+        char peer[LI_CONN_ADDR_LEN];
+        // a trusted proxy's connection counts for the clients its requests name (conn.h)
+        const char *client = from_trusted_proxy(s, c, peer) ? NULL : peer_text(c, peer) ? peer : "";
+        *socket_context = ci ? li_conn_open(s->guard, ci->connect_fd, client) : NULL;
     } else {
         li_conn_close(s->guard, *socket_context);
         *socket_context = NULL;
@@ -859,11 +952,13 @@ void li_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         li_metrics_request(&s->mx, x->endpoint, cancelled ? 499 : x->status,
                            ttft >= 0 ? ttft / 1e3 : -1, (t - x->t0) / 1e3, answered ? n_prompt : 0,
                            n_gen);
-        if (!s->p.quiet && x->r)
+        // a refusal of the per-client cap is in the guard's summary line instead (conn.h)
+        bool log = !s->p.quiet && !x->refused;
+        if (log && x->r)
             fprintf(stderr, "serve: %s %s %d%s %.1f ms, ttft %.1f ms, prompt %d, generated %d%s\n",
                     x->method, x->url, x->status, cancelled ? " (client gone)" : "", t - x->t0,
                     ttft >= 0 ? ttft : 0.0, n_prompt, n_gen, x->stream ? ", stream" : "");
-        else if (!s->p.quiet)
+        else if (log)
             fprintf(stderr, "serve: %s %s %d %.1f ms\n", x->method, x->url, x->status, t - x->t0);
     } else if (x->r && !s->p.quiet) {
         fprintf(stderr, "serve: %s %s client gone before the answer after %.1f ms, prompt %d, "
