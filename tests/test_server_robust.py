@@ -7,6 +7,7 @@ synth:tiny-llama and synth:tiny-llada (random weights: the text does not matter,
 the status codes do). Timing checks compare against the failure they guard with a wide margin
 (the machine may be loaded): a bound of tens of seconds where the broken server takes minutes.
 """
+import contextlib
 import json
 import random
 import re
@@ -202,16 +203,22 @@ def connect_from(s, i, per_address=100):
     return connect_address(s, f"127.0.1.{1 + i // per_address}")
 
 
+def recv_until(sock, marker):
+    """What sock receives until `marker` has come (the server must not close before)."""
+    got = b""
+    while marker not in got:
+        chunk = sock.recv(4096)
+        assert chunk, got
+        got += chunk
+    return got
+
+
 def health_seconds(s):
     """Seconds a new client (127.0.0.1, its own connection) takes to get 200 from /health."""
     t0 = time.perf_counter()
     with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        got = b""
-        while b"\r\n\r\n" not in got:
-            chunk = sock.recv(4096)
-            assert chunk, got
-            got += chunk
+        got = recv_until(sock, b"\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 200"), got
     return time.perf_counter() - t0
 
@@ -493,11 +500,7 @@ def stream_from(s, address, headers=""):
     sock = connect_address(s, address)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  + headers.encode() + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-    got = b""
-    while b"data: " not in got:
-        chunk = sock.recv(4096)
-        assert chunk, got
-        got += chunk
+    got = recv_until(sock, b"data: ")
     assert got.startswith(b"HTTP/1.1 200"), got
     return sock
 
@@ -527,24 +530,35 @@ def health_from(s, address, headers=""):
         sock.close()
 
 
+@contextlib.contextmanager
+def tiny_server_and_sockets(*args):
+    """A synth:tiny-llama server started with args, and a list for the sockets the test opens:
+    all are closed, then the server stopped (exiting 0), however the test ends."""
+    s = Server("synth:tiny-llama", *args)
+    socks = []
+    try:
+        yield s, socks
+    finally:
+        for x in socks:
+            x.close()
+        assert s.stop() == 0
+
+
 def test_per_client_cap_sheds_idle_then_answers_503():
     """At --max-connections-per-client, a client's new connection sheds that client's oldest idle
     one; when all of them are busy, its request gets a JSON 503 with Retry-After and the
     connection closes (it was reset at once: on 127.0.0.1 every local client shares the cap).
     Refusals are counted in /metrics and logged as one summary line, not one line each (845 lines
     for one burst)."""
-    s = Server("synth:tiny-llama", "--max-connections-per-client", "4")
-    busy = []
-    try:
-        idle = []
+    with tiny_server_and_sockets("--max-connections-per-client", "4") as (s, socks):
         for i in range(4):
-            idle.append(connect_address(s, "127.0.1.1"))
+            socks.append(connect_address(s, "127.0.1.1"))
             wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= i + 1, 20, "idle connections")
         st, b, _, _ = health_from(s, "127.0.1.1")
         assert st == 200, b
-        assert closed_within(idle[0], 2), "the client's oldest idle connection was not shed"
-        assert not any(closed_within(x, 0.3) for x in idle[1:])
-        busy = [stream_from(s, "127.0.2.1") for _ in range(4)]
+        assert closed_within(socks[0], 2), "the client's oldest idle connection was not shed"
+        assert not any(closed_within(x, 0.3) for x in socks[1:4])
+        socks += [stream_from(s, "127.0.2.1") for _ in range(4)]
         before = s.metrics()["lazyinfer_connections_refused_total"]
         for _ in range(20):
             st, b, h, closed = health_from(s, "127.0.2.1")
@@ -561,12 +575,6 @@ def test_per_client_cap_sheds_idle_then_answers_503():
         log = s.log_tail(400)
         assert log.count("connections refused") == 1, log
         assert "GET /health 503" not in log, log
-        for x in idle[1:]:
-            x.close()
-    finally:
-        for x in busy:
-            x.close()
-        assert s.stop() == 0
 
 
 def test_trusted_proxy_counts_clients_by_x_forwarded_for():
@@ -574,13 +582,13 @@ def test_trusted_proxy_counts_clients_by_x_forwarded_for():
     counts for the right-most X-Forwarded-For address that is not the proxy, so a client over
     --max-connections-per-client behind the proxy gets a JSON 503 and the others are served
     (through a proxy every client shared the proxy's address: the 257th stream was reset)."""
-    s = Server("synth:tiny-llama", "--max-connections-per-client", "2", "--trusted-proxy", "127.0.3.1")
-    busy = []
-    try:
+    args = ("--max-connections-per-client", "2", "--trusted-proxy", "127.0.3.1")
+    with tiny_server_and_sockets(*args) as (s, socks):
         xff = "X-Forwarded-For: {}\r\n"
         # the proxy's own connections: more than the cap, idle, none shed
         idle = [connect_address(s, "127.0.3.1") for _ in range(5)]
         busy = [stream_from(s, "127.0.3.1", xff.format("10.0.0.1")) for _ in range(2)]
+        socks += idle + busy
         assert not any(closed_within(x, 0.3) for x in idle), "the proxy's idle connections were shed"
         for forwarded, want in (("10.0.0.1", 503), ("10.0.0.9, 10.0.0.1", 503),
                                 ("10.0.0.1, 127.0.3.1", 503), ("10.0.0.1, 10.0.0.2", 200),
@@ -595,15 +603,8 @@ def test_trusted_proxy_counts_clients_by_x_forwarded_for():
         assert st == 200, b
         for x in busy:
             x.close()
-        busy = []
         wait_for(lambda: health_from(s, "127.0.3.1", xff.format("10.0.0.1"))[0] == 200, 20,
                  "the proxied client's requests to end")
-        for x in idle:
-            x.close()
-    finally:
-        for x in busy:
-            x.close()
-        assert s.stop() == 0
 
 
 # ---- 3. tokenization off the engine thread, once per request ---------------------------------------
