@@ -493,15 +493,15 @@ def test_per_client_cap_and_shedding():
         assert s.stop() == 0
 
 
-def stream_from(s, address, headers=""):
-    """A streaming completion that runs for minutes, from a socket bound to `address`, with extra
-    header lines; returns the socket once its first event came (the connection is busy)."""
-    data = json.dumps({"prompt": "busy", "max_tokens": 2000, "ignore_eos": True, "stream": True}).encode()
+def busy_from(s, address, headers=""):
+    """A connection from `address` (with extra header lines) that the server holds busy: a POST
+    whose headers it took (its "100 Continue" came) and whose body never comes (until
+    --body-timeout); returns its socket."""
     sock = connect_address(s, address)
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 + headers.encode() + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-    got = recv_until(sock, b"data: ")
-    assert got.startswith(b"HTTP/1.1 200"), got
+                 + headers.encode() + b"Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n")
+    got = recv_until(sock, b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 100"), got
     return sock
 
 
@@ -558,7 +558,7 @@ def test_per_client_cap_sheds_idle_then_answers_503():
         assert st == 200, b
         assert closed_within(socks[0], 2), "the client's oldest idle connection was not shed"
         assert not any(closed_within(x, 0.3) for x in socks[1:4])
-        socks += [stream_from(s, "127.0.2.1") for _ in range(4)]
+        socks += [busy_from(s, "127.0.2.1") for _ in range(4)]
         before = s.metrics()["lazyinfer_connections_refused_total"]
         for _ in range(20):
             st, b, h, closed = health_from(s, "127.0.2.1")
@@ -587,7 +587,7 @@ def test_trusted_proxy_counts_clients_by_x_forwarded_for():
         xff = "X-Forwarded-For: {}\r\n"
         # the proxy's own connections: more than the cap, idle, none shed
         idle = [connect_address(s, "127.0.3.1") for _ in range(5)]
-        busy = [stream_from(s, "127.0.3.1", xff.format("10.0.0.1")) for _ in range(2)]
+        busy = [busy_from(s, "127.0.3.1", xff.format("10.0.0.1")) for _ in range(2)]
         socks += idle + busy
         assert not any(closed_within(x, 0.3) for x in idle), "the proxy's idle connections were shed"
         for forwarded, want in (("10.0.0.1", 503), ("10.0.0.9, 10.0.0.1", 503),
