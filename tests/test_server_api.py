@@ -151,6 +151,29 @@ def test_tokenize_detokenize(real):
     assert_error(*curl(real, "/tokenize", method="GET")[:2], 405)
 
 
+def test_tokenize_detokenize_bounded_by_the_context():
+    """/tokenize and /detokenize take at most 8 contexts of tokens (-c 256: 2,048 tokens; text up
+    to 16 bytes a token, refused before tokenising); a 400 names the limit. Any size up to the
+    16 MiB body was taken: 15 MiB of text took 9 s and answered 88 MB with pieces."""
+    s = Server("synth:tiny-llama", "--ctx-size", "256")
+    try:
+        st, b, _ = curl(s, "/tokenize", {"content": "a" * (2048 * 16 + 1), "with_pieces": True})
+        assert_error(st, b, 400, param="content")
+        assert "32768 bytes" in b["error"]["message"] and "-c" in b["error"]["message"], b
+        text = "".join(chr(ord("a") + (i * 7) % 26) for i in range(6000))
+        n = len(curl(s, "/tokenize", {"content": text[:1500]})[1]["tokens"])
+        assert 0 < n <= 2048, n
+        st, b, _ = curl(s, "/tokenize", {"content": text})  # more tokens than 2,048 (one per ~1 byte)
+        assert_error(st, b, 400, param="content")
+        assert "2048 tokens" in b["error"]["message"], b
+        st, b, _ = curl(s, "/detokenize", {"tokens": [5] * 2049})
+        assert_error(st, b, 400, param="tokens")
+        st, b, _ = curl(s, "/detokenize", {"tokens": [5] * 2048})
+        assert st == 200, b
+    finally:
+        assert s.stop() == 0
+
+
 def token_id(s, text):
     ids = curl(s, "/tokenize", {"content": text})[1]["tokens"]
     assert len(ids) == 1, (text, ids)
@@ -206,6 +229,32 @@ def test_logprobs_chat_completions_and_streamed(real):
     assert lp["text_offset"] == offs
     for tok, l, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
         assert abs(max(top.values()) - l) < 1e-6 and top[tok] == l
+
+
+def test_logprobs_one_entry_per_token_on_a_byte_vocabulary():
+    """One logprobs entry per generated token, on both endpoints and streamed, with a vocabulary
+    whose tokens may add no text (special tokens left out of the text, empty pieces): a token
+    that added nothing at the end of the text was dropped (4 tokens, 3 entries)."""
+    s = Server("synth:tiny-llama", "--ctx-size", "256")
+    try:
+        for seed in range(SEED, SEED + 12):
+            body = {"prompt": "hello", "max_tokens": 4, "ignore_eos": True, "seed": seed}
+            b = curl(s, "/v1/completions", {**body, "logprobs": 2})[1]
+            lp, n = b["choices"][0]["logprobs"], b["usage"]["completion_tokens"]
+            assert n == 4 and len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["text_offset"]) == n, b
+            text_bytes = len(b["choices"][0]["text"].encode())
+            assert lp["text_offset"] == sorted(lp["text_offset"]) and lp["text_offset"][-1] <= text_bytes, b
+            streamed = []
+            for ev in sse(s, "/v1/completions", {**body, "logprobs": 2, "stream": True}):
+                lps = ev["choices"][0]["logprobs"] if ev["choices"] else None
+                streamed += lps["tokens"] if lps else []
+            assert streamed == lp["tokens"], (seed, streamed, lp["tokens"])
+            chat = {k: v for k, v in body.items() if k != "prompt"}
+            b = curl(s, "/v1/chat/completions", {**chat, "messages": [{"role": "user", "content": "hi"}],
+                                                 "logprobs": True})[1]
+            assert len(b["choices"][0]["logprobs"]["content"]) == b["usage"]["completion_tokens"] == 4, b
+    finally:
+        assert s.stop() == 0
 
 
 def test_penalties(real):

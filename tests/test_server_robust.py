@@ -7,8 +7,10 @@ synth:tiny-llama and synth:tiny-llada (random weights: the text does not matter,
 the status codes do). Timing checks compare against the failure they guard with a wide margin
 (the machine may be loaded): a bound of tens of seconds where the broken server takes minutes.
 """
+import contextlib
 import json
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -81,6 +83,57 @@ def test_diffusion_limits():
         assert s.stop() == 0
 
 
+def test_n_choices_leave_rows_for_others():
+    """A request's choices take at most half the batch rows: a 4-token request sent while an
+    n = 8 request decodes on --max-batch 8 finishes while that one still runs (it waited for all
+    8 choices to end: 11.4 s behind max_tokens 2048 on the default model). Ordering, not time:
+    the big request's choices all end at the same step (ignore_eos), so on the old server the
+    short one could only start after it; the big one's choices still equal their n = 1 runs."""
+    s = Server("synth:tiny-llama", "--max-batch", "8")
+    sock = None
+    try:
+        big = {"prompt": "many choices", "max_tokens": 600, "ignore_eos": True, "n": 8, "seed": SEED}
+        sock = open_stream(s, "/v1/completions", {**big, "stream": True})
+        done = threading.Event()
+
+        def read():
+            got = b""
+            sock.settimeout(120)
+            while b"data: [DONE]" not in got:
+                try:
+                    chunk = sock.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                got += chunk
+            done.set()
+        threading.Thread(target=read, daemon=True).start()
+        st, b, _ = curl(s, "/v1/completions", {"prompt": "short", "max_tokens": 4, "ignore_eos": True})
+        assert st == 200 and b["usage"]["completion_tokens"] == 4, b
+        assert not done.is_set(), "the short request waited for the n = 8 request to end"
+        assert done.wait(120), "the n = 8 request did not end"
+        # the choices started later draw as they would alone
+        small = {**big, "max_tokens": 6, "stream": False}
+        whole = curl(s, "/v1/completions", small)[1]
+        alone = [curl(s, "/v1/completions", {**small, "n": 1, "seed": SEED + i})[1] for i in range(8)]
+        assert [c["text"] for c in whole["choices"]] == [a["choices"][0]["text"] for a in alone]
+        assert whole["usage"]["completion_tokens"] == 8 * 6, whole
+        # a client that leaves while choices wait to start: they never start, nothing stays held
+        before = s.metrics()["lazyinfer_generation_tokens_total"]
+        open_stream(s, "/v1/completions", {**big, "stream": True}).close()
+        m = s.wait_idle()
+        assert m["lazyinfer_requests_running"] == 0 and m["lazyinfer_requests_waiting"] == 0, m
+        assert m["lazyinfer_kv_pages_in_use"] == m["lazyinfer_kv_pages_cached"], m
+        assert m["lazyinfer_generation_tokens_total"] - before < 8 * 600 / 2, m
+        st, b, _ = curl(s, "/v1/completions", {"prompt": "after", "max_tokens": 2, "n": 8})
+        assert st == 200 and len(b["choices"]) == 8, b
+    finally:
+        if sock:
+            sock.close()
+        assert s.stop() == 0
+
+
 def long_diffusion(s, prompt):
     """A diffusion stream of 1024 tokens in 1024 steps (over a minute alone on tiny-llada on one
     core), open until its socket is closed."""
@@ -135,14 +188,29 @@ def raise_fd_limit(n):
         pytest.skip(f"needs {n + 256} file descriptors, the hard limit is {hard}")
 
 
-def connect_from(s, i, per_address=100):
-    """A socket to the server from loopback address 127.0.1.(1 + i // per_address): each address
-    stays under the per-client cap, as a crowd of clients would."""
+def connect_address(s, address):
+    """A socket to the server from the loopback address `address` (127.x.y.z)."""
     sock = socket.socket()
-    sock.bind((f"127.0.1.{1 + i // per_address}", 0))
+    sock.bind((address, 0))
     sock.settimeout(30)
     sock.connect(("127.0.0.1", s.port))
     return sock
+
+
+def connect_from(s, i, per_address=100):
+    """A socket to the server from loopback address 127.0.1.(1 + i // per_address): each address
+    stays under the per-client cap, as a crowd of clients would."""
+    return connect_address(s, f"127.0.1.{1 + i // per_address}")
+
+
+def recv_until(sock, marker):
+    """What sock receives until `marker` has come (the server must not close before)."""
+    got = b""
+    while marker not in got:
+        chunk = sock.recv(4096)
+        assert chunk, got
+        got += chunk
+    return got
 
 
 def health_seconds(s):
@@ -150,11 +218,7 @@ def health_seconds(s):
     t0 = time.perf_counter()
     with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        got = b""
-        while b"\r\n\r\n" not in got:
-            chunk = sock.recv(4096)
-            assert chunk, got
-            got += chunk
+        got = recv_until(sock, b"\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 200"), got
     return time.perf_counter() - t0
 
@@ -320,19 +384,103 @@ def test_key_size_and_type_checked_before_the_body():
         assert s.stop() == 0
 
 
+def raw_exchange(s, data, timeout=10):
+    """Sends raw bytes on a new connection; returns (status, JSON body or text, seconds, closed):
+    the answer read until the server closes the connection (closed=True) or `timeout` passes."""
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=timeout)
+    t0 = time.time()
+    sock.sendall(data)
+    got = b""
+    closed = False
+    sock.settimeout(0.2)
+    while time.time() - t0 < timeout:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
+            closed = True
+            break
+        got += chunk
+    took = time.time() - t0
+    sock.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    status = int(head.split()[1]) if head.startswith(b"HTTP/1.1 ") else None
+    try:
+        return status, json.loads(body), took, closed
+    except ValueError:
+        return status, body.decode(errors="replace"), took, closed
+
+
+def test_ambiguous_framing_is_a_json_4xx():
+    """Request framing (RFC 9112 §6.3): two Content-Length headers, Content-Length with
+    Transfer-Encoding, or a transfer coding other than chunked are a 400 and the connection
+    closes, so a smuggled second request is never read (all were answered 200, the body taken by
+    one of the headers); a chunked body is a 411 at the headers (a 7fffffff chunk held the
+    connection until --body-timeout, a 1 MB chunk extension got libmicrohttpd's HTML 500)."""
+    s = Server("synth:tiny-llama", "--ctx-size", "256", "--body-timeout", "30")
+    try:
+        body = b'{"prompt": "a", "max_tokens": 2}'
+        smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        cases = [
+            (b"two lengths", head + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+             % (len(body), len(body) + len(smuggled)) + body + smuggled, 400),
+            (b"length and chunked", head + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n"
+             % (len(body) + 7) + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n", 400),
+            (b"gzip, chunked", head + b"Transfer-Encoding: gzip, chunked\r\n\r\n%x\r\n" % len(body)
+             + body + b"\r\n0\r\n\r\n", 400),
+            (b"7fffffff chunk", head + b"Transfer-Encoding: chunked\r\n\r\n7fffffff\r\n{", 411),
+            (b"1 MB chunk extension", head + b"Transfer-Encoding: chunked\r\n\r\n10;"
+             + b"x" * (1 << 20) + b"\r\n", 411),
+        ]
+        for name, data, want in cases:
+            st, b, took, closed = raw_exchange(s, data)
+            assert st is not None, (name, b)
+            assert_error(st, b, want)
+            assert closed and took < 5, f"{name}: the connection stayed open {took:.1f} s"
+            assert "/v1/models" not in json.dumps(b), (name, b)
+        st, b, _ = curl(s, "/v1/completions", body)
+        assert st == 200, b
+    finally:
+        assert s.stop() == 0
+
+
+def test_bearer_scheme_is_case_insensitive():
+    """`Authorization: bearer KEY` is the key (RFC 9110 §11.1: the scheme is case-insensitive;
+    it was a 401); a wrong key under any spelling is still a 401."""
+    key = "sk-bearer-%d" % SEED
+    s = Server("synth:tiny-llama", "--ctx-size", "256", api_key=key)
+    try:
+        for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+            st, b, _ = curl(s, "/v1/models", headers=[f"Authorization: {scheme} {key}"])
+            assert st == 200, (scheme, b)
+            st, b, _ = curl(s, "/v1/models", headers=[f"Authorization: {scheme} {key}x"])
+            assert_error(st, b, 401, code="invalid_api_key")
+        st, b, _ = curl(s, "/v1/models", headers=[f"Authorization: Basic {key}"])
+        assert_error(st, b, 401, code="invalid_api_key")
+    finally:
+        assert s.stop() == 0
+
+
 def test_per_client_cap_and_shedding():
-    """--max-connections-per-client refuses one address's surplus; past 15/16 of --max-connections
-    the idle connections nearest their deadline are shed, so a new client is still served when
-    idle sockets from many addresses fill the server."""
+    """--max-connections-per-client sheds one address's oldest idle connections for its new ones;
+    past 15/16 of --max-connections the idle connections nearest their deadline are shed, so a
+    new client is still served when idle sockets from many addresses fill the server."""
     s = Server("synth:tiny-llama", "--ctx-size", "256", "--max-connections", "64",
                "--max-connections-per-client", "8")
     socks = []
     try:
-        own = [connect_from(s, i, per_address=100) for i in range(12)]  # one address, cap 8
+        own = []
+        for i in range(12):  # one address, cap 8
+            own.append(connect_from(s, i, per_address=100))
+            wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= min(i + 1, 8), 20,
+                     f"{i + 1} connections")
         socks += own
-        wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= 8, 20, "8 connections")
-        refused = sum(closed_within(x, 0.5) for x in own)
-        assert refused == 4, f"{refused} of 12 connections from one address refused, want 4"
+        closed = [closed_within(x, 0.5) for x in own]
+        assert closed == [True] * 4 + [False] * 8, f"closed: {closed}, want the 4 oldest"
         for i in range(120):  # 8 per address, 15 addresses: twice the cap
             socks.append(connect_from(s, 1000 + i, per_address=8))
         took = health_seconds(s)
@@ -343,6 +491,120 @@ def test_per_client_cap_and_shedding():
         for x in socks:
             x.close()
         assert s.stop() == 0
+
+
+def busy_from(s, address, headers=""):
+    """A connection from `address` (with extra header lines) that the server holds busy: a POST
+    whose headers it took (its "100 Continue" came) and whose body never comes (until
+    --body-timeout); returns its socket."""
+    sock = connect_address(s, address)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + headers.encode() + b"Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n")
+    got = recv_until(sock, b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 100"), got
+    return sock
+
+
+def health_from(s, address, headers=""):
+    """GET /health on a new connection from `address`: (status or None when the connection ended
+    without an answer, JSON body or text, response headers, whether the server closed the
+    connection after the answer)."""
+    sock = connect_address(s, address)
+    try:
+        sock.sendall(f"GET /health HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return None, got, {}, True
+            got += chunk
+        head, _, body = got.partition(b"\r\n\r\n")
+        hdrs = {k.strip().lower(): v.strip() for k, _, v in
+                (l.partition(":") for l in head.decode().split("\r\n")[1:])}
+        while len(body) < int(hdrs.get("content-length", 0)):
+            body += sock.recv(4096)
+        return int(head.split()[1]), json.loads(body), hdrs, closed_within(sock, 0.5)
+    except ConnectionResetError:
+        return None, b"", {}, True
+    finally:
+        sock.close()
+
+
+@contextlib.contextmanager
+def tiny_server_and_sockets(*args):
+    """A synth:tiny-llama server started with args, and a list for the sockets the test opens:
+    all are closed, then the server stopped (exiting 0), however the test ends."""
+    s = Server("synth:tiny-llama", *args)
+    socks = []
+    try:
+        yield s, socks
+    finally:
+        for x in socks:
+            x.close()
+        assert s.stop() == 0
+
+
+def test_per_client_cap_sheds_idle_then_answers_503():
+    """At --max-connections-per-client, a client's new connection sheds that client's oldest idle
+    one; when all of them are busy, its request gets a JSON 503 with Retry-After and the
+    connection closes (it was reset at once: on 127.0.0.1 every local client shares the cap).
+    Refusals are counted in /metrics and logged as one summary line, not one line each (845 lines
+    for one burst)."""
+    with tiny_server_and_sockets("--max-connections-per-client", "4") as (s, socks):
+        for i in range(4):
+            socks.append(connect_address(s, "127.0.1.1"))
+            wait_for(lambda: s.metrics()["lazyinfer_connections_open"] >= i + 1, 20, "idle connections")
+        st, b, _, _ = health_from(s, "127.0.1.1")
+        assert st == 200, b
+        assert closed_within(socks[0], 2), "the client's oldest idle connection was not shed"
+        assert not any(closed_within(x, 0.3) for x in socks[1:4])
+        socks += [busy_from(s, "127.0.2.1") for _ in range(4)]
+        before = s.metrics()["lazyinfer_connections_refused_total"]
+        for _ in range(20):
+            st, b, h, closed = health_from(s, "127.0.2.1")
+            assert st is not None, "the connection was reset without an answer"
+            assert_error(st, b, 503, code="overloaded")
+            assert h.get("retry-after") == "1", h
+            assert "--max-connections-per-client" in b["error"]["message"], b
+            assert closed, "the refused connection stayed open"
+        st, b, _, _ = health_from(s, "127.0.2.2")  # another client is not affected
+        assert st == 200, b
+        m = s.metrics()
+        assert m["lazyinfer_connections_refused_total"] == before + 20, m
+        wait_for(lambda: "connections refused" in s.log_tail(400), 5, "the refusal summary line")
+        log = s.log_tail(400)
+        assert log.count("connections refused") == 1, log
+        assert "GET /health 503" not in log, log
+
+
+def test_trusted_proxy_counts_clients_by_x_forwarded_for():
+    """--trusted-proxy ADDR: that address's connections are not capped as one client; each request
+    counts for the right-most X-Forwarded-For address that is not the proxy, so a client over
+    --max-connections-per-client behind the proxy gets a JSON 503 and the others are served
+    (through a proxy every client shared the proxy's address: the 257th stream was reset)."""
+    args = ("--max-connections-per-client", "2", "--trusted-proxy", "127.0.3.1")
+    with tiny_server_and_sockets(*args) as (s, socks):
+        xff = "X-Forwarded-For: {}\r\n"
+        # the proxy's own connections: more than the cap, idle, none shed
+        idle = [connect_address(s, "127.0.3.1") for _ in range(5)]
+        busy = [busy_from(s, "127.0.3.1", xff.format("10.0.0.1")) for _ in range(2)]
+        socks += idle + busy
+        assert not any(closed_within(x, 0.3) for x in idle), "the proxy's idle connections were shed"
+        for forwarded, want in (("10.0.0.1", 503), ("10.0.0.9, 10.0.0.1", 503),
+                                ("10.0.0.1, 127.0.3.1", 503), ("10.0.0.1, 10.0.0.2", 200),
+                                ("10.0.0.2", 200), ("not-an-address", 200)):
+            st, b, _, closed = health_from(s, "127.0.3.1", xff.format(forwarded))
+            assert st == want, (forwarded, st, b)
+            if want == 503:
+                assert_error(st, b, 503, code="overloaded")
+                assert not closed, "the proxy's connection was closed for one client"
+        # the same client without the proxy is its own address, not capped by the proxied one
+        st, b, _, _ = health_from(s, "127.0.3.2", xff.format("10.0.0.1"))
+        assert st == 200, b
+        for x in busy:
+            x.close()
+        wait_for(lambda: health_from(s, "127.0.3.1", xff.format("10.0.0.1"))[0] == 200, 20,
+                 "the proxied client's requests to end")
 
 
 # ---- 3. tokenization off the engine thread, once per request ---------------------------------------
@@ -402,6 +664,38 @@ def test_default_max_tokens_fills_the_context():
         assert u["prompt_tokens"] > 256, u
         assert u["completion_tokens"] == 512 - u["prompt_tokens"], u
         assert b["choices"][0]["finish_reason"] == "length", b
+    finally:
+        assert s.stop() == 0
+
+
+def test_cancelled_requests_log_their_counts():
+    """A request whose client leaves is logged with its prompt and the tokens generated until
+    then, streamed or not (both were logged as "prompt 0, generated 0": the counts came only from
+    the engine's result, collected after the log line)."""
+    s = Server("synth:tiny-llama")
+    try:
+        body = {"prompt": "a cancelled request", "max_tokens": 2000, "ignore_eos": True}
+        got = []
+        sock = open_stream(s, "/v1/completions", {**body, "stream": True}, received=got)
+        while got[0].count(b"data: ") < 5:
+            got[0] += sock.recv(4096)
+        sock.close()
+        before = s.metrics()["lazyinfer_generation_tokens_total"]
+        data = json.dumps(body).encode()
+        plain = socket.create_connection(("127.0.0.1", s.port))
+        plain.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        wait_for(lambda: s.metrics()["lazyinfer_generation_tokens_total"] >= before + 10, 30,
+                 "the non-streaming request's first tokens")
+        plain.close()
+
+        def gone_lines():
+            return [l for l in s.log_tail(400).splitlines() if "client gone" in l]
+        wait_for(lambda: len(gone_lines()) >= 2, 30, "two 'client gone' log lines")
+        for line in gone_lines():
+            m = re.search(r"prompt (\d+), generated (\d+)", line)
+            assert m, line
+            assert int(m.group(1)) >= 2 and 5 <= int(m.group(2)) < 2000, line
     finally:
         assert s.stop() == 0
 

@@ -70,7 +70,8 @@ int cmd_serve(int argc, char **argv) {
         {"--header-timeout", NULL, OPT_INT, &header_timeout, "seconds from a request line to the end of its headers (default 10)"},
         {"--body-timeout", NULL, OPT_INT, &body_timeout, "seconds from the headers to the end of the body (default 60)"},
         {"--max-connections", NULL, OPT_INT, &max_conns, "connections open at once (default 4096; idle ones are shed past 15/16)"},
-        {"--max-connections-per-client", NULL, OPT_INT, &max_conns_client, "connections per client address (default 256; 0: no limit)"},
+        {"--max-connections-per-client", NULL, OPT_INT, &max_conns_client, "connections per client address (default 256; 0: no limit); beyond it the client's idle ones are shed, else 503"},
+        {"--trusted-proxy", NULL, OPT_STR, &sp.trusted_proxy, "address of a reverse proxy in front: its requests count for the right-most X-Forwarded-For address that is not the proxy (default: none)"},
         {"--drain-timeout", NULL, OPT_INT, &drain, "on SIGTERM/SIGINT, seconds running requests have to finish (default 30; a second signal stops at once)"},
         {"--quiet", "-q", OPT_FLAG, &sp.quiet, "no log line per request"},
     };

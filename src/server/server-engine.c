@@ -192,6 +192,7 @@ static bool on_token(void *user, int32_t tok) {
     bool complete = c->complete || li_logits_take(&c->proc, tok);  // the JSON document ends
     li_metrics_tokens(&s->mx, 1);
     pthread_mutex_lock(&s->mu);
+    c->n_generated++;  // so far; collect sets the engine's count at the end
     bool go_on = !r->cancelled && !c->stopped;
     if (go_on) {
         if (r->t_first == 0) r->t_first = li_srv_now_ms();
@@ -206,10 +207,27 @@ static bool on_token(void *user, int32_t tok) {
     return go_on;
 }
 
-// Submits r's choices, tokenised by prepare_prompt, to the scheduler (engine thread: no
+// A request's choices in the engine at once: at most half the batch rows (one with
+// --max-batch 1), so that a request of n choices never holds every row while others wait (n = 8
+// on --max-batch 8 made a 4-token request sent 1 s later wait 11.4 s); its other choices start
+// as those finish, each still drawn with seed + i, so the answer is the same.
+static int choice_share(const li_server *s) {
+    return s->p.max_running > 1 ? s->p.max_running / 2 : 1;
+}
+
+// How many more of r's choices may start with `room` free rows.
+static int choices_to_start(const li_server *s, const sreq *r, int room) {
+    int k = r->n_ch - r->n_started, cap = choice_share(s) - r->n_running;
+    if (k > cap) k = cap;
+    if (k > room) k = room;
+    return k > 0 ? k : 0;
+}
+
+// Submits k more of r's choices, tokenised by prepare_prompt, to the scheduler (engine thread: no
 // tokenising here); each that is submitted goes to s->active with one reference of r. On
-// failure r is failed (the choices already submitted are cancelled and collected as usual).
-static void submit(li_server *s, sreq *r) {
+// failure r is failed (the choices already submitted are cancelled and collected as usual, the
+// engine's references of the others dropped).
+static void submit(li_server *s, sreq *r, int k) {
     const li_api_request *a = &r->api;
     li_request q = {0};
     if (r->tok) {
@@ -229,9 +247,9 @@ static void submit(li_server *s, sreq *r) {
     sp.top_k = a->top_k >= 0 ? a->top_k : 0;
     sp.min_p = a->min_p >= 0 ? (float)a->min_p : 0.0f;
     q.gen.n_predict = r->n_predict;
-    for (int i = 0; i < r->n_ch; i++) {
-        choice *c = &r->ch[i];
-        sp.seed = r->seed + (uint64_t)i;
+    for (int end = r->n_started + k; r->n_started < end; r->n_started++) {
+        choice *c = &r->ch[r->n_started];
+        sp.seed = r->seed + (uint64_t)c->index;
         q.gen.sampling = sp;
         q.gen.user = c;
         li_status rc = li_submit(s->m, &q, &c->engine_id);
@@ -240,15 +258,18 @@ static void submit(li_server *s, sreq *r) {
             li_srv_fail_locked(s, r, rc, li_last_error());
             r->cancelled = true;  // the choices submitted stop at their next token
             pthread_mutex_unlock(&s->mu);
-            for (int k = 0; k < i; k++) li_cancel(s->m, r->ch[k].engine_id);
-            li_sreq_unref(s, r);  // the engine's reference of the choices not submitted
-                          for (int k = i + 1; k < r->n_ch; k++) li_sreq_unref(s, r);
+            for (int i = 0; i < s->n_active; i++)
+                if (s->active[i]->r == r) li_cancel(s->m, s->active[i]->engine_id);
+            int n_left = r->n_ch - r->n_started;
+            r->n_started = r->n_ch;
+            for (int i = 0; i < n_left; i++) li_sreq_unref(s, r);  // the choices not submitted
             return;
         }
         s->active[s->n_active++] = c;
+        r->n_running++;
     }
     pthread_mutex_lock(&s->mu);
-    r->state = SR_SUBMITTED;
+    if (r->state == SR_QUEUED) r->state = SR_SUBMITTED;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -369,7 +390,7 @@ static void dllm_finish(li_server *s, dllm_job *j, li_status rc, const char *msg
         pthread_mutex_lock(&s->mu);
         if (r->t_first == 0 && !cancelled) r->t_first = li_srv_now_ms();
         r->n_prompt = j->n_ids;
-        r->ch[0].n_generated = cancelled ? 0 : n_gen;
+        r->ch[0].n_generated = cancelled ? j->n_streamed : n_gen;  // committed when it left
         r->ch[0].length = !r->ch[0].stopped && n_gen == n_use;
         done_locked(s, r);
         pthread_mutex_unlock(&s->mu);
@@ -519,6 +540,43 @@ static void dllm_turn(li_server *s) {
     dllm_runs_compact(s);
 }
 
+// The rows that the choices waiting in s->partial take before any new request, out of `room`.
+static int partial_demand(const li_server *s, int room) {
+    int need = 0;
+    for (int i = 0; i < s->n_partial; i++) need += choices_to_start(s, s->partial[i], room - need);
+    return need;
+}
+
+// Ends the choices of r not started (r failed, or its client left) and drops the engine's
+// references to them; r may be freed by the last.
+static void drop_unstarted(li_server *s, sreq *r) {
+    int n_left = r->n_ch - r->n_started;
+    pthread_mutex_lock(&s->mu);
+    for (int i = r->n_started; i < r->n_ch; i++) choice_done_locked(s, &r->ch[i]);
+    pthread_mutex_unlock(&s->mu);
+    r->n_started = r->n_ch;
+    for (int i = 0; i < n_left; i++) li_sreq_unref(s, r);
+}
+
+// Starts more choices of the requests in s->partial, in arrival order, each up to its share of
+// the free rows; a request that failed or whose client left starts no more.
+static void start_partial(li_server *s) {
+    int w = 0;
+    for (int i = 0; i < s->n_partial; i++) {
+        sreq *r = s->partial[i];
+        pthread_mutex_lock(&s->mu);
+        bool over = r->cancelled || r->state == SR_DONE;
+        pthread_mutex_unlock(&s->mu);
+        if (over) {
+            drop_unstarted(s, r);
+            continue;
+        }
+        submit(s, r, choices_to_start(s, r, s->p.max_running - s->n_active));
+        if (r->n_started < r->n_ch) s->partial[w++] = r;
+    }
+    s->n_partial = w;
+}
+
 // Collects the choices the last step finished.
 static void collect(li_server *s) {
     for (int i = 0; i < s->n_active;) {
@@ -534,6 +592,7 @@ static void collect(li_server *s) {
         r->n_cached = res.n_cached_tokens;
         c->n_generated = res.n_generated;
         c->length = !c->stopped && res.n_generated >= r->n_predict;
+        r->n_running--;
         if (res.status != LI_OK) li_srv_fail_locked(s, r, res.status, res.error);
         else choice_done_locked(s, c);
         pthread_mutex_unlock(&s->mu);
@@ -556,16 +615,17 @@ void *li_srv_engine_main(void *arg) {
     snapshot(s);
     pthread_mutex_lock(&s->mu);
     while (!s->stopping) {
-        while (!s->stopping && s->n_active == 0 && s->n_runs == 0 && !s->queue)
+        while (!s->stopping && s->n_active == 0 && s->n_partial == 0 && s->n_runs == 0 && !s->queue)
             pthread_cond_wait(&s->engine_cv, &s->mu);
         if (s->stopping) break;
         // take what fits: the scheduler admits at most max_running at once; later ones wait
-        // here, where a client that leaves costs nothing
+        // here, where a client that leaves costs nothing. The choices of requests already
+        // started come first (choice_share).
         int room = s->p.max_running - (s->dllm ? s->n_dllm : s->n_active);
+        room -= partial_demand(s, room);
         sreq *take = NULL, **tail = &take, *first = NULL;
         while (s->queue && room > 0) {
             sreq *r = s->queue;
-            if (!r->cancelled && r->n_ch > room) break;  // n choices run together
             // diffusion: one batch shares LaCache/FP8 options; stop at the first that differs
             if (s->dllm && first && !r->cancelled && !dllm_same_batch(&first->api, &r->api)) break;
             s->queue = r->next;
@@ -581,10 +641,11 @@ void *li_srv_engine_main(void *arg) {
             }
             *tail = r;
             tail = &r->next;
-            room -= r->n_ch;
+            room -= choices_to_start(s, r, room);
             if (!first) first = r;
         }
         pthread_mutex_unlock(&s->mu);
+        if (!s->dllm) start_partial(s);
         if (s->dllm) {
             sreq *batch[256];
             int nb = 0;
@@ -608,7 +669,11 @@ void *li_srv_engine_main(void *arg) {
                 pthread_mutex_lock(&s->mu);
                 r->refs += r->n_ch - 1;
                 pthread_mutex_unlock(&s->mu);
-                submit(s, r);
+                submit(s, r, choices_to_start(s, r, s->p.max_running - s->n_active));
+                if (r->n_started < r->n_ch) {
+                    LI_ASSERT(s->n_partial < s->p.max_running);
+                    s->partial[s->n_partial++] = r;
+                }
             }
         }
         if (s->n_active > 0) {
@@ -651,7 +716,11 @@ void *li_srv_engine_main(void *arg) {
         li_cancel(s->m, s->active[i]->engine_id);
         li_srv_fail_locked(s, s->active[i]->r, LI_ERR_BACKEND, "the server is shutting down");
     }
+    for (int i = 0; i < s->n_partial; i++)
+        li_srv_fail_locked(s, s->partial[i], LI_ERR_BACKEND, "the server is shutting down");
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_partial; i++) drop_unstarted(s, s->partial[i]);
+    s->n_partial = 0;
     collect(s);
     return NULL;
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -119,6 +120,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, conn_ctx *x, int stat
         return MHD_NO;
     }
     MHD_add_response_header(resp, "Content-Type", ctype);
+    if (x->close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     x->status = status;
@@ -148,13 +150,16 @@ static const char *finish_reason(const choice *c) {
 }
 
 // A choice's text [from, to) as an API choice (sanitized into *text, free()), with the logprobs
-// of the tokens that start before `to` from index *lp_from on (advanced past them).
-static li_api_choice api_choice(const choice *c, size_t from, size_t to, char **text, int *lp_from) {
+// of the tokens that start before `to` from index *lp_from on (advanced past them); `last` (the
+// rest of a finished choice): every token left, those that added no text at its end included
+// (a special token, an empty piece), so that there is one entry per generated token.
+static li_api_choice api_choice(const choice *c, size_t from, size_t to, bool last, char **text,
+                                int *lp_from) {
     li_api_choice a = {.index = c->index, .logprobs = c->r->api.logprobs, .first = !c->sent_first};
     *text = li_api_utf8_sanitize(c->text.data ? c->text.data + from : "", to - from, NULL);
     a.text = *text;
     int k = *lp_from;
-    while (k < c->n_lp && c->lp[k].offset < to) k++;
+    while (k < c->n_lp && (last || c->lp[k].offset < to)) k++;
     a.lp = c->lp + *lp_from;
     a.n_lp = k - *lp_from;
     *lp_from = k;
@@ -178,9 +183,10 @@ static void next_events_locked(sreq *r) {
     li_buf b = {0};
     for (int i = 0; i < r->n_ch && !r->failed; i++) {
         choice *c = &r->ch[i];
-        if (c->safe > c->sent) {
+        bool last = c->done && c->safe == c->text.len;
+        if (c->safe > c->sent || (last && c->lp_sent < c->n_lp)) {
             char *t;
-            li_api_choice a = api_choice(c, c->sent, c->safe, &t, &c->lp_sent);
+            li_api_choice a = api_choice(c, c->sent, c->safe, last, &t, &c->lp_sent);
             add_event(&b, t ? li_api_chunk_sse(&r->meta, &a, NULL) : NULL);
             free(t);
             c->sent = c->safe;
@@ -243,11 +249,14 @@ static void stream_free(void *cls) {
     li_sreq_unref(r->srv, r);
 }
 
+// `Authorization: Bearer KEY`; the scheme is case-insensitive (RFC 9110 §11.1), one or more
+// spaces follow it.
 static bool auth_ok(li_server *s, struct MHD_Connection *c) {
     if (!s->api_key[0]) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
     h += 7;
+    while (*h == ' ') h++;
     size_t n = strlen(h), k = strlen(s->api_key);
     unsigned diff = n != k;
     for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)h[i] ^ (unsigned char)s->api_key[i];
@@ -317,6 +326,7 @@ static bool prepare_prompt(li_server *s, sreq *r, li_api_error *e) {
     if (rc != LI_OK) return li_srv_error_of(e, rc, li_last_error());
     int n = r->tok ? li_request_tokens_count(r->tok) : r->n_ids, n_ctx = s->info.n_ctx;
     int V = s->info.n_vocab;
+    r->n_prompt = n;  // the engine's count replaces it at the end; a request cancelled before logs it
     for (int i = 0; i < r->n_ids; i++)
         if (r->ids[i] < 0 || r->ids[i] >= V)
             return li_api_error_set(e, 400, "invalid_request_error", "prompt", NULL,
@@ -521,7 +531,7 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     bool built = chs && texts;
     for (int i = 0; built && i < r->n_ch; i++) {
         int from = 0;
-        chs[i] = api_choice(&r->ch[i], 0, r->ch[i].text.len, &texts[i], &from);
+        chs[i] = api_choice(&r->ch[i], 0, r->ch[i].text.len, true, &texts[i], &from);
         chs[i].finish = finish_reason(&r->ch[i]);
         built = texts[i] != NULL;
     }
@@ -534,6 +544,17 @@ static enum MHD_Result handle_completion(li_server *s, struct MHD_Connection *c,
     return send_json(c, x, 200, body);
 }
 
+// /tokenize and /detokenize cover at most TOKENIZE_CONTEXTS contexts' worth of tokens, so their
+// work and answer are bounded by the model, not by the 16 MiB body (15 MiB of text took 9 s and
+// answered 88 MB with pieces). The text of /tokenize is checked first, at TOKEN_BYTES bytes a
+// token (longer than nearly every token), so a text over it costs no tokenising.
+#define TOKENIZE_CONTEXTS 8
+#define TOKEN_BYTES 16
+
+static int64_t tokenize_max_tokens(const li_server *s) {
+    return (int64_t)TOKENIZE_CONTEXTS * s->info.n_ctx;
+}
+
 // POST /tokenize (llama-server's shape; the connection thread tokenises: the tokenizer is
 // read-only).
 static enum MHD_Result handle_tokenize(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
@@ -541,12 +562,29 @@ static enum MHD_Result handle_tokenize(li_server *s, struct MHD_Connection *c, c
     li_api_tokenize t;
     if (!li_api_parse_tokenize(x->body.data ? x->body.data : "", x->body.len, &t, &e))
         return send_error(c, x, &e);
+    int64_t max_tokens = tokenize_max_tokens(s), max_bytes = max_tokens * TOKEN_BYTES;
+    if ((int64_t)t.len > max_bytes) {
+        free(t.content);
+        li_api_error_set(&e, 400, "invalid_request_error", "content", NULL,
+                         "content of %zu bytes: /tokenize takes at most %lld bytes (%d contexts "
+                         "of %d tokens, -c)", t.len, (long long)max_bytes, TOKENIZE_CONTEXTS,
+                         s->info.n_ctx);
+        return send_error(c, x, &e);
+    }
     int32_t *ids = NULL;
     int n = 0;
     li_status rc = li_tokenize(s->m, t.content, t.len, t.add_special, t.parse_special, &ids, &n);
     free(t.content);
     if (rc != LI_OK) {
         li_srv_error_of(&e, rc, li_last_error());
+        return send_error(c, x, &e);
+    }
+    if (n > max_tokens) {
+        li_free_tokens(ids);
+        li_api_error_set(&e, 400, "invalid_request_error", "content", NULL,
+                         "content of %d tokens: /tokenize answers at most %lld tokens (%d "
+                         "contexts of %d tokens, -c)", n, (long long)max_tokens, TOKENIZE_CONTEXTS,
+                         s->info.n_ctx);
         return send_error(c, x, &e);
     }
     char **texts = t.with_pieces ? calloc((size_t)n + 1, sizeof *texts) : NULL;
@@ -581,6 +619,10 @@ static enum MHD_Result handle_detokenize(li_server *s, struct MHD_Connection *c,
     li_buf b = {0};
     li_status rc = LI_OK;
     int V = s->info.n_vocab;
+    if (n > tokenize_max_tokens(s))
+        rc = li_error_set(LI_ERR_INVALID_ARG, "%d tokens: /detokenize takes at most %lld (%d "
+                          "contexts of %d tokens, -c)", n, (long long)tokenize_max_tokens(s),
+                          TOKENIZE_CONTEXTS, s->info.n_ctx);
     for (int i = 0; i < n && rc == LI_OK; i++)
         rc = ids[i] < V ? li_piece_append(s->m, ids[i], &b)
                         : li_error_set(LI_ERR_INVALID_ARG, "token %d is outside the vocabulary "
@@ -598,17 +640,154 @@ static enum MHD_Result handle_detokenize(li_server *s, struct MHD_Connection *c,
     return send_json(c, x, 200, body);
 }
 
+bool li_srv_addr_text(const char *text, size_t len, char out[LI_CONN_ADDR_LEN]) {
+    while (len && (*text == ' ' || *text == '\t')) text++, len--;
+    while (len && (text[len - 1] == ' ' || text[len - 1] == '\t')) len--;
+    char t[LI_CONN_ADDR_LEN];
+    unsigned char a[16];
+    if (len == 0 || len >= sizeof t) return false;
+    memcpy(t, text, len);
+    t[len] = 0;
+    if (inet_pton(AF_INET, t, a) == 1) return inet_ntop(AF_INET, a, out, LI_CONN_ADDR_LEN) != NULL;
+    if (inet_pton(AF_INET6, t, a) != 1) return false;
+    static const unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (!memcmp(a, v4_mapped, sizeof v4_mapped))
+        return inet_ntop(AF_INET, a + 12, out, LI_CONN_ADDR_LEN) != NULL;
+    return inet_ntop(AF_INET6, a, out, LI_CONN_ADDR_LEN) != NULL;
+}
+
+// The address of the connection's peer as text (li_srv_addr_text); false when it has none.
+static bool peer_text(struct MHD_Connection *c, char out[LI_CONN_ADDR_LEN]) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    char t[LI_CONN_ADDR_LEN];
+    if (!sa || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)) return false;
+    const void *a = sa->sa_family == AF_INET ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                                             : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return inet_ntop(sa->sa_family, a, t, sizeof t) && li_srv_addr_text(t, strlen(t), out);
+}
+
+static bool from_trusted_proxy(li_server *s, struct MHD_Connection *c, char peer[LI_CONN_ADDR_LEN]) {
+    return s->trusted_proxy[0] && peer_text(c, peer) && !strcmp(peer, s->trusted_proxy);
+}
+
+static enum MHD_Result join_forwarded(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value) {
+    li_buf *b = cls;
+    (void)kind;
+    if (value && !strcasecmp(key, "X-Forwarded-For")) {
+        if (b->len) li_buf_append(b, ",", 1);
+        li_buf_append(b, value, strlen(value));
+    }
+    return MHD_YES;
+}
+
+// The client a trusted proxy's request counts for (conn.h): the right-most X-Forwarded-For
+// address that is not the proxy itself, over every X-Forwarded-For line in order (the proxy
+// appends the address it saw, which a client cannot forge; what is left of it, a client can
+// write). The proxy's own address when there is none, or that one is not an IP address.
+static void forwarded_client(li_server *s, struct MHD_Connection *c, char out[LI_CONN_ADDR_LEN]) {
+    li_buf b = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, join_forwarded, &b);
+    snprintf(out, LI_CONN_ADDR_LEN, "%s", s->trusted_proxy);
+    for (size_t end = b.len; end > 0;) {
+        size_t start = end;
+        while (start > 0 && b.data[start - 1] != ',') start--;
+        char a[LI_CONN_ADDR_LEN];
+        if (!li_srv_addr_text(b.data + start, end - start, a)) break;
+        if (strcmp(a, s->trusted_proxy)) {
+            snprintf(out, LI_CONN_ADDR_LEN, "%s", a);
+            break;
+        }
+        end = start > 0 ? start - 1 : 0;
+    }
+    li_buf_free(&b);
+}
+
 // The connection's guard entry (conn.h), set when it opened.
 static li_conn *conn_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
+// How the request's body is framed, counted over every header line (MHD keeps duplicates).
+typedef struct {
+    int n_length, n_encoding;  // Content-Length and Transfer-Encoding lines
+    const char *encoding;      // the last Transfer-Encoding value
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+    framing *f = cls;
+    (void)kind;
+    if (!strcasecmp(key, "Content-Length")) f->n_length++;
+    if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->n_encoding++;
+        f->encoding = value;
+    }
+    return MHD_YES;
+}
+
+// The body's framing must be one Content-Length, or none (no body). Ambiguous framing is the
+// request-smuggling pattern behind proxies: several Content-Length lines, or Content-Length with
+// Transfer-Encoding (RFC 9112 §6.3), is a 400. Chunked bodies are a 411: libmicrohttpd (0.9.75)
+// decodes chunks itself and shows the application neither a chunk's size (a 7fffffff chunk held
+// the connection until --body-timeout) nor an over-long chunk line (a 1 MB chunk extension got
+// its HTML 500), and every client of this API sends Content-Length. The answer closes the
+// connection (its body is never read), so nothing after it can be taken as a next request.
+// False with *e filled when the framing is refused.
+static bool framing_ok(struct MHD_Connection *c, li_api_error *e) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    if (f.n_length > 1)
+        return li_api_error_set(e, 400, "invalid_request_error", NULL, "ambiguous_framing",
+                                "%d Content-Length headers: the body's length is ambiguous; send "
+                                "one", f.n_length);
+    if (f.n_encoding && f.n_length)
+        return li_api_error_set(e, 400, "invalid_request_error", NULL, "ambiguous_framing",
+                                "Content-Length and Transfer-Encoding together: the body's length "
+                                "is ambiguous; send Content-Length alone");
+    if (f.n_encoding > 1 || (f.n_encoding && strcasecmp(f.encoding, "chunked")))
+        return li_api_error_set(e, 400, "invalid_request_error", NULL, "ambiguous_framing",
+                                "Transfer-Encoding '%.100s' is not supported: send Content-Length",
+                                f.n_encoding > 1 ? "(several headers)" : f.encoding);
+    if (f.n_encoding)
+        return li_api_error_set(e, 411, "invalid_request_error", NULL, "length_required",
+                                "chunked request bodies are not accepted: send Content-Length");
+    return true;
+}
+
+// The per-client cap at a request's headers (conn.h): false, with x->refused, when its client (a
+// trusted proxy's: from X-Forwarded-For) is over it. A direct client gets its 503 at once and its
+// connection closes; a proxy's request gets it after its body is read (and dropped): an answer
+// before the body closes the connection, which the proxy's other clients share.
+static bool admitted(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
+    char peer[LI_CONN_ADDR_LEN], client[LI_CONN_ADDR_LEN];
+    bool proxied = from_trusted_proxy(s, c, peer);
+    if (proxied) forwarded_client(s, c, client);
+    if (li_conn_admit(s->guard, conn_of(c), proxied ? client : NULL)) return true;
+    x->refused = true;
+    x->close = !proxied;
+    return false;
+}
+
+static enum MHD_Result send_over_cap(li_server *s, struct MHD_Connection *c, conn_ctx *x) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "too many connections from this client (more than %u, "
+             "--max-connections-per-client); retry later", s->p.max_connections_per_client);
+    return send_err(c, x, 503, "server_error", "overloaded", msg);
+}
+
 // What the headers alone decide, answered before any byte of the body is read (a client without
-// the key, with a body over the limit or of another type costs no memory): route, method, API key,
-// Content-Length, Content-Type. Returns true with *ret set when it answered.
+// the key, with a body over the limit or of another type costs no memory): framing, route,
+// method, API key, Content-Length, Content-Type. Returns true with *ret set when it answered.
 static bool answer_from_headers(li_server *s, struct MHD_Connection *c, conn_ctx *x,
                                 const char *url, const char *method, enum MHD_Result *ret) {
+    li_api_error e;
+    if (!framing_ok(c, &e)) {
+        *ret = send_error(c, x, &e);
+        return true;
+    }
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     bool models = !strcmp(url, "/v1/models"), model_one = !strncmp(url, "/v1/models/", 11);
     if (!strcmp(url, "/health") || !strcmp(url, "/metrics")) {
@@ -672,12 +851,14 @@ enum MHD_Result li_http_on_access(void *cls, struct MHD_Connection *c, const cha
                       : !strcmp(url, "/tokenize") ? 3 : !strcmp(url, "/detokenize") ? 4 : 2;
         *con_cls = x;
         enum MHD_Result ret;
+        if (!admitted(s, c, x) && x->close) return send_over_cap(s, c, x);
         if (answer_from_headers(s, c, x, url, method, &ret)) return ret;
         li_conn_set_phase(s->guard, conn_of(c), strcmp(method, "POST") ? LI_CONN_BUSY : LI_CONN_BODY);
         return MHD_YES;
     }
     if (*upload_size) {
-        if (x->body.len + *upload_size > s->p.max_body_bytes) x->too_big = true;
+        // a refused request's body is dropped as it comes, as one over the limit
+        if (x->refused || x->body.len + *upload_size > s->p.max_body_bytes) x->too_big = true;
         if (!x->too_big && li_buf_append(&x->body, upload, *upload_size) != LI_OK) x->too_big = true;
         *upload_size = 0;
         return MHD_YES;
@@ -686,6 +867,7 @@ enum MHD_Result li_http_on_access(void *cls, struct MHD_Connection *c, const cha
     // answering may take long (the engine, a stream): libmicrohttpd's inactivity timeout waits
     // (refreshed before each write, refresh_timeout)
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    if (x->refused) return send_over_cap(s, c, x);
     if (!strcmp(url, "/health")) return send_json(c, x, 200, strdup("{\"status\": \"ok\"}"));
     if (!strcmp(url, "/metrics")) {
         int open;
@@ -730,7 +912,10 @@ void li_http_on_connection(void *cls, struct MHD_Connection *c, void **socket_co
     li_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? li_conn_open(s->guard, ci->connect_fd) : NULL;
+        char peer[LI_CONN_ADDR_LEN];
+        // a trusted proxy's connection counts for the clients its requests name (conn.h)
+        const char *client = from_trusted_proxy(s, c, peer) ? NULL : peer_text(c, peer) ? peer : "";
+        *socket_context = ci ? li_conn_open(s->guard, ci->connect_fd, client) : NULL;
     } else {
         li_conn_close(s->guard, *socket_context);
         *socket_context = NULL;
@@ -763,17 +948,21 @@ void li_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         li_sreq_unref(s, r);
     }
     if (x->status) {
+        bool answered = !cancelled && x->status < 400;  // the prompt tokens the metric counts
         li_metrics_request(&s->mx, x->endpoint, cancelled ? 499 : x->status,
-                           ttft >= 0 ? ttft / 1e3 : -1, (t - x->t0) / 1e3, n_prompt, n_gen);
-        if (!s->p.quiet && x->r)
+                           ttft >= 0 ? ttft / 1e3 : -1, (t - x->t0) / 1e3, answered ? n_prompt : 0,
+                           n_gen);
+        // a refusal of the per-client cap is in the guard's summary line instead (conn.h)
+        bool log = !s->p.quiet && !x->refused;
+        if (log && x->r)
             fprintf(stderr, "serve: %s %s %d%s %.1f ms, ttft %.1f ms, prompt %d, generated %d%s\n",
                     x->method, x->url, x->status, cancelled ? " (client gone)" : "", t - x->t0,
                     ttft >= 0 ? ttft : 0.0, n_prompt, n_gen, x->stream ? ", stream" : "");
-        else if (!s->p.quiet)
+        else if (log)
             fprintf(stderr, "serve: %s %s %d %.1f ms\n", x->method, x->url, x->status, t - x->t0);
     } else if (x->r && !s->p.quiet) {
-        fprintf(stderr, "serve: %s %s client gone before the answer after %.1f ms\n", x->method,
-                x->url, t - x->t0);
+        fprintf(stderr, "serve: %s %s client gone before the answer after %.1f ms, prompt %d, "
+                "generated %d\n", x->method, x->url, t - x->t0, n_prompt, n_gen);
     }
     li_buf_free(&x->body);
     free(x);

@@ -62,6 +62,7 @@ struct sreq {
     li_json_grammar *grammar;  // response_format's, NULL: none
     choice *ch;     // (n_ch)
     int n_ch, n_ch_done;
+    int n_started, n_running;  // choices given to the engine so far; running now (engine thread)
     // output, under srv->mu
     sr_state state;
     bool cancelled, failed;
@@ -102,6 +103,7 @@ struct li_server {
     li_model_info info;  // m's, read once at start
     li_server_params p;
     char model_id[256], model_path[1024], api_key[256];
+    char trusted_proxy[LI_CONN_ADDR_LEN];  // normalised (li_srv_addr_text); "": none
     bool dllm;
     struct MHD_Daemon *daemon;
     int port;
@@ -117,6 +119,9 @@ struct li_server {
     int n_queued, n_accepted;  // queued; accepted and not done (queued + in the engine)
     choice **active;           // (max_running) choices in the engine (engine thread only)
     int n_active;
+    sreq **partial;            // (max_running) requests some of whose choices wait to start, in
+    int n_partial;             // arrival order (engine thread only; each has a choice running or
+                               // the first turn at a free row)
     dllm_run *runs;     // (max_running) diffusion batches decoding (engine thread only)
     int n_runs, rr;            // batches; the one whose turn is next
     int n_dllm;                // diffusion requests in them
@@ -134,6 +139,8 @@ typedef struct {
     int endpoint;  // 0 completions, 1 chat, 2 other, 3 tokenize, 4 detokenize
     li_buf body;
     bool too_big;
+    bool refused;  // over the per-client cap: counted and summarised by the guard, not logged
+    bool close;    // the response closes the connection
     int status;
     bool stream;
     sreq *r;
@@ -142,6 +149,9 @@ typedef struct {
 // ---- across the files ------------------------------------------------------------------------
 
 double li_srv_now_ms(void);  // CLOCK_MONOTONIC, milliseconds
+// The text of the IP address text[0, len) (spaces around it ignored), normalised so that equal
+// addresses compare equal (an IPv4-mapped IPv6 address as IPv4); false when it is none.
+bool li_srv_addr_text(const char *text, size_t len, char out[LI_CONN_ADDR_LEN]);
 void li_sreq_free(sreq *r);
 // Drops one reference to r (s->mu held); the last frees it.
 void li_sreq_unref(li_server *s, sreq *r);

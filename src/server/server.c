@@ -80,6 +80,7 @@ static void server_free(li_server *s) {
     pthread_cond_destroy(&s->engine_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->active);
+    free(s->partial);
     free(s->runs);
     li_vocab_free(&s->vocab);
     free(s);
@@ -109,8 +110,14 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     snprintf(s->model_id, sizeof s->model_id, "%s", p->model_id ? p->model_id : "lazyinfer");
     snprintf(s->model_path, sizeof s->model_path, "%s", p->model_path ? p->model_path : s->model_id);
     snprintf(s->api_key, sizeof s->api_key, "%s", p->api_key ? p->api_key : "");
+    if (p->trusted_proxy && !li_srv_addr_text(p->trusted_proxy, strlen(p->trusted_proxy),
+                                              s->trusted_proxy)) {
+        free(s);
+        return li_error_set(LI_ERR_INVALID_ARG, "serve: --trusted-proxy '%s' is not an IPv4 or "
+                            "IPv6 address", p->trusted_proxy);
+    }
     s->p.host = NULL;  // borrowed strings are copied above or used only here
-    s->p.model_id = s->p.model_path = s->p.api_key = NULL;
+    s->p.model_id = s->p.model_path = s->p.api_key = s->p.trusted_proxy = NULL;
     li_server_params d = li_server_default_params();
     if (!s->p.idle_timeout_s) s->p.idle_timeout_s = d.idle_timeout_s;
     if (!s->p.header_timeout_s) s->p.header_timeout_s = d.header_timeout_s;
@@ -140,9 +147,11 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
         return li_error_set(LI_ERR_OOM, "serve: out of memory for the vocabulary");
     }
     s->active = calloc((size_t)s->p.max_running, sizeof *s->active);
+    s->partial = calloc((size_t)s->p.max_running, sizeof *s->partial);
     s->runs = calloc((size_t)s->p.max_running, sizeof *s->runs);
-    if (!s->active || !s->runs) {
+    if (!s->active || !s->partial || !s->runs) {
         free(s->active);
+        free(s->partial);
         free(s->runs);
         li_vocab_free(&s->vocab);
         free(s);
@@ -156,6 +165,7 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
     unsigned reserve = s->p.max_connections / 16 > 0 ? s->p.max_connections / 16 : 1;
     li_conn_limits lim = {.idle_s = s->p.idle_timeout_s, .header_s = s->p.header_timeout_s,
                           .body_s = s->p.body_timeout_s, .max_open = (int)s->p.max_connections,
+                          .per_client = (int)s->p.max_connections_per_client,
                           .shed_at = (int)(s->p.max_connections > reserve
                                                ? s->p.max_connections - reserve : 1)};
     li_status rc = li_conn_guard_start(&s->guard, &lim);
@@ -179,7 +189,6 @@ li_status li_server_start(li_server **out, li_model *m, const li_server_params *
                                  MHD_OPTION_NOTIFY_CONNECTION, li_http_on_connection, s,
                                  MHD_OPTION_URI_LOG_CALLBACK, li_http_on_uri, s,
                                  MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->p.max_connections_per_client,
                                  MHD_OPTION_CONNECTION_TIMEOUT, s->p.idle_timeout_s, MHD_OPTION_END);
     if (!s->daemon) {
         close(lfd);

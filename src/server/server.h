@@ -37,7 +37,10 @@ typedef struct {
     unsigned idle_timeout_s, header_timeout_s, body_timeout_s;
     unsigned max_connections;             // open at once (within RLIMIT_NOFILE); more: refused,
                                           // and past 15/16 of it idle ones are shed
-    unsigned max_connections_per_client;  // per client address; 0: no limit
+    unsigned max_connections_per_client;  // per client address; 0: no limit. Beyond it the
+                                          // client's idle connections are shed, else 503
+    const char *trusted_proxy;  // NULL or the address of a reverse proxy in front: its requests
+                                // count for their X-Forwarded-For client (server-http.c)
     unsigned drain_timeout_s;  // shutdown: seconds running requests have to finish (0: none)
 } li_server_params;
 
