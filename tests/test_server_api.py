@@ -6,6 +6,7 @@ options). Each test names what the server did before (accepted and ignored, or g
 The default SmolLM2 model where the tokens matter (its vocabulary and chat template), with
 temperature 0 or a fixed seed; synth:tiny-llama / tiny-llada where only the shapes do.
 """
+import codecs
 import json
 import math
 import sys
@@ -255,6 +256,65 @@ def test_logprobs_one_entry_per_token_on_a_byte_vocabulary():
             assert len(b["choices"][0]["logprobs"]["content"]) == b["usage"]["completion_tokens"] == 4, b
     finally:
         assert s.stop() == 0
+
+
+def complete_chars(b):
+    """The longest prefix of the bytes b that does not end inside a UTF-8 character, decoded."""
+    return codecs.getincrementaldecoder("utf-8")().decode(b, final=False)
+
+
+def test_length_drops_a_cut_character(real):
+    """A choice that max_tokens ends inside a character (byte-level BPE splits Japanese ones into
+    tokens of 1 or 2 bytes) ends before it, on both endpoints, streamed or not: its first bytes
+    came out as one U+FFFD each. Its tokens still count, in usage and logprobs, whose text_offset
+    stays within the text."""
+    asks = {"/v1/chat/completions": {"messages": [{"role": "user", "content": "日本語で自己紹介してください。"}]},
+            "/v1/completions": {"prompt": "漢字：日本、東京、大阪、"}}
+    seen = set()  # (bytes of the cut character, tokens they came in)
+    for path, ask in asks.items():
+        chat = "messages" in ask
+        logprobs = {"logprobs": True if chat else 1}
+        full = curl(real, path, {**ask, "max_tokens": 24, "temperature": 0, **logprobs})[1]
+        lp = full["choices"][0]["logprobs"]
+        # prefix[k]: the bytes of the first k tokens
+        if chat:
+            pieces = [bytes(e["bytes"]) for e in lp["content"]]
+            prefix = [b"".join(pieces[:k]) for k in range(len(pieces) + 1)]
+        else:
+            text = full["choices"][0]["text"].encode()
+            prefix = [text[:o] for o in lp["text_offset"]]
+        # each way the model's tokens may cut a character, at its first max_tokens >= 4 (some text
+        # before the cut)
+        cuts = {}
+        for k in range(4, len(prefix)):
+            whole = len(complete_chars(prefix[k]).encode())
+            tail = sum(len(prefix[j]) >= whole for j in range(k))
+            if whole < len(prefix[k]):
+                cuts.setdefault((len(prefix[k]) - whole, tail), k)
+        assert cuts, (path, prefix)
+        seen |= set(cuts)
+        for k in cuts.values():
+            want = complete_chars(prefix[k])
+            assert "\ufffd" not in want and want, (path, k, want)
+            body = {**ask, "max_tokens": k, "temperature": 0, **logprobs}
+            b = curl(real, path, body)[1]
+            c = b["choices"][0]
+            text = c["message"]["content"] if chat else c["text"]
+            assert c["finish_reason"] == "length" and text == want, (path, k, text, want)
+            assert b["usage"]["completion_tokens"] == k, b
+            if chat:
+                assert [bytes(e["bytes"]) for e in c["logprobs"]["content"]] == pieces[:k], b
+            else:
+                offs = c["logprobs"]["text_offset"]
+                assert len(offs) == k and offs == sorted(offs) and offs[-1] <= len(text.encode()), b
+            deltas, finish = [], None
+            for ev in sse(real, path, {**body, "stream": True}):
+                for ch in ev["choices"]:
+                    deltas.append((ch["delta"].get("content") or "") if chat else ch["text"])
+                    finish = ch["finish_reason"] or finish
+            assert "".join(deltas) == want and finish == "length", (path, k, deltas, want)
+    # a character's 1 or 2 first bytes in one token, and 2 in two (text_offset past the text)
+    assert {(1, 1), (2, 1), (2, 2)} <= seen, seen
 
 
 def test_penalties(real):

@@ -49,14 +49,25 @@ void li_sreq_unref(li_server *s, sreq *r) {
 
 // ---- engine thread ---------------------------------------------------------------------------
 
+// A choice's text is final (under s->mu): all of it may be sent. One that max_tokens cut ends
+// before a character whose first bytes alone would read as one U+FFFD each (docs/SERVER.md);
+// its tokens still count, in usage and logprobs, those of the dropped bytes at the text's end.
+static void finish_text_locked(choice *c) {
+    c->done = true;
+    if (c->length) {
+        c->text.len = li_api_utf8_complete_prefix(c->text.data, c->text.len);
+        for (int k = 0; k < c->n_lp; k++)
+            if (c->lp[k].offset > c->text.len) c->lp[k].offset = c->text.len;
+    }
+    c->safe = c->text.len;
+}
+
 // Marks r done (under s->mu) and wakes its connection thread.
 static void done_locked(li_server *s, sreq *r) {
     if (r->state == SR_DONE) return;
     r->state = SR_DONE;
-    for (int i = 0; i < r->n_ch; i++) {
-        r->ch[i].done = true;
-        r->ch[i].safe = r->ch[i].text.len;
-    }
+    for (int i = 0; i < r->n_ch; i++)
+        if (!r->ch[i].done) finish_text_locked(&r->ch[i]);
     s->n_accepted--;
     pthread_cond_broadcast(&r->cv);
     if (s->draining) pthread_cond_broadcast(&s->drain_cv);
@@ -105,8 +116,7 @@ static void fail_request(li_server *s, sreq *r, li_status st, const char *msg) {
 // A choice is finished (under s->mu); the request is done with its last choice.
 static void choice_done_locked(li_server *s, choice *c) {
     if (c->done) return;
-    c->done = true;
-    c->safe = c->text.len;
+    finish_text_locked(c);
     pthread_cond_broadcast(&c->r->cv);
     if (++c->r->n_ch_done == c->r->n_ch) done_locked(s, c->r);
 }
