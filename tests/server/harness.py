@@ -109,9 +109,16 @@ def client(s, key=None, **kw):
     return openai.OpenAI(base_url=s.url + "/v1", api_key=key or s.api_key or "none", max_retries=0, **kw)
 
 
+# curl's limit on one request, in seconds. It is there to turn a hung server into a failure, not
+# to time the server: the slowest request of the tests (test_response_format_json's answer of 290
+# tokens) takes 10.6 s on a quiet 2-core machine and took over 30 s, the former limit, with two
+# CPU-bound processes beside it (load average above 3). 300 s leaves room for 25 times that.
+CURL_MAX_TIME = 300
+
+
 def curl(s, path, body=None, key=None, method=None, headers=()):
     """Raw HTTP with curl: returns (status, parsed JSON or text, response headers)."""
-    cmd = ["curl", "-s", "-S", "-D", "-", "--max-time", "30", s.url + path]
+    cmd = ["curl", "-s", "-S", "-D", "-", "--max-time", str(CURL_MAX_TIME), s.url + path]
     if method:
         cmd += ["-X", method]
     if key:
@@ -122,7 +129,7 @@ def curl(s, path, body=None, key=None, method=None, headers=()):
     if body is not None:
         data = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
         cmd += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
-    out = subprocess.run(cmd, input=data, capture_output=True, timeout=60)
+    out = subprocess.run(cmd, input=data, capture_output=True, timeout=CURL_MAX_TIME + 30)
     assert out.returncode == 0, out.stderr.decode()
     raw = out.stdout.decode(errors="replace")
     head, _, text = raw.partition("\r\n\r\n")
