@@ -6,6 +6,9 @@
 #   rag     test-rag with LI_TEST_BACKEND=cuda: lazy/copy/prefix/none agree on the GPU
 #   e2e     lazyinfer bench generate on synth:llama-3.1-8b: prefill 5×4096+64 = 20544 tokens and
 #           decode (tg128) — ms = 1000 / (t/s)
+#   e2eact  the same with LI_LLAMA_ACT=f32 (activations f32 between ops) and LI_LLAMA_FUSED=0
+#           (gate and up as two GEMMs): the bf16 data path's same-run baselines
+#   e2ebase the e2e run on .gpu/base/lazyinfer-cuda (same run)
 #   ragbench lazyinfer bench rag, the paper's setting (CSV per sweep)
 #   tiers   the document tiers (issue 21): test-kv-tiers on cuda (no Redis there), bench rag in
 #           the paper's setting with a 2G GPU budget
@@ -96,6 +99,15 @@ has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has rag && run test-rag-cuda-f32kv 300 env LI_TEST_BACKEND=cuda LI_TEST_KV_DTYPE=f32 $B/test-rag
 has kernels && run bench-kernels 180 $LI bench kernels --backend cuda -m synth:llama-3.1-8b
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
+# the same with f32 activations between ops (LI_LLAMA_ACT=f32: the bf16 path's same-run
+# baseline) and with gate and up as two GEMMs (LI_LLAMA_FUSED=0: the fused GEMM's)
+has e2eact && run e2e-8b-f32act 300 env LI_LLAMA_ACT=f32 $LI bench generate --backend cuda \
+  -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
+has e2eact && run e2e-8b-split 300 env LI_LLAMA_FUSED=0 $LI bench generate --backend cuda \
+  -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
+# the same on .gpu/base/lazyinfer-cuda (a build from before a change, put there by hand)
+has e2ebase && [ -x .gpu/base/lazyinfer-cuda ] && run e2e-8b-base 300 .gpu/base/lazyinfer-cuda \
+  bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # the same with the engine's own prefill attention (the cuDNN path's same-call baseline)
 has e2enative && run e2e-8b-native 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b \
   -p 20544 -n 128 -r 2 --attn-impl native

@@ -53,10 +53,25 @@ li_status li_llama_scratch_init(li_llama_scratch *s, li_backend *be, const li_hp
     s->max_table_words = max_table_words;
     size_t T = (size_t)max_tokens, D = (size_t)hp->n_embd, F = (size_t)hp->n_ff;
     size_t HDh = (size_t)hp->n_head * hp->head_dim, KDh = (size_t)hp->n_head_kv * hp->head_dim;
-    // the gate buffer also holds a decode step's fused outputs: [q | k | v] and [gate | up]
-    size_t gate_n = T * F;
+    const char *act = getenv("LI_LLAMA_ACT");
+    bool has_bf16 = li_be_takes(be, LI_ACT_RMSNORM, LI_DTYPE_BF16) &&
+                    li_be_takes(be, LI_ACT_MATMUL, LI_DTYPE_BF16) &&
+                    li_be_takes(be, LI_ACT_ROPE, LI_DTYPE_BF16) &&
+                    li_be_takes(be, LI_ACT_SWIGLU, LI_DTYPE_BF16);
+    s->act_bf16 = has_bf16 && (act ? !strcmp(act, "bf16") : li_be_is_device(be));
+    const char *fz = getenv("LI_LLAMA_FUSED");
+    s->gate_up_fused = s->act_bf16 && !(fz && fz[0] == '0');
+    // the gate buffer holds (T, F), or [gate | up] (T, 2F) from one GEMM, and a decode step's
+    // fused outputs: [q | k | v] and [gate | up] of one row
+    size_t gate_n = (s->gate_up_fused ? 2 : 1) * T * F;
     if (gate_n < 2 * F) gate_n = 2 * F;
     if (gate_n < HDh + 2 * KDh) gate_n = HDh + 2 * KDh;
+    size_t xb_n = D > F ? D : F;
+    if (xb_n < HDh) xb_n = HDh;
+    if (s->act_bf16) {
+        s->xb = li_be_alloc(be, T * xb_n * 2, "bf16 activations");
+        if (!s->xb) return LI_ERR_OOM;
+    }
     struct {
         float **p;
         size_t n;
@@ -94,6 +109,7 @@ li_status li_llama_scratch_init(li_llama_scratch *s, li_backend *be, const li_hp
 void li_llama_scratch_free(li_llama_scratch *s) {
     float *bufs[] = {s->x, s->xn, s->q, s->k, s->v, s->att, s->gate, s->up, s->tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) li_be_free(s->be, bufs[i]);
+    li_be_free(s->be, s->xb);
     li_be_free(s->be, s->idx_dev);
     li_free(s->idx_host);
     li_free(s->seqs_dev);
@@ -163,7 +179,8 @@ static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *d
         off += 4 * ((size_t)b->n_seqs + 1);
     }
 #undef STAGE
-    return li_be_upload(s->be, s->idx_dev, s->idx_host, off);
+    // queued: the host goes on to queue this forward's ops while the device finishes the last
+    return li_be_upload_queued(s->be, s->idx_dev, s->idx_host, off);
 }
 
 // The ops of one forward over a (staged) batch: embedding, the layers, the head rows.
@@ -176,6 +193,70 @@ typedef struct {
     uint8_t *qa;  // FP8 activation codes (T, max(D, F)), NULL without FP8
     float *sa;    // and their scales (T, groups)
 } forward_args;
+
+// Attention of the batch's query rows q (T, H, Dh) over the pool, layer il, into s->att.
+static void attend(const forward_args *a, int il, const float *q) {
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_batch *b = a->b;
+    const li_backend_ops *op = m->be->ops;
+    const int H = m->hp.n_head, Dh = m->hp.head_dim;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    if (s->page_start) {  // decode rows of several sequences (stage_batch): one call
+        op->attention_decode(m->be, s->att, q, b->n_seqs, H, a->kv, il, b->seqs[0].kv.pages,
+                             s->page_start, s->page_start_host, b->n_visible, scale, &m->rope);
+    } else if (op->attention_seqs) {  // every sequence's chunk in one call
+        op->attention_seqs(m->be, s->att, q, b->n_seqs, b->seqs, H, a->kv, il, b->kv_first,
+                           b->n_visible, scale, &m->rope);
+    } else for (int si = 0; si < b->n_seqs; si++) {
+        const li_batch_seq *sq = &b->seqs[si];
+        op->attention(m->be, s->att + (size_t)sq->t0 * H * Dh, q + (size_t)sq->t0 * H * Dh, sq->n,
+                      H, a->kv, il, &sq->kv, b->kv_first ? b->kv_first + sq->t0 : NULL,
+                      b->n_visible + sq->t0, scale, &m->rope);
+    }
+}
+
+// One layer with bf16 activations (s->act_bf16): each GEMM input is made in bf16 by the op
+// before it, the O and down projections add to x in the GEMM's epilogue, x stays f32.
+// Per element of T x D this saves the f32 -> bf16 pass before every GEMM (6 bytes per input
+// element), the residual adds (12 bytes) and half of swiglu's output (2 of 4 bytes).
+static void layer_bf16(const forward_args *a, int il) {
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_batch *b = a->b;
+    const li_hparams *hp = &m->hp;
+    const li_llama_layer *l = &m->w.layers[il];
+    const li_backend_ops *op = m->be->ops;
+    li_backend *be = m->be;
+    const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff, H = hp->n_head, Hkv = hp->n_head_kv;
+    const int Dh = hp->head_dim;
+
+    // ---- attention block: x += o_proj(attn(rope(q_proj(n(x))), rope(k_proj(n(x))), ...)) ----
+    op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->attn_norm.data, T, D, hp->rms_eps);
+    op->matmul(be, s->q, s->xb, LI_DTYPE_BF16, &l->wq, T, false);  // (T, H*Dh)
+    op->matmul(be, s->k, s->xb, LI_DTYPE_BF16, &l->wk, T, false);  // (T, Hkv*Dh)
+    op->matmul(be, s->v, s->xb, LI_DTYPE_BF16, &l->wv, T, false);  // (T, Hkv*Dh)
+    op->rope(be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
+    op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
+    op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
+    attend(a, il, s->q);
+    // the attention output rounded once (rope's BF16 form without positions), then x += it @ wo^T
+    op->rope(be, s->xb, LI_DTYPE_BF16, s->att, NULL, T, H, Dh, NULL);
+    op->matmul(be, s->x, s->xb, LI_DTYPE_BF16, &l->wo, T, true);
+
+    // ---- feed-forward block: x += down(silu(gate(n(x))) * up(n(x))) ----
+    op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->ffn_norm.data, T, D, hp->rms_eps);
+    if (l->w_gate_up.data && s->gate_up_fused) {
+        // one GEMM over the fused rows, (T, 2F) = [gate | up] per row, read by swiglu at ld 2F
+        op->matmul(be, s->gate, s->xb, LI_DTYPE_BF16, &l->w_gate_up, T, false);
+        op->swiglu(be, s->xb, LI_DTYPE_BF16, s->gate, s->gate + F, T, F, 2 * (int64_t)F);
+    } else {
+        op->matmul(be, s->gate, s->xb, LI_DTYPE_BF16, &l->w_gate, T, false);  // (T, F)
+        op->matmul(be, s->up, s->xb, LI_DTYPE_BF16, &l->w_up, T, false);      // (T, F)
+        op->swiglu(be, s->xb, LI_DTYPE_BF16, s->gate, s->up, T, F, F);
+    }
+    op->matmul(be, s->x, s->xb, LI_DTYPE_BF16, &l->w_down, T, true);  // x += (T, D)
+}
 
 static li_status forward_ops(void *args) {
     const forward_args *a = args;
@@ -191,12 +272,13 @@ static li_status forward_ops(void *args) {
     li_backend *be = m->be;
     const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff, Dh = hp->head_dim;
     const int H = hp->n_head, Hkv = hp->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)Dh);
 
     // x (T, D) = embedding rows
     op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
 
-    for (int il = 0; il < hp->n_layer; il++) {
+    // bf16 activations for batches (decode's one row keeps the f32 GEMV, which reads x in f32)
+    for (int il = 0; s->act_bf16 && T > 1 && il < hp->n_layer; il++) layer_bf16(a, il);
+    for (int il = 0; !(s->act_bf16 && T > 1) && il < hp->n_layer; il++) {
         const li_llama_layer *l = &m->w.layers[il];
 
         // ---- attention block (xn = norm(x): layer 0 here, later layers fused with the add) ----
@@ -221,19 +303,7 @@ static li_status forward_ops(void *args) {
             op->rope(be, k, LI_DTYPE_F32, k, b->pos, T, Hkv, Dh, &m->rope);
         }
         op->kv_store(be, kv, il, k, v, b->slot, T);
-        if (s->page_start) {  // decode rows of several sequences (stage_batch): one call
-            op->attention_decode(be, s->att, q, b->n_seqs, H, kv, il, b->seqs[0].kv.pages,
-                                 s->page_start, s->page_start_host, b->n_visible, scale,
-                                 &m->rope);
-        } else if (op->attention_seqs) {  // every sequence's chunk in one call
-            op->attention_seqs(be, s->att, q, b->n_seqs, b->seqs, H, kv, il, b->kv_first,
-                               b->n_visible, scale, &m->rope);
-        } else for (int si = 0; si < b->n_seqs; si++) {
-            const li_batch_seq *sq = &b->seqs[si];
-            op->attention(be, s->att + (size_t)sq->t0 * H * Dh, q + (size_t)sq->t0 * H * Dh,
-                          sq->n, H, kv, il, &sq->kv, b->kv_first ? b->kv_first + sq->t0 : NULL,
-                          b->n_visible + sq->t0, scale, &m->rope);
-        }
+        attend(a, il, q);
         op->matmul(be, s->tmp, s->att, LI_DTYPE_F32, &l->wo, T, false);  // (T, D)
 
         // ---- feed-forward block: x += attention; down(silu(gate(n(x))) * up(n(x))) ----

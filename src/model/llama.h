@@ -80,9 +80,20 @@ typedef struct {
     float *k;       // (T, Hkv*Dh)
     float *v;       // (T, Hkv*Dh)
     float *att;     // (T, H*Dh)
-    float *gate;    // (T, F)
+    float *gate;    // (T, 2F): the FFN gate, or [gate | up] from one GEMM over w_gate_up
     float *up;      // (T, F)
     float *tmp;     // (T, D)
+    // bf16 activations (a device backend with backend.h's BF16 forms; LI_LLAMA_ACT = f32 | bf16
+    // overrides the default, bf16 there): every GEMM input is made in bf16 by the op before it
+    // (the norms, swiglu, the attention output's one rounding), and the O and down projections
+    // add to x in the GEMM's epilogue. The residual stream x stays f32: the same bits as the f32
+    // forms, since each rounding only moves into the op that makes the value (backend.h).
+    bool act_bf16;
+    // With bf16 activations, gate and up as one GEMM over w_gate_up (N = 2F) that swiglu reads
+    // at ld 2F; LI_LLAMA_FUSED=0 runs two GEMMs (A/B, and the f32 path's bits: a GEMM of other N
+    // may pick another algorithm, so fused is within fp32 rounding of split, not bit for bit).
+    bool gate_up_fused;
+    uint16_t *xb;   // (T, max(D, F, H*Dh)) normalised rows, silu(gate) * up, attention output
 } li_llama_scratch;
 
 typedef struct {

@@ -251,6 +251,59 @@ static void check_batched(const char *path, li_rng *rng) {
     TEST_END();
 }
 
+// The Llama forward's two activation paths on one backend (src/model/llama.h): li_eval_logits
+// of a random prompt with LI_LLAMA_ACT=f32 and =bf16. Each bf16 form stores the f32 form's value
+// rounded where the next op would round it anyway (a GEMM's input) and the residual adds move
+// into the GEMM's epilogue (backend.h): on CUDA, whose f32 GEMMs round their input to bf16, the
+// two paths give the same bits with gate and up as two GEMMs (LI_LLAMA_FUSED=0); the one GEMM
+// over w_gate_up may pick another algorithm, so fused is held to NMSE 1e-8 (fp32 rounding of a
+// few ulp; a wrong ld or half gives ~1). On cpu-ref, whose f32 GEMM reads x in f32, bf16 rounds
+// every GEMM input: NMSE <= NMSE_TOL as for the GPU's own rounding, and not 0 (the path ran).
+// A backend without the BF16 forms (cpu, cpu-devsim) runs f32 both times: nothing to compare.
+static void check_act_paths(const char *path, const char *backend, li_rng *rng) {
+    char name[256];
+    snprintf(name, sizeof name, "%s: %s llama bf16 activations = f32 activations", path, backend);
+    TEST_BEGIN(name);
+    bool exact = strcmp(backend, "cpu-ref") != 0;
+    enum { N = 37 };
+    int32_t ids[N];
+    float *l[3] = {NULL, NULL, NULL};
+    const char *act[3] = {"f32", "bf16", "bf16"}, *fused[3] = {"0", "0", "1"};
+    int V = 0;
+    for (int k = 0; k < 3; k++) {
+        setenv("LI_LLAMA_ACT", act[k], 1);
+        setenv("LI_LLAMA_FUSED", fused[k], 1);
+        li_model *m = load(path, backend);
+        CHECK(m != NULL, "load %s on %s", path, backend);
+        if (!m) break;
+        li_model_info in;
+        li_model_get_info(m, &in);
+        V = in.n_vocab;
+        if (k == 0)
+            for (int i = 0; i < N; i++) ids[i] = (int32_t)(li_rng_u64(rng) % (uint64_t)V);
+        l[k] = malloc((size_t)N * V * sizeof(float));
+        CHECK(l[k] && li_eval_logits(m, ids, N, l[k]) == LI_OK, "eval_logits (%s): %s", act[k],
+              li_last_error());
+        li_model_free(m);
+    }
+    unsetenv("LI_LLAMA_ACT");
+    unsetenv("LI_LLAMA_FUSED");
+    if (l[0] && l[1] && l[2]) {
+        double split = test_nmse(l[1], l[0], (long)N * V), fu = test_nmse(l[2], l[0], (long)N * V);
+        printf("#   %s on %s: bf16 vs f32 activations: nmse %.3g (gate, up split), %.3g (fused)\n",
+               path, backend, split, fu);
+        if (exact) {
+            CHECK(split == 0, "bf16 activations changed the logits: nmse %g", split);
+            CHECK(fu <= 1e-8, "fused gate|up: nmse %g > 1e-8", fu);
+        } else {
+            CHECK(split > 0 && split <= NMSE_TOL, "nmse %g not in (0, %g]", split, NMSE_TOL);
+            CHECK(fu > 0 && fu <= NMSE_TOL, "fused: nmse %g not in (0, %g]", fu, NMSE_TOL);
+        }
+    }
+    for (int k = 0; k < 3; k++) free(l[k]);
+    TEST_END();
+}
+
 int main(int argc, char **argv) {
     g_backend = test_backend(g_backend);
     if (getenv("LI_TEST_ORACLE")) g_oracle = getenv("LI_TEST_ORACLE");
@@ -281,6 +334,10 @@ int main(int argc, char **argv) {
     check_batched("synth:tiny-llama-gqa4-linear", &rng);
     check_batched("tests/data/ref/tiny-gqa3-llama3", &rng);
     check_batched("synth:smollm2-135m", &rng);
+    // the bf16 activation path: on the backend under test where it takes the BF16 forms (CUDA),
+    // and on the CPU oracle, which takes them too (CI)
+    if (!g_exact) check_act_paths("tests/data/ref/tiny-gqa3-llama3", g_backend, &rng);
+    check_act_paths("tests/data/ref/tiny-gqa3-llama3", "cpu-ref", &rng);
     // extra models (e.g. a real GGUF) from the command line
     for (int i = 1; i < argc; i++) check_model(argv[i], &rng);
     return test_summary();
