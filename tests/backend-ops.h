@@ -336,27 +336,47 @@ static void bo_add_rmsnorm(const bo_ctx *c, const bo_case *k) {
 static const long bo_ns[] = {1, 31, 37, 577, 1535, 8193 * 3, 100003, 1 << 20};
 #define BO_N_NS (int)(sizeof bo_ns / sizeof bo_ns[0])
 
-static void bo_add(const bo_ctx *c, const bo_case *k) {
-    for (int i = 0; i < BO_N_NS; i++) {
-        long n = bo_ns[i];
-        TEST_BEGIN(BO_NAME(c, "add n=%ld", n));
-        bo_buf hx;
-        float *x = bo_host(c, &hx, sizeof(float) * n), *y = xmalloc(sizeof(float) * n);
-        float *o2 = xmalloc(sizeof(float) * n);
-        fill(x, n, 1.0f);
-        fill(y, n, 3.0f);
-        bo_buf gx, gy;
-        float *dx = bo_new(c, &gx, sizeof(float) * n, x),
-              *dy = bo_new(c, &gy, sizeof(float) * n, y);
+// x (n) += y: add with y (n) when T == 0, else add_bias over T rows with y (n / T) their bias.
+// y of magnitude 3 against x of 1: a dropped or misplaced element shows as NMSE ~ 1.
+static void bo_add_one(const bo_ctx *c, const bo_case *k, long n, int T) {
+    long ny = T ? n / T : n;
+    bo_buf hx;
+    float *x = bo_host(c, &hx, sizeof(float) * n), *y = xmalloc(sizeof(float) * ny);
+    float *o2 = xmalloc(sizeof(float) * n);
+    fill(x, n, 1.0f);
+    fill(y, ny, 3.0f);
+    bo_buf gx, gy;
+    float *dx = bo_new(c, &gx, sizeof(float) * n, x), *dy = bo_new(c, &gy, sizeof(float) * ny, y);
+    if (T) {
+        c->ref->ops->add_bias(c->ref, x, y, T, (int)ny);
+        c->be->ops->add_bias(c->be, dx, dy, T, (int)ny);
+    } else {
         c->ref->ops->add(c->ref, x, y, n);
         c->be->ops->add(c->be, dx, dy, n);
-        bo_check_backend(c);
-        bo_get(c, o2, &gx);
-        // fp32 a + b vs fp64 a + b rounded once to fp32: equal but for rare double roundings
-        bo_check_close(c, "x", o2, x, n, k->tol[c->device]);
-        bo_finish(c, (bo_buf *[]){&gx, &gy, &hx, NULL}, (void *[]){y, o2, NULL});
+    }
+    bo_check_backend(c);
+    bo_get(c, o2, &gx);
+    // fp32 a + b vs fp64 a + b rounded once to fp32: equal but for rare double roundings
+    bo_check_close(c, "x", o2, x, n, k->tol[c->device]);
+    bo_finish(c, (bo_buf *[]){&gx, &gy, &hx, NULL}, (void *[]){y, o2, NULL});
+}
+
+static void bo_add(const bo_ctx *c, const bo_case *k) {
+    for (int i = 0; i < BO_N_NS; i++) {
+        TEST_BEGIN(BO_NAME(c, "add n=%ld", bo_ns[i]));
+        bo_add_one(c, k, bo_ns[i], 0);
         TEST_END();
     }
+}
+
+// add_bias: x (T, N) += b (N), at the rmsnorm shapes.
+static void bo_add_bias(const bo_ctx *c, const bo_case *k) {
+    for (int it = 0; it < 3; it++)
+        for (int id = 0; id < BO_N_DS; id++) {
+            TEST_BEGIN(BO_NAME(c, "add_bias T=%d N=%d", bo_Ts[it], bo_Ds[id]));
+            bo_add_one(c, k, (long)bo_Ts[it] * bo_Ds[id], bo_Ts[it]);
+            TEST_END();
+        }
 }
 
 static void bo_swiglu(const bo_ctx *c, const bo_case *k) {
@@ -980,6 +1000,7 @@ static const bo_case bo_cases[] = {
     {"rmsnorm", bo_rmsnorm, BO_TOL_POINTWISE},
     {"add_rmsnorm", bo_add_rmsnorm, BO_TOL_POINTWISE},
     {"add", bo_add, BO_TOL_POINTWISE},
+    {"add", bo_add_bias, BO_TOL_POINTWISE},
     {"add", bo_swiglu, BO_TOL_POINTWISE}, // group "add" as gpu-check always called it
     {"softmax", bo_softmax, BO_TOL_POINTWISE},
     {"matmul", bo_matmul, BO_TOL_MATMUL},

@@ -1,7 +1,8 @@
-// test-model-ref.c — the Llama-family forward pass checked against HF transformers.
+// test-model-ref.c — the Llama-family forward pass (Qwen2 included) checked against HF
+// transformers.
 //
-// For every tests/data/ref/*.json (written once by tests/ref/gen_llama_ref.py, see
-// tests/ref/README.md) this loads the case's model through the public API only and compares:
+// For every tests/data/ref/*.json (written once by tests/ref/gen_llama_ref.py and
+// gen_qwen2_ref.py, see tests/ref/README.md) this loads the case's model through the public API only and compares:
 //   - the last-position logits with the raw float32 file next to the JSON (max relative error
 //     max|a-b| / max|b| and NMSE),
 //   - the top-20 (id, logit) of every prompt position,

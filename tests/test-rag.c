@@ -1,9 +1,10 @@
 // test-rag.c — the exactness suite of LazyAttention (ARCHITECTURE.md §3.5 invariants):
 //   lazy, copy, prefix and none give the same first-token logits (NMSE <= 1e-10, fp32) and the
-//   same greedy continuations, for every RoPE variant and layout, GQA ratios 1/2/4/8 and page
-//   sizes 1/16/64, over document permutations, a document repeated in one prompt, lengths that
-//   are not multiples of the page, an empty chat query, eviction and re-prefill between requests
-//   (a budget too small to keep everything) and many requests interleaved in one batch.
+//   same greedy continuations, for every RoPE variant and layout, GQA ratios 1/2/4/8, Qwen2's
+//   q/k/v biases and page sizes 1/16/64, over document permutations, a document repeated in one
+//   prompt, lengths that are not multiples of the page, an empty chat query, eviction and
+//   re-prefill between requests (a budget too small to keep everything) and many requests
+//   interleaved in one batch.
 //   lazy holds exactly one physical copy per resident document; the pool returns to full (minus
 //   what the caches keep) when idle. With SmolLM2 (when the model file is present) on real text.
 #include <math.h>
@@ -246,7 +247,8 @@ int main(void) {
     li_rng rng;
     li_rng_seed(&rng, seed);
     static const char *models[] = {"tiny-llama", "tiny-llama-mha-gptj", "tiny-llama-gqa4-linear",
-                                   "tiny-llama-gqa8-llama3", "tiny-llama-gqa2-yarn"};
+                                   "tiny-llama-gqa8-llama3", "tiny-llama-gqa2-yarn",
+                                   "tiny-qwen2"};  // (Qwen2: q/k/v biases, ChatML)
     const int page_sizes[] = {1, 16, 64};
     int lens[] = {7, 23, 40, 16, 60};  // not multiples of P (but one equal to 16)
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
@@ -271,7 +273,7 @@ int main(void) {
                 }
                 // L=2 layers × K,V × Dh=16 × (f32 or bf16) × P
                 int64_t page_bytes = 2LL * 2 * 16 * (g_kv_bf16 ? 2 : 4) * P;
-                int64_t hkv = (int[]){2, 4, 2, 1, 3}[mi];   // kv heads of models[mi]
+                int64_t hkv = (int[]){2, 4, 2, 1, 3, 2}[mi];   // kv heads of models[mi]
                 f.budget = page_bytes * hkv * most;
                 CHECK(most - (48 + P - 1) / P < all, "budget holds every document");
                 run_fixture(&f, 384, models[mi]);

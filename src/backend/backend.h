@@ -199,6 +199,10 @@ typedef struct {
     // x (n) += y (n): residual add.
     void (*add)(li_backend *be, float *x, const float *y, int64_t n);
 
+    // x (T, N) += b (N) on every row: a projection's bias (Qwen2's q/k/v). Each element is one
+    // fp32 add, so every backend gives the same bits.
+    void (*add_bias)(li_backend *be, float *x, const float *b, int T, int N);
+
     // [dt] Residual add fused with the next norm: x (T, D) += y (T, D), then out (T, D) =
     // rmsnorm(x) * w stored as dt, exactly add followed by rmsnorm (same results bit for bit on a
     // backend). out aliases neither x nor y. F32 or FP8 (the FFN's quantised input; y NULL there:

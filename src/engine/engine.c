@@ -66,7 +66,9 @@ static bool is_llada_dir(const char *path) {
 static li_status load_tokenizer(li_model *m, const char *path, bool is_synth,
                                 const li_model_params *p) {
     const li_hparams *hp = li_model_hparams(m);
-    li_chat_format family = m->llada ? LI_CHAT_LLADA : LI_CHAT_LLAMA3;
+    li_chat_format family = m->llada                        ? LI_CHAT_LLADA
+                            : strcmp(hp->arch, "qwen2") == 0 ? LI_CHAT_CHATML
+                                                             : LI_CHAT_LLAMA3;
     if (p->tokenizer_path) {
         char cfg[4096];
         const char *slash = strrchr(p->tokenizer_path, '/');
@@ -167,8 +169,9 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         } else {
             rc = li_error_set(LI_ERR_INVALID_ARG,
                               "unknown synthetic model '%s' (known: tiny-llama, smollm2-135m, "
-                              "llama-3.1-8b, tiny-llada, llada-mid, llada-8b; test variants "
-                              "tiny-llama-mha-gptj, -gqa4-linear, -gqa8-llama3, -gqa2-yarn)",
+                              "llama-3.1-8b, tiny-qwen2, qwen2.5-7b, tiny-llada, llada-mid, "
+                              "llada-8b; test variants tiny-llama-mha-gptj, -gqa4-linear, "
+                              "-gqa8-llama3, -gqa2-yarn)",
                               synth_name);
         }
     } else if (is_llada_dir(p->path)) {

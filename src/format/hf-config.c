@@ -1,4 +1,4 @@
-// hf-config.c — HF config.json (llama, llada) and generation_config.json into li_hparams /
+// hf-config.c — HF config.json (llama, qwen2, llada) and generation_config.json into li_hparams /
 // li_generation_config, with jansson; plus li_hparams_validate, the sanity check shared with the
 // GGUF reader.
 //
@@ -7,6 +7,10 @@
 //          (required); num_key_value_heads (= heads), head_dim (= hidden / heads),
 //          max_position_embeddings (2048), rms_norm_eps (1e-6), rope_theta (10000),
 //          tie_word_embeddings (false), attention_bias, mlp_bias (false): LlamaConfig's defaults.
+//   qwen2: the same fields (Qwen2Config's defaults differ in max_position_embeddings: 32768);
+//          qkv_bias always (Qwen2Attention's q/k/v projections have one; attention_bias and
+//          mlp_bias are not read, as there). Sliding-window attention (use_sliding_window true,
+//          or a layer_types entry "sliding_attention") is refused with the key named.
 //   llada: the defaults of the reference's config class (configuration_llada.py ModelConfig, which
 //          LLaDAConfig starts from): d_model 768, n_heads 12, n_layers 12, mlp_hidden_size or
 //          mlp_ratio (4) x d_model, n_kv_heads or multi_query_attention (1 kv head) or n_heads,
@@ -215,9 +219,9 @@ static li_status model_type(const char *file, json_t *root, char *arch, size_t c
     if (mt) {
         if (!json_is_string(mt)) return wrong(file, "model_type", "a string", mt);
         const char *s = json_string_value(mt);
-        if (strcmp(s, "llama") != 0 && strcmp(s, "llada") != 0)
+        if (strcmp(s, "llama") != 0 && strcmp(s, "qwen2") != 0 && strcmp(s, "llada") != 0)
             return li_error_set(LI_ERR_UNSUPPORTED, "%s: model_type '%.64s' is not supported "
-                                "(llama, llada)", file, s);
+                                "(llama, qwen2, llada)", file, s);
         snprintf(arch, cap, "%s", s);
         return LI_OK;
     }
@@ -229,12 +233,16 @@ static li_status model_type(const char *file, json_t *root, char *arch, size_t c
             snprintf(arch, cap, "llama");
             return LI_OK;
         }
+        if (strcmp(s, "Qwen2ForCausalLM") == 0) {
+            snprintf(arch, cap, "qwen2");
+            return LI_OK;
+        }
         if (strcmp(s, "LLaDAModelLM") == 0) {
             snprintf(arch, cap, "llada");
             return LI_OK;
         }
         return li_error_set(LI_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported "
-                            "(LlamaForCausalLM, LLaDAModelLM)", file, s);
+                            "(LlamaForCausalLM, Qwen2ForCausalLM, LLaDAModelLM)", file, s);
     }
     return missing(file, "model_type");
 }
@@ -332,6 +340,25 @@ static li_status parse_llada(const char *file, json_t *root, li_hparams *hp) {
     return LI_OK;
 }
 
+// Qwen2's sliding-window attention: refused (every layer here attends to the whole context).
+static li_status refuse_sliding_window(const char *file, json_t *root) {
+    bool on = false;
+    LI_TRY(get_bool(file, root, "use_sliding_window", &on));
+    if (on)
+        return li_error_set(LI_ERR_UNSUPPORTED, "%s: use_sliding_window = true is not supported "
+                            "(sliding-window attention; Qwen2 checkpoints ship it false)", file);
+    json_t *lt = field(root, "layer_types");
+    if (lt && !json_is_array(lt)) return wrong(file, "layer_types", "a list", lt);
+    for (size_t i = 0; lt && i < json_array_size(lt); i++) {
+        json_t *e = json_array_get(lt, i);
+        if (!json_is_string(e)) return wrong(file, "layer_types", "a list of strings", e);
+        if (strcmp(json_string_value(e), "full_attention") != 0)
+            return li_error_set(LI_ERR_UNSUPPORTED, "%s: layer_types[%zu] = '%.64s' is not "
+                                "supported (only full_attention)", file, i, json_string_value(e));
+    }
+    return LI_OK;
+}
+
 // config.json's root object into hp; file names it in messages.
 static li_status parse_config(li_hparams *hp, const char *file, json_t *root) {
     LI_TRY(model_type(file, root, hp->arch, sizeof hp->arch));
@@ -355,13 +382,19 @@ static li_status parse_config(li_hparams *hp, const char *file, json_t *root) {
     hp->head_dim = hp->n_embd / hp->n_head;
     LI_TRY(get_int(file, root, "head_dim", false, 1, LIM_SIZE, &hp->head_dim));
     LI_TRY(get_int(file, root, "vocab_size", true, 1, LIM_SIZE, &hp->n_vocab));
-    hp->n_ctx_train = 2048;
+    bool qwen2 = strcmp(hp->arch, "qwen2") == 0;
+    hp->n_ctx_train = qwen2 ? 32768 : 2048;
     LI_TRY(get_int(file, root, "max_position_embeddings", false, 1, LIM_CTX, &hp->n_ctx_train));
     hp->rms_eps = 1e-6f;
     LI_TRY(get_float(file, root, "rms_norm_eps", false, &hp->rms_eps, NULL));
     LI_TRY(get_bool(file, root, "tie_word_embeddings", &hp->tied_embeddings));
-    LI_TRY(get_bool(file, root, "attention_bias", &hp->attention_bias));
-    LI_TRY(get_bool(file, root, "mlp_bias", &hp->mlp_bias));
+    if (qwen2) {
+        hp->qkv_bias = true;  // HF: nn.Linear(..., bias=True) for q_proj, k_proj, v_proj
+        LI_TRY(refuse_sliding_window(file, root));
+    } else {
+        LI_TRY(get_bool(file, root, "attention_bias", &hp->attention_bias));
+        LI_TRY(get_bool(file, root, "mlp_bias", &hp->mlp_bias));
+    }
 ids:
     LI_TRY(get_bos(file, root, &hp->bos_id));
     LI_TRY(get_ids(file, root, "eos_token_id", hp->eos_ids, &hp->n_eos));

@@ -57,7 +57,8 @@ static inline void li_rope_config_default(li_rope_config *r, li_rope_layout layo
 #define LI_MAX_EOS 8
 
 typedef struct {
-    char arch[32];         // "llama" or "llada" (config.json model_type / general.architecture)
+    char arch[32];         // "llama", "qwen2" or "llada" (config.json model_type /
+                           // general.architecture); qwen2 runs the llama forward with qkv_bias
     char name[128];        // human-readable model name when the file has one
     int n_layer;           // L
     int n_embd;            // D
@@ -70,7 +71,8 @@ typedef struct {
     float rms_eps;
     li_rope_config rope;
     bool tied_embeddings;  // tie_word_embeddings (llama default: false; GGUF: no output.weight)
-    bool attention_bias, mlp_bias;  // must be false for now: loaders reject true
+    bool attention_bias, mlp_bias;  // Llama's q/k/v/o and MLP biases: loaders reject true
+    bool qkv_bias;         // a bias on q_proj, k_proj, v_proj only (Qwen2; not on o_proj, MLP)
     // LLaDA (OLMo-style config): logits *= 1/sqrt(D) (scale_logits); embeddings *= sqrt(D)
     // (input_emb_norm). Both false for Llama.
     bool scale_logits, input_emb_norm;

@@ -1,6 +1,8 @@
-// arch-llama.c — the Llama-family forward pass (Llama 2/3/3.1/3.2, SmolLM2), read top to bottom.
+// arch-llama.c — the Llama-family forward pass (Llama 2/3/3.1/3.2, SmolLM2, Qwen2/2.5), read top
+// to bottom.
 //
-// Mirrors HF transformers' LlamaForCausalLM:
+// Mirrors HF transformers' LlamaForCausalLM (and Qwen2ForCausalLM, the same with biases on q_proj,
+// k_proj and v_proj: hp.qkv_bias):
 //   x = embed(tokens)
 //   per layer: x += o_proj(attn(rope(q_proj(n(x))), rope(k_proj(n(x))), v_proj(n(x))))
 //              x += down(silu(gate(n(x))) * up(n(x)))
@@ -285,10 +287,12 @@ static li_status forward_ops(void *args) {
         if (il == 0)
             op->rmsnorm(be, s->xn, LI_DTYPE_F32, s->x, l->attn_norm.data, T, D, hp->rms_eps);
         float *q = s->q, *k = s->k, *v = s->v;
-        if (T == 1 && l->wqkv.data) {
+        if (T == 1 && l->wqkv.data && (!hp->qkv_bias || l->bqkv.data)) {
             // decode: one matmul over the fused rows; q, k, v are consecutive slices of a row
             // (1, H*Dh + 2*Hkv*Dh)
             op->matmul(be, s->gate, s->xn, LI_DTYPE_F32, &l->wqkv, 1, false);
+            // HF (Qwen2): q = q_proj(x) + b_q, k = k_proj(x) + b_k, v = v_proj(x) + b_v: one row
+            if (hp->qkv_bias) op->add_bias(be, s->gate, l->bqkv.data, 1, (H + 2 * Hkv) * Dh);
             q = s->gate;
             k = q + (size_t)H * Dh;
             v = k + (size_t)Hkv * Dh;
@@ -298,6 +302,11 @@ static li_status forward_ops(void *args) {
             op->matmul(be, q, s->xn, LI_DTYPE_F32, &l->wq, T, false);  // (T, H*Dh)
             op->matmul(be, k, s->xn, LI_DTYPE_F32, &l->wk, T, false);  // (T, Hkv*Dh)
             op->matmul(be, v, s->xn, LI_DTYPE_F32, &l->wv, T, false);  // (T, Hkv*Dh)
+            if (hp->qkv_bias) {  // HF (Qwen2): q = q_proj(x) + b_q, and so for k and v
+                op->add_bias(be, q, l->bq.data, T, H * Dh);
+                op->add_bias(be, k, l->bk.data, T, Hkv * Dh);
+                op->add_bias(be, v, l->bv.data, T, Hkv * Dh);
+            }
             // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin)
             op->rope(be, q, LI_DTYPE_F32, q, b->pos, T, H, Dh, &m->rope);
             op->rope(be, k, LI_DTYPE_F32, k, b->pos, T, Hkv, Dh, &m->rope);

@@ -19,6 +19,11 @@ typedef struct {
     li_weight wq;         // (H*Dh, D)
     li_weight wk;         // (Hkv*Dh, D)
     li_weight wv;         // (Hkv*Dh, D)
+    // Qwen2 (hp.qkv_bias): the projections' biases, views into bqkv when fused; data NULL
+    // without them
+    li_weight bq;         // (1, H*Dh)
+    li_weight bk;         // (1, Hkv*Dh)
+    li_weight bv;         // (1, Hkv*Dh)
     li_weight wo;         // (D, H*Dh)
     li_weight ffn_norm;   // (1, D)
     li_weight w_gate;     // (F, D)
@@ -29,6 +34,7 @@ typedef struct {
     // the weights could not be fused (mixed dtypes).
     li_weight wqkv;       // (H*Dh + 2*Hkv*Dh, D)
     li_weight w_gate_up;  // (2F, D)
+    li_weight bqkv;       // (1, H*Dh + 2*Hkv*Dh) [bq | bk | bv], the fused rows' bias
 } li_llama_layer;
 
 typedef struct {
@@ -125,7 +131,7 @@ typedef struct {
 // Loaders. `path`: an HF directory, a .gguf file. The model is bound to `be`.
 li_status li_llama_load(li_llama *m, const char *path, li_backend *be, bool metadata_only);
 // Random weights of a named real configuration ("tiny-llama", "smollm2-135m",
-// "llama-3.1-8b"); seed fixes them.
+// "llama-3.1-8b", "tiny-qwen2", "qwen2.5-7b"); seed fixes them.
 li_status li_llama_synth(li_llama *m, const char *name, uint64_t seed, li_backend *be,
                          bool metadata_only);
 bool li_llama_synth_known(const char *name);

@@ -30,7 +30,8 @@ li_status li_store_own(li_weight_store *st, void *p) {
 int64_t li_llama_n_params(const li_hparams *hp) {
     int64_t D = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
     int64_t qo = (int64_t)hp->n_head * hp->head_dim, kv = (int64_t)hp->n_head_kv * hp->head_dim;
-    int64_t per_layer = 2 * D + D * qo * 2 + D * kv * 2 + 3 * D * F;
+    int64_t per_layer = 2 * D + D * qo * 2 + D * kv * 2 + 3 * D * F +
+                        (hp->qkv_bias ? qo + 2 * kv : 0);
     return V * D + D + (int64_t)hp->n_layer * per_layer + (hp->tied_embeddings ? 0 : V * D);
 }
 
@@ -63,9 +64,10 @@ static li_status init_common(li_llama *m, li_backend *be) {
     return LI_OK;
 }
 
-// Checks the hyper-parameters, allocates the layer table and builds the RoPE table.
+// Checks the hyper-parameters, allocates the layer table and builds the RoPE table. Qwen2 is a
+// Llama with q/k/v biases (hp.qkv_bias): the same loader and forward.
 static li_status prepare(li_llama *m, li_backend *be, const char *src) {
-    LI_TRY(li_check_hparams(&m->hp, src, "llama"));
+    LI_TRY(li_check_hparams(&m->hp, src, strcmp(m->hp.arch, "qwen2") == 0 ? "qwen2" : "llama"));
     LI_TRY(init_common(m, be));
     li_status rc = li_rope_table_init(&m->rope, &m->hp.rope);
     if (rc != LI_OK) return li_error_wrap(rc, "%s: ", src);
@@ -76,10 +78,12 @@ static li_status prepare(li_llama *m, li_backend *be, const char *src) {
 
 const li_tensor_names li_names_gguf = {
     "token_embd.weight", "output_norm.weight", "output.weight", "blk.%d.%s.weight",
+    "blk.%d.%s.bias",
     {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
      "ffn_down"}};
 const li_tensor_names li_names_hf_llama = {
     "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.%s.weight",
+    "model.layers.%d.%s.bias",
     {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
      "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
      "mlp.down_proj"}};
@@ -87,7 +91,7 @@ const li_tensor_names li_names_hf_llama = {
 // the blocks, the LM head).
 const li_tensor_names li_names_hf_llada = {
     "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
-    "model.transformer.blocks.%d.%s.weight",
+    "model.transformer.blocks.%d.%s.weight", NULL,
     {"attn_norm", "q_proj", "k_proj", "v_proj", "attn_out", "ff_norm", "ff_proj", "up_proj",
      "ff_out"}};
 
@@ -113,6 +117,13 @@ li_status li_bind_llama_weights(li_llama_weights *w, const li_hparams *hp,
         for (int i = 0; i < 9; i++) {
             snprintf(name, sizeof name, nm->layer_fmt, il, nm->layer[i]);
             LI_TRY(bind(ctx, ts[i].w, name, ts[i].rows, ts[i].cols));
+        }
+        // Qwen2: q, k, v biases, vectors named as their projections
+        li_weight *bias[3] = {&l->bq, &l->bk, &l->bv};
+        for (int i = 0; i < 3 && hp->qkv_bias; i++) {
+            LI_ASSERT(nm->bias_fmt);  // (the parsers set qkv_bias only for formats with biases)
+            snprintf(name, sizeof name, nm->bias_fmt, il, nm->layer[1 + i]);
+            LI_TRY(bind(ctx, bias[i], name, 1, ts[1 + i].rows));
         }
         li_progress("loading", il + 1, hp->n_layer);
     }
@@ -257,21 +268,27 @@ static void store_drop(li_weight_store *st, void *p) {
 }
 
 // Copies the rows of `parts` (same dtype and width) into one buffer and repoints each part at
-// its slice, so the group can run as one matmul.
+// its slice, so the group can run as one matmul; vectors (biases, (1, n_i)) become one vector
+// (1, sum n_i).
 static li_status fuse(li_weight_store *st, li_weight *fused, li_weight *const *parts, int n) {
-    int64_t rows = 0, cols = parts[0]->n_cols;
+    int64_t rows = 0, cols = parts[0]->n_cols, elems = 0;
     li_dtype dt = parts[0]->dtype;
+    bool vec = parts[0]->n_rows == 1;
     for (int i = 0; i < n; i++) {
-        if (parts[i]->dtype != dt || parts[i]->n_cols != cols || !parts[i]->data) return LI_OK;
+        if (parts[i]->dtype != dt || !parts[i]->data || (parts[i]->n_rows == 1) != vec ||
+            (!vec && parts[i]->n_cols != cols))
+            return LI_OK;
         rows += parts[i]->n_rows;
+        elems += parts[i]->n_rows * parts[i]->n_cols;
     }
+    if (vec) rows = 1, cols = elems;
     size_t esz = dt == LI_DTYPE_F32 ? 4 : 2;
     char *buf = li_alloc((size_t)(rows * cols) * esz, "fused weights");
     if (!buf) return LI_ERR_OOM;
     LI_TRY(li_store_own(st, buf));
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)(parts[i]->n_rows * cols) * esz;
+        size_t bytes = (size_t)(parts[i]->n_rows * parts[i]->n_cols) * esz;
         memcpy(buf + off, parts[i]->data, bytes);
         store_drop(st, parts[i]->data);
         parts[i]->data = buf + off;
@@ -285,8 +302,10 @@ li_status li_fuse_layer_weights(li_weight_store *st, li_llama_weights *w, int n_
     for (int il = 0; il < n_layer; il++) {
         li_llama_layer *l = &w->layers[il];
         li_weight *qkv[] = {&l->wq, &l->wk, &l->wv}, *gu[] = {&l->w_gate, &l->w_up};
+        li_weight *b[] = {&l->bq, &l->bk, &l->bv};
         LI_TRY(fuse(st, &l->wqkv, qkv, 3));
         LI_TRY(fuse(st, &l->w_gate_up, gu, 2));
+        LI_TRY(fuse(st, &l->bqkv, b, 3));  // (no biases: no data, nothing fused)
     }
     return LI_OK;
 }
@@ -309,6 +328,13 @@ typedef struct {
      {.arch = "llama", .name = nm, .n_layer = L, .n_embd = D, .n_ff = F, .n_head = H,              \
       .n_head_kv = Hkv, .head_dim = Dh, .n_vocab = V, .n_ctx_train = ctx, .rms_eps = 1e-5f,        \
       .rope = {.n_dims = Dh, __VA_ARGS__}, .tied_embeddings = tied, .bos_id = -1}}
+// A Qwen2 preset (Qwen2Config): q/k/v biases, ε = 1e-6, half-split RoPE of base θ, no scaling.
+#define QWEN2(nm, L, D, F, H, Hkv, Dh, V, ctx, tied, th)                                           \
+    {nm,                                                                                           \
+     {.arch = "qwen2", .name = nm, .n_layer = L, .n_embd = D, .n_ff = F, .n_head = H,              \
+      .n_head_kv = Hkv, .head_dim = Dh, .n_vocab = V, .n_ctx_train = ctx, .rms_eps = 1e-6f,        \
+      .rope = {.n_dims = Dh, .layout = LI_ROPE_NEOX, .theta = th}, .tied_embeddings = tied,        \
+      .qkv_bias = true, .bos_id = -1}}
 static const synth_config synth_configs[] = {
     // A few layers, byte-level vocabulary: fast enough for every CPU test.
     //    name                      L   D     F      H   Hkv Dh   V       ctx     tied
@@ -337,8 +363,12 @@ static const synth_config synth_configs[] = {
           .layout = LI_ROPE_NEOX, .scaling = LI_ROPE_SCALING_LLAMA3, .theta = 500000.0f,
           .factor = 8.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
           .original_max_pos = 8192, .max_pos = 131072),
+    // Qwen2 shapes: a tiny one (tied, GQA 2) for every CPU test, Qwen2.5-7B(-Instruct)'s config.
+    QWEN2("tiny-qwen2",             2,  64,   176,   4,  2,  16,  384,    4096,   true,   1e6f),
+    QWEN2("qwen2.5-7b",             28, 3584, 18944, 28, 4,  128, 152064, 32768,  false,  1e6f),
 };
 #undef LLAMA
+#undef QWEN2
 
 bool li_llama_synth_known(const char *name) {
     for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)
@@ -398,6 +428,11 @@ li_status li_synth_llama_weights(li_weight_store *st, li_llama_weights *w, const
         SYNTH(&l->wq, qo, D, sD, 0.0f);
         SYNTH(&l->wk, kv, D, sD, 0.0f);
         SYNTH(&l->wv, kv, D, sD, 0.0f);
+        if (hp->qkv_bias) {
+            SYNTH(&l->bq, 1, qo, LI_SYNTH_BIAS_STD, 0.0f);
+            SYNTH(&l->bk, 1, kv, LI_SYNTH_BIAS_STD, 0.0f);
+            SYNTH(&l->bv, 1, kv, LI_SYNTH_BIAS_STD, 0.0f);
+        }
         SYNTH(&l->wo, D, qo, sQ, 0.0f);
         SYNTH(&l->ffn_norm, 1, D, 0.1f, 1.0f);
         SYNTH(&l->w_gate, F, D, sD, 0.0f);

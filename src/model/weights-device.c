@@ -2,9 +2,10 @@
 //
 // The loaders (model-load.c) read files into host memory as they do for the CPU; on a device
 // backend li_llama_weights_to_device then copies every weight over in the dtype the device ops
-// take — matrices bf16 (cuBLASLt), norm vectors f32 (rmsnorm) — and frees the host copies.
-// Views stay views: wq/wk/wv point into the fused wqkv buffer and gate/up into w_gate_up on the
-// device as on the host, and a tied head keeps sharing the embedding.
+// take — matrices bf16 (cuBLASLt), norm and bias vectors f32 (rmsnorm, add_bias) — and frees the
+// host copies. Views stay views: wq/wk/wv point into the fused wqkv buffer, gate/up into
+// w_gate_up and bq/bk/bv into bqkv on the device as on the host, and a tied head keeps sharing
+// the embedding.
 //
 // li_llama_synth_on_device builds random weights in place (fill_random op) for models too big to
 // generate on the host quickly (synth:llama-3.1-8b: 8.0 G parameters, 16 GB of bf16).
@@ -112,8 +113,10 @@ li_status li_weights_to_device(li_weight_store *st, li_llama_weights *w, int n_l
     for (int il = 0; il < n_layer; il++) {
         li_llama_layer *l = &w->layers[il];
         li_weight *qkv[] = {&l->wq, &l->wk, &l->wv}, *gu[] = {&l->w_gate, &l->w_up};
+        li_weight *b[] = {&l->bq, &l->bk, &l->bv};
         LI_TRY(move_one(st, &l->attn_norm, "attention norm"));
         LI_TRY(move_group(st, &l->wqkv, qkv, 3));
+        LI_TRY(move_group(st, &l->bqkv, b, 3));  // (no biases: nothing moves)
         LI_TRY(move_one(st, &l->wo, "attention output"));
         LI_TRY(move_one(st, &l->ffn_norm, "ffn norm"));
         LI_TRY(move_group(st, &l->w_gate_up, gu, 2));
@@ -147,10 +150,11 @@ static li_status synth_dev(li_weight_store *st, li_weight *W, int64_t rows, int6
                                      mean);
 }
 
-static void view(li_weight *part, const li_weight *fused, int64_t row0, int64_t rows) {
-    *part = (li_weight){.dtype = fused->dtype, .n_rows = rows, .n_cols = fused->n_cols,
-                        .data = (char *)fused->data +
-                                (size_t)(row0 * fused->n_cols) * esize(fused->dtype)};
+// part (rows, cols) = the elements of fused from element off on.
+static void view(li_weight *part, const li_weight *fused, int64_t off, int64_t rows,
+                 int64_t cols) {
+    *part = (li_weight){.dtype = fused->dtype, .n_rows = rows, .n_cols = cols,
+                        .data = (char *)fused->data + (size_t)off * esize(fused->dtype)};
 }
 
 li_status li_weights_synth_on_device(li_weight_store *st, li_llama_weights *w,
@@ -172,14 +176,20 @@ li_status li_weights_synth_on_device(li_weight_store *st, li_llama_weights *w,
         LI_TRY(synth_dev(st, &l->attn_norm, 1, D, 0.1f, 1.0f, k++));
         // q, k and v share a std (1/sqrt(D)), so the fused buffer is one fill; so are gate/up
         LI_TRY(synth_dev(st, &l->wqkv, qo + 2 * kv, D, sD, 0.0f, k++));
-        view(&l->wq, &l->wqkv, 0, qo);
-        view(&l->wk, &l->wqkv, qo, kv);
-        view(&l->wv, &l->wqkv, qo + kv, kv);
+        view(&l->wq, &l->wqkv, 0, qo, D);
+        view(&l->wk, &l->wqkv, qo * D, kv, D);
+        view(&l->wv, &l->wqkv, (qo + kv) * D, kv, D);
+        if (hp->qkv_bias) {
+            LI_TRY(synth_dev(st, &l->bqkv, 1, qo + 2 * kv, LI_SYNTH_BIAS_STD, 0.0f, k++));
+            view(&l->bq, &l->bqkv, 0, 1, qo);
+            view(&l->bk, &l->bqkv, qo, 1, kv);
+            view(&l->bv, &l->bqkv, qo + kv, 1, kv);
+        }
         LI_TRY(synth_dev(st, &l->wo, D, qo, sQ, 0.0f, k++));
         LI_TRY(synth_dev(st, &l->ffn_norm, 1, D, 0.1f, 1.0f, k++));
         LI_TRY(synth_dev(st, &l->w_gate_up, 2 * F, D, sD, 0.0f, k++));
-        view(&l->w_gate, &l->w_gate_up, 0, F);
-        view(&l->w_up, &l->w_gate_up, F, F);
+        view(&l->w_gate, &l->w_gate_up, 0, F, D);
+        view(&l->w_up, &l->w_gate_up, F * D, F, D);
         LI_TRY(synth_dev(st, &l->w_down, D, F, sF, 0.0f, k++));
     }
     return li_be_sync(be);

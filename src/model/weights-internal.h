@@ -21,10 +21,11 @@ void li_fill_random(float *p, int64_t n, float std, float mean, li_rng *rng);
 li_status li_synth_weight(li_weight_store *store, li_weight *W, int64_t rows, int64_t cols,
                           float std, float mean, li_rng *rng, bool keep_bf16, bool metadata_only);
 // How a file names a Llama-shaped model's tensors. layer_fmt has one %d (the layer) and one %s
-// (the per-layer name, in the order attn_norm, q, k, v, o, ffn_norm, gate, up, down).
+// (the per-layer name, in the order attn_norm, q, k, v, o, ffn_norm, gate, up, down); bias_fmt
+// the same for the q, k, v biases (hp.qkv_bias), NULL where the format has none.
 typedef struct {
     const char *tok_embd, *out_norm, *output;
-    const char *layer_fmt;
+    const char *layer_fmt, *bias_fmt;
     const char *layer[9];
 } li_tensor_names;
 extern const li_tensor_names li_names_gguf, li_names_hf_llama, li_names_hf_llada;
@@ -42,11 +43,14 @@ li_status li_bind_safetensors(li_weight_store *store, li_llama_weights *w, const
 
 // Random weights for every tensor of a Llama-shaped model (LLaDA has the same tensors): projections
 // with std 1/sqrt(in) so activations stay O(1) through the layers; norms near 1 but not exactly,
-// so a test notices a missing norm weight. w->layers must hold hp->n_layer entries.
+// so a test notices a missing norm weight; q/k/v biases (hp.qkv_bias) of std LI_SYNTH_BIAS_STD.
+// w->layers must hold hp->n_layer entries.
+// Half the spread of a projection's output (std ~1): a dropped bias moves every logit visibly.
+#define LI_SYNTH_BIAS_STD 0.5f
 li_status li_synth_llama_weights(li_weight_store *store, li_llama_weights *w, const li_hparams *hp,
                                  li_rng *rng, bool keep_bf16, bool metadata_only);
-// wq/wk/wv and w_gate/w_up of every layer copied into one buffer each (wqkv, w_gate_up), the
-// parts becoming views into it (model-load.c); a group of mixed dtypes is left unfused.
+// wq/wk/wv, w_gate/w_up and bq/bk/bv of every layer copied into one buffer each (wqkv, w_gate_up,
+// bqkv), the parts becoming views into it (model-load.c); a group of mixed dtypes is left unfused.
 li_status li_fuse_layer_weights(li_weight_store *st, li_llama_weights *w, int n_layer);
 // Frees owned buffers and closes the files; leaves the store zeroed (device buffers excepted).
 void li_weight_store_free(li_weight_store *st);

@@ -381,6 +381,26 @@ static void cpu_add(li_backend *be, float *x, const float *y, int64_t n) {
 }
 
 typedef struct {
+    float *x;
+    const float *b;
+    int N;
+} add_bias_ctx;
+
+static void add_bias_rows(void *p, int64_t b, int64_t e, int tid) {
+    add_bias_ctx *c = p;
+    for (int64_t t = b; t < e; t++) add_run(c->x + t * c->N, c->b, c->N);
+}
+
+// Rows of a projection's output: threads over rows when there are many, as for add.
+static void cpu_add_bias(li_backend *be, float *x, const float *b, int T, int N) {
+    add_bias_ctx c = {x, b, N};
+    if ((int64_t)T * N >= PAR_MIN_ELEMS)
+        li_parallel_for(be->tp, T, add_bias_rows, &c);
+    else
+        add_bias_rows(&c, 0, T, 0);
+}
+
+typedef struct {
     float *out;
     const float *gate, *up;
 } swiglu_ctx;
@@ -1196,6 +1216,7 @@ const li_backend_ops li_cpu_fast_ops = {
     .rmsnorm = cpu_rmsnorm_dt,
     .matmul = cpu_matmul_dt,
     .add = cpu_add,
+    .add_bias = cpu_add_bias,
     .add_rmsnorm = cpu_add_rmsnorm_dt,
     .rope = cpu_rope_dt,
     .kv_store = cpu_kv_store,

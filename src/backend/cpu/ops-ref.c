@@ -57,6 +57,10 @@ static void ref_add(li_backend *be, float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = (float)((double)x[i] + y[i]);
 }
 
+static void ref_add_bias(li_backend *be, float *x, const float *b, int T, int N) {
+    for (int t = 0; t < T; t++) ref_add(be, x + (size_t)t * N, b, N);
+}
+
 // Index of the two elements of pair i within one head, for both layouts.
 static void pair_index(li_rope_layout layout, int n_dims, int i, int *ia, int *ib) {
     if (layout == LI_ROPE_NEOX) {  // HF rotate_half: x1 = x[:half], x2 = x[half:]
@@ -587,6 +591,7 @@ const li_backend_ops li_cpu_ref_ops = {
     .rmsnorm = ref_rmsnorm_dt,
     .matmul = ref_matmul_dt,
     .add = ref_add,
+    .add_bias = ref_add_bias,
     .rope = ref_rope_dt,
     .kv_store = ref_kv_store,
     .kv_copy_rotate = ref_kv_copy_rotate,

@@ -179,6 +179,11 @@ static void cu_add(li_backend *be, float *x, const float *y, int64_t n) {
     cu_fail(im, "add", li_cuda_add(im->stream, x, y, n));
 }
 
+static void cu_add_bias(li_backend *be, float *x, const float *b, int T, int N) {
+    li_cuda_impl *im = be->impl;
+    cu_fail(im, "add_bias", li_cuda_add_bias(im->stream, x, b, T, N));
+}
+
 static void cu_add_rmsnorm(li_backend *be, float *out, float *x, const float *y, const float *w,
                            int T, int D, float eps) {
     li_cuda_impl *im = be->impl;
@@ -407,6 +412,7 @@ const li_backend_ops li_cuda_ops = {
     .rmsnorm = cu_rmsnorm_dt,
     .matmul = cu_matmul_dt,
     .add = cu_add,
+    .add_bias = cu_add_bias,
     .add_rmsnorm = cu_add_rmsnorm_forms,
     .rope = cu_rope_dt,
     .kv_store = cu_kv_store,

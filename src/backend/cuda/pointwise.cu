@@ -151,6 +151,22 @@ extern "C" cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, in
     return cudaGetLastError();
 }
 
+// One thread per element of x (T, N); b (N) is read T times but stays in L2 (N * 4 bytes).
+__global__ void add_bias_kernel(float *x, const float *b, int64_t n, int N) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += b[i % N];
+}
+
+// Bytes: 8 T N (x read and written); a projection's T x N output, 10-100x smaller than the GEMM
+// that makes it, so one plain grid-stride pass is enough.
+extern "C" cudaError_t li_cuda_add_bias(cudaStream_t st, float *x, const float *b, int T, int N) {
+    int64_t n = (int64_t)T * N;
+    if (n <= 0) return cudaSuccess;
+    add_bias_kernel<<<grid_for(n, 256), 256, 0, st>>>(x, b, n, N);
+    return cudaGetLastError();
+}
+
 __global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
     pdl_trigger();  // a plain launch (the unaligned tail): lets the GEMV after it start early
     pdl_wait();     // a no-op here; kept so that a PDL launch of this kernel stays correct

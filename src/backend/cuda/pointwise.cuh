@@ -21,6 +21,8 @@ LI_CUDA_API cudaError_t li_cuda_add_rmsnorm(cudaStream_t st, float *out, float *
                                             const float *w, int T, int D, float eps);
 // x (n) += y (n)
 LI_CUDA_API cudaError_t li_cuda_add(cudaStream_t st, float *x, const float *y, int64_t n);
+// x (T, N) += b (N) on every row
+LI_CUDA_API cudaError_t li_cuda_add_bias(cudaStream_t st, float *x, const float *b, int T, int N);
 // out (n) = silu(gate) * up. out may alias gate.
 LI_CUDA_API cudaError_t li_cuda_swiglu(cudaStream_t st, float *out, const float *gate,
                                        const float *up, int64_t n);
