@@ -196,6 +196,18 @@ typedef struct {
     float *sa;    // and their scales (T, groups)
 } forward_args;
 
+// HF (Qwen2): q = q_proj(x) + b_q, and so for k and v; q (T, H*Dh), k and v (T, Hkv*Dh).
+// Llama has no such biases (hp.qkv_bias false): nothing to do.
+static void add_qkv_bias(const li_llama *m, const li_llama_layer *l, float *q, float *k, float *v,
+                         int T) {
+    const li_hparams *hp = &m->hp;
+    if (!hp->qkv_bias) return;
+    const li_backend_ops *op = m->be->ops;
+    op->add_bias(m->be, q, l->bq.data, T, hp->n_head * hp->head_dim);
+    op->add_bias(m->be, k, l->bk.data, T, hp->n_head_kv * hp->head_dim);
+    op->add_bias(m->be, v, l->bv.data, T, hp->n_head_kv * hp->head_dim);
+}
+
 // Attention of the batch's query rows q (T, H, Dh) over the pool, layer il, into s->att.
 static void attend(const forward_args *a, int il, const float *q) {
     const li_llama *m = a->m;
@@ -238,6 +250,7 @@ static void layer_bf16(const forward_args *a, int il) {
     op->matmul(be, s->q, s->xb, LI_DTYPE_BF16, &l->wq, T, false);  // (T, H*Dh)
     op->matmul(be, s->k, s->xb, LI_DTYPE_BF16, &l->wk, T, false);  // (T, Hkv*Dh)
     op->matmul(be, s->v, s->xb, LI_DTYPE_BF16, &l->wv, T, false);  // (T, Hkv*Dh)
+    add_qkv_bias(m, l, s->q, s->k, s->v, T);
     op->rope(be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
     op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
     op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
@@ -302,11 +315,7 @@ static li_status forward_ops(void *args) {
             op->matmul(be, q, s->xn, LI_DTYPE_F32, &l->wq, T, false);  // (T, H*Dh)
             op->matmul(be, k, s->xn, LI_DTYPE_F32, &l->wk, T, false);  // (T, Hkv*Dh)
             op->matmul(be, v, s->xn, LI_DTYPE_F32, &l->wv, T, false);  // (T, Hkv*Dh)
-            if (hp->qkv_bias) {  // HF (Qwen2): q = q_proj(x) + b_q, and so for k and v
-                op->add_bias(be, q, l->bq.data, T, H * Dh);
-                op->add_bias(be, k, l->bk.data, T, Hkv * Dh);
-                op->add_bias(be, v, l->bv.data, T, Hkv * Dh);
-            }
+            add_qkv_bias(m, l, q, k, v, T);
             // HF: q, k = apply_rotary_pos_emb(q, k, cos, sin)
             op->rope(be, q, LI_DTYPE_F32, q, b->pos, T, H, Dh, &m->rope);
             op->rope(be, k, LI_DTYPE_F32, k, b->pos, T, Hkv, Dh, &m->rope);

@@ -336,8 +336,13 @@ int main(int argc, char **argv) {
     check_batched("synth:smollm2-135m", &rng);
     // the bf16 activation path: on the backend under test where it takes the BF16 forms (CUDA),
     // and on the CPU oracle, which takes them too (CI)
-    if (!g_exact) check_act_paths("tests/data/ref/tiny-gqa3-llama3", g_backend, &rng);
-    check_act_paths("tests/data/ref/tiny-gqa3-llama3", "cpu-ref", &rng);
+    // (and a Qwen2 checkpoint: its q/k/v biases on that path)
+    static const char *act_models[] = {"tests/data/ref/tiny-gqa3-llama3",
+                                       "tests/data/ref/tiny-qwen2-untied"};
+    for (size_t i = 0; i < sizeof act_models / sizeof act_models[0]; i++) {
+        if (!g_exact) check_act_paths(act_models[i], g_backend, &rng);
+        check_act_paths(act_models[i], "cpu-ref", &rng);
+    }
     // extra models (e.g. a real GGUF) from the command line
     for (int i = 1; i < argc; i++) check_model(argv[i], &rng);
     return test_summary();
