@@ -70,12 +70,6 @@ li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n
     return LI_OK;
 }
 
-li_status li_be_upload_queued(li_backend *be, void *dst, const void *src_host, size_t n_bytes) {
-    if (li_be_is_device(be) && be->ops->upload_queued)
-        return be->ops->upload_queued(be, dst, src_host, n_bytes);
-    return li_be_upload(be, dst, src_host, n_bytes);
-}
-
 li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t n_bytes) {
     if (li_be_is_device(be)) return be->ops->download(be, dst_host, src, n_bytes);
     if (n_bytes) memcpy(dst_host, src, n_bytes);

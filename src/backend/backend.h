@@ -352,11 +352,6 @@ typedef struct {
     // Host <-> backend copies; they return once the copy is done (after the ops queued before).
     li_status (*upload)(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
     li_status (*download)(li_backend *be, void *dst_host, const void *src, size_t n_bytes);
-    // dst = src_host (n_bytes), queued like an op: ops queued later see it, the call does not
-    // wait for the device, and src_host may be reused as soon as it returns (the backend copies
-    // the bytes first). For the per-forward index arrays, so that the host queues a forward while
-    // the device still runs the one before. NULL: li_be_upload_queued calls upload.
-    li_status (*upload_queued)(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
     // dst = src inside backend memory, queued like an op (regions must not overlap).
     void (*copy)(li_backend *be, void *dst, const void *src, size_t n_bytes);
     // x (n) = value, queued like an op.
@@ -435,7 +430,6 @@ void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what);  // zeroed;
 void li_be_free(li_backend *be, void *p);
 li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
 li_status li_be_download(li_backend *be, void *dst_host, const void *src, size_t n_bytes);
-li_status li_be_upload_queued(li_backend *be, void *dst, const void *src_host, size_t n_bytes);
 void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes);
 void li_be_fill(li_backend *be, float *x, float value, int64_t n);
 li_status li_be_sync(li_backend *be);

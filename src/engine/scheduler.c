@@ -901,15 +901,9 @@ li_status li_step(li_model *m, int *n_unfinished) {
                       .seqs = S->seqs, .n_logits = n_log, .logit_rows = S->rows};
         if ((rc = li_llama_forward(&m->llama, &m->scratch, &m->kv.storage, &b, m->logits)) != LI_OK)
             return rc;
+        // a device backend records op failures: catch them before any token is sampled
+        if ((rc = li_be_sync(m->be)) != LI_OK) return rc;
     }
-    // A device backend records op failures: catch them before a token is sampled or a block is
-    // marked ready (below). A step that does neither (a long prompt's middle chunks) leaves the
-    // device running, and the host queues the next chunk meanwhile; an error then surfaces at
-    // the next step that settles, before anything is read.
-    bool settles = n_log > 0 || m->tiers;
-    for (int j = 0; j < n_jobs_in && !settles; j++)
-        settles = job_in_batch[j]->done + chunk_of_job[j] >= job_in_batch[j]->n;
-    if (rows > 0 && settles && (rc = li_be_sync(m->be)) != LI_OK) return rc;
 
     // 5. bookkeeping
     for (int j = 0; j < n_jobs_in; j++) {
@@ -952,7 +946,7 @@ li_status li_step(li_model *m, int *n_unfinished) {
         take_token(m, r, li_sampler_sample(&r->sampler, m->be, lg, V), lg);
     }
     // and the sampling's, and the tiers' transfers queued in this step
-    if (settles && (rc = li_be_sync(m->be)) != LI_OK) return rc;
+    if ((rc = li_be_sync(m->be)) != LI_OK) return rc;
     if (m->tiers) li_kv_tiers_step_done(m->tiers);
     for (request *r = S->reqs; r; r = r->next)
         if (r->state != RQ_DONE && r->finished_tokens) finish(m, r);

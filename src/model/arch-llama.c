@@ -181,8 +181,7 @@ static li_status stage_batch(li_llama_scratch *s, const li_batch *b, li_batch *d
         off += 4 * ((size_t)b->n_seqs + 1);
     }
 #undef STAGE
-    // queued: the host goes on to queue this forward's ops while the device finishes the last
-    return li_be_upload_queued(s->be, s->idx_dev, s->idx_host, off);
+    return li_be_upload(s->be, s->idx_dev, s->idx_host, off);
 }
 
 // The ops of one forward over a (staged) batch: embedding, the layers, the head rows.

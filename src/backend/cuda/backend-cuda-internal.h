@@ -118,10 +118,6 @@ typedef struct {
     char cudnn_lib[512];  // LI_CUDNN_LIB: the cuDNN library file ("": libcudnn.so.9)
 } li_cuda_env;
 
-// upload_queued's pinned slots: a slot is written again LI_STAGE_SLOTS uploads later, after its
-// copy ran (its event), so the host runs at most that many forwards ahead of the device.
-#define LI_STAGE_SLOTS 4
-
 // Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it
 // must not happen during graph capture: the engine sizes these at start.
 typedef struct {
@@ -158,13 +154,6 @@ typedef struct {
     uint64_t *jump_table;  // dllm->x0: device copy of li_rng_jump_table() (512 KiB), on first use
     dev_scratch x0s;       // dllm->x0: per-chunk partial argmaxes
     int64_t scratch_allocs;  // scratch allocations and the jump table's (scratch_allocs op)
-    // upload_queued: pinned host slots, used in turn; each copy's source until its event
-    struct {
-        void *p;
-        size_t cap;
-        cudaEvent_t copied;
-    } stage[LI_STAGE_SLOTS];
-    int stage_next;
     // LI_CUDA_PROFILE=1: an event after every op; the time between two events is the later
     // op's (host gaps included), summed per op name and printed on stderr at the end.
     bool prof;
@@ -278,7 +267,6 @@ void li_cu_matmul_fp8(li_backend *be, float *y, const li_fp8_rows *x, int T,
                       const li_fp8_weight *W, bool exact, bool accumulate);
 void li_cu_fp8_calibrate(li_cuda_impl *im);  // which scale layouts cuBLASLt takes (im->fp8_mode)
 void li_cu_gemm_free(li_cuda_impl *im);      // the plan caches
-void li_cu_stage_free(li_cuda_impl *im);     // upload_queued's pinned slots (backend-cuda-memory.c)
 
 // backend-cuda-attention.c: paged attention (our kernels, cuDNN), LLaDA's dense and layer-0
 // attention

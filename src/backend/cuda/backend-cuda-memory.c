@@ -66,48 +66,6 @@ li_status li_backend_cuda_download(li_backend *be, void *dst_host, const void *s
     return copy(be, dst_host, src_dev, n, 0);
 }
 
-// The next pinned slot takes the bytes (after waiting for the copy it last served: normally long
-// done), and one async copy from it is queued. An upload that syncs instead (upload) left the
-// device idle while the host queued each prefill chunk's few hundred launches: ~3.8 ms a chunk
-// of 2,048 tokens on the H100 (LI_CUDA_PROFILE counted it as the chunk's first op, embed).
-li_status li_backend_cuda_upload_queued(li_backend *be, void *dst_dev, const void *src_host,
-                                        size_t n) {
-    li_cuda_impl *im = be->impl;
-    if (n == 0) return LI_OK;
-    if (im->capturing) return li_backend_cuda_upload(be, dst_dev, src_host, n);
-    int i = im->stage_next;
-    im->stage_next = (i + 1) % LI_STAGE_SLOTS;
-    cudaError_t e = cudaSuccess;
-    if (!im->stage[i].copied) e = cudaEventCreateWithFlags(&im->stage[i].copied, cudaEventDisableTiming);
-    else e = cudaEventSynchronize(im->stage[i].copied);
-    if (e == cudaSuccess && n > im->stage[i].cap) {
-        cudaFreeHost(im->stage[i].p);
-        im->stage[i].p = NULL;
-        im->stage[i].cap = 0;
-        size_t cap = (n + 65535) & ~(size_t)65535;
-        e = cudaHostAlloc(&im->stage[i].p, cap, cudaHostAllocDefault);
-        if (e == cudaSuccess) im->stage[i].cap = cap;
-    }
-    if (e == cudaSuccess) {
-        memcpy(im->stage[i].p, src_host, n);
-        e = cudaMemcpyAsync(dst_dev, im->stage[i].p, n, cudaMemcpyHostToDevice, im->stream);
-    }
-    if (e == cudaSuccess) e = cudaEventRecord(im->stage[i].copied, im->stream);
-    li_cu_prof_mark(im, "upload (queued)");
-    if (e != cudaSuccess)
-        return li_error_set(LI_ERR_BACKEND, "cuda: queued upload of %zu bytes: %s", n,
-                            cudaGetErrorString(e));
-    return LI_OK;
-}
-
-void li_cu_stage_free(li_cuda_impl *im) {
-    for (int i = 0; i < LI_STAGE_SLOTS; i++) {
-        if (im->stage[i].copied) cudaEventDestroy(im->stage[i].copied);
-        cudaFreeHost(im->stage[i].p);
-    }
-    memset(im->stage, 0, sizeof im->stage);
-}
-
 li_status li_backend_cuda_fill_uniform(li_backend *be, float *x, int64_t n, uint64_t seed,
                                        float scale) {
     li_cuda_impl *im = be->impl;

@@ -127,7 +127,6 @@ void li_backend_cuda_destroy(li_backend *be) {
             if (im->prof_ev[i]) cudaEventDestroy(im->prof_ev[i]);
         li_cu_gemm_free(im);
         li_cu_graphs_free(im);
-        li_cu_stage_free(im);
         li_cuda_sampler_free(im->sampler);
         cudaFree(im->jump_table);
         cudaFree(im->x0s.p);
@@ -436,7 +435,6 @@ const li_backend_ops li_cuda_ops = {
     .alloc = li_cu_alloc,
     .free = li_cu_free,
     .upload = li_backend_cuda_upload,
-    .upload_queued = li_backend_cuda_upload_queued,
     .download = li_backend_cuda_download,
     .copy = li_cu_copy,
     .fill = li_cu_fill,

@@ -42,8 +42,6 @@ void li_backend_cuda_free(li_backend *be, void *dptr);  // NULL is a no-op
 // Host <-> device copies on the backend's stream; both return after the copy is complete (and so
 // after every op queued before them).
 li_status li_backend_cuda_upload(li_backend *be, void *dst_dev, const void *src_host, size_t n);
-li_status li_backend_cuda_upload_queued(li_backend *be, void *dst_dev, const void *src_host,
-                                        size_t n);
 li_status li_backend_cuda_download(li_backend *be, void *dst_host, const void *src_dev, size_t n);
 // x (n, device) = uniform in [-scale, scale), a pure function of (seed, index): random weights
 // and KV pools built on the GPU without a host copy.
