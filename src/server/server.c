@@ -236,8 +236,11 @@ void li_server_hurry(li_server *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+// Each phase of the stop says how long it took, and what it waited for, in the log: a stop that
+// is slow (a test harness kills the server 10 s after SIGTERM) explains itself there.
 void li_server_stop(li_server *s) {
     if (!s) return;
+    double t0 = li_srv_now_ms();
     // 1. no new connection (the listening socket closes); a request on an open one gets 503
     MHD_socket lfd = MHD_quiesce_daemon(s->daemon);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
@@ -255,17 +258,32 @@ void li_server_stop(li_server *s) {
     }
     // 3. running requests finish within the drain deadline; then the engine cuts the rest
     pthread_mutex_lock(&s->mu);
+    if (s->n_accepted > 0)
+        fprintf(stderr, "serve: stopping: %d request(s) running or queued, up to %u s to finish\n",
+                s->n_accepted, s->p.drain_timeout_s);
     drain_wait(s, nothing_running, s->p.drain_timeout_s * 1e3);
+    int cut = s->n_accepted;
     s->stopping = true;
     pthread_cond_signal(&s->engine_cv);
     pthread_mutex_unlock(&s->mu);
+    double t_drained = li_srv_now_ms();
     pthread_join(s->engine, NULL);
+    double t_engine = li_srv_now_ms();
     // 4. connection threads send their last bytes (answers, a stream's error event and [DONE]);
     // a client that does not read them is not waited for long
     pthread_mutex_lock(&s->mu);
     s->hurry = false;
+    if (s->n_sreqs > 0)
+        fprintf(stderr, "serve: stopping: %d request(s) still sending their last bytes, up to 5 s\n",
+                s->n_sreqs);
     drain_wait(s, nothing_held, 5000);
+    int held = s->n_sreqs;
     pthread_mutex_unlock(&s->mu);
+    double t_held = li_srv_now_ms();
     MHD_stop_daemon(s->daemon);
+    double t_http = li_srv_now_ms();
     server_free(s);
+    fprintf(stderr, "serve: stopped in %.0f ms: drain %.0f ms (%d cut), engine %.0f ms, last bytes "
+            "%.0f ms (%d left), connections %.0f ms\n", li_srv_now_ms() - t0, t_drained - t0, cut,
+            t_engine - t_drained, t_held - t_engine, held, t_http - t_held);
 }

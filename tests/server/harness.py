@@ -73,8 +73,11 @@ class Server:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
+                # killed: say why it did not stop (its log tells how far its shutdown got)
+                # before the log is gone
                 self.proc.kill()
                 self.proc.wait()
+                print(f"server did not stop within 10 s of SIGTERM; its log's tail:\n{self.log_tail()}")
         self.log.close()
         os.unlink(self.log.name)
         return self.proc.returncode
