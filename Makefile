@@ -27,14 +27,17 @@ CFLAGS_BASE := -std=c11 -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -g -
                -D_DEFAULT_SOURCE -D_POSIX_C_SOURCE=200809L
 # hiredis: the shared Redis tier of the document store (src/kv/blob-redis.c); libxxhash: its
 # per-chunk checksums (src/kv/blob-store.c says why XXH3 and not SHA-256).
-# These flags are read when make starts. On a fresh machine that is before `setup` has installed
-# the packages, so every target that runs setup first builds in a second make (`$(MAKE) all`
-# inside its recipe), which reads pkg-config again; a build without them stops at pkg-check.
+# pkg-config is asked when a recipe first needs the flags, not when make starts: on a fresh
+# machine `setup` (a prerequisite of demo, bench and test) installs the packages first. Each
+# variable replaces itself with its value on first use ($(eval ... :=)), so pkg-config runs once.
+# demo, bench and test still build in a second make, so that `make -j` cannot start compiling
+# beside setup. A build without the packages stops at pkg-check with the command to run.
 PKG_MODULES := libpcre2-8 jansson hiredis libxxhash
-PKG_FOUND   := $(shell pkg-config --exists $(PKG_MODULES) 2>/dev/null && echo yes)
-CPPFLAGS    := -Iinclude $(shell pkg-config --cflags $(PKG_MODULES) 2>/dev/null)
-LDLIBS      := $(shell pkg-config --libs $(PKG_MODULES) 2>/dev/null || \
-                 echo -lpcre2-8 -ljansson -lhiredis -lxxhash) \
+PKG_CFLAGS   = $(eval PKG_CFLAGS := $(shell pkg-config --cflags $(PKG_MODULES) 2>/dev/null))$(PKG_CFLAGS)
+PKG_LIBS     = $(eval PKG_LIBS := $(shell pkg-config --libs $(PKG_MODULES) 2>/dev/null || \
+                 echo -lpcre2-8 -ljansson -lhiredis -lxxhash))$(PKG_LIBS)
+CPPFLAGS     = -Iinclude $(PKG_CFLAGS)
+LDLIBS       = $(PKG_LIBS) \
                -lopenblas -lcrypto -lmicrohttpd -lpthread -lm
 
 ifeq ($(DEBUG),1)
@@ -100,11 +103,10 @@ $(BUILD)/%.o: %.c | pkg-check
 # Without the -dev packages every compile would fail on a missing header: say what to run instead.
 .PHONY: pkg-check
 pkg-check:
-ifneq ($(PKG_FOUND),yes)
-	@echo "make: pkg-config finds none or not all of $(PKG_MODULES)." >&2; \
+	@pkg-config --exists $(PKG_MODULES) 2>/dev/null || { \
+	 echo "make: pkg-config finds none or not all of $(PKG_MODULES)." >&2; \
 	 echo "make: run 'make setup' (scripts/setup.sh installs the Debian packages), then make again;" >&2; \
-	 echo "make: 'make demo' and 'make test' run setup themselves." >&2; exit 2
-endif
+	 echo "make: 'make demo' and 'make test' run setup themselves." >&2; exit 2; }
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
