@@ -358,6 +358,27 @@ def classic_tokenizer_config(path):
         f.write("\n")
 
 
+def save_tiny(model, name, V, theta, scaling, shard=None):
+    """Writes a tiny checkpoint as Hub checkpoints are laid out (OUT/name: weights, generation
+    config, tokenizer, classic config files) and returns (path, the model re-read from those
+    files): references come from the files as written."""
+    path = os.path.join(OUT, name)
+    shutil.rmtree(path, ignore_errors=True)
+    kw = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(path, safe_serialization=True, **kw)
+    model.generation_config.save_pretrained(path)
+    tiny_tokenizer(V).save_pretrained(path)
+    classic_config(path, theta, scaling)
+    classic_tokenizer_config(path)
+    tk2 = AutoTokenizer.from_pretrained(path)
+    assert tk2.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                   add_generation_prompt=True) == \
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    m2 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                              attn_implementation="eager").eval()
+    return path, m2
+
+
 def gen_tiny():
     for (name, D, H, Hkv, Dh, L, F, V, tied, theta, scaling, shard) in TINY:
         seed = sum(map(ord, name))  # fixed per checkpoint
@@ -375,21 +396,7 @@ def gen_tiny():
             for nm, p in model.named_parameters():
                 if nm.endswith("norm.weight"):
                     p.copy_(0.5 + torch.rand_like(p))
-        path = os.path.join(OUT, name)
-        shutil.rmtree(path, ignore_errors=True)
-        kw = {"max_shard_size": shard} if shard else {}
-        model.save_pretrained(path, safe_serialization=True, **kw)
-        model.generation_config.save_pretrained(path)
-        tiny_tokenizer(V).save_pretrained(path)
-        classic_config(path, theta, scaling)
-        classic_tokenizer_config(path)
-        tk2 = AutoTokenizer.from_pretrained(path)
-        assert tk2.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                       add_generation_prompt=True) == \
-            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-        # The reference comes from the files as written, re-read by transformers.
-        m2 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                  attn_implementation="eager").eval()
+        path, m2 = save_tiny(model, name, V, theta, scaling, shard)
         assert torch.equal(m2.model.rotary_emb.inv_freq, model.model.rotary_emb.inv_freq)
         assert m2.model.rotary_emb.attention_scaling == model.model.rotary_emb.attention_scaling
         sd1, sd2 = model.state_dict(), m2.state_dict()

@@ -19,12 +19,11 @@ Everything is float32 with eager attention on the CPU and deterministic (fixed s
 """
 
 import os
-import shutil
 import sys
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_llama_ref as ref  # noqa: E402  (the shared case writer and checkpoint helpers)
@@ -61,20 +60,7 @@ def gen():
                     p.copy_(BIAS_STD * torch.randn_like(p))
                     n_bias += 1
         assert n_bias == 3 * L, n_bias
-        path = os.path.join(ref.OUT, name)
-        shutil.rmtree(path, ignore_errors=True)
-        model.save_pretrained(path, safe_serialization=True)
-        model.generation_config.save_pretrained(path)
-        ref.tiny_tokenizer(V).save_pretrained(path)
-        ref.classic_config(path, theta, None)
-        ref.classic_tokenizer_config(path)
-        tk2 = AutoTokenizer.from_pretrained(path)
-        assert tk2.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                       add_generation_prompt=True) == \
-            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-        # The reference comes from the files as written, re-read by transformers.
-        m2 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                  attn_implementation="eager").eval()
+        path, m2 = ref.save_tiny(model, name, V, theta, None)
         assert type(m2).__name__ == "Qwen2ForCausalLM", type(m2)
         sd1, sd2 = model.state_dict(), m2.state_dict()
         assert all(torch.equal(sd1[k], sd2[k]) for k in sd1), "weights changed on reload"
