@@ -71,6 +71,10 @@ typedef struct {
     const char *kv_remote;       // L3 "redis://HOST:PORT[/DB]", shared by replicas; NULL: none.
                                  // Unreachable at load: a warning and no L3
     const char *kv_remote_password_file;  // L3 AUTH password: the file's first line
+    const char *fp8;             // FP8 prefill of autoregressive models: "off" (NULL), "ffn" (the
+                                 // FFN's GEMMs) or "all" (every linear layer but the LM head) as
+                                 // block-scaled FP8 for batches of more than one token; decode
+                                 // keeps the bf16 / f32 weights. Approximate (docs/CUDA.md)
 } li_model_params;
 
 li_model_params li_model_default_params(void);

@@ -678,9 +678,9 @@ static void test_fp8_smollm2(void) {
                       .logit_rows = rows};
         float *ref = xmalloc((size_t)T * V * 4), *q8 = xmalloc((size_t)T * V * 4);
         if (rc == LI_OK) rc = li_llama_forward(&m, &s, &kv, &b, ref);
-        if (rc == LI_OK) rc = li_llama_set_fp8(&m, true);
+        if (rc == LI_OK) rc = li_llama_set_fp8(&m, LI_FP8_FFN, 1);
         if (rc == LI_OK) rc = li_llama_forward(&m, &s, &kv, &b, q8);
-        if (rc == LI_OK) rc = li_llama_set_fp8(&m, false);
+        if (rc == LI_OK) rc = li_llama_set_fp8(&m, LI_FP8_OFF, 0);
         if (rc == LI_OK) {
             double e;
             int agree;

@@ -68,6 +68,13 @@ int64_t cli_mem_available(void);
     {"--kv-dtype", NULL, OPT_STR, &(mp).kv_dtype,                                                  \
      "how K/V are stored: f32, bf16 or auto (default: bf16 on cuda, f32 on the CPU)"}
 
+// --fp8 of the commands that run autoregressive models (generate, bench generate, rag, bench rag,
+// serve): li_model_params.fp8.
+#define CLI_FP8_OPT(mp)                                                                            \
+    {"--fp8", NULL, OPT_STR, &(mp).fp8,                                                            \
+     "FP8 prefill: off (default), ffn (the FFN's GEMMs) or all (every linear layer but the "       \
+     "head) as block-scaled FP8 for batches of tokens; decode keeps bf16 (approximate)"}
+
 // The document tiers below the KV pool (README "Sharing documents across replicas") and the
 // eviction policy of the pool's documents and of every tier, the same flags on serve, rag and
 // bench rag: put CLI_TIER_OPTS(args) in the option table, then cli_tier_params fills
@@ -105,6 +112,7 @@ int cmd_dllm(int argc, char **argv);        // tools/cmd-dllm.c: lazyinfer dllm
 int cmd_bench_dllm(int argc, char **argv);  // tools/cmd-dllm.c: lazyinfer bench dllm
 int cmd_bench_rag(int argc, char **argv);   // tools/cmd-bench-rag.c: lazyinfer bench rag
 int cmd_bench_kernels(int argc, char **argv);  // tools/cmd-bench-kernels.c: lazyinfer bench kernels
+int cmd_bench_fp8(int argc, char **argv);      // tools/cmd-bench-fp8.c: lazyinfer bench fp8
 
 // Subcommands in their own files (tools/cmd-*.c).
 int cmd_rag(int argc, char **argv);

@@ -1226,6 +1226,7 @@ static int parse_args(int argc, char **argv, bench_args *a, sweep_plan *sp) {
          "request needs: k × doc-len + query-len + out-len + the chat template's tokens)"},
         CLI_DEVICE_OPTS(a->mp),
         CLI_KV_DTYPE_OPT(a->mp),
+        CLI_FP8_OPT(a->mp),
         {"--plot", NULL, OPT_STR, &a->plot,
          "also write a PNG of the TTFT CDF per mode (needs gnuplot)"},
         {"--trace", NULL, OPT_STR, &a->trace,

@@ -616,6 +616,7 @@ int cmd_rag(int argc, char **argv) {
          "KV pool size in bytes, K/M/G suffixes (default: --max-batch contexts + every document "
          "of the run, at most half the available memory)"},
         CLI_KV_DTYPE_OPT(mp),
+        CLI_FP8_OPT(mp),
         {"--n-predict", "-n", OPT_INT, &n_predict, "tokens per answer at most (default 64)"},
         {"--temp", NULL, OPT_FLOAT, &temp, "temperature >= 0 (default 0: greedy)"},
         {"--seed", NULL, OPT_U64, &seed, "sampling seed (request i draws from seed + i)"},

@@ -60,6 +60,7 @@ int cmd_serve(int argc, char **argv) {
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
         CLI_TIER_OPTS(tiers),
         CLI_KV_DTYPE_OPT(mp),
+        CLI_FP8_OPT(mp),
         {"--ctx-size", "-c", OPT_INT, &mp.n_ctx, "context size in tokens (default: min(trained, 4096))"},
         CLI_DEVICE_OPTS(mp),
         {"--max-tokens", NULL, OPT_INT, &max_tokens, "max_tokens of chat requests that give none (default 256, or --max-gen if smaller)"},

@@ -78,6 +78,7 @@ static int cmd_generate(int argc, char **argv) {
         CLI_DEVICE_OPTS(a.mp),
         {"--ctx-size", "-c", OPT_INT, &a.mp.n_ctx, "context size in tokens (default: min(trained, 4096))"},
         CLI_KV_DTYPE_OPT(a.mp),
+        CLI_FP8_OPT(a.mp),
         {"--ignore-eos", NULL, OPT_FLAG, &a.ignore_eos, "keep generating after end-of-sequence tokens"},
     };
     const char *pos[1];
@@ -230,6 +231,7 @@ static int cmd_bench_generate(int argc, char **argv) {
         {"--model", "-m", OPT_STR, &mp.path, "model (default: the model setup fetched)"},
         {"--n-prompt", "-p", OPT_INT, &n_pp, "prompt tokens for pp (default 512)"},
         CLI_KV_DTYPE_OPT(mp),
+        CLI_FP8_OPT(mp),
         {"--n-gen", "-n", OPT_INT, &n_tg, "generated tokens for tg (default 128)"},
         {"--reps", "-r", OPT_INT, &reps, "repetitions (default 3)"},
         CLI_DEVICE_OPTS(mp),
@@ -297,13 +299,15 @@ static int cmd_bench(int argc, char **argv) {
                "  generate   prompt processing (pp512) and generation (tg128) tokens/s\n"
                "  dllm       diffusion decoding methods on GSM8K (LaCache, parallel, DPad)\n"
                "  rag        RAG serving: TTFT and throughput per document-cache mode\n"
-               "  kernels    one layer's ops: ms, GB/s, TFLOP/s, %% of the measured ceilings\n");
+               "  kernels    one layer's ops: ms, GB/s, TFLOP/s, %% of the measured ceilings\n"
+               "  fp8        FP8 prefill (--fp8 ffn|all) against off: greedy agreement, logits error\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "generate")) return cmd_bench_generate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "dllm")) return cmd_bench_dllm(argc - 1, argv + 1);
     if (!strcmp(argv[1], "rag")) return cmd_bench_rag(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kernels")) return cmd_bench_kernels(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "fp8")) return cmd_bench_fp8(argc - 1, argv + 1);
     fprintf(stderr, "lazyinfer bench: unknown benchmark '%s' (see --help)\n", argv[1]);
     return 2;
 }
@@ -318,7 +322,7 @@ static void usage(FILE *f) {
                "  info       print a model's architecture, shapes, dtype and parameter count\n"
                "  rag        answer questions over documents with the document KV cache\n"
                "  dllm       decode a prompt with a diffusion LM (LLaDA SAR decoding)\n"
-               "  bench      run a benchmark (bench generate, bench dllm, bench rag, bench kernels)\n"
+               "  bench      run a benchmark (bench generate, bench dllm, bench rag, bench kernels, bench fp8)\n"
                "  sim        trace-driven document-cache hit-ratio simulator\n"
                "  serve      OpenAI-compatible HTTP server (docs/SERVER.md)\n");
 }

@@ -312,7 +312,8 @@ typedef struct {
     // Not exact: the backend's fastest FP8 GEMM, the same inputs and mathematical result but the
     // library's accumulation order, so not bit-exact across backends (~fp32 rounding): CUDA
     // cuBLASLt's block-scaled GEMM (1 x 128 activation, 128 x 128 weight scales, the add in its
-    // epilogue) where it takes the shape, the exact kernel elsewhere; the CPU tables: exact.
+    // epilogue) where it takes the shape, the exact kernel elsewhere; the CPU tables: one f32 GEMM
+    // of the decoded, scaled codes for batches of 16 rows or more (ops-cpu.c), exact below.
     void (*matmul_fp8)(li_backend *be, float *y, const li_fp8_rows *x, int T,
                        const li_fp8_weight *W, bool exact, bool accumulate);
     // Quantises W (f32 or bf16, backend memory) per 128 x 128 block into out->q and out->scale

@@ -208,6 +208,14 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
                                    ? DEFAULT_N_CTX_CAP
                                    : hp->n_ctx_train);
     warn_untrained_context(hp, m->n_ctx, p->path);
+    li_fp8_scope fp8;
+    if ((rc = li_fp8_scope_parse(p->fp8, &fp8)) != LI_OK) goto fail;
+    if (m->llada && fp8 != LI_FP8_OFF) {
+        rc = li_error_set(LI_ERR_INVALID_ARG, "--fp8 %s is for autoregressive models: a diffusion "
+                          "model takes its FP8 FFN per request (dllm --fp8 on, the request's "
+                          "\"fp8\" field)", p->fp8);
+        goto fail;
+    }
     if (m->llada) {  // diffusion models allocate per request (engine-dllm.c)
         *out = m;
         return LI_OK;
@@ -218,6 +226,8 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         *out = m;
         return LI_OK;
     }
+    // FP8 prefill: every layer's copies quantised now, on the backend
+    if ((rc = li_llama_set_fp8(&m->llama, fp8, 0)) != LI_OK) goto fail;
 
     // Pool and scratch: everything allocated here, nothing while generating.
     if (m->n_ctx > LI_PAGE_MAX_DELTA) {
@@ -265,10 +275,13 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
                                 .head_dim = hp->head_dim, .max_keys = seq_keys,
                                 .n_head_kv = hp->n_head_kv, .kv_dtype = m->kv.storage.dtype,
                                 .n_vocab = hp->n_vocab, .sampler = true};
+        if (fp8 != LI_FP8_OFF) r.fp8_n = r.fp8_k = in;  // matmul_fp8's N and K: D, F or H*Dh
         if ((rc = m->be->ops->reserve(m->be, &r)) != LI_OK) goto fail;
     }
-    // Cache keys name the weights and the tokenizer: the path (or synth spec) given.
-    snprintf(m->model_id, sizeof m->model_id, "%s", p->path);
+    // Cache keys name the weights and the tokenizer: the path (or synth spec) given, and FP8
+    // prefill's scope (its K/V differ from the bf16 prefill's)
+    snprintf(m->model_id, sizeof m->model_id, "%s%s%s", p->path, fp8 ? "#fp8=" : "",
+             fp8 ? li_fp8_scope_name(fp8) : "");
     snprintf(m->tokenizer_id, sizeof m->tokenizer_id, "%s",
              p->tokenizer_path ? p->tokenizer_path : p->path);
     if ((rc = li_sched_init(m)) != LI_OK) goto fail;

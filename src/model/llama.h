@@ -100,7 +100,20 @@ typedef struct {
     // may pick another algorithm, so fused is within fp32 rounding of split, not bit for bit).
     bool gate_up_fused;
     uint16_t *xb;   // (T, max(D, F, H*Dh)) normalised rows, silu(gate) * up, attention output
+    // FP8 prefill (li_llama_set_fp8): the GEMM inputs as e4m3 codes (T, max(D, F, H*Dh)) and
+    // their scales per 1 x 128 group; allocated by the first FP8 batch
+    uint8_t *qa;
+    float *sa;
 } li_llama_scratch;
+
+// Which linear layers FP8 prefill quantises: none, the FFN's (gate, up, down) or every one of a
+// layer (q, k, v, o too). The LM head always stays bf16 (it runs on a few rows).
+typedef enum { LI_FP8_OFF = 0, LI_FP8_FFN, LI_FP8_ALL } li_fp8_scope;
+
+// A layer's FP8 copies (zeroed: not quantised; attention's are zeroed in scope LI_FP8_FFN).
+typedef struct {
+    li_fp8_weight q, k, v, o, gate, up, down;
+} li_llama_fp8_layer;
 
 typedef struct {
     li_hparams hp;
@@ -109,9 +122,10 @@ typedef struct {
     li_weight_store store;
     li_backend *be;  // borrowed: valid for the model's lifetime
     bool has_weights;  // false when loaded for metadata only
-    // FP8 FFN for layers >= 1 (LLaDA's, ARCHITECTURE.md §5.3), an error proxy on real weights:
-    // (L * 3) block-quantised gate/up/down when on (li_llama_set_fp8); NULL (default): off.
-    li_fp8_weight *fp8_ffn;
+    // FP8 prefill (li_llama_set_fp8): per layer, block-quantised copies of the linear layers in
+    // its scope that batches of more than one row read; NULL (default): off.
+    li_llama_fp8_layer *fp8;
+    li_fp8_scope fp8_scope;
 } li_llama;
 
 
@@ -148,8 +162,14 @@ li_status li_llama_weights_to_device(li_llama *m);
 // same distributions as li_synth_llama_weights, another generator (so other values).
 li_status li_llama_synth_on_device(li_llama *m, uint64_t seed);
 
-// Turns the FP8 FFN of layers >= 1 on (quantises the weights once) or off (frees them).
-li_status li_llama_set_fp8(li_llama *m, bool on);
+// FP8 prefill: the linear layers of `scope` in layers first_layer .. L-1 quantised once (128 x 128
+// blocks, on the model's backend) and run as block-scaled FP8 GEMMs for batches of more than one
+// row (prefill chunks); one-row batches (decode) keep the bf16 / f32 weights. LI_FP8_OFF frees
+// them. Approximate: ARCHITECTURE.md §6 gives the measured error.
+li_status li_llama_set_fp8(li_llama *m, li_fp8_scope scope, int first_layer);
+// "off" (NULL), "ffn" or "all" -> *out; LI_ERR_INVALID_ARG naming the value otherwise.
+li_status li_fp8_scope_parse(const char *s, li_fp8_scope *out);
+const char *li_fp8_scope_name(li_fp8_scope s);
 
 // max_table_words bounds the page-table words of one batch (only device backends stage them).
 li_status li_llama_scratch_init(li_llama_scratch *s, li_backend *be, const li_hparams *hp,

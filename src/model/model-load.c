@@ -506,7 +506,7 @@ void li_weight_store_free(li_weight_store *st) {
 
 void li_llama_free(li_llama *m) {
     if (!m) return;
-    li_llama_set_fp8(m, false);
+    li_llama_set_fp8(m, LI_FP8_OFF, 0);
     li_weight_store_free_device(&m->store);
     li_weight_store_free(&m->store);
     free(m->w.layers);

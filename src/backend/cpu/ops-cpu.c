@@ -1161,12 +1161,62 @@ static void dec8_range(void *p, int64_t b, int64_t e, int tid) {
     for (int64_t i = b; i < e; i++) c->dst[i] = e4m3_table[c->src[i]];
 }
 
-// exact or not: this table's one FP8 GEMM is the exact order (backend.h).
+// Codes times their scales, as f32: rows (n, K) of q with scales (ceil(n/bh), ceil(K/128)), a scale
+// per bh rows and 128 columns (bh 1: activation rows; 128: weight blocks).
+typedef struct {
+    float *dst;
+    const uint8_t *q;
+    const float *scale;
+    int64_t K;
+    int bh;
+} scaled8_ctx;
+
+static void scaled8_rows(void *p, int64_t b, int64_t e, int tid) {
+    scaled8_ctx *c = p;
+    int64_t G = (c->K + LI_FP8_GROUP - 1) / LI_FP8_GROUP;
+    for (int64_t r = b; r < e; r++) {
+        const float *s = c->scale + (r / c->bh) * G;
+        for (int64_t k = 0; k < c->K; k++)
+            c->dst[r * c->K + k] = e4m3_table[c->q[r * c->K + k]] * s[k / LI_FP8_GROUP];
+    }
+}
+
+// Not exact, batches of MM_BLAS_MIN_T rows or more: the block-scaled product as one f32 GEMM of
+// the decoded, scaled activations and weights (cpu_matmul's blocked kernel, ~fp32 rounding from
+// the exact order): a CPU has no FP8 units, and the exact kernel's per-group sums run ~50x
+// slower than the f32 GEMM. false: no memory for the decoded copies (the caller runs exact).
+static bool matmul_fp8_decoded(li_backend *be, float *y, const li_fp8_rows *x, int T,
+                               const li_fp8_weight *W, bool accumulate) {
+    int64_t N = W->n_rows, K = W->n_cols;
+    float *a = malloc((size_t)T * (size_t)K * sizeof(float));
+    float *w = a ? malloc((size_t)N * (size_t)K * sizeof(float)) : NULL;
+    float *out = w && accumulate ? malloc((size_t)T * (size_t)N * sizeof(float)) : y;
+    if (!out) {
+        free(a);
+        free(w);
+        return false;
+    }
+    scaled8_ctx ca = {a, x->q, x->scale, K, 1}, cw = {w, W->q, W->scale, K, LI_FP8_GROUP};
+    li_parallel_for(be->tp, T, scaled8_rows, &ca);
+    li_parallel_for(be->tp, N, scaled8_rows, &cw);
+    li_weight wf = {.dtype = LI_DTYPE_F32, .n_rows = N, .n_cols = K, .data = w};
+    cpu_matmul(be, out, a, &wf, T);
+    if (accumulate) {
+        for (int64_t i = 0; i < (int64_t)T * N; i++) y[i] += out[i];
+        free(out);
+    }
+    free(a);
+    free(w);
+    return true;
+}
+
+// exact: the order backend.h fixes; not exact: matmul_fp8_decoded for large batches.
 static void cpu_matmul_fp8(li_backend *be, float *y, const li_fp8_rows *x, int T,
                            const li_fp8_weight *W, bool exact, bool accumulate) {
     const uint8_t *qa = x->q;
     const float *sa = x->scale;
     pthread_once(&e4m3_once, e4m3_table_fill);
+    if (!exact && T >= MM_BLAS_MIN_T && matmul_fp8_decoded(be, y, x, T, W, accumulate)) return;
     int64_t K = W->n_cols;
     // The activations are decoded once (T*K floats); without the buffer, per group on the fly.
     float *a = malloc((size_t)T * (size_t)K * sizeof(float));
