@@ -20,7 +20,9 @@
 #   dllmtest test-dllm and test-llada (bf16 activations = f32 bit for bit) on CUDA only
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   dllmact the same with f32 activations (LI_LLADA_ACT=f32): the bf16 path's same-call baseline
-#   torchllada bench/torch_baselines.py --only eager_llada8b (after dllm: same prompt length)
+#   torchllada bench/torch_baselines.py --only eager_llada8b: PyTorch eager vanilla decoding of the
+#           dllm step's own prompt (token ids, gen length, block, steps) — needs dllm in the same
+#           STEPS, and fails without it
 #   opsbench gpu-check's FP8 GEMM and prefill attention timings only
 #   kernels lazyinfer bench kernels on the GPU: one Llama-3.1-8B layer's ops against the copy and
 #           GEMM ceilings (decode attention at ctx 20K, batch 1/16/64)
@@ -181,16 +183,38 @@ has dllmstep && run bench-dllm-canvas 240 $LI bench dllm --backend cuda -m synth
   --canvas 512,1024,2048 --block-length 32
 has dllmact && run bench-dllm-canvas-f32act 240 env LI_LLADA_ACT=f32 $LI bench dllm --backend cuda \
   -m synth:llada-8b --canvas 512,1024,2048 --block-length 32
-has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b --prompts data/gsm8k/test.jsonl \
-  -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
-  --commit-per-step 2 ${DLLM_ARGS:-}
-# parallel decoding with a larger fixed schedule (4 per step) for the combinations that use it
-has dllm && run bench-dllm-k4 200 $LI bench dllm --backend cuda -m synth:llada-8b --prompts data/gsm8k/test.jsonl \
-  -n 1 --shots 4 --prompt-tokens 575 --gen-length 256 --block-length 32 --steps 256 \
-  --commit-per-step 4 --methods "+parallel,all combined"
-# the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding after
-# a prompt as long as the engine's GSM8K one (bench-dllm's "mean prompt")
-LLADA_P=$(grep -o 'mean prompt [0-9]*' "$OUT/bench-dllm.log" 2>/dev/null | awk '{print $3}')
-has torchllada && run torch-llada 300 python3 bench/torch_baselines.py --only eager_llada8b \
-  --llada-prompt "${LLADA_P:-1000}" --out "$OUT/torch-llada.jsonl"
+# GSM8K: one 4-shot question cut to its last 575 tokens, gen 256, block 32, 256 steps. The K = 2
+# run writes the prompt it decoded (token ids, gen length, block, steps) to llada-prompt.json,
+# which the torchllada step decodes with PyTorch. "all combined" has the FP8 FFN on, "all combined
+# (no FP8)" is the same without it.
+GSM8K="--prompts data/gsm8k/test.jsonl -n 1 --shots 4 --prompt-tokens 575 --gen-length 256
+       --block-length 32 --steps 256"
+has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
+  --commit-per-step 2 --prompt-out "$OUT/llada-prompt.json" ${DLLM_ARGS:-}
+# parallel decoding with larger fixed schedules (4 and 8 per step) for the combinations that use it
+for k in 4 8; do
+  has dllm && run bench-dllm-k$k 200 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
+    --commit-per-step $k --methods "+parallel,all combined,all combined (no FP8)"
+done
+# the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding of
+# exactly the prompt bench-dllm decoded (its llada-prompt.json, this call's): the token ids, and
+# the prompt length, gen length, block and steps passed explicitly (torch_baselines.py checks them
+# against the file). Without that file the step fails: no other prompt length is a baseline.
+if has torchllada; then
+  LLADA_E2E=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print(d["prompts"][0]["n_tokens"], d["gen_length"], d["block_length"], d["steps"])' \
+    "$OUT/llada-prompt.json" 2>/dev/null)
+  if [ -n "$LLADA_E2E" ]; then
+    read -r LLADA_P LLADA_G LLADA_B LLADA_S <<<"$LLADA_E2E"
+    echo "torch-llada: bench-dllm's prompt ids ($LLADA_P tokens), gen $LLADA_G, block $LLADA_B," \
+      "steps $LLADA_S"
+    run torch-llada 300 python3 bench/torch_baselines.py --only eager_llada8b \
+      --llada-prompt-ids "$OUT/llada-prompt.json" --llada-prompt "$LLADA_P" --llada-gen "$LLADA_G" \
+      --llada-block "$LLADA_B" --llada-steps "$LLADA_S" --out "$OUT/torch-llada.jsonl"
+  else
+    echo "== torch-llada: FAILED: no readable $OUT/llada-prompt.json from bench-dllm in this call;" \
+      "run STEPS=...,dllm,torchllada so that PyTorch decodes the engine's own prompt"
+    status=1
+  fi
+fi
 exit $status

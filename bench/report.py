@@ -255,24 +255,34 @@ def section_llada(files, out):
                        f"{fmt(torch_ms, 2)} |")
         out.append("")
     gsm = []
-    for log in ("bench-dllm.log", "bench-dllm-k4.log"):
+    prompt = None  # the engine's prompt length, as its table's header says
+    for log in ("bench-dllm.log", "bench-dllm-k4.log", "bench-dllm-k8.log"):
         text = files.get(log)
         k = re.search(r"Commit exactly (\d+) per step", text or "")
+        p = re.search(r"mean prompt (\d+) tokens", text or "")
+        prompt = prompt or (p and int(p.group(1)))
         for r in md_rows(text):
             if len(r) < 6 or num(r[1]) is None:
                 continue
             name = r[0]
-            if log.endswith("k4.log") and name == "vanilla":
+            if log != "bench-dllm.log" and name == "vanilla":
                 continue
-            if name in ("+parallel", "all combined") and k:
-                name += f" (K = {k.group(1)})"
+            if name in ("+parallel", "all combined", "all combined (no FP8)") and k:
+                K = k.group(1)  # "all combined (no FP8, K = 2)"
+                name = name[:-1] + f", K = {K})" if name.endswith(")") else name + f" (K = {K})"
             elif name not in ("vanilla", "+LaCache (all)", "+DPad"):
                 continue
             gsm.append((name, num(r[1]), num(r[2]), num(r[5])))
     if gsm:
-        base = (tl.get("e2e") or {}).get("latency_ms")
+        e2e = tl.get("e2e") or {}
+        base = e2e.get("latency_ms")
+        ids = "random ids" if e2e.get("prompt_ids", "random") == "random" else "the engine's ids"
+        same = "" if base is None else \
+            f" (prompt {e2e.get('prompt_tokens')} tokens, {ids}; the engine's: {prompt})"
+        if base is not None and e2e.get("prompt_tokens") != prompt:
+            same += " — NOT the engine's prompt length: the ratios below compare different work"
         out += ["### LLaDA-8B: GSM8K end to end", "",
-                f"PyTorch eager vanilla, same run: {fmt(base)} ms.", "",
+                f"PyTorch eager vanilla, same run: {fmt(base)} ms.{same}", "",
                 "| method | latency ms | tok/s | ms/step | vs PyTorch vanilla |",
                 "|---|---:|---:|---:|---:|"]
         for name, lat, tps, msps in gsm:

@@ -47,10 +47,14 @@ F=14336, L=32, V=128256, rope theta 500000 with llama3 scaling):
                  whole canvas (as the reference LLaDA generate does).  (a) one
                  denoising step (forward + argmax/softmax confidence/top-1 commit of
                  the last 32-token block) at canvas 512/1024/2048: "step_ms" per
-                 size; (b) vanilla SAR decoding (gen 256, block 32, 256 steps, one
-                 token per step, low-confidence remasking) after a prompt of
-                 --llada-prompt tokens (the engine's GSM8K 4-shot mean): latency
-                 and tokens/s, the e2e baseline.
+                 size; (b) vanilla SAR decoding (generate.py's schedule: per block
+                 steps / (gen / block) steps, low-confidence remasking) of the very
+                 prompt `lazyinfer bench dllm --prompt-out FILE` decoded:
+                 --llada-prompt-ids FILE gives its token ids, gen length, block and
+                 steps (the explicit --llada-prompt/-gen/-block/-steps must equal
+                 them); latency and tokens/s, the e2e baseline.  --llada-prompt N
+                 alone decodes N random ids.  Neither given: (b) is skipped and
+                 "e2e" says why (no prompt length is ever assumed).
   copy_bw        Device-to-device dst.copy_(src) of a 4 GiB buffer; bytes counted
                  = read + written = 2 * 4 GiB.  The bandwidth ceiling of this run.
   gemm_bf16      8192x8192x8192 bf16 matmul into a preallocated output;
@@ -127,7 +131,7 @@ class Ctx:
             self.device_name = torch.cuda.get_device_name()
         # bf16 benches run in float32 in the CPU smoke test.
         self.half = torch.float32 if self.smoke else torch.bfloat16
-        self.llada_prompt = getattr(args, "llada_prompt", 1000)
+        self.llada = getattr(args, "llada", None)  # eager_llada8b's (b): see llada_e2e_args
 
     def iters(self, warmup, iters):
         """Scale iteration counts for --quick / --cpu-smoke."""
@@ -649,27 +653,82 @@ class _LLaDA(torch.nn.Module):
         return self.rms(x, self.norm) @ self.head.t()  # (1, T, V): the whole canvas
 
 
-def _llada_step(model, x, lo, hi, mask_id):
+# eager_llada8b's vocabulary (LLaDA-8B's; the smoke test's tiny one) and the mask id its
+# canvases use: the last id, which no prompt may hold (main checks --llada-prompt-ids).
+LLADA_VOCAB, LLADA_VOCAB_SMOKE = 126464, 512
+
+
+def _llada_step(model, x, lo, hi, mask_id, k=1):
     """One vanilla denoising step: logits of the canvas, greedy x0 and confidence in the
-    block, commit the most confident masked position (low-confidence remasking, 1/step)."""
+    block, commit the k most confident masked positions (low-confidence remasking)."""
     logits = model(x)[0, lo:hi].float()
     p = torch.softmax(logits, -1)
     conf, x0 = p.max(-1)
     masked = x[0, lo:hi] == mask_id
     conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
-    j = conf.argmax()
+    j = conf.argmax() if k == 1 else conf.topk(k).indices
     x[0, lo + j] = x0[j]
+
+
+def _llada_transfer_counts(n, steps):
+    """generate.py's get_num_transfer_tokens: n masks over `steps` steps, the first n % steps
+    steps one more."""
+    return [n // steps + (1 if i < n % steps else 0) for i in range(steps)]
+
+
+def llada_e2e_args(args, vocab):
+    """eager_llada8b's (b) settings from the command line, or None (then (b) is skipped).
+
+    --llada-prompt-ids FILE (`lazyinfer bench dllm --prompt-out`): its prompts' token ids and its
+    gen_length / block_length / steps; --llada-prompt, --llada-gen, --llada-block, --llada-steps,
+    when given too, must equal the file's (gpu-run.sh passes both: a mismatch is a bug there).
+    --llada-prompt N alone: N random ids, gen/block/steps from their flags (default 256/32/256).
+    Raises ValueError naming the problem."""
+    given = {"gen_length": args.llada_gen, "block_length": args.llada_block,
+             "steps": args.llada_steps}
+    if args.llada_prompt_ids:
+        with open(args.llada_prompt_ids) as f:
+            d = json.load(f)
+        prompts = [p["ids"] for p in d["prompts"]]
+        if not prompts or any(len(p) != q["n_tokens"] for p, q in zip(prompts, d["prompts"])):
+            raise ValueError(f"{args.llada_prompt_ids}: no prompts, or n_tokens != len(ids)")
+        bad = [t for p in prompts for t in p if not 0 <= t < vocab - 1]
+        if bad:
+            raise ValueError(f"{args.llada_prompt_ids}: token id {bad[0]} outside [0, {vocab - 1}) "
+                             f"(the model's vocabulary without its mask id {vocab - 1})")
+        if args.llada_prompt is not None and any(len(p) != args.llada_prompt for p in prompts):
+            raise ValueError(f"--llada-prompt {args.llada_prompt} but {args.llada_prompt_ids} "
+                             f"holds prompts of {[len(p) for p in prompts]} tokens")
+        e2e = {k: d[k] for k in given}
+        for k, v in given.items():
+            if v is not None and v != e2e[k]:
+                raise ValueError(f"--llada-{k.split('_')[0]} {v} but {args.llada_prompt_ids} "
+                                 f"says {k} {e2e[k]}")
+        e2e.update(prompts=prompts, source=args.llada_prompt_ids)
+    elif args.llada_prompt is not None:
+        if args.llada_prompt < 1:
+            raise ValueError(f"--llada-prompt {args.llada_prompt} must be >= 1")
+        e2e = {k: 256 if k == "gen_length" else 32 if k == "block_length" else 256
+               for k in given}
+        e2e.update({k: v for k, v in given.items() if v is not None})
+        e2e.update(prompts=[args.llada_prompt], source="random")
+    else:
+        return None
+    G, B, S = e2e["gen_length"], e2e["block_length"], e2e["steps"]
+    if min(G, B, S) < 1 or G % B or S % (G // B):
+        raise ValueError(f"gen {G}, block {B}, steps {S}: gen must be a multiple of block and "
+                         f"steps a multiple of gen / block")
+    return e2e
 
 
 def bench_eager_llada8b(ctx):
     rec = {"bench": "eager_llada8b", "dtype": str(ctx.half).replace("torch.", ""),
            "attention": "sdpa (bidirectional)", "cuda_graphs": False, "compile": False}
     if ctx.smoke:
-        L, D, H, Dh, Fd, V, sizes, gen, block, P = 2, 64, 4, 16, 128, 512, [64], 16, 8, 24
+        L, D, H, Dh, Fd, V, sizes = 2, 64, 4, 16, 128, LLADA_VOCAB_SMOKE, [64]
     else:
-        L, D, H, Dh, Fd, V, sizes, gen, block = 32, 4096, 32, 128, 12288, 126464, \
-            [512, 1024, 2048], 256, 32
-        P = ctx.llada_prompt
+        L, D, H, Dh, Fd, V, sizes = 32, 4096, 32, 128, 12288, LLADA_VOCAB, [512, 1024, 2048]
+    e2e = ctx.llada
     rec["shape"] = {"layers": L, "d_model": D, "heads": H, "head_dim": Dh, "d_ff": Fd,
                     "vocab": V}
 
@@ -690,23 +749,37 @@ def bench_eager_llada8b(ctx):
                                     warmup, iters)
                 rec["step_ms"][str(N)] = summarize(times, warmup)
                 log(f"eager_llada8b: step at canvas {N}: {rec['step_ms'][str(N)]['ms']:.2f} ms")
-            # (b) vanilla SAR decoding of gen tokens after P prompt tokens
-            T = P + gen
-            x = torch.randint(0, V - 2, (1, T), device=ctx.dev, generator=gen_)
-            x[0, P:] = mask_id
-            ctx.sync()
-            t0 = time.perf_counter()
-            steps = 0
-            for b in range(gen // block):
-                lo, hi = P + b * block, P + (b + 1) * block
-                for _ in range(block):
-                    _llada_step(model, x, lo, hi, mask_id)
-                    steps += 1
-            ctx.sync()
-            lat = (time.perf_counter() - t0) * 1e3
-        rec["e2e"] = {"prompt_tokens": P, "gen_length": gen, "block_length": block,
-                      "steps": steps, "latency_ms": lat, "tok_per_s": gen / (lat * 1e-3),
-                      "ms_per_step": lat / steps}
+            if e2e is None:
+                rec["e2e"] = {"skipped": "no --llada-prompt-ids FILE or --llada-prompt N: "
+                                         "no prompt to decode"}
+                return
+            # (b) vanilla SAR decoding of each prompt (generate.py's schedule)
+            gen, block = e2e["gen_length"], e2e["block_length"]
+            counts = _llada_transfer_counts(block, e2e["steps"] // (gen // block))
+            lat, steps, lens = 0.0, 0, []
+            for p in e2e["prompts"]:
+                if isinstance(p, int):  # --llada-prompt N alone: N random ids
+                    ids = torch.randint(0, V - 2, (p,), device=ctx.dev, generator=gen_)
+                else:
+                    ids = torch.tensor(p, dtype=torch.long, device=ctx.dev)
+                P = ids.numel()
+                lens.append(P)
+                x = torch.full((1, P + gen), mask_id, dtype=torch.long, device=ctx.dev)
+                x[0, :P] = ids
+                ctx.sync()
+                t0 = time.perf_counter()
+                for b in range(gen // block):
+                    lo, hi = P + b * block, P + (b + 1) * block
+                    for k in counts:
+                        _llada_step(model, x, lo, hi, mask_id, k)
+                        steps += 1
+                ctx.sync()
+                lat += (time.perf_counter() - t0) * 1e3
+        n = len(lens)
+        rec["e2e"] = {"prompt_tokens": lens[0] if n == 1 else lens, "prompt_ids": e2e["source"],
+                      "n_prompts": n, "gen_length": gen, "block_length": block,
+                      "steps": steps // n, "latency_ms": lat / n,
+                      "tok_per_s": n * gen / (lat * 1e-3), "ms_per_step": lat / steps}
 
     ctx.run_case(rec, case, trace=True)
 
@@ -832,8 +905,19 @@ def main():
     ap.add_argument("--out", default=None, help="append JSON lines to this file too")
     ap.add_argument("--only", default=None,
                     help="comma-separated bench names: " + ",".join(BENCH_NAMES + EXTRA_BENCHES))
-    ap.add_argument("--llada-prompt", type=int, default=1000,
-                    help="eager_llada8b: prompt tokens before the 256 generated (default 1000)")
+    ap.add_argument("--llada-prompt-ids", default=None, metavar="FILE",
+                    help="eager_llada8b: decode these prompts (`lazyinfer bench dllm "
+                         "--prompt-out FILE`), with their gen length, block and steps")
+    ap.add_argument("--llada-prompt", type=int, default=None, metavar="N",
+                    help="eager_llada8b: prompt tokens; with --llada-prompt-ids it must equal "
+                         "the file's, alone N random ids (no default: without either the "
+                         "decoding run is skipped)")
+    ap.add_argument("--llada-gen", type=int, default=None,
+                    help="eager_llada8b: gen length (must equal the file's; alone default 256)")
+    ap.add_argument("--llada-block", type=int, default=None,
+                    help="eager_llada8b: block length (must equal the file's; alone default 32)")
+    ap.add_argument("--llada-steps", type=int, default=None,
+                    help="eager_llada8b: steps (must equal the file's; alone default 256)")
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="tiny shapes on CPU (float32, perf_counter) to check the script runs")
@@ -846,6 +930,10 @@ def main():
         if bad:
             ap.error(f"unknown bench(es) {bad}; choose from {BENCH_NAMES + EXTRA_BENCHES}")
 
+    try:
+        args.llada = llada_e2e_args(args, LLADA_VOCAB_SMOKE if args.cpu_smoke else LLADA_VOCAB)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        ap.error(f"eager_llada8b: {type(e).__name__}: {e}")
     ctx = Ctx(args)
     torch.manual_seed(0)
     t_all = time.perf_counter()

@@ -5,6 +5,7 @@ must print every table of docs/BENCHMARKS.md's GPU areas with the figures of tho
 results.tgz as it reads a folder, let the first of several inputs win, and fail clearly on a
 missing input or on a folder without logs. Standard library only; no GPU, nothing random.
 """
+import json
 import os
 import subprocess
 import sys
@@ -76,3 +77,26 @@ def test_bad_inputs(tmp_path):
     assert p.returncode == 1 and "no log of bench/gpu-run.sh" in p.stderr
     p = report()
     assert p.returncode == 2 and "Usage" in p.stderr
+
+
+def test_gsm8k_fp8_rows_and_prompt_check(tmp_path):
+    # b's K = 4 log made as a newer run prints it (an "all combined (no FP8)" row, FP8 on in
+    # "all combined"), as K = 8, and a PyTorch run on another prompt length: the K = 8 rows are
+    # named with their K, and the report says the PyTorch prompt differs from the engine's.
+    with open(os.path.join(B, "bench-dllm-k4.log")) as f:
+        log = f.read()
+    row = next(l for l in log.splitlines() if l.startswith("| all combined |"))
+    log = log.replace("Commit exactly 4", "Commit exactly 8").replace(
+        row, row + "\n" + row.replace("all combined", "all combined (no FP8)").replace(
+            "1417.3", "1500.0"))
+    (tmp_path / "bench-dllm-k8.log").write_text(log)
+    with open(os.path.join(B, "torch-llada.jsonl")) as f:
+        rec = json.loads(f.readline())
+    rec["e2e"]["prompt_tokens"] = 1000
+    (tmp_path / "torch-llada.jsonl").write_text(json.dumps(rec) + "\n")
+    p = report(tmp_path, B)
+    assert p.returncode == 0, p.stderr
+    assert "| all combined (no FP8, K = 8) | 1,500 |" in p.stdout, p.stdout
+    assert "| all combined (K = 8) | 1,417 |" in p.stdout, p.stdout
+    assert "(prompt 1000 tokens, random ids; the engine's: 575) — NOT the engine's" in p.stdout
+    assert "NOT the engine's" not in report(A, B).stdout

@@ -445,6 +445,7 @@ typedef struct {
     const char *name;
     unsigned lacache;
     bool parallel, dpad;
+    int fp8;  // 1: FP8 FFN on, 0: off, -1: as --fp8 says (default off)
 } method;
 
 // The counters of li_dllm_stats a method's row sums over the questions, each into an int64_t
@@ -478,13 +479,14 @@ static void print_method_row(const char *name, int k, const method_sum *s, doubl
                              int n_prompts) {
     double lat = s->latency_ms / n_prompts;
     printf("| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld / %lld | %lld | "
-           "%.3f | %.1f%% | %s |\n",
+           "%.3f | %.1f%% | %lld | %s |\n",
            name, lat, s->latency_ms > 0 ? 1e3 * s->n_tokens_fastdllm / s->latency_ms : 0,
            s->latency_ms > 0 ? 1e3 * s->n_tokens_dinfer / s->latency_ms : 0,
            (double)s->nfe / n_prompts, s->steps ? s->latency_ms / s->steps : 0,
            (long long)s->canvas_rows, (long long)s->embed_rows, (long long)s->qkv_rows,
            (long long)s->fa_tiles, (long long)s->fa_tiles_skipped, (long long)s->head_rows,
            s->flops / 1e9, v_flops > 0 ? 100.0 * (1.0 - s->flops / v_flops) : 0.0,
+           (long long)s->fp8_gemm_rows,
            k == 0               ? "—"
            : s->same_as_vanilla ? "yes"
                                 : "no");
@@ -620,14 +622,52 @@ static int bench_dllm_canvas(li_model *m, const dllm_args *a, const li_dllm_para
     return status;
 }
 
+// --prompt-out FILE: the token ids each question was decoded from, with the settings of the
+// vanilla schedule, as one JSON object:
+//   {"model", "shots", "prompt_tokens_cut" (0: not cut), "gen_length", "block_length", "steps",
+//    "prompts": [{"n_tokens": P, "ids": [P ids]}, ...]}
+// A baseline outside the engine (bench/torch_baselines.py --llada-prompt-ids) reads it to decode
+// the very same prompt: a synthetic model has a byte tokenizer that no other program shares.
+// Returns 0, or 1 after a message.
+static int write_prompts(const char *path, const char *model, int32_t *const *ids, const int *n_ids,
+                         int n_prompts, int shots, int prompt_tokens, const li_dllm_params *p) {
+    json_t *root = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "model", model, "shots", shots,
+                             "prompt_tokens_cut", prompt_tokens, "gen_length", p->gen_length,
+                             "block_length", p->block_length, "steps", p->steps);
+    json_t *list = json_array();
+    bool ok = root && list && !json_object_set(root, "prompts", list);
+    for (int i = 0; ok && i < n_prompts; i++) {
+        json_t *one = json_pack("{s:i}", "n_tokens", n_ids[i]), *arr = json_array();
+        ok = one && arr && !json_object_set(one, "ids", arr) && !json_array_append(list, one);
+        for (int t = 0; ok && t < n_ids[i]; t++)
+            ok = !json_array_append_new(arr, json_integer(ids[i][t]));
+        json_decref(one);
+        json_decref(arr);
+    }
+    int status = 0;
+    if (!ok) {
+        fprintf(stderr, "lazyinfer bench dllm: --prompt-out: out of memory\n");
+        status = 1;
+    } else if (json_dump_file(root, path, JSON_COMPACT) != 0) {
+        fprintf(stderr, "lazyinfer bench dllm: cannot write --prompt-out %s: %s\n", path,
+                strerror(errno));
+        status = 1;
+    }
+    json_decref(list);
+    json_decref(root);
+    return status;
+}
+
 static const char bench_dllm_usage[] =
     "usage: lazyinfer bench dllm -m MODEL [--prompts FILE] [--n-prompts N] "
     "[--shots 0|1|4] [--chat]\n"
     "       [--gen-length N] [--block-length B] [--steps S] [--threshold TAU "
-    "| --factor F | --commit-per-step K] [--dpad-window W] [--fp8 on|off]\n\n"
+    "| --factor F | --commit-per-step K] [--dpad-window W] [--fp8 on|off]\n"
+    "       [--prompt-out FILE]\n\n"
     "Decodes GSM8K questions with each method (vanilla, each LaCache "
-    "component, all LaCache, parallel, DPad, all combined)\n"
-    "and prints a markdown table. Defaults for CPU: gen 64, block 16, "
+    "component, all LaCache, parallel, DPad, all combined\n"
+    "with FP8 FFN, all combined without it) and prints a markdown table.\n"
+    "Defaults for CPU: gen 64, block 16, "
     "steps 64, 2 questions, 0-shot, parallel = threshold 0.9.";
 
 int cmd_bench_dllm(int argc, char **argv) {
@@ -636,7 +676,7 @@ int cmd_bench_dllm(int argc, char **argv) {
     a.decode.gen_length = 64;
     a.decode.block_length = 16;
     a.decode.steps = 64;
-    const char *prompts = NULL, *only = NULL, *canvas = NULL;
+    const char *prompts = NULL, *only = NULL, *canvas = NULL, *prompt_out = NULL;
     int n_prompts = 2, shots = 0, prompt_tokens = 0;
     const opt opts[] = {
         {"--prompts", NULL, OPT_STR, &prompts,
@@ -649,6 +689,9 @@ int cmd_bench_dllm(int argc, char **argv) {
         {"--prompt-tokens", NULL, OPT_INT, &prompt_tokens,
          "keep only each prompt's last N tokens (synthetic models' byte tokenizer makes a "
          "prompt ~3.3x longer than a real one; 575 = the Llama-3 count of the 4-shot prompt)"},
+        {"--prompt-out", NULL, OPT_STR, &prompt_out,
+         "write the prompts' token ids, gen length, block and steps to FILE (JSON), for a "
+         "baseline that must decode the same prompt (bench/torch_baselines.py)"},
         {"--canvas", NULL, OPT_STR, &canvas,
          "instead: time denoising steps at these canvas sizes (e.g. 512,1024,2048), one block "
          "of --block-length at the end, each LaCache component and FP8"},
@@ -690,6 +733,11 @@ int cmd_bench_dllm(int argc, char **argv) {
     if (!dp.dpad) dp.dpad = true; // DPad with the given (or default) window, k, scale
     base.dpad = false;
 
+    if (canvas && prompt_out) {
+        fprintf(stderr, "lazyinfer bench dllm: --prompt-out is for the GSM8K table, not "
+                        "--canvas (its prompts are random)\n");
+        return 2;
+    }
     if (canvas) {  // the list is checked before the model loads
         long sizes[MAX_CANVAS_SIZES];
         int n_sizes = parse_canvas_list(canvas, base.block_length, sizes);
@@ -720,16 +768,20 @@ int cmd_bench_dllm(int argc, char **argv) {
         return 2;
     }
 
+    // "all combined" is everything, the FP8 FFN included (part of LaCache's recipe); the row
+    // after it is the same without FP8: the comparison with figures taken before FP8 joined it,
+    // and the cost of FP8's approximation alone.
     const method methods[] = {
-        {"vanilla", 0, false, false},
-        {"+EmbedCache", LI_DLLM_LACACHE_EMBED, false, false},
-        {"+RoPECache", LI_DLLM_LACACHE_ROPE, false, false},
-        {"+FACache", LI_DLLM_LACACHE_FA, false, false},
-        {"+LM-head trunc", LI_DLLM_LACACHE_TRUNC, false, false},
-        {"+LaCache (all)", LI_DLLM_LACACHE_ALL, false, false},
-        {"+parallel", 0, true, false},
-        {"+DPad", 0, false, true},
-        {"all combined", LI_DLLM_LACACHE_ALL, true, true},
+        {"vanilla", 0, false, false, -1},
+        {"+EmbedCache", LI_DLLM_LACACHE_EMBED, false, false, -1},
+        {"+RoPECache", LI_DLLM_LACACHE_ROPE, false, false, -1},
+        {"+FACache", LI_DLLM_LACACHE_FA, false, false, -1},
+        {"+LM-head trunc", LI_DLLM_LACACHE_TRUNC, false, false, -1},
+        {"+LaCache (all)", LI_DLLM_LACACHE_ALL, false, false, -1},
+        {"+parallel", 0, true, false, -1},
+        {"+DPad", 0, false, true, -1},
+        {"all combined", LI_DLLM_LACACHE_ALL, true, true, 1},
+        {"all combined (no FP8)", LI_DLLM_LACACHE_ALL, true, true, 0},
     };
     const int n_methods = sizeof methods / sizeof methods[0];
 
@@ -770,11 +822,17 @@ int cmd_bench_dllm(int argc, char **argv) {
         }
         total_prompt += n_ids[i];
     }
+    if (prompt_out &&
+        write_prompts(prompt_out, a.mp.path, ids, n_ids, n_prompts, shots, prompt_tokens, &base)) {
+        status = 1;
+        goto out;
+    }
     printf("## lazyinfer bench dllm — %s (%s, %.1f M params), %d threads\n\n", a.mp.path, info.name,
            info.n_params / 1e6, info.n_threads);
     printf(
         "%d GSM8K question(s) from %s, %d-shot%s, mean prompt %.0f tokens%s; gen_length %d, "
-        "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; fp8 %s; seed %llu.\n",
+        "block %d, steps %d; parallel = %s; DPad window %d, k %g, scale %g; FP8 FFN %s (in "
+        "\"all combined\" always, in \"all combined (no FP8)\" never); seed %llu.\n",
         n_prompts, prompts, shots, a.chat ? ", chat format" : "", (double)total_prompt / n_prompts,
         prompt_tokens > 0 ? " (each cut to its last --prompt-tokens)" : "",
         base.gen_length, base.block_length, base.steps,
@@ -783,6 +841,10 @@ int cmd_bench_dllm(int argc, char **argv) {
                           : "commit-per-step",
         dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
         (unsigned long long)a.decode.seed);
+    printf("Prompt tokens per question:");
+    for (int i = 0; i < n_prompts && i < 16; i++) printf(" %d", n_ids[i]);
+    printf("%s; token ids %s.\n", n_prompts > 16 ? " …" : "",
+           prompt_out ? prompt_out : "not written (--prompt-out FILE writes them)");
     if (par.threshold > 0)
         printf("Threshold tau = %g.", par.threshold);
     else if (par.factor > 0)
@@ -793,14 +855,39 @@ int cmd_bench_dllm(int argc, char **argv) {
     printf(" tok/s F = Fast-dLLM count (generated tokens that are not EOS) / latency; tok/s D = "
            "dInfer count (all gen_length positions, prompt excluded) / latency. Latency, NFE and "
            "steps are per question (mean); work columns are totals over the questions. FLOPs "
-           "saved: against vanilla's total. = vanilla: the committed tokens equal vanilla's.\n\n");
+           "saved: against vanilla's total. FP8 GEMM rows: rows through the FP8 FFN GEMMs (0: "
+           "the FFN in the model's dtype). = vanilla: the committed tokens equal vanilla's.\n\n");
     printf("| method | latency ms | tok/s F | tok/s D | NFE | ms/step | canvas rows | embed rows | "
-           "QKV rows | FA tiles done / served | head rows | GFLOP | FLOPs saved | = vanilla |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
+           "QKV rows | FA tiles done / served | head rows | GFLOP | FLOPs saved | FP8 GEMM rows | "
+           "= vanilla |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
+    // Warm-up, untimed: one forward per block of the first question, for each FP8 setting the
+    // selected rows use (plans, cuDNN's set-up and the FP8 weights, quantised on first use, are
+    // then not in the first timed row).
+    for (int f = 0; f < 2 && !status; f++) {
+        bool used = false;
+        for (int k = 0; k < n_methods; k++)
+            if ((k == 0 || method_selected(only, methods[k].name)) &&
+                (methods[k].fp8 < 0 ? base.fp8 : methods[k].fp8 == 1) == (f == 1))
+                used = true;
+        if (!used) continue;
+        li_dllm_params w = base;
+        w.lacache = 0;  // vanilla's shapes
+        w.fp8 = f == 1;
+        w.steps = w.gen_length / w.block_length;
+        li_dllm_stats st;
+        li_status rc = li_dllm_generate(m, ids[0], n_ids[0], &w, gen, &st);
+        if (rc != LI_OK && !(w.fp8 && rc == LI_ERR_UNSUPPORTED)) {
+            fprintf(stderr, "lazyinfer bench dllm: warm-up: %s\n", li_last_error());
+            status = 1;
+            goto out;
+        }
+    }
     int n_run = 0;
     for (int k = 0; k < n_methods; k++) {
         if (k > 0 && !method_selected(only, methods[k].name)) continue;  // vanilla: baseline
         li_dllm_params p = methods[k].parallel ? par : base;
+        if (methods[k].fp8 >= 0) p.fp8 = methods[k].fp8 == 1;
         if (methods[k].dpad) {
             p.dpad = true;
             p.dpad_window = dp.dpad_window;
@@ -814,7 +901,13 @@ int cmd_bench_dllm(int argc, char **argv) {
         for (int i = 0; i < n_prompts; i++) {
             li_dllm_stats st;
             p.seed = a.decode.seed + (uint64_t)i;
-            if (li_dllm_generate(m, ids[i], n_ids[i], &p, gen, &st) != LI_OK) {
+            li_status rc = li_dllm_generate(m, ids[i], n_ids[i], &p, gen, &st);
+            if (rc == LI_ERR_UNSUPPORTED && p.fp8) {  // a backend without the FP8 ops
+                printf("| %s | — (%s) |\n", methods[k].name, li_last_error());
+                s->n = 0;
+                break;
+            }
+            if (rc != LI_OK) {
                 fprintf(stderr, "lazyinfer bench dllm: method %s, question %d: %s\n",
                         methods[k].name, i, li_last_error());
                 status = 1;
@@ -827,7 +920,7 @@ int cmd_bench_dllm(int argc, char **argv) {
             method_add(s, &st);
             li_progress("bench dllm", ++n_run, (int64_t)n_methods * n_prompts);
         }
-        print_method_row(methods[k].name, k, s, sum[0].flops, n_prompts);  // as it finishes
+        if (s->n) print_method_row(methods[k].name, k, s, sum[0].flops, n_prompts);  // as it ends
     }
 
     if (!strncmp(a.mp.path, "synth:", 6))
