@@ -628,6 +628,17 @@ static void bo_pool_f32(float *dst, const void *pool, li_dtype dt, long n) {
                                      : ((const float *)pool)[i];
 }
 
+// slot (n) = a random permutation of 0 .. n-1: distinct slots of a pool of n.
+static void bo_random_slots(int64_t *slot, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        slot[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = slot[i];
+        slot[i] = slot[j];
+        slot[j] = tmp;
+    }
+}
+
 // Stores are bit-exact against the oracle for both pool dtypes (bf16: both round to nearest
 // even), and the oracle puts K where li_kv_offset says.
 static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
@@ -669,13 +680,7 @@ static void bo_kv_store(const bo_ctx *c, const bo_case *k) {
         fill(kk, kn, 1.0f);
         fill(v, kn, 1.0f);
         int64_t *slot = xmalloc(sizeof(int64_t) * cap);
-        for (int64_t i = 0; i < cap; i++)
-            slot[i] = i;
-        for (int64_t i = cap - 1; i > 0; i--) { // distinct random slots
-            int64_t j = (int64_t)(li_rng_u64(&rng) % (uint64_t)(i + 1)), tmp = slot[i];
-            slot[i] = slot[j];
-            slot[j] = tmp;
-        }
+        bo_random_slots(slot, cap);
         int il = randint(0, kv.n_layer - 1);
         bo_buf gpool, gk, gv, gs;
         li_kv_storage kvd = kv, kvh = kv;
@@ -754,6 +759,135 @@ static void bo_kv_copy_rotate(const bo_ctx *c, const bo_case *k) {
         CHECK(rest_ok, "other pages changed; seed %llu", (unsigned long long)c->seed);
         CHECK(!test_has_nan(w2, n), "NaN; seed %llu", (unsigned long long)c->seed);
         bo_finish(c, (bo_buf *[]){&gpool, &hpool, NULL}, (void *[]){pool2, w1, w2, NULL});
+        TEST_END();
+    }
+}
+
+// ---- qkv_rope_store -------------------------------------------------------------------------
+
+// The rows of layer il at slot[t] (t < T) of a pool of either dtype, widened: out (T, 2, Hkv, Dh),
+// K then V.
+static void bo_pool_rows(float *out, const li_kv_storage *kv, int il, const int64_t *slot, int T) {
+    const int Hkv = kv->n_head_kv, Dh = kv->head_dim, P = kv->page_size;
+    const size_t esz = li_kv_elem_bytes(kv->dtype);
+    for (int t = 0; t < T; t++)
+        for (int is_v = 0; is_v < 2; is_v++)
+            for (int h = 0; h < Hkv; h++) {
+                size_t at = li_kv_offset(kv, slot[t] / P, il, is_v, h, (int)(slot[t] % P));
+                bo_pool_f32(out + (((size_t)t * 2 + is_v) * Hkv + h) * Dh,
+                            (const char *)kv->data + esz * at, kv->dtype, Dh);
+            }
+}
+
+// The inputs of one qkv_rope_store case (host memory).
+typedef struct {
+    li_kv_storage kv; // data: the pool's starting contents
+    int il, T, H;
+    const float *qkv, *parts, *bias; // parts: q (T, H Dh) | k (T, Hkv Dh) | v: qkv's, split
+    const int32_t *pos;
+    const int64_t *slot;
+    const li_rope_table *tab;
+} bo_qkv_in;
+
+// On `be` (c->be or the oracle): qkv_rope_store into q and a copy of the pool, and add_bias, rope
+// (q, k) and kv_store on the parts into another copy; checks the two bit for bit, and returns the
+// fused op's q (T, H, Dh) and written pool rows (bo_pool_rows) in q_out and rows_out.
+static void bo_qkv_run(const bo_ctx *c0, li_backend *be, const char *who, const bo_qkv_in *in,
+                       float *q_out, float *rows_out) {
+    bo_ctx c = *c0;
+    c.be = be;
+    const int T = in->T, H = in->H, Hkv = in->kv.n_head_kv, Dh = in->kv.head_dim;
+    const long HD = (long)H * Dh, KD = (long)Hkv * Dh, row = HD + 2 * KD;
+    const long n = (long)in->kv.n_pages * in->kv.n_layer * 2 * KD * in->kv.page_size;
+    const size_t pb = li_kv_elem_bytes(in->kv.dtype) * n;
+    bo_buf gqkv, gb, gp, gs, gq1, gq2, gk, gv, gpool1, gpool2;
+    const float *dqkv = bo_new(&c, &gqkv, sizeof(float) * T * row, in->qkv);
+    const float *db = bo_new(&c, &gb, sizeof(float) * row, in->bias ? in->bias : in->qkv);
+    const int32_t *dp = bo_new(&c, &gp, sizeof(int32_t) * T, in->pos);
+    const int64_t *ds = bo_new(&c, &gs, sizeof(int64_t) * T, in->slot);
+    float *dq1 = bo_new(&c, &gq1, sizeof(float) * T * HD, NULL);
+    float *dq2 = bo_new(&c, &gq2, sizeof(float) * T * HD, in->parts);
+    float *dk = bo_new(&c, &gk, sizeof(float) * T * KD, in->parts + T * HD);
+    float *dv = bo_new(&c, &gv, sizeof(float) * T * KD, in->parts + T * (HD + KD));
+    li_kv_storage kv1 = in->kv, kv2 = in->kv;
+    kv1.data = bo_new(&c, &gpool1, pb, in->kv.data);
+    kv2.data = bo_new(&c, &gpool2, pb, in->kv.data);
+    be->ops->qkv_rope_store(be, dq1, &kv1, in->il, dqkv, in->bias ? db : NULL, dp, ds, T, H,
+                            in->tab);
+    if (in->bias) {
+        be->ops->add_bias(be, dq2, db, T, (int)HD);
+        be->ops->add_bias(be, dk, db + HD, T, (int)KD);
+        be->ops->add_bias(be, dv, db + HD + KD, T, (int)KD);
+    }
+    be->ops->rope(be, dq2, LI_DTYPE_F32, dq2, dp, T, H, Dh, in->tab);
+    be->ops->rope(be, dk, LI_DTYPE_F32, dk, dp, T, Hkv, Dh, in->tab);
+    be->ops->kv_store(be, &kv2, in->il, dk, dv, ds, T);
+    if (be == c0->be) bo_check_backend(c0);
+    float *q2 = xmalloc(sizeof(float) * T * HD);
+    void *pool1 = xmalloc(pb), *pool2 = xmalloc(pb);
+    bo_get(&c, q_out, &gq1);
+    bo_get(&c, q2, &gq2);
+    bo_get(&c, pool1, &gpool1);
+    bo_get(&c, pool2, &gpool2);
+    CHECK(memcmp(q_out, q2, sizeof(float) * T * HD) == 0, "%s: q is not rope's; seed %llu", who,
+          (unsigned long long)c.seed);
+    CHECK(memcmp(pool1, pool2, pb) == 0, "%s: pool is not kv_store's; seed %llu", who,
+          (unsigned long long)c.seed);
+    li_kv_storage kvh = in->kv;
+    kvh.data = pool1;
+    bo_pool_rows(rows_out, &kvh, in->il, in->slot, T);
+    bo_finish(&c, (bo_buf *[]){&gqkv, &gb, &gp, &gs, &gq1, &gq2, &gk, &gv, &gpool1, &gpool2, NULL},
+              (void *[]){q2, pool1, pool2, NULL});
+}
+
+// qkv_rope_store = add_bias, rope and kv_store on the parts, bit for bit on the backend and on the
+// oracle; the backend's q and written pool rows against the oracle's (bf16 pool: BO_TOL_KV_BF16,
+// as kv_copy_rotate). With and without bias, f32 and bf16 pools, GQA, partial rotation
+// (n_dims < Dh), Dh 18 (no vector path), odd T (37: the CPU's threaded path).
+static void bo_qkv_rope_store(const bo_ctx *c, const bo_case *k) {
+    // H, Hkv, Dh, n_dims
+    static const int shapes[][4] = {
+        {4, 4, 64, 64}, {8, 2, 128, 128}, {6, 3, 64, 32}, {9, 3, 18, 18}};
+    for (int rep = 0; rep < 32; rep++) {
+        const int *sh = shapes[rep >> 3];
+        const int H = sh[0], Hkv = sh[1], Dh = sh[2], with_bias = rep & 1, lay = (rep >> 2) & 1;
+        const li_dtype dt = (rep >> 1) & 1 ? LI_DTYPE_BF16 : LI_DTYPE_F32;
+        const int T = (int[]){1, 3, 17, 37}[(rep + (rep >> 3)) % 4], P = (int[]){1, 16, 7}[rep % 3];
+        li_kv_storage kv = {randint(1, 3), Hkv, Dh, P, T / P + randint(1, 3), NULL, dt};
+        li_rope_table tab =
+            bo_rope_table(c, rep % BO_N_ROPE, lay ? LI_ROPE_GPTJ : LI_ROPE_NEOX, sh[3]);
+        TEST_BEGIN(BO_NAME(c, "qkv_rope_store T=%d H=%d Hkv=%d Dh=%d n_dims=%d %s %s pool%s", T, H,
+                           Hkv, Dh, sh[3], lay ? "gptj" : "neox", li_dtype_name(dt),
+                           with_bias ? " bias" : ""));
+        const long HD = (long)H * Dh, KD = (long)Hkv * Dh, row = HD + 2 * KD;
+        const long n = (long)kv.n_pages * kv.n_layer * 2 * KD * P;
+        float *qkv = xmalloc(sizeof(float) * T * row), *parts = xmalloc(sizeof(float) * T * row);
+        float *bias = xmalloc(sizeof(float) * row), *pool = xmalloc(sizeof(float) * n);
+        float *q1 = xmalloc(sizeof(float) * T * HD), *q0 = xmalloc(sizeof(float) * T * HD);
+        float *r1 = xmalloc(sizeof(float) * T * 2 * KD), *r0 = xmalloc(sizeof(float) * T * 2 * KD);
+        int32_t *pos = xmalloc(sizeof(int32_t) * T);
+        int64_t *slot = xmalloc(sizeof(int64_t) * kv.n_pages * P);
+        fill(qkv, (long)T * row, 1.0f);
+        fill(bias, row, 1.0f);
+        bo_fill_pool(pool, dt, n);
+        for (int t = 0; t < T; t++) {
+            pos[t] = randint(0, 200000);
+            memcpy(parts + t * HD, qkv + t * row, sizeof(float) * HD);
+            memcpy(parts + T * HD + t * KD, qkv + t * row + HD, sizeof(float) * KD);
+            memcpy(parts + T * (HD + KD) + t * KD, qkv + t * row + HD + KD, sizeof(float) * KD);
+        }
+        bo_random_slots(slot, kv.n_pages * P);
+        kv.data = pool;
+        const bo_qkv_in in = {.kv = kv, .il = randint(0, kv.n_layer - 1), .T = T, .H = H,
+                              .qkv = qkv, .parts = parts, .bias = with_bias ? bias : NULL,
+                              .pos = pos, .slot = slot, .tab = &tab};
+        bo_qkv_run(c, c->be, c->name, &in, q1, r1);
+        bo_qkv_run(c, c->ref, "oracle", &in, q0, r0);
+        bo_check_close(c, "q", q1, q0, (long)T * HD, k->tol[c->device]);
+        bo_check_close(c, "pool rows", r1, r0, (long)T * 2 * KD,
+                       dt == LI_DTYPE_BF16 ? BO_TOL_KV_BF16 : k->tol[c->device]);
+        free(qkv), free(parts), free(bias), free(pool), free(q1), free(q0), free(r1), free(r0);
+        free(pos), free(slot);
         TEST_END();
     }
 }
@@ -1007,6 +1141,7 @@ static const bo_case bo_cases[] = {
     {"rope", bo_rope, BO_TOL_POINTWISE},
     {"kv_store", bo_kv_store, BO_TOL_EXACT},
     {"kv_copy_rotate", bo_kv_copy_rotate, BO_TOL_POINTWISE},
+    {"qkv_rope_store", bo_qkv_rope_store, BO_TOL_POINTWISE},
     {"attention", bo_attention, BO_TOL_ATTENTION},
     {"sample", bo_sample, BO_TOL_EXACT}, // tokens: the oracle's (counts in the case)
 };

@@ -631,6 +631,48 @@ static void test_fallbacks(void) {
     TEST_END();
 }
 
+// li_qkv_rope_store on a table without the entry (the unfused ops on the parts copied out of the
+// rows into the caller's scratch) gives the entry's bits, with and without bias.
+static void test_qkv_rope_store_helper(void) {
+    li_backend_ops no_entry = li_cpu_fast_ops;
+    no_entry.qkv_rope_store = NULL;
+    li_backend bare = {.ops = &no_entry, .tp = NULL, .n_threads = 1, .impl = NULL};
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        TEST_BEGIN(with_bias ? "li_qkv_rope_store without the entry = the entry (bias)"
+                             : "li_qkv_rope_store without the entry = the entry");
+        const int T = 7, H = 6, Hkv = 2, Dh = 64;
+        const long HD = (long)H * Dh, KD = (long)Hkv * Dh, row = HD + 2 * KD;
+        li_kv_storage kv = {2, Hkv, Dh, 16, 2, NULL, LI_DTYPE_BF16};
+        const size_t pb = li_kv_storage_page_bytes(&kv) * kv.n_pages;
+        li_rope_table tab = table_for(6, LI_ROPE_NEOX, 48);
+        float *qkv = xmalloc(sizeof(float) * T * row), *bias = xmalloc(sizeof(float) * row);
+        float *q1 = xmalloc(sizeof(float) * T * HD), *q2 = xmalloc(sizeof(float) * T * HD);
+        float *k = xmalloc(sizeof(float) * T * KD), *v = xmalloc(sizeof(float) * T * KD);
+        uint16_t *pool1 = xmalloc(pb), *pool2 = xmalloc(pb);
+        int32_t pos[7];
+        int64_t slot[7];
+        fill(qkv, (long)T * row, 1.0f);
+        fill(bias, row, 1.0f);
+        for (size_t i = 0; i < pb / 2; i++)
+            pool1[i] = li_f32_to_bf16(randn());
+        memcpy(pool2, pool1, pb);
+        for (int t = 0; t < T; t++) {
+            pos[t] = randint(0, 100000);
+            slot[t] = 3 * t + 1;  // distinct, over both pages
+        }
+        li_kv_storage kv1 = kv, kv2 = kv;
+        kv1.data = pool1;
+        kv2.data = pool2;
+        const float *b = with_bias ? bias : NULL;
+        li_qkv_rope_store(be_fast, q1, NULL, NULL, &kv1, 1, qkv, b, pos, slot, T, H, &tab);
+        li_qkv_rope_store(&bare, q2, k, v, &kv2, 1, qkv, b, pos, slot, T, H, &tab);
+        CHECK(memcmp(q1, q2, sizeof(float) * T * HD) == 0, "q differs; seed %llu", g_seed);
+        CHECK(memcmp(pool1, pool2, pb) == 0, "pools differ; seed %llu", g_seed);
+        free(qkv), free(bias), free(q1), free(q2), free(k), free(v), free(pool1), free(pool2);
+        TEST_END();
+    }
+}
+
 // ---- timings (printed, not checked) ----------------------------------------------------------
 
 // Best of as many runs as fit in min_ms (at least 3): the machine is shared, the minimum is the
@@ -761,6 +803,7 @@ int main(void) {
     test_attention_deferred_rope();
     test_sample();
     test_fallbacks();
+    test_qkv_rope_store_helper();
     if (!getenv("LI_TEST_NO_TIMINGS")) print_timings();
     li_backend_free(be_fast);
     li_backend_free(be_ref);

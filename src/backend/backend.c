@@ -54,6 +54,32 @@ void li_swiglu(li_backend *be, void *out, li_dtype dt, const float *gate, const 
     be->ops->fp8_quant_rows(be, r, r->tmp, T, (int)F);
 }
 
+void li_qkv_rope_store(li_backend *be, float *q, float *k, float *v, const li_kv_storage *kv,
+                       int il, const float *qkv, const float *bias, const int32_t *pos,
+                       const int64_t *slot, int T, int H, const li_rope_table *table) {
+    const li_backend_ops *o = be->ops;
+    if (o->qkv_rope_store) {
+        o->qkv_rope_store(be, q, kv, il, qkv, bias, pos, slot, T, H, table);
+        return;
+    }
+    const int Hkv = kv->n_head_kv, Dh = kv->head_dim, HD = H * Dh, KD = Hkv * Dh;
+    const size_t row = (size_t)HD + 2 * (size_t)KD;
+    for (int t = 0; t < T; t++) {
+        const float *r = qkv + t * row;
+        li_be_copy(be, q + (size_t)t * HD, r, sizeof(float) * HD);
+        li_be_copy(be, k + (size_t)t * KD, r + HD, sizeof(float) * KD);
+        li_be_copy(be, v + (size_t)t * KD, r + HD + KD, sizeof(float) * KD);
+    }
+    if (bias) {
+        o->add_bias(be, q, bias, T, HD);
+        o->add_bias(be, k, bias + HD, T, KD);
+        o->add_bias(be, v, bias + HD + KD, T, KD);
+    }
+    o->rope(be, q, LI_DTYPE_F32, q, pos, T, H, Dh, table);
+    o->rope(be, k, LI_DTYPE_F32, k, pos, T, Hkv, Dh, table);
+    o->kv_store(be, kv, il, k, v, slot, T);
+}
+
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what) {
     return li_be_is_device(be) ? be->ops->alloc(be, n_bytes, what) : li_alloc(n_bytes, what);
 }

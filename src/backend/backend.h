@@ -220,6 +220,17 @@ typedef struct {
     void (*kv_store)(li_backend *be, const li_kv_storage *kv, int il, const float *k,
                      const float *v, const int64_t *slot, int T);
 
+    // The fused projection's rows qkv (T, (H + 2 Hkv) Dh) = [q | k | v] (Hkv, Dh: kv's) split for
+    // attention in one pass: bias ((H + 2 Hkv) Dh; NULL: none) added to every row, one fp32 add
+    // per element as add_bias; q (T, H, Dh) = the q part rotated at positions pos (T), f32; the k
+    // part rotated and the v part as is written into layer il at slots slot (T) as kv_store
+    // writes them (the pool's dtype). On a backend, the bits of add_bias, rope's F32 form (q, k)
+    // and kv_store run on the parts as separate arrays. q aliases nothing. NULL:
+    // li_qkv_rope_store runs those ops.
+    void (*qkv_rope_store)(li_backend *be, float *q, const li_kv_storage *kv, int il,
+                           const float *qkv, const float *bias, const int32_t *pos,
+                           const int64_t *slot, int T, int H, const li_rope_table *table);
+
     // Copy mode (position-aware baseline): page dst = page src for the first `count` slots of
     // every layer, V as is and K rotated by delta (the pure rotation R_delta: no mscale, which is
     // already inside the stored K), so a document cached at offset a serves offset a + delta.
@@ -427,6 +438,13 @@ void li_add_rmsnorm(li_backend *be, void *out, li_dtype dt, float *x, const floa
                     const float *w, int T, int D, float eps);
 void li_swiglu(li_backend *be, void *out, li_dtype dt, const float *gate, const float *up, int T,
                int64_t F, int64_t ld);
+// ops.qkv_rope_store where the backend has it, the unfused ops otherwise: the parts copied out
+// of the rows (li_be_copy, three a row) into q and the scratch k, v (T, Hkv, Dh) f32, add_bias on
+// each (bias non-NULL), rope (F32) on q and k, then kv_store. k and v are touched only there
+// (contents afterwards unspecified); a caller passes them so that neither path allocates.
+void li_qkv_rope_store(li_backend *be, float *q, float *k, float *v, const li_kv_storage *kv,
+                       int il, const float *qkv, const float *bias, const int32_t *pos,
+                       const int64_t *slot, int T, int H, const li_rope_table *table);
 void *li_be_alloc(li_backend *be, size_t n_bytes, const char *what);  // zeroed; NULL + error
 void li_be_free(li_backend *be, void *p);
 li_status li_be_upload(li_backend *be, void *dst, const void *src_host, size_t n_bytes);

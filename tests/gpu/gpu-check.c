@@ -2,9 +2,9 @@
 // on fresh random inputs over a shape sweep: T = 1, odd sizes, KV lengths not a multiple of the
 // page, GQA ratios 1/2/4/8, pages of 1/16/64 tokens, random Δ per document, kv_first, split-K.
 // The ops every backend shares (embed, rmsnorm, add_rmsnorm, add, swiglu, softmax, matmul, rope,
-// kv_store, kv_copy_rotate, attention, sample) come from the one table in ../backend-ops.h, which
-// test-ops also runs on cpu and cpu-devsim; here are the device-only cases (kernel generations,
-// split-K plans, cuDNN, bf16 / FP8 / diffusion forms) and the timings.
+// kv_store, kv_copy_rotate, qkv_rope_store, attention, sample) come from the one table in
+// ../backend-ops.h, which test-ops also runs on cpu and cpu-devsim; here are the device-only cases
+// (kernel generations, split-K plans, cuDNN, bf16 / FP8 / diffusion forms) and the timings.
 // Each case checks NMSE against a tolerance stated next to it, that no output holds a NaN, that
 // the guard bytes around every device output are intact, and that the backend recorded no error.
 // Sampling: greedy gives the oracle's token; temperature sampling gives the oracle's token for the

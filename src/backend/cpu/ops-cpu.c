@@ -5,7 +5,8 @@
 //
 // Not here: anything numerically different from the oracle beyond fp32 rounding. Every op must
 // agree with ops-ref.c within the NMSE tolerances of tests/test-ops.c (exactly for embed,
-// kv_store and sample), which is how this file is tested; the test also prints the speed-ups.
+// kv_store and sample; qkv_rope_store equals this table's own add_bias, rope and kv_store bit for
+// bit), which is how this file is tested; the test also prints the speed-ups.
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
@@ -809,6 +810,59 @@ static void cpu_attention_decode(li_backend *be, float *out, const float *q, int
                              rope);
 }
 
+// ---- qkv_rope_store -------------------------------------------------------------------------
+
+typedef struct {
+    float *q;
+    const li_kv_storage *kv;
+    int il, H;
+    const float *qkv, *bias;
+    const int32_t *pos;
+    const int64_t *slot;
+    const li_rope_table *tab;
+} qkv_store_ctx;
+
+// Rows [b, e): each head of the row (q heads, k heads, v heads) copied out, its bias added
+// (add_run), q and k heads rotated (rope_cos_sin, rotate_pairs), then q heads left in q and k, v
+// heads put into the pool (kv_row_put) — cpu_add_bias's, rope_rows's and cpu_kv_store's
+// arithmetic element for element, so the bits of those ops.
+static void qkv_store_rows(void *p, int64_t b, int64_t e, int tid) {
+    const qkv_store_ctx *c = p;
+    const li_kv_storage *kv = c->kv;
+    const int H = c->H, Hkv = kv->n_head_kv, Dh = kv->head_dim, P = kv->page_size;
+    const int64_t row = (int64_t)(H + 2 * Hkv) * Dh;
+    float cs[LI_ROPE_MAX_PAIRS], sn[LI_ROPE_MAX_PAIRS], kvrow[ATT_DH_MAX];
+    for (int64_t t = b; t < e; t++) {
+        rope_cos_sin(cs, sn, (double)c->pos[t], c->tab, c->tab->mscale);
+        const int64_t page = c->slot[t] / P;
+        const int off = (int)(c->slot[t] % P);
+        for (int hh = 0; hh < H + 2 * Hkv; hh++) {
+            float *y = hh < H ? c->q + (t * H + hh) * Dh : kvrow;
+            memcpy(y, c->qkv + t * row + (int64_t)hh * Dh, (size_t)Dh * sizeof(float));
+            if (c->bias) add_run(y, c->bias + (int64_t)hh * Dh, Dh);
+            if (hh < H + Hkv) rotate_pairs(y, cs, sn, c->tab->n_dims, c->tab->layout);
+            if (hh < H) continue;
+            const int is_v = hh >= H + Hkv, h = hh - H - (is_v ? Hkv : 0);
+            kv_row_put(kv, li_kv_offset(kv, page, c->il, is_v, h, off), kvrow);
+        }
+    }
+}
+
+// Threads over rows as cpu_rope (slots are distinct, so rows write disjoint pool rows).
+static void cpu_qkv_rope_store(li_backend *be, float *q, const li_kv_storage *kv, int il,
+                               const float *qkv, const float *bias, const int32_t *pos,
+                               const int64_t *slot, int T, int H, const li_rope_table *table) {
+    const int Dh = kv->head_dim;
+    LI_ASSERT(table->n_dims <= Dh && table->n_dims % 2 == 0 && Dh <= ATT_DH_MAX);
+    for (int t = 0; t < T; t++)
+        LI_ASSERT(slot[t] >= 0 && slot[t] / kv->page_size < kv->n_pages);
+    qkv_store_ctx c = {q, kv, il, H, qkv, bias, pos, slot, table};
+    if (T > 1 && (int64_t)T * (H + 2 * kv->n_head_kv) * Dh >= PAR_MIN_ELEMS / 4)
+        li_parallel_for(be->tp, T, qkv_store_rows, &c);
+    else
+        qkv_store_rows(&c, 0, T, 0);
+}
+
 // ---- sample ---------------------------------------------------------------------------------
 //
 // Same arithmetic as ops-ref.c (see the comment above ref_sample there), but instead of sorting
@@ -1270,6 +1324,7 @@ const li_backend_ops li_cpu_fast_ops = {
     .add_rmsnorm = cpu_add_rmsnorm_dt,
     .rope = cpu_rope_dt,
     .kv_store = cpu_kv_store,
+    .qkv_rope_store = cpu_qkv_rope_store,
     .kv_copy_rotate = cpu_kv_copy_rotate,
     .attention = cpu_attention,
     .attention_decode = cpu_attention_decode,

@@ -528,22 +528,50 @@ static void ref_swiglu_bf16(li_backend *be, uint16_t *out, const float *gate, co
     free(y);
 }
 
+// q (T, HD), k and v (T, KD) = the parts of the fused projection's rows qkv (T, HD + 2 KD).
+static void split_qkv(float *q, float *k, float *v, const float *qkv, int T, int64_t HD,
+                      int64_t KD) {
+    const int64_t row = HD + 2 * KD;
+    for (int t = 0; t < T; t++) {
+        memcpy(q + t * HD, qkv + t * row, (size_t)HD * sizeof(float));
+        memcpy(k + t * KD, qkv + t * row + HD, (size_t)KD * sizeof(float));
+        memcpy(v + t * KD, qkv + t * row + HD + KD, (size_t)KD * sizeof(float));
+    }
+}
+
 static void ref_qkv_rope(li_backend *be, float *q, void *k_out, void *v_out, li_dtype dt,
                          const float *qkv, const int32_t *pos, int T, int H, int Hkv, int Dh,
                          const li_rope_table *table) {
     LI_ASSERT(dt == LI_DTYPE_BF16);
-    uint16_t *k = k_out, *v = v_out;
-    const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh, row = HD + 2 * KD;
-    float *kt = ref_scratch((int64_t)T * KD);
-    for (int t = 0; t < T; t++) {
-        memcpy(q + t * HD, qkv + t * row, (size_t)HD * sizeof(float));
-        memcpy(kt + t * KD, qkv + t * row + HD, (size_t)KD * sizeof(float));
-        round_bf16(v + t * KD, qkv + t * row + HD + KD, KD);
-    }
+    const int64_t KD = (int64_t)Hkv * Dh;
+    float *kt = ref_scratch((int64_t)T * KD), *vt = ref_scratch((int64_t)T * KD);
+    split_qkv(q, kt, vt, qkv, T, (int64_t)H * Dh, KD);
     ref_rope(be, q, pos, T, H, Dh, table);
     ref_rope(be, kt, pos, T, Hkv, Dh, table);
-    round_bf16(k, kt, (int64_t)T * KD);
+    round_bf16(k_out, kt, (int64_t)T * KD);
+    round_bf16(v_out, vt, (int64_t)T * KD);
     free(kt);
+    free(vt);
+}
+
+// The composition itself (backend.h qkv_rope_store): the parts split out, add_bias on each, rope
+// on q and k, kv_store.
+static void ref_qkv_rope_store(li_backend *be, float *q, const li_kv_storage *kv, int il,
+                               const float *qkv, const float *bias, const int32_t *pos,
+                               const int64_t *slot, int T, int H, const li_rope_table *table) {
+    const int Hkv = kv->n_head_kv, Dh = kv->head_dim, HD = H * Dh, KD = Hkv * Dh;
+    float *k = ref_scratch((int64_t)T * KD), *v = ref_scratch((int64_t)T * KD);
+    split_qkv(q, k, v, qkv, T, HD, KD);
+    if (bias) {
+        ref_add_bias(be, q, bias, T, HD);
+        ref_add_bias(be, k, bias + HD, T, KD);
+        ref_add_bias(be, v, bias + HD + KD, T, KD);
+    }
+    ref_rope(be, q, pos, T, H, Dh, table);
+    ref_rope(be, k, pos, T, Hkv, Dh, table);
+    ref_kv_store(be, kv, il, k, v, slot, T);
+    free(k);
+    free(v);
 }
 
 // Every row over every key: flash_attn_tiles from a fresh state, then finalize (fp64 inside).
@@ -594,6 +622,7 @@ const li_backend_ops li_cpu_ref_ops = {
     .add_bias = ref_add_bias,
     .rope = ref_rope_dt,
     .kv_store = ref_kv_store,
+    .qkv_rope_store = ref_qkv_rope_store,
     .kv_copy_rotate = ref_kv_copy_rotate,
     .attention = ref_attention,
     .swiglu = ref_swiglu_dt,

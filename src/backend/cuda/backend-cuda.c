@@ -204,6 +204,17 @@ static void cu_kv_store(li_backend *be, const li_kv_storage *kv, int il, const f
                              kv->n_head_kv, kv->head_dim, kv->page_size, il, k, v, slot, T));
 }
 
+static void cu_qkv_rope_store(li_backend *be, float *q, const li_kv_storage *kv, int il,
+                              const float *qkv, const float *bias, const int32_t *pos,
+                              const int64_t *slot, int T, int H, const li_rope_table *table) {
+    li_cuda_impl *im = be->impl;
+    li_cuda_rope_args r = rope_args(table);
+    cu_fail(im, "qkv_rope_store",
+            li_cuda_qkv_rope_store(im->stream, q, kv->data, kv->dtype == LI_DTYPE_BF16, kv->n_layer,
+                                   kv->n_head_kv, kv->head_dim, kv->page_size, il, qkv, bias, pos,
+                                   slot, T, H, &r));
+}
+
 static void cu_kv_copy_rotate(li_backend *be, const li_kv_storage *kv, int64_t src, int64_t dst,
                               int count, int64_t delta, const li_rope_table *rope) {
     li_cuda_impl *im = be->impl;
@@ -415,6 +426,7 @@ const li_backend_ops li_cuda_ops = {
     .add_rmsnorm = cu_add_rmsnorm_forms,
     .rope = cu_rope_dt,
     .kv_store = cu_kv_store,
+    .qkv_rope_store = cu_qkv_rope_store,
     .kv_copy_rotate = cu_kv_copy_rotate,
     .attention = li_cu_attention,
     .attention_seqs = li_cu_attention_seqs,

@@ -1,6 +1,7 @@
 // pointwise.cu — the CUDA backend's memory-bound kernels: embedding, RMSNorm, residual add,
-// SwiGLU, softmax, RoPE, KV page writes, the copy mode's page copy + re-rotation, f32 -> bf16
-// activation conversion and a counter-based random fill.
+// SwiGLU, softmax, RoPE, KV page writes (alone, and fused with the split, bias and RoPE of the QKV
+// projection's rows), the copy mode's page copy + re-rotation, f32 -> bf16 activation conversion
+// and a counter-based random fill.
 //
 // Not here: GEMMs (cuBLASLt, backend-cuda-gemm.c), attention (attention.cu), sampling (sample.cu).
 // Napkin maths: each of these reads and writes every element once, so the ceiling is the H200's
@@ -364,90 +365,7 @@ __device__ __forceinline__ void store4(__nv_bfloat16 *o, const float4 &y) {
     *(uint2 *)o = u;
 }
 
-// The fused QKV projection's row t split for attention (qkv_bf16): the row's cos / sin once, then
-// q rotated into f32, k rotated and rounded, v rounded — rope_kernel's arithmetic exactly, so the
-// bits of rope (q) and rope_bf16 (k, v) on separate arrays. One block per row: reads the
-// (H + 2 Hkv) Dh row once (48 KB for LLaDA-8B), writes 32 KB. VEC (NEOX pairs over the whole
-// head, Dh a multiple of 8, aligned rows): a thread takes 4 consecutive pairs of a head as two
-// 16-byte loads, a quarter of the requests — the scalar form, one pair at a time, ran at 2.2 TB/s.
-template <bool VEC>
-__global__ void __launch_bounds__(256) qkv_split_kernel(float *__restrict__ q,
-                                                        __nv_bfloat16 *__restrict__ k,
-                                                        __nv_bfloat16 *__restrict__ v,
-                                                        const float *__restrict__ qkv,
-                                                        const int32_t *pos, int H, int Hkv,
-                                                        int Dh, const li_cuda_rope_args r) {
-    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
-    pdl_wait();
-    __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
-    const int pairs = r.n_dims / 2, t = blockIdx.x;
-    row_cos_sin(cs, pos[t], pairs, r);
-    __syncthreads();
-    const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
-    const float *row = qkv + (int64_t)t * (HD + 2 * KD);
-    float *qr = q + (int64_t)t * HD;
-    __nv_bfloat16 *kr = k + (int64_t)t * KD, *vr = v + (int64_t)t * KD;
-    if constexpr (VEC) {
-        const int units = pairs / 4;  // 4-pair units per head (n_dims = Dh)
-#pragma unroll 2
-        for (int i = threadIdx.x; i < (H + Hkv) * units; i += blockDim.x) {
-            const int hh = i / units, p = (i - hh * units) * 4;
-            const float *x = row + (int64_t)hh * Dh;  // q heads, then k heads
-            float4 ya, yb;
-            rot4(*(const float4 *)(x + p), *(const float4 *)(x + pairs + p), cs, p, ya, yb);
-            if (hh < H) {
-                store4(qr + hh * Dh + p, ya);
-                store4(qr + hh * Dh + pairs + p, yb);
-            } else {
-                store4(kr + (hh - H) * Dh + p, ya);
-                store4(kr + (hh - H) * Dh + pairs + p, yb);
-            }
-        }
-#pragma unroll 2
-        for (int64_t i = threadIdx.x; i < KD / 4; i += blockDim.x)
-            store4(vr + 4 * i, *(const float4 *)(row + HD + KD + 4 * i));
-    } else {
-#pragma unroll 4
-        for (int i = threadIdx.x; i < (H + Hkv) * pairs; i += blockDim.x) {  // rotated pairs
-            const int hh = i / pairs, p = i - hh * pairs;
-            int ia, ib;
-            rope_pair(r, p, &ia, &ib);
-            const float *x = row + (int64_t)hh * Dh;
-            float ya, yb;
-            rope_rot(x[ia], x[ib], cs[p], cs[LI_CUDA_ROPE_MAX_PAIRS + p], &ya, &yb);
-            if (hh < H) {
-                store_act(qr, hh * Dh + ia, ya);
-                store_act(qr, hh * Dh + ib, yb);
-            } else {
-                store_act(kr, (hh - H) * Dh + ia, ya);
-                store_act(kr, (hh - H) * Dh + ib, yb);
-            }
-        }
-        const int rest = Dh - r.n_dims;  // dims past n_dims of q and k, as they are
-        for (int i = threadIdx.x; i < (H + Hkv) * rest; i += blockDim.x) {
-            const int hh = i / rest, d = r.n_dims + (i - hh * rest);
-            const float x = row[(int64_t)hh * Dh + d];
-            if (hh < H) store_act(qr, hh * Dh + d, x);
-            else store_act(kr, (hh - H) * Dh + d, x);
-        }
-#pragma unroll 4
-        for (int64_t i = threadIdx.x; i < KD; i += blockDim.x) store_act(vr, i, row[HD + KD + i]);
-    }
-}
-
-extern "C" cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, uint16_t *v,
-                                        const float *qkv, const int32_t *pos, int T, int H,
-                                        int Hkv, int Dh, const li_cuda_rope_args *rope) {
-    cudaError_t e = rope_check(rope, Dh);
-    if (e != cudaSuccess || T <= 0) return e;
-    const bool vec = !rope->gptj && rope->n_dims == Dh && Dh % 8 == 0 &&
-                     (((uintptr_t)q | (uintptr_t)qkv) & 15) == 0 &&
-                     (((uintptr_t)k | (uintptr_t)v) & 7) == 0;
-    return launch_pdl(vec ? qkv_split_kernel<true> : qkv_split_kernel<false>, dim3(T), dim3(256), 0,
-                      st, q, (__nv_bfloat16 *)k, (__nv_bfloat16 *)v, qkv, pos, H, Hkv, Dh, *rope);
-}
-
-// ---- kv_store, kv_copy_rotate --------------------------------------------------------------
+// ---- kv_store ------------------------------------------------------------------------------
 
 // Offset of (page, il, is_v, h, slot) in the pool (n_pages, L, 2, Hkv, P, Dh): li_kv_offset.
 __device__ __forceinline__ int64_t kv_off(int64_t page, int L, int il, int is_v, int Hkv, int h,
@@ -484,6 +402,164 @@ extern "C" cudaError_t li_cuda_kv_store(cudaStream_t st, void *data, int kv_bf16
     return launch_pdl(kv_store_kernel<float>, dim3((unsigned)T * Hkv), dim3(block), 0, st,
                       (float *)data, L, Hkv, Dh, P, il, k, v, slot);
 }
+
+// ---- the fused QKV projection's rows: qkv_rope (BF16), qkv_rope_store -----------------------
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z),
+                       __fadd_rn(a.w, b.w));
+}
+
+// Where qkv_rows_kernel puts row t's k and v heads: dense (T, Hkv, Dh) arrays k, v (slot NULL),
+// or the pool k (n_pages, L, 2, Hkv, P, Dh) at layer il and slot[t] (v unused).
+template <typename KV> struct qkv_dst {
+    KV *k, *v;
+    const int64_t *slot;
+    int L, P, il;
+};
+
+// The fused QKV projection's row t (+ bias, NULL: none) split for attention: the row's cos / sin
+// once, then q heads rotated into q (f32), k heads rotated and v heads as they are into dst (KV:
+// f32 or bf16, rounded to nearest even) — add_bias_kernel's fp32 add (__fadd_rn), rope_kernel's
+// rotation (rope_rot) and kv_store_kernel's store, so the bits of add_bias, rope / rope_bf16 and
+// kv_store on separate arrays. One block per row.
+// Bytes per row (Llama-3.1-8B: H 32, Hkv 8, Dh 128): reads 4 (H + 2 Hkv) Dh = 24.6 KB (the bias
+// stays in L2), writes 4 H Dh + 2 * 2 Hkv Dh = 20.5 KB into a bf16 pool, where the unfused
+// add_bias-free path (rope q, rope k in place, kv_store reading f32 k and v) moves 53 KB in three
+// launches. At T = 2048, 92 MB: ~31 us at 3 TB/s. The dense split (LLaDA-8B's row: reads 48 KB,
+// writes 32 KB) ran at 2.2 TB/s before VEC; this loop should reach ~70-80% of 3 TB/s on the H100
+// with the pool too (its rows are contiguous Dh runs; not measured yet). VEC (NEOX pairs over the
+// whole head, Dh a multiple of 8, aligned rows): a thread takes 4 consecutive pairs of a head as
+// two 16-byte loads, a quarter of the requests.
+template <typename KV, bool VEC>
+__global__ void __launch_bounds__(256)
+    qkv_rows_kernel(float *__restrict__ q, const qkv_dst<KV> dst, const float *__restrict__ qkv,
+                    const float *__restrict__ bias, const int32_t *pos, int H, int Hkv, int Dh,
+                    const li_cuda_rope_args r) {
+    pdl_trigger();  // launched by launch_pdl (cuda-device.cuh)
+    pdl_wait();
+    __shared__ float cs[2 * LI_CUDA_ROPE_MAX_PAIRS];
+    const int pairs = r.n_dims / 2, t = blockIdx.x;
+    row_cos_sin(cs, pos[t], pairs, r);
+    __syncthreads();
+    const int64_t HD = (int64_t)H * Dh, KD = (int64_t)Hkv * Dh;
+    const float *row = qkv + (int64_t)t * (HD + 2 * KD);
+    float *qr = q + (int64_t)t * HD;
+    KV *kr, *vr;  // head 0's k and v rows; head h's are hs elements on
+    int64_t hs = Dh;
+    if (dst.slot) {
+        const int64_t sl = dst.slot[t], page = sl / dst.P;
+        const int off = (int)(sl % dst.P);
+        kr = dst.k + kv_off(page, dst.L, dst.il, 0, Hkv, 0, dst.P, off, Dh);
+        vr = dst.k + kv_off(page, dst.L, dst.il, 1, Hkv, 0, dst.P, off, Dh);
+        hs = (int64_t)dst.P * Dh;
+    } else {
+        kr = dst.k + (int64_t)t * KD;
+        vr = dst.v + (int64_t)t * KD;
+    }
+    if constexpr (VEC) {
+        const int units = pairs / 4;  // 4-pair units per head (n_dims = Dh)
+#pragma unroll 2
+        for (int i = threadIdx.x; i < (H + Hkv) * units; i += blockDim.x) {
+            const int hh = i / units, p = (i - hh * units) * 4;
+            const int64_t o = (int64_t)hh * Dh;  // q heads, then k heads
+            float4 a = *(const float4 *)(row + o + p), b = *(const float4 *)(row + o + pairs + p);
+            if (bias) {
+                a = add4(a, *(const float4 *)(bias + o + p));
+                b = add4(b, *(const float4 *)(bias + o + pairs + p));
+            }
+            float4 ya, yb;
+            rot4(a, b, cs, p, ya, yb);
+            if (hh < H) {
+                store4(qr + o + p, ya);
+                store4(qr + o + pairs + p, yb);
+            } else {
+                store4(kr + (hh - H) * hs + p, ya);
+                store4(kr + (hh - H) * hs + pairs + p, yb);
+            }
+        }
+#pragma unroll 2
+        for (int64_t i = 4 * threadIdx.x; i < KD; i += 4 * blockDim.x) {
+            const int64_t h = i / Dh, o = HD + KD + i;
+            float4 x = *(const float4 *)(row + o);
+            if (bias) x = add4(x, *(const float4 *)(bias + o));
+            store4(vr + h * hs + (i - h * Dh), x);
+        }
+    } else {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < (H + Hkv) * pairs; i += blockDim.x) {  // rotated pairs
+            const int hh = i / pairs, p = i - hh * pairs;
+            int ia, ib;
+            rope_pair(r, p, &ia, &ib);
+            const int64_t o = (int64_t)hh * Dh;
+            float a = row[o + ia], b = row[o + ib], ya, yb;
+            if (bias) {
+                a = __fadd_rn(a, bias[o + ia]);
+                b = __fadd_rn(b, bias[o + ib]);
+            }
+            rope_rot(a, b, cs[p], cs[LI_CUDA_ROPE_MAX_PAIRS + p], &ya, &yb);
+            if (hh < H) {
+                qr[o + ia] = ya;
+                qr[o + ib] = yb;
+            } else {
+                store_act(kr, (hh - H) * hs + ia, ya);
+                store_act(kr, (hh - H) * hs + ib, yb);
+            }
+        }
+        const int rest = Dh - r.n_dims;  // dims past n_dims of q and k: the bias only
+        for (int i = threadIdx.x; i < (H + Hkv) * rest; i += blockDim.x) {
+            const int hh = i / rest, d = r.n_dims + (i - hh * rest);
+            const int64_t o = (int64_t)hh * Dh + d;
+            const float x = bias ? __fadd_rn(row[o], bias[o]) : row[o];
+            if (hh < H)
+                qr[o] = x;
+            else
+                store_act(kr, (hh - H) * hs + d, x);
+        }
+#pragma unroll 4
+        for (int64_t i = threadIdx.x; i < KD; i += blockDim.x) {
+            const int64_t h = i / Dh, o = HD + KD + i;
+            store_act(vr, h * hs + (i - h * Dh), bias ? __fadd_rn(row[o], bias[o]) : row[o]);
+        }
+    }
+}
+
+// The vector form where the rows and dst allow it (f32 dst: 16-byte stores, bf16: 8-byte).
+template <typename KV>
+static cudaError_t qkv_rows_launch(cudaStream_t st, float *q, const qkv_dst<KV> &dst,
+                                   const float *qkv, const float *bias, const int32_t *pos, int T,
+                                   int H, int Hkv, int Dh, const li_cuda_rope_args *rope) {
+    cudaError_t e = rope_check(rope, Dh);
+    if (e != cudaSuccess || T <= 0) return e;
+    const uintptr_t kv_align = sizeof(KV) == 4 ? 15 : 7;
+    const bool vec = !rope->gptj && rope->n_dims == Dh && Dh % 8 == 0 &&
+                     (((uintptr_t)q | (uintptr_t)qkv | (uintptr_t)bias) & 15) == 0 &&
+                     (((uintptr_t)dst.k | (uintptr_t)dst.v) & kv_align) == 0;
+    return launch_pdl(vec ? qkv_rows_kernel<KV, true> : qkv_rows_kernel<KV, false>, dim3(T),
+                      dim3(256), 0, st, q, dst, qkv, bias, pos, H, Hkv, Dh, *rope);
+}
+
+extern "C" cudaError_t li_cuda_qkv_bf16(cudaStream_t st, float *q, uint16_t *k, uint16_t *v,
+                                        const float *qkv, const int32_t *pos, int T, int H,
+                                        int Hkv, int Dh, const li_cuda_rope_args *rope) {
+    const qkv_dst<__nv_bfloat16> dst = {(__nv_bfloat16 *)k, (__nv_bfloat16 *)v, NULL, 0, 0, 0};
+    return qkv_rows_launch(st, q, dst, qkv, NULL, pos, T, H, Hkv, Dh, rope);
+}
+
+extern "C" cudaError_t li_cuda_qkv_rope_store(cudaStream_t st, float *q, void *data, int kv_bf16,
+                                              int L, int Hkv, int Dh, int P, int il,
+                                              const float *qkv, const float *bias,
+                                              const int32_t *pos, const int64_t *slot, int T, int H,
+                                              const li_cuda_rope_args *rope) {
+    if (kv_bf16) {
+        const qkv_dst<__nv_bfloat16> dst = {(__nv_bfloat16 *)data, NULL, slot, L, P, il};
+        return qkv_rows_launch(st, q, dst, qkv, bias, pos, T, H, Hkv, Dh, rope);
+    }
+    const qkv_dst<float> dst = {(float *)data, NULL, slot, L, P, il};
+    return qkv_rows_launch(st, q, dst, qkv, bias, pos, T, H, Hkv, Dh, rope);
+}
+
+// ---- kv_copy_rotate ------------------------------------------------------------------------
 
 // grid (L * Hkv * count): one K row and one V row per block. K pairs rotated by R_delta
 // (magnitude 1: the stored K already carries mscale), the rest of K and all of V copied. A bf16

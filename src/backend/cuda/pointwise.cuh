@@ -53,6 +53,14 @@ LI_CUDA_API cudaError_t li_cuda_rope_bf16(cudaStream_t st, uint16_t *out, const 
 LI_CUDA_API cudaError_t li_cuda_kv_store(cudaStream_t st, void *data, int kv_bf16, int L, int Hkv,
                                          int Dh, int P, int il, const float *k, const float *v,
                                          const int64_t *slot, int T);
+// qkv (T, (H + 2 Hkv) Dh) f32 (+ bias ((H + 2 Hkv) Dh), NULL: none) -> q (T, H, Dh) f32 rotated;
+// k rotated and v into the pool as li_cuda_kv_store (backend.h qkv_rope_store: the bits of
+// li_cuda_add_bias, li_cuda_rope and li_cuda_kv_store).
+LI_CUDA_API cudaError_t li_cuda_qkv_rope_store(cudaStream_t st, float *q, void *data, int kv_bf16,
+                                               int L, int Hkv, int Dh, int P, int il,
+                                               const float *qkv, const float *bias,
+                                               const int32_t *pos, const int64_t *slot, int T,
+                                               int H, const li_cuda_rope_args *rope);
 // Page dst = page src for the first `count` slots of every layer: V copied, K rotated by the pure
 // rotation R_delta (magnitude 1). data as li_cuda_kv_store's.
 LI_CUDA_API cudaError_t li_cuda_kv_copy_rotate(cudaStream_t st, void *data, int kv_bf16, int L,
