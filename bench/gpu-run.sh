@@ -9,6 +9,8 @@
 #   e2eact  the same with LI_LLAMA_ACT=f32 (activations f32 between ops) and LI_LLAMA_FUSED=0
 #           (gate and up as two GEMMs): the bf16 data path's same-run baselines
 #   e2ebase the e2e run on .gpu/base/lazyinfer-cuda (same run)
+#   e2efp8  the e2e run with --fp8 ffn and --fp8 all (FP8 prefill)
+#   fp8q    bench fp8 on synth:llama-3.1-8b: greedy agreement and logits error of each FP8 scope
 #   ragbench lazyinfer bench rag, the paper's setting (CSV per sweep)
 #   tiers   the document tiers (issue 21): test-kv-tiers on cuda (no Redis there), bench rag in
 #           the paper's setting with a 2G GPU budget
@@ -107,6 +109,14 @@ has e2eact && run e2e-8b-f32act 300 env LI_LLAMA_ACT=f32 $LI bench generate --ba
   -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 has e2eact && run e2e-8b-split 300 env LI_LLAMA_FUSED=0 $LI bench generate --backend cuda \
   -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
+# FP8 prefill (--fp8 ffn, all): the same runs, and bench fp8's greedy agreement and logits error
+# against off on random prompts of the 8B shapes
+has e2efp8 && for s in ffn all; do
+  run e2e-8b-fp8$s 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2 --fp8 $s
+done
+has fp8q && for s in ffn all; do
+  run fp8-quality-$s 240 $LI bench fp8 --backend cuda -m synth:llama-3.1-8b --random 4 --random-len 1024 -n 32 --fp8 $s
+done
 # the same on .gpu/base/lazyinfer-cuda (a build from before a change, put there by hand)
 has e2ebase && [ -x .gpu/base/lazyinfer-cuda ] && run e2e-8b-base 300 .gpu/base/lazyinfer-cuda \
   bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2

@@ -91,12 +91,13 @@ li_status li_llama_scratch_init(li_llama_scratch *s, li_backend *be, const li_hp
                     li_be_takes(be, LI_ACT_SWIGLU, LI_DTYPE_BF16);
     s->act_bf16 = has_bf16 && (act ? !strcmp(act, "bf16") : li_be_is_device(be));
     const char *fz = getenv("LI_LLAMA_FUSED");
-    s->gate_up_fused = s->act_bf16 && !(fz && fz[0] == '0');
+    s->fused_gemms = s->act_bf16 && !(fz && fz[0] == '0');
     // the gate buffer holds (T, F), or [gate | up] (T, 2F) from one GEMM, and a decode step's
     // fused outputs: [q | k | v] and [gate | up] of one row
-    size_t gate_n = (s->gate_up_fused ? 2 : 1) * T * F;
+    size_t gate_n = (s->fused_gemms ? 2 : 1) * T * F;
     if (gate_n < 2 * F) gate_n = 2 * F;
-    if (gate_n < HDh + 2 * KDh) gate_n = HDh + 2 * KDh;
+    if (gate_n < (s->fused_gemms ? T : 1) * (HDh + 2 * KDh))
+        gate_n = (s->fused_gemms ? T : 1) * (HDh + 2 * KDh);
     size_t xb_n = D > F ? D : F;
     if (xb_n < HDh) xb_n = HDh;
     if (s->act_bf16) {
@@ -289,13 +290,21 @@ static void layer_bf16(const forward_args *a, int il) {
 
     // ---- attention block: x += o_proj(attn(rope(q_proj(n(x))), rope(k_proj(n(x))), ...)) ----
     op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->attn_norm.data, T, D, hp->rms_eps);
-    op->matmul(be, s->q, s->xb, LI_DTYPE_BF16, &l->wq, T, false);  // (T, H*Dh)
-    op->matmul(be, s->k, s->xb, LI_DTYPE_BF16, &l->wk, T, false);  // (T, Hkv*Dh)
-    op->matmul(be, s->v, s->xb, LI_DTYPE_BF16, &l->wv, T, false);  // (T, Hkv*Dh)
-    add_qkv_bias(m, l, s->q, s->k, s->v, T);
-    op->rope(be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
-    op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
-    op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
+    if (s->fused_gemms && l->wqkv.data && (!hp->qkv_bias || l->bqkv.data)) {
+        // one GEMM over the fused rows, (T, (H + 2 Hkv) Dh) = [q | k | v] in s->gate; then the
+        // bias, RoPE and the KV store in one pass (s->k, s->v: scratch where the op is missing)
+        op->matmul(be, s->gate, s->xb, LI_DTYPE_BF16, &l->wqkv, T, false);
+        li_qkv_rope_store(be, s->q, s->k, s->v, a->kv, il, s->gate,
+                          hp->qkv_bias ? l->bqkv.data : NULL, b->pos, b->slot, T, H, &m->rope);
+    } else {
+        op->matmul(be, s->q, s->xb, LI_DTYPE_BF16, &l->wq, T, false);  // (T, H*Dh)
+        op->matmul(be, s->k, s->xb, LI_DTYPE_BF16, &l->wk, T, false);  // (T, Hkv*Dh)
+        op->matmul(be, s->v, s->xb, LI_DTYPE_BF16, &l->wv, T, false);  // (T, Hkv*Dh)
+        add_qkv_bias(m, l, s->q, s->k, s->v, T);
+        op->rope(be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
+        op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
+        op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
+    }
     attend(a, il, s->q);
     // the attention output rounded once (rope's BF16 form without positions), then x += it @ wo^T
     op->rope(be, s->xb, LI_DTYPE_BF16, s->att, NULL, T, H, Dh, NULL);
@@ -303,7 +312,7 @@ static void layer_bf16(const forward_args *a, int il) {
 
     // ---- feed-forward block: x += down(silu(gate(n(x))) * up(n(x))) ----
     op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->ffn_norm.data, T, D, hp->rms_eps);
-    if (l->w_gate_up.data && s->gate_up_fused) {
+    if (l->w_gate_up.data && s->fused_gemms) {
         // one GEMM over the fused rows, (T, 2F) = [gate | up] per row, read by swiglu at ld 2F
         op->matmul(be, s->gate, s->xb, LI_DTYPE_BF16, &l->w_gate_up, T, false);
         op->swiglu(be, s->xb, LI_DTYPE_BF16, s->gate, s->gate + F, T, F, 2 * (int64_t)F);

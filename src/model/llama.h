@@ -96,9 +96,11 @@ typedef struct {
     // forms, since each rounding only moves into the op that makes the value (backend.h).
     bool act_bf16;
     // With bf16 activations, gate and up as one GEMM over w_gate_up (N = 2F) that swiglu reads
-    // at ld 2F; LI_LLAMA_FUSED=0 runs two GEMMs (A/B, and the f32 path's bits: a GEMM of other N
-    // may pick another algorithm, so fused is within fp32 rounding of split, not bit for bit).
-    bool gate_up_fused;
+    // at ld 2F, and q, k, v as one over wqkv whose rows qkv_rope_store biases, rotates and stores
+    // in one pass; LI_LLAMA_FUSED=0 runs the separate GEMMs and passes (A/B, and the f32 path's
+    // bits: a GEMM of other N may pick another algorithm, so fused is within fp32 rounding of
+    // split, not bit for bit).
+    bool fused_gemms;
     uint16_t *xb;   // (T, max(D, F, H*Dh)) normalised rows, silu(gate) * up, attention output
     // FP8 prefill (li_llama_set_fp8): the GEMM inputs as e4m3 codes (T, max(D, F, H*Dh)) and
     // their scales per 1 x 128 group; allocated by the first FP8 batch
