@@ -20,6 +20,7 @@
 #           ceilings, in the same call
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 #   dllmtest test-dllm and test-llada (bf16 activations = f32 bit for bit) on CUDA only
+#   dllmprof LI_CUDA_PROFILE=1 of bench dllm's GSM8K run at K = 4: +parallel, all combined (no FP8)
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   dllmact the same with f32 activations (LI_LLADA_ACT=f32): the bf16 path's same-call baseline
 #   torchllada bench/torch_baselines.py --only eager_llada8b: PyTorch eager vanilla decoding of the
@@ -206,6 +207,14 @@ for k in 4 8; do
   has dllm && run bench-dllm-k$k 200 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
     --commit-per-step $k --methods "+parallel,all combined,all combined (no FP8)"
 done
+# where the K = 4 step goes: LI_CUDA_PROFILE=1 per-op time of +parallel alone and of all combined
+# (no FP8), each its own process
+if has dllmprof; then
+  run dllmprof-parallel 150 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
+    $GSM8K --commit-per-step 4 --methods "+parallel"
+  run dllmprof-combined 150 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
+    $GSM8K --commit-per-step 4 --methods "all combined (no FP8)"
+fi
 # the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding of
 # exactly the prompt bench-dllm decoded (its llada-prompt.json, this call's): the token ids, and
 # the prompt length, gen length, block and steps passed explicitly (torch_baselines.py checks them
