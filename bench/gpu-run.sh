@@ -26,6 +26,10 @@
 #   torchllada bench/torch_baselines.py --only eager_llada8b: PyTorch eager vanilla decoding of the
 #           dllm step's own prompt (token ids, gen length, block, steps) — needs dllm in the same
 #           STEPS, and fails without it
+#   dllmserve bench/dllm_serve.py: `serve` on synth:llada-8b, 8 GSM8K requests (4-shot, cut to
+#           575 tokens; gen 128, block 32, 128 steps) one by one, then 1, 4, 8 at once: generated
+#           tokens/s and latency against one by one (goal: 8 at once >= 3x), every concurrent
+#           answer equal to its solo one (exit status 1 names any that is not)
 #   opsbench gpu-check's FP8 GEMM and prefill attention timings only
 #   kernels lazyinfer bench kernels on the GPU: one Llama-3.1-8B layer's ops against the copy and
 #           GEMM ceilings (decode attention at ctx 20K, batch 1/16/64)
@@ -215,6 +219,15 @@ if has dllmprof; then
   run dllmprof-combined 150 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
     $GSM8K --commit-per-step 4 --methods "all combined (no FP8)"
 fi
+# Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
+# a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a
+# step), then one batch of 4 and one of 8 (128 steps each): about 90 s with the model's load,
+# where gen 256 / 256 steps would need twice that. The server's log comes back as
+# dllm-serve-server.log. DLLM_SERVE_ARGS: more arguments of the driver (after `--`: serve's).
+has dllmserve && run dllm-serve ${DLLM_SERVE_TIMEOUT:-240} python3 bench/dllm_serve.py --bin "$LI" \
+  -m synth:llada-8b --backend cuda --levels 1,4,8 --shots 4 --prompt-tokens 575 --gen-length 128 \
+  --block-length 32 --steps 128 --json "$OUT/dllm-serve.json" --log "$OUT/dllm-serve-server.log" \
+  ${DLLM_SERVE_ARGS:-}
 # the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding of
 # exactly the prompt bench-dllm decoded (its llada-prompt.json, this call's): the token ids, and
 # the prompt length, gen length, block and steps passed explicitly (torch_baselines.py checks them
