@@ -48,6 +48,7 @@ int cmd_serve(int argc, char **argv) {
     int idle_timeout = (int)sp.idle_timeout_s, header_timeout = (int)sp.header_timeout_s;
     int body_timeout = (int)sp.body_timeout_s, max_conns = (int)sp.max_connections;
     int max_conns_client = (int)sp.max_connections_per_client, drain = (int)sp.drain_timeout_s;
+    int batch_wait = (int)sp.batch_wait_ms;
     const opt opts[] = {
         {"--model", "-m", OPT_STR, &mp.path, "HF directory, .gguf file or synth:NAME[:SEED] (default: the model setup fetched)"},
         {"--host", NULL, OPT_STR, &sp.host, "address to listen on (default 127.0.0.1)"},
@@ -55,6 +56,7 @@ int cmd_serve(int argc, char **argv) {
         {"--reuse-port", NULL, OPT_FLAG, &sp.reuse_port, "share the port with other servers started with it (SO_REUSEPORT); without it a port in use is an error"},
         {"--api-key", NULL, OPT_STR, &sp.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env LAZYINFER_API_KEY, else none)"},
         {"--max-batch", NULL, OPT_INT, &sp.max_running, "requests decoded together (default 8)"},
+        {"--batch-wait-ms", NULL, OPT_INT, &batch_wait, "diffusion models: when none is decoding, how long the first request waits for others to start in its batch (default 20)"},
         {"--max-queue", NULL, OPT_INT, &sp.max_queue, "requests accepted (running + queued) before 503 (default 256)"},
         {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
@@ -86,10 +88,11 @@ int cmd_serve(int argc, char **argv) {
     if (sp.port < 0 || sp.port > 65535 || sp.max_running < 1 || sp.max_queue < 1 || mp.n_ctx < 0 ||
         mp.n_threads < 0 || max_tokens < 0 || sp.max_gen < 1 || kv_budget > (uint64_t)INT64_MAX ||
         idle_timeout < 1 || header_timeout < 1 || body_timeout < 1 || max_conns < 1 ||
-        max_conns_client < 0 || drain < 0) {
+        max_conns_client < 0 || drain < 0 || batch_wait < 0 || batch_wait > 60000) {
         fprintf(stderr, "lazyinfer serve: --port must be in [0, 65535]; --max-batch, --max-queue, "
                         "--max-tokens, --max-gen, the timeouts and --max-connections >= 1; -c, -t, "
-                        "--max-connections-per-client, --drain-timeout >= 0 (see --help)\n");
+                        "--max-connections-per-client, --drain-timeout >= 0; --batch-wait-ms in "
+                        "[0, 60000] (see --help)\n");
         return 2;
     }
     if (max_tokens == 0) max_tokens = sp.max_gen < 256 ? sp.max_gen : 256;
@@ -133,6 +136,7 @@ int cmd_serve(int argc, char **argv) {
     sp.max_connections = (unsigned)max_conns;
     sp.max_connections_per_client = (unsigned)max_conns_client;
     sp.drain_timeout_s = (unsigned)drain;
+    sp.batch_wait_ms = (unsigned)batch_wait;
     // every connection is a descriptor: take the hard limit (li_server_start stays below it)
     struct rlimit nofile;
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

@@ -620,6 +620,20 @@ static void snapshot(li_server *s) {
     li_metrics_engine(&s->mx, &cs, s->dllm ? s->n_dllm : s->n_active, waiting);
 }
 
+// Diffusion, nothing decoding: waits (s->mu held) until the queue holds a full batch, the server
+// stops, or batch_wait_ms have passed since this call, so that requests sent together start as
+// one batch rather than the first alone and the rest beside it, taking turns.
+static void gather_arrivals(li_server *s) {
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);  // engine_cv's clock (default attributes)
+    long ns = end.tv_nsec + (long)(s->p.batch_wait_ms % 1000) * 1000000L;
+    end.tv_sec += s->p.batch_wait_ms / 1000 + ns / 1000000000L;
+    end.tv_nsec = ns % 1000000000L;
+    while (!s->stopping && s->n_queued < s->p.max_running &&
+           pthread_cond_timedwait(&s->engine_cv, &s->mu, &end) == 0) {
+    }
+}
+
 void *li_srv_engine_main(void *arg) {
     li_server *s = arg;
     snapshot(s);
@@ -628,6 +642,7 @@ void *li_srv_engine_main(void *arg) {
         while (!s->stopping && s->n_active == 0 && s->n_partial == 0 && s->n_runs == 0 && !s->queue)
             pthread_cond_wait(&s->engine_cv, &s->mu);
         if (s->stopping) break;
+        if (s->dllm && s->n_runs == 0 && s->p.batch_wait_ms > 0) gather_arrivals(s);
         // take what fits: the scheduler admits at most max_running at once; later ones wait
         // here, where a client that leaves costs nothing. The choices of requests already
         // started come first (choice_share).

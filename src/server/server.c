@@ -91,7 +91,8 @@ li_server_params li_server_default_params(void) {
                               .default_max_tokens = 256, .max_gen = LI_SERVER_DEFAULT_MAX_GEN,
                               .max_body_bytes = 16u << 20, .idle_timeout_s = 30,
                               .header_timeout_s = 10, .body_timeout_s = 60, .drain_timeout_s = 30,
-                              .max_connections = 4096, .max_connections_per_client = 256};
+                              .max_connections = 4096, .max_connections_per_client = 256,
+                              .batch_wait_ms = 20};
 }
 
 li_status li_server_start(li_server **out, li_model *m, const li_server_params *p) {

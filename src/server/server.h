@@ -42,6 +42,10 @@ typedef struct {
     const char *trusted_proxy;  // NULL or the address of a reverse proxy in front: its requests
                                 // count for their X-Forwarded-For client (server-http.c)
     unsigned drain_timeout_s;  // shutdown: seconds running requests have to finish (0: none)
+    // Diffusion models: a batch takes no request once it runs, so when none is decoding the
+    // first arrival waits up to this long for others to start with it (clients sending at once
+    // arrive within milliseconds of each other; a request takes seconds). 0: start at once.
+    unsigned batch_wait_ms;
 } li_server_params;
 
 li_server_params li_server_default_params(void);
