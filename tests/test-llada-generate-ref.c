@@ -170,6 +170,104 @@ static void test_topk(void) {
     TEST_END();
 }
 
+// ---- Fast-dLLM's threshold: torch.topk(conf, k).indices[0] among tied best rows --------------
+
+// Case c of threshold-ties.json (gen_llada_fidelity_ref.py tie_vector).
+static int tie_vector(int c, double *v) {
+    uint64_t s = 7919ull * (uint64_t)c + 3;
+    int n = 2 + (int)(splitmix(&s) % 300);
+    for (int i = 0; i < n; i++)
+        v[i] = splitmix(&s) % 10 < 3 ? -INFINITY : ((double)(splitmix(&s) % 4) + 0.5) / 8;
+    return n;
+}
+
+static void test_threshold_ties(void) {
+    TEST_BEGIN("threshold's forced best == torch.topk(conf, k)[0] on 480 tied vectors");
+    json_error_t err;
+    json_t *j = json_load_file(GEN_DIR "/threshold-ties.json", 0, &err);
+    CHECK(j != NULL, "threshold-ties.json: %s", err.text);
+    json_t *cases = j ? json_object_get(j, "cases") : NULL;
+    static double v[400];
+    static int rows[400];
+    static li_dllm_pair work[400];
+    int bad = 0, differ = 0, n_cases = (int)json_array_size(cases);
+    for (int c = 0; c < n_cases; c++) {
+        json_t *row = json_array_get(cases, c);
+        int n = tie_vector(c, v), k = 0, lowest = -1;
+        for (int i = 0; i < n; i++) {
+            k += v[i] > -INFINITY;
+            if (v[i] > -INFINITY && (lowest < 0 || v[i] > v[lowest])) lowest = i;
+        }
+        CHECK(n == json_integer_value(json_array_get(row, 0)) &&
+                  k == json_integer_value(json_array_get(row, 1)),
+              "case %d: the generator differs from the script's (n %d, k %d)", c, n, k);
+        int want = (int)json_integer_value(json_array_get(row, 2));
+        // tau above every value: only the forced best is committed
+        int got = li_dllm_select(v, n, LI_DLLM_SEL_THRESHOLD, 0, 0.99, 0, rows, work) == 1
+                      ? rows[0]
+                      : -1;
+        if (k == 0) got = -1;
+        if (got != want && bad++ < 5)
+            fprintf(stderr, "  case %d (n %d, k %d): row %d, torch %d\n", c, n, k, got, want);
+        differ += want != lowest;
+    }
+    CHECK(n_cases == 480 && bad == 0, "%d of %d vectors differ from torch", bad, n_cases);
+    CHECK(j && differ == json_integer_value(json_object_get(j, "lowest_row_differs")) &&
+              differ > 100,
+          "%d vectors where torch's first is not the lowest row", differ);
+    json_decref(j);
+    TEST_END();
+}
+
+// ---- generate.py's float32 confidence ---------------------------------------------------------
+
+static void test_conf_f32(void) {
+    TEST_BEGIN("li_dllm_conf_f32 == torch's float32 softmax bits on 64 sharp rows");
+    json_error_t err;
+    json_t *j = json_load_file(GEN_DIR "/conf-f32.json", 0, &err);
+    CHECK(j != NULL, "conf-f32.json: %s", err.text);
+    if (!j) {
+        TEST_END();
+        return;
+    }
+    int R = (int)json_integer_value(json_object_get(j, "n_rows"));
+    int V = (int)json_integer_value(json_object_get(j, "n_vocab"));
+    float *l = read_f32(GEN_DIR "/conf-f32.logits.f32", (long)R * V);
+    CHECK(l != NULL, "conf-f32.logits.f32 unreadable");
+    int bad = 0, ones = 0, f64_ones = 0;
+    for (int r = 0; l && r < R; r++) {
+        int32_t x0 = (int32_t)json_integer_value(json_array_get(json_object_get(j, "x0"), r));
+        uint32_t want = (uint32_t)json_integer_value(
+            json_array_get(json_object_get(j, "conf_f32_bits"), r));
+        float got = li_dllm_conf_f32(l + (size_t)r * V, V, x0);
+        uint32_t gb;
+        memcpy(&gb, &got, 4);
+        // x0 = argmax (temperature 0): its term is exp(0) = 1, the bits are the sum's alone and
+        // must be torch's; another x0 (temperature > 0) carries its own exp term, where torch's
+        // Sleef expf and a correctly rounded one may differ by an ulp
+        bool argmax = true;
+        for (int v = 0; v < V; v++) argmax &= l[(size_t)r * V + v] <= l[(size_t)r * V + x0];
+        uint32_t d = gb > want ? gb - want : want - gb;
+        if ((argmax ? d != 0 : d > 1) && bad++ < 5)
+            fprintf(stderr, "  row %d: %08x, torch %08x\n", r, (unsigned)gb, (unsigned)want);
+        ones += got == 1.0f;
+        // (the float64 confidence is below 1 on every row: the ties are float32's)
+        double mx = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, l[(size_t)r * V + v]);
+        for (int v = 0; v < V; v++) s += exp((double)l[(size_t)r * V + v] - mx);
+        f64_ones += exp((double)l[(size_t)r * V + x0] - mx) / s == 1.0;
+    }
+    printf("#   %d of %d rows exactly 1.0 in float32, %d in float64\n", ones, R, f64_ones);
+    CHECK(bad == 0, "%d of %d rows differ from torch's float32 confidence", bad, R);
+    CHECK(ones == json_integer_value(json_object_get(j, "exactly_one")) && ones > 10 &&
+              f64_ones == 0,
+          "%d rows of exactly 1.0 (file %lld), %d in float64", ones,
+          (long long)json_integer_value(json_object_get(j, "exactly_one")), f64_ones);
+    free(l);
+    json_decref(j);
+    TEST_END();
+}
+
 // ---- one forward of the new checkpoints -----------------------------------------------------------
 
 static void test_forward(const char *name) {
@@ -459,7 +557,7 @@ static void test_threshold_precision(void) {
     if (st == LI_OK) st = li_be_upload(be, dl, l, (size_t)B * V * 4);
     if (st == LI_OK) st = li_be_upload(be, dm, masked, sizeof masked);
     if (st == LI_OK) {
-        be->ops->dllm->x0(be, dx, dc, dl, NULL, dm, B, V, 0.0f, -1, -1, -1, 0.0, &r0);
+        be->ops->dllm->x0(be, dx, dc, dl, NULL, dm, B, V, 0.0f, -1, -1, -1, 0.0, false, &r0);
         st = li_be_download(be, x0, dx, sizeof x0);
     }
     if (st == LI_OK) st = li_be_download(be, conf, dc, sizeof conf);
@@ -489,6 +587,8 @@ int main(void) {
     if (!test_backend_usable("test-llada-generate-ref", backend, DATA "/llada-ref/model"))
         return test_summary();
     test_topk();
+    test_threshold_ties();
+    test_conf_f32();
     test_threshold_precision();  // the backend's dllm->x0 (on CUDA: the GPU's fp64 softmax)
     li_model *m = load_model("llada-ref/model");
     bool bf16 = m && m->be->ops->matrices_bf16;
