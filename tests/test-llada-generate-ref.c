@@ -10,7 +10,11 @@
 //     confidences of EOS / EOT rows (torch.topk's choice, not the lowest rows), prompts with mask
 //     tokens, a model that predicts the mask token (rows before the block then stay candidates),
 //     Fast-dLLM's threshold (one of them 3e-5 from a confidence) and factor (its last-rank bump),
-//     and a checkpoint with the config switches lazyinfer implements;
+//     a checkpoint with the config switches lazyinfer implements, and a sharp checkpoint whose
+//     float32 confidences tie at exactly 1.0 at a cut (generate.py's precision, the default
+//     --confidence auto; with f64 the tokens differ, which the test checks too);
+//   - tied checkpoints that ship their own ff_out.weight: refused naming the key when it differs
+//     from the embedding (the reference would load it into the embedding too), loaded when equal;
 //   - one forward of each new checkpoint (maskpred: input_emb_norm; switches: tied head,
 //     scale_logits, mlp_ratio, one kv head, ignored keys): logits within 1e-4 relative;
 //   - li_dllm_topk_torch on 600 tie-laden vectors against torch.topk's indices;
@@ -323,6 +327,51 @@ static void test_forward(const char *name) {
     TEST_END();
 }
 
+// ---- a tied config with a head of its own ------------------------------------------------------
+// ---------------------------------------------------------
+
+// tiedhead-differs (weight_tying true) and tiedhead-absent (no key: true by default) ship
+// model.transformer.ff_out.weight unlike the embedding. The reference's from_pretrained (its
+// tie_weights) then takes ff_out's values for the embedding and the head alike (tiedhead.json
+// records what it did); lazyinfer refuses, naming the key. tiedhead-equal (the same bytes)
+// loads, and forward-tiedhead-equal checks its logits.
+static void test_tied_head(void) {
+    TEST_BEGIN("tied config + its own ff_out.weight: refused naming the key unless equal");
+    json_error_t err;
+    json_t *j = json_load_file(GEN_DIR "/tiedhead.json", 0, &err);
+    CHECK(j != NULL, "tiedhead.json: %s", err.text);
+    const char *names[3] = {"tiedhead-differs", "tiedhead-absent", "tiedhead-equal"};
+    for (int k = 0; j && k < 3; k++) {
+        json_t *r = json_object_get(json_object_get(j, "checkpoints"), names[k]);
+        bool ref_ff = json_is_true(json_object_get(r, "embedding_is_file_ff_out"));
+        bool ref_wte = json_is_true(json_object_get(r, "embedding_is_file_wte"));
+        CHECK(ref_ff && ref_wte == (k == 2), "%s: the reference's embedding is %s", names[k],
+              ref_wte  ? "the file's wte"
+              : ref_ff ? "ff_out"
+                       : "neither");
+        char path[4352];
+        snprintf(path, sizeof path, GEN_DIR "/%s", names[k]);
+        li_model_params mp = li_model_default_params();
+        mp.path = path;
+        mp.n_threads = 1;
+        mp.backend = test_backend(NULL);
+        li_model *m = NULL;
+        li_status st = li_model_load(&m, &mp);
+        const char *msg = st == LI_OK ? "" : li_last_error();
+        if (k < 2) {
+            CHECK(st != LI_OK && strstr(msg, "'model.transformer.ff_out.weight'") &&
+                      strstr(msg, "weight_tying") && strstr(msg, names[k]),
+                  "%s: loaded %s (%s)", names[k], st == LI_OK ? "" : "without naming the key", msg);
+            printf("#   %s: %s\n", names[k], msg);
+        } else {
+            CHECK(st == LI_OK, "%s: %s", names[k], msg);
+        }
+        li_model_free(m);
+    }
+    json_decref(j);
+    TEST_END();
+}
+
 // ---- decoding cases ------------------------------------------------------------------------------
 
 typedef struct {
@@ -330,6 +379,7 @@ typedef struct {
     li_dllm_params p;
     int P, T, nfe, steps, n_traj;
     int32_t prompt[MAX_T], canvas[MAX_T];
+    int n_f64_differ;  // > 0: generate.py with a float64 confidence differs in that many rows
     int32_t (*traj)[MAX_T];  // (n_traj) the canvas after each step
 } gcase;
 
@@ -375,6 +425,7 @@ static bool load_case(const char *path, gcase *c) {
     c->T = ints(json_object_get(e, "canvas"), c->canvas, MAX_T);
     c->nfe = (int)json_integer_value(json_object_get(e, "nfe"));
     c->steps = (int)json_integer_value(json_object_get(e, "steps"));
+    c->n_f64_differ = (int)json_integer_value(json_object_get(j, "float64_rows_differ"));
     json_t *tr = json_object_get(j, "steps_canvas");
     c->n_traj = (int)json_array_size(tr);
     c->traj = calloc((size_t)c->n_traj + 1, sizeof *c->traj);
@@ -420,6 +471,29 @@ static bool run_case(li_model *m, const gcase *c, unsigned lc, const char *what)
     return ok && d == c->T && st.nfe == c->nfe && st.steps == c->steps;
 }
 
+// A case whose float32 confidences tie at 1.0: the engine's float64 confidence (Fast-dLLM's,
+// --confidence f64) orders those rows and must commit other tokens than generate.py did (the
+// case's default, auto, matched it above); explicit f32 must match as auto does.
+static void f64_differs(li_model *m, const gcase *c) {
+    int32_t gen[MAX_T];
+    int differ[2] = {0, 0};
+    li_dllm_confidence modes[2] = {LI_DLLM_CONF_F64, LI_DLLM_CONF_F32};
+    for (int k = 0; k < 2; k++) {
+        li_dllm_params p = c->p;
+        p.confidence = modes[k];
+        li_status rc = li_dllm_generate(m, c->prompt, c->P, &p, gen, NULL);
+        CHECK(rc == LI_OK, "%s", li_last_error());
+        for (int i = 0; rc == LI_OK && i < p.gen_length; i++)
+            differ[k] += gen[i] != c->canvas[c->P + i];
+    }
+    printf("#   %s --confidence f64: %d of %d tokens differ from generate.py's (its own float64 "
+           "run: %d); f32: %d\n",
+           c->name, differ[0], c->p.gen_length, c->n_f64_differ, differ[1]);
+    CHECK(differ[0] > 0, "%s: float64 confidences gave generate.py's float32 tokens", c->name);
+    CHECK(differ[1] == 0, "%s: --confidence f32 differs from auto in %d tokens", c->name,
+          differ[1]);
+}
+
 static int list_cases(gcase *cases) {
     DIR *d = opendir(GEN_DIR "/cases");
     if (!d) return -1;
@@ -451,7 +525,7 @@ static void test_cases(void) {
     static gcase cases[MAX_CASES];
     int n = list_cases(cases);
     TEST_BEGIN("llada-generate-ref case files");
-    CHECK(n >= 15 || (getenv("LI_REF_ONLY") && n > 0), "%d case files in " GEN_DIR "/cases", n);
+    CHECK(n >= 17 || (getenv("LI_REF_ONLY") && n > 0), "%d case files in " GEN_DIR "/cases", n);
     TEST_END();
     for (int mi = 0; mi < n; mi++) {  // one model at a time, its cases together
         bool first = true;
@@ -472,6 +546,7 @@ static void test_cases(void) {
             if (m) {
                 run_case(m, c, 0, "caches off");
                 run_case(m, c, LI_DLLM_LACACHE_ALL, "caches on");
+                if (c->n_f64_differ > 0) f64_differs(m, c);
                 reqs[nq] = (li_dllm_request){c->prompt, c->P, c->p, outs[nq], {0}};
                 reqs[nq].params.lacache = LI_DLLM_LACACHE_ALL;
                 idx[nq++] = i;
@@ -590,6 +665,7 @@ int main(void) {
     test_threshold_ties();
     test_conf_f32();
     test_threshold_precision();  // the backend's dllm->x0 (on CUDA: the GPU's fp64 softmax)
+    test_tied_head();
     li_model *m = load_model("llada-ref/model");
     bool bf16 = m && m->be->ops->matrices_bf16;
     li_model_free(m);
@@ -602,6 +678,7 @@ int main(void) {
     }
     test_forward("forward-maskpred");
     test_forward("forward-switches");
+    test_forward("forward-tiedhead-equal");
     test_cases();
     return test_summary();
 }
