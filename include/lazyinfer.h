@@ -323,6 +323,16 @@ typedef enum {
     LI_DLLM_REMASK_RANDOM,          // confidence = one uniform draw per candidate row
 } li_dllm_remasking;
 
+// The precision of the low-confidence softmax (docs/DLLM.md step 5). The references differ:
+// LLaDA's generate.py takes it in float32 (very confident rows round to exactly 1.0 and
+// torch.topk orders those ties), Fast-dLLM's threshold and factor samplers in float64.
+typedef enum {
+    LI_DLLM_CONF_AUTO,  // each rule's reference: f32 for top-k (schedule, commit_per_step),
+                        // f64 for threshold and factor
+    LI_DLLM_CONF_F32,   // generate.py: softmax(logits) in float32
+    LI_DLLM_CONF_F64,   // Fast-dLLM: softmax(logits.to(float64))
+} li_dllm_confidence;
+
 // What the trace callback sees after each denoising step of one request.
 typedef struct {
     int request;         // index of the request in the batch (0 for li_dllm_generate)
@@ -342,6 +352,7 @@ typedef struct {
     int block_length;  // B
     int steps;         // total denoising steps (multiple of gen_length / block_length)
     li_dllm_remasking remasking;
+    li_dllm_confidence confidence;  // LI_DLLM_CONF_AUTO by default
     double temperature;  // 0: argmax; > 0: Gumbel-max in float64
     double cfg;          // classifier-free guidance scale, 0: off
     // Parallel decoding (Fast-dLLM), at most one of the three; with any of them the per-block

@@ -117,8 +117,14 @@ static int want_rows(const double *conf, int n, li_dllm_sel mode, int k, double 
         for (int i = 0; i < nref; i++)
             take += i == 0 || sorted[i] >= tau;
     int m = 0;
-    if (mode != LI_DLLM_SEL_THRESHOLD && take > 0 && take < nref &&
-        sorted[take - 1] == sorted[take]) {
+    if (mode == LI_DLLM_SEL_THRESHOLD && take == 1 && nref > 1 && sorted[0] == sorted[1]) {
+        // a best below tau, tied: Fast-dLLM's torch.topk(conf, nc)[0] (checked against torch by
+        // test-llada-generate-ref), one of the tied rows
+        li_dllm_pair work[512];
+        want[m++] = li_dllm_topk_torch_first(conf, n, nref, work);
+        LI_ASSERT(conf[want[0]] == sorted[0]);
+    } else if (mode != LI_DLLM_SEL_THRESHOLD && take > 0 && take < nref &&
+               sorted[take - 1] == sorted[take]) {
         li_dllm_pair work[512];
         li_dllm_topk_torch(conf, n, take, want, work);
         m = take;
@@ -180,7 +186,7 @@ static void test_select(li_rng *rng) {
         CHECK(same_rows(rows, n, (int[]){3, 1}, 2), "confidence == tau is committed, n %d", n);
         double t[3] = {0.4, 0.4, 0.4};
         n = li_dllm_select(t, 3, LI_DLLM_SEL_THRESHOLD, 0, 0.9, 0, rows, work);
-        CHECK(same_rows(rows, n, (int[]){0}, 1), "all below tau, tied: lowest row (argmax), n %d",
+        CHECK(same_rows(rows, n, (int[]){0}, 1), "all below tau, tied: torch.topk(c, 3)[0] = row 0, n %d",
               n);
     }
     {

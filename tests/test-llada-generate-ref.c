@@ -10,7 +10,11 @@
 //     confidences of EOS / EOT rows (torch.topk's choice, not the lowest rows), prompts with mask
 //     tokens, a model that predicts the mask token (rows before the block then stay candidates),
 //     Fast-dLLM's threshold (one of them 3e-5 from a confidence) and factor (its last-rank bump),
-//     and a checkpoint with the config switches lazyinfer implements;
+//     a checkpoint with the config switches lazyinfer implements, and a sharp checkpoint whose
+//     float32 confidences tie at exactly 1.0 at a cut (generate.py's precision, the default
+//     --confidence auto; with f64 the tokens differ, which the test checks too);
+//   - tied checkpoints that ship their own ff_out.weight: refused naming the key when it differs
+//     from the embedding (the reference would load it into the embedding too), loaded when equal;
 //   - one forward of each new checkpoint (maskpred: input_emb_norm; switches: tied head,
 //     scale_logits, mlp_ratio, one kv head, ignored keys): logits within 1e-4 relative;
 //   - li_dllm_topk_torch on 600 tie-laden vectors against torch.topk's indices;
@@ -170,6 +174,104 @@ static void test_topk(void) {
     TEST_END();
 }
 
+// ---- Fast-dLLM's threshold: torch.topk(conf, k).indices[0] among tied best rows --------------
+
+// Case c of threshold-ties.json (gen_llada_fidelity_ref.py tie_vector).
+static int tie_vector(int c, double *v) {
+    uint64_t s = 7919ull * (uint64_t)c + 3;
+    int n = 2 + (int)(splitmix(&s) % 300);
+    for (int i = 0; i < n; i++)
+        v[i] = splitmix(&s) % 10 < 3 ? -INFINITY : ((double)(splitmix(&s) % 4) + 0.5) / 8;
+    return n;
+}
+
+static void test_threshold_ties(void) {
+    TEST_BEGIN("threshold's forced best == torch.topk(conf, k)[0] on 480 tied vectors");
+    json_error_t err;
+    json_t *j = json_load_file(GEN_DIR "/threshold-ties.json", 0, &err);
+    CHECK(j != NULL, "threshold-ties.json: %s", err.text);
+    json_t *cases = j ? json_object_get(j, "cases") : NULL;
+    static double v[400];
+    static int rows[400];
+    static li_dllm_pair work[400];
+    int bad = 0, differ = 0, n_cases = (int)json_array_size(cases);
+    for (int c = 0; c < n_cases; c++) {
+        json_t *row = json_array_get(cases, c);
+        int n = tie_vector(c, v), k = 0, lowest = -1;
+        for (int i = 0; i < n; i++) {
+            k += v[i] > -INFINITY;
+            if (v[i] > -INFINITY && (lowest < 0 || v[i] > v[lowest])) lowest = i;
+        }
+        CHECK(n == json_integer_value(json_array_get(row, 0)) &&
+                  k == json_integer_value(json_array_get(row, 1)),
+              "case %d: the generator differs from the script's (n %d, k %d)", c, n, k);
+        int want = (int)json_integer_value(json_array_get(row, 2));
+        // tau above every value: only the forced best is committed
+        int got = li_dllm_select(v, n, LI_DLLM_SEL_THRESHOLD, 0, 0.99, 0, rows, work) == 1
+                      ? rows[0]
+                      : -1;
+        if (k == 0) got = -1;
+        if (got != want && bad++ < 5)
+            fprintf(stderr, "  case %d (n %d, k %d): row %d, torch %d\n", c, n, k, got, want);
+        differ += want != lowest;
+    }
+    CHECK(n_cases == 480 && bad == 0, "%d of %d vectors differ from torch", bad, n_cases);
+    CHECK(j && differ == json_integer_value(json_object_get(j, "lowest_row_differs")) &&
+              differ > 100,
+          "%d vectors where torch's first is not the lowest row", differ);
+    json_decref(j);
+    TEST_END();
+}
+
+// ---- generate.py's float32 confidence ---------------------------------------------------------
+
+static void test_conf_f32(void) {
+    TEST_BEGIN("li_dllm_conf_f32 == torch's float32 softmax bits on 64 sharp rows");
+    json_error_t err;
+    json_t *j = json_load_file(GEN_DIR "/conf-f32.json", 0, &err);
+    CHECK(j != NULL, "conf-f32.json: %s", err.text);
+    if (!j) {
+        TEST_END();
+        return;
+    }
+    int R = (int)json_integer_value(json_object_get(j, "n_rows"));
+    int V = (int)json_integer_value(json_object_get(j, "n_vocab"));
+    float *l = read_f32(GEN_DIR "/conf-f32.logits.f32", (long)R * V);
+    CHECK(l != NULL, "conf-f32.logits.f32 unreadable");
+    int bad = 0, ones = 0, f64_ones = 0;
+    for (int r = 0; l && r < R; r++) {
+        int32_t x0 = (int32_t)json_integer_value(json_array_get(json_object_get(j, "x0"), r));
+        uint32_t want = (uint32_t)json_integer_value(
+            json_array_get(json_object_get(j, "conf_f32_bits"), r));
+        float got = li_dllm_conf_f32(l + (size_t)r * V, V, x0);
+        uint32_t gb;
+        memcpy(&gb, &got, 4);
+        // x0 = argmax (temperature 0): its term is exp(0) = 1, the bits are the sum's alone and
+        // must be torch's; another x0 (temperature > 0) carries its own exp term, where torch's
+        // Sleef expf and a correctly rounded one may differ by an ulp
+        bool argmax = true;
+        for (int v = 0; v < V; v++) argmax &= l[(size_t)r * V + v] <= l[(size_t)r * V + x0];
+        uint32_t d = gb > want ? gb - want : want - gb;
+        if ((argmax ? d != 0 : d > 1) && bad++ < 5)
+            fprintf(stderr, "  row %d: %08x, torch %08x\n", r, (unsigned)gb, (unsigned)want);
+        ones += got == 1.0f;
+        // (the float64 confidence is below 1 on every row: the ties are float32's)
+        double mx = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, l[(size_t)r * V + v]);
+        for (int v = 0; v < V; v++) s += exp((double)l[(size_t)r * V + v] - mx);
+        f64_ones += exp((double)l[(size_t)r * V + x0] - mx) / s == 1.0;
+    }
+    printf("#   %d of %d rows exactly 1.0 in float32, %d in float64\n", ones, R, f64_ones);
+    CHECK(bad == 0, "%d of %d rows differ from torch's float32 confidence", bad, R);
+    CHECK(ones == json_integer_value(json_object_get(j, "exactly_one")) && ones > 10 &&
+              f64_ones == 0,
+          "%d rows of exactly 1.0 (file %lld), %d in float64", ones,
+          (long long)json_integer_value(json_object_get(j, "exactly_one")), f64_ones);
+    free(l);
+    json_decref(j);
+    TEST_END();
+}
+
 // ---- one forward of the new checkpoints -----------------------------------------------------------
 
 static void test_forward(const char *name) {
@@ -225,6 +327,51 @@ static void test_forward(const char *name) {
     TEST_END();
 }
 
+// ---- a tied config with a head of its own ------------------------------------------------------
+// ---------------------------------------------------------
+
+// tiedhead-differs (weight_tying true) and tiedhead-absent (no key: true by default) ship
+// model.transformer.ff_out.weight unlike the embedding. The reference's from_pretrained (its
+// tie_weights) then takes ff_out's values for the embedding and the head alike (tiedhead.json
+// records what it did); lazyinfer refuses, naming the key. tiedhead-equal (the same bytes)
+// loads, and forward-tiedhead-equal checks its logits.
+static void test_tied_head(void) {
+    TEST_BEGIN("tied config + its own ff_out.weight: refused naming the key unless equal");
+    json_error_t err;
+    json_t *j = json_load_file(GEN_DIR "/tiedhead.json", 0, &err);
+    CHECK(j != NULL, "tiedhead.json: %s", err.text);
+    const char *names[3] = {"tiedhead-differs", "tiedhead-absent", "tiedhead-equal"};
+    for (int k = 0; j && k < 3; k++) {
+        json_t *r = json_object_get(json_object_get(j, "checkpoints"), names[k]);
+        bool ref_ff = json_is_true(json_object_get(r, "embedding_is_file_ff_out"));
+        bool ref_wte = json_is_true(json_object_get(r, "embedding_is_file_wte"));
+        CHECK(ref_ff && ref_wte == (k == 2), "%s: the reference's embedding is %s", names[k],
+              ref_wte  ? "the file's wte"
+              : ref_ff ? "ff_out"
+                       : "neither");
+        char path[4352];
+        snprintf(path, sizeof path, GEN_DIR "/%s", names[k]);
+        li_model_params mp = li_model_default_params();
+        mp.path = path;
+        mp.n_threads = 1;
+        mp.backend = test_backend(NULL);
+        li_model *m = NULL;
+        li_status st = li_model_load(&m, &mp);
+        const char *msg = st == LI_OK ? "" : li_last_error();
+        if (k < 2) {
+            CHECK(st != LI_OK && strstr(msg, "'model.transformer.ff_out.weight'") &&
+                      strstr(msg, "weight_tying") && strstr(msg, names[k]),
+                  "%s: loaded %s (%s)", names[k], st == LI_OK ? "" : "without naming the key", msg);
+            printf("#   %s: %s\n", names[k], msg);
+        } else {
+            CHECK(st == LI_OK, "%s: %s", names[k], msg);
+        }
+        li_model_free(m);
+    }
+    json_decref(j);
+    TEST_END();
+}
+
 // ---- decoding cases ------------------------------------------------------------------------------
 
 typedef struct {
@@ -232,6 +379,7 @@ typedef struct {
     li_dllm_params p;
     int P, T, nfe, steps, n_traj;
     int32_t prompt[MAX_T], canvas[MAX_T];
+    int n_f64_differ;  // > 0: generate.py with a float64 confidence differs in that many rows
     int32_t (*traj)[MAX_T];  // (n_traj) the canvas after each step
 } gcase;
 
@@ -277,6 +425,7 @@ static bool load_case(const char *path, gcase *c) {
     c->T = ints(json_object_get(e, "canvas"), c->canvas, MAX_T);
     c->nfe = (int)json_integer_value(json_object_get(e, "nfe"));
     c->steps = (int)json_integer_value(json_object_get(e, "steps"));
+    c->n_f64_differ = (int)json_integer_value(json_object_get(j, "float64_rows_differ"));
     json_t *tr = json_object_get(j, "steps_canvas");
     c->n_traj = (int)json_array_size(tr);
     c->traj = calloc((size_t)c->n_traj + 1, sizeof *c->traj);
@@ -322,6 +471,29 @@ static bool run_case(li_model *m, const gcase *c, unsigned lc, const char *what)
     return ok && d == c->T && st.nfe == c->nfe && st.steps == c->steps;
 }
 
+// A case whose float32 confidences tie at 1.0: the engine's float64 confidence (Fast-dLLM's,
+// --confidence f64) orders those rows and must commit other tokens than generate.py did (the
+// case's default, auto, matched it above); explicit f32 must match as auto does.
+static void f64_differs(li_model *m, const gcase *c) {
+    int32_t gen[MAX_T];
+    int differ[2] = {0, 0};
+    li_dllm_confidence modes[2] = {LI_DLLM_CONF_F64, LI_DLLM_CONF_F32};
+    for (int k = 0; k < 2; k++) {
+        li_dllm_params p = c->p;
+        p.confidence = modes[k];
+        li_status rc = li_dllm_generate(m, c->prompt, c->P, &p, gen, NULL);
+        CHECK(rc == LI_OK, "%s", li_last_error());
+        for (int i = 0; rc == LI_OK && i < p.gen_length; i++)
+            differ[k] += gen[i] != c->canvas[c->P + i];
+    }
+    printf("#   %s --confidence f64: %d of %d tokens differ from generate.py's (its own float64 "
+           "run: %d); f32: %d\n",
+           c->name, differ[0], c->p.gen_length, c->n_f64_differ, differ[1]);
+    CHECK(differ[0] > 0, "%s: float64 confidences gave generate.py's float32 tokens", c->name);
+    CHECK(differ[1] == 0, "%s: --confidence f32 differs from auto in %d tokens", c->name,
+          differ[1]);
+}
+
 static int list_cases(gcase *cases) {
     DIR *d = opendir(GEN_DIR "/cases");
     if (!d) return -1;
@@ -353,7 +525,7 @@ static void test_cases(void) {
     static gcase cases[MAX_CASES];
     int n = list_cases(cases);
     TEST_BEGIN("llada-generate-ref case files");
-    CHECK(n >= 15 || (getenv("LI_REF_ONLY") && n > 0), "%d case files in " GEN_DIR "/cases", n);
+    CHECK(n >= 17 || (getenv("LI_REF_ONLY") && n > 0), "%d case files in " GEN_DIR "/cases", n);
     TEST_END();
     for (int mi = 0; mi < n; mi++) {  // one model at a time, its cases together
         bool first = true;
@@ -374,6 +546,7 @@ static void test_cases(void) {
             if (m) {
                 run_case(m, c, 0, "caches off");
                 run_case(m, c, LI_DLLM_LACACHE_ALL, "caches on");
+                if (c->n_f64_differ > 0) f64_differs(m, c);
                 reqs[nq] = (li_dllm_request){c->prompt, c->P, c->p, outs[nq], {0}};
                 reqs[nq].params.lacache = LI_DLLM_LACACHE_ALL;
                 idx[nq++] = i;
@@ -459,7 +632,7 @@ static void test_threshold_precision(void) {
     if (st == LI_OK) st = li_be_upload(be, dl, l, (size_t)B * V * 4);
     if (st == LI_OK) st = li_be_upload(be, dm, masked, sizeof masked);
     if (st == LI_OK) {
-        be->ops->dllm->x0(be, dx, dc, dl, NULL, dm, B, V, 0.0f, -1, -1, -1, 0.0, &r0);
+        be->ops->dllm->x0(be, dx, dc, dl, NULL, dm, B, V, 0.0f, -1, -1, -1, 0.0, false, &r0);
         st = li_be_download(be, x0, dx, sizeof x0);
     }
     if (st == LI_OK) st = li_be_download(be, conf, dc, sizeof conf);
@@ -489,7 +662,10 @@ int main(void) {
     if (!test_backend_usable("test-llada-generate-ref", backend, DATA "/llada-ref/model"))
         return test_summary();
     test_topk();
+    test_threshold_ties();
+    test_conf_f32();
     test_threshold_precision();  // the backend's dllm->x0 (on CUDA: the GPU's fp64 softmax)
+    test_tied_head();
     li_model *m = load_model("llada-ref/model");
     bool bf16 = m && m->be->ops->matrices_bf16;
     li_model_free(m);
@@ -502,6 +678,7 @@ int main(void) {
     }
     test_forward("forward-maskpred");
     test_forward("forward-switches");
+    test_forward("forward-tiedhead-equal");
     test_cases();
     return test_summary();
 }

@@ -26,7 +26,7 @@
 typedef struct {
     li_model_params mp; // --model (required here), --tokenizer, ..., --attn-impl
     const char *prompt, *system;
-    const char *remasking, *temp, *cfg, *threshold, *factor;
+    const char *remasking, *confidence, *temp, *cfg, *threshold, *factor;
     const char *dpad_k, *dpad_scale, *lacache, *fp8;
     int dpad_window;
     bool chat, dpad, trace;
@@ -115,6 +115,15 @@ static bool args_to_params(const char *cmd, const dllm_args *a, li_dllm_params *
         int w = pick_word(cmd, "--remasking", a->remasking, "low_confidence", "random");
         if (w < 0) return false;
         p->remasking = w == 0 ? LI_DLLM_REMASK_LOW_CONFIDENCE : LI_DLLM_REMASK_RANDOM;
+    }
+    if (a->confidence) {
+        if (!strcmp(a->confidence, "auto")) {
+            p->confidence = LI_DLLM_CONF_AUTO;
+        } else {
+            int w = pick_word(cmd, "--confidence", a->confidence, "f32", "f64");
+            if (w < 0) return false;  // ("expected f32 or f64": auto is the default)
+            p->confidence = w == 0 ? LI_DLLM_CONF_F32 : LI_DLLM_CONF_F64;
+        }
     }
     if (!parse_real(cmd, "--temp", a->temp, &p->temperature) ||
         !parse_real(cmd, "--cfg", a->cfg, &p->cfg) ||
@@ -269,6 +278,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
     {"--block-length", NULL, OPT_INT, &(a).decode.block_length, "SAR block length (default 32)"},   \
     {"--steps", NULL, OPT_INT, &(a).decode.steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
     {"--remasking", NULL, OPT_STR, &(a).remasking, "low_confidence (default) or random"},         \
+    {"--confidence", NULL, OPT_STR, &(a).confidence, "auto (default: f32 top-k as generate.py, f64 threshold/factor as Fast-dLLM), f32 or f64"}, \
     {"--temp", NULL, OPT_STR, &(a).temp, "temperature, Gumbel-max in float64 (default 0: argmax)"}, \
     {"--cfg", NULL, OPT_STR, &(a).cfg, "classifier-free guidance scale (default 0: off)"},         \
     {"--threshold", NULL, OPT_STR, &(a).threshold, "Fast-dLLM threshold tau in (0, 1]"},          \
@@ -295,6 +305,7 @@ static void trace_step(void *user, const li_dllm_step *s) {
 static const char dllm_usage[] =
     "usage: lazyinfer dllm -m MODEL -p PROMPT [--chat] --gen-length N "
     "--block-length B --steps S [--remasking low_confidence|random]\n"
+    "       [--confidence auto|f32|f64]"
     "       [--temp T] [--cfg C] [--threshold TAU | --factor F] "
     "[--dpad-window W --dpad-k K --dpad-scale X]\n"
     "       [--lacache embed,rope,fa,trunc|all|off] [--fp8 on|off] "

@@ -146,6 +146,56 @@ static int partition_pivot(li_dllm_pair *a, int first, int last) {
     }
 }
 
+// __sort_heap over the heap a[0, len): pops the top to the end until one is left.
+static void sort_heap(li_dllm_pair *a, int len) {
+    while (len > 1) {
+        len--;
+        li_dllm_pair v = a[len];
+        a[len] = a[0];
+        heap_adjust(a, 0, len, v);
+    }
+}
+
+// __introsort_loop(a + lo, a + hi, depth): partitions down to runs of 16, heap sort past the
+// depth limit; recursion on the right part, a loop on the left one.
+static void introsort_loop(li_dllm_pair *a, int lo, int hi, int depth) {
+    while (hi - lo > 16) {
+        if (depth == 0) {  // __partial_sort(lo, hi, hi)
+            heap_select(a + lo, hi - lo, hi - lo);
+            sort_heap(a + lo, hi - lo);
+            return;
+        }
+        depth--;
+        int cut = partition_pivot(a, lo, hi);
+        introsort_loop(a, cut, hi, depth);
+        hi = cut;
+    }
+}
+
+// std::sort(a + first, a + last): __introsort_loop (depth limit 2 __lg(n)), then
+// __final_insertion_sort (a guarded insertion sort of the first 16, unguarded for the rest).
+static void std_sort(li_dllm_pair *a, int first, int last) {
+    if (last - first < 2) return;
+    int depth = 0;
+    for (int m = last - first; m > 1; m >>= 1)
+        depth++;
+    introsort_loop(a, first, last, 2 * depth);
+    if (last - first > 16) {
+        insertion_sort(a, first, first + 16);
+        for (int i = first + 16; i < last; i++) {  // __unguarded_linear_insert
+            li_dllm_pair v = a[i];
+            int j = i;
+            while (before(v, a[j - 1])) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = v;
+        }
+    } else {
+        insertion_sort(a, first, last);
+    }
+}
+
 // torch.topk's choice left in a[0, k): a[i] = (conf[i], i) first.
 static void topk_torch_pairs(const double *conf, int n, int k, li_dllm_pair *a) {
     LI_ASSERT(k >= 1 && k <= n);
@@ -189,6 +239,15 @@ void li_dllm_topk_torch(const double *conf, int n, int k, int *idx, li_dllm_pair
     qsort(idx, (size_t)k, sizeof *idx, int_cmp);
 }
 
+int li_dllm_topk_torch_first(const double *conf, int n, int k, li_dllm_pair *work) {
+    topk_torch_pairs(conf, n, k, work);
+    if ((int64_t)k * 64 <= n)
+        sort_heap(work, k);  // the rest of std::partial_sort
+    else
+        std_sort(work, 0, k - 1);  // torch's sorted=True after nth_element: a[k - 1] is in place
+    return work[0].i;
+}
+
 // Candidate a ranks before b: higher confidence, then lower row.
 static int rank_cmp(const void *pa, const void *pb) {
     const li_dllm_pair *a = pa, *b = pb;
@@ -207,9 +266,14 @@ int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double ta
     int take = take_rule(NULL, work, nc, mode, k, tau, f);
     for (int i = 0; i < take; i++)
         rows[i] = work[i].i;
-    if (mode == LI_DLLM_SEL_THRESHOLD || take == 0 || take == nc ||
-        work[take - 1].v != work[take].v)
+    if (take == 0 || take == nc || work[take - 1].v != work[take].v) return take;
+    if (mode == LI_DLLM_SEL_THRESHOLD) {
+        // Only a best below tau tied with others (take 1): Fast-dLLM keeps
+        // torch.topk(conf, nc).indices[0], the first of its sorted order.
+        LI_ASSERT(take == 1);
+        rows[0] = li_dllm_topk_torch_first(conf, n, nc, work);
         return take;
+    }
     // The cut splits a run of equal confidences: those of them torch.topk returns.
     const double tie = work[take].v;
     int above = 0;  // rows[0, above) rank strictly better and stay
@@ -222,6 +286,33 @@ int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double ta
     LI_ASSERT(m == take);
     qsort(rows + above, (size_t)(take - above), sizeof *rows, int_cmp);
     return take;
+}
+
+float li_dllm_conf_f32(const float *l, int V, int32_t x0) {
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++)
+        if (l[v] > mx) mx = l[v];
+    // exp(l - max) correctly rounded to float (torch: Sleef's expf, within 1 ulp of it)
+#define TERM(v) ((float)exp((double)(l[v] - mx)))
+    float s;
+    if (V < 8) {  // reduce_all under one vector: lane 0 in index order
+        s = TERM(0);
+        for (int v = 1; v < V; v++) s += TERM(v);
+    } else {  // 8 lane sums, the tail into the first lanes, then the AVX2 shuffle tree
+        float acc[8];
+        int d = 8;
+        for (int j = 0; j < 8; j++) acc[j] = TERM(j);
+        for (; d + 8 <= V; d += 8)
+            for (int j = 0; j < 8; j++) acc[j] += TERM(d + j);
+        for (int j = 0; d + j < V; j++) acc[j] += TERM(d + j);
+        float h[4], q[2];
+        for (int j = 0; j < 4; j++) h[j] = acc[j] + acc[j + 4];  // 128-bit halves
+        for (int j = 0; j < 2; j++) q[j] = h[j] + h[j + 2];      // 64-bit
+        s = q[0] + q[1];                                         // 32-bit
+    }
+    const float inv = 1.0f / s;
+    return (float)exp((double)(l[x0] - mx)) * inv;
+#undef TERM
 }
 
 void li_dllm_dpad_probs(int window, double k_sigma, double scale, double *prob) {

@@ -14,7 +14,7 @@ int li_dllm_schedule(int n, int S, int i);
 
 typedef enum {
     LI_DLLM_SEL_TOPK,      // the k best candidates (LLaDA generate.py: torch.topk)
-    LI_DLLM_SEL_THRESHOLD, // the best (lowest row among equals) + every candidate >= tau
+    LI_DLLM_SEL_THRESHOLD, // the best (torch.topk's first among equals) + every candidate >= tau
     LI_DLLM_SEL_FACTOR,    // Fast-dLLM's factor rule over the ranked confidences, see li_dllm_take
 } li_dllm_sel;
 
@@ -36,10 +36,12 @@ typedef struct {
 // references hand to torch.topk. Candidates are ranked by confidence descending, then lower row,
 // and li_dllm_take says how many are committed. Where the cut falls inside a run of equal
 // confidences (exact ties: the zero confidences of EOS / EOT rows under confidence_eos_eot_inf
-// at temperature 0) and the rule is TOPK or FACTOR, the tied rows committed are those
-// torch.topk(conf, k) returns on the CPU (li_dllm_topk_torch); THRESHOLD's best among equals is
-// the lowest row (torch.argmax). rows (n) out: the selected rows, best first (the tied ones at
-// the end, in row order). work (n) scratch. Returns how many were selected.
+// at temperature 0; rows that round to exactly 1 in float32 confidences) and the rule is TOPK or
+// FACTOR, the tied rows committed are those torch.topk(conf, k) returns on the CPU
+// (li_dllm_topk_torch). THRESHOLD's best among equals (when below tau, committed alone) is
+// torch.topk(conf, nc).indices[0], the row Fast-dLLM keeps (li_dllm_topk_torch_first). rows (n)
+// out: the selected rows, best first (the tied ones at the end, in row order). work (n) scratch.
+// Returns how many were selected.
 int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double tau, double f,
                    int *rows, li_dllm_pair *work);
 
@@ -51,6 +53,19 @@ int li_dllm_select(const double *conf, int n, li_dllm_sel mode, int k, double ta
 // land there. idx (k) out: the selected indices in ascending order. work (n) scratch.
 // 1 <= k <= n. Checked against torch by tests/test-llada-generate-ref.c.
 void li_dllm_topk_torch(const double *conf, int n, int k, int *idx, li_dllm_pair *work);
+
+// torch.topk(conf, k).indices[0] (sorted=True) on the CPU: the same selection, then the order
+// torch sorts it in — std::partial_sort's heap sort, or std::sort (introsort) of the first k - 1
+// after nth_element. Checked against torch by tests/test-llada-generate-ref.c.
+int li_dllm_topk_torch_first(const double *conf, int n, int k, li_dllm_pair *work);
+
+// generate.py's confidence, F.softmax(logits, dim=-1)[x0] in float32, the way torch's AVX2 CPU
+// kernel takes it: m = max l; terms e_v = exp(l_v - m) in float (here correctly rounded; torch
+// uses Sleef's expf, within an ulp); their float sum in 8 lanes (lane j: v = j mod 8 in order,
+// the tail into the first lanes) reduced by the shuffle tree ((0+4)+(2+6))+((1+5)+(3+7)) (V < 8:
+// in index order); p = e_x0 * (1 / sum). A row whose other terms sum below ~2^-24 gets exactly
+// 1.0, as in torch. l (V) with the banned ids already -inf.
+float li_dllm_conf_f32(const float *l, int V, int32_t x0);
 
 // DPad keep probabilities: prob[d] = scale * exp(-x_d^2 / 2) / sqrt(2 pi), x = numpy
 // linspace(0, k_sigma, window), for d = 0..window-1. prob: (window).
@@ -81,12 +96,14 @@ typedef struct {
     //      (confidence_eos_eot_inf: EOT, and EOS at temperature 0);
     //   5. conf[b] = exp(l[x0] - max) / Σ_v exp(l[v] - max) in float64 (as Fast-dLLM's softmax of
     //      the logits cast to float64; the CPU sums in index order, a GPU's reduction order
-    //      differs in the last bits).
+    //      differs in the last bits); with conf_f32, generate.py's float32 softmax as torch's
+    //      CPU kernel takes it (li_dllm_conf_f32: expf terms, a float sum in 8 lanes, times
+    //      1 / sum), widened to double — rows whose other terms sum below ~2^-24 get exactly 1.
     // Rows not masked: x0 = 0, conf = -inf. x0 (B) and conf (B) in backend memory. *rng is not
     // advanced: the caller jumps it by B V draws (li_rng_jump) when temperature > 0.
     void (*x0)(li_backend *be, int32_t *x0, double *conf, float *logits,
                const float *ulogits, const uint8_t *masked, int B, int V, float w,
-               int32_t eos, int32_t ban0, int32_t ban1, double temperature,
+               int32_t eos, int32_t ban0, int32_t ban1, double temperature, bool conf_f32,
                const li_rng *rng);
     // Step 6's choice where x0 and conf are (a device; NULL: the decoder selects on the host
     // with li_dllm_select, whose rules and order this follows): candidates are the rows with
@@ -97,7 +114,8 @@ typedef struct {
     // selected row, -1 otherwise; commit[B] = how many: all a step reports. When the cut falls
     // between equal confidences (modes 0 and 2), torch.topk's choice among them is the host's
     // (li_dllm_topk_torch needs the whole canvas): then commit[B] = -1, every row -1, the stream
-    // not to be moved, and the decoder selects on the host. B <= LI_DLLM_SELECT_MAX_ROWS (the
+    // not to be moved, and the decoder selects on the host; likewise under threshold when the
+    // best is below tau and tied (torch.topk's first of them, li_dllm_topk_torch_first). B <= LI_DLLM_SELECT_MAX_ROWS (the
     // decoder selects larger windows on the host).
     void (*select)(li_backend *be, int32_t *commit, const int32_t *x0, const double *conf,
                    const uint8_t *masked, int B, int mode, int k, double tau, double f,

@@ -72,6 +72,10 @@ li_status li_dllm_check_params(const li_dllm_params *p) {
                             p->steps, n_blocks, p->gen_length, p->block_length);
     if (p->remasking != LI_DLLM_REMASK_LOW_CONFIDENCE && p->remasking != LI_DLLM_REMASK_RANDOM)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: unknown remasking %d", (int)p->remasking);
+    if (p->confidence != LI_DLLM_CONF_AUTO && p->confidence != LI_DLLM_CONF_F32 &&
+        p->confidence != LI_DLLM_CONF_F64)
+        return li_error_set(LI_ERR_INVALID_ARG, "dllm: unknown confidence %d (auto, f32, f64)",
+                            (int)p->confidence);
     if (!(p->temperature >= 0) || !isfinite(p->temperature))
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: temperature %g must be finite and >= 0",
                             p->temperature);
@@ -375,14 +379,17 @@ static li_status step_decide(li_backend *be, req_state *r, const specials *sp, f
     // confidence softmax too; at temperature > 0 it is a float64 copy and only EOT does.
     int32_t ban0 = p->confidence_eos_eot_inf ? sp->eot : -1;
     int32_t ban1 = p->confidence_eos_eot_inf && p->temperature == 0 ? sp->eos : -1;
-    be->ops->dllm->x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->wconf, logits, ulogits,
-                     r->dmasked ? r->dmasked : r->masked, W, V, cw, eos, ban0, ban1,
-                     p->temperature, &r->rng);
-    if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)W * (uint64_t)V);
-    const bool random = p->remasking == LI_DLLM_REMASK_RANDOM;
     int k;
     double tau, f;
     li_dllm_sel mode = sel_rule(r, &k, &tau, &f);
+    // The confidence's precision: each rule's reference under auto (docs/DLLM.md step 5).
+    const bool conf_f32 = p->confidence == LI_DLLM_CONF_F32 ||
+                          (p->confidence == LI_DLLM_CONF_AUTO && mode == LI_DLLM_SEL_TOPK);
+    be->ops->dllm->x0(be, r->dx0 ? r->dx0 : r->x0, r->dconf ? r->dconf : r->wconf, logits, ulogits,
+                     r->dmasked ? r->dmasked : r->masked, W, V, cw, eos, ban0, ban1,
+                     p->temperature, conf_f32, &r->rng);
+    if (p->temperature > 0) li_rng_jump(&r->rng, (uint64_t)W * (uint64_t)V);
+    const bool random = p->remasking == LI_DLLM_REMASK_RANDOM;
     if (r->dcommit && W <= LI_DLLM_SELECT_MAX_ROWS) {  // 6. on the device
         be->ops->dllm->select(be, r->dcommit, r->dx0, r->dconf, r->dmasked, W, (int)mode, k, tau,
                              f, random, &r->rng);

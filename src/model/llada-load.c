@@ -95,6 +95,28 @@ static li_status fold_switches(li_llada *m) {
     return LI_OK;
 }
 
+// A tied config (weight_tying true or absent) whose checkpoint also ships a head of its own. The
+// reference's tie_weights makes ff_out the wte module itself, so loading the state dict copies
+// both tensors into one parameter and the last one (ff_out's) becomes the embedding and the head
+// alike; reading wte as the head here would give other logits (20.6 off on a random checkpoint).
+// Equal bytes are a harmless duplicate; anything else is refused, naming the key.
+static li_status check_tied_head(const li_llada *m, const char *dir) {
+    const char *head_key = "model.transformer.ff_out.weight";
+    const li_st_tensor *h = li_safetensors_find(m->store.st, head_key);
+    if (!m->hp.tied_embeddings || !h) return LI_OK;
+    const li_st_tensor *e = li_safetensors_find(m->store.st, "model.transformer.wte.weight");
+    if (e && e->n_bytes == h->n_bytes && !strcmp(e->dtype_str, h->dtype_str) &&
+        e->n_dims == h->n_dims && !memcmp(e->shape, h->shape, sizeof e->shape) &&
+        (!e->data || !h->data || !memcmp(e->data, h->data, (size_t)e->n_bytes)))
+        return LI_OK;
+    return li_error_set(LI_ERR_FORMAT,
+                        "%s: config.json has weight_tying true (or absent: the default) but the "
+                        "checkpoint has its own head '%s', different from the embedding (the "
+                        "reference would load it into the tied embedding too). Set "
+                        "\"weight_tying\": false to use it as the head, or remove the tensor",
+                        dir, head_key);
+}
+
 static li_status load_hf(li_llada **out, const char *dir, li_backend *be, bool metadata_only) {
     char path[4096];
     li_hparams hp;
@@ -107,6 +129,7 @@ static li_status load_hf(li_llada **out, const char *dir, li_backend *be, bool m
         li_safetensors_find(m->store.st, "model.transformer.blocks.0.q_proj.weight");
     snprintf(m->store.source_dtype, sizeof m->store.source_dtype, "%s",
              probe ? probe->dtype_str : "?");
+    LI_TRY(check_tied_head(m, dir));
     LI_TRY(li_bind_safetensors(&m->store, &m->w, &m->hp, &li_names_hf_llada,
                                li_llama_keeps_bf16(&m->hp), metadata_only));
     return fold_switches(m);

@@ -300,7 +300,8 @@ static const char *const FIELDS_BOTH[] = {
     "metadata", "store", "service_tier",
     // extensions
     "documents", "top_k", "min_p", "ignore_eos", "skip_special_tokens", "repetition_penalty",
-    "gen_length", "block_length", "steps", "threshold", "factor", "dpad", "lacache", "fp8", NULL};
+    "gen_length", "block_length", "steps", "threshold", "factor", "confidence", "dpad", "lacache",
+    "fp8", NULL};
 static const char *const FIELDS_CHAT[] = {
     "messages", "top_logprobs", "tools", "tool_choice",
     "parallel_tool_calls", "functions", "function_call", "modalities", "audio", "prediction",
@@ -473,6 +474,17 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
     if (has && r->factor <= 0) return BAD("factor", "'factor' must be > 0");
     if (r->threshold > 0 && r->factor > 0)
         return BAD("factor", "'threshold' and 'factor' are exclusive: give one");
+    r->confidence = -1;
+    const json_t *cv = json_object_get(o, "confidence");
+    if (cv && !json_is_null(cv)) {
+        const char *cs = json_is_string(cv) ? json_string_value(cv) : "";
+        r->confidence = !strcmp(cs, "auto") ? LI_DLLM_CONF_AUTO
+                        : !strcmp(cs, "f32") ? LI_DLLM_CONF_F32
+                        : !strcmp(cs, "f64") ? LI_DLLM_CONF_F64
+                                             : -1;
+        if (r->confidence < 0)
+            return BAD("confidence", "'confidence' must be \"auto\", \"f32\" or \"f64\"");
+    }
     r->dpad = r->fp8 = r->lacache = -1;
     if (!get_bool(o, "dpad", &r->dpad, err) || !get_bool(o, "fp8", &r->fp8, err)) return false;
     const json_t *lc = json_object_get(o, "lacache");

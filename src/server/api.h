@@ -74,6 +74,7 @@ typedef struct {
     // diffusion models (extension); -1 / negative: not given
     int gen_length, block_length, steps;
     double threshold, factor;  // < 0: not given
+    int confidence;            // -1 not given, else li_dllm_confidence ("auto", "f32", "f64")
     int dpad, fp8;             // -1 not given, else 0/1
     int lacache;               // -1 not given, else LI_DLLM_LACACHE_* bits (true = all)
 } li_api_request;

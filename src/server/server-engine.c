@@ -340,6 +340,7 @@ void li_srv_dllm_params(const li_api_request *a, li_dllm_params *p) {
     p->steps = a->steps > 0 ? a->steps : p->gen_length;
     if (a->threshold > 0) p->threshold = a->threshold;
     if (a->factor > 0) p->factor = a->factor;
+    if (a->confidence >= 0) p->confidence = (li_dllm_confidence)a->confidence;
     if (a->dpad >= 0) p->dpad = a->dpad;
     p->fp8 = a->fp8 == 1;
     if (a->has_temperature) p->temperature = a->temperature;

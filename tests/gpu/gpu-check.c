@@ -844,7 +844,10 @@ static void test_dllm_x0(void) {
                     // confidence_eos_eot_inf) after it, out of the softmax only
                     const int32_t eos = opt ? V / 3 : -1, eot = opt ? V / 5 : -1;
                     const int32_t ban1 = opt ? 2 * V / 3 : -1;
-                    TEST_BEGIN(NAME("dllm_x0 B=%d V=%d T=%g%s", B, V, T, opt_name[opt]));
+                    // every other shape takes generate.py's float32 confidence
+                    const bool f32 = (ib + iv + it + opt) % 2 == 1;
+                    TEST_BEGIN(NAME("dllm_x0 B=%d V=%d T=%g%s%s", B, V, T, opt_name[opt],
+                                    f32 ? " conf f32" : ""));
                     float *l = xmalloc(sizeof(float) * n), *u = xmalloc(sizeof(float) * n);
                     float *l1 = xmalloc(sizeof(float) * n), *l2 = xmalloc(sizeof(float) * n);
                     float *row = xmalloc(sizeof(float) * V);
@@ -872,9 +875,9 @@ static void test_dllm_x0(void) {
                     int32_t *dx = dnew(&gx, sizeof(int32_t) * B, NULL);
                     double *dc = dnew(&gc, sizeof(double) * B, NULL);
                     ref->ops->dllm->x0(ref, x1, c1, l1, cfg ? u : NULL, masked, B, V, 2.5f, eos,
-                                      eot, ban1, T, &r0);
+                                      eot, ban1, T, f32, &r0);
                     gpu->ops->dllm->x0(gpu, dx, dc, dl, cfg ? du : NULL, dm, B, V, 2.5f, eos, eot,
-                                      ban1, T, &r0);
+                                      ban1, T, f32, &r0);
                     CHECK_BACKEND();
                     CHECK(!memcmp(&r0, &r_before, sizeof r0), "the op moved the caller's stream");
                     dget(x2, &gx);
@@ -926,9 +929,15 @@ static void test_dllm_x0(void) {
                                   "seed %llu", b, c2[b], c1[b], g_seed);
                         }
                     }
-                    CHECK(gpu_err <= 1e-12, "conf relative error %g vs fp64; seed %llu", gpu_err,
+                    // f32: a float sum of V terms (the CPU's 8 lanes of V / 8 in order, the GPU's
+                    // tree) is within ~V / 8 * 6e-8 of the exact one at worst: 1e-3 at V 126k,
+                    // ~1e-5 typical; a wrong formula (no max shift, a banned id summed, x0's
+                    // term wrong) is off by far more at these logits (EOT / ban1 take up to
+                    // ~100% of the mass).
+                    const double tol_gpu = f32 ? 1e-3 : 1e-12, tol_cpu = f32 ? 1e-3 : 1e-15;
+                    CHECK(gpu_err <= tol_gpu, "conf relative error %g vs fp64; seed %llu", gpu_err,
                           g_seed);
-                    CHECK(cpu_err <= 1e-15, "oracle conf relative error %g vs fp64; seed %llu",
+                    CHECK(cpu_err <= tol_cpu, "oracle conf relative error %g vs fp64; seed %llu",
                           cpu_err, g_seed);
                     CHECK(dguard_ok(&gl) && dguard_ok(&gu) && dguard_ok(&gm) && dguard_ok(&gx) &&
                               dguard_ok(&gc),
@@ -1009,7 +1018,7 @@ typedef struct {
 static void x0_step(li_backend *be, void *vctx) {
     x0_ctx *c = vctx;
     be->ops->dllm->x0(be, c->x0, c->conf, c->logits, c->ulogits, c->masked, c->B, c->V, 1.0f,
-                     c->V / 3, c->V / 5, -1, c->T, &c->rng);
+                     c->V / 3, c->V / 5, -1, c->T, false, &c->rng);
 }
 
 static void bench_dllm_x0(void) {

@@ -22,9 +22,14 @@ What it writes, under tests/data/llada-generate-ref/ (tests/ref/README-llada.md 
                           mask token win some rows; one with the config switches lazyinfer
                           implements (weight_tying absent = tied, scale_logits, mlp_ratio, MQA,
                           keys the reference ignores)
+  sharp/                  a head 40x larger: float32 confidences of exactly 1.0 (the llada-f32-tie
+                          cases, which also record generate.py's tokens with a float64 softmax)
+  tiedhead-*/             tied configs that ship their own ff_out.weight (differs: weight_tying
+                          true; absent: no key; equal: the embedding's bytes), and tiedhead.json:
+                          what the reference's from_pretrained makes of them
   cases/*.json            decoding cases: options, prompt, the reference's canvas after every
                           step and at the end, NFE, the smallest decision margins
-  forward-*.json / .f32   one forward of each new checkpoint: its logits (T x V, float32 LE)
+  forward-*.json / .f32   one forward of maskpred, switches, tiedhead-equal: logits (T x V, f32 LE)
   topk.json               torch.topk on tie-laden vectors made by a generator both sides run
 The first checkpoint is tests/data/llada-ref/model (gen_llada_ref.py's).
 Deterministic: fixed seeds; rerunning with the same torch rewrites identical files.
@@ -58,6 +63,7 @@ BOS, EOS, MASK, EOT, V = base.BOS, base.EOS, base.MASK, base.EOT, base.V
 MARGIN_MIN = 1e-4   # relative; the engine's logits differ from torch's by ~2e-6 (README-llada.md)
 MAX_TRIALS = 300
 MAX_FORWARDS = 400  # a Fast-dLLM block that keeps predicting the mask token never ends
+SHARP_GAIN = 40.0   # the sharp checkpoint's head scale: logits over ±~200
 
 
 # ---- the public code, at run time -------------------------------------------------------------
@@ -126,6 +132,14 @@ class Recorder:
         return out
 
 
+class Recorder64(Recorder):
+    """The same model with its logits widened to float64: generate.py then takes its confidence
+    softmax in float64 (as Fast-dLLM does), everything else unchanged."""
+
+    def __call__(self, x, attention_mask=None, **kw):
+        return types.SimpleNamespace(logits=super().__call__(x, attention_mask).logits.double())
+
+
 def build_model(modeling, configuration, model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -142,9 +156,9 @@ def build_model(modeling, configuration, model_dir):
     return m
 
 
-# ---- the two new checkpoints -------------------------------------------------------------------
+# ---- the new checkpoints -----------------------------------------------------------------------
 
-def tiny_weights(seed, D, H, HKV, F, L, tied, mask_gain=0.0):
+def tiny_weights(seed, D, H, HKV, F, L, tied, mask_gain=0.0, head_gain=1.0):
     rng = np.random.default_rng(seed)
     DH = D // H
 
@@ -172,7 +186,7 @@ def tiny_weights(seed, D, H, HKV, F, L, tied, mask_gain=0.0):
             head[MASK] = w[p + "wte.weight"][MASK] * mask_gain
         head[EOS] *= 1.5
         head[EOT] *= 1.5
-        w[p + "ff_out.weight"] = head
+        w[p + "ff_out.weight"] = head * np.float32(head_gain)
     # stored bf16 (half the bytes); both sides widen them to the same f32 values
     import torch as _t
     return {k: _t.from_numpy(v).to(_t.bfloat16) for k, v in w.items()}
@@ -200,6 +214,52 @@ def maskpred_config():
     return c
 
 
+def sharp_config():
+    """maskpred's shape without input_emb_norm, for a head 40x larger: many rows' confidence
+    rounds to exactly 1.0 in float32 (generate.py's softmax) and not in float64."""
+    c = maskpred_config()
+    c.update({"input_emb_norm": False, "rope_theta": 10000.0})
+    return c
+
+
+def tiedhead_config(tying):
+    """Residual 3: weight_tying true, or absent (the default: true), with its own ff_out."""
+    c = maskpred_config()
+    c.update({"n_layers": 1, "input_emb_norm": False, "weight_tying": tying})
+    if tying is None:
+        del c["weight_tying"]
+    return c
+
+
+def write_tiedhead(modeling):
+    """Three tied checkpoints that ship model.transformer.ff_out.weight: -differs (weight_tying
+    true) and -absent (no key) with a head unlike the embedding, which lazyinfer refuses naming
+    the key; -equal with the embedding's bytes, which loads. The reference's own loader
+    (from_pretrained: tie_weights makes ff_out the wte module) is asked what it does with each."""
+    w = tiny_weights(9, 16, 2, 2, 32, 1, tied=False)
+    eq = dict(w, **{"model.transformer.ff_out.weight": w["model.transformer.wte.weight"].clone()})
+    wte = w["model.transformer.wte.weight"]
+    out = {}
+    for name, tying, weights in (("tiedhead-differs", True, w), ("tiedhead-absent", None, w),
+                                 ("tiedhead-equal", True, eq)):
+        d = write_checkpoint(name, tiedhead_config(tying), weights)
+        m = modeling.LLaDAModelLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+        emb = m.model.transformer.wte.weight.detach()
+        h = m.get_output_embeddings().weight.detach()
+        out[name] = {"embedding_is_file_wte": torch.equal(emb, wte.float()),
+                     "embedding_is_file_ff_out": torch.equal(emb, weights[
+                         "model.transformer.ff_out.weight"].float()),
+                     "head_is_embedding": bool(h.data_ptr() == emb.data_ptr())}
+        print(f"  {name}: the reference's from_pretrained: {out[name]}")
+        if name == "tiedhead-equal":
+            forward_case(m, "llada-generate-ref/" + name, "forward-" + name)
+    base.write_json(os.path.join(OUT, "tiedhead.json"), {
+        "what": "what the reference's LLaDAModelLM.from_pretrained (transformers " +
+                importlib.import_module("transformers").__version__ + ") makes of each tied "
+                "checkpoint that ships model.transformer.ff_out.weight",
+        "checkpoints": out})
+
+
 def switches_config():
     """The switches lazyinfer implements, and keys the reference ignores: weight_tying absent
     (tied), scale_logits, mlp_hidden_size absent (mlp_ratio 3), n_kv_heads absent with
@@ -221,10 +281,11 @@ def rel_gap(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-300)
 
 
-def step_analysis(p, x, logits, un, lo, hi, k, eos_id, eot_id):
+def step_analysis(p, x, logits, un, lo, hi, k, eos_id, eot_id, conf_dtype=torch.float64):
     """The contract's step on the reference's logits (torch, T = 0): the rows it commits (via
     torch.topk, as generate.py) and the smallest relative margin of every comparison that decided
-    them. Returns (x_next, margins dict, tie_info)."""
+    them. conf_dtype: the confidence softmax's precision (generate.py: the logits' float32;
+    Fast-dLLM: float64). Returns (x_next, margins dict, tie_info)."""
     L = logits.clone()
     if un is not None:
         L = un + (p["cfg_scale"] + 1) * (L - un)
@@ -235,10 +296,10 @@ def step_analysis(p, x, logits, un, lo, hi, k, eos_id, eot_id):
     if p["confidence_eos_eot_inf"]:
         L2[:, EOT] = -torch.inf
         L2[:, EOS] = -torch.inf  # (temperature 0: the noisy logits are these)
-    conf = torch.softmax(L2.double(), dim=-1).gather(-1, x0[:, None])[:, 0]
+    conf = torch.softmax(L2.to(conf_dtype), dim=-1).gather(-1, x0[:, None])[:, 0]
     n = x.shape[0]
     cand = [i for i in range(hi) if x[i] == MASK]
-    vec = torch.full((n,), -torch.inf, dtype=torch.float64)
+    vec = torch.full((n,), -torch.inf, dtype=conf_dtype)
     for i in cand:
         vec[i] = conf[i]
     cs = sorted((float(vec[i]) for i in cand), reverse=True)
@@ -246,6 +307,13 @@ def step_analysis(p, x, logits, un, lo, hi, k, eos_id, eot_id):
     for i in cand:
         top = torch.topk(L[i], 2).values
         margins["x0"] = min(margins["x0"], float(top[0] - top[1]) / max(1.0, abs(float(top[0]))))
+        if float(vec[i]) == 1.0 and conf_dtype == torch.float32:
+            # a float32 confidence of exactly 1.0 (the others' mass below half an ulp) ties with
+            # every other such row; it must stay 1.0 when x0's logit moves by the margin
+            row = L2[i].clone()
+            row[x0[i]] -= MARGIN_MIN * max(1.0, abs(float(row[x0[i]])))
+            if float(torch.softmax(row, dim=-1)[x0[i]]) != 1.0:
+                margins["conf"] = 0.0
     distinct = sorted(set(c for c in cs if c > 0), reverse=True)
     for a, b in zip(distinct, distinct[1:]):
         margins["order"] = min(margins["order"], rel_gap(a, b))
@@ -313,7 +381,8 @@ def analyse(p, P, rec, final, llada):
         if step_in_block == 0:
             n_block = int((x[lo:hi] == MASK).sum())
         k = n_block // S + (1 if step_in_block < n_block % S else 0) if llada else None
-        xn, m, tie, info = step_analysis(p, x, logits[0], un, lo, hi, k, EOS, EOT)
+        xn, m, tie, info = step_analysis(p, x, logits[0], un, lo, hi, k, EOS, EOT,
+                                         torch.float32 if llada else torch.float64)
         nxt = calls[ci + 1][0][0] if ci + 1 < len(calls) else final
         if not torch.equal(xn, nxt):
             diff = [(i, int(xn[i]), int(nxt[i])) for i in range(len(xn)) if xn[i] != nxt[i]]
@@ -371,6 +440,10 @@ CASES = [
      dict(gen_length=24, block_length=8, steps=12), "mask_left"),
     ("llada-switches", "llada", "llada-generate-ref/switches", 10, 0,
      dict(gen_length=16, block_length=8, steps=8), "plain"),
+    ("llada-f32-tie", "llada", "llada-generate-ref/sharp", 8, 0,
+     dict(gen_length=16, block_length=8, steps=4), "f32_tie"),
+    ("llada-f32-tie-cfg", "llada", "llada-generate-ref/sharp", 9, 0,
+     dict(gen_length=16, block_length=8, steps=4, cfg_scale=1.0), "f32_tie"),
     ("fast-threshold-0.5", "fast", BASE_MODEL, 12, 0,
      dict(gen_length=24, block_length=8, steps=24, threshold=0.5), "parallel"),
     ("fast-threshold-near", "fast", BASE_MODEL, 10, 0,
@@ -388,8 +461,8 @@ BASE_P = {"gen_length": 16, "block_length": 8, "steps": 4, "cfg_scale": 0.0,
           "factor": None}
 
 
-def run_reference(ref, which, model, prompt, p):
-    rec = Recorder(model)
+def run_reference(ref, which, model, prompt, p, f64=False):
+    rec = Recorder64(model) if f64 else Recorder(model)
     x = torch.tensor([prompt], dtype=torch.long)
     if which == "llada":
         # (an all-ones attention mask: generate.py's CFG branch needs one; the model drops it)
@@ -443,6 +516,11 @@ def interesting(kind, res, p, P, final, ref, which, model, prompt):
         return a["mask_commits"] > 0
     if kind == "factor_bump":
         return a["mask_commits"] == 0 and a["bumps"] > 0
+    if kind == "f32_tie":  # a cut among float32 confidences of exactly 1.0, which a float64
+        # softmax would order: generate.py's tokens differ from its own run in float64
+        other, _, _ = run_reference(ref, which, model, prompt, p, f64=True)
+        return a["mask_commits"] == 0 and any(t["value"] == 1.0 for t in a["ties"]) and \
+            not torch.equal(other, final)
     raise ValueError(kind)
 
 
@@ -486,6 +564,14 @@ def run_case(ref, models, name, which, model_rel, plen, holes, over, kind):
         "commits_per_step": res["commits_per_step"],
         "trials": trial + 1,
     }
+    if kind == "f32_tie":
+        f64, _, _ = run_reference(ref, which, model, prompt, p, f64=True)
+        rec_json["float64_canvas"] = [int(t) for t in f64]
+        differ = int((f64 != final).sum())
+        rec_json["float64_rows_differ"] = differ
+        print(f"  {name}: generate.py with a float64 confidence softmax: {differ} of "
+              f"{p['gen_length']} generated tokens differ; ties at 1.0 at steps "
+              f"{[t['step'] for t in res['ties'] if t['value'] == 1.0]}")
     base.write_json(os.path.join(OUT, "cases", name + ".json"), rec_json)
     print(f"  {name}: P {plen} trial {trial} nfe {nfe} steps {res['steps']} margins "
           f"x0 {res['min_margins']['x0']:.1e} conf {res['min_margins']['conf']:.1e} "
@@ -580,9 +666,12 @@ def main():
         write_checkpoint("maskpred", maskpred_config(),
                          tiny_weights(7, 16, 2, 2, 32, 2, tied=False, mask_gain=1.35))
         write_checkpoint("switches", switches_config(), tiny_weights(8, 16, 2, 1, 48, 2, tied=True))
+        write_checkpoint("sharp", sharp_config(),
+                         tiny_weights(10, 16, 2, 2, 32, 2, tied=False, head_gain=SHARP_GAIN))
         models = {m: build_model(modeling, configuration, os.path.join(DATA, m))
                   for m in (BASE_MODEL, "llada-generate-ref/maskpred",
-                            "llada-generate-ref/switches")}
+                            "llada-generate-ref/switches", "llada-generate-ref/sharp")}
+        write_tiedhead(modeling)
         forward_case(models["llada-generate-ref/maskpred"], "llada-generate-ref/maskpred",
                      "forward-maskpred")
         forward_case(models["llada-generate-ref/switches"], "llada-generate-ref/switches",

@@ -88,8 +88,7 @@ static void devsim_dllm_select(li_backend *be, int32_t *commit, const int32_t *x
     }
     for (int i = 0; i < nc; i++) ranked[i] = c[i].v;
     int take = li_dllm_take(ranked, nc, (li_dllm_sel)mode, k, tau, f);
-    if (mode != LI_DLLM_SEL_THRESHOLD && take > 0 && take < nc &&
-        ranked[take - 1] == ranked[take]) {
+    if (take > 0 && take < nc && ranked[take - 1] == ranked[take]) {  // (threshold: take 1)
         commit[B] = -1;
         return;
     }

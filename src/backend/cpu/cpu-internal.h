@@ -42,6 +42,6 @@ extern const li_dllm_ops li_cpu_dllm_ops;
 void li_cpu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                     const float *ulogits, const uint8_t *masked, int B, int V, float w,
                     int32_t eos, int32_t ban0, int32_t ban1, double temperature,
-                    const li_rng *rng);
+                    bool conf_f32, const li_rng *rng);
 
 #endif

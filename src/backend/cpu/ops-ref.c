@@ -412,7 +412,7 @@ static void ref_matmul_fp8(li_backend *be, float *y, const li_fp8_rows *x, int T
 void li_cpu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                     const float *ulogits, const uint8_t *masked, int B, int V, float w,
                     int32_t eos, int32_t ban0, int32_t ban1, double temperature,
-                    const li_rng *rng) {
+                    bool conf_f32, const li_rng *rng) {
     (void)be;
     li_rng r = *rng;
     // 1. CFG: un + w (cond - un), fp32 like the reference's tensors.
@@ -457,13 +457,18 @@ void li_cpu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
         if (ban1 >= 0) logits[(size_t)b * V + ban1] = -INFINITY;
     }
     // 5. Confidence of the masked window rows: float64 softmax (Fast-dLLM's
-    //    softmax(logits.to(float64))), max-subtracted, summed in index order.
+    //    softmax(logits.to(float64))), max-subtracted, summed in index order; or generate.py's
+    //    float32 one (li_dllm_conf_f32).
     for (int b = 0; b < B; b++) {
         if (!masked[b]) {
             conf[b] = -INFINITY;
             continue;
         }
         const float *l = logits + (size_t)b * V;
+        if (conf_f32) {
+            conf[b] = li_dllm_conf_f32(l, V, x0[b]);
+            continue;
+        }
         float mx = -INFINITY;
         for (int v = 0; v < V; v++)
             if (l[v] > mx) mx = l[v];

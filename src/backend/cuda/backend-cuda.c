@@ -366,7 +366,7 @@ static void cu_dllm_dpad(li_backend *be, uint8_t *keep, const double *prob, int 
 static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
                        const float *ulogits, const uint8_t *masked, int B, int V, float w,
                        int32_t eos, int32_t ban0, int32_t ban1, double temperature,
-                       const li_rng *rng) {
+                       bool conf_f32, const li_rng *rng) {
     li_cuda_impl *im = be->impl;
     if (temperature > 0 && !li_cu_jump_table_ready(im)) return;
     size_t nb = li_cuda_dllm_x0_scratch_bytes(B, V);
@@ -374,7 +374,8 @@ static void cu_dllm_x0(li_backend *be, int32_t *x0, double *conf, float *logits,
     if (!scratch) return;
     cu_fail(im, "dllm_x0",
             li_cuda_dllm_x0(im->stream, x0, conf, logits, ulogits, masked, B, V, w, eos, ban0,
-                            ban1, temperature, rng_state(rng), im->jump_table, scratch, nb));
+                            ban1, temperature, conf_f32, rng_state(rng), im->jump_table,
+                            scratch, nb));
 }
 
 _Static_assert(LI_FP8_GROUP == 128, "dllm.cu assumes 128-wide FP8 groups");

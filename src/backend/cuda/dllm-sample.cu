@@ -223,7 +223,7 @@ __device__ __forceinline__ double block_sum_f64(double v, double *sh) {
 __global__ void __launch_bounds__(X0_FINISH_THREADS)
     dllm_x0_kernel_finish(int32_t *x0, double *conf, float *logits, const uint8_t *masked,
                           const x0_partial *part, int V, int n_slots, int32_t ban0,
-                          int32_t ban1) {
+                          int32_t ban1, bool conf_f32) {
     __shared__ double sk[32];
     __shared__ int si[32];
     __shared__ float red[32];
@@ -259,19 +259,26 @@ __global__ void __launch_bounds__(X0_FINISH_THREADS)
         if (q.m > -INFINITY) sum += q.s * exp((double)q.m - (double)mx);
     }
     sum = block_sum_f64(sum, red64);
+    float sum32 = 0.0f;
+    if (conf_f32) {  // generate.py's float32 softmax: a second pass over the row (V floats)
+        for (int v = threadIdx.x; v < V; v += blockDim.x)
+            if (v != ban0 && v != ban1) sum32 += expf(l[v] - mx);
+        sum32 = block_sum(sum32, red);
+    }
     if (threadIdx.x == 0) {
         if (ban0 >= 0) l[ban0] = -INFINITY;
         if (ban1 >= 0) l[ban1] = -INFINITY;
         const double la = arg == ban0 || arg == ban1 ? -INFINITY : (double)l[arg];
         x0[b] = arg;
-        conf[b] = exp(la - (double)mx) / sum;
+        conf[b] = conf_f32 ? (double)(expf((float)la - mx) * (1.0f / sum32))
+                           : exp(la - (double)mx) / sum;
     }
 }
 
 extern "C" cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, double *conf, float *logits,
                                        const float *ulogits, const uint8_t *masked, int B, int V,
                                        float w, int32_t eos, int32_t ban0, int32_t ban1,
-                                       double temperature,
+                                       double temperature, bool conf_f32,
                                        li_cuda_rng_state rng, const uint64_t *jump_table,
                                        void *scratch, size_t scratch_bytes) {
     if (B <= 0 || V <= 0) return cudaSuccess;
@@ -285,7 +292,7 @@ extern "C" cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, double *con
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     dllm_x0_kernel_finish<<<B, X0_FINISH_THREADS, 0, st>>>(x0, conf, logits, masked, part, V,
-                                                           R * 32, ban0, ban1);
+                                                           R * 32, ban0, ban1, conf_f32);
     return cudaGetLastError();
 }
 
@@ -298,9 +305,9 @@ extern "C" cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, double *con
 // li_dllm_select's order, O(B) per thread), then how many to take (li_dllm_take): top-k, the
 // best plus every candidate >= tau (a prefix of the ranking), or Fast-dLLM's factor rule (the
 // first rank i >= 1, 0-based, with c < 1 - f / (i + 2) ends the prefix, a failure at the last
-// rank alone ignored). A cut between equal confidences under top-k / factor is answered -1: the
-// rows torch.topk picks among them depend on the whole canvas's vector (li_dllm_topk_torch), so
-// the host decides. B = 32: a few µs.
+// rank alone ignored). A cut between equal confidences (top-k, factor; threshold: a best below
+// tau tied) is answered -1: the rows torch.topk picks among them depend on the whole canvas's
+// vector (li_dllm_topk_torch, li_dllm_topk_torch_first), so the host decides. B = 32: a few µs.
 
 // x = M x, one thread (the column form of rng-jump.h).
 __device__ __forceinline__ void thread_apply(uint64_t x[4], const uint64_t *M) {
@@ -364,7 +371,8 @@ __global__ void __launch_bounds__(1024)
         if (nc == 0) take = 0;
         if (mode == 2 && take == nc - 1) take = nc;  // Fast-dLLM's last-rank bump
     }
-    const bool tie = mode != 1 && take > 0 && take < nc && by_rank[take - 1] == by_rank[take];
+    // (under threshold only a best below tau can tie: take 1, torch.topk's first on the host)
+    const bool tie = take > 0 && take < nc && by_rank[take - 1] == by_rank[take];
     if (b < B) commit[b] = !tie && cand && rank < take ? x0[b] : -1;
     if (b == 0) commit[B] = tie ? -1 : take;
 }

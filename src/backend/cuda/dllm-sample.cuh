@@ -30,7 +30,10 @@ size_t li_cuda_dllm_x0_scratch_bytes(int B, int V);
 //      rng (li_rng_uniform's: (u64 >> 11) 2^-53), lowest id on ties; the draws of unmasked rows
 //      are skipped, not computed. Unmasked rows: x0 = 0;
 //   4. l[ban0] = l[ban1] = -inf for those >= 0;  5. conf (B) fp64: softmax(l)[x0] for masked
-//      rows (terms and sums in fp64), -inf otherwise.
+//      rows (terms and sums in fp64), -inf otherwise; conf_f32: generate.py's float32 softmax
+//      (li_dllm_conf_f32's formula: expf terms, a float sum, e_x0 * (1 / sum); the sum's order
+//      is a block reduction here, not torch's 8 lanes: last-bit differences, and a row at the
+//      edge of rounding to exactly 1.0 may land on the other side).
 // rng is not advanced here: the caller jumps its stream by B V draws when temperature > 0.
 // jump_table: a device copy of li_rng_jump_table() (64 x 256 x 4 words, 16-byte aligned as
 // cudaMalloc's are; may be NULL when temperature <= 0). scratch: scratch_bytes >=
@@ -39,7 +42,7 @@ size_t li_cuda_dllm_x0_scratch_bytes(int B, int V);
 cudaError_t li_cuda_dllm_x0(cudaStream_t st, int32_t *x0, double *conf, float *logits,
                             const float *ulogits, const uint8_t *masked, int B, int V, float w,
                             int32_t eos, int32_t ban0, int32_t ban1, double temperature,
-                            li_cuda_rng_state rng, const uint64_t *jump_table, void *scratch,
+                            bool conf_f32, li_cuda_rng_state rng, const uint64_t *jump_table, void *scratch,
                             size_t scratch_bytes);
 
 // backend.h dllm_select: which masked window rows take their x0 this step. conf (B) from
