@@ -192,7 +192,7 @@ endif
 .PHONY: gpu-check
 ifeq ($(CUDA),1)
 GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backend/rope.c \
-                   src/backend/attn-blocks.c src/backend/cpu/ops-ref.c) $(CU_OBJ)
+                   src/backend/attn-blocks.c src/backend/dllm-rules.c src/backend/cpu/ops-ref.c) $(CU_OBJ)
 
 # Then the whole model on the GPU against the CPU (gpu-model), the LazyAttention exactness
 # suite on the GPU (test-rag with LI_TEST_BACKEND=cuda), both with the GPU's default bf16 KV pool
