@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "../src/core/core.h"
-#include "../src/core/rng.h"
 #include "cli.h"
 #include "rag-requests.h"
 
