@@ -9,6 +9,9 @@
 //   - the 64 greedy tokens of li_generate (temperature 0, no EOS stop),
 //   - for cases with a text prompt, li_tokenize(prompt) against HF's prompt ids, and for chat
 //     cases li_chat_render(system, user) against HF's apply_chat_template.
+// Then it writes the tiny Qwen2 checkpoints as GGUF files (general.architecture "qwen2", read from
+// the committed safetensors with the format layer, the one use of an internal header here) and
+// compares their logits with the same reference files.
 // It is not a unit test of any one op (tests/test-ops.c does that) and needs no Python or torch:
 // the reference files are committed. Cases whose model lives under the git-ignored models/
 // folder are skipped when the file is absent; a missing committed checkpoint is a failure.
@@ -25,7 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "gguf-write.h"
 #include "lazyinfer.h"
 #include "test.h"
 
@@ -430,6 +437,206 @@ static void run_case(ref_case *c, const char *root) {
     li_model_free(m);
 }
 
+// ---- Qwen2 as GGUF -----------------------------------------------------------------------------
+
+static void kv_key(wbuf *b, const char *k, uint32_t type) {
+    w_str(b, k);
+    w_u32(b, type);
+}
+static void kv_u32(wbuf *b, const char *k, uint32_t v) {
+    kv_key(b, k, LI_GGUF_UINT32);
+    w_u32(b, v);
+}
+static void kv_f32(wbuf *b, const char *k, float v) {
+    kv_key(b, k, LI_GGUF_FLOAT32);
+    w_bytes(b, &v, 4);
+}
+static void kv_str(wbuf *b, const char *k, const char *v) {
+    kv_key(b, k, LI_GGUF_STRING);
+    w_str(b, v);
+}
+
+// The GGUF name of an HF Qwen2 tensor (llama.cpp's convert_hf_to_gguf), or false.
+static bool gguf_name(const char *hf, char *out, size_t cap) {
+    static const char *const map[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},   {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"}};
+    int il, off = 0;
+    if (strcmp(hf, "model.embed_tokens.weight") == 0) return snprintf(out, cap, "token_embd.weight") > 0;
+    if (strcmp(hf, "model.norm.weight") == 0) return snprintf(out, cap, "output_norm.weight") > 0;
+    if (strcmp(hf, "lm_head.weight") == 0) return snprintf(out, cap, "output.weight") > 0;
+    if (sscanf(hf, "model.layers.%d.%n", &il, &off) != 1 || off == 0) return false;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(hf + off, map[i][0]) == 0) return snprintf(out, cap, "blk.%d.%s", il, map[i][1]) > 0;
+    return false;
+}
+
+static double cfg_num(json_t *cfg, const char *key) {
+    return json_number_value(json_object_get(cfg, key));
+}
+
+// Writes dir's Qwen2 checkpoint (config.json, model.safetensors, tokenizer.json) as an F32 GGUF
+// with general.architecture "qwen2", as llama.cpp's converter lays it out: qwen2.* keys, Q/K
+// rows not permuted, blk.N.attn_{q,k,v}.bias, no output.weight when the head is tied,
+// tokenizer.ggml.pre "qwen2". Returns false with a message on failure.
+static bool write_qwen2_gguf(const char *dir, const char *path) {
+    char p[1100];
+    json_error_t jerr;
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_t *cfg = json_load_file(p, 0, &jerr);
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    json_t *tok = json_load_file(p, 0, &jerr);
+    li_safetensors *st = NULL;
+    bool ok = false;
+    FILE *f = NULL;
+    wbuf b = {0};
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(cfg && tok && li_safetensors_open(&st, p) == LI_OK, "%s: %s %s", dir, jerr.text,
+          li_last_error());
+    if (!cfg || !tok || !st) goto done;
+    json_t *vocab = json_object_get(json_object_get(tok, "model"), "vocab");
+    json_t *merges = json_object_get(json_object_get(tok, "model"), "merges");
+    int V = (int)cfg_num(cfg, "vocab_size"), n_tok = (int)json_object_size(vocab);
+    int64_t n_t = li_safetensors_count(st);
+    w_bytes(&b, "GGUF", 4);
+    w_u32(&b, 3);
+    w_u64(&b, (uint64_t)n_t);
+    w_u64(&b, 16);
+    kv_str(&b, "general.architecture", "qwen2");
+    kv_u32(&b, "qwen2.block_count", (uint32_t)cfg_num(cfg, "num_hidden_layers"));
+    kv_u32(&b, "qwen2.context_length", (uint32_t)cfg_num(cfg, "max_position_embeddings"));
+    kv_u32(&b, "qwen2.embedding_length", (uint32_t)cfg_num(cfg, "hidden_size"));
+    kv_u32(&b, "qwen2.feed_forward_length", (uint32_t)cfg_num(cfg, "intermediate_size"));
+    kv_u32(&b, "qwen2.attention.head_count", (uint32_t)cfg_num(cfg, "num_attention_heads"));
+    kv_u32(&b, "qwen2.attention.head_count_kv", (uint32_t)cfg_num(cfg, "num_key_value_heads"));
+    kv_f32(&b, "qwen2.rope.freq_base", (float)cfg_num(cfg, "rope_theta"));
+    kv_f32(&b, "qwen2.attention.layer_norm_rms_epsilon", (float)cfg_num(cfg, "rms_norm_eps"));
+    kv_u32(&b, "qwen2.vocab_size", (uint32_t)V);
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    kv_str(&b, "tokenizer.ggml.pre", "qwen2");
+    kv_u32(&b, "tokenizer.ggml.eos_token_id", (uint32_t)cfg_num(cfg, "eos_token_id"));
+    // tokenizer.ggml.tokens: the vocabulary in id order (ids it lacks as "[PADi]", as the
+    // converter pads to vocab_size), the added tokens as control (type 3)
+    const char **names = calloc((size_t)V, sizeof *names);
+    if (!names) abort();
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v) if (json_integer_value(v) < V) names[json_integer_value(v)] = key;
+    size_t i;
+    json_array_foreach(json_object_get(tok, "added_tokens"), i, v) {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        if (id < V) names[id] = json_string_value(json_object_get(v, "content"));
+    }
+    kv_key(&b, "tokenizer.ggml.tokens", LI_GGUF_ARRAY);
+    w_u32(&b, LI_GGUF_STRING);
+    w_u64(&b, (uint64_t)V);
+    for (int k = 0; k < V; k++) {
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%d]", k);
+        w_str(&b, names[k] ? names[k] : pad);
+    }
+    kv_key(&b, "tokenizer.ggml.token_type", LI_GGUF_ARRAY);
+    w_u32(&b, LI_GGUF_INT32);
+    w_u64(&b, (uint64_t)V);
+    for (int k = 0; k < V; k++) w_u32(&b, k >= n_tok || !names[k] ? 5 : 1);
+    json_array_foreach(json_object_get(tok, "added_tokens"), i, v) {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        if (id < V) memcpy(b.p + b.n - 4 * (size_t)(V - id), &(uint32_t){3}, 4);
+    }
+    free(names);
+    kv_key(&b, "tokenizer.ggml.merges", LI_GGUF_ARRAY);
+    w_u32(&b, LI_GGUF_STRING);
+    w_u64(&b, json_array_size(merges));
+    json_array_foreach(merges, i, v) {
+        char m[256];
+        if (json_is_string(v)) snprintf(m, sizeof m, "%s", json_string_value(v));
+        else snprintf(m, sizeof m, "%s %s", json_string_value(json_array_get(v, 0)),
+                      json_string_value(json_array_get(v, 1)));
+        w_str(&b, m);
+    }
+    uint64_t off = 0;
+    for (int64_t k = 0; k < n_t; k++) {
+        const li_st_tensor *t = li_safetensors_at(st, k);
+        char gn[128];
+        CHECK(gguf_name(t->name, gn, sizeof gn) && t->dtype == LI_DTYPE_F32, "tensor %s", t->name);
+        w_str(&b, gn);
+        w_u32(&b, (uint32_t)t->n_dims);
+        for (int d = t->n_dims - 1; d >= 0; d--) w_u64(&b, (uint64_t)t->shape[d]);  // ne[0] innermost
+        w_u32(&b, 0);  // GGML_TYPE_F32
+        w_u64(&b, off);
+        off += (t->n_bytes + 31) / 32 * 32;
+    }
+    w_pad(&b, 32);
+    for (int64_t k = 0; k < n_t; k++) {
+        const li_st_tensor *t = li_safetensors_at(st, k);
+        w_bytes(&b, t->data, t->n_bytes);
+        w_pad(&b, 32);
+    }
+    f = fopen(path, "wb");
+    ok = f && fwrite(b.p, 1, b.n, f) == b.n;
+    CHECK(ok, "write %s", path);
+done:
+    if (f) fclose(f);
+    free(b.p);
+    li_safetensors_close(st);
+    json_decref(cfg);
+    json_decref(tok);
+    return ok;
+}
+
+// The tiny Qwen2 checkpoints converted to GGUF (general.architecture "qwen2") give HF's logits:
+// the qwen2.* keys, the q/k/v biases and the unpermuted (NEOX) RoPE layout are read from GGUF.
+static void test_qwen2_gguf(const char *dir) {
+    static const char *const ckpts[] = {"tiny-qwen2-tied", "tiny-qwen2-untied"};
+    for (int ci = 0; ci < 2; ci++) {
+        char tname[256], src[1024], tmpl[] = "/tmp/li-qwen2-gguf-XXXXXX", path[64];
+        snprintf(tname, sizeof tname, "qwen2 gguf %s: logits vs HF", ckpts[ci]);
+        TEST_BEGIN(tname);
+        snprintf(src, sizeof src, "%s/%s", dir, ckpts[ci]);
+        CHECK(mkdtemp(tmpl) != NULL, "mkdtemp");
+        snprintf(path, sizeof path, "%s/model.gguf", tmpl);
+        li_model *m = NULL;
+        if (write_qwen2_gguf(src, path)) {
+            li_model_params mp = li_model_default_params();
+            mp.path = path;
+            mp.n_ctx = 64;
+            mp.max_seqs = 1;
+            li_status st = li_model_load(&m, &mp);
+            CHECK(st == LI_OK, "li_model_load(%s): %s", path, li_last_error());
+        }
+        for (int T = 7; m && T <= 45; T += 38) {
+            ref_case c;
+            char err[1024], name[128];
+            snprintf(name, sizeof name, "%s-t%d.json", ckpts[ci], T);
+            if (case_load(&c, dir, name, err, sizeof err) != 0) {
+                CHECK(false, "%s", err);
+                continue;
+            }
+            float *logits = malloc(sizeof(float) * (size_t)c.n_prompt * c.n_vocab);
+            li_status st = logits ? li_eval_logits(m, c.prompt_ids, c.n_prompt, logits) : LI_ERR_OOM;
+            CHECK(st == LI_OK, "li_eval_logits: %s", li_last_error());
+            if (st == LI_OK) {
+                double rel = max_rel_err(&logits[(size_t)(c.n_prompt - 1) * c.n_vocab],
+                                         c.last_logits, c.n_vocab);
+                printf("  %s as gguf, T=%d: last-position max rel err %.3g\n", ckpts[ci], T, rel);
+                CHECK(rel <= REL_TOL, "T=%d: max|a-b|/max|b| = %.3g > %.1g", T, rel, REL_TOL);
+            }
+            free(logits);
+            case_free(&c);
+        }
+        li_model_free(m);
+        remove(path);
+        rmdir(tmpl);
+        TEST_END();
+    }
+}
+
 static int json_name_filter(const struct dirent *e) {
     size_t n = strlen(e->d_name);
     return n > 5 && strcmp(e->d_name + n - 5, ".json") == 0;
@@ -466,5 +673,6 @@ int main(void) {
         free(names[i]);
     }
     free(names);
+    if (!only || strstr("qwen2 gguf", only)) test_qwen2_gguf(dir);
     return test_summary();
 }

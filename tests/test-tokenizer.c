@@ -4,6 +4,7 @@
 // tokenizer.json / GGUF metadata, invalid UTF-8) that must give clear errors and never crash.
 // Run from the repository root (tests/run.sh does). Parity with HF on thousands of strings is
 // tests/test_tokenizer_parity.py. Random inputs are seeded; the seed is printed on failure.
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #define LLAMA3_JSON "data/llama3-tokenizer/tokenizer.json"
 #define LLAMA3_CFG "data/llama3-tokenizer/tokenizer_config.json"
 #define SMOL_GGUF "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define QWEN2_NFC_DIR "tests/data/tokenizer/tiny-qwen2-nfc"
 
 static uint64_t seed;
 
@@ -669,8 +671,9 @@ static li_status gguf_vocab(const char *model, const char *pre, const char *merg
 static void test_gguf_mem(void) {
     TEST_BEGIN("gguf vocabularies: pre names, token types, bad metadata");
     li_tokenizer *t = NULL;
-    static const char *const pres[] = {NULL, "gpt2", "default", "llama-bpe", "llama3", "smollm"};
-    for (int i = 0; i < 6; i++) {
+    static const char *const pres[] = {NULL,     "gpt2",   "default", "llama-bpe",
+                                       "llama3", "smollm", "qwen2"};
+    for (int i = 0; i < 7; i++) {
         t = NULL;
         li_status st = gguf_vocab("gpt2", pres[i], "\xC4\xA0 ab", 5, &t);
         CHECK(st == LI_OK, "pre %s: %s", pres[i] ? pres[i] : "(absent)", li_error_msg());
@@ -682,8 +685,8 @@ static void test_gguf_mem(void) {
         li_tokenizer_free(t);
     }
     t = NULL;
-    li_status st = gguf_vocab("gpt2", "qwen2", "\xC4\xA0 ab", 5, &t);
-    CHECK(st == LI_ERR_UNSUPPORTED && !t && strstr(li_error_msg(), "qwen2"), "unknown pre: %s",
+    li_status st = gguf_vocab("gpt2", "falcon", "\xC4\xA0 ab", 5, &t);
+    CHECK(st == LI_ERR_UNSUPPORTED && !t && strstr(li_error_msg(), "falcon"), "unknown pre: %s",
           li_error_msg());
     st = gguf_vocab("llama", "default", "\xC4\xA0 ab", 5, &t);
     CHECK(st == LI_ERR_UNSUPPORTED && !t && strstr(li_error_msg(), "llama"), "spm model: %s",
@@ -708,6 +711,130 @@ static void test_gguf_mem(void) {
         li_free_tokens(ids);
         li_tokenizer_free(t);
     }
+    TEST_END();
+}
+
+// ---- Qwen2's pipeline: NFC normalizer, single-digit split -------------------------------------
+
+// The fixture's vocabulary as GGUF metadata (tokenizer.ggml.pre = "qwen2"): tokens in id order,
+// special added tokens as control (type 3), merges "a b".
+static li_status qwen2_gguf(json_t *root, li_tokenizer **t) {
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    json_t *added = json_object_get(root, "added_tokens");
+    int n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab, key, v) if ((int)json_integer_value(v) + 1 > n) n = (int)json_integer_value(v) + 1;
+    const char **toks = calloc((size_t)n, sizeof *toks);
+    int32_t *types = malloc((size_t)n * sizeof *types);
+    size_t nm = json_array_size(merges);
+    char **ms = calloc(nm + 1, sizeof *ms);
+    if (!toks || !types || !ms) abort();
+    json_object_foreach(vocab, key, v) toks[json_integer_value(v)] = key;
+    for (int i = 0; i < n; i++) types[i] = 1;
+    size_t i;
+    json_array_foreach(added, i, v) types[json_integer_value(json_object_get(v, "id"))] = 3;
+    json_array_foreach(merges, i, v) {
+        const char *a = json_string_value(json_array_get(v, 0));
+        const char *b = json_string_value(json_array_get(v, 1));
+        ms[i] = malloc(strlen(a) + strlen(b) + 2);
+        if (!ms[i]) abort();
+        sprintf(ms[i], "%s %s", a, b);
+    }
+    wbuf b = {0};
+    w_bytes(&b, "GGUF", 4);
+    w_u32(&b, 3);
+    w_u64(&b, 0);
+    w_u64(&b, 5);
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    kv_str(&b, "tokenizer.ggml.pre", "qwen2");
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, n);
+    w_str(&b, "tokenizer.ggml.token_type");
+    w_u32(&b, LI_GGUF_ARRAY);
+    w_u32(&b, LI_GGUF_INT32);
+    w_u64(&b, (uint64_t)n);
+    for (int k = 0; k < n; k++) w_u32(&b, (uint32_t)types[k]);
+    kv_strs(&b, "tokenizer.ggml.merges", (const char *const *)ms, (int)nm);
+    li_gguf *g = NULL;
+    li_status st = li_gguf_open_memory(&g, b.p, b.n, "tiny-qwen2-nfc.gguf");
+    if (st == LI_OK) st = li_tokenizer_load_gguf(t, g);
+    li_gguf_close(g);
+    free(b.p);
+    for (size_t k = 0; k < nm; k++) free(ms[k]);
+    free(ms);
+    free(toks);
+    free(types);
+    return st;
+}
+
+// Encodes every case of cases.json with t; counts the cases whose ids are not HF's.
+static int qwen2_mismatches(const li_tokenizer *t, json_t *cases, bool only_nfc, bool report) {
+    int bad = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        json_t *text = json_object_get(c, "text"), *want = json_object_get(c, "ids");
+        if (only_nfc && !json_is_true(json_object_get(c, "nfc_changes"))) continue;
+        int32_t w[256], *ids = NULL;
+        int nw = (int)json_array_size(want), n = 0;
+        LI_ASSERT(nw <= 256);
+        for (int k = 0; k < nw; k++) w[k] = (int32_t)json_integer_value(json_array_get(want, k));
+        li_status st = li_tokenizer_encode(t, json_string_value(text), json_string_length(text),
+                                           false, true, &ids, &n);
+        if (st != LI_OK || !ids_eq(ids, n, w, nw)) {
+            bad++;
+            if (report && bad <= 5) {
+                CHECK(false, "case %zu: ids differ from HF (%s)", i, st ? li_error_msg() : "");
+                print_ids("got ", ids, n);
+                print_ids("want", w, nw);
+            }
+        }
+        free(ids);
+    }
+    return bad;
+}
+
+// tests/data/tokenizer/tiny-qwen2-nfc (tests/ref/gen_qwen2_tokenizer.py): a small vocabulary with
+// Qwen2's tokenizer.json pipeline and HF tokenizers' ids for strings NFC changes (composed
+// accents, Hangul jamo, CJK compatibility ideographs, reordered marks, a mark after a special
+// token) or leaves alone, and numbers whose digits the vocabulary could merge ("12345", "3.14",
+// Arabic-Indic). The same ids from the vocabulary as a GGUF with tokenizer.ggml.pre "qwen2".
+static void test_qwen2_nfc(void) {
+    TEST_BEGIN("qwen2 pipeline (NFC, single digits) vs HF tokenizers, tokenizer.json and gguf");
+    json_error_t jerr;
+    json_t *doc = json_load_file(QWEN2_NFC_DIR "/cases.json", 0, &jerr);
+    json_t *root = json_load_file(QWEN2_NFC_DIR "/tokenizer.json", 0, &jerr);
+    json_t *cases = json_object_get(doc, "cases");
+    CHECK(doc && root && json_array_size(cases) > 300, "fixture: %s", jerr.text);
+    li_tokenizer *t = NULL;
+    li_status st = li_tokenizer_load_json(&t, QWEN2_NFC_DIR "/tokenizer.json",
+                                          QWEN2_NFC_DIR "/tokenizer_config.json");
+    CHECK(st == LI_OK, "load: %s", li_error_msg());
+    if (t && cases) {
+        CHECK(qwen2_mismatches(t, cases, false, true) == 0, "tokenizer.json vs HF");
+        // One id per digit, though the vocabulary holds "12345", "2345", "45" and "14".
+        check_ids(t, "12345", false, true, (int32_t[]){19, 20, 21, 22, 23}, 5);
+        // The test can fail: without NFC every case that NFC changes gets other ids (byte-level
+        // ids spell the bytes).
+        t->nfc = false;
+        json_int_t n_nfc = 0;
+        size_t i;
+        json_t *c;
+        json_array_foreach(cases, i, c) n_nfc += json_is_true(json_object_get(c, "nfc_changes"));
+        CHECK(n_nfc > 100 && qwen2_mismatches(t, cases, true, false) == n_nfc,
+              "without NFC only some NFC cases differ");
+    }
+    li_tokenizer_free(t);
+    t = NULL;
+    if (root) {
+        st = qwen2_gguf(root, &t);
+        CHECK(st == LI_OK, "gguf: %s", li_error_msg());
+        if (t) CHECK(qwen2_mismatches(t, cases, false, true) == 0, "gguf qwen2 vs HF");
+        li_tokenizer_free(t);
+    }
+    json_decref(doc);
+    json_decref(root);
     TEST_END();
 }
 
@@ -745,6 +872,7 @@ int main(void) {
     test_bad_json();
     test_config();
     test_gguf_mem();
+    test_qwen2_nfc();
     test_chat_detect();
     return test_summary();
 }

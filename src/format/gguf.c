@@ -1,6 +1,6 @@
 // gguf.c — GGUF v3 (and v2, same layout) reader: header, metadata key/values of every type,
 // tensor infos, alignment and data offsets, dequantisation of the tensor types we compute with,
-// and li_gguf_hparams (gguf-hparams.h), which turns llama metadata into li_hparams.
+// and li_gguf_hparams (gguf-hparams.h), which turns llama and qwen2 metadata into li_hparams.
 //
 // File layout (little-endian), as written by gguf-py and llama.cpp:
 //   "GGUF" u32 version, u64 n_tensors, u64 n_kv
@@ -758,10 +758,12 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
         return li_error_set(LI_ERR_FORMAT, "%s: missing metadata key 'general.architecture'",
                             g->name);
     LI_TRY(li_gguf_get_str(g, "general.architecture", &s, &len));
-    if (len != 5 || memcmp(s, "llama", 5) != 0)
+    bool qwen2 = len == 5 && memcmp(s, "qwen2", 5) == 0;
+    if (!qwen2 && (len != 5 || memcmp(s, "llama", 5) != 0))
         return li_error_set(LI_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported "
-                            "(GGUF files must be 'llama')", g->name, (int)(len < 64 ? len : 64), s);
-    const char *arch = "llama";
+                            "(GGUF files must be 'llama' or 'qwen2')", g->name,
+                            (int)(len < 64 ? len : 64), s);
+    const char *arch = qwen2 ? "qwen2" : "llama";  // also the prefix of its keys
     memcpy(hp->arch, arch, 6);
     if (li_gguf_has(g, "general.name")) {
         LI_TRY(li_gguf_get_str(g, "general.name", &s, &len));
@@ -782,9 +784,10 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
                    &hp->head_dim));
     if (hp->head_dim < 0) {
         if (hp->n_head <= 0 || hp->n_embd % hp->n_head != 0)
-            return li_error_set(LI_ERR_FORMAT, "%s: llama.embedding_length = %d is not a multiple "
-                                "of llama.attention.head_count = %d (and there is no "
-                                "llama.attention.key_length)", g->name, hp->n_embd, hp->n_head);
+            return li_error_set(LI_ERR_FORMAT, "%s: %s.embedding_length = %d is not a multiple "
+                                "of %s.attention.head_count = %d (and there is no "
+                                "%s.attention.key_length)", g->name, arch, hp->n_embd, arch,
+                                hp->n_head, arch);
         hp->head_dim = hp->n_embd / hp->n_head;
     }
     LI_TRY(get_int(g, arch_key(k, sizeof k, arch, "context_length"), true, &hp->n_ctx_train));
@@ -808,8 +811,10 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
                             "tokenizer.ggml.tokens)", g->name, arch);
 
     li_rope_config *rope = &hp->rope;
-    // convert_hf_to_gguf permutes Q/K rows for interleaved pairs
-    li_rope_config_default(rope, LI_ROPE_GPTJ, hp->head_dim, hp->n_ctx_train);
+    // convert_hf_to_gguf permutes llama's Q/K rows for interleaved pairs; qwen2's it writes as
+    // HF has them, and llama.cpp rotates them as NEOX (rotate_half) pairs
+    li_rope_config_default(rope, qwen2 ? LI_ROPE_NEOX : LI_ROPE_GPTJ, hp->head_dim,
+                           hp->n_ctx_train);
     LI_TRY(get_int(g, arch_key(k, sizeof k, arch, "rope.dimension_count"), false, &rope->n_dims));
     LI_TRY(get_float_opt(g, arch_key(k, sizeof k, arch, "rope.freq_base"), &rope->theta));
     if (li_gguf_has(g, arch_key(k, sizeof k, arch, "rope.scaling.type"))) {
@@ -857,7 +862,12 @@ li_status li_gguf_hparams(const li_gguf *g, li_hparams *hp) {
     }
 
     hp->tied_embeddings = li_gguf_find_tensor(g, "output.weight") == NULL;
-    hp->attention_bias = li_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    if (qwen2) {  // q/k/v biases always (blk.N.attn_{q,k,v}.bias), none on attn_output or MLP
+        hp->qkv_bias = true;
+        hp->attention_bias = li_gguf_find_tensor(g, "blk.0.attn_output.bias") != NULL;
+    } else {
+        hp->attention_bias = li_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    }
     hp->mlp_bias = li_gguf_find_tensor(g, "blk.0.ffn_up.bias") != NULL;
     int bos = -1;
     LI_TRY(get_int(g, "tokenizer.ggml.bos_token_id", false, &bos));

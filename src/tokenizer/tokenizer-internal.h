@@ -81,6 +81,7 @@ struct li_tokenizer {
     dec_kind dec;
     bool dec_strip_space;        // sentencepiece decoders: drop one leading space of the output
     bool sp_normalize;           // sentencepiece normalizer: prepend ▁, spaces → ▁
+    bool nfc;                    // NFC normalizer (nfc.h), before pre-tokenization
     bool raw_bytes;              // built-in byte tokenizer: id = byte
 
     int32_t bos, eos;            // -1 if none
@@ -112,6 +113,7 @@ li_status li_tok_add_split(li_tokenizer *t, const char *pattern, size_t len, boo
 li_status li_tok_add_prefix_space(li_tokenizer *t, const char *what);
 // Pre-tokenizer regexes.
 extern const char *const LI_RE_LLAMA3;
+extern const char *const LI_RE_QWEN2;
 extern const char *const LI_RE_GPT2;
 // Finishes loading: byte-fallback table, eog list, chat format detection.
 li_status li_tok_finish(li_tokenizer *t, const char *what);

@@ -25,8 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nfc.h"
 #include "tokenizer-internal.h"
 
+// Qwen2's Split regex (its tokenizer.json; llama.cpp's "qwen2" pre-tokenizer): Llama-3's with
+// single digits (\p{N}, not \p{N}{1,3}).
+const char *const LI_RE_QWEN2 =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char *const LI_RE_LLAMA3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
     "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -56,26 +62,6 @@ static void byte_map_build(void) {
 static void byte_map_init(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, byte_map_build);
-}
-
-static int put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
 }
 
 // Length of the valid UTF-8 character at s (n bytes left) and its code point; 0 if invalid
@@ -371,7 +357,7 @@ li_status li_tok_finish(li_tokenizer *t, const char *what) {
         char s[8];
         snprintf(s, sizeof s, "<0x%02X>", b);
         t->byte_tok[b] = li_tok_lookup(t, s, 6);
-        int n = put_utf8(s, byte_to_cp[b]);
+        int n = li_utf8_put(s, byte_to_cp[b]);
         t->bl_tok[b] = li_tok_lookup(t, s, (size_t)n);
     }
     if (t->bos >= t->n_vocab || t->eos >= t->n_vocab || t->unk >= t->n_vocab)
@@ -568,7 +554,7 @@ static li_status bpe_piece(const li_tokenizer *t, enc_ctx *c, const char *s, siz
         c->word.len = 0;
         for (size_t i = 0; i < len; i++) {
             char u[4];
-            int n = put_utf8(u, byte_to_cp[(uint8_t)s[i]]);
+            int n = li_utf8_put(u, byte_to_cp[(uint8_t)s[i]]);
             LI_TRY(li_buf_append(&c->word, u, (size_t)n));
         }
         w = c->word.data;
@@ -724,7 +710,13 @@ static li_status encode_segment(const li_tokenizer *t, enc_ctx *c, const char *t
         return LI_OK;
     }
     c->a.n = 0;
-    if (t->sp_normalize) {
+    if (t->nfc && li_nfc_needed(text + off, len)) {
+        // HF normalises each stretch between added tokens (AddedVocabulary::
+        // extract_and_normalize), then pre-tokenizes the normalised text.
+        size_t base = c->scratch.len;
+        LI_TRY(li_nfc_append(&c->scratch, text + off, len));
+        LI_TRY(piece_push(&c->a, base, c->scratch.len - base, true));
+    } else if (t->sp_normalize) {
         // Sentencepiece normalizer: prepend ▁ and replace every space with ▁.
         size_t base = c->scratch.len;
         LI_TRY(li_buf_append(&c->scratch, "\xE2\x96\x81", 3));

@@ -4,6 +4,10 @@
 // special added token, 4 = user-defined → added token), bos/eos/unknown ids, add_bos_token,
 // tokenizer.chat_template, and the pre-tokenizer names of tokenizer.ggml.pre:
 //   "llama-bpe", "llama3"  → Split(Llama-3 regex, Isolated) + ByteLevel(use_regex=false)
+//   "qwen2"                → NFC + Split(Qwen2 regex: single digits, Isolated) +
+//                            ByteLevel(use_regex=false) — Qwen2's HF tokenizer.json (llama.cpp
+//                            does not normalise; lazyinfer follows the HF tokenizer the GGUF
+//                            was converted from)
 //   "smollm"               → Digits(individual) + ByteLevel(use_regex=true) — the exact
 //                            pre_tokenizer of SmolLM2's HF tokenizer.json
 //   "gpt2", "default", absent → ByteLevel(use_regex=true) (GPT-2 regex)
@@ -22,13 +26,17 @@ static li_status pre_from_name(li_tokenizer *t, const char *pre, size_t len, con
     if (IS("llama-bpe") || IS("llama3"))
         return li_tok_add_split(t, LI_RE_LLAMA3, strlen(LI_RE_LLAMA3), false, SPLIT_ISOLATED,
                                 path);
+    if (IS("qwen2")) {  // Qwen2's tokenizer.json: NFC, Split(Qwen2 regex), ByteLevel(no regex)
+        t->nfc = true;
+        return li_tok_add_split(t, LI_RE_QWEN2, strlen(LI_RE_QWEN2), false, SPLIT_ISOLATED, path);
+    }
     if (IS("smollm")) {
         LI_TRY(li_tok_add_split(t, "\\p{N}", 5, false, SPLIT_ISOLATED, path));
         return li_tok_add_split(t, LI_RE_GPT2, strlen(LI_RE_GPT2), false, SPLIT_ISOLATED, path);
     }
 #undef IS
     return li_error_set(LI_ERR_UNSUPPORTED, "%s: tokenizer.ggml.pre '%.*s' is not supported "
-                        "(llama-bpe, llama3, smollm, gpt2, default are)", path, (int)len, pre);
+                        "(llama-bpe, llama3, qwen2, smollm, gpt2, default are)", path, (int)len, pre);
 }
 
 static li_status opt_id(const li_gguf *g, const char *key, int n_vocab, int32_t *out) {

@@ -4,7 +4,8 @@
 // ignore_merges, unk_token), added_tokens (special or not; lstrip/rstrip/single_word), the
 // pre-tokenizers ByteLevel (add_prefix_space, use_regex), Split (Regex or String pattern, every
 // behaviour, invert false), Digits and Sequence of these; the sentencepiece normalizer pair
-// Prepend("▁") + Replace(" " → "▁"); decoders ByteLevel and the sentencepiece chain
+// Prepend("▁") + Replace(" " → "▁"), NFC (nfc.h: applied to the text between added tokens, before
+// pre-tokenization, as HF); decoders ByteLevel and the sentencepiece chain
 // Replace/ByteFallback/Fuse/Strip; post_processor TemplateProcessing (whether BOS is added).
 // tokenizer_config.json: chat_template (string or list of {name, template}), bos_token /
 // eos_token (string or AddedToken object), add_bos_token.
@@ -93,6 +94,10 @@ static bool str_is(json_t *v, const char *s) {
 static li_status parse_normalizer(jctx *j, json_t *n) {
     if (!n || json_is_null(n)) return LI_OK;
     const char *type = json_string_value(json_object_get(n, "type"));
+    if (type && strcmp(type, "NFC") == 0) {  // Qwen2's
+        j->t->nfc = true;
+        return LI_OK;
+    }
     if (type && strcmp(type, "Sequence") == 0) {
         json_t *arr = json_object_get(n, "normalizers");
         bool prepend = false, replace = false, other = !json_is_array(arr);
@@ -114,7 +119,7 @@ static li_status parse_normalizer(jctx *j, json_t *n) {
             return LI_OK;
         }
     }
-    return li_error_set(LI_ERR_UNSUPPORTED, "%s: normalizer '%s' is not supported (only none, or "
+    return li_error_set(LI_ERR_UNSUPPORTED, "%s: normalizer '%s' is not supported (only none, NFC, or "
                         "sentencepiece's Prepend(\"▁\") + Replace(\" \", \"▁\"))", j->path,
                         type ? type : "?");
 }
