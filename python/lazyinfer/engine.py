@@ -261,8 +261,8 @@ class Engine:
         self._lib.li_model_get_info(self._m, byref(info))
         self.info: Dict[str, Any] = {
             f: (getattr(info, f).decode() if isinstance(getattr(info, f), bytes)
-                else getattr(info, f)) for f, _ in _lib.ModelInfo._fields_}
-        self.library: str = self._lib.li_path
+                else getattr(info, f)) for f, *_ in _lib.ModelInfo._fields_}
+        self.library: str = str(getattr(self._lib, "li_path"))  # the file loaded
 
     # ---- lifetime ------------------------------------------------------------------------------
 
@@ -344,6 +344,7 @@ class Engine:
                                                             byref(ids), byref(n)),
                         "cannot tokenize the messages")
             return self._ids_from_c(ids, n.value)
+        assert prompt is not None
         if not isinstance(prompt, str):
             out = [int(t) for t in prompt]  # ids as given
             if not out:
@@ -355,7 +356,7 @@ class Engine:
             r = c_void_p()
             self._check(self._lib.li_chat_render(m, _bytes(system, "system"), text, byref(r)),
                         "cannot render the chat")
-            text = ctypes.string_at(r.value)
+            text = ctypes.string_at(r)
             _libc_free(r)
             self._check(self._lib.li_tokenize(m, text, len(text), False, True, byref(ids),
                                               byref(n)), "cannot tokenize the prompt")
@@ -373,7 +374,7 @@ class Engine:
             raise ValueError(f"max_tokens must be an int >= 1 (got {max_tokens!r})")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64:
             raise ValueError(f"seed must be an int in [0, 2^64) (got {seed!r})")
-        gp = self._lib.li_generate_default_params()
+        gp: _lib.GenerateParams = self._lib.li_generate_default_params()
         gp.n_predict = max_tokens
         s = gp.sampling
         if temperature is not None:
@@ -499,7 +500,7 @@ class Engine:
         """The logits (n_vocab,) float32 NumPy array of the prompt's last position: what the first
         token would be drawn from (li_request.first_logits). Needs numpy."""
         try:
-            import numpy as np
+            import numpy as np  # type: ignore[import-not-found, unused-ignore]
         except ImportError:
             raise ImportError("Engine.logits needs numpy: pip install numpy") from None
         with self._lock:
@@ -580,9 +581,9 @@ class Engine:
             m = self._usable()
             cs = _lib.CacheStats()
             self._lib.li_get_cache_stats(m, byref(cs))
-        d: Dict[str, Any] = {f: getattr(cs, f) for f, _ in _lib.CacheStats._fields_
+        d: Dict[str, Any] = {f: getattr(cs, f) for f, *_ in _lib.CacheStats._fields_
                              if f != "tiers"}
-        d["tiers"] = {name: {f: getattr(cs.tiers[i], f) for f, _ in _lib.CacheTierStats._fields_}
+        d["tiers"] = {name: {f: getattr(cs.tiers[i], f) for f, *_ in _lib.CacheTierStats._fields_}
                       for i, name in enumerate(("host", "disk", "remote"))}
         return d
 
@@ -643,7 +644,7 @@ class Engine:
             r = c_void_p()
             self._check(self._lib.li_dllm_detokenize(m, gen, gen_length, byref(r)),
                         "cannot decode the tokens")
-            text = ctypes.string_at(r.value).decode("utf-8", "replace")
+            text = ctypes.string_at(r).decode("utf-8", "replace")
             _libc_free(r)
         return DllmResult(text=text, tokens=list(gen), steps=st.steps, nfe=st.nfe,
                           early_stopped=st.early_stopped, latency_ms=st.latency_ms,
