@@ -1,6 +1,7 @@
 # lazyinfer — one Makefile for the engine, the CLI, the tests, the fuzzers and the demo.
 #
-#   make              CPU build: build/liblazyinfer.a and ./lazyinfer
+#   make              CPU build: build/liblazyinfer.a, build/liblazyinfer.so and ./lazyinfer
+#   make lib          the shared library alone (build/release/liblazyinfer.so: python/ loads it)
 #   make CUDA=1       also compiles the CUDA backend (src/backend/cuda/*.cu) and links cuBLASLt
 #   make debug        the same with ASan + UBSan into build/debug/ (./lazyinfer-debug)
 #   make test         setup check, build, every test; ends with "N passed, N failed". Random
@@ -88,13 +89,17 @@ ifeq ($(CUDA),1)
 endif
 
 LIB       := $(BUILD)/liblazyinfer.a
+# The same objects as one shared library (they are -fPIC), for the Python package (python/,
+# ctypes over include/lazyinfer.h); CUDA=1 builds its own in build/release-cuda/.
+SOLIB     := $(BUILD)/liblazyinfer.so
 TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard tests/test-*.c)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all debug test test-random fuzz demo bench setup clean tests
-all: $(BIN)
+.PHONY: all lib debug test test-random fuzz demo bench setup clean tests
+all: $(BIN) $(SOLIB)
+lib: $(SOLIB)
 
 $(BUILD)/%.o: %.c | pkg-check
 	@mkdir -p $(dir $@)
@@ -127,6 +132,9 @@ $(BUILD)/%.c.o: %.c
 $(LIB): $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(SOLIB): $(LIB_OBJ) $(CU_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BIN): $(TOOL_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TOOL_OBJ) $(LIB) $(LDLIBS)
