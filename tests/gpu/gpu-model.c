@@ -255,6 +255,24 @@ static void check_batched(const char *path, li_rng *rng) {
     TEST_END();
 }
 
+// The logits (N, V) of the prompt ids on m, which is freed here (*V: its vocabulary); with draw,
+// the ids are drawn from rng over that vocabulary first. NULL when the call failed
+// (li_last_error says why).
+static float *prompt_logits(li_model *m, int32_t *ids, int N, bool draw, li_rng *rng, int *V) {
+    li_model_info in;
+    li_model_get_info(m, &in);
+    *V = in.n_vocab;
+    if (draw)
+        for (int i = 0; i < N; i++) ids[i] = (int32_t)(li_rng_u64(rng) % (uint64_t)*V);
+    float *l = malloc((size_t)N * *V * sizeof(float));
+    if (l && li_eval_logits(m, ids, N, l) != LI_OK) {
+        free(l);
+        l = NULL;
+    }
+    li_model_free(m);
+    return l;
+}
+
 // The Llama forward's two activation paths on one backend (src/model/llama.h): li_eval_logits
 // of a random prompt with LI_LLAMA_ACT=f32 and =bf16. Each bf16 form stores the f32 form's value
 // rounded where the next op would round it anyway (a GEMM's input) and the residual adds move
@@ -280,15 +298,8 @@ static void check_act_paths(const char *path, const char *backend, li_rng *rng) 
         li_model *m = load(path, backend);
         CHECK(m != NULL, "load %s on %s", path, backend);
         if (!m) break;
-        li_model_info in;
-        li_model_get_info(m, &in);
-        V = in.n_vocab;
-        if (k == 0)
-            for (int i = 0; i < N; i++) ids[i] = (int32_t)(li_rng_u64(rng) % (uint64_t)V);
-        l[k] = malloc((size_t)N * V * sizeof(float));
-        CHECK(l[k] && li_eval_logits(m, ids, N, l[k]) == LI_OK, "eval_logits (%s): %s", act[k],
-              li_last_error());
-        li_model_free(m);
+        l[k] = prompt_logits(m, ids, N, k == 0, rng, &V);
+        CHECK(l[k], "eval_logits (%s): %s", act[k], li_last_error());
     }
     unsetenv("LI_LLAMA_ACT");
     unsetenv("LI_LLAMA_FUSED");
@@ -334,15 +345,8 @@ static void check_fp8(const char *path, li_rng *rng) {
         li_model *m = load_fp8(path, be[k], 1, fp8[k]);
         CHECK(m != NULL, "load %s on %s with --fp8 %s", path, be[k], fp8[k]);
         if (!m) break;
-        li_model_info in;
-        li_model_get_info(m, &in);
-        V = in.n_vocab;
-        if (k == 0)
-            for (int i = 0; i < N; i++) ids[i] = (int32_t)(li_rng_u64(rng) % (uint64_t)V);
-        l[k] = malloc((size_t)N * V * sizeof(float));
-        CHECK(l[k] && li_eval_logits(m, ids, N, l[k]) == LI_OK, "eval_logits (--fp8 %s): %s",
-              fp8[k], li_last_error());
-        li_model_free(m);
+        l[k] = prompt_logits(m, ids, N, k == 0, rng, &V);
+        CHECK(l[k], "eval_logits (--fp8 %s): %s", fp8[k], li_last_error());
     }
     if (l[0] && l[1] && l[2] && l[3]) {
         const long n = (long)N * V;
