@@ -21,6 +21,7 @@
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 #   dllmtest test-dllm and test-llada (bf16 activations = f32 bit for bit) on CUDA only
 #   dllmprof LI_CUDA_PROFILE=1 of bench dllm's GSM8K run at K = 4: +parallel, all combined (no FP8)
+#   cudnndyn bench dllm GSM8K K = 4 with cuDNN's static plans (default) and dynamic-shape ones
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   dllmact the same with f32 activations (LI_LLADA_ACT=f32): the bf16 path's same-call baseline
 #   torchllada bench/torch_baselines.py --only eager_llada8b: PyTorch eager vanilla decoding of the
@@ -218,6 +219,16 @@ if has dllmprof; then
     $GSM8K --commit-per-step 4 --methods "+parallel"
   run dllmprof-combined 150 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
     $GSM8K --commit-per-step 4 --methods "all combined (no FP8)"
+fi
+# cuDNN's dynamic-shape plans (LI_CUDNN_DYNAMIC=1: one compiled kernel per topology) against static
+# ones (the default: a kernel compile per canvas length, which DPad changes every block): GSM8K at K = 4, all combined
+# (no FP8), each its own process; the profile's last line gives plans built and their build time
+if has cudnndyn; then
+  for d in 0 1; do
+    run cudnndyn$d 150 env LI_CUDNN_DYNAMIC=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
+      -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
+    grep -E "^\||^cudnn" "$OUT/cudnndyn$d.log" | head -8
+  done
 fi
 # Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
 # a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a
