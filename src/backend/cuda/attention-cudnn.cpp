@@ -217,7 +217,13 @@ plan *find_plan(li_cudnn *c, const plan_key &k, char *err, size_t n_err) {
     auto t0 = std::chrono::steady_clock::now();
     // a shape that cuDNN cannot run as a dynamic-shape graph is built as a static one
     const bool dynamic = c->dynamic && !kernel_cache_of(c, k).refused;
-    if (dynamic) p->graph = build_graph(c, k, true, &p->workspace, err, n_err);
+    if (dynamic) {
+        try {  // (the frontend throws when no SDPA implementation takes a dynamic graph)
+            p->graph = build_graph(c, k, true, &p->workspace, err, n_err);
+        } catch (const std::exception &e) {
+            p->graph = nullptr;
+        }
+    }
     if (!p->graph) {
         if (dynamic) {
             kernel_cache_of(c, k).refused = true;
