@@ -229,6 +229,10 @@ if has cudnndyn; then
       -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
     grep -E "^\||^cudnn" "$OUT/cudnndyn$d.log" | head -8
   done
+  # and the dense attention on our own flash kernel (no cuDNN plan at all)
+  run cudnndyn-native 150 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K --commit-per-step 4 \
+    --methods "+parallel,all combined (no FP8)" --attn-impl native
+  grep -E "^\|" "$OUT/cudnndyn-native.log" | head -8
 fi
 # Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
 # a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a
