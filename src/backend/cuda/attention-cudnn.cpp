@@ -55,14 +55,6 @@ struct plan_key {
     }
 };
 
-// A kernel cache is bound to the first graph it serves: one per graph topology, i.e. a key
-// without its lengths (s_q, s_kv).
-struct kernel_cache_entry {
-    plan_key topology;  // s_q = s_kv = 0
-    std::shared_ptr<fe::KernelCache> cache;
-    bool refused = false;  // cuDNN built no dynamic-shape plan for this topology: static ones
-};
-
 struct plan {
     plan_key key;
     std::shared_ptr<fe::graph::Graph> graph;  // null: cuDNN has no engine for this key
@@ -84,12 +76,6 @@ struct li_cudnn {
     cudnnHandle_t handle = nullptr;
     cudaStream_t stream = nullptr;
     std::vector<plan> plans;
-    // LI_CUDNN_DYNAMIC=1: dynamic-shape graphs that share their compiled kernel through these, so
-    // that a new canvas length (DPad shrinks LLaDA's canvas every block) costs a plan build
-    // without a kernel compile. Off by default until its A/B on the GPU (bench/gpu-run.sh
-    // cudnndyn) shows the gain; static graphs compile a kernel per shape.
-    bool dynamic = false;
-    std::vector<kernel_cache_entry> kernel_caches;
     uint64_t tick = 0;
     void *workspace = nullptr;
     size_t workspace_bytes = 0;
@@ -116,22 +102,10 @@ std::shared_ptr<fe::graph::Tensor_attributes> int_tensor(fe::graph::Graph &g, co
                         .set_data_type(fe::DataType_t::INT32));
 }
 
-// The kernel cache entry of k's topology, made on first use.
-kernel_cache_entry &kernel_cache_of(li_cudnn *c, const plan_key &k) {
-    plan_key t = k;
-    t.s_q = t.s_kv = 0;
-    for (kernel_cache_entry &e : c->kernel_caches)
-        if (e.topology == t) return e;
-    c->kernel_caches.push_back({t, std::make_shared<fe::KernelCache>()});
-    return c->kernel_caches.back();
-}
-
-// Builds the graph of key k (dynamic: a dynamic-shape graph sharing its topology's compiled
-// kernel); null (reason in err) when cuDNN cannot run it.
-std::shared_ptr<fe::graph::Graph> build_graph(li_cudnn *c, const plan_key &k, bool dynamic,
-                                              int64_t *ws, char *err, size_t n_err) {
+// Builds the graph of key k; null (reason in err) when cuDNN cannot run it.
+std::shared_ptr<fe::graph::Graph> build_graph(li_cudnn *c, const plan_key &k, int64_t *ws,
+                                              char *err, size_t n_err) {
     auto g = std::make_shared<fe::graph::Graph>();
-    if (dynamic) g->set_dynamic_shape_enabled(true).set_kernel_cache(kernel_cache_of(c, k).cache);
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -215,23 +189,7 @@ plan *find_plan(li_cudnn *c, const plan_key &k, char *err, size_t n_err) {
     p->key = k;
     p->last_used = c->tick;
     auto t0 = std::chrono::steady_clock::now();
-    // a shape that cuDNN cannot run as a dynamic-shape graph is built as a static one
-    const bool dynamic = c->dynamic && !kernel_cache_of(c, k).refused;
-    if (dynamic) {
-        try {  // (the frontend throws when no SDPA implementation takes a dynamic graph)
-            p->graph = build_graph(c, k, true, &p->workspace, err, n_err);
-        } catch (const std::exception &e) {
-            p->graph = nullptr;
-        }
-    }
-    if (!p->graph) {
-        if (dynamic) {
-            kernel_cache_of(c, k).refused = true;
-            c->stats.dynamic_refused++;
-            if (err && n_err) err[0] = 0;
-        }
-        p->graph = build_graph(c, k, false, &p->workspace, err, n_err);
-    }
+    p->graph = build_graph(c, k, &p->workspace, err, n_err);
     c->stats.build_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (p->graph) c->stats.plans_built++;
@@ -278,15 +236,12 @@ extern "C" li_cudnn *li_cudnn_open(cudaStream_t stream, const char *name, char *
         return nullptr;
     }
     c->stream = stream;
-    const char *dyn = std::getenv("LI_CUDNN_DYNAMIC");
-    c->dynamic = dyn && std::strcmp(dyn, "1") == 0;
     return c;
 }
 
 extern "C" void li_cudnn_close(li_cudnn *c) {
     if (!c) return;
     c->plans.clear();
-    c->kernel_caches.clear();
     if (c->workspace) cudaFree(c->workspace);
     if (c->handle) fe::detail::destroy_handle(c->handle);
     delete c;

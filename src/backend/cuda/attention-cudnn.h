@@ -8,8 +8,7 @@
 // its own kernels.
 //
 // Plans: one cuDNN graph per shape class, built on first use and kept (up to LI_CUDNN_PLANS, the
-// least recently used replaced). LI_CUDNN_DYNAMIC=1 builds dynamic-shape graphs whose compiled
-// kernels every shape of one topology shares (default: static graphs, each compiling its own). Runtime-varying lengths and offsets (rows and keys of each batch
+// least recently used replaced). Runtime-varying lengths and offsets (rows and keys of each batch
 // entry, where it starts in the packed tensors) are device tensors, so a new batch reuses the
 // plan of its class (entries, and bounds on rows and keys).
 #ifndef LI_ATTENTION_CUDNN_H
@@ -79,7 +78,6 @@ typedef struct {
     int64_t plans_built, calls, workspace_allocs;
     double build_ms;
     int64_t unsupported;  // shapes cuDNN refused (each tried once)
-    int64_t dynamic_refused;  // shapes built as static graphs: no dynamic-shape plan for them
 } li_cudnn_stats;
 void li_cudnn_get_stats(const li_cudnn *c, li_cudnn_stats *out);
 // cuDNN's version as loaded (e.g. 91900), 0 when none.

@@ -720,11 +720,9 @@ void li_cu_attention_free(li_cuda_impl *im) {
         li_cudnn_stats cs;
         li_cudnn_get_stats(im->cudnn, &cs);
         fprintf(stderr, "cudnn (LI_CUDA_PROFILE): %lld plans built in %.1f ms, %lld calls, "
-                "%lld shapes refused, %lld workspace allocations, %lld static (no dynamic "
-                "plan)\n",
+                "%lld shapes refused, %lld workspace allocations\n",
                 (long long)cs.plans_built, cs.build_ms, (long long)cs.calls,
-                (long long)cs.unsupported, (long long)cs.workspace_allocs,
-                (long long)cs.dynamic_refused);
+                (long long)cs.unsupported, (long long)cs.workspace_allocs);
     }
     li_cudnn_close(im->cudnn);
 }
