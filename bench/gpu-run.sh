@@ -21,7 +21,7 @@
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 #   dllmtest test-dllm and test-llada (bf16 activations = f32 bit for bit) on CUDA only
 #   dllmprof LI_CUDA_PROFILE=1 of bench dllm's GSM8K run at K = 4: +parallel, all combined (no FP8)
-#   cudnndyn bench dllm GSM8K K = 4 with cuDNN's static plans (default) and dynamic-shape ones
+#   densepad bench dllm GSM8K K = 4 with cuDNN's dense plans per exact length and per size class
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   dllmact the same with f32 activations (LI_LLADA_ACT=f32): the bf16 path's same-call baseline
 #   torchllada bench/torch_baselines.py --only eager_llada8b: PyTorch eager vanilla decoding of the
@@ -206,7 +206,8 @@ has dllmact && run bench-dllm-canvas-f32act 240 env LI_LLADA_ACT=f32 $LI bench d
 GSM8K="--prompts data/gsm8k/test.jsonl -n 1 --shots 4 --prompt-tokens 575 --gen-length 256
        --block-length 32 --steps 256"
 has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
-  --commit-per-step 2 --prompt-out "$OUT/llada-prompt.json" ${DLLM_ARGS:-}
+  --commit-per-step 2 --prompt-out "$OUT/llada-prompt.json" ${DLLM_METHODS:+--methods "$DLLM_METHODS"} \
+  ${DLLM_ARGS:-}
 # parallel decoding with larger fixed schedules (4 and 8 per step) for the combinations that use it
 for k in 4 8; do
   has dllm && run bench-dllm-k$k 200 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
@@ -220,19 +221,16 @@ if has dllmprof; then
   run dllmprof-combined 150 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
     $GSM8K --commit-per-step 4 --methods "all combined (no FP8)"
 fi
-# cuDNN's dynamic-shape plans (LI_CUDNN_DYNAMIC=1: one compiled kernel per topology) against static
-# ones (the default: a kernel compile per canvas length, which DPad changes every block): GSM8K at K = 4, all combined
-# (no FP8), each its own process; the profile's last line gives plans built and their build time
-if has cudnndyn; then
-  for d in 0 1; do
-    run cudnndyn$d 150 env LI_CUDNN_DYNAMIC=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
+# cuDNN's dense plans per exact length (LI_CUDNN_DENSE_EXACT=1: a plan build, ~65 ms, per canvas
+# length, which DPad changes every block) against padded plans of 256-row size classes (the
+# default): GSM8K at K = 4, +parallel and all combined (no FP8), each its own process; the
+# profile's last line gives plans built and their build time
+if has densepad; then
+  for d in 1 0; do
+    run densepad-exact$d 150 env LI_CUDNN_DENSE_EXACT=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
       -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
-    grep -E "^\||^cudnn" "$OUT/cudnndyn$d.log" | head -8
+    grep -E "^\||^cudnn" "$OUT/densepad-exact$d.log" | head -8
   done
-  # and the dense attention on our own flash kernel (no cuDNN plan at all)
-  run cudnndyn-native 150 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K --commit-per-step 4 \
-    --methods "+parallel,all combined (no FP8)" --attn-impl native
-  grep -E "^\|" "$OUT/cudnndyn-native.log" | head -8
 fi
 # Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
 # a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a

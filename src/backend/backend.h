@@ -117,6 +117,10 @@ typedef struct {
     float *scale;
 } li_fp8_weight;
 
+// Rows after attention_dense's k, v and BF16 out that a backend may touch (see there): a size
+// class of the device's attention plans is this many rows.
+#define LI_ATTN_DENSE_SLACK 256
+
 // The dt of block-scaled FP8 activations (li_fp8_rows) in the [dt] entries below. Not a tensor
 // dtype (no loader yields one), so it sits past li_dtype's values: li_dtype_name says "unknown".
 #define LI_DTYPE_FP8 ((li_dtype)(LI_DTYPE_COUNT + 1))
@@ -301,7 +305,9 @@ typedef struct {
     // what flash_attn_tiles over all keys + finalize compute, here on tensor cores (bf16 inputs,
     // fp32 accumulation, so within bf16 rounding of them). dt is k's, v's and out's dtype (BF16:
     // out = bf16 of the F32 out; q is scaled before rounding). Not taken: the model uses
-    // flash_attn_tiles.
+    // flash_attn_tiles. BF16: k and v are followed by LI_ATTN_DENSE_SLACK rows that may be read
+    // (finite values), and out by as many that may be overwritten: a device backend runs the call
+    // as its library's plan of a size class, padded, so that a new length builds no new plan.
     void (*attention_dense)(li_backend *be, void *out, li_dtype dt, const float *q, int T, int H,
                             const void *k, const void *v, int nk, int Hkv, int Dh, float scale);
     // out (n, Dh) = o (n, Dh) / l (n): the final normalisation (n = rows * heads). out may alias o.

@@ -204,9 +204,11 @@ li_status li_llada_scratch_init(li_llada_scratch **out, const li_llada *m, int m
         {(void **)&s->head, (size_t)s->head_rows * hp->n_vocab * 4, "head logits"},
         {(void **)&s->xb, R * KM * B16, "bf16 GEMM inputs"},
         {(void **)&s->qkv, R * QKV * 4, "fused q | k | v"},
-        {(void **)&s->kb, R * KDh * B16, "bf16 keys"},
-        {(void **)&s->vb, R * KDh * B16, "bf16 values"},
-        {(void **)&s->attb, R * HDh * B16, "bf16 attention output"},
+        // attention_dense's slack after a canvas's keys, values and output (backend.h): the next
+        // canvas's rows, or after the last these, zeroed by li_be_alloc
+        {(void **)&s->kb, (R + LI_ATTN_DENSE_SLACK) * KDh * B16, "bf16 keys"},
+        {(void **)&s->vb, (R + LI_ATTN_DENSE_SLACK) * KDh * B16, "bf16 values"},
+        {(void **)&s->attb, (R + LI_ATTN_DENSE_SLACK) * HDh * B16, "bf16 attention output"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].bytes) continue;  // (the bf16 buffers on the f32 path)
@@ -244,7 +246,7 @@ li_status li_llada_reserve(const li_llada *m, const li_llada_scratch *s, int max
         .max_heads = hp->n_head,
         .head_dim = hp->head_dim,
         .n_vocab = hp->n_vocab,
-        .dense_kv = (int64_t)max_canvas_rows * hp->n_head_kv * hp->head_dim,
+        .dense_kv = ((int64_t)max_canvas_rows + LI_ATTN_DENSE_SLACK) * hp->n_head_kv * hp->head_dim,
         .fp8_n = fp8 ? ffn : 0,
         .fp8_k = fp8 ? ffn : 0,
         .dllm_rows = block_rows,
@@ -543,6 +545,8 @@ static void attention_canvas(const fwd *f, li_llada_scratch *s, bool fused, cons
         op->rope(be, kb, LI_DTYPE_BF16, k, pos, T, Hkv, Dh, rope);
         op->rope(be, vb, LI_DTYPE_BF16, v, NULL, T, Hkv, Dh, NULL);
     }
+    // (may overwrite the slack rows after this canvas's output: the next canvas's, which its own
+    // call, queued after this one, writes)
     op->attention_dense(be, s->attb + r0 * HDh, LI_DTYPE_BF16, q, T, H, kb, vb, T, Hkv, Dh,
                         f->scale);
     if (f->info) f->info->flops += 4.0 * Dh * H * (double)T * T;

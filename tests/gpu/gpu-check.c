@@ -557,9 +557,23 @@ static void test_bf16_matmul(void) {
     gpu->batch_invariant = false;
 }
 
+// A bf16 copy of x (n values) followed by `slack` values of v (rounded) in device memory: the
+// slack rows attention_dense may read after its K and V (backend.h). Large values there show any
+// padded key the attention did not mask.
+static uint16_t *dnew_bf16_slack(dbuf *b, const uint16_t *x, long n, long slack, float v) {
+    uint16_t *h = xmalloc(2 * (size_t)(n + slack));
+    memcpy(h, x, 2 * (size_t)n);
+    for (long i = 0; i < slack; i++) h[n + i] = li_f32_to_bf16(v);
+    uint16_t *d = dnew(b, 2 * (size_t)(n + slack), h);
+    free(h);
+    return d;
+}
+
 // attention_dense_bf16 = attention_dense (bf16 flash path) on the widened K / V, rounded.
 // attention_dense_bf16 = attention_dense rounded, bit for bit, and both near the oracle: on our
-// flash kernel (--attn-impl native) and through cuDNN (LLaDA's dense layers by default).
+// flash kernel (--attn-impl native) and through cuDNN (LLaDA's dense layers by default: a padded
+// plan of the lengths' size class, so K / V carry backend.h's slack rows, filled with large
+// values, and the output its slack, within the guard-checked buffer).
 static void test_bf16_attention(void) {
     const int cases[][5] = {  // T, H, Hkv, Dh, nk
         {1, 4, 4, 64, 1}, {17, 8, 2, 128, 17}, {300, 4, 1, 128, 300}, {70, 8, 8, 64, 333},
@@ -588,9 +602,11 @@ static void test_bf16_attention(void) {
         dbuf gq, gkf, gvf, gkb, gvb, go, gb;
         float *dq = dnew(&gq, sizeof(float) * on, q);
         float *dkf = dnew(&gkf, sizeof(float) * kn, kf), *dvf = dnew(&gvf, sizeof(float) * kn, vf);
-        uint16_t *dkb = dnew(&gkb, 2 * kn, kb), *dvb = dnew(&gvb, 2 * kn, vb);
+        const long kslack = (long)LI_ATTN_DENSE_SLACK * Hkv * Dh;
+        uint16_t *dkb = dnew_bf16_slack(&gkb, kb, kn, kslack, 30.0f);
+        uint16_t *dvb = dnew_bf16_slack(&gvb, vb, kn, kslack, 1000.0f);
         float *dout = dnew(&go, sizeof(float) * on, NULL);
-        uint16_t *db = dnew(&gb, 2 * on, NULL);
+        uint16_t *db = dnew(&gb, 2 * (on + (long)LI_ATTN_DENSE_SLACK * H * Dh), NULL);
         gpu->ops->attention_dense(gpu, dout, LI_DTYPE_F32, dq, T, H, dkf, dvf, nk, Hkv, Dh, scale);
         gpu->ops->attention_dense(gpu, db, LI_DTYPE_BF16, dq, T, H, dkb, dvb, nk, Hkv, Dh, scale);
         ref->ops->attention_dense(ref, orc, LI_DTYPE_BF16, q, T, H, kb, vb, nk, Hkv, Dh, scale);

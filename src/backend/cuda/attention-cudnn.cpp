@@ -6,7 +6,8 @@
 // strides (s_q H Dh, Dh, H Dh, 1) ("BSHD"); K and V likewise (s_kv, Hkv, Dh). Ragged calls pack
 // the entries one after another ("THD"): the same strides, each entry's start given by a ragged
 // offset tensor (b + 1 element offsets), its rows and keys by seq_q / seq_kv, and the stats
-// packed (rows, H) with their own offsets.
+// packed (rows, H) with their own offsets. Padded calls are dense ones of a size class whose real
+// lengths come from seq_q / seq_kv (the padding mask), so one plan serves the whole class.
 //
 // Not here: choosing what to run through cuDNN (backend-cuda.c and attn-blocks.c), the query
 // rotation and the merge of blocks (attention-blocks.cu). Checked by tests/gpu/gpu-check.c against
@@ -126,6 +127,10 @@ std::shared_ptr<fe::graph::Graph> build_graph(li_cudnn *c, const plan_key &k, in
                    .set_attn_scale(k.scale);
     if (k.causal) opt.set_causal_mask_bottom_right(true);
     const bool ragged = k.kind == LI_SDPA_RAGGED;
+    if (k.kind == LI_SDPA_PADDED)  // real lengths from device tensors, in the dense layout
+        opt.set_padding_mask(true)
+            .set_seq_len_q(int_tensor(*g, "seq_q", UID_SEQ_Q, k.b))
+            .set_seq_len_kv(int_tensor(*g, "seq_kv", UID_SEQ_KV, k.b));
     if (ragged) {
         // packed entries: the offsets place each entry, so the batch stride is only checked:
         // it must be the largest stride and keep 16-byte alignment (INT32_MAX, PyTorch's
@@ -289,9 +294,11 @@ extern "C" int li_cudnn_sdpa(li_cudnn *c, const li_sdpa_args *a, char *err, size
             {UID_O, a->o},
         };
         if (a->lse) pack[UID_LSE] = a->lse;
-        if (a->kind == LI_SDPA_RAGGED) {
+        if (a->kind != LI_SDPA_DENSE) {
             pack[UID_SEQ_Q] = const_cast<int32_t *>(a->seq_q);
             pack[UID_SEQ_KV] = const_cast<int32_t *>(a->seq_kv);
+        }
+        if (a->kind == LI_SDPA_RAGGED) {
             pack[UID_Q_OFF] = const_cast<int32_t *>(a->q_off);
             pack[UID_O_OFF] = const_cast<int32_t *>(a->q_off);  // O packed as Q
             pack[UID_KV_OFF] = const_cast<int32_t *>(a->kv_off);

@@ -29,6 +29,11 @@ typedef struct li_cudnn li_cudnn;
 // How K and V are laid out for one call.
 typedef enum {
     LI_SDPA_DENSE,   // one entry, all rows over all keys: k, v (s_kv, Hkv, Dh); no length tensors
+    LI_SDPA_PADDED,  // one entry laid out as DENSE for s_q rows and s_kv keys (a size class),
+                     // of which the first seq_q[0] / seq_kv[0] are real: one plan serves every
+                     // length of its class. q and o hold s_q rows (o's past the real ones may
+                     // be written), k and v s_kv keys (those past the real ones are read and
+                     // must be finite)
     LI_SDPA_RAGGED,  // b entries packed one after another ("THD"): entry e's rows start at
                      // element q_off[e] of q and o, its keys at kv_off[e] of k and v, its
                      // log-sum-exps at lse_off[e]; seq_q, seq_kv give their counts
@@ -40,8 +45,8 @@ typedef struct {
     li_sdpa_kind kind;
     int b;             // batch entries
     int H, Hkv, Dh;
-    int s_q;           // DENSE: rows; RAGGED: a bound on any entry's rows (plan class)
-    int s_kv;          // DENSE: keys; RAGGED: a bound on any entry's keys (plan class)
+    int s_q;           // DENSE: rows; PADDED, RAGGED: a bound on any entry's rows (plan class)
+    int s_kv;          // DENSE: keys; PADDED, RAGGED: a bound on any entry's keys (plan class)
     bool causal;       // bottom-right aligned: row r of n sees the first n_kv - (n - 1 - r) keys
     float scale;
     const void *q;            // DENSE (s_q, H, Dh); RAGGED (rows of all entries, H, Dh); bf16
@@ -50,8 +55,8 @@ typedef struct {
     void *o;                  // as q
     float *lse;               // RAGGED only, or NULL: (rows of all entries, H) log-sum-exp of the
                               // scaled scores (natural log)
-    const int32_t *seq_q;     // (b) RAGGED: rows of each entry
-    const int32_t *seq_kv;    // (b) RAGGED: keys of each entry
+    const int32_t *seq_q;     // (b) PADDED, RAGGED: rows of each entry
+    const int32_t *seq_kv;    // (b) PADDED, RAGGED: keys of each entry
     const int32_t *q_off;     // (b + 1) RAGGED: element offsets (rows x H x Dh) into q and o
     const int32_t *kv_off;    // (b + 1) RAGGED: element offsets (keys x Hkv x Dh) into k and v
     const int32_t *lse_off;   // (b + 1) RAGGED: element offsets (rows x H) into lse

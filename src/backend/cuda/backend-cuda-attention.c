@@ -92,6 +92,26 @@ static unsigned pow2_at_least(unsigned n, unsigned floor) {
     return p;
 }
 
+// Lengths a padded dense call can name (lib_iota's entries).
+#define LI_CUDNN_IOTA 65536
+
+// The table 0, 1, ..., LI_CUDNN_IOTA - 1 in device memory, made when cuDNN is opened (never
+// while a graph is recorded: the first call of a step runs eagerly). NULL after a failure, which
+// leaves the dense calls on exact plans.
+static int32_t *iota_make(li_cuda_impl *im) {
+    int32_t *h = li_alloc(sizeof(int32_t) * LI_CUDNN_IOTA, "cuDNN length table");
+    int32_t *d = NULL;
+    if (h && cudaMalloc((void **)&d, sizeof(int32_t) * LI_CUDNN_IOTA) == cudaSuccess) {
+        for (int i = 0; i < LI_CUDNN_IOTA; i++) h[i] = i;
+        if (cudaMemcpy(d, h, sizeof(int32_t) * LI_CUDNN_IOTA, cudaMemcpyHostToDevice) != cudaSuccess) {
+            cudaFree(d);
+            d = NULL;
+        }
+    }
+    li_free(h);
+    return d;
+}
+
 // Loads cuDNN on first use; false (with the reason in cudnn_note, recorded as an error under
 // LI_ATTN_LIBRARY) when it cannot be used.
 static bool cudnn_ready(li_backend *be) {
@@ -100,6 +120,7 @@ static bool cudnn_ready(li_backend *be) {
         im->cudnn_tried = true;
         im->cudnn = li_cudnn_open(im->stream, im->env.cudnn_lib, im->cudnn_note,
                                   sizeof im->cudnn_note);
+        if (im->cudnn && !im->capturing) im->lib_iota = iota_make(im);
     }
     if (!im->cudnn && be->attn_impl == LI_ATTN_LIBRARY)
         record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: %s", im->cudnn_note);
@@ -477,6 +498,10 @@ void li_cu_attn_prepare(li_backend *be, int H, int Hkv, int Dh) {
 // attention_dense / attention_dense_bf16 through cuDNN: q converted to bf16 (unscaled: cuDNN
 // scales the scores in fp32), K / V bf16, out bf16 (outb) or f32 (outf, through lib_o). false
 // when it does not apply (the caller runs its kernel).
+// The plan is that of the lengths' size class (LI_ATTN_DENSE_SLACK rows, padding mask): DPad
+// gives LLaDA's canvas a new length every block, and a plan per exact length cost ~65 ms to build
+// on the H100 (516.6 ms for 8 in bench dllm's GSM8K run at K = 4: a third of a step per step).
+// So q and o hold the class's rows here, k / v and outb have the slack backend.h asks for.
 static bool dense_cudnn(li_backend *be, float *outf, uint16_t *outb, const float *q, int T, int H,
                         const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
                         float scale) {
@@ -491,15 +516,24 @@ static bool dense_cudnn(li_backend *be, float *outf, uint16_t *outb, const float
         return be->attn_impl == LI_ATTN_LIBRARY;
     }
     if (!cudnn_ready(be)) return be->attn_impl == LI_ATTN_LIBRARY;
-    const size_t nq = (size_t)T * H * Dh;
-    uint16_t *qb = li_cu_scratch_get(im, &im->lib_q, nq * 2, "attention_dense (cudnn q)");
+    const int C = LI_ATTN_DENSE_SLACK;
+    const int sq = (T + C - 1) / C * C, skv = (nk + C - 1) / C * C;
+    const bool padded = !im->env.dense_exact && im->lib_iota && sq < LI_CUDNN_IOTA &&
+                        skv < LI_CUDNN_IOTA;
+    const size_t nq = (size_t)T * H * Dh, nq_plan = (size_t)(padded ? sq : T) * H * Dh;
+    uint16_t *qb = li_cu_scratch_get(im, &im->lib_q, nq_plan * 2, "attention_dense (cudnn q)");
     uint16_t *ob =
-        outb ? outb : li_cu_scratch_get(im, &im->lib_o, nq * 2, "attention_dense (cudnn o)");
+        outb ? outb : li_cu_scratch_get(im, &im->lib_o, nq_plan * 2, "attention_dense (cudnn o)");
     if (!qb || !ob) return true;
     if (cu_fail(im, "attention_dense (cudnn q)", li_cuda_f32_to_bf16(im->stream, qb, q, (int64_t)nq)))
         return true;
     li_sdpa_args a = {.kind = LI_SDPA_DENSE, .b = 1, .H = H, .Hkv = Hkv, .Dh = Dh, .s_q = T,
                       .s_kv = nk, .scale = scale, .q = qb, .k = k, .v = v, .o = ob};
+    if (padded) {
+        a.kind = LI_SDPA_PADDED;
+        a.s_q = sq, a.s_kv = skv;
+        a.seq_q = im->lib_iota + T, a.seq_kv = im->lib_iota + nk;
+    }
     int rc = cudnn_call(be, &a, "attention_dense (cudnn)");
     if (rc > 0) return be->attn_impl == LI_ATTN_LIBRARY;
     if (rc == 0 && outf)
@@ -666,12 +700,16 @@ static void cu_attention_dense(li_backend *be, float *out, const float *q, int T
                                float scale) {
     li_cuda_impl *im = be->impl;
     if (T > 0 && nk > 0 && Hkv > 0) {
-        const size_t nkv = (size_t)nk * Hkv * Dh;
-        uint16_t *kb = li_cu_scratch_get(im, &im->dense, nkv * 4, "attention_dense (bf16 K / V)");
+        // K and V each with dense_cudnn's slack rows after them, zeroed (finite) here
+        const size_t nkv = (size_t)nk * Hkv * Dh, slack = (size_t)LI_ATTN_DENSE_SLACK * Hkv * Dh;
+        uint16_t *kb = li_cu_scratch_get(im, &im->dense, (nkv + slack) * 4,
+                                         "attention_dense (bf16 K / V)");
         if (!kb) return;
-        uint16_t *vb = kb + nkv;
+        uint16_t *vb = kb + nkv + slack;
         if (cu_fail(im, "attention_dense (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
-            cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
+            cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)) ||
+            cu_fail(im, "attention_dense (slack)", cudaMemsetAsync(kb + nkv, 0, slack * 2, im->stream)) ||
+            cu_fail(im, "attention_dense (slack)", cudaMemsetAsync(vb + nkv, 0, slack * 2, im->stream)))
             return;
         if (dense_cudnn(be, out, NULL, q, T, H, kb, vb, nk, Hkv, Dh, scale)) return;
         cu_fail(im, "attention_dense",
@@ -716,6 +754,7 @@ void li_cu_attention_free(li_cuda_impl *im) {
     cudaFree(im->lib_o.p);
     cudaFree(im->lib_lse.p);
     cudaFree(im->lib_kv.p);
+    cudaFree(im->lib_iota);
     if (im->cudnn && im->prof) {
         li_cudnn_stats cs;
         li_cudnn_get_stats(im->cudnn, &cs);

@@ -116,6 +116,7 @@ typedef struct {
     bool profile;         // LI_CUDA_PROFILE=1: an event per op, the table at teardown; no graphs
     bool pdl;             // true unless LI_CUDA_PDL=0: programmatic dependent launches
     char cudnn_lib[512];  // LI_CUDNN_LIB: the cuDNN library file ("": libcudnn.so.9)
+    bool dense_exact;     // LI_CUDNN_DENSE_EXACT=1: dense cuDNN plans per exact length (A/B)
 } li_cuda_env;
 
 // Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it
@@ -180,6 +181,7 @@ typedef struct {
     lib_plan lib[LI_LIB_PLANS + 1];  // the last one holds the key of the call being looked up
     uint64_t lib_tick;
     dev_scratch lib_q, lib_o, lib_lse, lib_kv;  // packed bf16 Q / O, LSE, gathered K and V
+    int32_t *lib_iota;  // (LI_CUDNN_IOTA) 0, 1, 2, ...: a padded call's lengths point into it
     li_attn_blocks *lib_blocks;  // (lib_cap_blocks) per-sequence plans while a call is planned
     int lib_cap_blocks, lib_init_blocks;
     li_status err;     // first error since init

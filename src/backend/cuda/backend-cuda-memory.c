@@ -174,8 +174,9 @@ li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r) {
     if (r->dense_kv > 0) {
         ok = ok &&
              li_cu_scratch_get(im, &im->dense, (size_t)r->dense_kv * 4, "attention (bf16 K / V)");
-        // dense attention through cuDNN: the queries in bf16, and the f32 path's bf16 output
-        const size_t qo = T * (size_t)r->max_heads * (size_t)r->head_dim * 2;
+        // dense attention through cuDNN: the queries in bf16, and the f32 path's bf16 output,
+        // each with the rows of a padded size class
+        const size_t qo = (T + LI_ATTN_DENSE_SLACK) * (size_t)r->max_heads * (size_t)r->head_dim * 2;
         if (qo > 0 && be->attn_impl != LI_ATTN_NATIVE)
             ok = ok && li_cu_scratch_get(im, &im->lib_q, qo, "attention_dense (cudnn q)") &&
                  li_cu_scratch_get(im, &im->lib_o, qo, "attention_dense (cudnn o)");
