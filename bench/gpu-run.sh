@@ -199,12 +199,23 @@ has dllmstep && run bench-dllm-canvas 240 $LI bench dllm --backend cuda -m synth
   --canvas 512,1024,2048 --block-length 32
 has dllmact && run bench-dllm-canvas-f32act 240 env LI_LLADA_ACT=f32 $LI bench dllm --backend cuda \
   -m synth:llada-8b --canvas 512,1024,2048 --block-length 32
+GSM8K="--prompts data/gsm8k/test.jsonl -n 1 --shots 4 --prompt-tokens 575 --gen-length 256
+       --block-length 32 --steps 256"
+# cuDNN's dense plans per exact length (LI_CUDNN_DENSE_EXACT=1: a plan build, ~65 ms, per canvas
+# length, which DPad changes every block) against padded plans of 256-row size classes (the
+# default): GSM8K at K = 4, +parallel and all combined (no FP8), each its own process; the
+# profile's last line gives plans built and their build time
+if has densepad; then
+  for d in 1 0; do
+    run densepad-exact$d 150 env LI_CUDNN_DENSE_EXACT=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
+      -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
+    grep -E "^\||^cudnn" "$OUT/densepad-exact$d.log" | head -8
+  done
+fi
 # GSM8K: one 4-shot question cut to its last 575 tokens, gen 256, block 32, 256 steps. The K = 2
 # run writes the prompt it decoded (token ids, gen length, block, steps) to llada-prompt.json,
 # which the torchllada step decodes with PyTorch. "all combined" has the FP8 FFN on, "all combined
 # (no FP8)" is the same without it.
-GSM8K="--prompts data/gsm8k/test.jsonl -n 1 --shots 4 --prompt-tokens 575 --gen-length 256
-       --block-length 32 --steps 256"
 has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
   --commit-per-step 2 --prompt-out "$OUT/llada-prompt.json" ${DLLM_METHODS:+--methods "$DLLM_METHODS"} \
   ${DLLM_ARGS:-}
@@ -220,17 +231,6 @@ if has dllmprof; then
     $GSM8K --commit-per-step 4 --methods "+parallel"
   run dllmprof-combined 150 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
     $GSM8K --commit-per-step 4 --methods "all combined (no FP8)"
-fi
-# cuDNN's dense plans per exact length (LI_CUDNN_DENSE_EXACT=1: a plan build, ~65 ms, per canvas
-# length, which DPad changes every block) against padded plans of 256-row size classes (the
-# default): GSM8K at K = 4, +parallel and all combined (no FP8), each its own process; the
-# profile's last line gives plans built and their build time
-if has densepad; then
-  for d in 1 0; do
-    run densepad-exact$d 150 env LI_CUDNN_DENSE_EXACT=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
-      -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
-    grep -E "^\||^cudnn" "$OUT/densepad-exact$d.log" | head -8
-  done
 fi
 # Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
 # a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a
