@@ -273,9 +273,10 @@ static void trace_step(void *user, const li_dllm_step *s) {
 // The option table both subcommands share, then each one's own.
 // clang-format off
 #define DLLM_DECODE_OPTS(a)                                                                        \
-    {"--model", "-m", OPT_STR, &(a).mp.path, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
+    {"--model", "-m", OPT_STR, &(a).mp.path, "HF LLaDA or Fast-dLLM v2 directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
     {"--gen-length", NULL, OPT_INT, &(a).decode.gen_length, "tokens to generate (default 128)"},    \
     {"--block-length", NULL, OPT_INT, &(a).decode.block_length, "SAR block length (default 32)"},   \
+    {"--sub-block-length", NULL, OPT_INT, &(a).decode.sub_block_length, "Fast-dLLM v2 sub-block (default 8)"}, \
     {"--steps", NULL, OPT_INT, &(a).decode.steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
     {"--remasking", NULL, OPT_STR, &(a).remasking, "low_confidence (default) or random"},         \
     {"--confidence", NULL, OPT_STR, &(a).confidence, "auto (default: f32 top-k as generate.py, f64 threshold/factor as Fast-dLLM), f32 or f64"}, \
@@ -310,7 +311,9 @@ static const char dllm_usage[] =
     "[--dpad-window W --dpad-k K --dpad-scale X]\n"
     "       [--lacache embed,rope,fa,trunc|all|off] [--fp8 on|off] "
     "[--seed S] [--trace] [-t THREADS]\n\n"
-    "Decodes PROMPT with a diffusion LM (LLaDA SAR decoding, docs/DLLM.md): "
+    "Fast-dLLM v2 models: --block-length B --sub-block-length S --threshold TAU.\n\n"
+    "Decodes PROMPT with a diffusion LM (LLaDA SAR decoding or Fast-dLLM v2 block diffusion, "
+    "docs/DLLM.md): "
     "text on stdout, figures on stderr.";
 
 int cmd_dllm(int argc, char **argv) {

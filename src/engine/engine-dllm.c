@@ -488,6 +488,13 @@ static void finish_stats(li_dllm_stats *s, const int32_t *gen, int G, int32_t eo
 }
 
 static li_status get_specials(const li_model *m, specials *sp) {
+    if (!m->llada && m->llama.hp.bd_size > 0) {  // Fast-dLLM v2: config.json's ids
+        sp->mask = m->llama.hp.bd_mask_id;
+        sp->eos = li_bd_stop_token(m);
+        sp->eot = -1;
+        sp->V = m->llama.hp.n_vocab;
+        return LI_OK;
+    }
     sp->mask = li_tokenizer_find(m->tok, "<|mdm_mask|>");
     sp->eos = li_tokenizer_find(m->tok, "<|endoftext|>");
     if (sp->eos < 0) sp->eos = li_tokenizer_eos(m->tok);
@@ -740,6 +747,8 @@ li_status li_dllm_generate_batch(li_model *m, li_dllm_request *reqs, int n, li_d
 li_status li_dllm_generate(li_model *m, const int32_t *prompt, int n_prompt,
                            const li_dllm_params *params, int32_t *out, li_dllm_stats *stats) {
     if (!params) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no parameters given");
+    if (m && !m->llada && m->llama.hp.bd_size > 0 && !m->metadata_only)
+        return li_bd_generate(m, prompt, n_prompt, params, out, stats);
     li_dllm_request rq = {prompt, n_prompt, *params, out, {0}};
     li_dllm_stats tot;
     LI_TRY(li_dllm_generate_batch(m, &rq, 1, &tot));

@@ -57,6 +57,13 @@ typedef struct {
 void li_sampler_init(li_sampler *s, const li_sampling_params *p);
 int32_t li_sampler_sample(li_sampler *s, li_backend *be, const float *logits, int V);
 
+// Fast-dLLM v2 block diffusion (engine-bd.c), for models with hparams bd_size > 0: what
+// li_dllm_generate runs for them (docs/DLLM.md "Fast-dLLM v2"), and the token that ends a
+// request.
+li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
+                         const li_dllm_params *p, int32_t *out, li_dllm_stats *stats);
+int32_t li_bd_stop_token(const li_model *m);
+
 // The hyper-parameters of whichever architecture is loaded.
 const li_hparams *li_model_hparams(const li_model *m);
 
