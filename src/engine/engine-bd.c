@@ -78,7 +78,14 @@ static int stop_row(const bd_run *r, int lo, int hi, int32_t stop, int32_t mask)
     return -1;
 }
 
-static li_status check_bd_params(const li_model *m, const li_dllm_params *p, int n_prompt) {
+li_status li_bd_check(const li_model *m, const li_dllm_params *p, const int32_t *prompt,
+                      int n_prompt) {
+    if (!p) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no parameters given");
+    if (n_prompt > 0 && !prompt) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no prompt given");
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= m->llama.hp.n_vocab)
+            return li_error_set(LI_ERR_INVALID_ARG, "dllm: prompt token %d at %d is outside the "
+                                "vocabulary (%d)", prompt[i], i, m->llama.hp.n_vocab);
     const char *no = NULL;
     if (p->factor != 0) no = "factor";
     else if (p->commit_per_step != 0) no = "commit_per_step";
@@ -237,14 +244,9 @@ static li_status decode(bd_run *r, const int32_t *prompt, int P, const li_dllm_p
 
 li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
                          const li_dllm_params *p, int32_t *out, li_dllm_stats *stats) {
-    if (!p || !out || (n_prompt > 0 && !prompt))
-        return li_error_set(LI_ERR_INVALID_ARG, "dllm: no parameters, prompt or output buffer");
-    LI_TRY(check_bd_params(m, p, n_prompt));
+    if (!out) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no output buffer");
+    LI_TRY(li_bd_check(m, p, prompt, n_prompt));
     const int V = m->llama.hp.n_vocab, B = p->block_length;
-    for (int i = 0; i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            return li_error_set(LI_ERR_INVALID_ARG, "dllm: prompt token %d at %d is outside the "
-                                "vocabulary (%d)", prompt[i], i, V);
     bd_run r = {.m = m, .n_canvas = n_prompt + p->gen_length};
     int chunk = m->n_batch / B * B, rows = chunk > B ? chunk : B;
     li_status rc = LI_OK;

@@ -58,8 +58,11 @@ void li_sampler_init(li_sampler *s, const li_sampling_params *p);
 int32_t li_sampler_sample(li_sampler *s, li_backend *be, const float *logits, int V);
 
 // Fast-dLLM v2 block diffusion (engine-bd.c), for models with hparams bd_size > 0: what
-// li_dllm_generate runs for them (docs/DLLM.md "Fast-dLLM v2"), and the token that ends a
-// request.
+// li_dllm_generate and the li_dllm_batch steps run for them (docs/DLLM.md "Fast-dLLM v2"), the
+// parameter check (LI_ERR_INVALID_ARG / LI_ERR_LIMIT naming the parameter), and the token that
+// ends a request.
+li_status li_bd_check(const li_model *m, const li_dllm_params *p, const int32_t *prompt,
+                      int n_prompt);
 li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
                          const li_dllm_params *p, int32_t *out, li_dllm_stats *stats);
 int32_t li_bd_stop_token(const li_model *m);
