@@ -106,6 +106,7 @@ typedef struct {
     int n_threads;          // CPU workers of the backend
     bool diffusion;         // a diffusion LM (li_dllm_*); false: autoregressive (li_submit)
     bool metadata_only;     // loaded with params.metadata_only: nothing can run
+    int bd_size;            // Fast-dLLM v2 block diffusion: the config's block (0: other models)
 } li_model_info;
 void li_model_get_info(const li_model *m, li_model_info *out);
 

@@ -9,8 +9,10 @@
 //     the AR token), a prompt with a tail, one to four sub-blocks per block, blocks of 16, the
 //     stop rule, and thresholds that commit several tokens in some steps and one in others (the
 //     file says how many of each; the test checks that both happen);
+//     Each case runs with the LM head on the whole block (as the reference) and truncated to the
+//     rows read (LaCache's head truncation): the same tokens;
 //   - the loader: bd_size and the mask id from config.json, and bad parameters refused with an
-//     error naming them.
+//     error naming them; the FP8 FFN (opt-in, approximate): deterministic, off again after.
 // Environment: LI_TEST_BACKEND picks the backend (the checkpoints are fp32: CPU backends).
 #include <jansson.h>
 #include <stdio.h>
@@ -58,15 +60,19 @@ static void test_case(json_t *c, int idx, int *n_one, int *n_several) {
     p.block_length = (int)json_integer_value(json_object_get(c, "block_length"));
     p.sub_block_length = (int)json_integer_value(json_object_get(c, "sub_block_length"));
     p.threshold = json_real_value(json_object_get(c, "threshold"));
-    li_dllm_stats st;
-    li_status rc = li_dllm_generate(m, prompt, P, &p, out, &st);
-    CHECK(rc == LI_OK, "generate: %s", li_last_error());
-    if (rc == LI_OK) {
+    // LM head on the whole block (as the reference) and on the rows read only: the same tokens
+    int64_t head_rows[2] = {0, 0};
+    for (int trunc = 0; trunc < 2; trunc++) {
+        p.lacache = trunc ? LI_DLLM_LACACHE_TRUNC : 0;
+        li_dllm_stats st;
+        li_status rc = li_dllm_generate(m, prompt, P, &p, out, &st);
+        CHECK(rc == LI_OK, "generate (trunc %d): %s", trunc, li_last_error());
+        if (rc != LI_OK) continue;
         // the reference's tokens, the AR token after the last block only where it fits
         int n_cmp = n_gen < N ? n_gen : N, first_diff = -1;
         for (int i = 0; i < n_cmp && first_diff < 0; i++)
             if (out[i] != gen[i]) first_diff = i;
-        CHECK(first_diff < 0, "token %d: %d, reference %d", first_diff,
+        CHECK(first_diff < 0, "trunc %d: token %d: %d, reference %d", trunc, first_diff,
               first_diff >= 0 ? out[first_diff] : 0, first_diff >= 0 ? gen[first_diff] : 0);
         for (int i = n_cmp; i < N; i++)
             CHECK(out[i] == eos, "row %d after the reference's end holds %d, not stop", i, out[i]);
@@ -75,7 +81,14 @@ static void test_case(json_t *c, int idx, int *n_one, int *n_several) {
         CHECK(st.steps == json_integer_value(json_object_get(c, "steps")),
               "steps %d, reference %lld", st.steps, json_integer_value(json_object_get(c, "steps")));
         CHECK(st.n_tokens_dinfer == n_cmp, "generated %d, reference %d", st.n_tokens_dinfer, n_cmp);
+        head_rows[trunc] = st.head_rows;
     }
+    // a denoising step (the file's count) puts B rows through the head, truncated S
+    int64_t denoise = json_integer_value(json_object_get(c, "steps_one")) +
+                      json_integer_value(json_object_get(c, "steps_several"));
+    CHECK(head_rows[0] - head_rows[1] == denoise * (p.block_length - p.sub_block_length),
+          "head rows %lld whole, %lld truncated, %lld denoising steps", (long long)head_rows[0],
+          (long long)head_rows[1], (long long)denoise);
     *n_one += (int)json_integer_value(json_object_get(c, "steps_one"));
     *n_several += (int)json_integer_value(json_object_get(c, "steps_several"));
     li_model_free(m);
@@ -123,6 +136,36 @@ static void test_bad_params(const char *model) {
     TEST_END();
 }
 
+// FP8 FFN for layers >= 1 (approximate, opt-in): runs through the FP8 GEMMs, the same request
+// twice gives the same tokens, a request without it afterwards is the plain run again.
+static void test_fp8(const char *model) {
+    TEST_BEGIN("fast-dllm-v2 fp8 ffn");
+    li_model *m = test_model_load(model);
+    CHECK(m != NULL, "load %s", model);
+    if (m) {
+        int32_t prompt[11] = {17, 40, 99, 3, 250, 61, 77, 120, 5, 8, 200}, a[32], b[32], c[32],
+                d[32];
+        li_dllm_params p = li_dllm_default_params();
+        p.gen_length = 32;
+        p.block_length = 8;
+        p.sub_block_length = 4;
+        p.threshold = 0.5;
+        li_dllm_stats st0, st1, st2;
+        CHECK(li_dllm_generate(m, prompt, 11, &p, a, &st0) == LI_OK, "%s", li_last_error());
+        p.fp8 = true;
+        CHECK(li_dllm_generate(m, prompt, 11, &p, b, &st1) == LI_OK, "%s", li_last_error());
+        CHECK(li_dllm_generate(m, prompt, 11, &p, c, &st2) == LI_OK, "%s", li_last_error());
+        p.fp8 = false;
+        CHECK(li_dllm_generate(m, prompt, 11, &p, d, NULL) == LI_OK, "%s", li_last_error());
+        CHECK(st0.fp8_gemm_rows == 0 && st1.fp8_gemm_rows > 0, "FP8 GEMM rows %lld / %lld",
+              (long long)st0.fp8_gemm_rows, (long long)st1.fp8_gemm_rows);
+        CHECK(!memcmp(b, c, sizeof b), "FP8 runs differ");
+        CHECK(!memcmp(a, d, sizeof a), "FP8 stayed on after the FP8 request");
+    }
+    li_model_free(m);
+    TEST_END();
+}
+
 int main(void) {
     const char *backend = test_backend(NULL);
     if (!test_backend_usable("test-bd-generate-ref", backend, "tests/data/ref/tiny-fdllm-a"))
@@ -141,6 +184,7 @@ int main(void) {
     CHECK(n_one > 0 && n_several > 0, "one %d, several %d", n_one, n_several);
     TEST_END();
     test_bad_params("tests/data/ref/tiny-fdllm-a");
+    test_fp8("tests/data/ref/tiny-fdllm-a");
     json_decref(root);
     return test_summary();
 }

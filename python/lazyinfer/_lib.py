@@ -47,7 +47,7 @@ class ModelInfo(Structure):
         ("n_ctx_train", c_int), ("rope_theta", c_float), ("rms_eps", c_float),
         ("rope_scaling", c_char * 16), ("tied_embeddings", c_bool), ("n_params", c_int64),
         ("n_vocab_text", c_int), ("cache_mode", c_char * 16), ("n_threads", c_int),
-        ("diffusion", c_bool), ("metadata_only", c_bool),
+        ("diffusion", c_bool), ("metadata_only", c_bool), ("bd_size", c_int),
     ]
 
 

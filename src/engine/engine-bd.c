@@ -37,8 +37,27 @@ typedef struct {
     int32_t *rows;        // (B) logit rows
     int64_t *slots;       // (max(B, chunk)) KV slots
     float *logits;        // (B, V) host copy of the rows read
+    bool trunc;           // LM head on the rows read only (else on the whole block, as HF)
     int nfe;
+    li_dllm_stats *st;    // work counters, accumulated per forward
 } bd_run;
+
+// Work of one forward of T rows over `keys` keys per row with n_head_rows through the head, into
+// the counters bench dllm reports. FLOPs: 2 per MAC of every matmul (Q/K/V/O, the FFN, the head)
+// and of attention's QK^T and PV; norms, RoPE, softmax and SwiGLU are not counted (as LLaDA's).
+static void count_work(bd_run *r, int T, int64_t keys, int n_head_rows, bool fp8) {
+    const li_hparams *hp = &r->m->llama.hp;
+    const double D = hp->n_embd, F = hp->n_ff, qo = (double)hp->n_head * hp->head_dim,
+                 kv = (double)hp->n_head_kv * hp->head_dim, L = hp->n_layer;
+    li_dllm_stats *st = r->st;
+    st->canvas_rows += T;
+    st->embed_rows += T;
+    st->qkv_rows += T;
+    st->head_rows += n_head_rows;
+    if (fp8 && T > 1) st->fp8_gemm_rows += (int64_t)T * 3 * (hp->n_layer - 1);
+    st->flops += 2.0 * T * L * (D * (qo + 2 * kv) + qo * D + 3 * D * F) +
+                 4.0 * T * L * (double)keys * qo + 2.0 * n_head_rows * D * hp->n_vocab;
+}
 
 // One forward of rows [c0, c0 + T) of the canvas over the cache [0, c0): K/V written at the rows'
 // slots, every row seeing keys [0, c0 + T) when `whole` (a block: bidirectional), else its own
@@ -47,6 +66,7 @@ typedef struct {
 static li_status bd_forward(bd_run *r, int c0, int T, const int64_t *slots, const int32_t *rows,
                             int n_rows) {
     li_model *m = r->m;
+    count_work(r, T, c0 + T, n_rows, m->llama.fp8 != NULL);
     for (int i = 0; i < T; i++) r->pos[i] = c0 + i;
     li_batch_seq bs = {.t0 = 0, .n = T, .kv = li_kv_seq_view(&r->seq)};
     li_batch b = {.n_tokens = T, .tokens = r->canvas + c0, .pos = r->pos, .slot = slots,
@@ -96,7 +116,6 @@ li_status li_bd_check(const li_model *m, const li_dllm_params *p, const int32_t 
     else if (p->early_stop) no = "early_stop (it stops at its stop token anyway)";
     else if (p->logits_eos_inf || p->confidence_eos_eot_inf) no = "the EOS/EOT bans";
     else if (p->confidence == LI_DLLM_CONF_F64) no = "confidence f64 (the reference's is f32)";
-    else if (p->fp8) no = "fp8";
     if (no)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: %s is not available for a Fast-dLLM v2 "
                             "(block diffusion) model", no);
@@ -189,6 +208,10 @@ static li_status decode(bd_run *r, const int32_t *prompt, int P, const li_dllm_p
                 // row j - 1 (row 0 by itself; never a mask: it holds the prompt or the AR token)
                 int n_rows = 0;
                 for (int j = s0; j < s0 + S; j++) r->rows[n_rows++] = j > 0 ? j - 1 : 0;
+                if (!r->trunc) {  // HF: the whole block through the head, then the slice
+                    for (int j = 0; j < B; j++) r->rows[j] = j;
+                    n_rows = B;
+                }
                 LI_TRY(bd_forward(r, c, B, r->slots, r->rows, n_rows));
                 steps++;
                 // HF sample_with_top_p at temperature 0: p = softmax(logits) (float32), x = argmax
@@ -196,7 +219,10 @@ static li_status decode(bd_run *r, const int32_t *prompt, int P, const li_dllm_p
                 float best_p = -INFINITY, conf[S];
                 int32_t x[S];
                 for (int k = 0; k < S; k++) {
-                    const float *l = r->logits + (size_t)k * V;
+                    // row s0 + k of the block reads output row max(s0 + k - 1, 0): the k-th row
+                    // returned (trunc), or that row of the whole block's
+                    int j = s0 + k > 0 ? s0 + k - 1 : 0;
+                    const float *l = r->logits + (size_t)(r->trunc ? k : j) * V;
                     x[k] = argmax_f32(l, V);
                     conf[k] = r->canvas[c + s0 + k] == mask ? li_dllm_conf_f32(l, V, x[k])
                                                             : -INFINITY;
@@ -261,9 +287,27 @@ li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
     if (!(parts = li_alloc_parts(parts_, sizeof parts_ / sizeof parts_[0], "Fast-dLLM v2 decoding")))
         return LI_ERR_OOM;
     li_dllm_stats st = {.n_prompt = n_prompt, .gen_length = p->gen_length};
+    r.st = &st;
+    r.trunc = p->lacache & LI_DLLM_LACACHE_TRUNC;
+    // FP8 FFN of layers >= 1 (LaCache's approximate part): the copies quantised by the first
+    // request that wants them, in the forward for this request only. A model loaded with FP8
+    // prefill (--fp8 ffn|all) keeps it for every request.
+    bool lend_fp8 = p->fp8 && !m->llama.fp8;
+    if (lend_fp8 && !m->bd_fp8) {
+        rc = li_llama_set_fp8(&m->llama, LI_FP8_FFN, 1);
+        if (rc != LI_OK) {
+            li_free(parts);
+            return rc;
+        }
+        m->bd_fp8 = m->llama.fp8;
+        m->llama.fp8 = NULL;
+        m->llama.fp8_scope = LI_FP8_OFF;
+    }
+    if (lend_fp8) m->llama.fp8 = m->bd_fp8;
     double t0 = li_time_ms();
     rc = decode(&r, prompt, n_prompt, p, &st);
     st.latency_ms = li_time_ms() - t0;
+    if (lend_fp8) m->llama.fp8 = NULL;
     li_kv_seq_free(&m->kv, &r.seq);
     if (rc == LI_OK) {
         memcpy(out, r.canvas + n_prompt, sizeof(int32_t) * p->gen_length);

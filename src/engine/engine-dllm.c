@@ -568,8 +568,14 @@ static li_status bd_batch_step(li_dllm_batch *b, int *n_left) {
         li_dllm_request *rq = &b->reqs[q];
         LI_TRY(li_bd_generate(b->m, rq->prompt, rq->n_prompt, &rq->params, rq->out, &rq->stats));
         b->rs[q].done = true;
-        b->tot.steps += rq->stats.steps;
-        b->tot.nfe += rq->stats.nfe;
+        const li_dllm_stats *a = &rq->stats;  // (work counters live in the total)
+        li_llada_step_info work = {.embed_rows = a->embed_rows, .qkv_rows = a->qkv_rows,
+                                   .head_rows = a->head_rows, .fp8_gemm_rows = a->fp8_gemm_rows,
+                                   .flops = a->flops};
+        add_info(&b->tot, &work);
+        b->tot.steps += a->steps;
+        b->tot.nfe += a->nfe;
+        b->tot.canvas_rows += a->canvas_rows;
     }
     *n_left = 0;
     for (int i = 0; i < b->n; i++) *n_left += !b->rs[i].done;

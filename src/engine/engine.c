@@ -118,6 +118,10 @@ void li_model_free(li_model *m) {
     li_llama_scratch_free(&m->scratch);
     li_kv_pool_free(&m->kv);
     li_tokenizer_free(m->tok);
+    if (m->bd_fp8) {  // (engine-bd.c's FP8 copies go back to the model, which frees them)
+        m->llama.fp8 = m->bd_fp8;
+        m->llama.fp8_scope = LI_FP8_FFN;
+    }
     li_llama_free(&m->llama);
     li_llada_free(m->llada);
     li_backend_free(m->be);
@@ -346,6 +350,7 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
     snprintf(o->cache_mode, sizeof o->cache_mode, "%s", li_cache_mode_name(m->cache_mode));
     o->n_threads = m->be->n_threads;
     o->diffusion = m->llada != NULL || m->llama.hp.bd_size > 0;
+    o->bd_size = m->llada ? 0 : m->llama.hp.bd_size;
     o->metadata_only = m->metadata_only;
 }
 

@@ -17,6 +17,9 @@
 struct li_model {
     li_backend *be;
     li_llama llama;  // autoregressive models (arch "llama"); unused when llada is set
+    // Fast-dLLM v2 (engine-bd.c): the FFN's FP8 copies of layers >= 1, quantised by the first
+    // request that asks for FP8 and lent to llama.fp8 for the forwards of such requests only
+    li_llama_fp8_layer *bd_fp8;
     li_llada *llada; // diffusion models (arch "llada"): decoded by engine-dllm.c
     li_tokenizer *tok;
     li_kv_pool kv;
