@@ -106,6 +106,7 @@ typedef struct {
     int n_threads;          // CPU workers of the backend
     bool diffusion;         // a diffusion LM (li_dllm_*); false: autoregressive (li_submit)
     bool metadata_only;     // loaded with params.metadata_only: nothing can run
+    int bd_size;            // Fast-dLLM v2 block diffusion: the config's block (0: other models)
 } li_model_info;
 void li_model_get_info(const li_model *m, li_model_info *out);
 
@@ -350,6 +351,7 @@ typedef void (*li_dllm_trace_cb)(void *user, const li_dllm_step *s);
 typedef struct {
     int gen_length;    // tokens to generate (multiple of block_length)
     int block_length;  // B
+    int sub_block_length;  // Fast-dLLM v2 models only: sub-blocks of B decoded in turn (0: 8)
     int steps;         // total denoising steps (multiple of gen_length / block_length)
     li_dllm_remasking remasking;
     li_dllm_confidence confidence;  // LI_DLLM_CONF_AUTO by default
@@ -412,7 +414,11 @@ typedef struct {
 } li_dllm_stats;
 
 // Decodes one request. out: (gen_length) caller-allocated, receives the generated part of the
-// final canvas. stats may be NULL. The model must be a diffusion model (arch "llada").
+// final canvas. stats may be NULL. The model must be a diffusion model (arch "llada"), or a
+// Fast-dLLM v2 block-diffusion model (config model_type "Fast_dLLM_Qwen"): decoded by blocks of
+// block_length over an exact KV cache, sub-blocks of sub_block_length committed by threshold
+// (0: the reference's 1, one token per step); out holds the tokens up to its stop token, then
+// stop tokens (docs/DLLM.md "Fast-dLLM v2"). Its options other than these are refused.
 li_status li_dllm_generate(li_model *m, const int32_t *prompt, int n_prompt,
                            const li_dllm_params *params, int32_t *out, li_dllm_stats *stats);
 

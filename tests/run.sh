@@ -40,6 +40,7 @@ run_test test-rag-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-rag"
 run_test test-rag-bf16kv LI_TEST_KV_DTYPE=bf16 "$BUILD/tests/test-rag"
 run_test test-dllm-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-dllm"
 run_test test-llada-generate-ref-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-llada-generate-ref"
+run_test test-bd-generate-ref-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-bd-generate-ref"
 # The CUDA backend must keep compiling even where no GPU runs it (make CUDA=1, sm_90a).
 [ "$c_only" -eq 0 ] && echo "== cuda build"
 if [ "$c_only" -eq 1 ]; then

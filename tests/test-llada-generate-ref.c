@@ -79,16 +79,7 @@ static float *read_f32(const char *path, long n) {
 static li_model *load_model(const char *rel) {
     char path[4352];
     snprintf(path, sizeof path, DATA "/%s", rel);
-    li_model_params mp = li_model_default_params();
-    mp.path = path;
-    mp.n_threads = 1;
-    mp.backend = test_backend(NULL);
-    li_model *m = NULL;
-    if (li_model_load(&m, &mp) != LI_OK) {
-        fprintf(stderr, "  %s: %s\n", path, li_last_error());
-        return NULL;
-    }
-    return m;
+    return test_model_load(path);
 }
 
 // ---- torch.topk's choice among ties --------------------------------------------------------------

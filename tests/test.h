@@ -171,6 +171,23 @@ static inline const char *test_backend(const char *dflt) {
     return b ? b : dflt;
 }
 
+#ifdef LAZYINFER_H
+// The model at `path` on the test's backend (LI_TEST_BACKEND) with one thread; NULL (the error
+// printed) when it does not load.
+static inline li_model *test_model_load(const char *path) {
+    li_model_params mp = li_model_default_params();
+    mp.path = path;
+    mp.n_threads = 1;
+    mp.backend = test_backend(NULL);
+    li_model *m = NULL;
+    if (li_model_load(&m, &mp) != LI_OK) {
+        fprintf(stderr, "  %s: %s\n", path, li_last_error());
+        return NULL;
+    }
+    return m;
+}
+#endif
+
 #ifdef LI_BACKEND_H  // (programs that include backend/backend.h before this file)
 // The two CPU tables the op tests compare: the fp64 oracle (*ref) and the fast table with
 // n_threads workers (*fast; 0: all cores). 0 with the reason on stderr when either fails.

@@ -152,6 +152,24 @@ def test_dllm_matches_cli(opts):
     assert len(r.tokens) == 32 and r.nfe >= 1
 
 
+def test_dllm_fast_dllm_v2_matches_cli():
+    """A Fast-dLLM v2 model (block diffusion) through Engine.dllm: sub_block_length reaches the C
+    struct (the text changes with it) and the text equals the CLI's."""
+    model = str(ROOT / "tests" / "data" / "ref" / "tiny-fdllm-a")
+    texts = {}
+    with Engine(model, threads=1) as e:
+        assert e.info["bd_size"] == 8 and e.info["diffusion"]
+        for S in (4, 8):
+            want = cli("dllm", "-m", model, "-t", "1", "-p", "hello world", "--gen-length", "32",
+                       "--block-length", "8", "--sub-block-length", str(S), "--threshold", "0.5")
+            r = e.dllm("hello world", gen_length=32, block_length=8, sub_block_length=S,
+                       threshold=0.5)
+            assert (r.text + "\n").encode() == want.decode("utf-8", "replace").encode()
+            assert len(r.tokens) == 32 and r.nfe >= 4
+            texts[S] = r.text
+    assert texts[4] != texts[8]
+
+
 def test_logits_last_position(tiny):
     np = pytest.importorskip("numpy")
     lg = tiny.logits("hello")

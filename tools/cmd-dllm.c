@@ -273,9 +273,10 @@ static void trace_step(void *user, const li_dllm_step *s) {
 // The option table both subcommands share, then each one's own.
 // clang-format off
 #define DLLM_DECODE_OPTS(a)                                                                        \
-    {"--model", "-m", OPT_STR, &(a).mp.path, "HF LLaDA directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
+    {"--model", "-m", OPT_STR, &(a).mp.path, "HF LLaDA or Fast-dLLM v2 directory or synth:NAME[:SEED] (required; e.g. synth:tiny-llada)"}, \
     {"--gen-length", NULL, OPT_INT, &(a).decode.gen_length, "tokens to generate (default 128)"},    \
     {"--block-length", NULL, OPT_INT, &(a).decode.block_length, "SAR block length (default 32)"},   \
+    {"--sub-block-length", NULL, OPT_INT, &(a).decode.sub_block_length, "Fast-dLLM v2 sub-block (default 8)"}, \
     {"--steps", NULL, OPT_INT, &(a).decode.steps, "denoising steps in all (default 128; multiple of gen/block)"}, \
     {"--remasking", NULL, OPT_STR, &(a).remasking, "low_confidence (default) or random"},         \
     {"--confidence", NULL, OPT_STR, &(a).confidence, "auto (default: f32 top-k as generate.py, f64 threshold/factor as Fast-dLLM), f32 or f64"}, \
@@ -310,7 +311,9 @@ static const char dllm_usage[] =
     "[--dpad-window W --dpad-k K --dpad-scale X]\n"
     "       [--lacache embed,rope,fa,trunc|all|off] [--fp8 on|off] "
     "[--seed S] [--trace] [-t THREADS]\n\n"
-    "Decodes PROMPT with a diffusion LM (LLaDA SAR decoding, docs/DLLM.md): "
+    "Fast-dLLM v2 models: --block-length B --sub-block-length S --threshold TAU.\n\n"
+    "Decodes PROMPT with a diffusion LM (LLaDA SAR decoding or Fast-dLLM v2 block diffusion, "
+    "docs/DLLM.md): "
     "text on stdout, figures on stderr.";
 
 int cmd_dllm(int argc, char **argv) {
@@ -755,6 +758,14 @@ int cmd_bench_dllm(int argc, char **argv) {
         if (n_sizes < 0) return 2;
         li_model *m = NULL;
         if ((r = load_model("bench dllm", &a, &m))) return r;
+        li_model_info info;
+        li_model_get_info(m, &info);
+        if (info.bd_size > 0) {
+            fprintf(stderr, "lazyinfer bench dllm: --canvas is for LLaDA models; a Fast-dLLM v2 "
+                            "model is measured by the GSM8K table (drop --canvas)\n");
+            li_model_free(m);
+            return 2;
+        }
         r = bench_dllm_canvas(m, &a, &base, sizes, n_sizes, only);
         li_model_free(m);
         return r;
@@ -782,7 +793,7 @@ int cmd_bench_dllm(int argc, char **argv) {
     // "all combined" is everything, the FP8 FFN included (part of LaCache's recipe); the row
     // after it is the same without FP8: the comparison with figures taken before FP8 joined it,
     // and the cost of FP8's approximation alone.
-    const method methods[] = {
+    const method llada_methods[] = {
         {"vanilla", 0, false, false, -1},
         {"+EmbedCache", LI_DLLM_LACACHE_EMBED, false, false, -1},
         {"+RoPECache", LI_DLLM_LACACHE_ROPE, false, false, -1},
@@ -794,7 +805,14 @@ int cmd_bench_dllm(int argc, char **argv) {
         {"all combined", LI_DLLM_LACACHE_ALL, true, true, 1},
         {"all combined (no FP8)", LI_DLLM_LACACHE_ALL, true, true, 0},
     };
-    const int n_methods = sizeof methods / sizeof methods[0];
+    // A Fast-dLLM v2 model (block diffusion, threshold decoding always): the reference's head
+    // over the whole block, LaCache's head truncation to the sub-block's rows (exact), and that
+    // with the FP8 FFN of layers >= 1 (approximate). Its layer-0 caches are not implemented.
+    const method bd_methods[] = {
+        {"vanilla", 0, true, false, 0},
+        {"+LM-head trunc", LI_DLLM_LACACHE_TRUNC, true, false, 0},
+        {"+LM-head trunc + FP8", LI_DLLM_LACACHE_TRUNC, true, false, 1},
+    };
 
     li_model *m = NULL;
     if ((r = load_model("bench dllm", &a, &m))) {
@@ -803,6 +821,10 @@ int cmd_bench_dllm(int argc, char **argv) {
     }
     li_model_info info;
     li_model_get_info(m, &info);
+    const bool bd = info.bd_size > 0;
+    const method *methods = bd ? bd_methods : llada_methods;
+    const int n_methods = bd ? (int)(sizeof bd_methods / sizeof bd_methods[0])
+                             : (int)(sizeof llada_methods / sizeof llada_methods[0]);
     int status = 0;
     int32_t **ids = calloc((size_t)n_prompts, sizeof *ids);
     int *n_ids = calloc((size_t)n_prompts, sizeof *n_ids);
@@ -852,6 +874,10 @@ int cmd_bench_dllm(int argc, char **argv) {
                           : "commit-per-step",
         dp.dpad_window, dp.dpad_k_sigma, dp.dpad_scale, base.fp8 ? "on" : "off",
         (unsigned long long)a.decode.seed);
+    if (bd)
+        printf("Fast-dLLM v2 (block diffusion): block %d, sub-block %d, every row decoded with the "
+               "threshold below; the DPad and FP8 settings above do not apply, the rows say FP8.\n",
+               base.block_length, base.sub_block_length ? base.sub_block_length : 8);
     printf("Prompt tokens per question:");
     for (int i = 0; i < n_prompts && i < 16; i++) printf(" %d", n_ids[i]);
     printf("%s; token ids %s.\n", n_prompts > 16 ? " …" : "",
@@ -882,7 +908,7 @@ int cmd_bench_dllm(int argc, char **argv) {
                 (methods[k].fp8 < 0 ? base.fp8 : methods[k].fp8 == 1) == (f == 1))
                 used = true;
         if (!used) continue;
-        li_dllm_params w = base;
+        li_dllm_params w = bd ? par : base;
         w.lacache = 0;  // vanilla's shapes
         w.fp8 = f == 1;
         w.steps = w.gen_length / w.block_length;

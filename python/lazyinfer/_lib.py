@@ -47,7 +47,7 @@ class ModelInfo(Structure):
         ("n_ctx_train", c_int), ("rope_theta", c_float), ("rms_eps", c_float),
         ("rope_scaling", c_char * 16), ("tied_embeddings", c_bool), ("n_params", c_int64),
         ("n_vocab_text", c_int), ("cache_mode", c_char * 16), ("n_threads", c_int),
-        ("diffusion", c_bool), ("metadata_only", c_bool),
+        ("diffusion", c_bool), ("metadata_only", c_bool), ("bd_size", c_int),
     ]
 
 
@@ -117,8 +117,8 @@ DLLM_TRACE_CB = CFUNCTYPE(None, c_void_p, c_void_p)
 
 class DllmParams(Structure):
     _fields_ = [
-        ("gen_length", c_int), ("block_length", c_int), ("steps", c_int), ("remasking", c_int),
-        ("confidence", c_int), ("temperature", c_double), ("cfg", c_double),
+        ("gen_length", c_int), ("block_length", c_int), ("sub_block_length", c_int),
+        ("steps", c_int), ("remasking", c_int), ("confidence", c_int), ("temperature", c_double), ("cfg", c_double),
         ("threshold", c_double), ("factor", c_double), ("commit_per_step", c_int),
         ("dpad", c_bool), ("dpad_window", c_int), ("dpad_k_sigma", c_double),
         ("dpad_scale", c_double), ("early_stop", c_bool), ("logits_eos_inf", c_bool),

@@ -595,13 +595,16 @@ class Engine:
              lacache: Union[bool, str, Iterable[str]] = "all", fp8: bool = False,
              temperature: float = 0.0, cfg: float = 0.0, remasking: str = "low_confidence",
              confidence: str = "auto", dpad: bool = False, early_stop: bool = False,
-             seed: int = 0, chat: bool = False, system: Optional[str] = None) -> DllmResult:
+             seed: int = 0, chat: bool = False, system: Optional[str] = None,
+             sub_block_length: int = 0) -> DllmResult:
         """Semi-autoregressive decoding of a diffusion LM (arch "llada", li_dllm_generate; the
         exact contract: docs/DLLM.md) with the options of `lazyinfer dllm`: threshold τ or
         factor f (Fast-dLLM parallel decoding, at most one), lacache ("all" — the default, exact
         —, "off"/False, or components among "embed", "rope", "fa", "trunc"), fp8 (FP8 FFN for
         layers >= 1, approximate), dpad (DPad with its defaults), cfg, remasking
-        ("low_confidence", "random"), confidence ("auto", "f32", "f64")."""
+        ("low_confidence", "random"), confidence ("auto", "f32", "f64"). A Fast-dLLM v2 model
+        (block diffusion) takes gen_length, block_length, sub_block_length (0: 8) and threshold
+        only (docs/DLLM.md, "Fast-dLLM v2")."""
         if lacache is True or lacache == "all":
             bits = 15
         elif lacache is False or lacache in ("off", "", None):
@@ -623,6 +626,7 @@ class Engine:
             m = self._usable()
             p = self._lib.li_dllm_default_params()
             p.gen_length, p.block_length, p.steps = gen_length, block_length, steps
+            p.sub_block_length = sub_block_length
             p.threshold = threshold or 0.0
             p.factor = factor or 0.0
             p.commit_per_step = commit_per_step

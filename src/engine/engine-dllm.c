@@ -488,6 +488,13 @@ static void finish_stats(li_dllm_stats *s, const int32_t *gen, int G, int32_t eo
 }
 
 static li_status get_specials(const li_model *m, specials *sp) {
+    if (!m->llada && m->llama.hp.bd_size > 0) {  // Fast-dLLM v2: config.json's ids
+        sp->mask = m->llama.hp.bd_mask_id;
+        sp->eos = li_bd_stop_token(m);
+        sp->eot = -1;
+        sp->V = m->llama.hp.n_vocab;
+        return LI_OK;
+    }
     sp->mask = li_tokenizer_find(m->tok, "<|mdm_mask|>");
     sp->eos = li_tokenizer_find(m->tok, "<|endoftext|>");
     if (sp->eos < 0) sp->eos = li_tokenizer_eos(m->tok);
@@ -517,6 +524,8 @@ struct li_dllm_batch {
     int64_t allocs0;
     li_dllm_stats tot;
     double t0;
+    // A Fast-dLLM v2 model (engine-bd.c): a step decodes the next request to its end
+    bool bd;
 };
 
 void li_dllm_batch_free(li_dllm_batch *b) {
@@ -529,9 +538,55 @@ void li_dllm_batch_free(li_dllm_batch *b) {
     free(b);
 }
 
+// A batch of a Fast-dLLM v2 model: its requests decoded one after the other, one whole request
+// per step (each keeps its own KV cache in the model's pool; the server's turns interleave
+// between requests, not between their denoising steps).
+static li_status bd_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm_batch **out) {
+    for (int q = 0; q < n; q++) {
+        li_status st = li_bd_check(m, &reqs[q].params, reqs[q].prompt, reqs[q].n_prompt);
+        if (st == LI_OK && !reqs[q].out)
+            st = li_error_set(LI_ERR_INVALID_ARG, "dllm: no output buffer");
+        if (st != LI_OK) return n > 1 ? li_error_wrap(st, "request %d: ", q) : st;
+    }
+    li_dllm_batch *b = calloc(1, sizeof *b);
+    if (!b) return li_error_set(LI_ERR_OOM, "dllm: out of memory");
+    *b = (li_dllm_batch){.m = m, .reqs = reqs, .n = n, .bd = true, .t0 = li_time_ms()};
+    li_part parts[] = {{(void **)&b->rs, (size_t)n * sizeof *b->rs}};
+    if (!(b->arrays = li_alloc_parts(parts, 1, "the dllm batch"))) {
+        free(b);
+        return li_error_set(LI_ERR_OOM, "dllm: out of memory");
+    }
+    LI_TRY(get_specials(m, &b->sp));
+    *out = b;
+    return LI_OK;
+}
+
+static li_status bd_batch_step(li_dllm_batch *b, int *n_left) {
+    int q = 0;
+    while (q < b->n && b->rs[q].done) q++;
+    if (q < b->n) {
+        li_dllm_request *rq = &b->reqs[q];
+        LI_TRY(li_bd_generate(b->m, rq->prompt, rq->n_prompt, &rq->params, rq->out, &rq->stats));
+        b->rs[q].done = true;
+        const li_dllm_stats *a = &rq->stats;  // (work counters live in the total)
+        li_llada_step_info work = {.embed_rows = a->embed_rows, .qkv_rows = a->qkv_rows,
+                                   .head_rows = a->head_rows, .fp8_gemm_rows = a->fp8_gemm_rows,
+                                   .flops = a->flops};
+        add_info(&b->tot, &work);
+        b->tot.steps += a->steps;
+        b->tot.nfe += a->nfe;
+        b->tot.canvas_rows += a->canvas_rows;
+    }
+    *n_left = 0;
+    for (int i = 0; i < b->n; i++) *n_left += !b->rs[i].done;
+    return LI_OK;
+}
+
 li_status li_dllm_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm_batch **out) {
     *out = NULL;
     if (!m || !reqs || n < 1) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no requests given");
+    if (!m->llada && m->llama.hp.bd_size > 0 && !m->metadata_only)
+        return bd_batch_begin(m, reqs, n, out);
     if (!m->llada)
         return li_error_set(LI_ERR_UNSUPPORTED,
                             "dllm: the model is not a diffusion model (arch '%s'); load a LLaDA "
@@ -629,6 +684,7 @@ fail:
 }
 
 li_status li_dllm_batch_step(li_dllm_batch *b, int *n_left) {
+    if (b->bd) return bd_batch_step(b, n_left);
     li_model *m = b->m;
     const specials sp = b->sp;
     req_state *rs = b->rs;

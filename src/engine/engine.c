@@ -118,6 +118,10 @@ void li_model_free(li_model *m) {
     li_llama_scratch_free(&m->scratch);
     li_kv_pool_free(&m->kv);
     li_tokenizer_free(m->tok);
+    if (m->bd_fp8) {  // (engine-bd.c's FP8 copies go back to the model, which frees them)
+        m->llama.fp8 = m->bd_fp8;
+        m->llama.fp8_scope = LI_FP8_FFN;
+    }
     li_llama_free(&m->llama);
     li_llada_free(m->llada);
     li_backend_free(m->be);
@@ -169,8 +173,8 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         } else {
             rc = li_error_set(LI_ERR_INVALID_ARG,
                               "unknown synthetic model '%s' (known: tiny-llama, smollm2-135m, "
-                              "llama-3.1-8b, tiny-qwen2, qwen2.5-7b, tiny-llada, llada-mid, "
-                              "llada-8b; test variants tiny-llama-mha-gptj, -gqa4-linear, "
+                              "llama-3.1-8b, tiny-qwen2, qwen2.5-7b, tiny-fast-dllm-v2, "
+                              "fast-dllm-v2-7b, tiny-llada, llada-mid, llada-8b; test variants tiny-llama-mha-gptj, -gqa4-linear, "
                               "-gqa8-llama3, -gqa2-yarn)",
                               synth_name);
         }
@@ -180,7 +184,8 @@ li_status li_model_load(li_model **out, const li_model_params *p) {
         rc = li_llama_load(&m->llama, p->path, m->be, p->metadata_only);
     }
     if (rc != LI_OK) goto fail;
-    if (m->llada) m->be->batch_invariant = true;  // cached = uncached (backend.h)
+    // cached = uncached (backend.h); Fast-dLLM v2 runs the LM head on a sub-block's rows
+    if (m->llada || m->llama.hp.bd_size > 0) m->be->batch_invariant = true;
     const li_hparams *hp = li_model_hparams(m);
 
     if ((rc = load_tokenizer(m, p->path, is_synth, p)) != LI_OK) goto fail;
@@ -344,7 +349,8 @@ void li_model_get_info(const li_model *m, li_model_info *o) {
     o->n_vocab_text = li_tokenizer_n_vocab(m->tok);
     snprintf(o->cache_mode, sizeof o->cache_mode, "%s", li_cache_mode_name(m->cache_mode));
     o->n_threads = m->be->n_threads;
-    o->diffusion = m->llada != NULL;
+    o->diffusion = m->llada != NULL || m->llama.hp.bd_size > 0;
+    o->bd_size = m->llada ? 0 : m->llama.hp.bd_size;
     o->metadata_only = m->metadata_only;
 }
 

@@ -17,6 +17,9 @@
 struct li_model {
     li_backend *be;
     li_llama llama;  // autoregressive models (arch "llama"); unused when llada is set
+    // Fast-dLLM v2 (engine-bd.c): the FFN's FP8 copies of layers >= 1, quantised by the first
+    // request that asks for FP8 and lent to llama.fp8 for the forwards of such requests only
+    li_llama_fp8_layer *bd_fp8;
     li_llada *llada; // diffusion models (arch "llada"): decoded by engine-dllm.c
     li_tokenizer *tok;
     li_kv_pool kv;
@@ -56,6 +59,16 @@ typedef struct {
 } li_sampler;
 void li_sampler_init(li_sampler *s, const li_sampling_params *p);
 int32_t li_sampler_sample(li_sampler *s, li_backend *be, const float *logits, int V);
+
+// Fast-dLLM v2 block diffusion (engine-bd.c), for models with hparams bd_size > 0: what
+// li_dllm_generate and the li_dllm_batch steps run for them (docs/DLLM.md "Fast-dLLM v2"), the
+// parameter check (LI_ERR_INVALID_ARG / LI_ERR_LIMIT naming the parameter), and the token that
+// ends a request.
+li_status li_bd_check(const li_model *m, const li_dllm_params *p, const int32_t *prompt,
+                      int n_prompt);
+li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
+                         const li_dllm_params *p, int32_t *out, li_dllm_stats *stats);
+int32_t li_bd_stop_token(const li_model *m);
 
 // The hyper-parameters of whichever architecture is loaded.
 const li_hparams *li_model_hparams(const li_model *m);

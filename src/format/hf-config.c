@@ -11,6 +11,9 @@
 //          qkv_bias always (Qwen2Attention's q/k/v projections have one; attention_bias and
 //          mlp_bias are not read, as there). Sliding-window attention (use_sliding_window true,
 //          or a layer_types entry "sliding_attention") is refused with the key named.
+//   Fast_dLLM_Qwen (Fast-dLLM v2; architectures Fast_dLLM_QwenForCausalLM): qwen2's fields, plus
+//          bd_size (32, as sglang's getattr(config, "bd_size", 32)) and mask_token_id (absent:
+//          151665, the default of the reference generate's mask_id; must be < vocab_size).
 //   llada: the defaults of the reference's config class (configuration_llada.py ModelConfig, which
 //          LLaDAConfig starts from): d_model 768, n_heads 12, n_layers 12, mlp_hidden_size or
 //          mlp_ratio (4) x d_model, n_kv_heads or multi_query_attention (1 kv head) or n_heads,
@@ -219,9 +222,13 @@ static li_status model_type(const char *file, json_t *root, char *arch, size_t c
     if (mt) {
         if (!json_is_string(mt)) return wrong(file, "model_type", "a string", mt);
         const char *s = json_string_value(mt);
+        if (strcmp(s, "Fast_dLLM_Qwen") == 0) {
+            snprintf(arch, cap, "fast_dllm_v2");
+            return LI_OK;
+        }
         if (strcmp(s, "llama") != 0 && strcmp(s, "qwen2") != 0 && strcmp(s, "llada") != 0)
             return li_error_set(LI_ERR_UNSUPPORTED, "%s: model_type '%.64s' is not supported "
-                                "(llama, qwen2, llada)", file, s);
+                                "(llama, qwen2, llada, Fast_dLLM_Qwen)", file, s);
         snprintf(arch, cap, "%s", s);
         return LI_OK;
     }
@@ -241,8 +248,13 @@ static li_status model_type(const char *file, json_t *root, char *arch, size_t c
             snprintf(arch, cap, "llada");
             return LI_OK;
         }
+        if (strcmp(s, "Fast_dLLM_QwenForCausalLM") == 0) {
+            snprintf(arch, cap, "fast_dllm_v2");
+            return LI_OK;
+        }
         return li_error_set(LI_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported "
-                            "(LlamaForCausalLM, Qwen2ForCausalLM, LLaDAModelLM)", file, s);
+                            "(LlamaForCausalLM, Qwen2ForCausalLM, LLaDAModelLM, "
+                            "Fast_dLLM_QwenForCausalLM)", file, s);
     }
     return missing(file, "model_type");
 }
@@ -363,6 +375,15 @@ static li_status refuse_sliding_window(const char *file, json_t *root) {
 static li_status parse_config(li_hparams *hp, const char *file, json_t *root) {
     LI_TRY(model_type(file, root, hp->arch, sizeof hp->arch));
     bool llada = strcmp(hp->arch, "llada") == 0;
+    bool fast_dllm = strcmp(hp->arch, "fast_dllm_v2") == 0;
+    hp->bd_mask_id = -1;
+    if (fast_dllm) {  // a Qwen2 (the same weights and forward) decoded by blocks: engine-bd.c
+        snprintf(hp->arch, sizeof hp->arch, "qwen2");
+        hp->bd_size = 32;
+        LI_TRY(get_int(file, root, "bd_size", false, 1, 4096, &hp->bd_size));
+        hp->bd_mask_id = 151665;  // the reference generate's mask_id default
+        LI_TRY(get_int(file, root, "mask_token_id", false, 0, INT32_MAX, &hp->bd_mask_id));
+    }
 
     LI_TRY(get_str(file, root, "_name_or_path", hp->name, sizeof hp->name, false));
     if (llada) {
@@ -401,6 +422,9 @@ ids:
     LI_TRY(get_str(file, root, "torch_dtype", hp->torch_dtype, sizeof hp->torch_dtype, true));
     if (!hp->torch_dtype[0])  // transformers >= 4.56 writes "dtype"
         LI_TRY(get_str(file, root, "dtype", hp->torch_dtype, sizeof hp->torch_dtype, true));
+    if (fast_dllm && hp->bd_mask_id >= hp->n_vocab)
+        return li_error_set(LI_ERR_FORMAT, "%s: mask_token_id = %d (absent: 151665) is not "
+                            "below vocab_size = %d", file, hp->bd_mask_id, hp->n_vocab);
 
     li_rope_config *r = &hp->rope;
     // HF checkpoints rotate halves (rotate_half)

@@ -76,6 +76,11 @@ typedef struct {
     // LLaDA (OLMo-style config): logits *= 1/sqrt(D) (scale_logits); embeddings *= sqrt(D)
     // (input_emb_norm). Both false for Llama.
     bool scale_logits, input_emb_norm;
+    // Fast-dLLM v2 block diffusion (model_type "Fast_dLLM_Qwen", a Qwen2 fine-tune decoded in
+    // blocks by engine-bd.c): bd_size (config "bd_size") > 0 and the mask token's id (config
+    // "mask_token_id", else the reference generate's default 151665); bd_size 0: autoregressive.
+    int bd_size;
+    int32_t bd_mask_id;
     int32_t bos_id;        // -1 if unknown
     int32_t eos_ids[LI_MAX_EOS];
     int n_eos;

@@ -335,6 +335,13 @@ typedef struct {
       .n_head_kv = Hkv, .head_dim = Dh, .n_vocab = V, .n_ctx_train = ctx, .rms_eps = 1e-6f,        \
       .rope = {.n_dims = Dh, .layout = LI_ROPE_NEOX, .theta = th}, .tied_embeddings = tied,        \
       .qkv_bias = true, .bos_id = -1}}
+// A Fast-dLLM v2 preset: a Qwen2 decoded by blocks of bd (engine-bd.c) with mask id `mask`.
+#define FAST_DLLM(nm, L, D, F, H, Hkv, Dh, V, ctx, tied, th, bd, mask)                             \
+    {nm,                                                                                           \
+     {.arch = "qwen2", .name = nm, .n_layer = L, .n_embd = D, .n_ff = F, .n_head = H,              \
+      .n_head_kv = Hkv, .head_dim = Dh, .n_vocab = V, .n_ctx_train = ctx, .rms_eps = 1e-6f,        \
+      .rope = {.n_dims = Dh, .layout = LI_ROPE_NEOX, .theta = th}, .tied_embeddings = tied,        \
+      .qkv_bias = true, .bos_id = -1, .bd_size = bd, .bd_mask_id = mask}}
 static const synth_config synth_configs[] = {
     // A few layers, byte-level vocabulary: fast enough for every CPU test.
     //    name                      L   D     F      H   Hkv Dh   V       ctx     tied
@@ -366,9 +373,18 @@ static const synth_config synth_configs[] = {
     // Qwen2 shapes: a tiny one (tied, GQA 2) for every CPU test, Qwen2.5-7B(-Instruct)'s config.
     QWEN2("tiny-qwen2",             2,  64,   176,   4,  2,  16,  384,    4096,   true,   1e6f),
     QWEN2("qwen2.5-7b",             28, 3584, 18944, 28, 4,  128, 152064, 32768,  false,  1e6f),
+    // Fast-dLLM v2: tiny-qwen2's shapes untied (a tied random head predicts each row's own token,
+    // so masks would predict the mask) with blocks of 8 and mask id 259 (the first id after the
+    // byte tokenizer's ChatML specials); Fast_dLLM_v2_7B's (Qwen2.5-7B-Instruct's) with its
+    // bd_size 32 and mask |<MASK>| 151665.
+    //    name                      L   D     F      H   Hkv Dh   V       ctx     tied    θ     bd mask
+    FAST_DLLM("tiny-fast-dllm-v2",  2,  64,   176,   4,  2,  16,  384,    4096,   false,  1e6f, 8, 259),
+    FAST_DLLM("fast-dllm-v2-7b",    28, 3584, 18944, 28, 4,  128, 152064, 32768,  false,  1e6f, 32,
+              151665),
 };
 #undef LLAMA
 #undef QWEN2
+#undef FAST_DLLM
 
 bool li_llama_synth_known(const char *name) {
     for (size_t i = 0; i < sizeof synth_configs / sizeof synth_configs[0]; i++)

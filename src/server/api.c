@@ -300,8 +300,8 @@ static const char *const FIELDS_BOTH[] = {
     "metadata", "store", "service_tier",
     // extensions
     "documents", "top_k", "min_p", "ignore_eos", "skip_special_tokens", "repetition_penalty",
-    "gen_length", "block_length", "steps", "threshold", "factor", "confidence", "dpad", "lacache",
-    "fp8", NULL};
+    "gen_length", "block_length", "sub_block_length", "steps", "threshold", "factor", "confidence",
+    "dpad", "lacache", "fp8", NULL};
 static const char *const FIELDS_CHAT[] = {
     "messages", "top_logprobs", "tools", "tool_choice",
     "parallel_tool_calls", "functions", "function_call", "modalities", "audio", "prediction",
@@ -463,6 +463,9 @@ static bool parse_fields(const json_t *o, li_api_endpoint ep, li_api_request *r,
     x = -1;
     if (!get_int(o, "block_length", 1, 1 << 20, &x, err)) return false;
     r->block_length = (int)x;
+    x = -1;
+    if (!get_int(o, "sub_block_length", 1, 1 << 20, &x, err)) return false;
+    r->sub_block_length = (int)x;
     x = -1;
     if (!get_int(o, "steps", 1, 1 << 20, &x, err)) return false;
     r->steps = (int)x;

@@ -73,6 +73,7 @@ typedef struct {
     char *json_schema;           // LI_API_FORMAT_JSON_SCHEMA: the schema, as compact JSON text
     // diffusion models (extension); -1 / negative: not given
     int gen_length, block_length, steps;
+    int sub_block_length;      // Fast-dLLM v2 models
     double threshold, factor;  // < 0: not given
     int confidence;            // -1 not given, else li_dllm_confidence ("auto", "f32", "f64")
     int dpad, fp8;             // -1 not given, else 0/1

@@ -329,6 +329,7 @@ void li_srv_dllm_params(const li_api_request *a, li_dllm_params *p) {
     *p = li_dllm_default_params();
     p->lacache = dllm_lacache(a);
     if (a->block_length > 0) p->block_length = a->block_length;
+    if (a->sub_block_length > 0) p->sub_block_length = a->sub_block_length;
     if (a->gen_length > 0) {
         p->gen_length = a->gen_length;
     } else if (a->max_tokens > 0) {

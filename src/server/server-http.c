@@ -370,7 +370,7 @@ static bool check_model_fields(const li_server *s, const li_api_request *a, li_a
         return true;
     }
     const char *f = a->gen_length > 0 ? "gen_length" : a->block_length > 0 ? "block_length"
-                    : a->steps > 0 ? "steps" : a->threshold > 0 ? "threshold"
+                    : a->sub_block_length > 0 ? "sub_block_length" : a->steps > 0 ? "steps" : a->threshold > 0 ? "threshold"
                     : a->factor > 0 ? "factor" : a->dpad >= 0 ? "dpad" : a->lacache >= 0 ? "lacache"
                     : a->fp8 >= 0 ? "fp8" : NULL;
     if (f) return BAD_FIELD(f, "'%s' is a field of diffusion models; this one is autoregressive", f);
