@@ -371,7 +371,7 @@ int cmd_bench_quality(int argc, char **argv) {
                     snprintf(igap, sizeof igap, "%.0f %%",
                              100 * ((double)s->identical / n - in) / (1 - in));
             }
-            printf("| %s | %.4f | %d/%d | %.3f | %.3f | %.0f | %.1f | %s | %s |\n",
+            printf("| %s | %.4g | %d/%d | %.3f | %.3f | %.0f | %.1f | %s | %s |\n",
                    s->name, s->kl / n, s->identical, s->n, s->f1 / n, s->em / n, s->computed / n,
                    s->ttft / n, kgap, igap);
         }
