@@ -302,7 +302,7 @@ static void warn_unknown(warned *w, const char *where, const char *key) {
     fprintf(stderr,
             "lazyinfer rag: %s: field \"%s\" ignored (request fields: id, documents, "
             "query, system, max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-            "ignore_eos, arrival_ms)\n",
+            "ignore_eos, arrival_ms, repair)\n",
             where, key);
 }
 
