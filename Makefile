@@ -204,18 +204,20 @@ GPU_CHECK_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/core/*.c) src/backen
 
 # Then the whole model on the GPU against the CPU (gpu-model), the LazyAttention exactness
 # suite on the GPU (test-rag with LI_TEST_BACKEND=cuda), both with the GPU's default bf16 KV pool
-# and with an f32 one, and the diffusion decoder suite on the
+# and with an f32 one, the cross-document repair's (test-repair: a repair of every token = full
+# attention, the shared pages unwritten), and the diffusion decoder suite on the
 # GPU (test-dllm: every LaCache combination = all off), and test-llada's device cases (LLaDA's
 # bf16-activation path = its f32 path bit for bit), and test-llada-generate-ref's device parts
 # (the GPU's float64 confidence at a threshold, torch.topk's ties); these link the full library.
 gpu-check: $(BUILD)/tests/gpu-check $(BUILD)/tests/gpu-model $(BUILD)/tests/test-rag \
-           $(BUILD)/tests/test-dllm $(BUILD)/tests/test-llada \
+           $(BUILD)/tests/test-repair $(BUILD)/tests/test-dllm $(BUILD)/tests/test-llada \
            $(BUILD)/tests/test-llada-generate-ref
 	$(BUILD)/tests/gpu-check
 	$(BUILD)/tests/gpu-model
 	LI_TEST_KV_DTYPE=f32 $(BUILD)/tests/gpu-model
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-rag
 	LI_TEST_BACKEND=cuda LI_TEST_KV_DTYPE=f32 $(BUILD)/tests/test-rag
+	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-repair
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-dllm
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-llada
 	LI_TEST_BACKEND=cuda $(BUILD)/tests/test-llada-generate-ref

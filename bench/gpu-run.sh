@@ -3,7 +3,8 @@
 #   check   build/…/gpu-check: every CUDA op against the CPU oracle, timings only with BENCH_OPS=1
 #           (LI_GPU_CHECK_ONLY=attention,bench,bench-prefill picks groups)
 #   model   gpu-model: whole models on CUDA against the CPU holding the same bf16 weights
-#   rag     test-rag with LI_TEST_BACKEND=cuda: lazy/copy/prefix/none agree on the GPU
+#   rag     test-rag with LI_TEST_BACKEND=cuda: lazy/copy/prefix/none agree on the GPU; test-repair
+#           there: a repair of every document token = full attention
 #   e2e     lazyinfer bench generate on synth:llama-3.1-8b: prefill 5×4096+64 = 20544 tokens and
 #           decode (tg128) — ms = 1000 / (t/s)
 #   e2eact  the same with LI_LLAMA_ACT=f32 (activations f32 between ops) and LI_LLAMA_FUSED=0
@@ -60,7 +61,8 @@ if [ -d .gpu/bin ]; then
   LI=$B/lazyinfer-cuda
 else
   make -j16 CUDA=1 all build/release-cuda/tests/gpu-check build/release-cuda/tests/gpu-model \
-    build/release-cuda/tests/test-rag build/release-cuda/tests/test-dllm >"$OUT/build.log" 2>&1 ||
+    build/release-cuda/tests/test-rag build/release-cuda/tests/test-repair \
+    build/release-cuda/tests/test-dllm >"$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; exit 1; }
   B=build/release-cuda/tests
   LI=./lazyinfer-cuda
@@ -107,6 +109,8 @@ has model && run gpu-model-f32kv 300 env LI_TEST_KV_DTYPE=f32 $B/gpu-model
 has model && run gpu-model-graphs 300 env LI_CUDA_GRAPHS=1 LI_CUDA_GRAPH_STATS=1 $B/gpu-model
 has rag && run test-rag-cuda 300 env LI_TEST_BACKEND=cuda $B/test-rag
 has rag && run test-rag-cuda-f32kv 300 env LI_TEST_BACKEND=cuda LI_TEST_KV_DTYPE=f32 $B/test-rag
+# cross-document repair on the GPU: blend:1 / head:K = full, shared pages unwritten
+has rag && [ -x $B/test-repair ] && run test-repair-cuda 300 env LI_TEST_BACKEND=cuda $B/test-repair
 has kernels && run bench-kernels 180 $LI bench kernels --backend cuda -m synth:llama-3.1-8b
 has e2e && run e2e-8b 300 $LI bench generate --backend cuda -m synth:llama-3.1-8b -p 20544 -n 128 -r 2
 # the same with f32 activations between ops (LI_LLAMA_ACT=f32: the bf16 path's same-run

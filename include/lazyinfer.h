@@ -207,6 +207,28 @@ typedef enum {
 li_status li_cache_mode_parse(const char *name, li_cache_mode *out);
 const char *li_cache_mode_name(li_cache_mode mode);
 
+// Cross-document repair (docs/RAG.md "Repair"): block attention encodes each document alone, so
+// its tokens never attended to the documents before it. A repair recomputes some document tokens
+// in the request's context, at their true positions, into the request's own pages (an overlay:
+// the cached copy is never written, and attention reads the overlay instead of the cached
+// entries it replaces). Documents at offset 0 (the first block) need none. Modes lazy and copy.
+typedef enum {
+    LI_REPAIR_NONE,   // block attention as cached (the default)
+    LI_REPAIR_HEAD,   // each document's first head_k tokens, through every layer (EPIC)
+    LI_REPAIR_BLEND,  // the blend_r fraction of document tokens whose layer-1 K deviates most
+                      // from the cached K, through every layer (CacheBlend)
+} li_repair_mode;
+typedef struct {
+    li_repair_mode mode;
+    int head_k;     // HEAD: tokens per document, >= 1 (li_repair_parse's default 16)
+    float blend_r;  // BLEND: fraction in (0, 1] (default 0.15)
+} li_repair;
+// "none", "head", "head:K", "blend", "blend:R" → *out; anything else LI_ERR_INVALID_ARG naming
+// the problem.
+li_status li_repair_parse(const char *s, li_repair *out);
+// The canonical spelling ("none", "head:16", "blend:0.15") into buf (n bytes).
+void li_repair_format(const li_repair *r, char *buf, size_t n);
+
 typedef struct {
     const char *text;      // document text (len bytes), tokenised alone without BOS; or
     size_t len;
@@ -230,6 +252,7 @@ typedef struct {
     float *first_logits;    // optional (V): receives the logits the first token was drawn from
     const li_request_tokens *tokens;  // optional: system/docs/query tokenised by
                                       // li_request_tokenize (then not tokenised again; copied)
+    li_repair repair;       // zero: none; else the cache mode must be lazy or copy
 } li_request;
 
 typedef struct {
@@ -240,6 +263,7 @@ typedef struct {
     int n_doc_tokens;       // tokens in system + document blocks
     int n_cached_tokens;    // prompt tokens served from a cache (not recomputed): the pool or a
     int doc_hits, doc_misses;  // lower tier (a promoted document is a hit)
+    int n_repair_tokens;    // document tokens recomputed in context by the repair (not cached)
     int n_generated;
     double queue_ms;        // submit → admitted
     double ttft_ms;         // submit → first token

@@ -38,6 +38,7 @@ run_test gpu-model-devsim LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu "$BUILD/
 run_test gpu-model-devsim-f32kv LI_TEST_BACKEND=cpu-devsim LI_TEST_ORACLE=cpu LI_TEST_KV_DTYPE=f32 "$BUILD/tests/gpu-model"
 run_test test-rag-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-rag"
 run_test test-rag-bf16kv LI_TEST_KV_DTYPE=bf16 "$BUILD/tests/test-rag"
+run_test test-repair-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-repair"
 run_test test-dllm-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-dllm"
 run_test test-llada-generate-ref-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-llada-generate-ref"
 run_test test-bd-generate-ref-devsim LI_TEST_BACKEND=cpu-devsim "$BUILD/tests/test-bd-generate-ref"

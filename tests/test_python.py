@@ -132,6 +132,21 @@ def test_rag_matches_cli_and_reuses_documents(tmp_path):
     assert all(r.ttft_ms > 0 and r.total_ms >= r.ttft_ms for r in got + [again])
 
 
+def test_rag_repair():
+    # a repair of every document token answers as full attention does; a bad value is named
+    docs = [("a", "The secret code is 4821. " * 3), ("b", "Bob likes cheese. " * 5)]
+    with Engine(TINY, threads=1, cache="full") as e:
+        full = e.rag("What is the code?", docs, max_tokens=8, ignore_eos=True)
+    with Engine(TINY, threads=1) as e:
+        none = e.rag("What is the code?", docs, max_tokens=8, ignore_eos=True)
+        rep = e.rag("What is the code?", docs, max_tokens=8, ignore_eos=True, repair="blend:1")
+        with pytest.raises(ValueError, match=r"\(0, 1\]"):
+            e.rag("q", docs, repair="blend:2")
+    assert rep.answer == full.answer
+    assert none.repair_tokens == 0 and rep.repair_tokens == rep.doc_tokens - rep.cached_tokens > 0
+    assert rep.computed_tokens == rep.prompt_tokens - rep.cached_tokens
+
+
 @pytest.mark.parametrize("opts", [
     {},
     {"threshold": 0.5, "lacache": "off"},

@@ -22,7 +22,9 @@ SmolLM2 model. Inputs (documents of random words) come from li_seed("test_rag_cl
   - the default budget keeps every document of the run (no re-prefill on repeats) but none of a
     request over the context, and a budget too small for that warns; each cache mode prints only
     its own figures;
-  - repeated --sample: each sample's passages go with its own question.
+  - repeated --sample: each sample's passages go with its own question;
+  - --repair (and a line's "repair"): the records count the repaired tokens as computed, and a
+    repair of every document token answers as --cache full does.
 """
 import json
 import os
@@ -196,6 +198,9 @@ def test_bad_options_exit_2_with_one_line(tmp_path):
         (ok + ["--ctx-size", "-1"], "--ctx-size"), (ok + ["--threads", "-1"], "--threads"),
         (ok + ["--page-size", "100000"], "100000"), (ok + ["--attn-impl", "x"], "'x'"),
         (ok + ["--evict", "mru"], "--evict"), (ok + ["--host-cache", "100000G"], "available"),
+        (ok + ["--repair", "blend:2"], "(0, 1]"), (ok + ["--repair", "head:0"], ">= 1"),
+        (ok + ["--repair", "cacheblend"], "unknown repair"),
+        (ok + ["--repair", "head", "--cache", "prefix"], "lazy or copy"),
         (["--doc", tmp_path / "missing.txt", "--query", "q"], "missing.txt"),
         (["--doc", doc, "--queries", tmp_path / "missing.txt"], "missing.txt"),
         (["--workload", tmp_path / "missing.jsonl"], "missing.jsonl"),
@@ -231,6 +236,7 @@ def test_workload_fields_are_checked(tmp_path):
         ("seed", {**good, "seed": "x"}), ("docs", {**good, "docs": [text(3)]}),
         ("document 0", {**good, "documents": [{"text": "a", "file": "b"}]}),
         ("JSON", "{not json"), ("object", "[1, 2]"),
+        ("repair", {**good, "repair": "blend:1.5"}), ("repair", {**good, "repair": 3}),
     ]
     w = write_jsonl(tmp_path / "w.jsonl",
                     [good] + [x for _, x in lines] + [{**good, "temprature": 0.5}])
@@ -517,3 +523,27 @@ def test_each_sample_keeps_its_passages(tmp_path):
     assert both.stdout == alone[0].stdout + alone[1].stdout
     prompts = [v[0] for v in requests_of(both.stderr).values()]
     assert prompts == [v[0] for a in alone for v in requests_of(a.stderr).values()], both.stderr
+
+
+def test_repair_recomputes_in_context(tmp_path):
+    # blend:1 and head:K over whole documents recompute every document token in context: the
+    # answers of --cache full, token for token (tests/test-repair.c checks the logits)
+    reqs = [{"id": i, "documents": [text(20), text(30)], "query": f"q {i}", "max_tokens": 6,
+             "ignore_eos": True} for i in range(3)]
+    w = write_jsonl(tmp_path / "w.jsonl", reqs)
+    full = records(rag("--workload", w, "--output", "jsonl", "--cache", "full"))
+    none = records(rag("--workload", w, "--output", "jsonl"))
+    for rp in ("blend:1", "head:100000"):
+        p = rag("--workload", w, "--output", "jsonl", "--repair", rp)
+        assert p.returncode == 0, p.stderr
+        recs = records(p)
+        assert [r["answer"] for r in recs] == [r["answer"] for r in full], rp
+        for r in recs:
+            # both documents sit after the chat's system block: repaired whole, so computed
+            assert r["repair_tokens"] > 0 and r["computed_tokens"] >= r["repair_tokens"], r
+            assert r["prompt_tokens"] == r["cached_tokens"] + r["computed_tokens"], r
+    assert all(r["repair_tokens"] == 0 for r in none)
+    # a line's own repair wins over --repair
+    w2 = write_jsonl(tmp_path / "w2.jsonl", [{**reqs[0], "repair": "none"}])
+    recs = records(rag("--workload", w2, "--output", "jsonl", "--repair", "head:4"))
+    assert recs[0]["repair_tokens"] == 0 and recs[0]["answer"] == none[0]["answer"]

@@ -228,12 +228,28 @@ def test_bad_requests(tiny):
         ({"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}, 400,
          "top_logprobs"),
         ({"messages": [{"role": "user", "content": "x"}], "ignore_eos": 1}, 400, "ignore_eos"),
+        ({"messages": [{"role": "user", "content": "x"}], "repair": "blend:2"}, 400, "repair"),
+        ({"messages": [{"role": "user", "content": "x"}], "repair": 16}, 400, "repair"),
+        ({"messages": [{"role": "user", "content": "x"}], "repair": "cacheblend"}, 400, "repair"),
         ({"prompt": 12}, 400, "prompt"),
     ]
     for body, want, param in cases:
         path = "/v1/completions" if isinstance(body, dict) and "prompt" in body else "/v1/chat/completions"
         st, b, _ = curl(tiny, path, body, key=k)
         assert_error(st, b, want, param=param)
+    st, b, _ = curl(tiny, "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                    "repair": "blend:2"}, key=k)
+    assert "(0, 1]" in b["error"]["message"], b  # the message names the problem
+    # a repaired request with documents runs and counts its recomputed tokens as not cached
+    docs = {"messages": [{"role": "user", "content": "which?"}], "max_tokens": 3,
+            "documents": ["alpha beta gamma delta " * 6, "epsilon zeta eta theta " * 6]}
+    for _ in range(2):  # the second time every document is cached
+        st, plain, _ = curl(tiny, "/v1/chat/completions", docs, key=k)
+        assert st == 200, plain
+    st, rep, _ = curl(tiny, "/v1/chat/completions", {**docs, "repair": "head:8"}, key=k)
+    assert st == 200, rep
+    assert (rep["usage"]["prompt_tokens_details"]["cached_tokens"]
+            < plain["usage"]["prompt_tokens_details"]["cached_tokens"]), (plain, rep)
     # prompt of token ids: in range works, out of range is a 400
     st, b, _ = curl(tiny, "/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3}, key=k)
     assert st == 200, b

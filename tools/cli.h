@@ -113,6 +113,7 @@ int cmd_bench_dllm(int argc, char **argv);  // tools/cmd-dllm.c: lazyinfer bench
 int cmd_bench_rag(int argc, char **argv);   // tools/cmd-bench-rag.c: lazyinfer bench rag
 int cmd_bench_kernels(int argc, char **argv);  // tools/cmd-bench-kernels.c: lazyinfer bench kernels
 int cmd_bench_fp8(int argc, char **argv);      // tools/cmd-bench-fp8.c: lazyinfer bench fp8
+int cmd_bench_quality(int argc, char **argv);  // tools/cmd-bench-quality.c: bench quality
 
 // Subcommands in their own files (tools/cmd-*.c).
 int cmd_rag(int argc, char **argv);

@@ -64,6 +64,8 @@ typedef struct {
     const char *rates_s, *budgets_s, *csv; // sweep lists and their CSV output
     int n_docs, k, doc_len, query_len, out_len, n_requests, max_batch;
     const char *evict;  // document-cache eviction policy (li_model_params.doc_evict)
+    const char *repair_s;  // --repair: the lazy and copy runs' requests repair their documents
+    li_repair repair;
     float alpha, rate;
     uint64_t seed;
     bool dry_run, synthetic;
@@ -589,6 +591,7 @@ typedef struct {
     const trace_req *tr;
     const prepared *p;
     req_out *out;
+    li_repair repair;  // the run's: --repair in lazy and copy, else none
 } replay_ctx;
 
 // Request i: its k documents as token ids, its query, greedy, exactly out_len tokens.
@@ -610,6 +613,7 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
     q.gen.stop_at_eos = false; // every request decodes exactly out_len tokens
     q.gen.on_token = on_token;
     q.gen.user = &x->out[i];
+    q.repair = x->repair;
     x->out[i].tok_hash = 0xcbf29ce484222325ull;
     return li_submit(m, &q, id);
 }
@@ -669,7 +673,8 @@ static li_status run_mode(const bench_args *a, const corpus *c, const trace_req 
     int n_tokens = 0;
     double t_end = 0;
     double cpu0 = cpu_seconds();
-    replay_ctx ctx = {a, c, tr, &p, out};
+    replay_ctx ctx = {a, c, tr, &p, out, {0}};
+    if (mode == LI_CACHE_LAZY || mode == LI_CACHE_COPY) ctx.repair = a->repair;
     replay_plan plan = {
         .n = R, .arrival_ms = arrival, .submit = submit_one, .user = &ctx, .progress = "bench rag"};
     if (rc == LI_OK) rc = replay_run(m, &plan, ro);
@@ -1124,6 +1129,10 @@ static int plan_runs(int argc, char **argv, const opt *opts, int n_opts, bench_a
         return 2;
     }
     a->evict = a->tiers.evict;  // (--evict is one of CLI_TIER_OPTS: checked below)
+    if (li_repair_parse(a->repair_s, &a->repair) != LI_OK) {
+        fprintf(stderr, "lazyinfer bench rag: --repair: %s\n", li_last_error());
+        return 2;
+    }
     // With tiers, lazy and copy run twice: pool only, then with the tiers (the disk directory
     // and the Redis namespace emptied first, so every run starts cold).
     a->tier_mp = li_model_default_params();
@@ -1176,6 +1185,7 @@ static int plan_runs(int argc, char **argv, const opt *opts, int n_opts, bench_a
 // 2 after the message saying what is wrong.
 static int parse_args(int argc, char **argv, bench_args *a, sweep_plan *sp) {
     *a = (bench_args){.mode_s = "all",
+                      .repair_s = "none",
                       .n_docs = 0,
                       .k = 3,
                       .out_len = 16,
@@ -1219,6 +1229,9 @@ static int parse_args(int argc, char **argv, bench_args *a, sweep_plan *sp) {
          "also write one CSV row per (rate, budget, mode) run, header line first"},
         {"--mode", NULL, OPT_STR, &a->mode_s,
          "lazy, copy, prefix, none, full, a comma list, or all (= lazy,copy,prefix,none; default)"},
+        {"--repair", NULL, OPT_STR, &a->repair_s,
+         "none (default), head[:K] or blend[:R]: the lazy and copy runs recompute document tokens "
+         "in each request's context (docs/RAG.md \"Repair\"); labels say so"},
         {"--max-batch", NULL, OPT_INT, &a->max_batch, "requests running at once (default 4)"},
         {"--seed", NULL, OPT_U64, &a->seed, "trace seed (default 1)"},
         {"--ctx-size", "-c", OPT_INT, &a->mp.n_ctx,
@@ -1347,7 +1360,8 @@ static void print_header(const bench_args *a, const char *dir, const corpus *c,
 
 // A finished run's rate, budget and label (for the plot: the mode, plus rate and budget in a
 // sweep, with a colour per mode and a dash pattern per rate × budget).
-static void label_row(mode_row *row, const sweep_plan *sp, int ri, int bi, int mi) {
+static void label_row(mode_row *row, const bench_args *a, const sweep_plan *sp, int ri, int bi,
+                      int mi) {
     const char *mode = li_cache_mode_name(sp->modes[mi]);
     row->rate = sp->rates[ri];
     row->budget = sp->budget_names[bi];
@@ -1359,6 +1373,13 @@ static void label_row(mode_row *row, const sweep_plan *sp, int ri, int bi, int m
         row->dt = (ri * sp->n_budgets + bi) % 5 + 1;
     } else
         snprintf(row->label, sizeof row->label, "%s%s", mode, sp->mode_tiers[mi] ? "+tiers" : "");
+    if (a->repair.mode != LI_REPAIR_NONE &&
+        (sp->modes[mi] == LI_CACHE_LAZY || sp->modes[mi] == LI_CACHE_COPY)) {
+        char rp[32];
+        li_repair_format(&a->repair, rp, sizeof rp);
+        snprintf(row->label + strlen(row->label), sizeof row->label - strlen(row->label),
+                 " repair %s", rp);
+    }
     if (sp->sweep && sp->mode_tiers[mi])
         strncat(row->label, " +tiers", sizeof row->label - strlen(row->label) - 1);
 }
@@ -1401,7 +1422,7 @@ static int run_all(bench_args *a, const sweep_plan *sp, const corpus *c, bench_r
                 if (run_mode(a, c, br->tr, sp->budgets[bi], sp->modes[mi], sp->mode_tiers[mi],
                              br->out, row) != LI_OK)
                     return cli_fail("bench rag");
-                label_row(row, sp, ri, bi, mi);
+                label_row(row, a, sp, ri, bi, mi);
                 compare_tokens(br, a->n_requests, sp->sweep, row);
                 br->n_rows++;
                 fprintf(stderr, "bench rag: mode %s: %.1f s (load %.1f s excluded)\n", mode,

@@ -45,7 +45,7 @@ static const char usage_text[] =
     "   \"query\": \"the question\",\n"
     "   \"system\": \"…\", \"max_tokens\": 64, \"temperature\": 0,\n"
     "   \"top_p\": 0.95, \"top_k\": 40, \"min_p\": 0.05, \"seed\": 1,\n"
-    "   \"stop\": [\"\\n\\n\"], \"ignore_eos\": false,\n"
+    "   \"stop\": [\"\\n\\n\"], \"ignore_eos\": false, \"repair\": \"head:16\",\n"
     "   \"arrival_ms\": 250}      submitted no earlier than this, ms after the start (as bench "
     "rag)\n"
     "  Only \"query\" is required; the others default to the options below. \"file\" paths are\n"
@@ -56,8 +56,9 @@ static const char usage_text[] =
     "written \\n and a backslash \\\\ (an empty line for a failed request); figures and errors go\n"
     "to stderr. --output jsonl: one JSON object per request, in input order: id, answer,\n"
     "finish_reason (stop, length, error), error, prompt_tokens, cached_tokens, computed_tokens,\n"
-    "generated_tokens, doc_hits and doc_misses (lazy and copy), ttft_ms, total_ms, queue_ms,\n"
-    "start_ms and end_ms (since the start of the run). An answer cut by max_tokens (length)\n"
+    "generated_tokens, doc_hits, doc_misses and repair_tokens (lazy and copy), ttft_ms, total_ms,\n"
+    "queue_ms,"
+    " start_ms and end_ms (since the start of the run). An answer cut by max_tokens (length)\n"
     "ends before a character whose last bytes it cut.\n"
     "Requests run continuously batched, at most --max-batch at once. Exit status: 0 when every\n"
     "request was answered, 1 when any failed, 2 for a bad option.";
@@ -326,6 +327,7 @@ typedef struct {
     float temp;
     uint64_t seed;
     bool chat;
+    li_repair repair;  // --repair, for lines without their own
     int n_failed;
 } run_ctx;
 
@@ -373,6 +375,11 @@ static li_status submit_one(void *user, li_model *m, int i, int64_t *id) {
     q.gen.stop_at_eos = !o->ignore_eos;
     q.gen.on_token = on_token;
     q.gen.user = a;
+    q.repair = x->repair;
+    if (o->repair && li_repair_parse(o->repair, &q.repair) != LI_OK) {  // checked at the load
+        free(d);
+        return LI_ERR_INVALID_ARG;
+    }
     li_status rc = li_submit(m, &q, id);
     free(d);
     return rc;
@@ -424,10 +431,12 @@ static void print_record(run_ctx *x, int i) {
             fprintf(stderr, "request %s: error: %s\n", label, res->error);
             return;
         }
-        char cache[96];
+        char cache[128], rep[48] = "";
+        if (res->n_repair_tokens)
+            snprintf(rep, sizeof rep, ", %d tokens repaired", res->n_repair_tokens);
         if (has_doc_lookups(x->mode))
-            snprintf(cache, sizeof cache, " (%d from cache), docs %d hit / %d miss",
-                     res->n_cached_tokens, res->doc_hits, res->doc_misses);
+            snprintf(cache, sizeof cache, " (%d from cache), docs %d hit / %d miss%s",
+                     res->n_cached_tokens, res->doc_hits, res->doc_misses, rep);
         else if (x->mode == LI_CACHE_PREFIX)
             snprintf(cache, sizeof cache, " (%d from cached prefix pages)", res->n_cached_tokens);
         else
@@ -459,6 +468,7 @@ static void print_record(run_ctx *x, int i) {
         if (has_doc_lookups(x->mode)) {
             json_object_set_new(o, "doc_hits", json_integer(res->doc_hits));
             json_object_set_new(o, "doc_misses", json_integer(res->doc_misses));
+            json_object_set_new(o, "repair_tokens", json_integer(res->n_repair_tokens));
         }
         // 0.1 ms, printed with 10 significant digits: no binary tails (12.300000000000001)
         json_object_set_new(o, "ttft_ms", json_real(round(ttft * 10) / 10));
@@ -570,7 +580,7 @@ static int bad(const char *fmt, const char *v) {
 int cmd_rag(int argc, char **argv) {
     li_model_params mp = li_model_default_params(); // --model, --chat-template, -c, -t, ...
     const char *query = NULL, *queries = NULL, *workload = NULL, *system = NULL;
-    const char *cache = "lazy", *budget_s = NULL, *output = "text";
+    const char *cache = "lazy", *budget_s = NULL, *output = "text", *repair_s = "none";
     const char *docs_arg[MAX_ARG_FILES], *samples_arg[MAX_ARG_FILES];
     int n_docs_arg = 0, n_samples_arg = 0;
     int n_predict = 64, page_size = 16, max_batch = 1;
@@ -612,6 +622,9 @@ int cmd_rag(int argc, char **argv) {
         {"--output", NULL, OPT_STR, &output, "text (default) or jsonl: one record per request"},
         {"--system", NULL, OPT_STR, &system, "system message (a workload line may give its own)"},
         {"--cache", NULL, OPT_STR, &cache, "lazy (default), copy, prefix, none, full"},
+        {"--repair", NULL, OPT_STR, &repair_s,
+         "none (default), head[:K] or blend[:R]: recompute document tokens in the request's "
+         "context (lazy, copy; a workload line may give its own; docs/RAG.md)"},
         {"--budget", NULL, OPT_STR, &budget_s,
          "KV pool size in bytes, K/M/G suffixes (default: --max-batch contexts + every document "
          "of the run, at most half the available memory)"},
@@ -641,6 +654,12 @@ int cmd_rag(int argc, char **argv) {
     int64_t budget = 0;
     if (li_cache_mode_parse(cache, &mode) != LI_OK)
         return bad("--cache '%s': expected lazy, copy, prefix, none or full", cache);
+    li_repair repair;
+    if (li_repair_parse(repair_s, &repair) != LI_OK)
+        return bad("--repair: %s", li_last_error());
+    if (repair.mode != LI_REPAIR_NONE && mode != LI_CACHE_LAZY && mode != LI_CACHE_COPY)
+        return bad("--repair %s: needs --cache lazy or copy (the repair overlays cached "
+                   "documents)", repair_s);
     if (budget_s && (!cli_parse_bytes(budget_s, &budget) || budget <= 0))
         return bad("--budget '%s': expected bytes > 0 with an optional K/M/G suffix (e.g. 256M)",
                    budget_s);
@@ -746,7 +765,8 @@ int cmd_rag(int argc, char **argv) {
                  .n_predict = n_predict,
                  .temp = temp,
                  .seed = seed,
-                 .chat = !no_chat};
+                 .chat = !no_chat,
+                 .repair = repair};
     replay_plan plan = {.n = l.n_reqs,
                         .arrival_ms = arrival,
                         .max_in_flight = max_batch,

@@ -39,7 +39,7 @@ static void *second_signal(void *arg) {
 
 int cmd_serve(int argc, char **argv) {
     li_model_params mp = li_model_default_params(); // --model, --chat-template, -c, -t, ...
-    const char *cache = NULL, *name = NULL;
+    const char *cache = NULL, *name = NULL, *repair = "none";
     int max_tokens = 0;
     uint64_t kv_budget = 0;
     cli_tier_args tiers = {0};
@@ -60,6 +60,8 @@ int cmd_serve(int argc, char **argv) {
         {"--max-queue", NULL, OPT_INT, &sp.max_queue, "requests accepted (running + queued) before 503 (default 256)"},
         {"--kv-budget", NULL, OPT_U64, &kv_budget, "KV pool size in bytes (default: max-batch x context)"},
         {"--cache", NULL, OPT_STR, &cache, "document cache: lazy (default), copy, prefix, none, full"},
+        {"--repair", NULL, OPT_STR, &repair, "cross-document repair of requests without a 'repair' "
+         "field: none (default), head[:K], blend[:R] (lazy, copy)"},
         CLI_TIER_OPTS(tiers),
         CLI_KV_DTYPE_OPT(mp),
         CLI_FP8_OPT(mp),
@@ -102,9 +104,17 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (!sp.api_key) sp.api_key = getenv("LAZYINFER_API_KEY");
-    li_cache_mode cm;
+    li_cache_mode cm = LI_CACHE_LAZY;
     if (cache && li_cache_mode_parse(cache, &cm) != LI_OK) {
         fprintf(stderr, "lazyinfer serve: --cache: %s\n", li_last_error());
+        return 2;
+    }
+    if (li_repair_parse(repair, &sp.repair) != LI_OK) {
+        fprintf(stderr, "lazyinfer serve: --repair: %s\n", li_last_error());
+        return 2;
+    }
+    if (sp.repair.mode != LI_REPAIR_NONE && cm != LI_CACHE_LAZY && cm != LI_CACHE_COPY) {
+        fprintf(stderr, "lazyinfer serve: --repair %s needs --cache lazy or copy\n", repair);
         return 2;
     }
     if (!mp.path) mp.path = cli_default_model();

@@ -295,12 +295,13 @@ static int cmd_bench_generate(int argc, char **argv) {
 
 static int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("usage: lazyinfer bench generate|dllm|rag|kernels [options]\n\n"
+        printf("usage: lazyinfer bench generate|dllm|rag|kernels|fp8|quality [options]\n\n"
                "  generate   prompt processing (pp512) and generation (tg128) tokens/s\n"
                "  dllm       diffusion decoding methods on GSM8K (LaCache, parallel, DPad)\n"
                "  rag        RAG serving: TTFT and throughput per document-cache mode\n"
                "  kernels    one layer's ops: ms, GB/s, TFLOP/s, %% of the measured ceilings\n"
-               "  fp8        FP8 prefill (--fp8 ffn|all) against off: greedy agreement, logits error\n");
+               "  fp8        FP8 prefill (--fp8 ffn|all) against off: greedy agreement, logits error\n"
+               "  quality    --repair modes against full attention: first-token KL, answers, F1\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "generate")) return cmd_bench_generate(argc - 1, argv + 1);
@@ -308,6 +309,7 @@ static int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "rag")) return cmd_bench_rag(argc - 1, argv + 1);
     if (!strcmp(argv[1], "kernels")) return cmd_bench_kernels(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fp8")) return cmd_bench_fp8(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "quality")) return cmd_bench_quality(argc - 1, argv + 1);
     fprintf(stderr, "lazyinfer bench: unknown benchmark '%s' (see --help)\n", argv[1]);
     return 2;
 }
@@ -322,7 +324,7 @@ static void usage(FILE *f) {
                "  info       print a model's architecture, shapes, dtype and parameter count\n"
                "  rag        answer questions over documents with the document KV cache\n"
                "  dllm       decode a prompt with a diffusion LM (LLaDA SAR decoding)\n"
-               "  bench      run a benchmark (bench generate, bench dllm, bench rag, bench kernels, bench fp8)\n"
+               "  bench      run a benchmark (bench generate, bench dllm, bench rag, bench kernels, bench fp8, bench quality)\n"
                "  sim        trace-driven document-cache hit-ratio simulator\n"
                "  serve      OpenAI-compatible HTTP server (docs/SERVER.md)\n");
 }

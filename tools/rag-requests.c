@@ -284,7 +284,7 @@ out:
 static const char *const known_fields[] = {
     "id",          "documents", "docs",  "query", "system", "max_tokens", "max_completion_tokens",
     "temperature", "top_p",     "top_k", "min_p", "seed",   "stop",       "ignore_eos",
-    "arrival_ms"};
+    "arrival_ms",  "repair"};
 
 typedef struct {
     char *names[MAX_WARNED];
@@ -302,7 +302,7 @@ static void warn_unknown(warned *w, const char *where, const char *key) {
     fprintf(stderr,
             "lazyinfer rag: %s: field \"%s\" ignored (request fields: id, documents, "
             "query, system, max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-            "ignore_eos, arrival_ms)\n",
+            "ignore_eos, arrival_ms, repair)\n",
             where, key);
 }
 
@@ -396,6 +396,9 @@ static void parse_line(rag_req *r, const json_t *o, warned *w) {
         req_fail(r, "\"system\" must be a string without NUL characters");
     li_api_error err;
     if (!li_api_parse_sampling(o, &r->opt, &err)) req_fail(r, "%s", err.message);
+    li_repair rp;
+    if (!r->error && r->opt.repair && li_repair_parse(r->opt.repair, &rp) != LI_OK)
+        req_fail(r, "\"repair\": %s", li_last_error());
     const json_t *t = json_object_get(o, "arrival_ms");
     if (t && !json_is_null(t)) {
         if (!json_is_number(t) || !(json_number_value(t) >= 0))

@@ -79,18 +79,23 @@ class Doc(Structure):
                 ("n_ids", c_int), ("id", c_char_p)]
 
 
+class Repair(Structure):
+    _fields_ = [("mode", c_int), ("head_k", c_int), ("blend_r", c_float)]
+
+
 class Request(Structure):
     _fields_ = [("system", c_char_p), ("docs", POINTER(Doc)), ("n_docs", c_int),
                 ("query", c_char_p), ("prompt_ids", POINTER(c_int32)), ("n_prompt_ids", c_int),
                 ("chat", c_bool), ("gen", GenerateParams), ("first_logits", POINTER(c_float)),
-                ("tokens", c_void_p)]
+                ("tokens", c_void_p), ("repair", Repair)]
 
 
 class RequestResult(Structure):
     _fields_ = [("status", c_int), ("error", c_char * 256), ("cancelled", c_bool),
                 ("n_prompt", c_int), ("n_doc_tokens", c_int), ("n_cached_tokens", c_int),
-                ("doc_hits", c_int), ("doc_misses", c_int), ("n_generated", c_int),
-                ("queue_ms", c_double), ("ttft_ms", c_double), ("total_ms", c_double)]
+                ("doc_hits", c_int), ("doc_misses", c_int), ("n_repair_tokens", c_int),
+                ("n_generated", c_int), ("queue_ms", c_double), ("ttft_ms", c_double),
+                ("total_ms", c_double)]
 
 
 class CacheTierStats(Structure):
@@ -168,6 +173,7 @@ _PROTOTYPES = {
     "li_generate": (c_int, [_MODEL, _I32P, c_int, _P(GenerateParams), _P(GenerateStats)]),
     "li_eval_logits": (c_int, [_MODEL, _I32P, c_int, _P(c_float)]),
     "li_cache_mode_parse": (c_int, [c_char_p, _P(c_int)]),
+    "li_repair_parse": (c_int, [c_char_p, _P(Repair)]),
     "li_submit": (c_int, [_MODEL, _P(Request), _P(c_int64)]),
     "li_step": (c_int, [_MODEL, _P(c_int)]),
     "li_run": (c_int, [_MODEL]),

@@ -58,6 +58,7 @@ class RagResult:
     doc_tokens: int         # tokens in the system and document blocks
     doc_hits: int           # blocks (system block included) found in the cache
     doc_misses: int
+    repair_tokens: int      # document tokens recomputed in context (repair), counted as computed
     ttft_ms: float          # submit → first token
     total_ms: float         # submit → finished
     queue_ms: float         # submit → admitted
@@ -537,20 +538,23 @@ class Engine:
             temperature: float = 0.0, top_p: Optional[float] = None, top_k: Optional[int] = None,
             min_p: Optional[float] = None, seed: int = 0,
             stop: Union[str, Sequence[str], None] = None,
-            ignore_eos: bool = False) -> RagResult:
+            ignore_eos: bool = False, repair: str = "none") -> RagResult:
         """Answers `query` over `documents` (texts, (id, text) pairs or {"id", "text"} dicts) as
         one request [system][document …][query] (README "Documents (RAG)"): each document is
         encoded once and kept in the engine's document cache, so a later call naming the same
         text is served from it (doc_hits, cached_tokens). Defaults as `lazyinfer rag`: chat
         format, greedy, 64 tokens. Returns the answer with the request's figures.
 
-        Future: `repair` (re-encoding the seams between cached documents) is not in the engine
-        yet; this method will take it once li_request does."""
+        repair: "none", "head[:K]" or "blend[:R]" recomputes document tokens in this request's
+        context (docs/RAG.md "Repair"; the engine's cache mode must be lazy or copy)."""
         stop_b = _stop_bytes(stop)
         q = _bytes(query, "query")
         if q is None or not q.strip(b" \n\t\r"):
             raise ValueError("the query is empty")
         docs = _documents(documents)
+        rp = _lib.Repair()
+        if self._lib.li_repair_parse(_bytes(repair, "repair"), ctypes.byref(rp)) != 0:
+            raise ValueError(self._lib.li_last_error().decode("utf-8", "replace"))
         c = _Collector(self, stop_b)
         with self._lock:
             m = self._usable()
@@ -560,7 +564,7 @@ class Engine:
             for k, (did, text) in enumerate(docs):
                 arr[k].text, arr[k].len, arr[k].id = text, len(text), did
             req = _lib.Request(system=_bytes(system, "system"), docs=arr, n_docs=len(docs),
-                               query=q, chat=chat, gen=gp)
+                               query=q, chat=chat, gen=gp, repair=rp)
             res = self._run_request(m, req, "the request failed")
         c.raise_error()
         reason = "stop" if c.stopped or res.n_generated < max_tokens else "length"
@@ -572,7 +576,7 @@ class Engine:
                          computed_tokens=res.n_prompt - res.n_cached_tokens,
                          generated_tokens=res.n_generated, doc_tokens=res.n_doc_tokens,
                          doc_hits=res.doc_hits, doc_misses=res.doc_misses,
-                         ttft_ms=res.ttft_ms, total_ms=res.total_ms, queue_ms=res.queue_ms)
+                         repair_tokens=res.n_repair_tokens, ttft_ms=res.ttft_ms, total_ms=res.total_ms, queue_ms=res.queue_ms)
 
     def cache_stats(self) -> Dict[str, Any]:
         """The document cache's counters (li_get_cache_stats): lookups, hits, misses, resident

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "repair.h"
 
 typedef struct work work;
 
@@ -35,6 +36,9 @@ typedef struct {
     int n_priv;
     bool ready;           // none: prefilled
     work *job;            // the work item filling it, if this request created one
+    int64_t *ovl;         // repair: overlay page per page of the block (-1: the copy's), one
+                          // reference each; NULL: not repaired (repair.h)
+    int n_ovl;
 } block;
 
 typedef enum { RQ_WAITING, RQ_PREFILL, RQ_DECODE, RQ_DONE } rq_state;
@@ -54,7 +58,10 @@ struct request {
     li_kv_seq_pages own;  // pages of the tokens in `prompt` and the generated tokens
     uint64_t *table;      // attention page table: blocks' pages then own pages
     int cap_table;
-    int n_done_prompt;    // prompt tokens already run
+    int n_done_prompt;    // rows already run: the repair's, then the prompt's
+    li_repair repair;
+    bool repair_planned;  // the overlay is filled and `rep` holds the rows to recompute
+    li_repair_rows rep;   // repair rows (true positions, overlay slots), run before the prompt
     li_generate_params gen;
     float *first_logits;
     li_sampler sampler;
@@ -183,7 +190,9 @@ static void request_free_memory(request *r) {
     for (int i = 0; i < r->n_blocks; i++) {
         free(r->blocks[i].tokens);
         free(r->blocks[i].priv);
+        free(r->blocks[i].ovl);
     }
+    li_repair_rows_free(&r->rep);
     free(r->blocks);
     free(r->prompt);
     free(r->first_key);
@@ -440,6 +449,22 @@ li_status li_submit(li_model *m, const li_request *q, int64_t *id) {
         goto fail;
     }
     r->n_total_prompt = (int)total;
+    if (q->repair.mode != LI_REPAIR_NONE) {
+        char name[32];
+        li_repair_format(&q->repair, name, sizeof name);
+        if (m->cache_mode != LI_CACHE_LAZY && m->cache_mode != LI_CACHE_COPY) {
+            rc = li_error_set(LI_ERR_INVALID_ARG, "repair %s needs the cache mode lazy or copy "
+                              "(not %s)", name, li_cache_mode_name(m->cache_mode));
+            goto fail;
+        }
+        if ((q->repair.mode == LI_REPAIR_HEAD && q->repair.head_k < 1) ||
+            (q->repair.mode == LI_REPAIR_BLEND && !(q->repair.blend_r > 0 && q->repair.blend_r <= 1)) ||
+            (unsigned)q->repair.mode > LI_REPAIR_BLEND) {
+            rc = li_error_set(LI_ERR_INVALID_ARG, "repair %s: K must be >= 1 and R in (0, 1]", name);
+            goto fail;
+        }
+    }
+    r->repair = q->repair;
     if (m->cache_mode == LI_CACHE_PREFIX || m->cache_mode == LI_CACHE_FULL) {
         // the whole prompt is the request's own sequence; blocks remember where they start
         int cap = 0;
@@ -553,8 +578,15 @@ static void release_request(li_model *m, request *r, int n_blocks) {
         bl->priv = NULL;
         bl->n_priv = 0;
         bl->ready = false;
+        for (int i = 0; i < bl->n_ovl; i++)
+            if (bl->ovl[i] >= 0) li_kv_page_unref(&m->kv, bl->ovl[i]);
+        free(bl->ovl);
+        bl->ovl = NULL;
+        bl->n_ovl = 0;
     }
     li_kv_seq_clear(&m->kv, &r->own);
+    r->rep.n = 0;
+    r->repair_planned = false;
 }
 
 // Copy mode: fills a new copy from a ready copy at another offset (page copy + re-rotation of K
@@ -617,6 +649,41 @@ static li_status poll_promotions(li_model *m) {
     return LI_OK;
 }
 
+// The overlay pages a repaired block needs (repair.h), from the pool (one reference each).
+static li_status reserve_overlay(li_model *m, const request *r, block *bl) {
+    int np = li_repair_pages(&r->repair, bl->n, bl->delta, m->kv.storage.page_size);
+    if (np == 0) return LI_OK;
+    LI_TRY(li_engine_make_room(m, np));
+    if (!(bl->ovl = malloc((size_t)np * sizeof *bl->ovl)))
+        return li_error_set(LI_ERR_OOM, "out of memory");
+    for (; bl->n_ovl < np; bl->n_ovl++) {
+        li_status rc = li_kv_page_alloc(&m->kv, &bl->ovl[bl->n_ovl]);
+        LI_ASSERT(rc == LI_OK);  // make_room made room
+    }
+    return LI_OK;
+}
+
+// The repair of a request whose blocks are ready: fill its overlay, choose the rows to recompute.
+static li_status plan_repair(li_model *m, request *r) {
+    li_repair_block *rb = calloc((size_t)r->n_blocks + 1, sizeof *rb);
+    if (!rb) return li_error_set(LI_ERR_OOM, "out of memory");
+    for (int b = 0; b < r->n_blocks; b++) {
+        const block *bl = &r->blocks[b];
+        rb[b] = (li_repair_block){.tokens = bl->tokens, .n = bl->n, .delta = bl->delta,
+                                  .shared = bl->copy->pages,
+                                  .rotate = m->cache_mode == LI_CACHE_LAZY ? bl->delta : 0,
+                                  .ovl = bl->ovl, .n_ovl = bl->n_ovl};
+    }
+    li_status rc = li_repair_plan(m, &r->repair, rb, r->n_blocks, &r->rep);
+    free(rb);
+    if (rc != LI_OK) return rc;
+    r->repair_planned = true;
+    r->res.n_repair_tokens = r->rep.n;
+    // recomputed in context: not served from the cache
+    r->res.n_cached_tokens = r->res.n_cached_tokens > r->rep.n ? r->res.n_cached_tokens - r->rep.n : 0;
+    return LI_OK;
+}
+
 // Pins or creates the blocks' KV, reserves the request's own pages. LI_ERR_KV_FULL: not now.
 static li_status try_admit(li_model *m, request *r) {
     li_sched *S = m->sched;
@@ -636,6 +703,7 @@ static li_status try_admit(li_model *m, request *r) {
             rc = li_doc_cache_acquire(m->docs, &key, bl->n, lazy, bl->delta, &copy, &src, &res);
             if (rc != LI_OK) break;
             bl->copy = copy;
+            if ((rc = reserve_overlay(m, r, bl)) != LI_OK) break;
             if (res == LI_DOC_MISS) {
                 rc = miss_from_tiers(m, bl, copy, lazy);
                 // a copy promoted from the host tier now is a hit for the request (not
@@ -718,6 +786,10 @@ static bool blocks_ready(const request *r) {
     return true;
 }
 
+static bool repair_pending(const request *r) {
+    return r->repair.mode != LI_REPAIR_NONE && !r->repair_planned;
+}
+
 // The request's attention page table: its blocks' pages, then its own pages.
 static li_status build_table(li_model *m, request *r, li_kv_seq *view) {
     const int P = m->kv.storage.page_size;
@@ -732,13 +804,12 @@ static li_status build_table(li_model *m, request *r, li_kv_seq *view) {
     int w = 0;
     for (int b = 0; b < r->n_blocks; b++) {
         const block *bl = &r->blocks[b];
-        const int64_t *pages = bl->copy ? bl->copy->pages : bl->priv;
-        // lazy: K stored at local positions, rotated by Δ in attention; copy/none: stored at Δ
-        int64_t delta = m->cache_mode == LI_CACHE_LAZY ? bl->delta : 0;
-        for (int k = 0; k < n_pages_for(m, bl->n); k++) {
-            int cnt = bl->n - k * P < P ? bl->n - k * P : P;
-            r->table[w++] = li_page_word(pages[k], cnt, delta);
-        }
+        // lazy: K stored at local positions, rotated by Δ in attention; copy/none: stored at Δ;
+        // a repair's overlay pages replace the copy's: K at true positions
+        li_repair_block rb = {.n = bl->n, .shared = bl->copy ? bl->copy->pages : bl->priv,
+                              .rotate = m->cache_mode == LI_CACHE_LAZY ? bl->delta : 0,
+                              .ovl = bl->ovl, .n_ovl = bl->n_ovl};
+        w += li_repair_table(&rb, P, r->table + w);
     }
     memcpy(r->table + w, r->own.pages, (size_t)r->own.n_pages * sizeof *r->table);
     view->pages = r->table;
@@ -818,6 +889,14 @@ li_status li_step(li_model *m, int *n_unfinished) {
         if (w->source && w->source->ready) run_copy_job(m, w);
     }
 
+    // 2b. repairs of requests whose blocks became ready (blend runs its selection forward here)
+    for (request *r = S->reqs; r; r = r->next) {
+        if (r->state != RQ_PREFILL || !repair_pending(r) || !blocks_ready(r)) continue;
+        li_status prc = plan_repair(m, r);
+        if (prc == LI_ERR_OOM) fail_request(m, r, prc);
+        else if (prc != LI_OK) return prc;
+    }
+
     // 3. the batch: decode rows, then document prefill chunks, then query prefill chunks
     int rows = 0, n_seq = 0, n_log = 0;
     int chunk_of_job[64];
@@ -865,12 +944,24 @@ li_status li_step(li_model *m, int *n_unfinished) {
         rows += chunk;
     }
     for (request *r = S->reqs; r && rows < m->n_batch && n_pre < 256; r = r->next) {
-        if (r->state != RQ_PREFILL || !blocks_ready(r)) continue;
-        int left = r->n_prompt - r->n_done_prompt;
+        if (r->state != RQ_PREFILL || !blocks_ready(r) || repair_pending(r)) continue;
+        // the repair's rows (at their true positions, into the overlay), then the prompt's
+        int left = r->rep.n + r->n_prompt - r->n_done_prompt;
         int chunk = left < m->n_batch - rows ? left : m->n_batch - rows;
-        if ((rc = li_kv_seq_append(&m->kv, &r->own, chunk, S->slot + rows)) != LI_OK) return rc;
-        for (int i = 0; i < chunk; i++) {
+        int n_rep = r->rep.n - r->n_done_prompt;
+        n_rep = n_rep < 0 ? 0 : n_rep < chunk ? n_rep : chunk;
+        if ((rc = li_kv_seq_append(&m->kv, &r->own, chunk - n_rep, S->slot + rows + n_rep)) != LI_OK)
+            return rc;
+        for (int i = 0; i < n_rep; i++) {
             int idx = r->n_done_prompt + i;
+            S->tok[rows + i] = r->rep.tok[idx];
+            S->pos[rows + i] = r->rep.pos[idx];
+            S->slot[rows + i] = r->rep.slot[idx];
+            S->nvis[rows + i] = r->rep.pos[idx] + 1;  // every key before it: the table is in
+            S->first[rows + i] = 0;                    // position order
+        }
+        for (int i = n_rep; i < chunk; i++) {
+            int idx = r->n_done_prompt + i - r->rep.n;
             S->tok[rows + i] = r->prompt[idx];
             S->pos[rows + i] = r->n_block_tokens + idx;
             S->nvis[rows + i] = r->n_block_tokens + idx + 1;
@@ -925,7 +1016,7 @@ li_status li_step(li_model *m, int *n_unfinished) {
     for (int j = 0; j < n_pre; j++) {
         request *r = pre_in_batch[j];
         r->n_done_prompt += pre_chunk[j];
-        if (r->n_done_prompt == r->n_prompt && m->prefix) {
+        if (r->n_done_prompt == r->rep.n + r->n_prompt && m->prefix) {
             // offer every full prompt page to the prefix cache (vLLM caches full blocks)
             // tail-first, so the prompt's first pages are the most recently used (vLLM order)
             for (int k = r->n_prompt / P - 1; k >= 0 && rc == LI_OK; k--)

@@ -473,10 +473,12 @@ static li_status forward_ops(void *args) {
     // x (T, D) = embedding rows
     op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
 
+    // a repair's first pass (src/engine/repair.c) stops after the layers whose K it compares
+    const int L = b->n_layers > 0 && b->n_layers < hp->n_layer ? b->n_layers : hp->n_layer;
     bool xn_ready = false;  // s->xn = norm(x) for layer il, left by an f32 layer il - 1
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < L; il++) {
         const layer_kind k = kind_of(a, il);
-        const bool norm_next = il + 1 < hp->n_layer && kind_of(a, il + 1) == LAYER_F32;
+        const bool norm_next = il + 1 < L && kind_of(a, il + 1) == LAYER_F32;
         if (k == LAYER_FP8) layer_fp8(a, il);
         else if (k == LAYER_BF16) layer_bf16(a, il);
         else layer_f32(a, il, xn_ready, norm_next);
@@ -508,7 +510,8 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
             return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
                                 b->tokens[t], hp->n_vocab);
-    if (b->n_logits < 0 || b->n_logits > T)
+    if (b->n_logits < 0 || b->n_logits > T || (b->n_logits > 0 && b->n_layers > 0 &&
+                                                 b->n_layers < hp->n_layer))
         return li_error_set(LI_ERR_INVALID_ARG, "%d logit rows for a batch of %d tokens",
                             b->n_logits, T);
     for (int i = 0; i < b->n_logits; i++)
@@ -523,9 +526,11 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
     // FP8 rows (T, max(D, F, H*Dh)) and their scales, made once (the first FP8 batch)
     if (m->fp8 && T > 1 && !s->qa) LI_TRY(scratch_fp8(s, hp));
     // One step (step.h): a graph on a device backend, keyed by the step's shape so that decode
-    // steps of one batch size share an executable graph (FP8 steps run eagerly).
+    // steps of one batch size share an executable graph (FP8 steps and partial forwards run
+    // eagerly).
     uint64_t key = (uint64_t)T | (uint64_t)b->n_seqs << 20 | (uint64_t)b->n_logits << 40 |
                    (uint64_t)(b->kv_first != NULL) << 62;
     forward_args args = {m, s, kv, b, logits};
-    return li_step_run(be, key, !(m->fp8 && T > 1), forward_ops, NULL, &args);
+    bool partial = b->n_layers > 0 && b->n_layers < hp->n_layer;
+    return li_step_run(be, key, !(m->fp8 && T > 1) && !partial, forward_ops, NULL, &args);
 }

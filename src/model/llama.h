@@ -142,6 +142,7 @@ typedef struct {
     const li_batch_seq *seqs;  // (n_seqs)
     int n_logits;              // rows that need logits
     const int32_t *logit_rows; // (n_logits) batch indices
+    int n_layers;              // layers to run, from 0 (0: all); fewer takes no logits
 } li_batch;
 
 // Loaders. `path`: an HF directory, a .gguf file. The model is bound to `be`.

@@ -49,6 +49,7 @@ void li_api_request_free(li_api_request *r) {
     free(r->bias_ids);
     free(r->bias);
     free(r->json_schema);
+    free(r->repair);
     memset(r, 0, sizeof *r);
 }
 
@@ -286,6 +287,12 @@ bool li_api_parse_sampling(const json_t *o, li_api_request *r, li_api_error *err
         r->seed = (uint64_t)json_integer_value(seed);
         r->has_seed = true;
     }
+    const json_t *rp = json_object_get(o, "repair");
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_string(rp))
+            return BAD("repair", "'repair' must be a string: none, head[:K] or blend[:R]");
+        if (!dup_string(rp, "repair", &r->repair, NULL, err)) return false;
+    }
     return parse_stop(o, r, err);
 }
 
@@ -301,7 +308,7 @@ static const char *const FIELDS_BOTH[] = {
     // extensions
     "documents", "top_k", "min_p", "ignore_eos", "skip_special_tokens", "repetition_penalty",
     "gen_length", "block_length", "sub_block_length", "steps", "threshold", "factor", "confidence",
-    "dpad", "lacache", "fp8", NULL};
+    "dpad", "lacache", "fp8", "repair", NULL};
 static const char *const FIELDS_CHAT[] = {
     "messages", "top_logprobs", "tools", "tool_choice",
     "parallel_tool_calls", "functions", "function_call", "modalities", "audio", "prediction",

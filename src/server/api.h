@@ -53,6 +53,9 @@ typedef struct {
     double temperature, top_p;
     int top_k;                   // extension, -1: not given
     bool ignore_eos;             // extension (as vLLM): generate max_tokens even past EOS
+    char *repair;                // extension: cross-document repair, "none", "head[:K]",
+                                 // "blend[:R]" as given (li_repair_parse checks it where the
+                                 // model is: server-http.c, rag-requests.c); NULL: not given
     double min_p;                // extension, < 0: not given
     uint64_t seed;
     char *stop[LI_API_MAX_STOP];
@@ -100,7 +103,8 @@ bool li_api_parse(const char *body, size_t len, li_api_endpoint ep, li_api_reque
 void li_api_request_free(li_api_request *r);
 
 // The sampling fields of a request object `o` (a jansson json_t): max_tokens (or
-// max_completion_tokens), temperature, top_p, min_p, top_k, ignore_eos, seed and stop, checked
+// max_completion_tokens), temperature, top_p, min_p, top_k, ignore_eos, seed, stop and repair
+// (a string; its value is checked by li_repair_parse), checked
 // for type and range into r (which must be zeroed: fields absent keep the "not given" values
 // -1 / false). Shared with `lazyinfer rag`'s workload lines (tools/rag-requests.c). On failure
 // *err names the field; r's strings are freed by li_api_request_free either way.

@@ -257,6 +257,7 @@ static void submit(li_server *s, sreq *r, int k) {
     sp.top_k = a->top_k >= 0 ? a->top_k : 0;
     sp.min_p = a->min_p >= 0 ? (float)a->min_p : 0.0f;
     q.gen.n_predict = r->n_predict;
+    q.repair = r->repair;
     for (int end = r->n_started + k; r->n_started < end; r->n_started++) {
         choice *c = &r->ch[r->n_started];
         sp.seed = r->seed + (uint64_t)c->index;

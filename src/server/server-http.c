@@ -296,6 +296,18 @@ static bool prepare_prompt(li_server *s, sreq *r, li_api_error *e) {
     if (a->n_docs && s->dllm)
         return li_api_error_set(e, 400, "invalid_request_error", "documents", NULL,
                                 "'documents' are not supported with diffusion models");
+    if (a->repair && s->dllm)
+        return li_api_error_set(e, 400, "invalid_request_error", "repair", NULL,
+                                "'repair' is not supported with diffusion models");
+    r->repair = s->p.repair;
+    if (a->repair && li_repair_parse(a->repair, &r->repair) != LI_OK)
+        return li_api_error_set(e, 400, "invalid_request_error", "repair", NULL, "%s",
+                                li_last_error());
+    if (r->repair.mode != LI_REPAIR_NONE && strcmp(s->info.cache_mode, "lazy") &&
+        strcmp(s->info.cache_mode, "copy"))
+        return li_api_error_set(e, 400, "invalid_request_error", "repair", NULL,
+                                "'repair' needs a server whose --cache is lazy or copy (this one "
+                                "runs %s)", s->info.cache_mode);
     if (a->n_docs && chat && !simple)
         return li_api_error_set(e, 400, "invalid_request_error", "documents", NULL,
                                 "with 'documents' the messages must be one user message, "

@@ -58,6 +58,7 @@ struct sreq {
     int n_ids;
     bool own_ids;
     int n_predict;  // tokens each choice may generate (autoregressive)
+    li_repair repair;  // the request's 'repair', else the server's --repair
     uint64_t seed;  // choice i draws with seed + i
     li_json_grammar *grammar;  // response_format's, NULL: none
     choice *ch;     // (n_ch)

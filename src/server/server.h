@@ -46,6 +46,7 @@ typedef struct {
     // first arrival waits up to this long for others to start with it (clients sending at once
     // arrive within milliseconds of each other; a request takes seconds). 0: start at once.
     unsigned batch_wait_ms;
+    li_repair repair;  // cross-document repair of requests without a 'repair' field (zero: none)
 } li_server_params;
 
 li_server_params li_server_default_params(void);
