@@ -22,7 +22,7 @@
 #   dllm    test-dllm on CUDA and bench dllm on synth:llada-8b (not in the default STEPS)
 #   dllmtest test-dllm and test-llada (bf16 activations = f32 bit for bit) on CUDA only
 #   dllmprof LI_CUDA_PROFILE=1 of bench dllm's GSM8K run at K = 4: +parallel, all combined (no FP8)
-#   densepad bench dllm GSM8K K = 4 with cuDNN's dense plans per exact length and per size class
+#   densepad gpu-check / test-llada with LI_CUDNN_DENSE_PAD=1, bench dllm GSM8K K = 4 without and with it
 #   dllmstep bench dllm --canvas: one denoising step at canvas 512/1024/2048 per LaCache component
 #   dllmact the same with f32 activations (LI_LLADA_ACT=f32): the bf16 path's same-call baseline
 #   torchllada bench/torch_baselines.py --only eager_llada8b: PyTorch eager vanilla decoding of the
@@ -205,15 +205,19 @@ has dllmact && run bench-dllm-canvas-f32act 240 env LI_LLADA_ACT=f32 $LI bench d
   -m synth:llada-8b --canvas 512,1024,2048 --block-length 32
 GSM8K="--prompts data/gsm8k/test.jsonl -n 1 --shots 4 --prompt-tokens 575 --gen-length 256
        --block-length 32 --steps 256"
-# cuDNN's dense plans per exact length (LI_CUDNN_DENSE_EXACT=1: a plan build, ~65 ms, per canvas
-# length, which DPad changes every block) against padded plans of 256-row size classes (the
-# default): GSM8K at K = 4, +parallel and all combined (no FP8), each its own process; the
-# profile's last line gives plans built and their build time
+# cuDNN's dense plans per exact length (the default: a plan build, ~65 ms, per canvas length,
+# which DPad changes every block) against padded plans of 256-row size classes
+# (LI_CUDNN_DENSE_PAD=1): first gpu-check's dense cases with it (the oracle, K / V slack filled
+# with large values), then GSM8K at K = 4, +parallel and all combined (no FP8), each its own
+# process; the profile's last line gives plans built and their build time
 if has densepad; then
-  for d in 1 0; do
-    run densepad-exact$d 150 env LI_CUDNN_DENSE_EXACT=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
+  run gpu-check-densepad 120 env LI_CUDNN_DENSE_PAD=1 LI_GPU_CHECK_NO_BENCH=1 LI_GPU_CHECK_ONLY=bf16,flash \
+    $B/gpu-check
+  run test-llada-densepad 120 env LI_CUDNN_DENSE_PAD=1 LI_TEST_BACKEND=cuda $B/test-llada
+  for d in 0 1; do
+    run densepad$d 150 env LI_CUDNN_DENSE_PAD=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
       -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
-    grep -E "^\||^cudnn" "$OUT/densepad-exact$d.log" | head -8
+    grep -E "^\||^cudnn" "$OUT/densepad$d.log" | head -8
   done
 fi
 # GSM8K: one 4-shot question cut to its last 575 tokens, gen 256, block 32, 256 steps. The K = 2

@@ -498,10 +498,12 @@ void li_cu_attn_prepare(li_backend *be, int H, int Hkv, int Dh) {
 // attention_dense / attention_dense_bf16 through cuDNN: q converted to bf16 (unscaled: cuDNN
 // scales the scores in fp32), K / V bf16, out bf16 (outb) or f32 (outf, through lib_o). false
 // when it does not apply (the caller runs its kernel).
-// The plan is that of the lengths' size class (LI_ATTN_DENSE_SLACK rows, padding mask): DPad
-// gives LLaDA's canvas a new length every block, and a plan per exact length cost ~65 ms to build
-// on the H100 (516.6 ms for 8 in bench dllm's GSM8K run at K = 4: a third of a step per step).
-// So q and o hold the class's rows here, k / v and outb have the slack backend.h asks for.
+// With LI_CUDNN_DENSE_PAD=1 the plan is that of the lengths' size class (LI_ATTN_DENSE_SLACK
+// rows, padding mask): DPad gives LLaDA's canvas a new length every block, and a plan per exact
+// length cost ~65 ms to build on the H100 (516.6 ms for 8 in bench dllm's GSM8K run at K = 4: a
+// third of a step per step). q and o then hold the class's rows here, k / v and outb have the
+// slack backend.h asks for. Off by default until gpu-check and the A/B (bench/gpu-run.sh
+// densepad) have run on a GPU: this build has not been.
 static bool dense_cudnn(li_backend *be, float *outf, uint16_t *outb, const float *q, int T, int H,
                         const uint16_t *k, const uint16_t *v, int nk, int Hkv, int Dh,
                         float scale) {
@@ -518,7 +520,7 @@ static bool dense_cudnn(li_backend *be, float *outf, uint16_t *outb, const float
     if (!cudnn_ready(be)) return be->attn_impl == LI_ATTN_LIBRARY;
     const int C = LI_ATTN_DENSE_SLACK;
     const int sq = (T + C - 1) / C * C, skv = (nk + C - 1) / C * C;
-    const bool padded = !im->env.dense_exact && im->lib_iota && sq < LI_CUDNN_IOTA &&
+    const bool padded = im->env.dense_pad && im->lib_iota && sq < LI_CUDNN_IOTA &&
                         skv < LI_CUDNN_IOTA;
     const size_t nq = (size_t)T * H * Dh, nq_plan = (size_t)(padded ? sq : T) * H * Dh;
     uint16_t *qb = li_cu_scratch_get(im, &im->lib_q, nq_plan * 2, "attention_dense (cudnn q)");

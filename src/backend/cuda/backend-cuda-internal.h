@@ -116,7 +116,7 @@ typedef struct {
     bool profile;         // LI_CUDA_PROFILE=1: an event per op, the table at teardown; no graphs
     bool pdl;             // true unless LI_CUDA_PDL=0: programmatic dependent launches
     char cudnn_lib[512];  // LI_CUDNN_LIB: the cuDNN library file ("": libcudnn.so.9)
-    bool dense_exact;     // LI_CUDNN_DENSE_EXACT=1: dense cuDNN plans per exact length (A/B)
+    bool dense_pad;       // LI_CUDNN_DENSE_PAD=1: dense cuDNN plans per 256-row size class
 } li_cuda_env;
 
 // Grow-only device scratch. Growth frees the old buffer (cudaFree waits for the device), so it

@@ -28,7 +28,7 @@ static void env_read(li_cuda_env *env) {
     env->pdl = !(pdl && pdl[0] == '0');
     const char *lib = getenv("LI_CUDNN_LIB");
     snprintf(env->cudnn_lib, sizeof env->cudnn_lib, "%s", lib ? lib : "");
-    env->dense_exact = env_on("LI_CUDNN_DENSE_EXACT");
+    env->dense_pad = env_on("LI_CUDNN_DENSE_PAD");
 }
 
 // ---- creation ---------------------------------------------------------------------------------
