@@ -169,6 +169,57 @@ static void test_fp8(const char *model) {
     TEST_END();
 }
 
+// A batch takes turns per forward: a long request (6 blocks) and a short one (1 block) started
+// together — the short one is done while the long one still decodes, a request cancelled midway
+// gives its pages back, and each finished output is the request's solo run, token for token.
+static void test_batch_turns(const char *model) {
+    TEST_BEGIN("fast-dllm-v2 batch: requests take turns per forward, outputs = solo runs");
+    li_model *m = test_model_load(model);
+    CHECK(m != NULL, "load %s", model);
+    if (m) {
+        int32_t pa[11] = {17, 40, 99, 3, 250, 61, 77, 120, 5, 8, 200}, pb[5] = {9, 30, 4, 71, 2};
+        int32_t pc[3] = {44, 45, 46};
+        int32_t solo_a[48], solo_b[8], out_a[48], out_b[8], out_c[48];
+        li_dllm_params p = li_dllm_default_params();
+        p.block_length = 8;
+        p.sub_block_length = 4;
+        p.threshold = 0.5;
+        li_dllm_params pl = p, ps = p;
+        pl.gen_length = 48;
+        ps.gen_length = 8;
+        CHECK(li_dllm_generate(m, pa, 11, &pl, solo_a, NULL) == LI_OK, "%s", li_last_error());
+        CHECK(li_dllm_generate(m, pb, 5, &ps, solo_b, NULL) == LI_OK, "%s", li_last_error());
+        int64_t free0 = li_kv_pool_n_free(&m->kv);
+        li_dllm_request reqs[3] = {{.prompt = pa, .n_prompt = 11, .params = pl, .out = out_a},
+                                   {.prompt = pb, .n_prompt = 5, .params = ps, .out = out_b},
+                                   {.prompt = pc, .n_prompt = 3, .params = pl, .out = out_c}};
+        li_dllm_batch *b = NULL;
+        CHECK(li_dllm_batch_begin(m, reqs, 3, &b) == LI_OK, "%s", li_last_error());
+        int left = 3, steps = 0, short_done_at = -1;
+        bool long_running_then = false;
+        while (b && left > 0 && steps < 10000) {
+            CHECK(li_dllm_batch_step(b, &left) == LI_OK, "%s", li_last_error());
+            steps++;
+            if (steps == 2) CHECK(li_dllm_batch_cancel(b, 2) == LI_OK, "cancel");
+            if (short_done_at < 0 && li_dllm_batch_done(b, 1)) {
+                short_done_at = steps;
+                long_running_then = !li_dllm_batch_done(b, 0);
+            }
+        }
+        CHECK(left == 0, "the batch did not finish in %d steps", steps);
+        CHECK(short_done_at > 0 && long_running_then,
+              "the short request finished at batch step %d, not while the long one decoded",
+              short_done_at);
+        CHECK(!memcmp(out_a, solo_a, sizeof out_a), "the long request differs from its solo run");
+        CHECK(!memcmp(out_b, solo_b, sizeof out_b), "the short request differs from its solo run");
+        li_dllm_batch_free(b);
+        CHECK(li_kv_pool_n_free(&m->kv) == free0, "pages not given back: %lld free, %lld before",
+              (long long)li_kv_pool_n_free(&m->kv), (long long)free0);
+    }
+    li_model_free(m);
+    TEST_END();
+}
+
 int main(void) {
     const char *backend = test_backend(NULL);
     if (!test_backend_usable("test-bd-generate-ref", backend, "tests/data/ref/tiny-fdllm-a"))
@@ -196,6 +247,7 @@ int main(void) {
     TEST_END();
     test_bad_params("tests/data/ref/tiny-fdllm-a");
     test_fp8("tests/data/ref/tiny-fdllm-a");
+    test_batch_turns("tests/data/ref/tiny-fdllm-a");
     json_decref(root);
     return test_summary();
 }

@@ -14,6 +14,7 @@
 // the step reads (the sub-block's, shifted one row up): exact, the head GEMM is row-invariant.
 // Not here: LLaDA's SAR decoding (engine-dllm.c), the model (src/model/arch-llama.c).
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../backend/dllm-rules.h"
@@ -41,6 +42,30 @@ typedef struct {
     int nfe;
     li_dllm_stats *st;    // work counters, accumulated per forward
 } bd_run;
+
+// Where a request's decoding stands between two li_bd_step calls (each runs one forward): the
+// loops of docs/DLLM.md "Fast-dLLM v2" unrolled, so that a batch's requests take turns per
+// forward and a long request holds no other back.
+typedef enum {
+    BD_PREFILL,  // the prompt's whole blocks, a chunk per forward: rows [c0, c)
+    BD_BLOCK,    // a new block starts at row c (or the request ends)
+    BD_SUB,      // denoising the sub-block at s0 of the block at c
+    BD_CLOSE,    // the finished block's closing forward (its K/V, the next block's first token)
+    BD_DONE,
+} bd_phase;
+
+struct li_bd_run {
+    bd_run r;
+    void *parts;           // the block holding r's arrays
+    li_dllm_params p;      // (on_step, user: the caller's)
+    int P;                 // prompt rows
+    bd_phase phase;
+    int c0, c, chunk, blk, n_blocks, s0, step_in, steps;
+    bool done;             // the stop token was decided: no more blocks
+    bool lend_fp8;         // the FP8 FFN copies go into the forward for this request's steps
+    li_dllm_stats st;
+    double t0;
+};
 
 // Work of one forward of T rows over `keys` keys per row with n_head_rows through the head, into
 // the counters bench dllm reports. FLOPs: 2 per MAC of every matmul (Q/K/V/O, the FFN, the head)
@@ -152,173 +177,248 @@ static void trace(const bd_run *r, const li_dllm_params *p, int n_prompt, int bl
     p->on_step(p->user, &s);
 }
 
-// The decoding loop: docs/DLLM.md "Fast-dLLM v2" step by step.
-static li_status decode(bd_run *r, const int32_t *prompt, int P, const li_dllm_params *p,
-                        li_dllm_stats *st) {
+// One denoising forward of the sub-block at s0 and its commits (the reference's inner loop body).
+static li_status denoise(li_bd_run *d) {
+    bd_run *r = &d->r;
     li_model *m = r->m;
-    const int V = m->llama.hp.n_vocab, B = p->block_length;
+    const li_dllm_params *p = &d->p;
+    const int V = m->llama.hp.n_vocab, B = p->block_length, c = d->c, s0 = d->s0;
     const int S = p->sub_block_length ? p->sub_block_length : 8;
-    const int32_t mask = m->llama.hp.bd_mask_id, stop = li_bd_stop_token(m);
+    const int32_t mask = m->llama.hp.bd_mask_id;
     // HF: threshold=1 by default (strictly above: only the forced best commits); x1_p > threshold
     // compares float32 probabilities with the threshold rounded to float32
     const float tau = p->threshold > 0 ? (float)p->threshold : 1.0f;
-    memcpy(r->canvas, prompt, sizeof(int32_t) * P);
-    for (int i = P; i < r->n_canvas; i++) r->canvas[i] = mask;
-    int steps = 0;
-
-    // Prompt prefill (HF: `if input_ids.shape[1] > block_size`): its whole blocks, block-causal;
-    // a prompt that ends on a block boundary gets its next token from the last row (argmax).
-    // (The reference skips this for a prompt of exactly one block and then decodes the first
-    // block without the prompt: here such a prompt is prefilled like any other; see DLLM.md.)
-    int c = P >= B ? P / B * B : 0;  // cache length: rows [0, c) are cached
-    int chunk = m->n_batch / B * B;
-    for (int c0 = 0; c0 < c; c0 += chunk) {
-        int T = c - c0 < chunk ? c - c0 : chunk;
-        LI_TRY(li_kv_seq_append(&m->kv, &r->seq, T, r->slots));
-        for (int i = 0; i < T; i++) r->nvis[i] = (c0 + i) / B * B + B;
-        bool last = c0 + T == c;
-        int32_t row = T - 1;
-        LI_TRY(bd_forward(r, c0, T, r->slots, &row, last && P == c ? 1 : 0));
+    // HF: logits = cat([logits[:, :1], logits[:, :-1]]): row j is predicted by output row j - 1
+    // (row 0 by itself; never a mask: it holds the prompt or the AR token)
+    int n_rows = 0;
+    for (int j = s0; j < s0 + S; j++) r->rows[n_rows++] = j > 0 ? j - 1 : 0;
+    if (!r->trunc) {  // HF: the whole block through the head, then the slice
+        for (int j = 0; j < B; j++) r->rows[j] = j;
+        n_rows = B;
     }
-    if (c > 0 && P == c) r->canvas[P] = argmax_f32(r->logits, V);  // row 0 of the first block
-
-    const int n_blocks = p->gen_length / B;
-    bool done = false;
-    for (int blk = 0; blk < n_blocks && !done; blk++) {
-        // rows [c, c + B): the prompt's tail or the AR token, then masks
-        int step_in = 0;
-        LI_TRY(li_kv_seq_append(&m->kv, &r->seq, B, r->slots));
-        for (int i = 0; i < B; i++) r->nvis[i] = c + B;
-        for (int s0 = 0; s0 < B && !done; s0 += S) {
-            for (;;) {
-                int n_mask = 0;
-                for (int j = s0; j < s0 + S; j++) n_mask += r->canvas[c + j] == mask;
-                if (n_mask == 0) break;
-                if (stop_row(r, P, c + B, stop, mask) >= 0) {
-                    done = true;
-                    break;
-                }
-                // A row committed with the mask id stays a mask (as in the reference, which then
-                // never ends); trained models do not get here
-                if (step_in >= 8 * B + 64)  // engine-dllm.c's bound
-                    return li_error_set(LI_ERR_LIMIT, "dllm: block %d still has masks after "
-                                        "%d steps: the model keeps predicting the mask token %d",
-                                        blk, step_in, mask);
-                // HF: logits = cat([logits[:, :1], logits[:, :-1]]): row j is predicted by output
-                // row j - 1 (row 0 by itself; never a mask: it holds the prompt or the AR token)
-                int n_rows = 0;
-                for (int j = s0; j < s0 + S; j++) r->rows[n_rows++] = j > 0 ? j - 1 : 0;
-                if (!r->trunc) {  // HF: the whole block through the head, then the slice
-                    for (int j = 0; j < B; j++) r->rows[j] = j;
-                    n_rows = B;
-                }
-                LI_TRY(bd_forward(r, c, B, r->slots, r->rows, n_rows));
-                steps++;
-                // HF sample_with_top_p at temperature 0: p = softmax(logits) (float32), x = argmax
-                int best = -1;
-                float best_p = -INFINITY, conf[S];
-                int32_t x[S];
-                for (int k = 0; k < S; k++) {
-                    // row s0 + k of the block reads output row max(s0 + k - 1, 0): the k-th row
-                    // returned (trunc), or that row of the whole block's
-                    int j = s0 + k > 0 ? s0 + k - 1 : 0;
-                    const float *l = r->logits + (size_t)(r->trunc ? k : j) * V;
-                    x[k] = argmax_f32(l, V);
-                    conf[k] = r->canvas[c + s0 + k] == mask ? li_dllm_conf_f32(l, V, x[k])
-                                                            : -INFINITY;
-                    if (conf[k] > best_p) {  // x1_p.argmax(): the first maximum
-                        best_p = conf[k];
-                        best = k;
-                    }
-                }
-                int committed = 0;
-                for (int k = 0; k < S; k++) {
-                    if (r->canvas[c + s0 + k] != mask || !(k == best || conf[k] > tau)) continue;
-                    r->canvas[c + s0 + k] = x[k];
-                    committed++;
-                }
-                trace(r, p, P, blk, step_in++, steps, committed, mask);
-            }
+    LI_TRY(bd_forward(r, c, B, r->slots, r->rows, n_rows));
+    d->steps++;
+    // HF sample_with_top_p at temperature 0: p = softmax(logits) (float32), x = argmax
+    int best = -1;
+    float best_p = -INFINITY, conf[S];
+    int32_t x[S];
+    for (int k = 0; k < S; k++) {
+        // row s0 + k of the block reads output row max(s0 + k - 1, 0): the k-th row returned
+        // (trunc), or that row of the whole block's
+        int j = s0 + k > 0 ? s0 + k - 1 : 0;
+        const float *l = r->logits + (size_t)(r->trunc ? k : j) * V;
+        x[k] = argmax_f32(l, V);
+        conf[k] = r->canvas[c + s0 + k] == mask ? li_dllm_conf_f32(l, V, x[k]) : -INFINITY;
+        if (conf[k] > best_p) {  // x1_p.argmax(): the first maximum
+            best_p = conf[k];
+            best = k;
         }
-        if (!done) done = stop_row(r, P, c + B, stop, mask) >= 0;
-        if (done) break;
+    }
+    int committed = 0;
+    for (int k = 0; k < S; k++) {
+        if (r->canvas[c + s0 + k] != mask || !(k == best || conf[k] > tau)) continue;
+        r->canvas[c + s0 + k] = x[k];
+        committed++;
+    }
+    trace(r, p, d->P, d->blk, d->step_in++, d->steps, committed, mask);
+    return LI_OK;
+}
+
+// Runs the request on to its next forward (true in *finished instead once it has decided every
+// row): docs/DLLM.md "Fast-dLLM v2" step by step, each phase as the reference's loops order it.
+static li_status advance(li_bd_run *d, bool *finished) {
+    bd_run *r = &d->r;
+    li_model *m = r->m;
+    const li_dllm_params *p = &d->p;
+    const int V = m->llama.hp.n_vocab, B = p->block_length, P = d->P;
+    const int S = p->sub_block_length ? p->sub_block_length : 8;
+    const int32_t mask = m->llama.hp.bd_mask_id, stop = li_bd_stop_token(m);
+    *finished = false;
+    for (;;) switch (d->phase) {
+    case BD_PREFILL:
+        // The prompt's whole blocks (HF: `if input_ids.shape[1] > block_size`), block-causal; a
+        // prompt that ends on a block boundary gets its next token from the last row (argmax).
+        // (The reference skips this for a prompt of exactly one block and then decodes the
+        // first block without the prompt: here such a prompt is prefilled like any other.)
+        if (d->c0 >= d->c) {
+            if (d->c > 0 && P == d->c) r->canvas[P] = argmax_f32(r->logits, V);  // the last chunk's
+            d->phase = BD_BLOCK;
+            continue;
+        }
+        {
+            const int c0 = d->c0, T = d->c - c0 < d->chunk ? d->c - c0 : d->chunk;
+            LI_TRY(li_kv_seq_append(&m->kv, &r->seq, T, r->slots));
+            for (int i = 0; i < T; i++) r->nvis[i] = (c0 + i) / B * B + B;
+            int32_t row = T - 1;
+            LI_TRY(bd_forward(r, c0, T, r->slots, &row, c0 + T == d->c && P == d->c ? 1 : 0));
+            d->c0 += T;
+        }
+        return LI_OK;
+    case BD_BLOCK:  // rows [c, c + B): the prompt's tail or the AR token, then masks
+        if (d->blk >= d->n_blocks || d->done) {
+            d->phase = BD_DONE;
+            continue;
+        }
+        d->step_in = 0;
+        d->s0 = 0;
+        LI_TRY(li_kv_seq_append(&m->kv, &r->seq, B, r->slots));
+        for (int i = 0; i < B; i++) r->nvis[i] = d->c + B;
+        d->phase = BD_SUB;
+        continue;
+    case BD_SUB: {
+        if (d->s0 >= B) {
+            d->phase = BD_CLOSE;
+            continue;
+        }
+        int n_mask = 0;
+        for (int j = d->s0; j < d->s0 + S; j++) n_mask += r->canvas[d->c + j] == mask;
+        if (n_mask == 0) {  // the next sub-block
+            d->s0 += S;
+            continue;
+        }
+        if (stop_row(r, P, d->c + B, stop, mask) >= 0) {
+            d->done = true;
+            d->phase = BD_DONE;
+            continue;
+        }
+        // A row committed with the mask id stays a mask (as in the reference, which then never
+        // ends); trained models do not get here
+        if (d->step_in >= 8 * B + 64)  // engine-dllm.c's bound
+            return li_error_set(LI_ERR_LIMIT, "dllm: block %d still has masks after %d steps: "
+                                "the model keeps predicting the mask token %d",
+                                d->blk, d->step_in, mask);
+        return denoise(d);
+    }
+    case BD_CLOSE: {
+        if (stop_row(r, P, d->c + B, stop, mask) >= 0) {
+            d->done = true;
+            d->phase = BD_DONE;
+            continue;
+        }
         // The finished block: one more forward stores its K/V (its slots are already written,
         // with these tokens, by this same forward) and predicts the next block's first token.
         int32_t last = B - 1;
-        LI_TRY(bd_forward(r, c, B, r->slots, &last, 1));
-        steps++;
-        c += B;
-        r->canvas[c] = argmax_f32(r->logits, V);
-        trace(r, p, P, blk, step_in, steps, 1, mask);
+        LI_TRY(bd_forward(r, d->c, B, r->slots, &last, 1));
+        d->steps++;
+        d->c += B;
+        r->canvas[d->c] = argmax_f32(r->logits, V);
+        trace(r, p, P, d->blk, d->step_in, d->steps, 1, mask);
+        d->blk++;
+        d->phase = BD_BLOCK;
+        return LI_OK;
     }
-
-    // Output: the generated rows up to and including the first stop token (the reference
-    // truncates there), stop tokens after it; the AR token after the last block is dropped when
-    // it falls past gen_length (a prompt ending on a block boundary).
-    int hi = done ? stop_row(r, P, c + B, stop, mask) + 1 : c + 1;  // rows decided: [P, hi)
-    if (hi > r->n_canvas) hi = r->n_canvas;
-    for (int i = hi; i < r->n_canvas; i++) r->canvas[i] = stop;
-    if (st) {
-        st->steps = steps;
+    case BD_DONE: {
+        // Output: the generated rows up to and including the first stop token (the reference
+        // truncates there), stop tokens after it; the AR token after the last block is dropped
+        // when it falls past gen_length (a prompt ending on a block boundary).
+        int hi = d->done ? stop_row(r, P, d->c + B, stop, mask) + 1 : d->c + 1;  // decided: [P, hi)
+        if (hi > r->n_canvas) hi = r->n_canvas;
+        for (int i = hi; i < r->n_canvas; i++) r->canvas[i] = stop;
+        li_dllm_stats *st = &d->st;
+        st->steps = d->steps;
         st->nfe = r->nfe;
         st->n_tokens_dinfer = hi - P;
         st->n_tokens_fastdllm = 0;
         for (int i = P; i < hi; i++) st->n_tokens_fastdllm += r->canvas[i] != stop;
+        *finished = true;
+        return LI_OK;
     }
-    return LI_OK;
+    }
 }
 
-li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
-                         const li_dllm_params *p, int32_t *out, li_dllm_stats *stats) {
-    if (!out) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no output buffer");
+void li_bd_free(li_bd_run *d) {
+    if (!d) return;
+    li_kv_seq_free(&d->r.m->kv, &d->r.seq);
+    li_free(d->parts);
+    free(d);
+}
+
+li_status li_bd_begin(li_model *m, const int32_t *prompt, int n_prompt, const li_dllm_params *p,
+                      li_bd_run **out) {
+    *out = NULL;
     LI_TRY(li_bd_check(m, p, prompt, n_prompt));
     const int V = m->llama.hp.n_vocab, B = p->block_length;
-    bd_run r = {.m = m, .n_canvas = n_prompt + p->gen_length};
+    li_bd_run *d = calloc(1, sizeof *d);
+    if (!d) return li_error_set(LI_ERR_OOM, "dllm: out of memory");
+    bd_run *r = &d->r;
+    *r = (bd_run){.m = m, .n_canvas = n_prompt + p->gen_length};
     int chunk = m->n_batch / B * B, rows = chunk > B ? chunk : B;
-    li_status rc = LI_OK;
-    void *parts;
     // canvas has one row more than it keeps: the AR token after the last block may land there
-    li_part parts_[] = {{(void **)&r.canvas, sizeof(int32_t) * (r.n_canvas + 1)},
-                        {(void **)&r.pos, sizeof(int32_t) * rows},
-                        {(void **)&r.nvis, sizeof(int32_t) * rows},
-                        {(void **)&r.rows, sizeof(int32_t) * B},
-                        {(void **)&r.slots, sizeof(int64_t) * rows},
-                        {(void **)&r.logits, sizeof(float) * B * (size_t)V}};
-    if (!(parts = li_alloc_parts(parts_, sizeof parts_ / sizeof parts_[0], "Fast-dLLM v2 decoding")))
+    li_part parts_[] = {{(void **)&r->canvas, sizeof(int32_t) * (r->n_canvas + 1)},
+                        {(void **)&r->pos, sizeof(int32_t) * rows},
+                        {(void **)&r->nvis, sizeof(int32_t) * rows},
+                        {(void **)&r->rows, sizeof(int32_t) * B},
+                        {(void **)&r->slots, sizeof(int64_t) * rows},
+                        {(void **)&r->logits, sizeof(float) * B * (size_t)V}};
+    if (!(d->parts = li_alloc_parts(parts_, sizeof parts_ / sizeof parts_[0],
+                                    "Fast-dLLM v2 decoding"))) {
+        free(d);
         return LI_ERR_OOM;
-    li_dllm_stats st = {.n_prompt = n_prompt, .gen_length = p->gen_length};
-    r.st = &st;
-    r.trunc = p->lacache & LI_DLLM_LACACHE_TRUNC;
+    }
+    d->p = *p;
+    d->P = n_prompt;
+    d->st = (li_dllm_stats){.n_prompt = n_prompt, .gen_length = p->gen_length};
+    r->st = &d->st;
+    r->trunc = p->lacache & LI_DLLM_LACACHE_TRUNC;
     // FP8 FFN of layers >= 1 (LaCache's approximate part): the copies quantised by the first
-    // request that wants them, in the forward for this request only. A model loaded with FP8
-    // prefill (--fp8 ffn|all) keeps it for every request.
-    bool lend_fp8 = p->fp8 && !m->llama.fp8;
-    if (lend_fp8 && !m->bd_fp8) {
-        rc = li_llama_set_fp8(&m->llama, LI_FP8_FFN, 1);
+    // request that wants them, in the forward for this request's steps only. A model loaded
+    // with FP8 prefill (--fp8 ffn|all) keeps it for every request.
+    d->lend_fp8 = p->fp8 && !m->llama.fp8;
+    if (d->lend_fp8 && !m->bd_fp8) {
+        li_status rc = li_llama_set_fp8(&m->llama, LI_FP8_FFN, 1);
         if (rc != LI_OK) {
-            li_free(parts);
+            li_bd_free(d);
             return rc;
         }
         m->bd_fp8 = m->llama.fp8;
         m->llama.fp8 = NULL;
         m->llama.fp8_scope = LI_FP8_OFF;
     }
-    if (lend_fp8) m->llama.fp8 = m->bd_fp8;
-    double t0 = li_time_ms();
-    rc = decode(&r, prompt, n_prompt, p, &st);
-    st.latency_ms = li_time_ms() - t0;
-    if (lend_fp8) m->llama.fp8 = NULL;
-    li_kv_seq_free(&m->kv, &r.seq);
-    if (rc == LI_OK) {
-        memcpy(out, r.canvas + n_prompt, sizeof(int32_t) * p->gen_length);
-        if (p->canvas_out)
-            memcpy(p->canvas_out, r.canvas, sizeof(int32_t) * (n_prompt + p->gen_length));
-        double s = st.latency_ms > 0 ? st.latency_ms / 1e3 : 1e-9;
-        st.ms_per_step = st.steps ? st.latency_ms / st.steps : 0;
-        st.tps_fastdllm = st.n_tokens_fastdllm / s;
-        st.tps_dinfer = st.n_tokens_dinfer / s;
-        if (stats) *stats = st;
+    const int32_t mask = m->llama.hp.bd_mask_id;
+    memcpy(r->canvas, prompt, sizeof(int32_t) * n_prompt);
+    for (int i = n_prompt; i < r->n_canvas; i++) r->canvas[i] = mask;
+    d->c = n_prompt >= B ? n_prompt / B * B : 0;  // cache length: rows [0, c) cached
+    d->chunk = chunk;
+    d->n_blocks = p->gen_length / B;
+    d->phase = BD_PREFILL;
+    d->t0 = li_time_ms();
+    *out = d;
+    return LI_OK;
+}
+
+li_status li_bd_step(li_bd_run *d, bool *finished) {
+    li_model *m = d->r.m;
+    if (d->lend_fp8) m->llama.fp8 = m->bd_fp8;
+    li_status rc = advance(d, finished);
+    if (d->lend_fp8) m->llama.fp8 = NULL;
+    if (rc == LI_OK && *finished) {
+        li_dllm_stats *st = &d->st;
+        st->latency_ms = li_time_ms() - d->t0;
+        double s = st->latency_ms > 0 ? st->latency_ms / 1e3 : 1e-9;
+        st->ms_per_step = st->steps ? st->latency_ms / st->steps : 0;
+        st->tps_fastdllm = st->n_tokens_fastdllm / s;
+        st->tps_dinfer = st->n_tokens_dinfer / s;
+        li_kv_seq_free(&m->kv, &d->r.seq);  // the cache is no longer read
     }
-    li_free(parts);
+    return rc;
+}
+
+void li_bd_result(const li_bd_run *d, int32_t *out, li_dllm_stats *stats) {
+    memcpy(out, d->r.canvas + d->P, sizeof(int32_t) * d->p.gen_length);
+    if (d->p.canvas_out)
+        memcpy(d->p.canvas_out, d->r.canvas, sizeof(int32_t) * (d->P + d->p.gen_length));
+    if (stats) *stats = d->st;
+}
+
+li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
+                         const li_dllm_params *p, int32_t *out, li_dllm_stats *stats) {
+    if (!out) return li_error_set(LI_ERR_INVALID_ARG, "dllm: no output buffer");
+    li_bd_run *d;
+    LI_TRY(li_bd_begin(m, prompt, n_prompt, p, &d));
+    bool finished = false;
+    li_status rc = LI_OK;
+    while (rc == LI_OK && !finished) rc = li_bd_step(d, &finished);
+    if (rc == LI_OK) li_bd_result(d, out, stats);
+    li_bd_free(d);
     return rc;
 }

@@ -524,12 +524,16 @@ struct li_dllm_batch {
     int64_t allocs0;
     li_dllm_stats tot;
     double t0;
-    // A Fast-dLLM v2 model (engine-bd.c): a step decodes the next request to its end
+    // A Fast-dLLM v2 model (engine-bd.c): a step runs one forward of every live request
     bool bd;
+    li_bd_run **bd_runs;       // (n) NULL once a request finished or was cancelled
 };
 
 void li_dllm_batch_free(li_dllm_batch *b) {
     if (!b) return;
+    if (b->bd_runs)
+        for (int q = 0; q < b->n; q++)
+            li_bd_free(b->bd_runs[q]);
     if (b->rs)
         for (int q = 0; q < b->n; q++)
             state_free(&b->rs[q]);
@@ -538,9 +542,10 @@ void li_dllm_batch_free(li_dllm_batch *b) {
     free(b);
 }
 
-// A batch of a Fast-dLLM v2 model: its requests decoded one after the other, one whole request
-// per step (each keeps its own KV cache in the model's pool; the server's turns interleave
-// between requests, not between their denoising steps).
+// A batch of a Fast-dLLM v2 model: each step runs one forward of every live request (a prompt
+// chunk, a denoising step or a block's closing forward), so requests take turns per forward as
+// LLaDA's do per step, and a long request holds no later one back. Each keeps its own KV cache in
+// the model's pool while it decodes; the forwards are the request's alone (not batched).
 static li_status bd_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dllm_batch **out) {
     for (int q = 0; q < n; q++) {
         li_status st = li_bd_check(m, &reqs[q].params, reqs[q].prompt, reqs[q].n_prompt);
@@ -551,22 +556,33 @@ static li_status bd_batch_begin(li_model *m, li_dllm_request *reqs, int n, li_dl
     li_dllm_batch *b = calloc(1, sizeof *b);
     if (!b) return li_error_set(LI_ERR_OOM, "dllm: out of memory");
     *b = (li_dllm_batch){.m = m, .reqs = reqs, .n = n, .bd = true, .t0 = li_time_ms()};
-    li_part parts[] = {{(void **)&b->rs, (size_t)n * sizeof *b->rs}};
-    if (!(b->arrays = li_alloc_parts(parts, 1, "the dllm batch"))) {
+    li_part parts[] = {{(void **)&b->rs, (size_t)n * sizeof *b->rs},
+                       {(void **)&b->bd_runs, (size_t)n * sizeof *b->bd_runs}};
+    if (!(b->arrays = li_alloc_parts(parts, 2, "the dllm batch"))) {
         free(b);
         return li_error_set(LI_ERR_OOM, "dllm: out of memory");
     }
-    LI_TRY(get_specials(m, &b->sp));
+    li_status rc = get_specials(m, &b->sp);
+    for (int q = 0; q < n && rc == LI_OK; q++)
+        rc = li_bd_begin(m, reqs[q].prompt, reqs[q].n_prompt, &reqs[q].params, &b->bd_runs[q]);
+    if (rc != LI_OK) {
+        li_dllm_batch_free(b);
+        return rc;
+    }
     *out = b;
     return LI_OK;
 }
 
 static li_status bd_batch_step(li_dllm_batch *b, int *n_left) {
-    int q = 0;
-    while (q < b->n && b->rs[q].done) q++;
-    if (q < b->n) {
+    for (int q = 0; q < b->n; q++) {
+        if (b->rs[q].done) continue;
+        bool finished = false;
+        LI_TRY(li_bd_step(b->bd_runs[q], &finished));
+        if (!finished) continue;
         li_dllm_request *rq = &b->reqs[q];
-        LI_TRY(li_bd_generate(b->m, rq->prompt, rq->n_prompt, &rq->params, rq->out, &rq->stats));
+        li_bd_result(b->bd_runs[q], rq->out, &rq->stats);
+        li_bd_free(b->bd_runs[q]);
+        b->bd_runs[q] = NULL;
         b->rs[q].done = true;
         const li_dllm_stats *a = &rq->stats;  // (work counters live in the total)
         li_llada_step_info work = {.embed_rows = a->embed_rows, .qkv_rows = a->qkv_rows,
@@ -758,6 +774,10 @@ li_status li_dllm_batch_cancel(li_dllm_batch *b, int q) {
     if (q < 0 || q >= b->n)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: no request %d in a batch of %d", q, b->n);
     b->rs[q].done = true;
+    if (b->bd_runs) {  // its KV pages go back now
+        li_bd_free(b->bd_runs[q]);
+        b->bd_runs[q] = NULL;
+    }
     return LI_OK;
 }
 

@@ -68,6 +68,15 @@ li_status li_bd_check(const li_model *m, const li_dllm_params *p, const int32_t 
                       int n_prompt);
 li_status li_bd_generate(li_model *m, const int32_t *prompt, int n_prompt,
                          const li_dllm_params *p, int32_t *out, li_dllm_stats *stats);
+// The same one forward at a time (a batch's requests take turns per forward): begin (checks,
+// buffers; nothing runs), step until *finished (then the request's KV pages are free again),
+// result (out: gen_length tokens, canvas_out, stats), free (any time; NULL is a no-op).
+typedef struct li_bd_run li_bd_run;
+li_status li_bd_begin(li_model *m, const int32_t *prompt, int n_prompt, const li_dllm_params *p,
+                      li_bd_run **out);
+li_status li_bd_step(li_bd_run *d, bool *finished);
+void li_bd_result(const li_bd_run *d, int32_t *out, li_dllm_stats *stats);
+void li_bd_free(li_bd_run *d);
 int32_t li_bd_stop_token(const li_model *m);
 
 // The hyper-parameters of whichever architecture is loaded.
