@@ -107,7 +107,7 @@ static void test_bad_params(const char *model) {
         int32_t prompt[4] = {5, 6, 7, 8}, out[64];
         // the parameter each case k below breaks, as its error must name it
         const char *bad[] = {"sub_block_length", "factor", "cfg", "temperature", "gen_length",
-                             "threshold"};
+                             "threshold", "lacache"};
         for (int k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
             li_dllm_params p = li_dllm_default_params();
             p.gen_length = 16;
@@ -120,6 +120,7 @@ static void test_bad_params(const char *model) {
             case 3: p.temperature = 0.5; break;
             case 4: p.gen_length = 12; break;
             case 5: p.threshold = 1.5; break;
+            case 6: p.lacache = LI_DLLM_LACACHE_FA | LI_DLLM_LACACHE_TRUNC; break;
             }
             li_status rc = li_dllm_generate(m, prompt, 4, &p, out, NULL);
             CHECK(rc == LI_ERR_INVALID_ARG, "%s accepted", bad[k]);

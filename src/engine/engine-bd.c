@@ -141,6 +141,10 @@ li_status li_bd_check(const li_model *m, const li_dllm_params *p, const int32_t 
     else if (p->early_stop) no = "early_stop (it stops at its stop token anyway)";
     else if (p->logits_eos_inf || p->confidence_eos_eot_inf) no = "the EOS/EOT bans";
     else if (p->confidence == LI_DLLM_CONF_F64) no = "confidence f64 (the reference's is f32)";
+    // (`all`, the default, means what applies: trunc; the layer-0 caches are LLaDA's)
+    else if (p->lacache != LI_DLLM_LACACHE_ALL &&
+             (p->lacache & (LI_DLLM_LACACHE_EMBED | LI_DLLM_LACACHE_ROPE | LI_DLLM_LACACHE_FA)))
+        no = "lacache embed, rope or fa (LLaDA's layer-0 caches; here: trunc, or all)";
     if (no)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: %s is not available for a Fast-dLLM v2 "
                             "(block diffusion) model", no);
