@@ -702,16 +702,19 @@ static void cu_attention_dense(li_backend *be, float *out, const float *q, int T
                                float scale) {
     li_cuda_impl *im = be->impl;
     if (T > 0 && nk > 0 && Hkv > 0) {
-        // K and V each with dense_cudnn's slack rows after them, zeroed (finite) here
+        // K and V each with dense_cudnn's slack rows after them, zeroed (finite) when a padded
+        // plan reads them
         const size_t nkv = (size_t)nk * Hkv * Dh, slack = (size_t)LI_ATTN_DENSE_SLACK * Hkv * Dh;
         uint16_t *kb = li_cu_scratch_get(im, &im->dense, (nkv + slack) * 4,
                                          "attention_dense (bf16 K / V)");
         if (!kb) return;
         uint16_t *vb = kb + nkv + slack;
         if (cu_fail(im, "attention_dense (bf16 k)", li_cuda_f32_to_bf16(im->stream, kb, k, (int64_t)nkv)) ||
-            cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)) ||
-            cu_fail(im, "attention_dense (slack)", cudaMemsetAsync(kb + nkv, 0, slack * 2, im->stream)) ||
-            cu_fail(im, "attention_dense (slack)", cudaMemsetAsync(vb + nkv, 0, slack * 2, im->stream)))
+            cu_fail(im, "attention_dense (bf16 v)", li_cuda_f32_to_bf16(im->stream, vb, v, (int64_t)nkv)))
+            return;
+        if (im->env.dense_pad &&  // (read only by a padded plan)
+            (cu_fail(im, "attention_dense (slack)", cudaMemsetAsync(kb + nkv, 0, slack * 2, im->stream)) ||
+             cu_fail(im, "attention_dense (slack)", cudaMemsetAsync(vb + nkv, 0, slack * 2, im->stream))))
             return;
         if (dense_cudnn(be, out, NULL, q, T, H, kb, vb, nk, Hkv, Dh, scale)) return;
         cu_fail(im, "attention_dense",
