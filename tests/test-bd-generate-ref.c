@@ -29,19 +29,12 @@
 #define CASES "tests/data/fast-dllm-v2-ref/cases.json"
 #define MAX_T 256
 
-static int ints(json_t *a, int32_t *out, int cap) {
-    int n = (int)json_array_size(a);
-    if (n > cap) return -1;
-    for (int i = 0; i < n; i++) out[i] = (int32_t)json_integer_value(json_array_get(a, i));
-    return n;
-}
-
 static void test_case(json_t *c, int idx, int *n_one, int *n_several) {
     char name[128];
     const char *model = json_string_value(json_object_get(c, "model"));
     int32_t prompt[MAX_T], gen[MAX_T + 1], out[MAX_T];
-    int P = ints(json_object_get(c, "prompt"), prompt, MAX_T);
-    int n_gen = ints(json_object_get(c, "gen"), gen, MAX_T + 1);
+    int P = test_json_ints(json_object_get(c, "prompt"), prompt, MAX_T);
+    int n_gen = test_json_ints(json_object_get(c, "gen"), gen, MAX_T + 1);
     int N = (int)json_integer_value(json_object_get(c, "gen_length"));
     snprintf(name, sizeof name, "fast-dllm-v2 case %d (%s, P %d, N %d)", idx,
              strrchr(model, '/') + 1, P, N);

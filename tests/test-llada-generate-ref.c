@@ -50,13 +50,6 @@
 
 // ---- small helpers -----------------------------------------------------------------------------
 
-static int ints(json_t *a, int32_t *out, int cap) {
-    int n = (int)json_array_size(a);
-    if (n > cap) return -1;
-    for (int i = 0; i < n; i++) out[i] = (int32_t)json_integer_value(json_array_get(a, i));
-    return n;
-}
-
 static float *read_f32(const char *path, long n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -277,7 +270,7 @@ static void test_forward(const char *name) {
     CHECK(m != NULL, "load: %s", li_last_error());
     if (m) {
         int32_t tok[MAX_T], pos[MAX_T];
-        int T = ints(json_object_get(j, "tokens"), tok, MAX_T);
+        int T = test_json_ints(json_object_get(j, "tokens"), tok, MAX_T);
         int V = (int)json_integer_value(json_object_get(j, "n_vocab"));
         CHECK(V == li_llada_hparams(m->llada)->n_vocab, "vocab %d", V);
         for (int i = 0; i < T; i++) pos[i] = i;
@@ -412,8 +405,8 @@ static bool load_case(const char *path, gcase *c) {
     json_t *th = json_object_get(p, "threshold"), *fa = json_object_get(p, "factor");
     c->p.threshold = json_is_number(th) ? json_number_value(th) : 0;
     c->p.factor = json_is_number(fa) ? json_number_value(fa) : 0;
-    c->P = ints(json_object_get(j, "prompt"), c->prompt, MAX_T);
-    c->T = ints(json_object_get(e, "canvas"), c->canvas, MAX_T);
+    c->P = test_json_ints(json_object_get(j, "prompt"), c->prompt, MAX_T);
+    c->T = test_json_ints(json_object_get(e, "canvas"), c->canvas, MAX_T);
     c->nfe = (int)json_integer_value(json_object_get(e, "nfe"));
     c->steps = (int)json_integer_value(json_object_get(e, "steps"));
     c->n_f64_differ = (int)json_integer_value(json_object_get(j, "float64_rows_differ"));
@@ -422,7 +415,7 @@ static bool load_case(const char *path, gcase *c) {
     c->traj = calloc((size_t)c->n_traj + 1, sizeof *c->traj);
     bool ok = c->P > 0 && c->T == c->P + c->p.gen_length && c->traj;
     for (int i = 0; ok && i < c->n_traj; i++)
-        ok = ints(json_array_get(tr, i), c->traj[i], MAX_T) == c->T;
+        ok = test_json_ints(json_array_get(tr, i), c->traj[i], MAX_T) == c->T;
     json_decref(j);
     return ok;
 }

@@ -188,6 +188,16 @@ static inline li_model *test_model_load(const char *path) {
 }
 #endif
 
+#ifdef JANSSON_H  // (programs that include jansson.h before this file)
+// The integers of JSON array a into out (at most cap); their count, or -1 when more.
+static inline int test_json_ints(json_t *a, int32_t *out, int cap) {
+    int n = (int)json_array_size(a);
+    if (n > cap) return -1;
+    for (int i = 0; i < n; i++) out[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    return n;
+}
+#endif
+
 #ifdef LI_BACKEND_H  // (programs that include backend/backend.h before this file)
 // The two CPU tables the op tests compare: the fp64 oracle (*ref) and the fast table with
 // n_threads workers (*fast; 0: all cores). 0 with the reason on stderr when either fails.

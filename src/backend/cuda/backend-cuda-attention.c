@@ -120,7 +120,7 @@ static bool cudnn_ready(li_backend *be) {
         im->cudnn_tried = true;
         im->cudnn = li_cudnn_open(im->stream, im->env.cudnn_lib, im->cudnn_note,
                                   sizeof im->cudnn_note);
-        if (im->cudnn && !im->capturing) im->lib_iota = iota_make(im);
+        if (im->cudnn && !im->capturing && im->env.dense_pad) im->lib_iota = iota_make(im);
     }
     if (!im->cudnn && be->attn_impl == LI_ATTN_LIBRARY)
         record(im, LI_ERR_UNSUPPORTED, "--attn-impl cudnn: %s", im->cudnn_note);
