@@ -219,6 +219,11 @@ if has densepad; then
       -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
     grep -E "^\||^cudnn" "$OUT/densepad$d.log" | head -8
   done
+  # DENSEPAD_ADOPT=1: when both correctness runs passed, the later steps run with padded plans
+  if [ "${DENSEPAD_ADOPT:-0}" = 1 ] && grep -q "passed, 0 failed" "$OUT/gpu-check-densepad.log" &&
+     grep -q "passed, 0 failed" "$OUT/test-llada-densepad.log"; then
+    export LI_CUDNN_DENSE_PAD=1; echo "densepad: adopted for the later steps"
+  fi
 fi
 # GSM8K: one 4-shot question cut to its last 575 tokens, gen 256, block 32, 256 steps. The K = 2
 # run writes the prompt it decoded (token ids, gen length, block, steps) to llada-prompt.json,

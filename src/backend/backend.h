@@ -258,8 +258,9 @@ typedef struct {
     // calls attention per sequence): sequence i's rows are [seqs[i].t0, seqs[i].t0 + seqs[i].n)
     // of q, out, kv_first and n_visible (device pointers to the whole call's arrays; the host
     // copies in seqs[i].kv are the sequence's own); otherwise as attention. A backend with a
-    // library attention runs every sequence's blocks in one library call.
-    void (*attention_seqs)(li_backend *be, float *out, const float *q, int n_seqs,
+    // library attention runs every sequence's blocks in one library call. [dt] out is f32, or
+    // bf16 (out_dt): the f32 result rounded once, what the O projection reads.
+    void (*attention_seqs)(li_backend *be, void *out, li_dtype out_dt, const float *q, int n_seqs,
                            const li_attn_seq *seqs, int H, const li_kv_storage *kv, int il,
                            const int32_t *kv_first, const int32_t *n_visible, float scale,
                            const li_rope_table *rope);

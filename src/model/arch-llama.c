@@ -251,8 +251,11 @@ static void add_qkv_bias(const li_llama *m, const li_llama_layer *l, float *q, f
     op->add_bias(m->be, v, l->bv.data, T, hp->n_head_kv * hp->head_dim);
 }
 
-// Attention of the batch's query rows q (T, H, Dh) over the pool, layer il, into s->att.
-static void attend(const forward_args *a, int il, const float *q) {
+// Attention of the batch's query rows q (T, H, Dh) over the pool, layer il: f32 rows into
+// s->att, or (out_bf16) the O projection's bf16 input into s->xb — written by the backend's
+// attention_seqs where it has one (CUDA: cuDNN's LSE merge rounds as it writes), else rounded
+// from s->att; the same bits either way.
+static void attend(const forward_args *a, int il, const float *q, bool out_bf16) {
     const li_llama *m = a->m;
     li_llama_scratch *s = a->s;
     const li_batch *b = a->b;
@@ -263,14 +266,18 @@ static void attend(const forward_args *a, int il, const float *q) {
         op->attention_decode(m->be, s->att, q, b->n_seqs, H, a->kv, il, b->seqs[0].kv.pages,
                              s->page_start, s->page_start_host, b->n_visible, scale, &m->rope);
     } else if (op->attention_seqs) {  // every sequence's chunk in one call
-        op->attention_seqs(m->be, s->att, q, b->n_seqs, b->seqs, H, a->kv, il, b->kv_first,
-                           b->n_visible, scale, &m->rope);
+        op->attention_seqs(m->be, out_bf16 ? (void *)s->xb : (void *)s->att,
+                           out_bf16 ? LI_DTYPE_BF16 : LI_DTYPE_F32, q, b->n_seqs, b->seqs, H,
+                           a->kv, il, b->kv_first, b->n_visible, scale, &m->rope);
+        return;
     } else for (int si = 0; si < b->n_seqs; si++) {
         const li_batch_seq *sq = &b->seqs[si];
         op->attention(m->be, s->att + (size_t)sq->t0 * H * Dh, q + (size_t)sq->t0 * H * Dh, sq->n,
                       H, a->kv, il, &sq->kv, b->kv_first ? b->kv_first + sq->t0 : NULL,
                       b->n_visible + sq->t0, scale, &m->rope);
     }
+    if (out_bf16)  // rounded once (rope's BF16 form without positions)
+        op->rope(m->be, s->xb, LI_DTYPE_BF16, s->att, NULL, b->n_tokens, H, Dh, NULL);
 }
 
 // One layer with bf16 activations (s->act_bf16): each GEMM input is made in bf16 by the op
@@ -305,9 +312,7 @@ static void layer_bf16(const forward_args *a, int il) {
         op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
         op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
     }
-    attend(a, il, s->q);
-    // the attention output rounded once (rope's BF16 form without positions), then x += it @ wo^T
-    op->rope(be, s->xb, LI_DTYPE_BF16, s->att, NULL, T, H, Dh, NULL);
+    attend(a, il, s->q, true);  // bf16 into s->xb, then x += it @ wo^T
     op->matmul(be, s->x, s->xb, LI_DTYPE_BF16, &l->wo, T, true);
 
     // ---- feed-forward block: x += down(silu(gate(n(x))) * up(n(x))) ----
@@ -365,7 +370,7 @@ static void layer_fp8(const forward_args *a, int il) {
     op->rope(be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
     op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
     op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
-    attend(a, il, s->q);
+    attend(a, il, s->q, false);
     if (attn8) {
         op->fp8_quant_rows(be, &xq, s->att, T, H * Dh);
         op->matmul_fp8(be, s->x, &xq, T, &w8->o, false, true);  // x += (T, D)
@@ -425,7 +430,7 @@ static void layer_f32(const forward_args *a, int il, bool xn_ready, bool norm_ne
         op->rope(be, k, LI_DTYPE_F32, k, b->pos, T, Hkv, Dh, &m->rope);
     }
     op->kv_store(be, kv, il, k, v, b->slot, T);
-    attend(a, il, q);
+    attend(a, il, q, false);
     op->matmul(be, s->tmp, s->att, LI_DTYPE_F32, &l->wo, T, false);  // (T, D)
 
     // ---- feed-forward block: x += attention; down(silu(gate(n(x))) * up(n(x))) ----

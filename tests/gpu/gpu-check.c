@@ -1751,18 +1751,20 @@ static void test_attention_cudnn(void) {
 // A batch's sequences in one attention_seqs call (one cuDNN call for all their blocks): a lazy
 // query over documents, a plain prompt chunk, a prefix-mode chunk with first keys, a decode row
 // (our kernel, in the same call) — on one pool, pages shuffled — against the oracle per sequence.
+// Iterations 6-8: one plain prompt chunk alone, whose bf16 out cuDNN writes itself (no merge).
 static void test_attention_cudnn_batch(void) {
     enum { NS = 5 };
-    for (int it = 0; it < 6; it++) {
+    for (int it = 0; it < 9; it++) {
+        const int ns = it < 6 ? NS : 1;
         const int P = (int[]){1, 16, 64}[it % 3], G = (int[]){1, 4, 8}[it % 3];
         const int Hkv = 1 + it % 2, Dh = it % 2 ? 64 : 128, H = G * Hkv, L = 2, il = 1;
         static lib_seq s[NS];
         int base[NS], T0[NS], n_pages = 0, T = 0;
-        for (int i = 0; i < NS; i++) {
+        for (int i = 0; i < ns; i++) {
             lib_seq *x = &s[i];
             memset(x, 0, sizeof *x);
             x->P = P;
-            const int kind = (i + it) % NS;
+            const int kind = ns == 1 ? 1 : (i + it) % NS;
             if (kind == 0) {  // lazy query over documents at their offsets
                 int pos = randint(3, 40);
                 lib_block(x, pos, 0);
@@ -1794,7 +1796,7 @@ static void test_attention_cudnn_batch(void) {
             n_pages += x->n_pages;
             T += x->T;
         }
-        TEST_BEGIN(NAME("attention cudnn batch of %d sequences P=%d H=%d Hkv=%d Dh=%d T=%d", NS,
+        TEST_BEGIN(NAME("attention cudnn batch of %d sequences P=%d H=%d Hkv=%d Dh=%d T=%d", ns,
                         P, H, Hkv, Dh, T));
         // physical ids: a random permutation of the pool's pages across the sequences
         int64_t pool = n_pages + 2, *perm = xmalloc(sizeof(int64_t) * n_pages);
@@ -1804,7 +1806,7 @@ static void test_attention_cudnn_batch(void) {
             int64_t t = perm[p];
             perm[p] = perm[j], perm[j] = t;
         }
-        for (int i = 0; i < NS; i++)
+        for (int i = 0; i < ns; i++)
             for (int p = 0; p < s[i].n_pages; p++) {
                 uint64_t w = s[i].words[p];
                 s[i].words[p] = li_page_word(perm[base[i] + p], li_page_count(w), li_page_delta(w));
@@ -1821,7 +1823,7 @@ static void test_attention_cudnn_batch(void) {
         fill(q, qn, 1.0f);
         int32_t *first = xmalloc(sizeof(int32_t) * T), *nvis = xmalloc(sizeof(int32_t) * T);
         const float scale = 1.0f / sqrtf((float)Dh);
-        for (int i = 0; i < NS; i++) {
+        for (int i = 0; i < ns; i++) {
             memcpy(first + T0[i], s[i].first, sizeof(int32_t) * s[i].T);
             memcpy(nvis + T0[i], s[i].nvis, sizeof(int32_t) * s[i].T);
             li_kv_seq one = {.pages = s[i].words, .n_pages = s[i].n_pages};
@@ -1832,7 +1834,7 @@ static void test_attention_cudnn_batch(void) {
         li_kv_storage kvd = kv;
         kvd.data = dnew(&gpool, 2 * n, kv.data);
         li_attn_seq seqs[NS];
-        for (int i = 0; i < NS; i++)
+        for (int i = 0; i < ns; i++)
             seqs[i] = (li_attn_seq){
                 .t0 = T0[i], .n = s[i].T,
                 .kv = {.pages = dnew(&gpages[i], 8 * s[i].n_pages, s[i].words),
@@ -1841,16 +1843,30 @@ static void test_attention_cudnn_batch(void) {
         float *dq = dnew(&gq, sizeof(float) * qn, q), *dout = dnew(&go, sizeof(float) * qn, NULL);
         int32_t *dnv = dnew(&gnv, 4 * T, nvis), *dfirst = dnew(&gfirst, 4 * T, first);
         gpu->attn_impl = LI_ATTN_LIBRARY;
-        gpu->ops->attention_seqs(gpu, dout, dq, NS, seqs, H, &kvd, il, dfirst, dnv, scale, &tab);
+        gpu->ops->attention_seqs(gpu, dout, LI_DTYPE_F32, dq, ns, seqs, H, &kvd, il, dfirst, dnv,
+                                 scale, &tab);
+        // the same call with a bf16 out (cuDNN's merge writes it, the decode row's f32 rows are
+        // rounded after our kernel): the f32 call's result rounded once, bit for bit
+        dbuf gob;
+        uint16_t *dob = dnew(&gob, 2 * qn, NULL), *ob = xmalloc(2 * qn);
+        gpu->ops->attention_seqs(gpu, dob, LI_DTYPE_BF16, dq, ns, seqs, H, &kvd, il, dfirst, dnv,
+                                 scale, &tab);
         gpu->attn_impl = LI_ATTN_NATIVE;
         // the tensor-core tolerance, as lib_case (bf16 Q and O per block)
         check_output(o2, &go, o1, qn, TOL_ATTENTION_TC);
+        dget(ob, &gob);
+        long diff = 0;
+        for (long e = 0; e < qn; e++) diff += ob[e] != li_f32_to_bf16(o2[e]);
+        CHECK(diff == 0 && dguard_ok(&gob), "bf16 out: %ld of %ld elements differ from the f32 "
+              "out rounded; seed %llu", diff, qn, g_seed);
+        dfree(&gob);
+        free(ob);
         bool guards = dguard_ok(&gpool) && dguard_ok(&gq) && dguard_ok(&go) && dguard_ok(&gnv) &&
                       dguard_ok(&gfirst);
-        for (int i = 0; i < NS; i++) guards = guards && dguard_ok(&gpages[i]);
+        for (int i = 0; i < ns; i++) guards = guards && dguard_ok(&gpages[i]);
         CHECK(guards, "guard damaged; seed %llu", g_seed);
         dfree(&gpool), dfree(&gq), dfree(&go), dfree(&gnv), dfree(&gfirst);
-        for (int i = 0; i < NS; i++) dfree(&gpages[i]);
+        for (int i = 0; i < ns; i++) dfree(&gpages[i]);
         free(kv.data), free(q), free(o1), free(o2), free(first), free(nvis);
         TEST_END();
     }
@@ -1904,7 +1920,7 @@ typedef struct {
 
 static void batch_step(li_backend *be, void *vctx) {
     batch_ctx *c = vctx;
-    be->ops->attention_seqs(be, c->out, c->q, c->n_seqs, c->seqs, c->H, &c->kv, 0, NULL, c->nv,
+    be->ops->attention_seqs(be, c->out, LI_DTYPE_F32, c->q, c->n_seqs, c->seqs, c->H, &c->kv, 0, NULL, c->nv,
                             1.0f / sqrtf((float)c->kv.head_dim), c->rope);
 }
 

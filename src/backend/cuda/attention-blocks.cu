@@ -97,15 +97,17 @@ extern "C" cudaError_t li_cuda_blocks_gather(cudaStream_t st, uint16_t *kb, uint
     return cudaGetLastError();
 }
 
-// One block per row; thread i handles elements i, i + blockDim, … of the row's H x Dh.
-__global__ void __launch_bounds__(256) blocks_merge_kernel(float *out, const __nv_bfloat16 *ob,
+// One block per row; thread i handles elements i, i + blockDim, … of the row's H x Dh. O: float,
+// or __nv_bfloat16 rounded once from the same f32 value (the O projection's input directly).
+template <typename O>
+__global__ void __launch_bounds__(256) blocks_merge_kernel(O *out, const __nv_bfloat16 *ob,
                                                            const float *lse,
                                                            const li_cuda_block_slot *slots,
                                                            const li_cuda_block_row *rows,
                                                            const int32_t *slot_list, int H,
                                                            int Dh) {
     const li_cuda_block_row rw = rows[blockIdx.x];
-    float *o = out + (int64_t)rw.t * H * Dh;
+    O *o = out + (int64_t)rw.t * H * Dh;
     for (int i = threadIdx.x; i < H * Dh; i += blockDim.x) {
         const int h = i / Dh;
         float m = -INFINITY;
@@ -120,17 +122,23 @@ __global__ void __launch_bounds__(256) blocks_merge_kernel(float *out, const __n
             w += c;
             acc += c * __bfloat162float(ob[qr * H * Dh + i]);
         }
-        o[i] = acc / w;
+        kv_set(o + i, acc / w);
     }
 }
 
-extern "C" cudaError_t li_cuda_blocks_merge(cudaStream_t st, float *out, const uint16_t *ob,
-                                            const float *lse, const li_cuda_block_slot *slots,
+extern "C" cudaError_t li_cuda_blocks_merge(cudaStream_t st, void *out, int out_bf16,
+                                            const uint16_t *ob, const float *lse,
+                                            const li_cuda_block_slot *slots,
                                             const li_cuda_block_row *rows,
                                             const int32_t *slot_list, int n_rows, int H, int Dh) {
     if (n_rows <= 0) return cudaSuccess;
-    blocks_merge_kernel<<<(unsigned)n_rows, 256, 0, st>>>(out, (const __nv_bfloat16 *)ob, lse,
-                                                          slots, rows, slot_list, H, Dh);
+    const __nv_bfloat16 *o16 = (const __nv_bfloat16 *)ob;
+    if (out_bf16)
+        blocks_merge_kernel<<<(unsigned)n_rows, 256, 0, st>>>((__nv_bfloat16 *)out, o16, lse,
+                                                              slots, rows, slot_list, H, Dh);
+    else
+        blocks_merge_kernel<<<(unsigned)n_rows, 256, 0, st>>>((float *)out, o16, lse, slots,
+                                                              rows, slot_list, H, Dh);
     return cudaGetLastError();
 }
 

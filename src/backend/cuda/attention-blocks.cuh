@@ -41,11 +41,13 @@ LI_CUDA_API cudaError_t li_cuda_blocks_gather(cudaStream_t st, uint16_t *kb, uin
                                               int Dh, const li_cuda_block_slot *slots,
                                               const int32_t *pages, int n_slots, int max_keys);
 
-// out rows: row rows[i].t of out (·, H, Dh) f32 = Σ_b w_b ob[slot_b, r] / Σ_b w_b over its blocks,
-// w_b = exp(lse[slot_b, r, h] - max_b lse), from ob (packed rows, H, Dh) bf16 and lse (packed
-// rows, H) f32; rows (n_rows), slot_list (the rows' slot ids). One block per row.
-LI_CUDA_API cudaError_t li_cuda_blocks_merge(cudaStream_t st, float *out, const uint16_t *ob,
-                                             const float *lse, const li_cuda_block_slot *slots,
+// out rows: row rows[i].t of out (·, H, Dh) f32, or bf16 (out_bf16: the f32 value rounded once)
+// = Σ_b w_b ob[slot_b, r] / Σ_b w_b over its blocks, w_b = exp(lse[slot_b, r, h] - max_b lse),
+// from ob (packed rows, H, Dh) bf16 and lse (packed rows, H) f32; rows (n_rows), slot_list (the
+// rows' slot ids). One block per row.
+LI_CUDA_API cudaError_t li_cuda_blocks_merge(cudaStream_t st, void *out, int out_bf16,
+                                             const uint16_t *ob, const float *lse,
+                                             const li_cuda_block_slot *slots,
                                              const li_cuda_block_row *rows,
                                              const int32_t *slot_list, int n_rows, int H, int Dh);
 

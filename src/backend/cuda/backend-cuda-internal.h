@@ -96,6 +96,8 @@ typedef struct {
     int s_q, s_kv;            // bounds on a slot's rows and keys (powers of two: plan class)
     int max_rows, max_keys;   // the largest slot's rows and keys (kernel grids)
     int n_rows;               // rows merged (of the covered sequences)
+    int direct_row;           // >= 0: every covered row is in one real slot and packed row r is
+                              // the call's row direct_row + r (a bf16 out needs no merge); -1: not
     int64_t q_rows, kv_keys;  // packed rows (qb, ob, lse) and keys (kb, vb) the call needs
     void *dev;                // slots, seq_q, seq_kv, q_off, kv_off, lse_off, pages, rows, list
     size_t dev_cap;
@@ -181,6 +183,7 @@ typedef struct {
     lib_plan lib[LI_LIB_PLANS + 1];  // the last one holds the key of the call being looked up
     uint64_t lib_tick;
     dev_scratch lib_q, lib_o, lib_lse, lib_kv;  // packed bf16 Q / O, LSE, gathered K and V
+    dev_scratch lib_f32;  // attention_seqs' f32 rows of our kernels before a bf16 out
     int32_t *lib_iota;  // (LI_CUDNN_IOTA) 0, 1, 2, ...: a padded call's lengths point into it
     li_attn_blocks *lib_blocks;  // (lib_cap_blocks) per-sequence plans while a call is planned
     int lib_cap_blocks, lib_init_blocks;
@@ -277,7 +280,7 @@ void li_cu_attention(li_backend *be, float *out, const float *q, int T, int H,
                      const li_kv_storage *kv, int il, const li_kv_seq *seq,
                      const int32_t *kv_first, const int32_t *n_visible, float scale,
                      const li_rope_table *rope);
-void li_cu_attention_seqs(li_backend *be, float *out, const float *q, int n_seqs,
+void li_cu_attention_seqs(li_backend *be, void *out, li_dtype out_dt, const float *q, int n_seqs,
                           const li_attn_seq *seqs, int H, const li_kv_storage *kv, int il,
                           const int32_t *kv_first, const int32_t *n_visible, float scale,
                           const li_rope_table *rope);

@@ -166,6 +166,11 @@ li_status li_cu_reserve(li_backend *be, const li_backend_reserve *r) {
              li_cu_scratch_get(im, &im->keys, ((size_t)r->max_keys + 1) * 8,
                                "attention (key index)") &&
              li_cu_attn_tickets(im, T * r->max_heads);
+        // attention_seqs with a bf16 out: our kernels' f32 rows before they are rounded
+        if (T >= 2)
+            ok = ok && li_cu_scratch_get(im, &im->lib_f32,
+                                         T * (size_t)r->max_heads * (size_t)r->head_dim * 4,
+                                         "attention (f32 rows before rounding)");
     }
     // cuDNN's one-time set-up now rather than in the first request (bench rag on the H200: the
     // first plans of a process took 2.6 s, the later ones ~60 ms each)
