@@ -9,8 +9,10 @@
 //     the AR token), a prompt with a tail, one to four sub-blocks per block, blocks of 16, the
 //     stop rule, and thresholds that commit several tokens in some steps and one in others (the
 //     file says how many of each; the test checks that both happen);
-//     Each case runs with the LM head on the whole block (as the reference) and truncated to the
-//     rows read (LaCache's head truncation): the same tokens;
+//     Each case runs with every LaCache combination (EmbedCache, RoPECache, FACache at two
+//     tiles, the head on the whole block as the reference or truncated to the rows read): the
+//     reference's tokens, and the logits every decision read equal to the all-off run's bit for
+//     bit (a hash of them), the caches serving work where they are on;
 //   - the loader: bd_size and the mask id from config.json, and bad parameters refused with an
 //     error naming them; the FP8 FFN (opt-in, approximate): deterministic, off again after.
 // Every decision of a case is at least 1e-4 relative from flipping (the script asserts it);
@@ -29,6 +31,33 @@
 #define CASES "tests/data/fast-dllm-v2-ref/cases.json"
 #define MAX_T 256
 
+// The test's model: KV pool in f32 on every backend (cpu-devsim's default is bf16, a device's:
+// its rounding of K/V moves the logits by ~1e-3, more than the cases' 1e-4 margins).
+static li_model *load(const char *path) {
+    li_model_params mp = li_model_default_params();
+    mp.path = path;
+    mp.n_threads = 1;
+    mp.backend = test_backend(NULL);
+    mp.kv_dtype = "f32";
+    li_model *m = NULL;
+    if (li_model_load(&m, &mp) != LI_OK) fprintf(stderr, "  %s: %s\n", path, li_last_error());
+    return m;
+}
+
+// li_dllm_generate through the engine's steps, with the hash of the logit rows it read.
+static li_status run_bd(li_model *m, const int32_t *prompt, int P, const li_dllm_params *p,
+                        int32_t *out, li_dllm_stats *st, uint64_t *hash) {
+    li_bd_run *d;
+    LI_TRY(li_bd_begin(m, prompt, P, p, &d));
+    bool finished = false;
+    li_status rc = LI_OK;
+    while (rc == LI_OK && !finished) rc = li_bd_step(d, &finished);
+    if (rc == LI_OK) li_bd_result(d, out, st);
+    *hash = li_bd_read_hash(d);
+    li_bd_free(d);
+    return rc;
+}
+
 static void test_case(json_t *c, int idx, int *n_one, int *n_several) {
     char name[128];
     const char *model = json_string_value(json_object_get(c, "model"));
@@ -39,7 +68,7 @@ static void test_case(json_t *c, int idx, int *n_one, int *n_several) {
     snprintf(name, sizeof name, "fast-dllm-v2 case %d (%s, P %d, N %d)", idx,
              strrchr(model, '/') + 1, P, N);
     TEST_BEGIN(name);
-    li_model *m = test_model_load(model);
+    li_model *m = load(model);
     CHECK(m != NULL, "load %s", model);
     CHECK(P > 0 && n_gen > 0 && N <= MAX_T, "case file");
     if (!m || P <= 0 || n_gen <= 0 || N > MAX_T) {
@@ -56,19 +85,48 @@ static void test_case(json_t *c, int idx, int *n_one, int *n_several) {
     p.block_length = (int)json_integer_value(json_object_get(c, "block_length"));
     p.sub_block_length = (int)json_integer_value(json_object_get(c, "sub_block_length"));
     p.threshold = json_real_value(json_object_get(c, "threshold"));
-    // LM head on the whole block (as the reference) and on the rows read only: the same tokens
+    // Every LaCache combination (bits of lacache: embed 1, rope 2, fa 4, trunc 8) must give the
+    // reference's tokens, NFE and steps, and read the all-off run's logits bit for bit; FACache
+    // tiles 64 (the default: one tile here) and 3 (tile edges inside the prefix and the block)
     int64_t head_rows[2] = {0, 0};
-    for (int trunc = 0; trunc < 2; trunc++) {
-        p.lacache = trunc ? LI_DLLM_LACACHE_TRUNC : 0;
+    uint64_t hash_off = 0;
+    li_dllm_stats st_off = {0};
+    for (int run = 0; run < 32; run++) {
+        const unsigned lc = run % 16;
+        const int trunc = lc & LI_DLLM_LACACHE_TRUNC ? 1 : 0;
+        p.lacache = lc;
+        p.fa_tile = run < 16 ? 0 : 3;
         li_dllm_stats st;
-        li_status rc = li_dllm_generate(m, prompt, P, &p, out, &st);
-        CHECK(rc == LI_OK, "generate (trunc %d): %s", trunc, li_last_error());
+        uint64_t hash = 0;
+        li_status rc = run_bd(m, prompt, P, &p, out, &st, &hash);
+        CHECK(rc == LI_OK, "generate (lacache %u, tile %d): %s", lc, p.fa_tile, li_last_error());
         if (rc != LI_OK) continue;
+        if (lc == 0) {
+            hash_off = hash;
+            st_off = st;
+        }
+        CHECK(hash == hash_off, "lacache %u, tile %d: the logits read differ from all-off's", lc,
+              p.fa_tile);
+        // the caches serve work where they are on (a cache that is never used cannot fail):
+        // FACache where a block has a prefix and more than one sub-block (it keeps the state
+        // of the sub-blocks without a changed row)
+        bool serves = (P >= p.block_length || N > p.block_length) &&
+                      p.block_length > p.sub_block_length;
+        CHECK(!(lc & LI_DLLM_LACACHE_EMBED) == (st.embed_rows == st_off.embed_rows),
+              "lacache %u: %lld rows embedded, all-off %lld", lc, (long long)st.embed_rows,
+              (long long)st_off.embed_rows);
+        CHECK(!(lc & LI_DLLM_LACACHE_ROPE) == (st.qkv_rows == st_off.qkv_rows),
+              "lacache %u: %lld rows projected, all-off %lld", lc, (long long)st.qkv_rows,
+              (long long)st_off.qkv_rows);
+        CHECK(!(lc & LI_DLLM_LACACHE_FA && serves) == (st.fa_tiles_skipped == 0) &&
+                  st.fa_tiles + st.fa_tiles_skipped == st_off.fa_tiles,
+              "lacache %u: FA tiles %lld done, %lld served, all-off %lld", lc,
+              (long long)st.fa_tiles, (long long)st.fa_tiles_skipped, (long long)st_off.fa_tiles);
         // the reference's tokens, the AR token after the last block only where it fits
         int n_cmp = n_gen < N ? n_gen : N, first_diff = -1;
         for (int i = 0; i < n_cmp && first_diff < 0; i++)
             if (out[i] != gen[i]) first_diff = i;
-        CHECK(first_diff < 0, "trunc %d: token %d: %d, reference %d", trunc, first_diff,
+        CHECK(first_diff < 0, "lacache %u: token %d: %d, reference %d", lc, first_diff,
               first_diff >= 0 ? out[first_diff] : 0, first_diff >= 0 ? gen[first_diff] : 0);
         for (int i = n_cmp; i < N; i++)
             CHECK(out[i] == eos, "row %d after the reference's end holds %d, not stop", i, out[i]);
@@ -94,13 +152,13 @@ static void test_case(json_t *c, int idx, int *n_one, int *n_several) {
 // Bad parameters are refused naming them; a model of another kind keeps its own decoder.
 static void test_bad_params(const char *model) {
     TEST_BEGIN("fast-dllm-v2 bad parameters");
-    li_model *m = test_model_load(model);
+    li_model *m = load(model);
     CHECK(m != NULL, "load %s", model);
     if (m) {
         int32_t prompt[4] = {5, 6, 7, 8}, out[64];
         // the parameter each case k below breaks, as its error must name it
         const char *bad[] = {"sub_block_length", "factor", "cfg", "temperature", "gen_length",
-                             "threshold", "lacache"};
+                             "threshold", "fa_tile"};
         for (int k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
             li_dllm_params p = li_dllm_default_params();
             p.gen_length = 16;
@@ -113,7 +171,7 @@ static void test_bad_params(const char *model) {
             case 3: p.temperature = 0.5; break;
             case 4: p.gen_length = 12; break;
             case 5: p.threshold = 1.5; break;
-            case 6: p.lacache = LI_DLLM_LACACHE_FA | LI_DLLM_LACACHE_TRUNC; break;
+            case 6: p.fa_tile = LI_FA_MAX_TILE + 1; break;
             }
             li_status rc = li_dllm_generate(m, prompt, 4, &p, out, NULL);
             CHECK(rc == LI_ERR_INVALID_ARG, "%s accepted", bad[k]);
@@ -137,7 +195,7 @@ static void test_bad_params(const char *model) {
 // twice gives the same tokens, a request without it afterwards is the plain run again.
 static void test_fp8(const char *model) {
     TEST_BEGIN("fast-dllm-v2 fp8 ffn");
-    li_model *m = test_model_load(model);
+    li_model *m = load(model);
     CHECK(m != NULL, "load %s", model);
     if (m) {
         int32_t prompt[11] = {17, 40, 99, 3, 250, 61, 77, 120, 5, 8, 200}, a[32], b[32], c[32],
@@ -165,10 +223,11 @@ static void test_fp8(const char *model) {
 
 // A batch takes turns per forward: a long request (6 blocks) and a short one (1 block) started
 // together — the short one is done while the long one still decodes, a request cancelled midway
-// gives its pages back, and each finished output is the request's solo run, token for token.
+// gives its pages back, and each finished output is the request's solo run, token for token
+// (the batch with every LaCache cache on, the solo runs with none).
 static void test_batch_turns(const char *model) {
     TEST_BEGIN("fast-dllm-v2 batch: requests take turns per forward, outputs = solo runs");
-    li_model *m = test_model_load(model);
+    li_model *m = load(model);
     CHECK(m != NULL, "load %s", model);
     if (m) {
         int32_t pa[11] = {17, 40, 99, 3, 250, 61, 77, 120, 5, 8, 200}, pb[5] = {9, 30, 4, 71, 2};
@@ -181,8 +240,12 @@ static void test_batch_turns(const char *model) {
         li_dllm_params pl = p, ps = p;
         pl.gen_length = 48;
         ps.gen_length = 8;
+        // the solo runs without the caches, the batch with all of them (each request keeps its
+        // own layer-0 state between its turns)
+        pl.lacache = ps.lacache = 0;
         CHECK(li_dllm_generate(m, pa, 11, &pl, solo_a, NULL) == LI_OK, "%s", li_last_error());
         CHECK(li_dllm_generate(m, pb, 5, &ps, solo_b, NULL) == LI_OK, "%s", li_last_error());
+        pl.lacache = ps.lacache = LI_DLLM_LACACHE_ALL;
         int64_t free0 = li_kv_pool_n_free(&m->kv);
         li_dllm_request reqs[3] = {{.prompt = pa, .n_prompt = 11, .params = pl, .out = out_a},
                                    {.prompt = pb, .n_prompt = 5, .params = ps, .out = out_b},

@@ -805,13 +805,18 @@ int cmd_bench_dllm(int argc, char **argv) {
         {"all combined", LI_DLLM_LACACHE_ALL, true, true, 1},
         {"all combined (no FP8)", LI_DLLM_LACACHE_ALL, true, true, 0},
     };
-    // A Fast-dLLM v2 model (block diffusion, threshold decoding always): the reference's head
-    // over the whole block, LaCache's head truncation to the sub-block's rows (exact), and that
-    // with the FP8 FFN of layers >= 1 (approximate). Its layer-0 caches are not implemented.
+    // A Fast-dLLM v2 model (block diffusion, threshold decoding always): the reference's
+    // forward (vanilla), each LaCache component (exact: the layer-0 caches across a block's
+    // steps, the head on the sub-block's rows), all of them, and all with the FP8 FFN of layers
+    // >= 1 (approximate); the names of --canvas's rows.
     const method bd_methods[] = {
         {"vanilla", 0, true, false, 0},
+        {"+EmbedCache", LI_DLLM_LACACHE_EMBED, true, false, 0},
+        {"+RoPECache", LI_DLLM_LACACHE_ROPE, true, false, 0},
+        {"+FACache", LI_DLLM_LACACHE_FA, true, false, 0},
         {"+LM-head trunc", LI_DLLM_LACACHE_TRUNC, true, false, 0},
-        {"+LM-head trunc + FP8", LI_DLLM_LACACHE_TRUNC, true, false, 1},
+        {"LaCache (caches + trunc)", LI_DLLM_LACACHE_ALL, true, false, 0},
+        {"LaCache + FP8", LI_DLLM_LACACHE_ALL, true, false, 1},
     };
 
     li_model *m = NULL;

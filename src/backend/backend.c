@@ -107,6 +107,15 @@ void li_be_copy(li_backend *be, void *dst, const void *src, size_t n_bytes) {
     else if (n_bytes) memmove(dst, src, n_bytes);
 }
 
+void li_matmul_rows(li_backend *be, float *y, const void *x, li_dtype dt, const li_weight *W,
+                    int T) {
+    const int n = be->ops->matmul_invariant_rows > 0 ? be->ops->matmul_invariant_rows : T;
+    const size_t esz = dt == LI_DTYPE_BF16 ? 2 : 4, K = (size_t)W->n_cols, N = (size_t)W->n_rows;
+    for (int t = 0; t < T; t += n)
+        be->ops->matmul(be, y + t * N, (const char *)x + t * K * esz, dt, W,
+                        T - t < n ? T - t : n, false);
+}
+
 void li_be_fill(li_backend *be, float *x, float value, int64_t n) {
     if (li_be_is_device(be)) {
         be->ops->fill(be, x, value, n);

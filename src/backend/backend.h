@@ -199,6 +199,10 @@ typedef struct {
     // (the residual add fused: the bits of the product then add; BF16 only). y never aliases x.
     void (*matmul)(li_backend *be, float *y, const void *x, li_dtype dt, const li_weight *W, int T,
                    bool accumulate);
+    // Rows up to which matmul computes every row exactly as it would alone (its bits depend on
+    // neither T nor the other rows); 0: any T once be->batch_invariant is set. li_matmul_rows
+    // keeps to it.
+    int matmul_invariant_rows;
 
     // x (n) += y (n): residual add.
     void (*add)(li_backend *be, float *x, const float *y, int64_t n);
@@ -445,6 +449,13 @@ void li_add_rmsnorm(li_backend *be, void *out, li_dtype dt, float *x, const floa
                     const float *w, int T, int D, float eps);
 void li_swiglu(li_backend *be, void *out, li_dtype dt, const float *gate, const float *up, int T,
                int64_t F, int64_t ld);
+// y (T, N) = x (T, K) @ W^T (ops.matmul, x in dt) with every row's bits those of the row alone,
+// whatever T: calls of at most ops.matmul_invariant_rows rows where the backend gives one, one
+// call otherwise (be->batch_invariant must be set: a diffusion model's backend). A diffusion
+// decoder that computes a subset of rows (a truncated head, a cached layer's changed rows) then
+// gets the bits of the whole GEMM.
+void li_matmul_rows(li_backend *be, float *y, const void *x, li_dtype dt, const li_weight *W,
+                    int T);
 // ops.qkv_rope_store where the backend has it, the unfused ops otherwise: the parts copied out
 // of the rows (li_be_copy, three a row) into q and the scratch k, v (T, Hkv, Dh) f32, add_bias on
 // each (bias non-NULL), rope (F32) on q and k, then kv_store. k and v are touched only there

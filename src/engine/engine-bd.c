@@ -10,8 +10,10 @@
 // seeing the cache and the whole block (bidirectional inside it), through the Qwen2 forward
 // (li_llama_forward with n_visible = cache + B). The block's K/V are rewritten by every step, so
 // the last forward over the finished block leaves exactly the K/V the reference's
-// update_past_key_values forward stores. The LM head runs only on the rows whose predictions
-// the step reads (the sub-block's, shifted one row up): exact, the head GEMM is row-invariant.
+// update_past_key_values forward stores. LaCache: the LM head runs only on the rows whose
+// predictions the step reads (the sub-block's, shifted one row up), and layer 0 keeps its
+// embedding rows, Q/K/V and prefix attention state across a block's steps (li_llama_bd0,
+// src/model/llama-bd0.c); both exact, bit for bit (docs/DLLM.md "LaCache on it").
 // Not here: LLaDA's SAR decoding (engine-dllm.c), the model (src/model/arch-llama.c).
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +41,8 @@ typedef struct {
     int64_t *slots;       // (max(B, chunk)) KV slots
     float *logits;        // (B, V) host copy of the rows read
     bool trunc;           // LM head on the rows read only (else on the whole block, as HF)
+    li_llama_bd0 l0;      // layer 0: its dense K/V and LaCache's layer-0 caches (llama.h)
+    uint64_t read_hash;   // FNV-1a of every logit row the decoder read (tests: cache on = off)
     int nfe;
     li_dllm_stats *st;    // work counters, accumulated per forward
 } bd_run;
@@ -68,20 +72,31 @@ struct li_bd_run {
 };
 
 // Work of one forward of T rows over `keys` keys per row with n_head_rows through the head, into
-// the counters bench dllm reports. FLOPs: 2 per MAC of every matmul (Q/K/V/O, the FFN, the head)
-// and of attention's QK^T and PV; norms, RoPE, softmax and SwiGLU are not counted (as LLaDA's).
-static void count_work(bd_run *r, int T, int64_t keys, int n_head_rows, bool fp8) {
+// the counters bench dllm reports; before: the layer-0 counters before the forward. FLOPs: 2 per
+// MAC of every matmul (Q/K/V/O, the FFN, the head) and of attention's QK^T and PV, less layer
+// 0's Q/K/V of the rows its RoPECache kept and its attention over the prefix for the query rows
+// FACache served; norms, RoPE, softmax and SwiGLU are not counted (as LLaDA's).
+static void count_work(bd_run *r, const li_llama_bd0 *before, bool whole, int T, int64_t keys,
+                       int n_head_rows, bool fp8) {
     const li_hparams *hp = &r->m->llama.hp;
     const double D = hp->n_embd, F = hp->n_ff, qo = (double)hp->n_head * hp->head_dim,
                  kv = (double)hp->n_head_kv * hp->head_dim, L = hp->n_layer;
+    const li_llama_bd0 *z = &r->l0;
     li_dllm_stats *st = r->st;
+    const int64_t qkv = z->n_qkv - before->n_qkv;
     st->canvas_rows += T;
-    st->embed_rows += T;
-    st->qkv_rows += T;
+    st->embed_rows += z->n_embed - before->n_embed;
+    st->qkv_rows += qkv;
+    st->fa_tiles += z->fa_tiles - before->fa_tiles;
+    st->fa_tiles_skipped += z->fa_tiles_skipped - before->fa_tiles_skipped;
     st->head_rows += n_head_rows;
     if (fp8 && T > 1) st->fp8_gemm_rows += (int64_t)T * 3 * (hp->n_layer - 1);
-    st->flops += 2.0 * T * L * (D * (qo + 2 * kv) + qo * D + 3 * D * F) +
-                 4.0 * T * L * (double)keys * qo + 2.0 * n_head_rows * D * hp->n_vocab;
+    double served = 0;  // block rows whose state over the keys - T of the prefix FACache served
+    for (int g = 0; whole && z->use_fa && g < T / z->group; g++)
+        if (!(z->redo >> g & 1)) served += z->group;
+    st->flops += 2.0 * T * L * (D * (qo + 2 * kv) + qo * D + 3 * D * F) -
+                 2.0 * (T - qkv) * D * (qo + 2 * kv) + 4.0 * T * L * (double)keys * qo -
+                 4.0 * served * (double)(keys - T) * qo + 2.0 * n_head_rows * D * hp->n_vocab;
 }
 
 // One forward of rows [c0, c0 + T) of the canvas over the cache [0, c0): K/V written at the rows'
@@ -89,20 +104,31 @@ static void count_work(bd_run *r, int T, int64_t keys, int n_head_rows, bool fp8
 // block's end (the prompt prefill: block-causal, the reference's eval_block_diff_mask). Logits
 // of rows[0..n_rows) (batch indices) land in r->logits.
 static li_status bd_forward(bd_run *r, int c0, int T, const int64_t *slots, const int32_t *rows,
-                            int n_rows) {
+                            int n_rows, bool whole) {
     li_model *m = r->m;
-    count_work(r, T, c0 + T, n_rows, m->llama.fp8 != NULL);
     for (int i = 0; i < T; i++) r->pos[i] = c0 + i;
     li_batch_seq bs = {.t0 = 0, .n = T, .kv = li_kv_seq_view(&r->seq)};
     li_batch b = {.n_tokens = T, .tokens = r->canvas + c0, .pos = r->pos, .slot = slots,
                   .n_visible = r->nvis, .n_seqs = 1, .seqs = &bs, .n_logits = n_rows,
-                  .logit_rows = rows};
+                  .logit_rows = rows, .bd0 = &r->l0, .bd_block = whole};
+    li_llama_bd0 before = r->l0;
     LI_TRY(li_llama_forward(&m->llama, &m->scratch, &m->kv.storage, &b, m->logits));
+    if (!whole) r->l0.n_embed += T, r->l0.n_qkv += T;  // (a prompt chunk: every row)
+    count_work(r, &before, whole, T, c0 + T, n_rows, m->llama.fp8 != NULL);
     r->nfe++;
     const size_t V = (size_t)m->llama.hp.n_vocab;
     if (n_rows > 0)
         LI_TRY(li_be_download(m->be, r->logits, m->logits, (size_t)n_rows * V * sizeof(float)));
     return LI_OK;
+}
+
+// A logit row the decoder reads (V floats), folded into r->read_hash first: the bits every
+// decision of the request came from, which tests compare between cache settings.
+static const float *read_row(bd_run *r, const float *l) {
+    const unsigned char *bytes = (const unsigned char *)l;
+    for (size_t i = 0; i < (size_t)r->m->llama.hp.n_vocab * sizeof(float); i++)
+        r->read_hash = (r->read_hash ^ bytes[i]) * 1099511628211ull;
+    return l;
 }
 
 // argmax with ties to the lowest id (torch.argmax: the first maximal value).
@@ -141,10 +167,6 @@ li_status li_bd_check(const li_model *m, const li_dllm_params *p, const int32_t 
     else if (p->early_stop) no = "early_stop (it stops at its stop token anyway)";
     else if (p->logits_eos_inf || p->confidence_eos_eot_inf) no = "the EOS/EOT bans";
     else if (p->confidence == LI_DLLM_CONF_F64) no = "confidence f64 (the reference's is f32)";
-    // (`all`, the default, means what applies: trunc; the layer-0 caches are LLaDA's)
-    else if (p->lacache != LI_DLLM_LACACHE_ALL &&
-             (p->lacache & (LI_DLLM_LACACHE_EMBED | LI_DLLM_LACACHE_ROPE | LI_DLLM_LACACHE_FA)))
-        no = "lacache embed, rope or fa (LLaDA's layer-0 caches; here: trunc, or all)";
     if (no)
         return li_error_set(LI_ERR_INVALID_ARG, "dllm: %s is not available for a Fast-dLLM v2 "
                             "(block diffusion) model", no);
@@ -200,7 +222,7 @@ static li_status denoise(li_bd_run *d) {
         for (int j = 0; j < B; j++) r->rows[j] = j;
         n_rows = B;
     }
-    LI_TRY(bd_forward(r, c, B, r->slots, r->rows, n_rows));
+    LI_TRY(bd_forward(r, c, B, r->slots, r->rows, n_rows, true));
     d->steps++;
     // HF sample_with_top_p at temperature 0: p = softmax(logits) (float32), x = argmax
     int best = -1;
@@ -210,7 +232,7 @@ static li_status denoise(li_bd_run *d) {
         // row s0 + k of the block reads output row max(s0 + k - 1, 0): the k-th row returned
         // (trunc), or that row of the whole block's
         int j = s0 + k > 0 ? s0 + k - 1 : 0;
-        const float *l = r->logits + (size_t)(r->trunc ? k : j) * V;
+        const float *l = read_row(r, r->logits + (size_t)(r->trunc ? k : j) * V);
         x[k] = argmax_f32(l, V);
         conf[k] = r->canvas[c + s0 + k] == mask ? li_dllm_conf_f32(l, V, x[k]) : -INFINITY;
         if (conf[k] > best_p) {  // x1_p.argmax(): the first maximum
@@ -245,7 +267,8 @@ static li_status advance(li_bd_run *d, bool *finished) {
         // (The reference skips this for a prompt of exactly one block and then decodes the
         // first block without the prompt: here such a prompt is prefilled like any other.)
         if (d->c0 >= d->c) {
-            if (d->c > 0 && P == d->c) r->canvas[P] = argmax_f32(r->logits, V);  // the last chunk's
+            if (d->c > 0 && P == d->c)  // the last chunk's
+                r->canvas[P] = argmax_f32(read_row(r, r->logits), V);
             d->phase = BD_BLOCK;
             continue;
         }
@@ -254,7 +277,8 @@ static li_status advance(li_bd_run *d, bool *finished) {
             LI_TRY(li_kv_seq_append(&m->kv, &r->seq, T, r->slots));
             for (int i = 0; i < T; i++) r->nvis[i] = (c0 + i) / B * B + B;
             int32_t row = T - 1;
-            LI_TRY(bd_forward(r, c0, T, r->slots, &row, c0 + T == d->c && P == d->c ? 1 : 0));
+            LI_TRY(bd_forward(r, c0, T, r->slots, &row, c0 + T == d->c && P == d->c ? 1 : 0,
+                              false));
             d->c0 += T;
         }
         return LI_OK;
@@ -302,10 +326,10 @@ static li_status advance(li_bd_run *d, bool *finished) {
         // The finished block: one more forward stores its K/V (its slots are already written,
         // with these tokens, by this same forward) and predicts the next block's first token.
         int32_t last = B - 1;
-        LI_TRY(bd_forward(r, d->c, B, r->slots, &last, 1));
+        LI_TRY(bd_forward(r, d->c, B, r->slots, &last, 1, true));
         d->steps++;
         d->c += B;
-        r->canvas[d->c] = argmax_f32(r->logits, V);
+        r->canvas[d->c] = argmax_f32(read_row(r, r->logits), V);
         trace(r, p, P, d->blk, d->step_in, d->steps, 1, mask);
         d->blk++;
         d->phase = BD_BLOCK;
@@ -330,9 +354,14 @@ static li_status advance(li_bd_run *d, bool *finished) {
     }
 }
 
+uint64_t li_bd_read_hash(const li_bd_run *d) {
+    return d->r.read_hash;
+}
+
 void li_bd_free(li_bd_run *d) {
     if (!d) return;
     li_kv_seq_free(&d->r.m->kv, &d->r.seq);
+    li_llama_bd0_free(&d->r.l0);
     li_free(d->parts);
     free(d);
 }
@@ -364,6 +393,18 @@ li_status li_bd_begin(li_model *m, const int32_t *prompt, int n_prompt, const li
     d->st = (li_dllm_stats){.n_prompt = n_prompt, .gen_length = p->gen_length};
     r->st = &d->st;
     r->trunc = p->lacache & LI_DLLM_LACACHE_TRUNC;
+    r->read_hash = 1469598103934665603ull;
+    // layer 0's dense K/V reach the last block's end: the cached prompt blocks + gen_length
+    const int S = p->sub_block_length ? p->sub_block_length : 8;
+    li_status rc0 = li_llama_bd0_init(&r->l0, &m->llama, (n_prompt >= B ? n_prompt / B * B : 0) +
+                                      p->gen_length, B, S, p->fa_tile,
+                                      p->lacache & LI_DLLM_LACACHE_EMBED,
+                                      p->lacache & LI_DLLM_LACACHE_ROPE,
+                                      p->lacache & LI_DLLM_LACACHE_FA);
+    if (rc0 != LI_OK) {
+        li_bd_free(d);
+        return rc0;
+    }
     // FP8 FFN of layers >= 1 (LaCache's approximate part): the copies quantised by the first
     // request that wants them, in the forward for this request's steps only. A model loaded
     // with FP8 prefill (--fp8 ffn|all) keeps it for every request.

@@ -586,6 +586,8 @@ static li_status bd_batch_step(li_dllm_batch *b, int *n_left) {
         b->rs[q].done = true;
         const li_dllm_stats *a = &rq->stats;  // (work counters live in the total)
         li_llada_step_info work = {.embed_rows = a->embed_rows, .qkv_rows = a->qkv_rows,
+                                   .fa_tiles = a->fa_tiles,
+                                   .fa_tiles_skipped = a->fa_tiles_skipped,
                                    .head_rows = a->head_rows, .fp8_gemm_rows = a->fp8_gemm_rows,
                                    .flops = a->flops};
         add_info(&b->tot, &work);

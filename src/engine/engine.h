@@ -77,6 +77,10 @@ li_status li_bd_begin(li_model *m, const int32_t *prompt, int n_prompt, const li
 li_status li_bd_step(li_bd_run *d, bool *finished);
 void li_bd_result(const li_bd_run *d, int32_t *out, li_dllm_stats *stats);
 void li_bd_free(li_bd_run *d);
+// FNV-1a over the bits of every logit row the request's decisions read so far (the prompt's
+// last row, the sub-blocks' rows, each closing forward's last row): equal for two runs that
+// decided from the same logits (tests: LaCache's layer-0 caches on = off).
+uint64_t li_bd_read_hash(const li_bd_run *d);
 int32_t li_bd_stop_token(const li_model *m);
 
 // The hyper-parameters of whichever architecture is loaded.

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../backend/step.h"
+#include "llama-bd0.h"
 #include "llama.h"
 #include "weights-fp8.h"
 #include "weights-internal.h"
@@ -280,6 +281,24 @@ static void attend(const forward_args *a, int il, const float *q, bool out_bf16)
         op->rope(m->be, s->xb, LI_DTYPE_BF16, s->att, NULL, b->n_tokens, H, Dh, NULL);
 }
 
+// The unfused projections' s->q, s->k, s->v (T rows): their biases, RoPE on q and k, k and v
+// into the pool.
+static void bias_rope_store(const forward_args *a, int il) {
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_batch *b = a->b;
+    const li_backend_ops *op = m->be->ops;
+    const int T = b->n_tokens, H = m->hp.n_head, Hkv = m->hp.n_head_kv, Dh = m->hp.head_dim;
+    add_qkv_bias(m, &m->w.layers[il], s->q, s->k, s->v, T);
+    op->rope(m->be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
+    op->rope(m->be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
+    op->kv_store(m->be, a->kv, il, s->k, s->v, b->slot, T);
+}
+
+static void tail_bf16(const forward_args *a, int il, bool att_bf16);
+static void tail_fp8(const forward_args *a, int il);
+static void tail_f32(const forward_args *a, int il, bool norm_next);
+
 // One layer with bf16 activations (s->act_bf16): each GEMM input is made in bf16 by the op
 // before it, the O and down projections add to x in the GEMM's epilogue, x stays f32.
 // Per element of T x D this saves the f32 -> bf16 pass before every GEMM (6 bytes per input
@@ -292,8 +311,7 @@ static void layer_bf16(const forward_args *a, int il) {
     const li_llama_layer *l = &m->w.layers[il];
     const li_backend_ops *op = m->be->ops;
     li_backend *be = m->be;
-    const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff, H = hp->n_head, Hkv = hp->n_head_kv;
-    const int Dh = hp->head_dim;
+    const int T = b->n_tokens, D = hp->n_embd, H = hp->n_head;
 
     // ---- attention block: x += o_proj(attn(rope(q_proj(n(x))), rope(k_proj(n(x))), ...)) ----
     op->rmsnorm(be, s->xb, LI_DTYPE_BF16, s->x, l->attn_norm.data, T, D, hp->rms_eps);
@@ -307,12 +325,25 @@ static void layer_bf16(const forward_args *a, int il) {
         op->matmul(be, s->q, s->xb, LI_DTYPE_BF16, &l->wq, T, false);  // (T, H*Dh)
         op->matmul(be, s->k, s->xb, LI_DTYPE_BF16, &l->wk, T, false);  // (T, Hkv*Dh)
         op->matmul(be, s->v, s->xb, LI_DTYPE_BF16, &l->wv, T, false);  // (T, Hkv*Dh)
-        add_qkv_bias(m, l, s->q, s->k, s->v, T);
-        op->rope(be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
-        op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
-        op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
+        bias_rope_store(a, il);
     }
-    attend(a, il, s->q, true);  // bf16 into s->xb, then x += it @ wo^T
+    attend(a, il, s->q, true);  // bf16 into s->xb
+    tail_bf16(a, il, true);
+}
+
+// The rest of a bf16 layer from its attention output — bf16 in s->xb (att_bf16: attend wrote it)
+// or f32 in s->att — x += o_proj(att), then the FFN.
+static void tail_bf16(const forward_args *a, int il, bool att_bf16) {
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_hparams *hp = &m->hp;
+    const li_llama_layer *l = &m->w.layers[il];
+    const li_backend_ops *op = m->be->ops;
+    li_backend *be = m->be;
+    const int T = a->b->n_tokens, D = hp->n_embd, F = hp->n_ff, H = hp->n_head;
+    const int Dh = hp->head_dim;
+    // the attention output rounded once (rope's BF16 form without positions), then x += it @ wo^T
+    if (!att_bf16) op->rope(be, s->xb, LI_DTYPE_BF16, s->att, NULL, T, H, Dh, NULL);
     op->matmul(be, s->x, s->xb, LI_DTYPE_BF16, &l->wo, T, true);
 
     // ---- feed-forward block: x += down(silu(gate(n(x))) * up(n(x))) ----
@@ -344,12 +375,11 @@ static void layer_fp8(const forward_args *a, int il) {
     const li_llama_fp8_layer *w8 = &m->fp8[il];
     const li_backend_ops *op = m->be->ops;
     li_backend *be = m->be;
-    const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff, H = hp->n_head, Hkv = hp->n_head_kv;
-    const int Dh = hp->head_dim;
+    const int T = b->n_tokens, D = hp->n_embd;
     const bool attn8 = w8->q.q != NULL, bf16 = s->act_bf16;
-    // FP8 rows: the normalised x (f32 staging in xn where the norm cannot fuse the quantisation),
-    // silu(gate) * up (staging in gate, which it may overwrite), the attention output
-    const li_fp8_rows xq = {s->qa, s->sa, s->xn}, hq = {s->qa, s->sa, s->gate};
+    // FP8 rows of the normalised x (f32 staging in xn where the norm cannot fuse the
+    // quantisation) and of the attention output
+    const li_fp8_rows xq = {s->qa, s->sa, s->xn};
 
     // ---- attention block: x += o_proj(attn(rope(q_proj(n(x))), rope(k_proj(n(x))), ...)) ----
     if (attn8) {
@@ -366,11 +396,25 @@ static void layer_fp8(const forward_args *a, int il) {
         op->matmul(be, s->k, xn, dt, &l->wk, T, false);
         op->matmul(be, s->v, xn, dt, &l->wv, T, false);
     }
-    add_qkv_bias(m, l, s->q, s->k, s->v, T);
-    op->rope(be, s->q, LI_DTYPE_F32, s->q, b->pos, T, H, Dh, &m->rope);
-    op->rope(be, s->k, LI_DTYPE_F32, s->k, b->pos, T, Hkv, Dh, &m->rope);
-    op->kv_store(be, a->kv, il, s->k, s->v, b->slot, T);
+    bias_rope_store(a, il);
     attend(a, il, s->q, false);
+    tail_fp8(a, il);
+}
+
+// The rest of an FP8 layer from its attention output s->att: x += o_proj(att) (FP8 in scope
+// ALL), then the FFN in FP8.
+static void tail_fp8(const forward_args *a, int il) {
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_hparams *hp = &m->hp;
+    const li_llama_layer *l = &m->w.layers[il];
+    const li_llama_fp8_layer *w8 = &m->fp8[il];
+    const li_backend_ops *op = m->be->ops;
+    li_backend *be = m->be;
+    const int T = a->b->n_tokens, D = hp->n_embd, F = hp->n_ff, H = hp->n_head;
+    const int Dh = hp->head_dim;
+    const bool attn8 = w8->q.q != NULL, bf16 = s->act_bf16;
+    const li_fp8_rows xq = {s->qa, s->sa, s->xn}, hq = {s->qa, s->sa, s->gate};
     if (attn8) {
         op->fp8_quant_rows(be, &xq, s->att, T, H * Dh);
         op->matmul_fp8(be, s->x, &xq, T, &w8->o, false, true);  // x += (T, D)
@@ -402,7 +446,7 @@ static void layer_f32(const forward_args *a, int il, bool xn_ready, bool norm_ne
     const li_llama_layer *l = &m->w.layers[il];
     const li_backend_ops *op = m->be->ops;
     li_backend *be = m->be;
-    const int T = b->n_tokens, D = hp->n_embd, F = hp->n_ff, Dh = hp->head_dim;
+    const int T = b->n_tokens, D = hp->n_embd, Dh = hp->head_dim;
     const int H = hp->n_head, Hkv = hp->n_head_kv;
 
     // ---- attention block (xn = norm(x): here, or left by the layer before) ----
@@ -431,6 +475,19 @@ static void layer_f32(const forward_args *a, int il, bool xn_ready, bool norm_ne
     }
     op->kv_store(be, kv, il, k, v, b->slot, T);
     attend(a, il, q, false);
+    tail_f32(a, il, norm_next);
+}
+
+// The rest of an f32 layer from its attention output s->att: x += o_proj(att), then the FFN
+// (norm_next: as layer_f32's).
+static void tail_f32(const forward_args *a, int il, bool norm_next) {
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_hparams *hp = &m->hp;
+    const li_llama_layer *l = &m->w.layers[il];
+    const li_backend_ops *op = m->be->ops;
+    li_backend *be = m->be;
+    const int T = a->b->n_tokens, D = hp->n_embd, F = hp->n_ff;
     op->matmul(be, s->tmp, s->att, LI_DTYPE_F32, &l->wo, T, false);  // (T, D)
 
     // ---- feed-forward block: x += attention; down(silu(gate(n(x))) * up(n(x))) ----
@@ -464,6 +521,17 @@ static layer_kind kind_of(const forward_args *a, int il) {
     return T > 1 && a->s->act_bf16 ? LAYER_BF16 : LAYER_F32;
 }
 
+// Layer 0 of a Fast-dLLM v2 batch (li_batch.bd0): q, k, v and a block's attention by
+// llama-bd0.c (its caches), the paged attention for a prompt chunk, then the layer's tail.
+static void layer0_bd(const forward_args *a, layer_kind k, bool norm_next) {
+    const float *q = li_bd0_qkv(a->m, a->s, a->kv, a->b, k != LAYER_F32 && a->s->act_bf16);
+    if (a->b->bd_block) li_bd0_attend(a->m, a->s, a->b, q);
+    else attend(a, 0, q, false);
+    if (k == LAYER_FP8) tail_fp8(a, 0);
+    else if (k == LAYER_BF16) tail_bf16(a, 0, false);
+    else tail_f32(a, 0, norm_next);
+}
+
 static li_status forward_ops(void *args) {
     const forward_args *a = args;
     const li_llama *m = a->m;
@@ -475,8 +543,9 @@ static li_status forward_ops(void *args) {
     li_backend *be = m->be;
     const int T = b->n_tokens, D = hp->n_embd;
 
-    // x (T, D) = embedding rows
-    op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
+    // x (T, D) = embedding rows (a Fast-dLLM v2 block: EmbedCache's, llama-bd0.c)
+    if (b->bd0) li_bd0_embed(m, s, b);
+    else op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
 
     // a repair's first pass (src/engine/repair.c) stops after the layers whose K it compares
     const int L = b->n_layers > 0 && b->n_layers < hp->n_layer ? b->n_layers : hp->n_layer;
@@ -484,7 +553,8 @@ static li_status forward_ops(void *args) {
     for (int il = 0; il < L; il++) {
         const layer_kind k = kind_of(a, il);
         const bool norm_next = il + 1 < L && kind_of(a, il + 1) == LAYER_F32;
-        if (k == LAYER_FP8) layer_fp8(a, il);
+        if (il == 0 && b->bd0) layer0_bd(a, k, norm_next);
+        else if (k == LAYER_FP8) layer_fp8(a, il);
         else if (k == LAYER_BF16) layer_bf16(a, il);
         else layer_f32(a, il, xn_ready, norm_next);
         xn_ready = k == LAYER_F32 && norm_next;
@@ -497,8 +567,9 @@ static li_status forward_ops(void *args) {
         op->embed(be, s->xn, &rows, b->logit_rows, b->n_logits);
         op->rmsnorm(be, s->xn, LI_DTYPE_F32, s->xn, m->w.out_norm.data, b->n_logits, D,
                     hp->rms_eps);
-        // (n_logits, V)
-        op->matmul(be, logits, s->xn, LI_DTYPE_F32, &m->w.output, b->n_logits, false);
+        // (n_logits, V); a Fast-dLLM v2 batch's rows with the bits of the whole block's
+        if (b->bd0) li_matmul_rows(be, logits, s->xn, LI_DTYPE_F32, &m->w.output, b->n_logits);
+        else op->matmul(be, logits, s->xn, LI_DTYPE_F32, &m->w.output, b->n_logits, false);
     }
     return LI_OK;
 }
@@ -523,6 +594,14 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
             return li_error_set(LI_ERR_INVALID_ARG, "logit row %d out of range [0, %d)",
                                 b->logit_rows[i], T);
+    uint64_t bd_key = 0;  // a Fast-dLLM v2 batch: what its layer-0 caches serve
+    if (b->bd0) {
+        if (b->n_seqs != 1 || (b->bd_block && T != b->bd0->B))
+            return li_error_set(LI_ERR_INVALID_ARG, "a layer-0 state batch of %d rows, %d "
+                                "sequences", T, b->n_seqs);
+        bd_key = li_bd0_plan(b->bd0, b);
+    }
+    const li_batch *host_b = b;
     li_batch staged;
     if (li_be_is_device(be)) {  // the ops read index arrays from device memory
         LI_TRY(stage_batch(s, b, &staged));
@@ -535,7 +614,10 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
     // eagerly).
     uint64_t key = (uint64_t)T | (uint64_t)b->n_seqs << 20 | (uint64_t)b->n_logits << 40 |
                    (uint64_t)(b->kv_first != NULL) << 62;
+    if (b->bd0) key = li_step_key(li_step_key(key, 1u + b->bd_block), bd_key);
     forward_args args = {m, s, kv, b, logits};
     bool partial = b->n_layers > 0 && b->n_layers < hp->n_layer;
-    return li_step_run(be, key, !(m->fp8 && T > 1) && !partial, forward_ops, NULL, &args);
+    li_status rc = li_step_run(be, key, !(m->fp8 && T > 1) && !partial, forward_ops, NULL, &args);
+    if (rc == LI_OK && b->bd0) li_bd0_commit(b->bd0, host_b);
+    return rc;
 }

@@ -131,6 +131,51 @@ typedef struct {
 } li_llama;
 
 
+// Layer 0 of a Fast-dLLM v2 request (src/engine/engine-bd.c; docs/DLLM.md "LaCache on it"),
+// run by llama-bd0.c. The layer-0 keys (after RoPE) and values of every row the request has run
+// are kept dense by position, and a block's layer-0 attention streams, for each query row, the
+// cached prefix's keys [0, c) in tiles of `tile` from key 0, then the block's keys [c, c + B), in
+// that order whatever the flags (flash_attn_tiles' online softmax), the prefix in calls of
+// `group` query rows (the sub-blocks: a call's row count picks the GPU's kernel, so the calls are
+// the same with the cache and without). Layer 0's input is the embedding alone, so a row whose
+// token did not change since the block's last forward has the same embedding, Q/K/V and prefix
+// state; LaCache keeps them:
+//   EmbedCache  the block's embedding rows, recomputed for the span of changed rows;
+//   RoPECache   its Q (here) and K/V (in k0, v0), recomputed for the span of changed rows;
+//   FACache     each query row's state (m, l, o) after the prefix, recomputed for the groups
+//               holding a changed row;
+// all rows at a block's first forward. Every other op runs on every row as without the caches,
+// and the GEMMs of the span run through li_matmul_rows: a cache on gives the logits of the
+// cache off, bit for bit. Buffers in the backend's memory; host bookkeeping below them.
+typedef struct {
+    li_backend *be;
+    int max_rows, B;      // rows of the request (positions), rows of a block
+    bool embed, rope, fa;  // the LaCache switches
+    int group, tile;      // query rows per prefix call (S), key tile
+    float *k0, *v0;       // (max_rows, Hkv*Dh) layer-0 keys after RoPE, values, by position
+    float *emb;           // (B, D) EmbedCache
+    float *q;             // (B, H*Dh) RoPECache queries (or this forward's)
+    float *m, *l, *o;     // (B, H), (B, H), (B, H*Dh) the block rows' online-softmax state
+    float *cm, *cl, *co;  // the same after the prefix alone: FACache
+    // host: the block the caches hold (start c; -1: none), its tokens at its last forward
+    int c;
+    int32_t *tokens;  // (B)
+    bool emb_ok, rope_ok, fa_ok;
+    // the plan of the forward under way (li_llama_forward): rows [lo, hi) embedded and projected
+    // (all B without the cache), `redo` the prefix groups computed (bit g: rows [gS, gS + S))
+    int p0, lo, hi;  // p0: the batch's first position (c for a block)
+    uint64_t redo;
+    bool use_emb, use_rope, use_fa;
+    // work, summed over forwards: rows embedded and projected, prefix rows streamed and served
+    int64_t n_embed, n_qkv, fa_tiles, fa_tiles_skipped;
+} li_llama_bd0;
+
+// max_rows: positions the request can reach; B, group (S, B a multiple), tile (0: 64): the
+// block's rows, the prefix's query rows per call, its key tile. embed / rope / fa: the caches.
+li_status li_llama_bd0_init(li_llama_bd0 *z, const li_llama *m, int max_rows, int B, int group,
+                            int tile, bool embed, bool rope, bool fa);
+void li_llama_bd0_free(li_llama_bd0 *z);  // NULL or zeroed: a no-op
+
 typedef struct {
     int n_tokens;              // T
     const int32_t *tokens;     // (T)
@@ -143,6 +188,12 @@ typedef struct {
     int n_logits;              // rows that need logits
     const int32_t *logit_rows; // (n_logits) batch indices
     int n_layers;              // layers to run, from 0 (0: all); fewer takes no logits
+    // Fast-dLLM v2 (li_llama_bd0; NULL: none): layer 0's K/V also go to bd0's dense rows; with
+    // bd_block the batch is the request's current block (one sequence, positions pos[0] .. +
+    // T, T = bd0->B, every row seeing the cache and the block) and layer 0 runs as li_llama_bd0
+    // says; the head's rows then run through li_matmul_rows.
+    li_llama_bd0 *bd0;
+    bool bd_block;
 } li_batch;
 
 // Loaders. `path`: an HF directory, a .gguf file. The model is bound to `be`.

@@ -1331,6 +1331,9 @@ const li_backend_ops li_cpu_fast_ops = {
     .swiglu = cpu_swiglu_dt,
     .softmax = cpu_softmax,
     .sample = cpu_sample,
+    // below MM_BLAS_MIN_T the row kernel: one dot product per output, whatever T (sgemm's bits
+    // depend on the call's rows: 1050 of 1110 sub-GEMMs of 30 shapes differed, OpenBLAS 0.3.21)
+    .matmul_invariant_rows = MM_BLAS_MIN_T - 1,
     .flash_attn_tiles = cpu_flash_attn_tiles,
     .flash_attn_finalize = cpu_flash_attn_finalize,
     .fp8_quant_rows = cpu_fp8_quant_rows,
