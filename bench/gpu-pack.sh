@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 make -j"$(nproc)" CUDA=1 all build/release-cuda/tests/gpu-check build/release-cuda/tests/gpu-model \
   build/release-cuda/tests/test-rag build/release-cuda/tests/test-dllm build/release-cuda/tests/test-llada \
   build/release-cuda/tests/test-llada-generate-ref build/release-cuda/tests/test-kv-tiers \
-  build/release-cuda/tests/test-repair >/dev/null
+  build/release-cuda/tests/test-repair build/release-cuda/tests/test-bd-generate-ref >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib
-cp lazyinfer-cuda build/release-cuda/tests/{gpu-check,gpu-model,test-rag,test-repair,test-dllm,test-llada,test-llada-generate-ref,test-kv-tiers} \
+cp lazyinfer-cuda build/release-cuda/tests/{gpu-check,gpu-model,test-rag,test-repair,test-dllm,test-llada,test-llada-generate-ref,test-kv-tiers,test-bd-generate-ref} \
   .gpu/bin/
 # debug sections stay here: the device call carries at most 64 MiB with the tree
 strip --strip-debug .gpu/bin/*

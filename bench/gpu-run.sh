@@ -37,6 +37,8 @@
 #           GEMM ceilings (decode attention at ctx 20K, batch 1/16/64)
 #   profile LI_CUDA_PROFILE=1 runs: per-op time of a LLaDA step and of Llama decode
 #   graphs  step graphs on (LI_CUDA_GRAPHS=1) and off: Llama-8B decode, a LLaDA step at 512/1024
+#   bd      Fast-dLLM v2 on CUDA: test-bd-generate-ref (the reference cases, every LaCache
+#           combination = all off bit for bit) and bench dllm on synth:fast-dllm-v2-7b
 #   regress decode and a LLaDA step, these binaries against .gpu/base/lazyinfer-cuda (same call)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
 # Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
@@ -245,6 +247,11 @@ if has dllmprof; then
   run dllmprof-combined 150 env LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda -m synth:llada-8b \
     $GSM8K --commit-per-step 4 --methods "all combined (no FP8)"
 fi
+# Fast-dLLM v2 (block diffusion over the Qwen2 forward): its reference suite on the GPU, then the
+# LaCache table on the 7B shapes (GSM8K questions, block 32, sub-block 8)
+has bd && run test-bd-generate-ref-cuda 200 env LI_TEST_BACKEND=cuda $B/test-bd-generate-ref
+has bd && run bench-dllm-fdllm2 ${BD_TIMEOUT:-240} $LI bench dllm --backend cuda -m synth:fast-dllm-v2-7b \
+  ${BD_ARGS:-}
 # Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
 # a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a
 # step), then one batch of 4 and one of 8 (128 steps each): about 90 s with the model's load,
