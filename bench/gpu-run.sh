@@ -56,6 +56,7 @@ OUT=$(mktemp -d)
 trap 'tar czf "$FINAL/results.tgz" -C "$OUT" . && cp "$OUT/summary.txt" "$FINAL/" 2>/dev/null' EXIT
 STEPS=${STEPS:-check,model,rag,e2e,torch}
 has() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+[ -f .gpu/bin.tar.xz ] && tar -xJf .gpu/bin.tar.xz -C .gpu
 if [ -d .gpu/bin ]; then
   B=.gpu/bin
   [ -f .gpu/libs.tar.xz ] && tar -xJf .gpu/libs.tar.xz -C .gpu
