@@ -13,6 +13,7 @@
 #   e2efp8  the e2e run with --fp8 ffn and --fp8 all (FP8 prefill)
 #   fp8q    bench fp8 on synth:llama-3.1-8b: greedy agreement and logits error of each FP8 scope
 #   ragbench lazyinfer bench rag, the paper's setting (CSV per sweep)
+#   ragrepair bench rag at 4G, rate 16: lazy, copy, lazy --repair head:16, lazy --repair blend:0.15
 #   tiers   the document tiers (issue 21): test-kv-tiers on cuda (no Redis there), bench rag in
 #           the paper's setting with a 2G GPU budget
 #           plus --host-cache 32G (lazy, copy: pool only vs with the tier), and bench kernels'
@@ -166,6 +167,16 @@ RAG="$LI bench rag --backend cuda -m synth:llama-3.1-8b --synthetic --docs 100 -
      --query-len 64 --out-len 32 --max-batch 8 --requests ${RAG_REQUESTS:-16} --kv-dtype ${RAG_KV_DTYPE:-bf16}"
 has ragbench && run ragbench-zipf ${RAG_TIMEOUT:-120} $RAG --alpha 2.1 --mode ${RAG_MODES:-lazy,copy,prefix} \
   --rates ${RAG_RATES:-4,16} --budgets ${RAG_BUDGETS:-8G,24G} --csv "$OUT/ragbench-zipf.csv"
+# cross-document repair in the paper's setting at 4G, rate 16: lazy and copy without it, then
+# lazy with head:16 and with blend:0.15 (TTFT p50 against lazy's and copy's)
+if has ragrepair; then
+  run ragrepair-base 120 $RAG --alpha 2.1 --mode lazy,copy --rates 16 --budgets 4G \
+    --csv "$OUT/ragrepair-base.csv"
+  for r in head:16 blend:0.15; do
+    run ragrepair-${r%%:*} 120 $RAG --alpha 2.1 --mode lazy --rates 16 --budgets 4G --repair $r \
+      --csv "$OUT/ragrepair-${r%%:*}.csv"
+  done
+fi
 # RAG_EXTRA=0 skips the two runs below (none, uniform)
 [ "${RAG_EXTRA:-1}" = 1 ] && has ragbench && run ragbench-none 45 $RAG --alpha 2.1 --mode none --rates ${RAG_NONE_RATES:-16} --budgets 4G \
   --csv "$OUT/ragbench-none.csv"
