@@ -196,13 +196,15 @@ has tiers && run tiers-promotion-bw 120 $LI bench kernels --backend cuda -m synt
   --batch 1 --ctx 4096 --prefill 2048 --iters 10
 has torch && run torch 300 python3 bench/torch_baselines.py ${TORCH_ONLY:+--only $TORCH_ONLY} \
   --out "$OUT/torch.jsonl"
+# DLLM_TESTS=0: step dllm runs its benchmarks only (dllmtest still runs the suites)
+dllm_tests() { has dllmtest || { has dllm && [ "${DLLM_TESTS:-1}" = 1 ]; }; }
 # LLaDA on the GPU (issue 5): the decoder suite (every LaCache combination = all-off) and a
 # benchmark of the methods on synth:llada-8b (random weights: a fixed commit schedule)
-{ has dllm || has dllmtest; } && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
-{ has dllm || has dllmtest; } && run test-llada-cuda 200 env LI_TEST_BACKEND=cuda $B/test-llada
-{ has dllm || has dllmtest; } && run test-llada-generate-ref-cuda 120 env LI_TEST_BACKEND=cuda \
+dllm_tests && run test-dllm-cuda 300 env LI_TEST_BACKEND=cuda $B/test-dllm
+dllm_tests && run test-llada-cuda 200 env LI_TEST_BACKEND=cuda $B/test-llada
+dllm_tests && run test-llada-generate-ref-cuda 120 env LI_TEST_BACKEND=cuda \
   $B/test-llada-generate-ref
-{ has dllm || has dllmtest; } && run test-dllm-cuda-graphs 300 env LI_TEST_BACKEND=cuda LI_CUDA_GRAPHS=1 \
+dllm_tests && run test-dllm-cuda-graphs 300 env LI_TEST_BACKEND=cuda LI_CUDA_GRAPHS=1 \
   LI_CUDA_GRAPH_STATS=1 $B/test-dllm
 # where a step's time goes (LI_CUDA_PROFILE: per op, printed at exit): a LLaDA step at canvas
 # 1024 and Llama decode
