@@ -266,15 +266,6 @@ fi
 has bd && run test-bd-generate-ref-cuda 200 env LI_TEST_BACKEND=cuda $B/test-bd-generate-ref
 has bd && run bench-dllm-fdllm2 ${BD_TIMEOUT:-240} $LI bench dllm --backend cuda -m synth:fast-dllm-v2-7b \
   ${BD_ARGS:-}
-# Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
-# a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a
-# step), then one batch of 4 and one of 8 (128 steps each): about 90 s with the model's load,
-# where gen 256 / 256 steps would need twice that. The server's log comes back as
-# dllm-serve-server.log. DLLM_SERVE_ARGS: more arguments of the driver (after `--`: serve's).
-has dllmserve && run dllm-serve ${DLLM_SERVE_TIMEOUT:-240} python3 bench/dllm_serve.py --bin "$LI" \
-  -m synth:llada-8b --backend cuda --levels 1,4,8 --shots 4 --prompt-tokens 575 --gen-length 128 \
-  --block-length 32 --steps 128 --json "$OUT/dllm-serve.json" --log "$OUT/dllm-serve-server.log" \
-  ${DLLM_SERVE_ARGS:-}
 # the PyTorch eager LLaDA-8B of the same shapes: step at 512/1024/2048 and vanilla decoding of
 # exactly the prompt bench-dllm decoded (its llada-prompt.json, this call's): the token ids, and
 # the prompt length, gen length, block and steps passed explicitly (torch_baselines.py checks them
@@ -296,4 +287,13 @@ print(d["prompts"][0]["n_tokens"], d["gen_length"], d["block_length"], d["steps"
     status=1
   fi
 fi
+# Diffusion serving: the GSM8K prompts of bench-dllm, with gen 128 / 128 steps instead of 256:
+# a warm-up, 8 requests one by one and the level 1 are 10 x 128 steps alone (~32 s at ~25 ms a
+# step), then one batch of 4 and one of 8 (128 steps each): about 90 s with the model's load,
+# where gen 256 / 256 steps would need twice that. The server's log comes back as
+# dllm-serve-server.log. DLLM_SERVE_ARGS: more arguments of the driver (after `--`: serve's).
+has dllmserve && run dllm-serve ${DLLM_SERVE_TIMEOUT:-240} python3 bench/dllm_serve.py --bin "$LI" \
+  -m synth:llada-8b --backend cuda --levels 1,4,8 --shots 4 --prompt-tokens 575 --gen-length 128 \
+  --block-length 32 --steps 128 --json "$OUT/dllm-serve.json" --log "$OUT/dllm-serve-server.log" \
+  ${DLLM_SERVE_ARGS:-}
 exit $status
