@@ -230,7 +230,8 @@ if has densepad; then
   run gpu-check-densepad 120 env LI_CUDNN_DENSE_PAD=1 LI_GPU_CHECK_NO_BENCH=1 LI_GPU_CHECK_ONLY=bf16,flash \
     $B/gpu-check
   run test-llada-densepad 120 env LI_CUDNN_DENSE_PAD=1 LI_TEST_BACKEND=cuda $B/test-llada
-  for d in 0 1; do
+  for d in 0 1; do  # DENSEPAD_AB=0: the checks only
+    [ "${DENSEPAD_AB:-1}" = 1 ] || break
     run densepad$d 150 env LI_CUDNN_DENSE_PAD=$d LI_CUDA_PROFILE=1 $LI bench dllm --backend cuda \
       -m synth:llada-8b $GSM8K --commit-per-step 4 --methods "+parallel,all combined (no FP8)"
     grep -E "^\||^cudnn" "$OUT/densepad$d.log" | head -8
