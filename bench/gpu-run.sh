@@ -247,10 +247,10 @@ fi
 # which the torchllada step decodes with PyTorch. "all combined" has the FP8 FFN on, "all combined
 # (no FP8)" is the same without it.
 has dllm && run bench-dllm 300 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
-  --commit-per-step 2 --prompt-out "$OUT/llada-prompt.json" ${DLLM_METHODS:+--methods "$DLLM_METHODS"} \
+  --commit-per-step ${DLLM_MAIN_K:-2} --prompt-out "$OUT/llada-prompt.json" ${DLLM_METHODS:+--methods "$DLLM_METHODS"} \
   ${DLLM_ARGS:-}
 # parallel decoding with larger fixed schedules (4 and 8 per step) for the combinations that use it
-for k in 4 8; do
+for k in ${DLLM_KS:-4 8}; do  # DLLM_MAIN_K / DLLM_KS: which K first (a short call)
   has dllm && run bench-dllm-k$k 200 $LI bench dllm --backend cuda -m synth:llada-8b $GSM8K \
     --commit-per-step $k --methods "+parallel,all combined,all combined (no FP8)"
 done
