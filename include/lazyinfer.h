@@ -215,7 +215,7 @@ const char *li_cache_mode_name(li_cache_mode mode);
 typedef enum {
     LI_REPAIR_NONE,   // block attention as cached (the default)
     LI_REPAIR_HEAD,   // each document's first head_k tokens, through every layer (EPIC)
-    LI_REPAIR_BLEND,  // the blend_r fraction of document tokens whose layer-1 K deviates most
+    LI_REPAIR_BLEND,  // the blend_r fraction of document tokens whose layer-2 K deviates most
                       // from the cached K, through every layer (CacheBlend)
 } li_repair_mode;
 typedef struct {

@@ -7,6 +7,9 @@
 //   - two requests sharing a document at different offsets with different neighbours, repaired
 //     together in one batch, each get what they get alone, and the cached copy's bytes are the
 //     same before and after (the overlay never writes the shared pages); lazy still holds one copy;
+//   - a batch's tail rows (blend's selection pass batched with other rows, li_batch.n_tail) store
+//     the K/V a whole forward stores up to the check layer and none after it, and leave the
+//     other rows' logits as they are alone;
 //   - li_repair_parse's errors, and a repair in a mode without a document cache.
 // `repair none` is the code path of before (no overlay, no repair rows): tests/test-rag.c checks it.
 // LI_TEST_BACKEND=cuda runs it on the GPU (bf16 KV and activations): logits within test-rag.c's
@@ -296,6 +299,125 @@ static void no_leak(const fixture *f, const char *repair) {
     TEST_END();
 }
 
+// One sequence of a forward: rows [t0, t0 + n) at positions 0.., into `pages` (P tokens each).
+static void seq_rows(li_model *m, const int64_t *pages, int t0, int n, int32_t *tok, int32_t *pos,
+                     int64_t *slot, int32_t *nvis, uint64_t *table, li_batch_seq *sq,
+                     li_rng *rng) {
+    const int P = m->kv.storage.page_size;
+    for (int i = 0; i < n; i++) {
+        tok[t0 + i] = (int32_t)(32 + li_rng_u64(rng) % 224);
+        pos[t0 + i] = i;
+        slot[t0 + i] = pages[i / P] * P + i % P;
+        nvis[t0 + i] = i + 1;
+    }
+    for (int k = 0; k * P < n; k++)
+        table[k] = li_page_word(pages[k], n - k * P < P ? n - k * P : P, 0);
+    *sq = (li_batch_seq){.t0 = t0, .n = n, .kv = {.pages = table, .n_pages = (n + P - 1) / P}};
+}
+
+// Layer il's K and V bytes of the first n tokens' pages (whole pages).
+static void layer_bytes(li_model *m, const int64_t *pages, int n, int il, uint8_t *out) {
+    const li_kv_storage *kv = &m->kv.storage;
+    const size_t eb = li_kv_elem_bytes(kv->dtype);
+    const size_t bytes = 2 * (size_t)kv->n_head_kv * kv->page_size * kv->head_dim * eb;
+    for (int k = 0; k * kv->page_size < n; k++)
+        li_be_download(m->be, out + k * bytes,
+                       (const uint8_t *)kv->data + li_kv_offset(kv, pages[k], il, 0, 0, 0) * eb,
+                       bytes);
+}
+
+// blend's selection pass rides at the end of a batch (li_batch.n_tail): the rows before it get
+// the logits they get alone, and the tail rows store the K/V of layers [0, tail_layer] that a
+// whole forward stores, and nothing of the layers after.
+static void tail_rows(li_rng *rng) {
+    TEST_BEGIN("a batch's tail rows stop at the check layer's K/V; the other rows are as alone");
+    // SmolLM2-135M's shapes (random weights): 30 layers, so that layers after the check one exist
+    fixture f = {.model = "synth:smollm2-135m", .page_size = 16};
+    li_model *m = load(&f, "none", 1);
+    CHECK(m != NULL, "load");
+    if (!m) goto done;
+    enum { TA = 21, TB = 37, NP = 3 };  // rows of the sequence with logits, of the tail
+    const int L = m->llama.hp.n_layer, Vv = m->llama.hp.n_vocab, TAIL = 1;
+    const li_kv_storage *kv = &m->kv.storage;
+    const size_t lb = 2 * (size_t)kv->n_head_kv * kv->page_size * kv->head_dim *
+                      li_kv_elem_bytes(kv->dtype) * NP;
+    int64_t pa[NP], pb[NP], pc[NP];
+    for (int k = 0; k < NP; k++)
+        CHECK(li_kv_page_alloc(&m->kv, &pa[k]) == LI_OK &&
+                  li_kv_page_alloc(&m->kv, &pb[k]) == LI_OK &&
+                  li_kv_page_alloc(&m->kv, &pc[k]) == LI_OK, "page alloc");
+    int32_t tok[TA + TB], pos[TA + TB], nvis[TA + TB], row = TA - 1;
+    int64_t slot[TA + TB];
+    uint64_t ta[NP], tb[NP];
+    li_batch_seq sq[2];
+    seq_rows(m, pa, 0, TA, tok, pos, slot, nvis, ta, &sq[0], rng);
+    seq_rows(m, pb, TA, TB, tok, pos, slot, nvis, tb, &sq[1], rng);
+    float *alone = malloc((size_t)Vv * sizeof *alone), *with = malloc((size_t)Vv * sizeof *with);
+    uint8_t *before = malloc(lb), *after = malloc(lb), *whole = malloc(lb);
+    // the tail's pages hold random bytes first: the layers after the check layer must keep them
+    for (size_t i = 0; i < lb; i++) before[i] = (uint8_t)li_rng_u64(rng);
+    for (int il = 0; il < L; il++)
+        for (int k = 0; k < NP; k++)
+            li_be_upload(m->be, (uint8_t *)kv->data + li_kv_offset(kv, pb[k], il, 0, 0, 0) *
+                                    li_kv_elem_bytes(kv->dtype),
+                         before + (size_t)k * (lb / NP), lb / NP);
+    li_batch a = {.n_tokens = TA, .tokens = tok, .pos = pos, .slot = slot, .n_visible = nvis,
+                  .n_seqs = 1, .seqs = sq, .n_logits = 1, .logit_rows = &row};
+    li_batch ab = a;
+    ab.n_tokens = TA + TB;
+    ab.n_seqs = 2;
+    ab.n_tail = TB;
+    ab.tail_layer = TAIL;
+    CHECK(li_llama_forward(&m->llama, &m->scratch, kv, &a, m->logits) == LI_OK, "alone");
+    li_be_download(m->be, alone, m->logits, (size_t)Vv * sizeof *alone);
+    CHECK(li_llama_forward(&m->llama, &m->scratch, kv, &ab, m->logits) == LI_OK, "with a tail");
+    li_be_download(m->be, with, m->logits, (size_t)Vv * sizeof *with);
+    double e = test_nmse(with, alone, Vv);
+    CHECK(e <= g_tol, "the rows before the tail: nmse %g", e);
+    // the tail's sequence as a whole forward of its own, into other pages
+    li_batch_seq sc = sq[1];
+    sc.t0 = 0;
+    uint64_t tc[NP];
+    int64_t slot_c[TB];
+    for (int i = 0; i < TB; i++)
+        slot_c[i] = pc[i / kv->page_size] * kv->page_size + i % kv->page_size;
+    for (int k = 0; k < NP; k++) tc[k] = li_page_word(pc[k], li_page_count(tb[k]), 0);
+    sc.kv.pages = tc;
+    li_batch c = {.n_tokens = TB, .tokens = tok + TA, .pos = pos + TA, .slot = slot_c,
+                  .n_visible = nvis + TA, .n_seqs = 1, .seqs = &sc};
+    CHECK(li_llama_forward(&m->llama, &m->scratch, kv, &c, m->logits) == LI_OK, "whole");
+    for (int il = 0; il < L; il++) {
+        layer_bytes(m, pb, TB, il, after);
+        if (il > TAIL) {
+            CHECK(!memcmp(after, before, lb), "layer %d of the tail's pages written", il);
+            continue;
+        }
+        layer_bytes(m, pc, TB, il, whole);
+        const size_t half = lb / NP / 2;  // K then V of a page
+        for (int k = 0; k < NP; k++)
+            for (int h = 0; h < 2; h++) {
+                size_t o = (size_t)k * (lb / NP) + h * half;
+                int n = TB - k * kv->page_size < kv->page_size ? TB - k * kv->page_size
+                                                               : kv->page_size;
+                for (int hk = 0; hk < kv->n_head_kv && kv->dtype == LI_DTYPE_F32; hk++) {
+                    size_t oo = o + (size_t)hk * kv->page_size * kv->head_dim * 4;
+                    double ee = test_nmse((const float *)(after + oo),
+                                          (const float *)(whole + oo), (long)n * kv->head_dim);
+                    CHECK(ee <= g_tol, "layer %d page %d %s head %d: nmse %g", il, k,
+                          h ? "V" : "K", hk, ee);
+                }
+            }
+    }
+    free(alone);
+    free(with);
+    free(before);
+    free(after);
+    free(whole);
+    li_model_free(m);
+done:
+    TEST_END();
+}
+
 static void parse_errors(void) {
     TEST_BEGIN("li_repair_parse: values and errors; a repair needs lazy or copy");
     li_repair r;
@@ -345,6 +467,7 @@ int main(void) {
     li_rng rng;
     li_rng_seed(&rng, seed);
     parse_errors();
+    tail_rows(&rng);
     static const char *models[] = {"tiny-llama", "tiny-llama-gqa4-linear", "tiny-llama-gqa2-yarn",
                                    "tiny-qwen2"};
     const int page_sizes[] = {16, 1, 64, 16};

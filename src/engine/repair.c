@@ -1,9 +1,11 @@
 // repair.c — cross-document repair (repair.h): the option's parsing, the overlay pages' fill, and
 // blend's selection. head:K recomputes each repaired document's first K tokens (EPIC); blend:R
-// runs layers 0 and 1 of every repaired token in context, compares the layer-1 K it gets with
-// the cached one (rotated to the true position) and recomputes the R fraction of tokens that
-// deviate most (CacheBlend). The recomputation itself is the scheduler's: the rows this file
-// returns go ahead of the query rows, through every layer, into the overlay slots.
+// runs every repaired token in context through layers 0-1 and layer 2's K/V (the selection pass,
+// which the scheduler batches with its other rows), compares the layer-2 K it gets with the
+// cached one (rotated to the true position) and recomputes the R fraction of tokens that deviate
+// most (CacheBlend, whose check layer is 1). The recomputation itself is the scheduler's: the rows this file returns go
+// ahead of the query rows, through every layer, into the overlay slots. Not here: the forward
+// (the pass's rows are li_batch's tail, src/model/arch-llama.c). Tested by tests/test-repair.c.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +15,7 @@
 
 #define REPAIR_HEAD_K 16        // one page at the default page size
 #define REPAIR_BLEND_R 0.15f    // CacheBlend's default recompute ratio
-#define REPAIR_SELECT_LAYER 1   // CacheBlend measures the deviation of layer 1's K
+#define REPAIR_SELECT_LAYER 2   // the check layer (CacheBlend: 1; 2 measured better, docs/RAG.md)
 
 li_status li_repair_parse(const char *s, li_repair *out) {
     li_repair r = {0};
@@ -113,7 +115,8 @@ int li_repair_table(const li_repair_block *b, int P, uint64_t *out) {
 }
 
 // K of layer il for every token of the repaired blocks' overlay pages, in position order:
-// out (N, Hkv, Dh) f32. page (Hkv, P, Dh) host scratch of the stored dtype.
+// out (N, Hkv*Dh) f32. page (Hkv, P, Dh) host scratch of the stored dtype. Per token Hkv Dh
+// elements (SmolLM2: 768 bytes in f32) of one layer of the 30.
 static li_status read_k(li_model *m, const li_repair_block *blocks, int n_blocks, int il,
                         float *out, void *page) {
     const li_kv_storage *kv = &m->kv.storage;
@@ -140,36 +143,49 @@ static li_status read_k(li_model *m, const li_repair_block *blocks, int n_blocks
     return LI_OK;
 }
 
-// Layers 0 .. n_layers - 1 of every repaired token in context: rows at their true positions,
-// writing into the overlay pages, each seeing every key before it (the unrepaired blocks as
-// cached, the repaired ones as this pass rewrites them).
-static li_status run_in_context(li_model *m, li_repair_block *blocks, int n_blocks,
-                                const li_repair_rows *all, int n_layers) {
-    const int P = m->kv.storage.page_size;
-    int n_words = 0;
-    for (int bi = 0; bi < n_blocks; bi++) n_words += (blocks[bi].n + P - 1) / P;
-    uint64_t *table = malloc((size_t)n_words * sizeof *table);
-    int32_t *nvis = malloc((size_t)m->n_batch * sizeof *nvis);
+void li_repair_pass_free(li_repair_pass *pass) {
+    li_repair_rows_free(&pass->rows);
+    free(pass->ref);
+    memset(pass, 0, sizeof *pass);
+}
+
+li_status li_repair_begin(li_model *m, const li_repair *rp, li_repair_block *blocks, int n_blocks,
+                          li_repair_pass *pass, li_repair_rows *rows) {
+    const li_kv_storage *kv = &m->kv.storage;
+    const int P = kv->page_size, L = m->llama.hp.n_layer;
+    li_repair_rows *out = rp->mode == LI_REPAIR_HEAD ? rows : &pass->rows;
+    void *page = NULL;
     li_status rc = LI_OK;
-    if (!table || !nvis) {
-        rc = li_error_set(LI_ERR_OOM, "out of memory for the repair's selection pass");
+    memset(pass, 0, sizeof *pass);
+    for (int bi = 0; bi < n_blocks && rc == LI_OK; bi++) {
+        li_repair_block *b = &blocks[bi];
+        if (!b->ovl) continue;
+        int n = rp->mode == LI_REPAIR_HEAD ? head_of(rp, b->n) : b->n;
+        for (int j = 0; j < n && rc == LI_OK; j++)
+            rc = rows_push(out, b->tokens[j], (int32_t)(b->delta + j), b->ovl[j / P] * P + j % P);
+        // the cached K/V of every overlay page's tokens (head: only pages it does not fill whole)
+        for (int k = 0; k < b->n_ovl; k++)
+            if (rp->mode == LI_REPAIR_BLEND || n < k * P + page_count(b, k, P)) copy_page(m, b, k);
+    }
+    if (rc != LI_OK || rp->mode == LI_REPAIR_HEAD || pass->rows.n == 0) goto out;
+    // blend: the check layer's cached K, before the pass overwrites it in the overlay
+    pass->layer = L > REPAIR_SELECT_LAYER ? REPAIR_SELECT_LAYER : L - 1;
+    if (pass->layer < 1) {  // one layer: its K/V do not depend on the context, nothing to run
+        pass->n_done = pass->rows.n;
         goto out;
     }
-    int w = 0;
-    for (int bi = 0; bi < n_blocks; bi++) w += li_repair_table(&blocks[bi], P, table + w);
-    for (int t0 = 0; t0 < all->n && rc == LI_OK; t0 += m->n_batch) {
-        int T = all->n - t0 < m->n_batch ? all->n - t0 : m->n_batch;
-        for (int i = 0; i < T; i++) nvis[i] = all->pos[t0 + i] + 1;
-        li_batch_seq seq = {.t0 = 0, .n = T, .kv = {.pages = table, .n_pages = n_words}};
-        li_batch b = {.n_tokens = T, .tokens = all->tok + t0, .pos = all->pos + t0,
-                      .slot = all->slot + t0, .n_visible = nvis, .n_seqs = 1, .seqs = &seq,
-                      .n_layers = n_layers};
-        rc = li_llama_forward(&m->llama, &m->scratch, &m->kv.storage, &b, m->logits);
+    const size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    pass->ref = malloc((size_t)pass->rows.n * row * sizeof *pass->ref);
+    page = malloc(row * (size_t)P * li_kv_elem_bytes(kv->dtype));
+    if (!pass->ref || !page) {
+        rc = li_error_set(LI_ERR_OOM, "out of memory for the repair's selection");
+        goto out;
     }
-    if (rc == LI_OK) rc = li_be_sync(m->be);
+    if ((rc = li_be_sync(m->be)) == LI_OK)
+        rc = read_k(m, blocks, n_blocks, pass->layer, pass->ref, page);
 out:
-    free(table);
-    free(nvis);
+    free(page);
+    if (rc != LI_OK) li_repair_pass_free(pass);
     return rc;
 }
 
@@ -185,32 +201,36 @@ static int by_deviation(const void *a, const void *b) {
     return x->i - y->i;
 }
 
-// blend: which of the repaired tokens (position order, all->n of them) to recompute: sel (N).
-static li_status select_blend(li_model *m, const li_repair *rp, li_repair_block *blocks,
-                              int n_blocks, const li_repair_rows *all, bool *sel) {
+li_status li_repair_select(li_model *m, const li_repair *rp, li_repair_block *blocks,
+                           int n_blocks, li_repair_pass *pass, li_repair_rows *rows) {
     const li_kv_storage *kv = &m->kv.storage;
-    const int N = all->n, L = m->llama.hp.n_layer;
-    const int il = L > REPAIR_SELECT_LAYER ? REPAIR_SELECT_LAYER : L - 1;
+    const int P = kv->page_size, N = pass->rows.n;
     const size_t row = (size_t)kv->n_head_kv * kv->head_dim;
-    float *cached = malloc((size_t)N * row * sizeof *cached);
-    float *fresh = malloc((size_t)N * row * sizeof *fresh);
-    void *page = malloc(row * (size_t)kv->page_size * li_kv_elem_bytes(kv->dtype));
-    scored *order = malloc((size_t)N * sizeof *order);
+    float *fresh = NULL;
+    void *page = NULL;
+    scored *order = NULL;
+    bool *sel = NULL;
     li_status rc = LI_OK;
-    if (!cached || !fresh || !page || !order) {
+    if (rp->mode != LI_REPAIR_BLEND || N == 0) goto out;
+    LI_ASSERT(pass->n_done == N);
+    order = malloc((size_t)N * sizeof *order);
+    sel = calloc((size_t)N, sizeof *sel);
+    if (pass->layer > 0) {
+        fresh = malloc((size_t)N * row * sizeof *fresh);
+        page = malloc(row * (size_t)P * li_kv_elem_bytes(kv->dtype));
+    }
+    if (!order || !sel || (pass->layer > 0 && (!fresh || !page))) {
         rc = li_error_set(LI_ERR_OOM, "out of memory for the repair's selection");
         goto out;
     }
-    // the cached K at true positions (the overlay holds its copy), then the K in context
-    if ((rc = li_be_sync(m->be)) != LI_OK ||
-        (rc = read_k(m, blocks, n_blocks, il, cached, page)) != LI_OK ||
-        (rc = run_in_context(m, blocks, n_blocks, all, il + 1)) != LI_OK ||
-        (rc = read_k(m, blocks, n_blocks, il, fresh, page)) != LI_OK)
+    if (pass->layer > 0 && (rc = read_k(m, blocks, n_blocks, pass->layer, fresh, page)) != LI_OK)
         goto out;
+    // the squared distance of the in-context K to the cached K (LMCache's blender; V, K and V,
+    // and each document's first 16 tokens ranked first measured no better: docs/RAG.md)
     for (int t = 0; t < N; t++) {
         double s = 0;
-        for (size_t j = 0; j < row; j++) {
-            double d = (double)fresh[t * row + j] - cached[t * row + j];
+        for (size_t j = 0; pass->layer > 0 && j < row; j++) {
+            double d = (double)fresh[t * row + j] - pass->ref[t * row + j];
             s += d * d;
         }
         order[t] = (scored){(float)s, t};
@@ -219,69 +239,34 @@ static li_status select_blend(li_model *m, const li_repair *rp, li_repair_block 
     int n_sel = (int)ceil((double)rp->blend_r * N - 1e-9);  // R × N, an exact product not rounded up
     if (n_sel < 1) n_sel = 1;
     if (n_sel > N) n_sel = N;
-    memset(sel, 0, (size_t)N * sizeof *sel);
     for (int i = 0; i < n_sel; i++) sel[order[i].i] = true;
-out:
-    free(cached);
-    free(fresh);
-    free(page);
-    free(order);
-    return rc;
-}
-
-li_status li_repair_plan(li_model *m, const li_repair *rp, li_repair_block *blocks, int n_blocks,
-                         li_repair_rows *rows) {
-    const int P = m->kv.storage.page_size;
-    li_repair_rows all = {0};  // every token the repair may recompute, position order
-    bool *sel = NULL;
-    li_status rc = LI_OK;
-    for (int bi = 0; bi < n_blocks && rc == LI_OK; bi++) {
-        const li_repair_block *b = &blocks[bi];
-        if (!b->ovl) continue;
-        int n = rp->mode == LI_REPAIR_HEAD ? head_of(rp, b->n) : b->n;
-        for (int j = 0; j < n && rc == LI_OK; j++)
-            rc = rows_push(&all, b->tokens[j], (int32_t)(b->delta + j), b->ovl[j / P] * P + j % P);
-    }
-    if (rc != LI_OK || all.n == 0) goto out;
-    if (!(sel = malloc((size_t)all.n * sizeof *sel))) {
-        rc = li_error_set(LI_ERR_OOM, "out of memory for the repair");
-        goto out;
-    }
-    // the cached K/V of every overlay page's tokens (head: only pages it does not fill whole)
+    // pages with no chosen token go back to the shared copy; the others take the cached K/V of
+    // their unchosen tokens back (the pass wrote layers [0, layer] of every token): keeping the
+    // pass's, full attention's own, measured worse (docs/RAG.md "Repair"). A page copy is
+    // ~P * L * 2 Hkv Dh elements (SmolLM2, f32: 720 KiB), ~1 % of the pass's time per page.
+    int t = 0;
     for (int bi = 0; bi < n_blocks; bi++) {
         li_repair_block *b = &blocks[bi];
         if (!b->ovl) continue;
-        for (int k = 0; k < b->n_ovl; k++)
-            if (rp->mode == LI_REPAIR_BLEND || head_of(rp, b->n) < k * P + page_count(b, k, P))
+        for (int k = 0; k * P < b->n; k++) {
+            int cnt = page_count(b, k, P), n_chosen = 0;
+            for (int s = 0; s < cnt; s++) n_chosen += sel[t + s];
+            t += cnt;
+            if (n_chosen == 0) {
+                li_kv_page_unref(&m->kv, b->ovl[k]);
+                b->ovl[k] = -1;
+            } else if (n_chosen < cnt) {
                 copy_page(m, b, k);
-    }
-    if (rp->mode == LI_REPAIR_HEAD) {
-        for (int i = 0; i < all.n; i++) sel[i] = true;
-    } else {
-        if ((rc = select_blend(m, rp, blocks, n_blocks, &all, sel)) != LI_OK) goto out;
-        // the selection pass wrote layers 0 .. 1 of every token: the unselected ones take their
-        // cached K/V back; pages with no selected token go back to the shared copy
-        int t = 0;
-        for (int bi = 0; bi < n_blocks; bi++) {
-            li_repair_block *b = &blocks[bi];
-            if (!b->ovl) continue;
-            for (int k = 0; k * P < b->n; k++) {
-                int cnt = page_count(b, k, P), n_sel = 0;
-                for (int s = 0; s < cnt; s++) n_sel += sel[t + s];
-                t += cnt;
-                if (n_sel == 0) {
-                    li_kv_page_unref(&m->kv, b->ovl[k]);
-                    b->ovl[k] = -1;
-                } else if (n_sel < cnt) {
-                    copy_page(m, b, k);
-                }
             }
         }
     }
-    for (int i = 0; i < all.n && rc == LI_OK; i++)
-        if (sel[i]) rc = rows_push(rows, all.tok[i], all.pos[i], all.slot[i]);
+    for (int i = 0; i < N && rc == LI_OK; i++)
+        if (sel[i]) rc = rows_push(rows, pass->rows.tok[i], pass->rows.pos[i], pass->rows.slot[i]);
 out:
+    free(fresh);
+    free(page);
+    free(order);
     free(sel);
-    li_repair_rows_free(&all);
+    li_repair_pass_free(pass);
     return rc;
 }

@@ -60,7 +60,9 @@ struct request {
     int cap_table;
     int n_done_prompt;    // rows already run: the repair's, then the prompt's
     li_repair repair;
-    bool repair_planned;  // the overlay is filled and `rep` holds the rows to recompute
+    bool repair_begun;    // the overlay is filled; blend's selection pass may still be running
+    bool repair_planned;  // the pass is done and `rep` holds the rows to recompute
+    li_repair_pass pass;  // blend's selection pass (repair.h), run as the batch's tail rows
     li_repair_rows rep;   // repair rows (true positions, overlay slots), run before the prompt
     li_generate_params gen;
     float *first_logits;
@@ -193,6 +195,7 @@ static void request_free_memory(request *r) {
         free(r->blocks[i].ovl);
     }
     li_repair_rows_free(&r->rep);
+    li_repair_pass_free(&r->pass);
     free(r->blocks);
     free(r->prompt);
     free(r->first_key);
@@ -586,7 +589,8 @@ static void release_request(li_model *m, request *r, int n_blocks) {
     }
     li_kv_seq_clear(&m->kv, &r->own);
     r->rep.n = 0;
-    r->repair_planned = false;
+    li_repair_pass_free(&r->pass);
+    r->repair_begun = r->repair_planned = false;
 }
 
 // Copy mode: fills a new copy from a ready copy at another offset (page copy + re-rotation of K
@@ -663,10 +667,8 @@ static li_status reserve_overlay(li_model *m, const request *r, block *bl) {
     return LI_OK;
 }
 
-// The repair of a request whose blocks are ready: fill its overlay, choose the rows to recompute.
-static li_status plan_repair(li_model *m, request *r) {
-    li_repair_block *rb = calloc((size_t)r->n_blocks + 1, sizeof *rb);
-    if (!rb) return li_error_set(LI_ERR_OOM, "out of memory");
+// The request's blocks as the repair sees them (repair.h); rb has n_blocks entries.
+static void repair_blocks(const li_model *m, const request *r, li_repair_block *rb) {
     for (int b = 0; b < r->n_blocks; b++) {
         const block *bl = &r->blocks[b];
         rb[b] = (li_repair_block){.tokens = bl->tokens, .n = bl->n, .delta = bl->delta,
@@ -674,14 +676,31 @@ static li_status plan_repair(li_model *m, request *r) {
                                   .rotate = m->cache_mode == LI_CACHE_LAZY ? bl->delta : 0,
                                   .ovl = bl->ovl, .n_ovl = bl->n_ovl};
     }
-    li_status rc = li_repair_plan(m, &r->repair, rb, r->n_blocks, &r->rep);
+}
+
+// The repair of a request whose blocks are ready: fill its overlay, then (head, or blend once
+// its selection pass ran) choose the rows to recompute.
+static li_status plan_repair(li_model *m, request *r) {
+    li_repair_block *rb = calloc((size_t)r->n_blocks + 1, sizeof *rb);
+    if (!rb) return li_error_set(LI_ERR_OOM, "out of memory");
+    repair_blocks(m, r, rb);
+    li_status rc = LI_OK;
+    if (!r->repair_begun) {
+        rc = li_repair_begin(m, &r->repair, rb, r->n_blocks, &r->pass, &r->rep);
+        r->repair_begun = rc == LI_OK;
+    }
+    if (rc == LI_OK && r->pass.n_done == r->pass.rows.n) {
+        rc = li_repair_select(m, &r->repair, rb, r->n_blocks, &r->pass, &r->rep);
+        if (rc == LI_OK) {
+            r->repair_planned = true;
+            r->res.n_repair_tokens = r->rep.n;
+            // recomputed in context: not served from the cache
+            r->res.n_cached_tokens =
+                r->res.n_cached_tokens > r->rep.n ? r->res.n_cached_tokens - r->rep.n : 0;
+        }
+    }
     free(rb);
-    if (rc != LI_OK) return rc;
-    r->repair_planned = true;
-    r->res.n_repair_tokens = r->rep.n;
-    // recomputed in context: not served from the cache
-    r->res.n_cached_tokens = r->res.n_cached_tokens > r->rep.n ? r->res.n_cached_tokens - r->rep.n : 0;
-    return LI_OK;
+    return rc;
 }
 
 // Pins or creates the blocks' KV, reserves the request's own pages. LI_ERR_KV_FULL: not now.
@@ -889,9 +908,10 @@ li_status li_step(li_model *m, int *n_unfinished) {
         if (w->source && w->source->ready) run_copy_job(m, w);
     }
 
-    // 2b. repairs of requests whose blocks became ready (blend runs its selection forward here)
+    // 2b. repairs of requests whose blocks became ready (blend's selection pass joins the batch)
     for (request *r = S->reqs; r; r = r->next) {
-        if (r->state != RQ_PREFILL || !repair_pending(r) || !blocks_ready(r)) continue;
+        if (r->state != RQ_PREFILL || !repair_pending(r) || r->repair_begun || !blocks_ready(r))
+            continue;
         li_status prc = plan_repair(m, r);
         if (prc == LI_ERR_OOM) fail_request(m, r, prc);
         else if (prc != LI_OK) return prc;
@@ -902,8 +922,8 @@ li_status li_step(li_model *m, int *n_unfinished) {
     int chunk_of_job[64];
     work *job_in_batch[64];
     int n_jobs_in = 0;
-    request *pre_in_batch[256];
-    int pre_chunk[256], n_pre = 0;
+    request *pre_in_batch[256], *pass_in_batch[256];
+    int pre_chunk[256], n_pre = 0, pass_chunk[256], n_pass = 0, tail0;
     li_status rc = LI_OK;
     for (request *r = S->reqs; r && rows < m->n_batch; r = r->next) {
         if (r->state != RQ_DECODE || r->finished_tokens) continue;
@@ -980,6 +1000,32 @@ li_status li_step(li_model *m, int *n_unfinished) {
         rows += chunk;
     }
 
+    // the selection passes of blend repairs last: the batch's tail, which stops at the check
+    // layer's K/V (li_batch.n_tail; at check layer 2 a pass costs ~2.1/L of a prefill of its
+    // documents: layers 0 and 1 whole, layer 2's K and V projections)
+    tail0 = rows;
+    for (request *r = S->reqs; r && rows < m->n_batch && n_pass < 256; r = r->next) {
+        if (r->state != RQ_PREFILL || !repair_pending(r) || !r->repair_begun) continue;
+        const li_repair_pass *p = &r->pass;
+        int chunk = p->rows.n - p->n_done < m->n_batch - rows ? p->rows.n - p->n_done
+                                                               : m->n_batch - rows;
+        for (int i = 0; i < chunk; i++) {
+            int idx = p->n_done + i;
+            S->tok[rows + i] = p->rows.tok[idx];
+            S->pos[rows + i] = p->rows.pos[idx];
+            S->slot[rows + i] = p->rows.slot[idx];
+            S->nvis[rows + i] = p->rows.pos[idx] + 1;  // every key before it, as repair rows
+            S->first[rows + i] = 0;
+        }
+        li_batch_seq *sq = &S->seqs[n_seq++];
+        sq->t0 = rows;
+        sq->n = chunk;
+        if ((rc = build_table(m, r, &sq->kv)) != LI_OK) return rc;
+        pass_chunk[n_pass] = chunk;
+        pass_in_batch[n_pass++] = r;
+        rows += chunk;
+    }
+
     // 4. one forward over everything
     if (rows == 0 && S->jobs) {
         // only promotions left to wait for: give the worker the core instead of spinning
@@ -989,7 +1035,9 @@ li_status li_step(li_model *m, int *n_unfinished) {
     if (rows > 0) {
         li_batch b = {.n_tokens = rows, .tokens = S->tok, .pos = S->pos, .slot = S->slot,
                       .n_visible = S->nvis, .kv_first = S->first, .n_seqs = n_seq,
-                      .seqs = S->seqs, .n_logits = n_log, .logit_rows = S->rows};
+                      .seqs = S->seqs, .n_logits = n_log, .logit_rows = S->rows,
+                      .n_tail = rows - tail0,
+                      .tail_layer = n_pass ? pass_in_batch[0]->pass.layer : 0};
         if ((rc = li_llama_forward(&m->llama, &m->scratch, &m->kv.storage, &b, m->logits)) != LI_OK)
             return rc;
         // a device backend records op failures: catch them before any token is sampled
@@ -1023,6 +1071,14 @@ li_status li_step(li_model *m, int *n_unfinished) {
                 rc = li_prefix_cache_insert(m->prefix, &r->chain[k], li_page_id(r->own.pages[k]));
             if (rc != LI_OK) return rc;
         }
+    }
+    for (int j = 0; j < n_pass; j++) {
+        request *r = pass_in_batch[j];
+        r->pass.n_done += pass_chunk[j];
+        if (r->pass.n_done < r->pass.rows.n) continue;
+        li_status prc = plan_repair(m, r);
+        if (prc == LI_ERR_OOM) fail_request(m, r, prc);
+        else if (prc != LI_OK) return prc;
     }
     for (int i = 0; i < n_log; i++) {
         request *r = S->row_req[i];

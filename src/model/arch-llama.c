@@ -532,6 +532,31 @@ static void layer0_bd(const forward_args *a, layer_kind k, bool norm_next) {
     else tail_f32(a, 0, norm_next);
 }
 
+// The K/V of layer il for rows [t0, t0 + n) only (a batch's tail, li_batch.n_tail): norm, the
+// K and V projections, bias, RoPE, the store; in f32 on every backend, as a decode row runs.
+// Per row 2 * D * 2 Hkv Dh FLOPs (SmolLM2: 0.44 M), against ~7 M for a whole layer.
+static void store_kv_rows(const forward_args *a, int il, int t0, int n) {
+    const li_llama *m = a->m;
+    li_llama_scratch *s = a->s;
+    const li_hparams *hp = &m->hp;
+    const li_llama_layer *l = &m->w.layers[il];
+    const li_backend_ops *op = m->be->ops;
+    li_backend *be = m->be;
+    const int D = hp->n_embd, Hkv = hp->n_head_kv, Dh = hp->head_dim;
+    float *xn = s->xn + (size_t)t0 * D;                  // (n, D)
+    float *k = s->k + (size_t)t0 * Hkv * Dh, *v = s->v + (size_t)t0 * Hkv * Dh;  // (n, Hkv*Dh)
+    op->rmsnorm(be, xn, LI_DTYPE_F32, s->x + (size_t)t0 * D, l->attn_norm.data, n, D,
+                hp->rms_eps);
+    op->matmul(be, k, xn, LI_DTYPE_F32, &l->wk, n, false);
+    op->matmul(be, v, xn, LI_DTYPE_F32, &l->wv, n, false);
+    if (hp->qkv_bias) {
+        op->add_bias(be, k, l->bk.data, n, Hkv * Dh);
+        op->add_bias(be, v, l->bv.data, n, Hkv * Dh);
+    }
+    op->rope(be, k, LI_DTYPE_F32, k, a->b->pos + t0, n, Hkv, Dh, &m->rope);
+    op->kv_store(be, a->kv, il, k, v, a->b->slot + t0, n);
+}
+
 static li_status forward_ops(void *args) {
     const forward_args *a = args;
     const li_llama *m = a->m;
@@ -547,16 +572,26 @@ static li_status forward_ops(void *args) {
     if (b->bd0) li_bd0_embed(m, s, b);
     else op->embed(be, s->x, &m->w.tok_embd, b->tokens, T);
 
-    // a repair's first pass (src/engine/repair.c) stops after the layers whose K it compares
-    const int L = b->n_layers > 0 && b->n_layers < hp->n_layer ? b->n_layers : hp->n_layer;
+    // the tail rows (a repair's selection pass, li_batch.n_tail) stop at layer tail_layer's K/V:
+    // from there on the layers run on the rows before them, as a batch of their own
+    li_batch head = *b;
+    forward_args ah = *a;
+    const int tail = b->n_tail > 0 ? b->tail_layer : hp->n_layer;
+    head.n_tokens = T - b->n_tail;
+    while (head.n_seqs > 0 && head.seqs[head.n_seqs - 1].t0 >= head.n_tokens) head.n_seqs--;
+    ah.b = &head;
     bool xn_ready = false;  // s->xn = norm(x) for layer il, left by an f32 layer il - 1
-    for (int il = 0; il < L; il++) {
-        const layer_kind k = kind_of(a, il);
-        const bool norm_next = il + 1 < L && kind_of(a, il + 1) == LAYER_F32;
-        if (il == 0 && b->bd0) layer0_bd(a, k, norm_next);
-        else if (k == LAYER_FP8) layer_fp8(a, il);
-        else if (k == LAYER_BF16) layer_bf16(a, il);
-        else layer_f32(a, il, xn_ready, norm_next);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const forward_args *ai = il < tail ? a : &ah, *an = il + 1 < tail ? a : &ah;
+        if (il == tail) store_kv_rows(a, il, head.n_tokens, b->n_tail);
+        if (ai->b->n_tokens == 0) break;
+        const layer_kind k = kind_of(ai, il);
+        const bool norm_next = il + 1 < hp->n_layer && kind_of(an, il + 1) == LAYER_F32 &&
+                               an->b->n_tokens == ai->b->n_tokens;
+        if (il == 0 && b->bd0) layer0_bd(a, k, norm_next);  // (no tail: one sequence)
+        else if (k == LAYER_FP8) layer_fp8(ai, il);
+        else if (k == LAYER_BF16) layer_bf16(ai, il);
+        else layer_f32(ai, il, xn_ready, norm_next);
         xn_ready = k == LAYER_F32 && norm_next;
     }
 
@@ -586,17 +621,23 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
         if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
             return li_error_set(LI_ERR_INVALID_ARG, "token id %d out of range [0, %d)",
                                 b->tokens[t], hp->n_vocab);
-    if (b->n_logits < 0 || b->n_logits > T || (b->n_logits > 0 && b->n_layers > 0 &&
-                                                 b->n_layers < hp->n_layer))
+    if (b->n_tail < 0 || b->n_tail > T ||
+        (b->n_tail > 0 && (b->tail_layer < 1 || b->tail_layer >= hp->n_layer)))
+        return li_error_set(LI_ERR_INVALID_ARG, "a tail of %d rows to layer %d in a batch of %d "
+                            "tokens, %d layers", b->n_tail, b->tail_layer, T, hp->n_layer);
+    for (int i = 0; i < b->n_seqs; i++)
+        if (b->seqs[i].t0 < T - b->n_tail && b->seqs[i].t0 + b->seqs[i].n > T - b->n_tail)
+            return li_error_set(LI_ERR_INVALID_ARG, "sequence %d straddles the batch's tail", i);
+    if (b->n_logits < 0 || b->n_logits > T - b->n_tail)
         return li_error_set(LI_ERR_INVALID_ARG, "%d logit rows for a batch of %d tokens",
-                            b->n_logits, T);
+                            b->n_logits, T - b->n_tail);
     for (int i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= T - b->n_tail)
             return li_error_set(LI_ERR_INVALID_ARG, "logit row %d out of range [0, %d)",
-                                b->logit_rows[i], T);
+                                b->logit_rows[i], T - b->n_tail);
     uint64_t bd_key = 0;  // a Fast-dLLM v2 batch: what its layer-0 caches serve
     if (b->bd0) {
-        if (b->n_seqs != 1 || (b->bd_block && T != b->bd0->B))
+        if (b->n_seqs != 1 || b->n_tail || (b->bd_block && T != b->bd0->B))
             return li_error_set(LI_ERR_INVALID_ARG, "a layer-0 state batch of %d rows, %d "
                                 "sequences", T, b->n_seqs);
         bd_key = li_bd0_plan(b->bd0, b);
@@ -616,7 +657,7 @@ li_status li_llama_forward(const li_llama *m, li_llama_scratch *s, const li_kv_s
                    (uint64_t)(b->kv_first != NULL) << 62;
     if (b->bd0) key = li_step_key(li_step_key(key, 1u + b->bd_block), bd_key);
     forward_args args = {m, s, kv, b, logits};
-    bool partial = b->n_layers > 0 && b->n_layers < hp->n_layer;
+    bool partial = b->n_tail > 0;
     li_status rc = li_step_run(be, key, !(m->fp8 && T > 1) && !partial, forward_ops, NULL, &args);
     if (rc == LI_OK && b->bd0) li_bd0_commit(b->bd0, host_b);
     return rc;

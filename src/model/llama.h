@@ -187,13 +187,18 @@ typedef struct {
     const li_batch_seq *seqs;  // (n_seqs)
     int n_logits;              // rows that need logits
     const int32_t *logit_rows; // (n_logits) batch indices
-    int n_layers;              // layers to run, from 0 (0: all); fewer takes no logits
     // Fast-dLLM v2 (li_llama_bd0; NULL: none): layer 0's K/V also go to bd0's dense rows; with
     // bd_block the batch is the request's current block (one sequence, positions pos[0] .. +
     // T, T = bd0->B, every row seeing the cache and the block) and layer 0 runs as li_llama_bd0
     // says; the head's rows then run through li_matmul_rows.
     li_llama_bd0 *bd0;
     bool bd_block;
+    // A repair's selection pass (src/engine/repair.c) batched with other work: the last n_tail
+    // rows, whole sequences at the end of seqs, run layers [0, tail_layer) and then only the
+    // K/V store of layer tail_layer (their attention, FFN and later layers are not computed);
+    // they take no logits. 0: every row runs every layer.
+    int n_tail;
+    int tail_layer;            // in [1, n_layer) when n_tail > 0
 } li_batch;
 
 // Loaders. `path`: an HF directory, a .gguf file. The model is bound to `be`.
