@@ -43,9 +43,10 @@
 #   regress decode and a LLaDA step, these binaries against .gpu/base/lazyinfer-cuda (same call)
 # Usage (on the GPU machine, from the repository root): STEPS=check,model,e2e bench/gpu-run.sh
 # Then here: bench/report.py RESULTS.tgz prints the markdown tables for docs/BENCHMARKS.md.
-# Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-rag,test-dllm} when present (made by
-# bench/gpu-pack.sh on the dev machine, carried with the shared libraries of .gpu/libs.tar.xz,
-# which the GPU image lacks), otherwise built here with `make CUDA=1`. Only 8 files come back from
+# Binaries: .gpu/bin/{lazyinfer-cuda,gpu-check,gpu-model,test-*} when present (made by
+# bench/gpu-pack.sh on the dev machine and carried xz-packed in .gpu/bin.tar.xz, with the shared
+# libraries of .gpu/libs.tar.xz, which the GPU image lacks), otherwise built here with
+# `make CUDA=1`. Only 8 files come back from
 # $OUT: pack the logs (tar) when running many steps.
 set -u
 OUT=${OUT:-/tmp/lazyinfer-out}
