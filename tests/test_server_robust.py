@@ -680,6 +680,12 @@ def test_cancelled_requests_log_their_counts():
         while got[0].count(b"data: ") < 5:
             got[0] += sock.recv(4096)
         sock.close()
+
+        def gone_lines():
+            return [l for l in s.log_tail(400).splitlines() if "client gone" in l]
+        # the streamed request is cancelled before the count below starts: until then its own
+        # tokens raised the total too, and the plain request could be closed after 2 of its own
+        wait_for(lambda: len(gone_lines()) >= 1, 30, "the streamed request's 'client gone' line")
         before = s.metrics()["lazyinfer_generation_tokens_total"]
         data = json.dumps(body).encode()
         plain = socket.create_connection(("127.0.0.1", s.port))
@@ -688,9 +694,6 @@ def test_cancelled_requests_log_their_counts():
         wait_for(lambda: s.metrics()["lazyinfer_generation_tokens_total"] >= before + 10, 30,
                  "the non-streaming request's first tokens")
         plain.close()
-
-        def gone_lines():
-            return [l for l in s.log_tail(400).splitlines() if "client gone" in l]
         wait_for(lambda: len(gone_lines()) >= 2, 30, "two 'client gone' log lines")
         for line in gone_lines():
             m = re.search(r"prompt (\d+), generated (\d+)", line)
